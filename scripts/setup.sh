@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install what the project needs on a fresh Debian machine (idempotent; skips what is present).
+# Rust comes from the machine's toolchain; C++ pieces and tools come from Debian.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+[ -f /usr/include/gloo/config.h ] || need+=(libgloo-dev)
+[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+if [ "${#need[@]}" -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${need[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }

@@ -1,0 +1,2 @@
+//! backend (placeholder; filled by its issue).
+

@@ -1,0 +1,57 @@
+//! The error carried to the C boundary and the thread-local last-error message.
+
+use super::status::mcore_status;
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+
+/// An error on its way out through the C ABI: a status and the specifics for the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FfiError {
+    pub status: mcore_status,
+    pub message: String,
+}
+
+impl FfiError {
+    pub fn new(status: mcore_status, message: impl Into<String>) -> Self {
+        FfiError { status, message: message.into() }
+    }
+
+    /// A NULL or otherwise unusable argument, named.
+    pub fn invalid_arg(message: impl Into<String>) -> Self {
+        Self::new(mcore_status::InvalidArgument, message)
+    }
+}
+
+impl std::fmt::Display for FfiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status.as_str(), self.message)
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+/// Record `err` as this thread's last error.
+pub(crate) fn set_last_error(err: &FfiError) {
+    // Interior NULs would truncate the C string; replace them so the message survives.
+    let text = err.message.replace('\0', "\\0");
+    let c = CString::new(text).unwrap_or_default();
+    LAST_ERROR.with(|slot| *slot.borrow_mut() = Some(c));
+}
+
+/// Forget this thread's last error (called on success).
+pub(crate) fn clear_last_error() {
+    LAST_ERROR.with(|slot| *slot.borrow_mut() = None);
+}
+
+/// The message of the last failed `mcore_*` call on this thread: the bad value, the group, the
+/// missing ranks. Empty string (never NULL) when the last call succeeded. The pointer stays valid
+/// until the next `mcore_*` call on the same thread.
+#[no_mangle]
+pub extern "C" fn mcore_last_error_message() -> *const c_char {
+    LAST_ERROR.with(|slot| match slot.borrow().as_ref() {
+        Some(c) => c.as_ptr(),
+        None => c"".as_ptr(),
+    })
+}

@@ -1,0 +1,2 @@
+//! rng (placeholder; filled by its issue).
+#![forbid(unsafe_code)]

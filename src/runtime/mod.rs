@@ -1,0 +1,2 @@
+//! runtime (placeholder; filled by its issue).
+#![forbid(unsafe_code)]

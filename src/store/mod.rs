@@ -1,0 +1,2 @@
+//! store (placeholder; filled by its issue).
+#![forbid(unsafe_code)]

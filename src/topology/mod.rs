@@ -1,0 +1,2 @@
+//! topology (placeholder; filled by its issue).
+#![forbid(unsafe_code)]
