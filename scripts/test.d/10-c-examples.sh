@@ -2,7 +2,7 @@
 # Build every C example in examples/c against include/ and the release libmcore_init.so as a
 # C11 program with -Wall -Wextra -Wpedantic -Werror, run it, and check the library's soname.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=target/c-examples
 lib=$out/lib
 mkdir -p "$lib"
