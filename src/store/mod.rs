@@ -1,2 +1,82 @@
-//! store (placeholder; filled by its issue).
+//! Rendezvous key-value stores: the [`Store`] trait every store implements, and its error type.
+//!
+//! Implementations: a TCP store wire-compatible with PyTorch c10d's `TCPStore` (client and
+//! server), a prefix wrapper giving each group its own key space, and a file store.
+//! Every blocking call is bounded by a timeout whose error names the keys it waited for.
 #![forbid(unsafe_code)]
+
+use std::fmt;
+use std::time::Duration;
+
+/// Default timeout of blocking store calls (torch's `Store::kDefaultTimeout` is 300 s).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What went wrong in a store call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// A blocking call ran out of time; `keys` are the keys still missing.
+    Timeout { keys: Vec<String>, waited: Duration },
+    /// Connecting, reading or writing failed; the text names the address or path.
+    Io(String),
+    /// The peer sent something this protocol does not allow.
+    Protocol(String),
+    /// A bad argument (empty key, key too long, bad address, port in use ...), named.
+    InvalidArgument(String),
+    /// The store was shut down (server stopped, connection closed by the peer).
+    Closed(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Timeout { keys, waited } => write!(
+                f,
+                "timed out after {:.1} s waiting for store key(s) {}",
+                waited.as_secs_f64(),
+                keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
+            ),
+            StoreError::Io(m) => write!(f, "store I/O error: {m}"),
+            StoreError::Protocol(m) => write!(f, "store protocol error: {m}"),
+            StoreError::InvalidArgument(m) => write!(f, "invalid store argument: {m}"),
+            StoreError::Closed(m) => write!(f, "store closed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// A rendezvous key-value store shared by all ranks of a job. Thread-safe.
+///
+/// Semantics follow torch's c10d `Store`: `get` waits for the key (up to [`Store::timeout`]);
+/// `add` keeps the counter as ASCII decimal bytes; `compare_set` with a missing key and an empty
+/// `expected` sets `desired`, with a missing key and a non-empty `expected` returns `expected`.
+pub trait Store: Send + Sync {
+    /// Set `key` to `value` (overwrites).
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError>;
+    /// The value of `key`, waiting for it up to the store timeout.
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError>;
+    /// Add `delta` to the integer under `key` (missing = 0) and return the new value.
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError>;
+    /// Atomically replace `expected` by `desired`; returns the value now stored (see above).
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError>;
+    /// Whether every key exists now (no waiting).
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError>;
+    /// Wait until every key exists, up to `timeout`; the error lists the keys still missing.
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError>;
+    /// Delete `key`; whether it existed.
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError>;
+    /// Number of keys in the store (for a prefixed view: of the whole underlying store).
+    fn num_keys(&self) -> Result<i64, StoreError>;
+    /// The timeout applied by `get` (and by `wait` callers that have no other).
+    fn timeout(&self) -> Duration;
+
+    /// Values of several keys, waiting for all of them.
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.wait(keys, self.timeout())?;
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+    /// Set several keys.
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        items.iter().try_for_each(|(k, v)| self.set(k, v))
+    }
+}
