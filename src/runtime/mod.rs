@@ -1,2 +1,6 @@
-//! runtime (placeholder; filled by its issue).
+//! The runtime: the launcher environment, rendezvous, and the idempotent initializer.
 #![forbid(unsafe_code)]
+
+pub mod env;
+
+pub use env::{EnvError, LaunchEnv, LauncherKind};
