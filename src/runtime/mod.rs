@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 
 pub mod checkin;
+pub mod comm;
 pub mod env;
+pub mod groups;
 
 pub use env::{EnvError, LaunchEnv, LauncherKind};
