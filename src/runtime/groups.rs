@@ -186,7 +186,10 @@ mod tests {
         ]
     }
 
-    fn run(lie_about: Option<&str>) -> Vec<(Result<usize, GroupError>, Vec<String>, Vec<String>)> {
+    /// Per rank: verification result, communicators created, communicator name per plan entry.
+    type RankOutcome = (Result<usize, GroupError>, Vec<String>, Vec<String>);
+
+    fn run(lie_about: Option<&str>) -> Vec<RankOutcome> {
         // One in-process store per communicator name, shared by the rank threads.
         let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
         let threads: Vec<_> = (0..4u32)

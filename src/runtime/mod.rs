@@ -5,5 +5,6 @@ pub mod checkin;
 pub mod comm;
 pub mod env;
 pub mod groups;
+pub mod settings;
 
 pub use env::{EnvError, LaunchEnv, LauncherKind};
