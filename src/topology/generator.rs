@@ -136,7 +136,7 @@ mod tests {
         // W=16, tp=2, pp=4 -> dp=2 with tp-cp-ep-dp-pp.
         let named = parse_order("tp-cp-ep-dp-pp").unwrap();
         let g = Generator::new([2, 4, 2, 1, 1], &named, "tp-cp-ep-dp-pp", "dense").unwrap();
-        assert_eq!(g.stride, [1, 4, 2, 2, 1 * 2]);
+        assert_eq!(g.stride, [1, 4, 2, 2, 2]);
         assert_eq!(g.coord(13, Dim::Pp), 3);
         assert_eq!(g.group_index(Dim::Tp.bit(), 13), 6);
     }
