@@ -276,7 +276,7 @@ mod tests {
         let big = SeedRequest { seed: i64::MAX, ..req };
         // i64 seeds plus u32 coordinates never overflow u64: seeds above i64::MAX are reachable
         assert_eq!(stream_seeds(&big, &coords).unwrap()[0].1, i64::MAX as u64 + 320);
-        let huge = [GroupPosition { rank: 1, size: u32::MAX }; 3];
+        let huge = [GroupPosition { rank: 1, size: u32::MAX }; 4];
         assert!(matches!(sharded_index(&huge), Err(RngError::Overflow(_))));
     }
 }
