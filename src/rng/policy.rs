@@ -9,13 +9,12 @@
 //! * `sharded:<key>,...`: the PyTorch RFC's `manual_seed(seed, sharded_groups=[...])`: seed plus
 //!   this rank's linear index over the listed group kinds, first listed most significant.
 
+pub use super::tracker::DEFAULT_STREAM;
 use super::tracker::{Tracker, DATA_PARALLEL_RNG, EXPERT_PARALLEL_RNG, MODEL_PARALLEL_RNG};
 use super::RngError;
 use std::fmt;
 use std::str::FromStr;
 
-/// Name of the stream a policy seeds for plain use (the default device generator and the CPU seed).
-pub const DEFAULT_STREAM: &str = "default";
 
 /// Group-kind keys of DESIGN.md (plus `hierarchical_context_parallel_<i>`).
 pub const GROUP_KIND_KEYS: &[&str] = &[

@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 
 /// Name of the stream that is current outside any fork (never stored in the map).
 pub const DEFAULT_STATE_NAME: &str = "default-rng";
+/// The caller-facing name of the default device generator (live only outside any fork).
+pub const DEFAULT_STREAM: &str = "default";
 /// The stream `fork` uses when no name is given.
 pub const MODEL_PARALLEL_RNG: &str = "model-parallel-rng";
 pub const EXPERT_PARALLEL_RNG: &str = "expert-parallel-rng";
@@ -202,21 +204,45 @@ impl Tracker {
         Ok(())
     }
 
+    /// Whether `name` designates the live (current) generator: the stream forked into, or
+    /// `default` outside any fork.
+    fn is_live(&self, name: &str) -> bool {
+        self.current_name == name || (name == DEFAULT_STREAM && self.current_name == DEFAULT_STATE_NAME)
+    }
+
+    /// The state of stream `name` (`default` = the default generator outside any fork; inside a
+    /// scoped fork of `name`, its live state).
+    pub fn state(&self, name: &str) -> Result<PhiloxState, RngError> {
+        if self.is_live(name) {
+            if self.current.seed.is_none() {
+                return Err(RngError::NotAdded(name.to_string()));
+            }
+            return Ok(self.current.as_state());
+        }
+        self.get(name).ok_or_else(|| RngError::NotAdded(name.to_string()))
+    }
+
+    /// Overwrites the state of stream `name` (same naming as [`Tracker::state`]).
+    pub fn set_state(&mut self, name: &str, state: PhiloxState) -> Result<(), RngError> {
+        if self.is_live(name) {
+            self.current = state.into();
+            if name == DEFAULT_STREAM {
+                return Ok(());
+            }
+        }
+        self.set(name, state)
+    }
+
     /// One kernel launch on stream `name`: returns the Philox `(seed, offset)` to launch with and
     /// advances the stream by `count` rounded up to a multiple of 4. Inside a scoped fork of
-    /// `name` the live (current) generator is the one advanced.
+    /// `name` the live (current) generator is the one advanced; `default` is the default generator.
     pub fn fork(&mut self, name: &str, count: u64) -> Result<PhiloxState, RngError> {
         let inc = round_increment(count)?;
-        let live = self.current_name == name;
-        let state = if live {
-            self.current.as_state()
-        } else {
-            self.get(name).ok_or_else(|| RngError::NotAdded(name.to_string()))?
-        };
+        let state = self.state(name)?;
         let next = state.offset.checked_add(inc).ok_or_else(|| {
             RngError::Overflow(format!("stream {name}: offset {} + {inc} overflows 64 bits", state.offset))
         })?;
-        if live {
+        if self.is_live(name) {
             self.current.offset = next;
         } else if let Some(slot) = self.slot(name) {
             slot.offset = next;
@@ -248,6 +274,14 @@ mod tests {
         assert_eq!(t.fork("a", 0).unwrap(), PhiloxState { seed: 10, offset: 12 });
         assert_eq!(t.get("a").unwrap().offset, 12);
         assert_eq!(t.fork("b", 1), Err(RngError::NotAdded("b".into())));
+        assert_eq!(t.fork("default", 1), Err(RngError::NotAdded("default".into())));
+        t.manual_seed(3);
+        assert_eq!(t.fork("default", 1).unwrap(), PhiloxState { seed: 3, offset: 0 });
+        assert_eq!(t.state("default").unwrap(), PhiloxState { seed: 3, offset: 4 });
+        t.set_state("default", PhiloxState { seed: 9, offset: 8 }).unwrap();
+        assert_eq!(t.generator(), Generator { seed: Some(9), offset: 8 });
+        t.set_state("a", PhiloxState { seed: 10, offset: 100 }).unwrap();
+        assert_eq!(t.state("a").unwrap().offset, 100);
         assert!(matches!(round_increment(u64::MAX), Err(RngError::Overflow(_))));
     }
 
