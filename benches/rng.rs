@@ -1,8 +1,10 @@
 //! RNG micro-benchmarks: tracker fork cost (Rust and through the C API), CPU Philox and ChaCha
 //! throughput, checkpoint save/restore. `cargo bench --bench rng`.
 
-use mcore_init::ffi::rng::{mcore_rng_coords, mcore_rng_coords_default, mcore_rng_state, mcore_rng_tracker_create,
-    mcore_rng_tracker_destroy, mcore_rng_tracker_fork, mcore_rng_tracker_seed};
+use mcore_init::ffi::rng::{
+    mcore_rng_coords, mcore_rng_coords_default, mcore_rng_state, mcore_rng_tracker_create, mcore_rng_tracker_destroy,
+    mcore_rng_tracker_fork, mcore_rng_tracker_seed,
+};
 use mcore_init::rng::philox::{fill_u32, fill_uniform};
 use mcore_init::rng::{RankCoordinates, RankRng, RestoreMode, SeedPolicy, SeedRequest};
 use std::hint::black_box;
@@ -22,7 +24,8 @@ fn bench(iters: u64, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let req = SeedRequest { policy: SeedPolicy::Megatron, seed: 1234, data_parallel_random_init: false, positions: vec![] };
+    let req =
+        SeedRequest { policy: SeedPolicy::Megatron, seed: 1234, data_parallel_random_init: false, positions: vec![] };
     let mut rr = RankRng::new(RankCoordinates { world_size: 8, rank: 3, tp_rank: 1, ..Default::default() });
     rr.seed(&req).unwrap();
 

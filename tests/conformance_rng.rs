@@ -144,7 +144,12 @@ fn bad_seeds_rejected_like_the_training_wrapper() {
         let err = check_training_seed(seed).unwrap_err();
         assert_eq!(err.to_string(), case["result"]["error"]["msg"].as_str().unwrap());
         if let Some(s) = seed {
-            let req = SeedRequest { policy: SeedPolicy::Megatron, seed: s, data_parallel_random_init: false, positions: vec![] };
+            let req = SeedRequest {
+                policy: SeedPolicy::Megatron,
+                seed: s,
+                data_parallel_random_init: false,
+                positions: vec![],
+            };
             assert_eq!(stream_seeds(&req, &RankCoordinates::default()).unwrap_err(), err);
         }
     }
@@ -162,7 +167,9 @@ fn model_parallel_cuda_manual_seed_direct() {
         let mut t = Tracker::new();
         t.manual_seed(seed);
         let mut res = Ok(());
-        for (name, s) in megatron_tracker_seeds(seed, u32_of(k, "tp_rank"), u32_of(k, "ep_rank"), u32_of(k, "etp_rank")).unwrap() {
+        for (name, s) in
+            megatron_tracker_seeds(seed, u32_of(k, "tp_rank"), u32_of(k, "ep_rank"), u32_of(k, "etp_rank")).unwrap()
+        {
             res = t.add(name, s);
             if res.is_err() {
                 break;
@@ -218,7 +225,9 @@ fn tracker_scenarios_step_by_step() {
                         .as_object()
                         .unwrap()
                         .iter()
-                        .map(|(n, s)| (n.clone(), PhiloxState { seed: s[0].as_u64().unwrap(), offset: s[1].as_u64().unwrap() }))
+                        .map(|(n, s)| {
+                            (n.clone(), PhiloxState { seed: s[0].as_u64().unwrap(), offset: s[1].as_u64().unwrap() })
+                        })
                         .collect();
                     t.set_states(states);
                     Ok(())
@@ -263,7 +272,14 @@ fn rfc_sharded_seed_tables() {
                 .collect();
             assert_eq!(sharded_index(&positions).unwrap(), want[rank as usize]);
             let req = SeedRequest { policy: policy.clone(), seed: 1000, data_parallel_random_init: false, positions };
-            let coords = RankCoordinates { world_size: 8, rank, pp_rank: pp, tp_rank: tp, dp_rank: rank / 4, ..Default::default() };
+            let coords = RankCoordinates {
+                world_size: 8,
+                rank,
+                pp_rank: pp,
+                tp_rank: tp,
+                dp_rank: rank / 4,
+                ..Default::default()
+            };
             let seeds = stream_seeds(&req, &coords).unwrap();
             assert_eq!(seeds, vec![("default".to_string(), 1000 + want[rank as usize])], "{policy} rank {rank}");
         }

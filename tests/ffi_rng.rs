@@ -54,12 +54,20 @@ impl Tracker {
     }
     fn cpu(&self, name: &CStr, n: usize) -> Vec<u32> {
         let mut v = vec![0u32; n];
-        assert_eq!(unsafe { mcore_rng_tracker_cpu_fill_u32(self.0, name.as_ptr(), v.as_mut_ptr(), n) }, mcore_status::Ok);
+        assert_eq!(
+            unsafe { mcore_rng_tracker_cpu_fill_u32(self.0, name.as_ptr(), v.as_mut_ptr(), n) },
+            mcore_status::Ok
+        );
         v
     }
     fn fork(&self, name: &CStr, count: u64) -> mcore_rng_state {
         let mut s = mcore_rng_state::default();
-        assert_eq!(unsafe { mcore_rng_tracker_fork(self.0, name.as_ptr(), count, &mut s) }, mcore_status::Ok, "{}", last_error());
+        assert_eq!(
+            unsafe { mcore_rng_tracker_fork(self.0, name.as_ptr(), count, &mut s) },
+            mcore_status::Ok,
+            "{}",
+            last_error()
+        );
         s
     }
 }
@@ -118,7 +126,10 @@ fn error_paths_name_the_bad_value() {
     assert_eq!(t.seed(c"shardd:x", 1), mcore_status::InvalidArgument);
     assert!(last_error().contains("'shardd:x'"), "{}", last_error());
     let mut out = [0u32; 4];
-    assert_eq!(unsafe { mcore_rng_tracker_cpu_fill_u32(t.0, c"ghost".as_ptr(), out.as_mut_ptr(), 4) }, mcore_status::NotFound);
+    assert_eq!(
+        unsafe { mcore_rng_tracker_cpu_fill_u32(t.0, c"ghost".as_ptr(), out.as_mut_ptr(), 4) },
+        mcore_status::NotFound
+    );
     assert!(last_error().contains("ghost"), "{}", last_error());
     assert_eq!(unsafe { mcore_rng_philox_fill_u32(1, 0, 0, null_mut(), 3) }, mcore_status::InvalidArgument);
     assert!(last_error().contains("length is 3"), "{}", last_error());
@@ -189,10 +200,14 @@ fn policy_seeds_lists_every_stream() {
     let c = coords(6, 0); // pp_rank 1
     let mut out = [mcore_rng_named_seed { name: [0; MCORE_RNG_NAME_MAX], seed: 0 }; 4];
     let mut n = 0usize;
-    let st = unsafe { mcore_rng_policy_seeds(c"megatron".as_ptr(), 1234, false, &c, null(), 0, out.as_mut_ptr(), 2, &mut n) };
+    let st = unsafe {
+        mcore_rng_policy_seeds(c"megatron".as_ptr(), 1234, false, &c, null(), 0, out.as_mut_ptr(), 2, &mut n)
+    };
     assert_eq!(st, mcore_status::BufferTooSmall);
     assert_eq!(n, 4);
-    let st = unsafe { mcore_rng_policy_seeds(c"megatron".as_ptr(), 1234, false, &c, null(), 0, out.as_mut_ptr(), 4, &mut n) };
+    let st = unsafe {
+        mcore_rng_policy_seeds(c"megatron".as_ptr(), 1234, false, &c, null(), 0, out.as_mut_ptr(), 4, &mut n)
+    };
     assert_eq!(st, mcore_status::Ok, "{}", last_error());
     let got: Vec<(String, u64)> = out[..n]
         .iter()
@@ -206,10 +221,14 @@ fn policy_seeds_lists_every_stream() {
     // sharded over [pp, tp]: rank with pp 1 of 2, tp 1 of 2 -> +3
     let pos = [mcore_rng_group_position { rank: 1, size: 2 }, mcore_rng_group_position { rank: 1, size: 2 }];
     let policy = c"sharded:pipeline_model_parallel,tensor_model_parallel";
-    let st = unsafe { mcore_rng_policy_seeds(policy.as_ptr(), 100, false, &c, pos.as_ptr(), 2, out.as_mut_ptr(), 4, &mut n) };
+    let st = unsafe {
+        mcore_rng_policy_seeds(policy.as_ptr(), 100, false, &c, pos.as_ptr(), 2, out.as_mut_ptr(), 4, &mut n)
+    };
     assert_eq!(st, mcore_status::Ok, "{}", last_error());
     assert_eq!((n, out[0].seed), (1, 103));
-    let st = unsafe { mcore_rng_policy_seeds(policy.as_ptr(), 100, false, &c, pos.as_ptr(), 1, out.as_mut_ptr(), 4, &mut n) };
+    let st = unsafe {
+        mcore_rng_policy_seeds(policy.as_ptr(), 100, false, &c, pos.as_ptr(), 1, out.as_mut_ptr(), 4, &mut n)
+    };
     assert_eq!(st, mcore_status::InvalidArgument);
     assert!(last_error().contains("2 group kinds but 1"), "{}", last_error());
 }
@@ -244,7 +263,10 @@ fn handle_is_usable_from_many_threads() {
                 let mut s = mcore_rng_state::default();
                 let mut seen = Vec::new();
                 for _ in 0..250 {
-                    assert_eq!(unsafe { mcore_rng_tracker_fork(t, c"model-parallel-rng".as_ptr(), 4, &mut s) }, mcore_status::Ok);
+                    assert_eq!(
+                        unsafe { mcore_rng_tracker_fork(t, c"model-parallel-rng".as_ptr(), 4, &mut s) },
+                        mcore_status::Ok
+                    );
                     seen.push(s.offset);
                 }
                 seen

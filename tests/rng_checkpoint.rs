@@ -5,7 +5,15 @@ use mcore_init::rng::philox::fill_u32;
 use mcore_init::rng::{RankCoordinates, RankRng, RestoreMode, RngError, SeedPolicy, SeedRequest};
 
 fn coords(rank: u32, tp_rank: u32, world_size: u32) -> RankCoordinates {
-    RankCoordinates { world_size, rank, tp_rank, pp_rank: 1, dp_rank: 0, layout_fingerprint: 0xfeed, ..Default::default() }
+    RankCoordinates {
+        world_size,
+        rank,
+        tp_rank,
+        pp_rank: 1,
+        dp_rank: 0,
+        layout_fingerprint: 0xfeed,
+        ..Default::default()
+    }
 }
 
 fn req() -> SeedRequest {

@@ -262,7 +262,11 @@ pub unsafe extern "C" fn mcore_rng_tracker_seed(
 /// # Safety
 /// `tracker` live; `name` a C string.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_rng_tracker_add(tracker: *mut mcore_rng_tracker, name: *const c_char, seed: u64) -> mcore_status {
+pub unsafe extern "C" fn mcore_rng_tracker_add(
+    tracker: *mut mcore_rng_tracker,
+    name: *const c_char,
+    seed: u64,
+) -> mcore_status {
     ffi_guard(|| {
         // SAFETY: forwarded contract.
         let mut rr = unsafe { lock(tracker) }?;
@@ -364,7 +368,11 @@ pub unsafe extern "C" fn mcore_rng_tracker_reset(tracker: *mut mcore_rng_tracker
 /// # Safety
 /// `tracker` live; `name` a C string.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_rng_tracker_cpu_add(tracker: *mut mcore_rng_tracker, name: *const c_char, seed: u64) -> mcore_status {
+pub unsafe extern "C" fn mcore_rng_tracker_cpu_add(
+    tracker: *mut mcore_rng_tracker,
+    name: *const c_char,
+    seed: u64,
+) -> mcore_status {
     ffi_guard(|| {
         // SAFETY: forwarded contract.
         let mut rr = unsafe { lock(tracker) }?;

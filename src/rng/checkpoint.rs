@@ -169,7 +169,9 @@ pub fn decode(blob: &[u8]) -> Result<Snapshot, RngError> {
     }
     let version = u32::from_le_bytes(blob[8..12].try_into().unwrap_or_default());
     if version != VERSION {
-        return Err(RngError::Corrupt(format!("RNG checkpoint version {version} is not supported (this library reads {VERSION})")));
+        return Err(RngError::Corrupt(format!(
+            "RNG checkpoint version {version} is not supported (this library reads {VERSION})"
+        )));
     }
     let len = u32::from_le_bytes(blob[12..16].try_into().unwrap_or_default()) as usize;
     if HEADER + len + TRAILER != blob.len() {
@@ -183,7 +185,9 @@ pub fn decode(blob: &[u8]) -> Result<Snapshot, RngError> {
     let want = u64::from_le_bytes(blob[HEADER + len..].try_into().unwrap_or_default());
     let got = fnv1a64(body);
     if want != got {
-        return Err(RngError::Corrupt(format!("RNG checkpoint checksum mismatch (stored {want:016x}, computed {got:016x})")));
+        return Err(RngError::Corrupt(format!(
+            "RNG checkpoint checksum mismatch (stored {want:016x}, computed {got:016x})"
+        )));
     }
     let mut r = Reader { buf: &body[HEADER..], pos: 0 };
     let mut v = [0u32; 8];

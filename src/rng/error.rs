@@ -34,20 +34,18 @@ impl fmt::Display for RngError {
             RngError::SeedExists(s) => write!(f, "seed {s} already exists"),
             RngError::NameExists(n) => write!(f, "cuda rng state {n} already exists"),
             RngError::NotAdded(n) => write!(f, "cuda rng state {n} is not added"),
-            RngError::ForkOrder { current, desired } => write!(
-                f,
-                "current state name {current} is not the same as the desired state name {desired}."
-            ),
+            RngError::ForkOrder { current, desired } => {
+                write!(f, "current state name {current} is not the same as the desired state name {desired}.")
+            }
             RngError::Overflow(m) | RngError::Invalid(m) | RngError::Corrupt(m) => f.write_str(m),
             RngError::WrongRank { blob_rank, this_rank } => write!(
                 f,
                 "RNG checkpoint was written by global rank {blob_rank}, but this is rank {this_rank}: \
                  load the checkpoint file of rank {this_rank}"
             ),
-            RngError::LayoutChanged(m) => write!(
-                f,
-                "RNG checkpoint layout differs: {m}; pass the re-derive option to re-seed for the new layout"
-            ),
+            RngError::LayoutChanged(m) => {
+                write!(f, "RNG checkpoint layout differs: {m}; pass the re-derive option to re-seed for the new layout")
+            }
         }
     }
 }

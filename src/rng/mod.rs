@@ -16,8 +16,8 @@ pub use chacha_streams::{CpuStreamState, CpuStreams};
 pub use error::RngError;
 pub use philox::CurandPhilox;
 pub use policy::{
-    check_training_seed, megatron_tracker_seeds, seed_plan, sharded_index, stream_seeds, GroupPosition, RankCoordinates,
-    SeedPlan, SeedPolicy, SeedRequest, DEFAULT_STREAM,
+    check_training_seed, megatron_tracker_seeds, seed_plan, sharded_index, stream_seeds, GroupPosition,
+    RankCoordinates, SeedPlan, SeedPolicy, SeedRequest, DEFAULT_STREAM,
 };
 pub use rank_rng::{RankRng, RestoreMode};
 pub use tracker::{ForkFrame, Generator, PhiloxState, Tracker};

@@ -15,7 +15,6 @@ use super::RngError;
 use std::fmt;
 use std::str::FromStr;
 
-
 /// Group-kind keys of DESIGN.md (plus `hierarchical_context_parallel_<i>`).
 pub const GROUP_KIND_KEYS: &[&str] = &[
     "tensor_model_parallel",
@@ -152,7 +151,12 @@ pub fn check_training_seed(seed: Option<i64>) -> Result<u64, RngError> {
 }
 
 /// `model_parallel_cuda_manual_seed(s)`'s three tracker seeds, in Megatron's add order.
-pub fn megatron_tracker_seeds(s: u64, tp_rank: u32, ep_rank: u32, etp_rank: u32) -> Result<Vec<(&'static str, u64)>, RngError> {
+pub fn megatron_tracker_seeds(
+    s: u64,
+    tp_rank: u32,
+    ep_rank: u32,
+    etp_rank: u32,
+) -> Result<Vec<(&'static str, u64)>, RngError> {
     let model = s.checked_add(2718 + u64::from(tp_rank)).ok_or_else(|| overflow("model-parallel seed"))?;
     let expert = (100 * u64::from(ep_rank) + u64::from(etp_rank) + 1024)
         .checked_add(s)
@@ -165,7 +169,10 @@ pub fn sharded_index(positions: &[GroupPosition]) -> Result<u64, RngError> {
     let mut index: u64 = 0;
     for p in positions {
         if p.size == 0 || p.rank >= p.size {
-            return Err(RngError::Invalid(format!("group position rank {} of size {} is out of range", p.rank, p.size)));
+            return Err(RngError::Invalid(format!(
+                "group position rank {} of size {} is out of range",
+                p.rank, p.size
+            )));
         }
         index = index
             .checked_mul(u64::from(p.size))
@@ -240,10 +247,22 @@ mod tests {
 
     #[test]
     fn parse_and_print_round_trip() {
-        for text in ["megatron", "roll", "sharded:pipeline_model_parallel,tensor_model_parallel", "sharded:hierarchical_context_parallel_1"] {
+        for text in [
+            "megatron",
+            "roll",
+            "sharded:pipeline_model_parallel,tensor_model_parallel",
+            "sharded:hierarchical_context_parallel_1",
+        ] {
             assert_eq!(text.parse::<SeedPolicy>().unwrap().to_string(), text);
         }
-        for bad in ["", "Megatron", "sharded:", "sharded:pp", "sharded:data_parallel,data_parallel", "sharded:hierarchical_context_parallel_x"] {
+        for bad in [
+            "",
+            "Megatron",
+            "sharded:",
+            "sharded:pp",
+            "sharded:data_parallel,data_parallel",
+            "sharded:hierarchical_context_parallel_x",
+        ] {
             let err = bad.parse::<SeedPolicy>().unwrap_err().to_string();
             assert!(err.contains(&format!("'{bad}'")), "{err}");
         }
@@ -266,7 +285,8 @@ mod tests {
     #[test]
     fn roll_has_no_pipeline_or_dp_offset() {
         let coords = RankCoordinates { pp_rank: 3, dp_rank: 2, tp_rank: 1, ..Default::default() };
-        let req = SeedRequest { policy: SeedPolicy::Roll, seed: 42, data_parallel_random_init: true, positions: vec![] };
+        let req =
+            SeedRequest { policy: SeedPolicy::Roll, seed: 42, data_parallel_random_init: true, positions: vec![] };
         let seeds = stream_seeds(&req, &coords).unwrap();
         assert_eq!(seeds[0], ("default".to_string(), 42));
         assert_eq!(seeds[2], ("model-parallel-rng".to_string(), 42 + 2718 + 1));

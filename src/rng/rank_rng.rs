@@ -36,8 +36,11 @@ fn layout_diff(blob: &RankCoordinates, this: &RankCoordinates) -> Vec<String> {
         ("ep_rank", blob.ep_rank, this.ep_rank),
         ("etp_rank", blob.etp_rank, this.etp_rank),
     ];
-    let mut out: Vec<String> =
-        fields.iter().filter(|(_, a, b)| a != b).map(|(n, a, b)| format!("{n} {a} in the checkpoint, {b} here")).collect();
+    let mut out: Vec<String> = fields
+        .iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(n, a, b)| format!("{n} {a} in the checkpoint, {b} here"))
+        .collect();
     if blob.layout_fingerprint != this.layout_fingerprint {
         out.push(format!(
             "layout fingerprint {:016x} in the checkpoint, {:016x} here",
@@ -119,7 +122,8 @@ impl RankRng {
         }
         let diff = layout_diff(&snap.coords, &self.coords);
         if diff.is_empty() {
-            self.tracker = Tracker::from_parts(snap.states, snap.seeds.into_iter().collect(), snap.initialized, snap.generator);
+            self.tracker =
+                Tracker::from_parts(snap.states, snap.seeds.into_iter().collect(), snap.initialized, snap.generator);
             self.cpu.set_states(&snap.cpu)?;
             self.request = snap.request;
             return Ok(());
