@@ -285,3 +285,37 @@ fn rfc_sharded_seed_tables() {
         }
     }
 }
+
+/// `inference_rng_tracker=True`: the inference tracker stays empty and uninitialised while the
+/// default stream is still seeded; a tracker that already exists keeps its kind.
+#[test]
+fn inference_tracker() {
+    let v = vectors();
+    let cases = v["inference_tracker"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    let seeds = megatron_tracker_seeds(1234, 1, 0, 0).unwrap();
+
+    let first = &cases[0];
+    assert_eq!(first["tracker"]["class"], "InferenceCudaRNGStatesTracker");
+    let mut t = Tracker::inference();
+    t.manual_seed(1234);
+    for (name, s) in &seeds {
+        t.add(name, *s).unwrap();
+    }
+    check_tracker(&t, &first["tracker"], "inference");
+    check_default_after(&t, &first["cuda_default_state_after"], "inference");
+
+    // the regular tracker made by the first call is kept; the second call re-seeds it
+    let second = &cases[1];
+    assert_eq!(second["tracker"]["class"], "CudaRNGStatesTracker");
+    let mut t = Tracker::new();
+    for _ in 0..2 {
+        t.reset();
+        t.manual_seed(1234);
+        for (name, s) in megatron_tracker_seeds(1234, 0, 0, 0).unwrap() {
+            t.add(name, s).unwrap();
+        }
+    }
+    assert!(!t.is_inference());
+    check_tracker(&t, &second["tracker"], "kept regular tracker");
+}

@@ -46,6 +46,8 @@ pub struct ForkFrame {
     name: String,
     outer_name: String,
     outer_state: Generator,
+    /// An inference tracker's fork: nothing to undo.
+    noop: bool,
 }
 
 impl ForkFrame {
@@ -69,6 +71,7 @@ pub struct Tracker {
     initialized: bool,
     current_name: String,
     current: Generator,
+    inference: bool,
 }
 
 impl Default for Tracker {
@@ -79,6 +82,7 @@ impl Default for Tracker {
             initialized: false,
             current_name: DEFAULT_STATE_NAME.to_string(),
             current: Generator::default(),
+            inference: false,
         }
     }
 }
@@ -86,6 +90,16 @@ impl Default for Tracker {
 impl Tracker {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Megatron's inference tracker: `add`, `set_states` and scoped forks are no-ops (it stays
+    /// empty and uninitialised); every stream name designates the current generator.
+    pub fn inference() -> Self {
+        Tracker { inference: true, ..Self::default() }
+    }
+
+    pub fn is_inference(&self) -> bool {
+        self.inference
     }
 
     /// Empties names and seeds, clears the initialised flag, current name back to the default.
@@ -125,6 +139,9 @@ impl Tracker {
 
     /// Replaces the whole map (keeping the seed set) and marks the tracker initialised.
     pub fn set_states(&mut self, states: Vec<(String, PhiloxState)>) {
+        if self.inference {
+            return;
+        }
         self.states = states;
         self.initialized = true;
     }
@@ -138,6 +155,9 @@ impl Tracker {
     /// Adds a stream. Megatron's order: flag set, seed checked then recorded, then the name checked
     /// (so a failed duplicate-name add still burns its seed).
     pub fn add(&mut self, name: &str, seed: u64) -> Result<(), RngError> {
+        if self.inference {
+            return Ok(());
+        }
         self.initialized = true;
         if !self.seeds.insert(seed) {
             return Err(RngError::SeedExists(seed));
@@ -172,6 +192,10 @@ impl Tracker {
     /// Enters a scoped fork (`with tracker.fork(name)`); `None` means `model-parallel-rng`.
     pub fn fork_enter(&mut self, name: Option<&str>) -> Result<ForkFrame, RngError> {
         let name = name.unwrap_or(MODEL_PARALLEL_RNG);
+        if self.inference {
+            let outer_name = self.current_name.clone();
+            return Ok(ForkFrame { name: name.to_string(), outer_name, outer_state: self.current, noop: true });
+        }
         let target = self.get(name).ok_or_else(|| RngError::NotAdded(name.to_string()))?;
         let outer_state = self.current;
         let outer_name = self.current_name.clone();
@@ -184,11 +208,14 @@ impl Tracker {
         let target = self.get(name).unwrap_or(target);
         self.current = target.into();
         self.current_name = name.to_string();
-        Ok(ForkFrame { name: name.to_string(), outer_name, outer_state })
+        Ok(ForkFrame { name: name.to_string(), outer_name, outer_state, noop: false })
     }
 
     /// Leaves a scoped fork; the innermost one must be left first.
     pub fn fork_exit(&mut self, frame: ForkFrame) -> Result<(), RngError> {
+        if frame.noop {
+            return Ok(());
+        }
         if self.current_name != frame.name {
             return Err(RngError::ForkOrder { current: self.current_name.clone(), desired: frame.name });
         }
@@ -207,7 +234,9 @@ impl Tracker {
     /// Whether `name` designates the live (current) generator: the stream forked into, or
     /// `default` outside any fork.
     fn is_live(&self, name: &str) -> bool {
-        self.current_name == name || (name == DEFAULT_STREAM && self.current_name == DEFAULT_STATE_NAME)
+        self.inference
+            || self.current_name == name
+            || (name == DEFAULT_STREAM && self.current_name == DEFAULT_STATE_NAME)
     }
 
     /// The state of stream `name` (`default` = the default generator outside any fork; inside a
@@ -226,7 +255,7 @@ impl Tracker {
     pub fn set_state(&mut self, name: &str, state: PhiloxState) -> Result<(), RngError> {
         if self.is_live(name) {
             self.current = state.into();
-            if name == DEFAULT_STREAM {
+            if name == DEFAULT_STREAM || self.inference {
                 return Ok(());
             }
         }
@@ -257,7 +286,7 @@ impl Tracker {
         initialized: bool,
         current: Generator,
     ) -> Self {
-        Tracker { states, seeds, initialized, current_name: DEFAULT_STATE_NAME.to_string(), current }
+        Tracker { states, seeds, initialized, current_name: DEFAULT_STATE_NAME.to_string(), current, inference: false }
     }
 }
 
@@ -283,6 +312,22 @@ mod tests {
         t.set_state("a", PhiloxState { seed: 10, offset: 100 }).unwrap();
         assert_eq!(t.state("a").unwrap().offset, 100);
         assert!(matches!(round_increment(u64::MAX), Err(RngError::Overflow(_))));
+    }
+
+    #[test]
+    fn inference_tracker_ignores_adds_and_forks() {
+        let mut t = Tracker::inference();
+        t.manual_seed(1234);
+        t.add("model-parallel-rng", 3952).unwrap();
+        t.set_states(vec![("x".into(), PhiloxState { seed: 1, offset: 0 })]);
+        assert!(t.get_states().is_empty() && !t.is_initialized() && t.seeds().next().is_none());
+        let f = t.fork_enter(None).unwrap();
+        t.draw(4).unwrap();
+        assert_eq!(t.current_state_name(), DEFAULT_STATE_NAME);
+        t.fork_exit(f).unwrap();
+        assert_eq!(t.generator(), Generator { seed: Some(1234), offset: 4 });
+        assert_eq!(t.fork("model-parallel-rng", 1).unwrap(), PhiloxState { seed: 1234, offset: 4 });
+        assert_eq!(t.generator().offset, 8);
     }
 
     #[test]
