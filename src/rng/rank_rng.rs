@@ -4,7 +4,7 @@
 use super::chacha_streams::{CpuStreamState, CpuStreams};
 use super::checkpoint::{self, Snapshot};
 use super::policy::{apply_plan, seed_plan, RankCoordinates, SeedRequest, DEFAULT_STREAM};
-use super::tracker::{Tracker, DEFAULT_STATE_NAME};
+use super::tracker::{PhiloxState, Tracker, DEFAULT_STATE_NAME};
 use super::RngError;
 
 /// What `restore` does when the blob's layout coordinates differ from this rank's.
@@ -155,15 +155,12 @@ impl RankRng {
         }
         let mut tracker = self.tracker.clone();
         for (name, st) in &snap.states {
-            if let Some(mut cur) = tracker.get(name) {
-                cur.offset = st.offset;
-                tracker.set(name, cur)?;
+            if let Some(cur) = tracker.get(name) {
+                tracker.set_state(name, PhiloxState { offset: st.offset, ..cur })?;
             }
         }
-        let g = tracker.generator();
-        if let Some(seed) = g.seed {
-            tracker.manual_seed(seed);
-            tracker.draw(snap.generator.offset)?;
+        if let Some(seed) = tracker.generator().seed {
+            tracker.set_state(DEFAULT_STREAM, PhiloxState { seed, offset: snap.generator.offset })?;
         }
         let cpu: Vec<(String, CpuStreamState)> = self
             .cpu

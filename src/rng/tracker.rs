@@ -146,8 +146,8 @@ impl Tracker {
         self.initialized = true;
     }
 
-    /// Overwrites one existing named state.
-    pub fn set(&mut self, name: &str, state: PhiloxState) -> Result<(), RngError> {
+    /// Overwrites one existing named (stored) state.
+    fn set(&mut self, name: &str, state: PhiloxState) -> Result<(), RngError> {
         *self.slot(name).ok_or_else(|| RngError::NotAdded(name.to_string()))? = state;
         Ok(())
     }
