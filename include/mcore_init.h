@@ -13,9 +13,22 @@
 #define MCORE_VERSION_STRING "0.1.0"
 
 /**
+ * Bytes of `mcore_rng_named_seed::name`, terminating NUL included.
+ */
+#define MCORE_RNG_NAME_MAX 32
+
+/**
+ * `mcore_rng_tracker_restore` flag: on a layout change, keep the seeds this tracker derived for
+ * the new layout and take each stream's position from the checkpoint (else: error).
+ */
+#define MCORE_RNG_RESTORE_REDERIVE 1
+
+/**
  * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
  */
 #define MCORE_ABI_VERSION 1
+
+#define VERSION 1
 
 /**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
@@ -123,6 +136,63 @@ typedef int32_t mcore_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+/**
+ * All random streams of one rank. Thread-safe: calls on one handle are serialised.
+ */
+typedef struct mcore_rng_tracker mcore_rng_tracker;
+
+/**
+ * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
+ */
+typedef struct mcore_rng_coords {
+  /**
+   * `sizeof(mcore_rng_coords)` as the caller was compiled.
+   */
+  uint32_t struct_size;
+  uint32_t world_size;
+  /**
+   * Global rank.
+   */
+  uint32_t rank;
+  uint32_t pp_rank;
+  /**
+   * Plain data-parallel rank (without context parallelism).
+   */
+  uint32_t dp_rank;
+  uint32_t tp_rank;
+  uint32_t cp_rank;
+  uint32_t ep_rank;
+  uint32_t etp_rank;
+  /**
+   * Caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
+   */
+  uint64_t layout_fingerprint;
+} mcore_rng_coords;
+
+/**
+ * A rank's group rank and group size in one group kind (for the `sharded` policy).
+ */
+typedef struct mcore_rng_group_position {
+  uint32_t rank;
+  uint32_t size;
+} mcore_rng_group_position;
+
+/**
+ * A Philox generator state, the 16-byte layout of a CUDA generator state in PyTorch.
+ */
+typedef struct mcore_rng_state {
+  uint64_t seed;
+  uint64_t offset;
+} mcore_rng_state;
+
+/**
+ * One named stream seed: NUL-terminated name, seed.
+ */
+typedef struct mcore_rng_named_seed {
+  char name[MCORE_RNG_NAME_MAX];
+  uint64_t seed;
+} mcore_rng_named_seed;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -133,6 +203,199 @@ extern "C" {
  * until the next `mcore_*` call on the same thread.
  */
 const char *mcore_last_error_message(void);
+
+/**
+ * Fills `*out` with defaults (all zero) and `struct_size`.
+ *
+ * # Safety
+ * `out` is NULL or writable.
+ */
+mcore_status mcore_rng_coords_default(struct mcore_rng_coords *out);
+
+/**
+ * Creates an empty tracker for the rank at `coords` (recorded in its checkpoints).
+ * Returns NULL on error (see `mcore_last_error_message`).
+ *
+ * # Safety
+ * `coords` is NULL or a `mcore_rng_coords` filled by `mcore_rng_coords_default`.
+ */
+struct mcore_rng_tracker *mcore_rng_tracker_create(const struct mcore_rng_coords *coords);
+
+/**
+ * Destroys a tracker; NULL is accepted.
+ *
+ * # Safety
+ * `tracker` is NULL or a handle from `mcore_rng_tracker_create`, not used afterwards.
+ */
+void mcore_rng_tracker_destroy(struct mcore_rng_tracker *tracker);
+
+/**
+ * Re-seeds every stream of the tracker from a policy (`"megatron"`, `"roll"` or
+ * `"sharded:<group kind>,..."`): default generator, named Philox streams and one CPU stream per
+ * name. `positions` (for `sharded` only) gives this rank's place in each listed group kind.
+ * A Megatron seed collision returns `MCORE_STATUS_ALREADY_EXISTS` (`seed N already exists`).
+ *
+ * # Safety
+ * `tracker` live; `policy` a C string; `positions` NULL or valid for `n_positions` entries.
+ */
+mcore_status mcore_rng_tracker_seed(struct mcore_rng_tracker *tracker,
+                                    const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions);
+
+/**
+ * Adds a named Philox stream at offset 0 (duplicate name or seed: `MCORE_STATUS_ALREADY_EXISTS`).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_add(struct mcore_rng_tracker *tracker,
+                                   const char *name,
+                                   uint64_t seed);
+
+/**
+ * One kernel launch on stream `name` (`"default"` = the default generator): writes the
+ * `(seed, offset)` to launch with to `*out` and advances the stream by `count` rounded up to 4.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_fork(struct mcore_rng_tracker *tracker,
+                                    const char *name,
+                                    uint64_t count,
+                                    struct mcore_rng_state *out);
+
+/**
+ * Reads the state of stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_get_state(const struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         struct mcore_rng_state *out);
+
+/**
+ * Overwrites the state of an existing stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `state` readable.
+ */
+mcore_status mcore_rng_tracker_set_state(struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         const struct mcore_rng_state *state);
+
+/**
+ * Megatron's tracker reset: forgets every named stream and seed (the default generator and the
+ * CPU streams stay).
+ *
+ * # Safety
+ * `tracker` live.
+ */
+mcore_status mcore_rng_tracker_reset(struct mcore_rng_tracker *tracker);
+
+/**
+ * Adds a CPU (ChaCha20) stream `name` seeded with `seed`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_cpu_add(struct mcore_rng_tracker *tracker,
+                                       const char *name,
+                                       uint64_t seed);
+
+/**
+ * Draws `n` 32-bit words from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_u32(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            uint32_t *out,
+                                            size_t n);
+
+/**
+ * Draws `n` doubles uniform in [0, 1) from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_f64(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            double *out,
+                                            size_t n);
+
+/**
+ * Writes the checkpoint blob of all streams to `buf`. `*out_len` receives the blob size; when
+ * `len` is smaller the result is `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set (call with
+ * `buf = NULL, len = 0` to ask for the size).
+ *
+ * # Safety
+ * `tracker` live; `buf` NULL (len = 0) or valid for `len` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_tracker_save(const struct mcore_rng_tracker *tracker,
+                                    uint8_t *buf,
+                                    size_t len,
+                                    size_t *out_len);
+
+/**
+ * Restores a blob from `mcore_rng_tracker_save`. A blob of another global rank is
+ * `MCORE_STATUS_WRONG_RANK`, a damaged one `MCORE_STATUS_CORRUPT`; a layout change is
+ * `MCORE_STATUS_WRONG_RANK` unless `flags` has `MCORE_RNG_RESTORE_REDERIVE`. Nothing changes on error.
+ *
+ * # Safety
+ * `tracker` live; `buf` valid for `len` reads.
+ */
+mcore_status mcore_rng_tracker_restore(struct mcore_rng_tracker *tracker,
+                                       const uint8_t *buf,
+                                       size_t len,
+                                       uint32_t flags);
+
+/**
+ * The named stream seeds a policy gives the rank at `coords`: `"default"` first, then the
+ * tracker streams in Megatron's add order. Writes up to `cap` entries to `out` and the count to
+ * `*out_len` (`MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set when `cap` is too small).
+ *
+ * # Safety
+ * `policy` a C string; `coords` filled by `mcore_rng_coords_default`; `positions` NULL or valid
+ * for `n_positions` reads; `out` NULL (cap = 0) or valid for `cap` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_policy_seeds(const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_coords *coords,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions,
+                                    struct mcore_rng_named_seed *out,
+                                    size_t cap,
+                                    size_t *out_len);
+
+/**
+ * `n` successive `curand()` values after `curand_init(seed, subsequence, offset)` (Philox4_32_10).
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_u32(uint64_t seed,
+                                       uint64_t subsequence,
+                                       uint64_t offset,
+                                       uint32_t *out,
+                                       size_t n);
+
+/**
+ * `n` successive `curand_uniform()` values after `curand_init(seed, subsequence, offset)`.
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
+                                           uint64_t subsequence,
+                                           uint64_t offset,
+                                           float *out,
+                                           size_t n);
 
 /**
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.

@@ -6,6 +6,7 @@
 
 mod boundary;
 pub mod error;
+pub mod rng;
 pub mod status;
 pub mod os;
 pub mod version;
