@@ -28,8 +28,6 @@
  */
 #define MCORE_ABI_VERSION 1
 
-#define VERSION 1
-
 /**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
  * `mcore_last_error_message()` on the calling thread.
