@@ -7,6 +7,7 @@
 mod boundary;
 pub mod error;
 pub mod status;
+pub mod topology;
 pub mod version;
 
 pub use boundary::{ffi_guard, ffi_guard_ptr};
