@@ -379,8 +379,11 @@ fn vp_stage_from_c(vp_stage: i32) -> Result<Option<u32>, FfiError> {
 
 /// Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
 /// set its `struct_size`.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_config_init(cfg: *mut mcore_topology_config) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_config_init(cfg: *mut mcore_topology_config) -> mcore_status {
     ffi_guard(|| {
         *out_ptr(cfg, "cfg")? = mcore_topology_config::default();
         Ok(())
@@ -438,8 +441,11 @@ pub unsafe extern "C" fn mcore_topology_destroy(t: *mut mcore_topology) {
 }
 
 /// The sizes of the layout (world, offset, given and derived sizes).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_get_sizes(t: *const mcore_topology, out: *mut mcore_topology_sizes) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_get_sizes(t: *const mcore_topology, out: *mut mcore_topology_sizes) -> mcore_status {
     ffi_guard(|| {
         let t = topo(t)?;
         let out = out_ptr(out, "out")?;
@@ -464,8 +470,11 @@ pub extern "C" fn mcore_topology_get_sizes(t: *const mcore_topology, out: *mut m
 
 /// The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
 /// NOT_FOUND for an unknown key.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kind: *mut i32) -> mcore_status {
+pub unsafe extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kind: *mut i32) -> mcore_status {
     ffi_guard(|| {
         let out = out_ptr(out_kind, "out_kind")?;
         if name.is_null() {
@@ -486,8 +495,11 @@ pub extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kind: *mut
 
 /// Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
 /// NUL (also on BUFFER_TOO_SMALL).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_group_kind_name(kind: i32, buf: *mut c_char, len: usize, out_len: *mut usize) -> mcore_status {
+pub unsafe extern "C" fn mcore_group_kind_name(kind: i32, buf: *mut c_char, len: usize, out_len: *mut usize) -> mcore_status {
     ffi_guard(|| {
         let key = kind_from_c(kind)?.key();
         let bytes = key.as_bytes();
@@ -511,8 +523,11 @@ pub extern "C" fn mcore_group_kind_name(kind: i32, buf: *mut c_char, len: usize,
 }
 
 /// Number of group kinds this layout has (hierarchical levels included).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_kind_count(t: *const mcore_topology, out_count: *mut usize) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_kind_count(t: *const mcore_topology, out_count: *mut usize) -> mcore_status {
     ffi_guard(|| {
         let n = topo(t)?.kinds().len();
         *out_ptr(out_count, "out_count")? = n;
@@ -521,8 +536,11 @@ pub extern "C" fn mcore_topology_kind_count(t: *const mcore_topology, out_count:
 }
 
 /// The `index`-th kind of this layout (DESIGN.md table order).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_kind_at(t: *const mcore_topology, index: usize, out_kind: *mut i32) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_kind_at(t: *const mcore_topology, index: usize, out_kind: *mut i32) -> mcore_status {
     ffi_guard(|| {
         let kinds = topo(t)?.kinds();
         let out = out_ptr(out_kind, "out_kind")?;
@@ -536,8 +554,11 @@ pub extern "C" fn mcore_topology_kind_at(t: *const mcore_topology, index: usize,
 
 /// `rank`'s group of `kind`: its index, the rank's group rank and the size. NOT_MEMBER when the
 /// rank is in no group of that kind (e.g. a middle pipeline stage and `EMBEDDING`).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_group(t: *const mcore_topology, rank: u32, kind: i32, out: *mut mcore_group_info) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_group(t: *const mcore_topology, rank: u32, kind: i32, out: *mut mcore_group_info) -> mcore_status {
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
         *out_ptr(out, "out")? = mcore_group_info { index: m.group_index(), rank: m.rank, size: m.size() };
@@ -547,8 +568,11 @@ pub extern "C" fn mcore_topology_group(t: *const mcore_topology, rank: u32, kind
 
 /// The global ranks of `rank`'s group of `kind`, ascending (a rank's index is its group rank).
 /// `buf` may be NULL when `len` is 0, to ask for the size: BUFFER_TOO_SMALL sets `*out_len`.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_group_ranks(
+pub unsafe extern "C" fn mcore_topology_group_ranks(
     t: *const mcore_topology,
     rank: u32,
     kind: i32,
@@ -563,8 +587,11 @@ pub extern "C" fn mcore_topology_group_ranks(
 }
 
 /// Number of groups of `kind` in the layout (0 for a kind it does not have).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_group_count(t: *const mcore_topology, kind: i32, out_count: *mut u64) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_group_count(t: *const mcore_topology, kind: i32, out_count: *mut u64) -> mcore_status {
     ffi_guard(|| {
         let n = topo(t)?.group_count(kind_from_c(kind)?);
         *out_ptr(out_count, "out_count")? = n;
@@ -573,8 +600,11 @@ pub extern "C" fn mcore_topology_group_count(t: *const mcore_topology, kind: i32
 }
 
 /// The global ranks of group `index` of `kind` (creation order, the same on every rank), ascending.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_group_at(
+pub unsafe extern "C" fn mcore_topology_group_at(
     t: *const mcore_topology,
     kind: i32,
     index: u64,
@@ -589,8 +619,11 @@ pub extern "C" fn mcore_topology_group_at(
 }
 
 /// `rank`'s pipeline stage, stage count, first/last ranks and ring neighbours.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_pipeline(t: *const mcore_topology, rank: u32, out: *mut mcore_pipeline_info) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_pipeline(t: *const mcore_topology, rank: u32, out: *mut mcore_pipeline_info) -> mcore_status {
     ffi_guard(|| {
         let p = topo(t)?.pipeline(rank)?;
         *out_ptr(out, "out")? = mcore_pipeline_info {
@@ -607,8 +640,11 @@ pub extern "C" fn mcore_topology_pipeline(t: *const mcore_topology, rank: u32, o
 
 /// Whether `rank` is on the first pipeline stage; `vp_stage` >= 0 also requires virtual stage 0,
 /// -1 ignores virtual stages. OUT_OF_RANGE for a stage beyond the virtual pipeline size.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_is_pipeline_first_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_pipeline_first_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_pipeline_first_stage(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;
@@ -618,8 +654,11 @@ pub extern "C" fn mcore_topology_is_pipeline_first_stage(t: *const mcore_topolog
 
 /// Whether `rank` is on the last pipeline stage; `vp_stage` >= 0 also requires the last virtual
 /// stage, -1 ignores virtual stages.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_is_pipeline_last_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_pipeline_last_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_pipeline_last_stage(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;
@@ -629,8 +668,11 @@ pub extern "C" fn mcore_topology_is_pipeline_last_stage(t: *const mcore_topology
 
 /// Megatron's `is_rank_in_embedding_group`: membership; with `vp_stage` >= 0 the first member
 /// counts only on virtual stage 0 and the last only on the last virtual stage.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub extern "C" fn mcore_topology_is_rank_in_embedding_group(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_rank_in_embedding_group(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_rank_in_embedding_group(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;
