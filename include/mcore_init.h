@@ -13,6 +13,17 @@
 #define MCORE_VERSION_STRING "0.1.0"
 
 /**
+ * Bytes of `mcore_rng_named_seed::name`, terminating NUL included.
+ */
+#define MCORE_RNG_NAME_MAX 32
+
+/**
+ * `mcore_rng_tracker_restore` flag: on a layout change, keep the seeds this tracker derived for
+ * the new layout and take each stream's position from the checkpoint (else: error).
+ */
+#define MCORE_RNG_RESTORE_REDERIVE 1
+
+/**
  * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
  */
 #define MCORE_ABI_VERSION 1
@@ -166,21 +177,67 @@ typedef int32_t mcore_group_kind;
 #endif // __cplusplus
 
 /**
- * One of the five dimensions of a rank generator.
+ * All random streams of one rank. Thread-safe: calls on one handle are serialised.
  */
-typedef struct Dim Dim;
-
-/**
- * One kind of process group. Keys are Megatron-Core's module-global names without the leading
- * underscore and the `_GROUP` part, lower-cased (`tensor_model_parallel`, ...).
- */
-typedef struct GroupKind GroupKind;
+typedef struct mcore_rng_tracker mcore_rng_tracker;
 
 /**
  * A layout (opaque). Immutable after creation: queries may run from several threads at once
  * (the embedding callbacks must then be thread-safe too).
  */
 typedef struct mcore_topology mcore_topology;
+
+/**
+ * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
+ */
+typedef struct mcore_rng_coords {
+  /**
+   * `sizeof(mcore_rng_coords)` as the caller was compiled.
+   */
+  uint32_t struct_size;
+  uint32_t world_size;
+  /**
+   * Global rank.
+   */
+  uint32_t rank;
+  uint32_t pp_rank;
+  /**
+   * Plain data-parallel rank (without context parallelism).
+   */
+  uint32_t dp_rank;
+  uint32_t tp_rank;
+  uint32_t cp_rank;
+  uint32_t ep_rank;
+  uint32_t etp_rank;
+  /**
+   * Caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
+   */
+  uint64_t layout_fingerprint;
+} mcore_rng_coords;
+
+/**
+ * A rank's group rank and group size in one group kind (for the `sharded` policy).
+ */
+typedef struct mcore_rng_group_position {
+  uint32_t rank;
+  uint32_t size;
+} mcore_rng_group_position;
+
+/**
+ * A Philox generator state, the 16-byte layout of a CUDA generator state in PyTorch.
+ */
+typedef struct mcore_rng_state {
+  uint64_t seed;
+  uint64_t offset;
+} mcore_rng_state;
+
+/**
+ * One named stream seed: NUL-terminated name, seed.
+ */
+typedef struct mcore_rng_named_seed {
+  char name[MCORE_RNG_NAME_MAX];
+  uint64_t seed;
+} mcore_rng_named_seed;
 
 /**
  * Chooses the embedding (or position-embedding) ranks of one pipeline group: given its ranks
@@ -323,10 +380,6 @@ typedef struct mcore_pipeline_info {
   uint32_t prev;
 } mcore_pipeline_info;
 
-
-
-
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -339,6 +392,199 @@ extern "C" {
 const char *mcore_last_error_message(void);
 
 /**
+ * Fills `*out` with defaults (all zero) and `struct_size`.
+ *
+ * # Safety
+ * `out` is NULL or writable.
+ */
+mcore_status mcore_rng_coords_default(struct mcore_rng_coords *out);
+
+/**
+ * Creates an empty tracker for the rank at `coords` (recorded in its checkpoints).
+ * Returns NULL on error (see `mcore_last_error_message`).
+ *
+ * # Safety
+ * `coords` is NULL or a `mcore_rng_coords` filled by `mcore_rng_coords_default`.
+ */
+struct mcore_rng_tracker *mcore_rng_tracker_create(const struct mcore_rng_coords *coords);
+
+/**
+ * Destroys a tracker; NULL is accepted.
+ *
+ * # Safety
+ * `tracker` is NULL or a handle from `mcore_rng_tracker_create`, not used afterwards.
+ */
+void mcore_rng_tracker_destroy(struct mcore_rng_tracker *tracker);
+
+/**
+ * Re-seeds every stream of the tracker from a policy (`"megatron"`, `"roll"` or
+ * `"sharded:<group kind>,..."`): default generator, named Philox streams and one CPU stream per
+ * name. `positions` (for `sharded` only) gives this rank's place in each listed group kind.
+ * A Megatron seed collision returns `MCORE_STATUS_ALREADY_EXISTS` (`seed N already exists`).
+ *
+ * # Safety
+ * `tracker` live; `policy` a C string; `positions` NULL or valid for `n_positions` entries.
+ */
+mcore_status mcore_rng_tracker_seed(struct mcore_rng_tracker *tracker,
+                                    const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions);
+
+/**
+ * Adds a named Philox stream at offset 0 (duplicate name or seed: `MCORE_STATUS_ALREADY_EXISTS`).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_add(struct mcore_rng_tracker *tracker,
+                                   const char *name,
+                                   uint64_t seed);
+
+/**
+ * One kernel launch on stream `name` (`"default"` = the default generator): writes the
+ * `(seed, offset)` to launch with to `*out` and advances the stream by `count` rounded up to 4.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_fork(struct mcore_rng_tracker *tracker,
+                                    const char *name,
+                                    uint64_t count,
+                                    struct mcore_rng_state *out);
+
+/**
+ * Reads the state of stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_get_state(const struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         struct mcore_rng_state *out);
+
+/**
+ * Overwrites the state of an existing stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `state` readable.
+ */
+mcore_status mcore_rng_tracker_set_state(struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         const struct mcore_rng_state *state);
+
+/**
+ * Megatron's tracker reset: forgets every named stream and seed (the default generator and the
+ * CPU streams stay).
+ *
+ * # Safety
+ * `tracker` live.
+ */
+mcore_status mcore_rng_tracker_reset(struct mcore_rng_tracker *tracker);
+
+/**
+ * Adds a CPU (ChaCha20) stream `name` seeded with `seed`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_cpu_add(struct mcore_rng_tracker *tracker,
+                                       const char *name,
+                                       uint64_t seed);
+
+/**
+ * Draws `n` 32-bit words from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_u32(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            uint32_t *out,
+                                            size_t n);
+
+/**
+ * Draws `n` doubles uniform in [0, 1) from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_f64(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            double *out,
+                                            size_t n);
+
+/**
+ * Writes the checkpoint blob of all streams to `buf`. `*out_len` receives the blob size; when
+ * `len` is smaller the result is `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set (call with
+ * `buf = NULL, len = 0` to ask for the size).
+ *
+ * # Safety
+ * `tracker` live; `buf` NULL (len = 0) or valid for `len` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_tracker_save(const struct mcore_rng_tracker *tracker,
+                                    uint8_t *buf,
+                                    size_t len,
+                                    size_t *out_len);
+
+/**
+ * Restores a blob from `mcore_rng_tracker_save`. A blob of another global rank is
+ * `MCORE_STATUS_WRONG_RANK`, a damaged one `MCORE_STATUS_CORRUPT`; a layout change is
+ * `MCORE_STATUS_WRONG_RANK` unless `flags` has `MCORE_RNG_RESTORE_REDERIVE`. Nothing changes on error.
+ *
+ * # Safety
+ * `tracker` live; `buf` valid for `len` reads.
+ */
+mcore_status mcore_rng_tracker_restore(struct mcore_rng_tracker *tracker,
+                                       const uint8_t *buf,
+                                       size_t len,
+                                       uint32_t flags);
+
+/**
+ * The named stream seeds a policy gives the rank at `coords`: `"default"` first, then the
+ * tracker streams in Megatron's add order. Writes up to `cap` entries to `out` and the count to
+ * `*out_len` (`MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set when `cap` is too small).
+ *
+ * # Safety
+ * `policy` a C string; `coords` filled by `mcore_rng_coords_default`; `positions` NULL or valid
+ * for `n_positions` reads; `out` NULL (cap = 0) or valid for `cap` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_policy_seeds(const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_coords *coords,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions,
+                                    struct mcore_rng_named_seed *out,
+                                    size_t cap,
+                                    size_t *out_len);
+
+/**
+ * `n` successive `curand()` values after `curand_init(seed, subsequence, offset)` (Philox4_32_10).
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_u32(uint64_t seed,
+                                       uint64_t subsequence,
+                                       uint64_t offset,
+                                       uint32_t *out,
+                                       size_t n);
+
+/**
+ * `n` successive `curand_uniform()` values after `curand_init(seed, subsequence, offset)`.
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
+                                           uint64_t subsequence,
+                                           uint64_t offset,
+                                           float *out,
+                                           size_t n);
+
+/**
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);
@@ -346,6 +592,9 @@ const char *mcore_status_str(int32_t code);
 /**
  * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
  * set its `struct_size`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_config_init(struct mcore_topology_config *cfg);
 
@@ -370,6 +619,9 @@ void mcore_topology_destroy(struct mcore_topology *t);
 
 /**
  * The sizes of the layout (world, offset, given and derived sizes).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_get_sizes(const struct mcore_topology *t,
                                       struct mcore_topology_sizes *out);
@@ -377,22 +629,34 @@ mcore_status mcore_topology_get_sizes(const struct mcore_topology *t,
 /**
  * The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
  * NOT_FOUND for an unknown key.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_group_kind_from_name(const char *name, int32_t *out_kind);
 
 /**
  * Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
  * NUL (also on BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *out_len);
 
 /**
  * Number of group kinds this layout has (hierarchical levels included).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_kind_count(const struct mcore_topology *t, size_t *out_count);
 
 /**
  * The `index`-th kind of this layout (DESIGN.md table order).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_kind_at(const struct mcore_topology *t,
                                     size_t index,
@@ -401,6 +665,9 @@ mcore_status mcore_topology_kind_at(const struct mcore_topology *t,
 /**
  * `rank`'s group of `kind`: its index, the rank's group rank and the size. NOT_MEMBER when the
  * rank is in no group of that kind (e.g. a middle pipeline stage and `EMBEDDING`).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_group(const struct mcore_topology *t,
                                   uint32_t rank,
@@ -410,6 +677,9 @@ mcore_status mcore_topology_group(const struct mcore_topology *t,
 /**
  * The global ranks of `rank`'s group of `kind`, ascending (a rank's index is its group rank).
  * `buf` may be NULL when `len` is 0, to ask for the size: BUFFER_TOO_SMALL sets `*out_len`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_group_ranks(const struct mcore_topology *t,
                                         uint32_t rank,
@@ -420,6 +690,9 @@ mcore_status mcore_topology_group_ranks(const struct mcore_topology *t,
 
 /**
  * Number of groups of `kind` in the layout (0 for a kind it does not have).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_group_count(const struct mcore_topology *t,
                                         int32_t kind,
@@ -427,6 +700,9 @@ mcore_status mcore_topology_group_count(const struct mcore_topology *t,
 
 /**
  * The global ranks of group `index` of `kind` (creation order, the same on every rank), ascending.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_group_at(const struct mcore_topology *t,
                                      int32_t kind,
@@ -437,6 +713,9 @@ mcore_status mcore_topology_group_at(const struct mcore_topology *t,
 
 /**
  * `rank`'s pipeline stage, stage count, first/last ranks and ring neighbours.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_pipeline(const struct mcore_topology *t,
                                      uint32_t rank,
@@ -445,6 +724,9 @@ mcore_status mcore_topology_pipeline(const struct mcore_topology *t,
 /**
  * Whether `rank` is on the first pipeline stage; `vp_stage` >= 0 also requires virtual stage 0,
  * -1 ignores virtual stages. OUT_OF_RANGE for a stage beyond the virtual pipeline size.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_is_pipeline_first_stage(const struct mcore_topology *t,
                                                     uint32_t rank,
@@ -454,6 +736,9 @@ mcore_status mcore_topology_is_pipeline_first_stage(const struct mcore_topology 
 /**
  * Whether `rank` is on the last pipeline stage; `vp_stage` >= 0 also requires the last virtual
  * stage, -1 ignores virtual stages.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_is_pipeline_last_stage(const struct mcore_topology *t,
                                                    uint32_t rank,
@@ -463,6 +748,9 @@ mcore_status mcore_topology_is_pipeline_last_stage(const struct mcore_topology *
 /**
  * Megatron's `is_rank_in_embedding_group`: membership; with `vp_stage` >= 0 the first member
  * counts only on virtual stage 0 and the last only on the last virtual stage.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
  */
 mcore_status mcore_topology_is_rank_in_embedding_group(const struct mcore_topology *t,
                                                        uint32_t rank,

@@ -6,7 +6,9 @@
 
 mod boundary;
 pub mod error;
+pub mod rng;
 pub mod status;
+pub mod os;
 pub mod topology;
 pub mod version;
 

@@ -5,6 +5,10 @@
 //! Every blocking call is bounded by a timeout whose error names the keys it waited for.
 #![forbid(unsafe_code)]
 
+pub mod memory;
+
+pub use memory::MemoryStore;
+
 use std::fmt;
 use std::time::Duration;
 

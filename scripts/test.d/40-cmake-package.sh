@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The install as users get it: the top-level CMake build installs into target/stage; an
+# out-of-tree CMake project finds it with find_package(McoreInit) and runs; a C program builds
+# with pkg-config; the installed files carry the right names and soname.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+stage=$root/target/stage
+build=$root/target/cmake-build
+pass=0; fail=0
+check() { local name=$1; shift; if "$@" >"$root/target/cmake-$name.log" 2>&1; then pass=$((pass+1)); else echo "FAIL: $name (log: target/cmake-$name.log)"; tail -20 "$root/target/cmake-$name.log"; fail=$((fail+1)); fi; }
+
+rm -rf "$stage" "$build"
+check install bash -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release -DMCORE_CARGO_TARGET_DIR='$root/target' \
+  && cmake --build '$build' && cmake --install '$build' --prefix '$stage'"
+check layout bash -c "test -f '$stage/lib/libmcore_init.so.0.1.0' && test -L '$stage/lib/libmcore_init.so.0.1' \
+  && test -L '$stage/lib/libmcore_init.so' && test -f '$stage/include/mcore_init.h' \
+  && test -f '$stage/lib/cmake/McoreInit/McoreInitConfigVersion.cmake' && test -f '$stage/lib/pkgconfig/mcore_init.pc' \
+  && readelf -d '$stage/lib/libmcore_init.so.0.1.0' | grep -q 'SONAME.*libmcore_init.so.0.1'"
+check find-package bash -c "cmake -S examples/cmake-consumer -B '$build-consumer' -DCMAKE_PREFIX_PATH='$stage' \
+  && cmake --build '$build-consumer' && LD_LIBRARY_PATH='$stage/lib' '$build-consumer/mcore_consumer'"
+# SameMinorVersion: a project asking for 0.2 must not accept this 0.1 package.
+mkdir -p "$root/target/consumer-0.2"
+sed 's/McoreInit 0.1 CONFIG/McoreInit 0.2 CONFIG/' examples/cmake-consumer/CMakeLists.txt > "$root/target/consumer-0.2/CMakeLists.txt"
+cp examples/cmake-consumer/main.cpp "$root/target/consumer-0.2/"
+check version-0.2-rejected bash -c "! cmake -S '$root/target/consumer-0.2' -B '$build-consumer-0.2' -DCMAKE_PREFIX_PATH='$stage'"
+check pkg-config bash -c "PKG_CONFIG_PATH='$stage/lib/pkgconfig' cc -std=c11 -Wall -Wextra -Wpedantic -Werror \
+  examples/c/version.c \$(PKG_CONFIG_PATH='$stage/lib/pkgconfig' pkg-config --cflags --libs mcore_init) \
+  -Wl,-rpath,'$stage/lib' -o '$root/target/pkgconfig-version' && '$root/target/pkgconfig-version'"
+echo "cmake-package: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# GoogleTest suite (cpp_tests/) against the package staged by 40-cmake-package.sh: a normal build
+# with ctest (labels unit, integration, gpu) plus valgrind (label leak), and an ASan+UBSan build.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+stage=$root/target/stage
+[ -f "$stage/lib/cmake/McoreInit/McoreInitConfig.cmake" ] || bash scripts/test.d/40-cmake-package.sh >/dev/null
+pass=0; fail=0
+run_suite() {
+  local name=$1 dir=$2; shift 2
+  if cmake -S cpp_tests -B "$dir" -DCMAKE_PREFIX_PATH="$stage" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.log" 2>&1 \
+     && cmake --build "$dir" -j2 >>"$dir.log" 2>&1 \
+     && LD_LIBRARY_PATH="$stage/lib" ctest --test-dir "$dir" --output-on-failure >>"$dir.log" 2>&1; then
+    pass=$((pass+1)); grep -E "tests passed|tests failed" "$dir.log" | sed "s/^/$name: /"
+  else
+    fail=$((fail+1)); echo "FAIL: $name (log: $dir.log)"; tail -40 "$dir.log"
+  fi
+}
+mkdir -p "$root/target"
+run_suite ctest "$root/target/cpp-tests"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  run_suite asan-ubsan "$root/target/cpp-tests-asan" -DMCORE_SANITIZE=ON
+echo "cpp-tests: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,223 @@
+//! `mcore-launch --nproc N [--master-addr A] [--master-port P] [--timeout S] -- PROGRAM ARGS...`
+//!
+//! A local launcher that sets the environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE,
+//! LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, ROLE_RANK, ...), forwards each rank's
+//! output line by line with a `[rank N]: ` prefix, and when one rank fails stops the others and
+//! exits with that rank's status. With `--timeout`, ranks still running then are stopped and named.
+
+use mcore_init::ffi::os::{signal_process_group, SIGKILL, SIGTERM};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: mcore-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--timeout SECONDS] -- PROGRAM [ARGS...]";
+
+struct Args {
+    nproc: u32,
+    master_addr: String,
+    master_port: Option<u16>,
+    timeout: Option<Duration>,
+    program: Vec<String>,
+}
+
+fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let mut nproc = None;
+    let mut master_addr = "127.0.0.1".to_string();
+    let mut master_port = None;
+    let mut timeout = None;
+    let mut i = 0;
+    while i < argv.len() {
+        let flag = argv[i].as_str();
+        if flag == "--" {
+            let program = argv[i + 1..].to_vec();
+            if program.is_empty() {
+                return Err("no program after '--'".into());
+            }
+            let nproc = nproc.ok_or("--nproc is required")?;
+            return Ok(Args { nproc, master_addr, master_port, timeout, program });
+        }
+        if flag == "-h" || flag == "--help" {
+            return Err(String::new());
+        }
+        if !flag.starts_with("--") {
+            return Err(format!("unexpected argument '{flag}': missing '--' before the program to launch"));
+        }
+        let value = argv.get(i + 1).ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag {
+            "--nproc" | "--nproc-per-node" => {
+                nproc = Some(value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    format!("--nproc must be a whole number >= 1, got '{value}'")
+                })?)
+            }
+            "--master-addr" => master_addr = value.clone(),
+            "--master-port" => {
+                master_port = Some(value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    format!("--master-port must be a port number 1-65535, got '{value}'")
+                })?)
+            }
+            "--timeout" => {
+                let secs = value.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0);
+                timeout = Some(Duration::from_secs_f64(
+                    secs.ok_or_else(|| format!("--timeout must be a positive number of seconds, got '{value}'"))?,
+                ))
+            }
+            other => return Err(format!("unknown option '{other}'")),
+        }
+        i += 2;
+    }
+    Err("missing '--' before the program to launch".into())
+}
+
+/// A free TCP port on the loopback interface (bound then released, like torchrun's default).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn forward(rank: u32, source: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(source).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            // One write per line keeps lines of different ranks whole.
+            let out = format!("[rank {rank}]: {text}\n");
+            let _ = if to_stderr {
+                std::io::stderr().lock().write_all(out.as_bytes())
+            } else {
+                std::io::stdout().lock().write_all(out.as_bytes())
+            };
+        }
+    })
+}
+
+fn spawn_rank(args: &Args, rank: u32, port: u16, run_id: &str) -> std::io::Result<Child> {
+    let n = args.nproc.to_string();
+    let r = rank.to_string();
+    Command::new(&args.program[0])
+        .args(&args.program[1..])
+        .env("RANK", &r)
+        .env("LOCAL_RANK", &r)
+        .env("GROUP_RANK", "0")
+        .env("ROLE_RANK", &r)
+        .env("ROLE_NAME", "default")
+        .env("WORLD_SIZE", &n)
+        .env("LOCAL_WORLD_SIZE", &n)
+        .env("GROUP_WORLD_SIZE", "1")
+        .env("ROLE_WORLD_SIZE", &n)
+        .env("MASTER_ADDR", &args.master_addr)
+        .env("MASTER_PORT", port.to_string())
+        .env("TORCHELASTIC_RUN_ID", run_id)
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
+        .env_remove("TORCHELASTIC_USE_AGENT_STORE")
+        .process_group(0) // each rank leads its own group, so stopping it stops its children too
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+}
+
+/// SIGTERM every rank's process group, give them a grace period, then SIGKILL what is left.
+fn stop_all(children: &mut [(u32, Child)]) {
+    const GRACE: Duration = Duration::from_secs(3);
+    for (_, c) in children.iter_mut() {
+        let _ = signal_process_group(c.id(), SIGTERM);
+    }
+    let deadline = Instant::now() + GRACE;
+    for (_, c) in children.iter_mut() {
+        while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for (_, c) in children.iter_mut() {
+        // The leader may be gone while its children still hold our pipes: kill the whole group.
+        let _ = signal_process_group(c.id(), SIGKILL);
+        let _ = c.wait();
+    }
+}
+
+fn run(args: Args) -> Result<u8, String> {
+    let port = match args.master_port {
+        Some(p) => p,
+        None => free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?,
+    };
+    let run_id = format!("mcore-launch-{}-{port}", std::process::id());
+    let mut children: Vec<(u32, Child)> = Vec::new();
+    let mut forwarders = Vec::new();
+    for rank in 0..args.nproc {
+        match spawn_rank(&args, rank, port, &run_id) {
+            Ok(mut child) => {
+                forwarders.push(forward(rank, child.stdout.take().expect("piped"), false));
+                forwarders.push(forward(rank, child.stderr.take().expect("piped"), true));
+                children.push((rank, child));
+            }
+            Err(e) => {
+                stop_all(&mut children);
+                return Err(format!("cannot start rank {rank} ('{}'): {e}", args.program[0]));
+            }
+        }
+    }
+    let start = Instant::now();
+    let mut running: Vec<usize> = (0..children.len()).collect();
+    let mut code = 0u8;
+    while !running.is_empty() {
+        let mut failed = None;
+        running.retain(|&i| {
+            let (rank, child) = &mut children[i];
+            match child.try_wait() {
+                Ok(None) => true,
+                Ok(Some(status)) => {
+                    if !status.success() && failed.is_none() {
+                        failed = Some((*rank, status));
+                    }
+                    false
+                }
+                Err(_) => false,
+            }
+        });
+        if let Some((rank, status)) = failed {
+            eprintln!("mcore-launch: rank {rank} failed ({status}); stopping the other ranks");
+            code = status.code().map(|c| (c & 0xff) as u8).filter(|c| *c != 0).unwrap_or(1);
+            break;
+        }
+        if let Some(limit) = args.timeout {
+            if start.elapsed() >= limit {
+                let names: Vec<String> = running.iter().map(|&i| children[i].0.to_string()).collect();
+                eprintln!(
+                    "mcore-launch: timeout after {:.1} s; rank(s) still running: {}; stopping them",
+                    limit.as_secs_f64(),
+                    names.join(", ")
+                );
+                code = 124;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop_all(&mut children);
+    for f in forwarders {
+        let _ = f.join();
+    }
+    Ok(code)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(msg) if msg.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(msg) => {
+            eprintln!("mcore-launch: {msg}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("mcore-launch: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Check-in: before any communicator exists, every rank announces itself and the configuration it
+//! was started with; rank 0 compares them and publishes a verdict. A rank that never arrives is
+//! named in the timeout error of every rank; ranks started differently are named in the mismatch.
+//!
+//! Store cost per rank is constant (set, wait, get), whatever the world size; rank 0 reads all
+//! fingerprints in one multi-get.
+
+use crate::store::{Store, StoreError};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+const VERDICT_KEY: &str = "checkin/verdict";
+const VERDICT_OK: &[u8] = b"ok";
+
+fn rank_key(rank: u32) -> String {
+    format!("checkin/rank/{rank}")
+}
+
+/// Why check-in failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckinError {
+    /// These ranks never checked in within the timeout.
+    Missing { ranks: Vec<u32>, waited: Duration },
+    /// Ranks were started with different configurations; the text names them and the values.
+    Mismatch(String),
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl fmt::Display for CheckinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckinError::Missing { ranks, waited } => write!(
+                f,
+                "rendezvous timed out after {:.1} s: rank(s) {} never checked in (not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT)",
+                waited.as_secs_f64(),
+                format_ranks(ranks)
+            ),
+            CheckinError::Mismatch(m) => f.write_str(m),
+            CheckinError::Store(e) => write!(f, "rendezvous store failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CheckinError {}
+
+impl From<StoreError> for CheckinError {
+    fn from(e: StoreError) -> Self {
+        CheckinError::Store(e)
+    }
+}
+
+/// `[0, 1, 2, 5]` → "0-2, 5": short even for large worlds.
+pub fn format_ranks(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+/// Ranks whose check-in key is absent now (one CHECK per rank: used only on the failure path).
+fn missing_ranks(store: &dyn Store, world_size: u32) -> Result<Vec<u32>, StoreError> {
+    let mut missing = Vec::new();
+    for r in 0..world_size {
+        if !store.check(&[&rank_key(r)])? {
+            missing.push(r);
+        }
+    }
+    Ok(missing)
+}
+
+/// Compare fingerprints against rank 0's; describe the ranks that differ.
+fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
+    let reference = &fingerprints[0];
+    let mut by_value: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
+    for (r, fp) in fingerprints.iter().enumerate() {
+        if fp != reference {
+            by_value.entry(fp.as_slice()).or_default().push(r as u32);
+        }
+    }
+    if by_value.is_empty() {
+        return None;
+    }
+    let mut text = format!(
+        "ranks were started with different configurations: rank 0 has '{}'",
+        String::from_utf8_lossy(reference)
+    );
+    for (fp, ranks) in by_value {
+        text.push_str(&format!("; rank(s) {} have '{}'", format_ranks(&ranks), String::from_utf8_lossy(fp)));
+    }
+    Some(text)
+}
+
+/// Announce this rank with `fingerprint` and wait until every rank of `world_size` has checked in
+/// with the same one. `store` should be private to this init attempt (a prefixed view).
+pub fn check_in(
+    store: &dyn Store,
+    rank: u32,
+    world_size: u32,
+    fingerprint: &[u8],
+    timeout: Duration,
+) -> Result<(), CheckinError> {
+    let start = Instant::now();
+    store.set(&rank_key(rank), fingerprint)?;
+    if rank == 0 {
+        let keys: Vec<String> = (0..world_size).map(rank_key).collect();
+        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let verdict = match store.wait(&key_refs, timeout) {
+            Err(StoreError::Timeout { .. }) => {
+                let err = CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() };
+                store.set(VERDICT_KEY, err.to_string().as_bytes())?;
+                return Err(err);
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?),
+        };
+        return match verdict {
+            None => Ok(store.set(VERDICT_KEY, VERDICT_OK)?),
+            Some(text) => {
+                store.set(VERDICT_KEY, text.as_bytes())?;
+                Err(CheckinError::Mismatch(text))
+            }
+        };
+    }
+    match store.wait(&[VERDICT_KEY], timeout) {
+        Ok(()) => {}
+        Err(StoreError::Timeout { .. }) => {
+            return Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let verdict = store.get(VERDICT_KEY)?;
+    if verdict == VERDICT_OK {
+        Ok(())
+    } else {
+        // Rank 0's verdict already names the ranks; pass it on unchanged.
+        let text = String::from_utf8_lossy(&verdict).into_owned();
+        if text.starts_with("rendezvous timed out") {
+            Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+        } else {
+            Err(CheckinError::Mismatch(text))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use std::sync::Arc;
+
+    fn run_world(fps: &[Option<&'static str>], timeout: Duration) -> Vec<Option<Result<(), CheckinError>>> {
+        let store = Arc::new(MemoryStore::new(timeout));
+        let n = fps.len() as u32;
+        let handles: Vec<_> = fps
+            .iter()
+            .enumerate()
+            .map(|(r, fp)| {
+                let store = store.clone();
+                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, fp.as_bytes(), timeout)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.map(|h| h.join().unwrap())).collect()
+    }
+
+    #[test]
+    fn equal_configs_pass() {
+        let out = run_world(&[Some("tp=2"); 6], Duration::from_secs(10));
+        assert!(out.iter().all(|r| matches!(r, Some(Ok(())))), "{out:?}");
+    }
+
+    #[test]
+    fn a_rank_that_never_starts_is_named_by_everyone() {
+        let out = run_world(&[Some("a"), Some("a"), None, Some("a"), None], Duration::from_millis(300));
+        for r in out.into_iter().flatten() {
+            match r {
+                Err(e @ CheckinError::Missing { .. }) => {
+                    assert!(e.to_string().contains("rank(s) 2, 4 never checked in"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn mismatching_ranks_are_named_with_their_values() {
+        let out = run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
+        for r in out.into_iter().flatten() {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("rank 0 has 'tp=2'"), "{e}");
+            assert!(e.contains("rank(s) 2-3 have 'tp=4'") && e.contains("rank(s) 4 have 'tp=8'"), "{e}");
+        }
+    }
+
+    #[test]
+    fn rank_ranges_are_compact() {
+        assert_eq!(format_ranks(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
+        assert_eq!(format_ranks(&[]), "");
+    }
+}

@@ -1,0 +1,66 @@
+//! `mcore-launch` with real processes: torchrun's environment, rank-prefixed output, failure
+//! propagation (the others are stopped, their children too), timeout naming the ranks, bad input.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn launch(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcore-launch")).args(args).output().expect("run mcore-launch");
+    (out, start.elapsed())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn sets_torchrun_environment_and_prefixes_output() {
+    let (out, _) = launch(&[
+        "--nproc", "4", "--master-port", "29777", "--",
+        "sh", "-c", "echo env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT; echo oops >&2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for r in 0..4 {
+        let want = format!("[rank {r}]: env {r} {r} 4 4 127.0.0.1 29777");
+        assert!(stdout.lines().any(|l| l == want), "missing '{want}' in:\n{stdout}");
+        assert!(text(&out.stderr).contains(&format!("[rank {r}]: oops")));
+    }
+    assert_eq!(stdout.lines().count(), 4);
+}
+
+#[test]
+fn one_failing_rank_stops_the_others_and_sets_the_exit_status() {
+    // Ranks other than 2 would sleep for 10 minutes (in a child of sh): they must be stopped.
+    let (out, took) = launch(&["--nproc", "3", "--", "sh", "-c", "if [ $RANK = 2 ]; then exit 7; fi; sleep 600"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("rank 2 failed"), "{}", text(&out.stderr));
+    assert!(took < Duration::from_secs(120), "the other ranks were not stopped");
+}
+
+#[test]
+fn timeout_names_the_ranks_still_running() {
+    let (out, _) = launch(&["--nproc", "2", "--timeout", "0.3", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 0; fi; sleep 600"]);
+    assert_eq!(out.status.code(), Some(124));
+    let err = text(&out.stderr);
+    assert!(err.contains("still running: 1;"), "{err}");
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_value_named() {
+    for (args, needle) in [
+        (vec!["--nproc", "zero", "--", "true"], "'zero'"),
+        (vec!["--nproc", "2", "--master-port", "70000", "--", "true"], "'70000'"),
+        (vec!["--nproc", "2", "true"], "missing '--'"),
+        (vec!["--nproc", "2", "--bogus", "1", "--", "true"], "'--bogus'"),
+        (vec!["--", "true"], "--nproc is required"),
+    ] {
+        let (out, _) = launch(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out.stderr).contains(needle), "{args:?}: {}", text(&out.stderr));
+    }
+    let (out, _) = launch(&["--nproc", "1", "--", "/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("/nonexistent/program"));
+}
