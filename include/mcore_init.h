@@ -135,9 +135,57 @@ typedef int32_t mcore_status;
 #endif // __cplusplus
 
 /**
+ * The kinds of process group. Functions take a kind as `int32_t` holding one of these values;
+ * hierarchical context-parallel level `i` is `MCORE_GROUP_KIND_HIERARCHICAL_CONTEXT_PARALLEL + i`.
+ */
+enum mcore_group_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL = 0,
+  MCORE_GROUP_KIND_PIPELINE_MODEL_PARALLEL = 1,
+  MCORE_GROUP_KIND_DATA_PARALLEL = 2,
+  MCORE_GROUP_KIND_DATA_PARALLEL_WITH_CP = 3,
+  MCORE_GROUP_KIND_CONTEXT_PARALLEL = 4,
+  MCORE_GROUP_KIND_MODEL_PARALLEL = 5,
+  MCORE_GROUP_KIND_TENSOR_AND_DATA_PARALLEL = 6,
+  MCORE_GROUP_KIND_TENSOR_AND_DATA_PARALLEL_WITH_CP = 7,
+  MCORE_GROUP_KIND_TENSOR_AND_CONTEXT_PARALLEL = 8,
+  MCORE_GROUP_KIND_INTRA_PARTIAL_DATA_PARALLEL_WITH_CP = 9,
+  MCORE_GROUP_KIND_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE = 10,
+  MCORE_GROUP_KIND_EMBEDDING = 11,
+  MCORE_GROUP_KIND_POSITION_EMBEDDING = 12,
+  MCORE_GROUP_KIND_EXPERT_MODEL_PARALLEL = 13,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_PARALLEL = 14,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_AND_MODEL_PARALLEL = 15,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL = 16,
+  MCORE_GROUP_KIND_EXPERT_DATA_PARALLEL = 17,
+  MCORE_GROUP_KIND_INTRA_PARTIAL_EXPERT_DATA_PARALLEL = 18,
+  MCORE_GROUP_KIND_INTER_PARTIAL_EXPERT_DATA_PARALLEL = 19,
+  /**
+   * Level 0 of hierarchical context parallelism; level i is this value + i.
+   */
+  MCORE_GROUP_KIND_HIERARCHICAL_CONTEXT_PARALLEL = 1000,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum mcore_group_kind mcore_group_kind;
+#else
+typedef int32_t mcore_group_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * All random streams of one rank. Thread-safe: calls on one handle are serialised.
  */
 typedef struct mcore_rng_tracker mcore_rng_tracker;
+
+/**
+ * A layout (opaque). Immutable after creation: queries may run from several threads at once
+ * (the embedding callbacks must then be thread-safe too).
+ */
+typedef struct mcore_topology mcore_topology;
 
 /**
  * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
@@ -190,6 +238,147 @@ typedef struct mcore_rng_named_seed {
   char name[MCORE_RNG_NAME_MAX];
   uint64_t seed;
 } mcore_rng_named_seed;
+
+/**
+ * Chooses the embedding (or position-embedding) ranks of one pipeline group: given its ranks
+ * (ascending, `pipeline_len` of them), write a non-empty subset into `out_ranks` (capacity
+ * `out_capacity` = `pipeline_len`), set `*out_len`, and return 0; any other return value is an
+ * error. Called lazily, whenever a query needs that pipeline's group, possibly from several threads.
+ */
+typedef int32_t (*mcore_embedding_ranks_fn)(void *user_data,
+                                            const uint32_t *pipeline_ranks,
+                                            size_t pipeline_len,
+                                            uint32_t *out_ranks,
+                                            size_t out_capacity,
+                                            size_t *out_len);
+
+/**
+ * Finalizer for `user_data`, called once when the last topology using it is destroyed.
+ */
+typedef void (*mcore_user_data_free_fn)(void *user_data);
+
+/**
+ * Layout configuration. Fill with `mcore_topology_config_init` first, then set what differs.
+ * Sizes are signed so that a negative value is reported, not wrapped.
+ */
+typedef struct mcore_topology_config {
+  /**
+   * `sizeof(mcore_topology_config)` as compiled by the caller (set by the init function).
+   */
+  size_t struct_size;
+  /**
+   * Tensor-model-parallel size (default 1).
+   */
+  int32_t tp;
+  /**
+   * Pipeline-model-parallel size (default 1).
+   */
+  int32_t pp;
+  /**
+   * Virtual pipeline size; 0 = no interleaved schedule (default 0).
+   */
+  int32_t vpp;
+  /**
+   * Context-parallel size (default 1).
+   */
+  int32_t cp;
+  /**
+   * Hierarchical context-parallel sizes (product = cp), `hcp_len` of them; NULL/0 = none.
+   */
+  const int32_t *hcp;
+  size_t hcp_len;
+  /**
+   * Expert-model-parallel size (default 1).
+   */
+  int32_t ep;
+  /**
+   * Expert tensor-parallel size; 0 = same as tp (default 0).
+   */
+  int32_t etp;
+  /**
+   * Number of distributed-optimizer instances (default 1).
+   */
+  int32_t dist_opt_instances;
+  /**
+   * Order string, NUL-terminated; NULL = "tp-cp-ep-dp-pp". Copied by create.
+   */
+  const char *order;
+  /**
+   * Global rank of the layout's rank 0 (default 0).
+   */
+  uint32_t rank_offset;
+  /**
+   * Custom embedding ranks; NULL = first and last pipeline stage.
+   */
+  mcore_embedding_ranks_fn embedding_ranks;
+  /**
+   * Custom position-embedding ranks; NULL = first pipeline stage.
+   */
+  mcore_embedding_ranks_fn position_embedding_ranks;
+  /**
+   * Passed first to both callbacks. On success the topology owns it (see `user_data_free`);
+   * on a failed create the caller keeps it.
+   */
+  void *user_data;
+  /**
+   * Called with `user_data` when the topology is destroyed; may be NULL.
+   */
+  mcore_user_data_free_fn user_data_free;
+} mcore_topology_config;
+
+/**
+ * The sizes of a layout, derived ones included.
+ */
+typedef struct mcore_topology_sizes {
+  uint32_t world_size;
+  uint32_t rank_offset;
+  uint32_t tp;
+  uint32_t pp;
+  /**
+   * 0 when no virtual pipeline.
+   */
+  uint32_t vpp;
+  uint32_t cp;
+  /**
+   * Number of hierarchical context-parallel levels (0 = none).
+   */
+  uint32_t hcp_levels;
+  uint32_t ep;
+  uint32_t etp;
+  uint32_t dp;
+  uint32_t expert_dp;
+  uint32_t dist_opt_instances;
+} mcore_topology_sizes;
+
+/**
+ * Where a rank sits in one group.
+ */
+typedef struct mcore_group_info {
+  /**
+   * Index of the group among the groups of its kind (creation order, same on every rank).
+   */
+  uint64_t index;
+  /**
+   * The rank's group rank (index in the ascending member list).
+   */
+  uint32_t rank;
+  /**
+   * Number of members.
+   */
+  uint32_t size;
+} mcore_group_info;
+
+/**
+ * A rank's pipeline place; next/prev wrap around the ring.
+ */
+typedef struct mcore_pipeline_info {
+  uint32_t stage;
+  uint32_t num_stages;
+  uint32_t first;
+  uint32_t last;
+  uint32_t next;
+  uint32_t prev;
+} mcore_pipeline_info;
 
 #ifdef __cplusplus
 extern "C" {
@@ -399,6 +588,174 @@ mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);
+
+/**
+ * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
+ * set its `struct_size`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_config_init(struct mcore_topology_config *cfg);
+
+/**
+ * Validate `cfg` for `world_size` ranks and create the layout. On failure the status and
+ * `mcore_last_error_message()` name the offending values and `*out` is untouched.
+ *
+ * # Safety
+ * `cfg` points to a config filled by `mcore_topology_config_init`; `out` is writable.
+ */
+mcore_status mcore_topology_create(const struct mcore_topology_config *cfg,
+                                   uint32_t world_size,
+                                   struct mcore_topology **out);
+
+/**
+ * Destroy a layout (NULL is fine). Runs `user_data_free` if one was given.
+ *
+ * # Safety
+ * `t` comes from `mcore_topology_create` and is not used afterwards.
+ */
+void mcore_topology_destroy(struct mcore_topology *t);
+
+/**
+ * The sizes of the layout (world, offset, given and derived sizes).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_get_sizes(const struct mcore_topology *t,
+                                      struct mcore_topology_sizes *out);
+
+/**
+ * The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
+ * NOT_FOUND for an unknown key.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_from_name(const char *name, int32_t *out_kind);
+
+/**
+ * Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
+ * NUL (also on BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *out_len);
+
+/**
+ * Number of group kinds this layout has (hierarchical levels included).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_kind_count(const struct mcore_topology *t, size_t *out_count);
+
+/**
+ * The `index`-th kind of this layout (DESIGN.md table order).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_kind_at(const struct mcore_topology *t,
+                                    size_t index,
+                                    int32_t *out_kind);
+
+/**
+ * `rank`'s group of `kind`: its index, the rank's group rank and the size. NOT_MEMBER when the
+ * rank is in no group of that kind (e.g. a middle pipeline stage and `EMBEDDING`).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group(const struct mcore_topology *t,
+                                  uint32_t rank,
+                                  int32_t kind,
+                                  struct mcore_group_info *out);
+
+/**
+ * The global ranks of `rank`'s group of `kind`, ascending (a rank's index is its group rank).
+ * `buf` may be NULL when `len` is 0, to ask for the size: BUFFER_TOO_SMALL sets `*out_len`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_ranks(const struct mcore_topology *t,
+                                        uint32_t rank,
+                                        int32_t kind,
+                                        uint32_t *buf,
+                                        size_t len,
+                                        size_t *out_len);
+
+/**
+ * Number of groups of `kind` in the layout (0 for a kind it does not have).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_count(const struct mcore_topology *t,
+                                        int32_t kind,
+                                        uint64_t *out_count);
+
+/**
+ * The global ranks of group `index` of `kind` (creation order, the same on every rank), ascending.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_at(const struct mcore_topology *t,
+                                     int32_t kind,
+                                     uint64_t index,
+                                     uint32_t *buf,
+                                     size_t len,
+                                     size_t *out_len);
+
+/**
+ * `rank`'s pipeline stage, stage count, first/last ranks and ring neighbours.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_pipeline(const struct mcore_topology *t,
+                                     uint32_t rank,
+                                     struct mcore_pipeline_info *out);
+
+/**
+ * Whether `rank` is on the first pipeline stage; `vp_stage` >= 0 also requires virtual stage 0,
+ * -1 ignores virtual stages. OUT_OF_RANGE for a stage beyond the virtual pipeline size.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_pipeline_first_stage(const struct mcore_topology *t,
+                                                    uint32_t rank,
+                                                    int32_t vp_stage,
+                                                    bool *out);
+
+/**
+ * Whether `rank` is on the last pipeline stage; `vp_stage` >= 0 also requires the last virtual
+ * stage, -1 ignores virtual stages.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_pipeline_last_stage(const struct mcore_topology *t,
+                                                   uint32_t rank,
+                                                   int32_t vp_stage,
+                                                   bool *out);
+
+/**
+ * Megatron's `is_rank_in_embedding_group`: membership; with `vp_stage` >= 0 the first member
+ * counts only on virtual stage 0 and the last only on the last virtual stage.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_rank_in_embedding_group(const struct mcore_topology *t,
+                                                       uint32_t rank,
+                                                       int32_t vp_stage,
+                                                       bool *out);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).

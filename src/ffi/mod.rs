@@ -9,6 +9,7 @@ pub mod error;
 pub mod rng;
 pub mod status;
 pub mod os;
+pub mod topology;
 pub mod version;
 
 pub use boundary::{ffi_guard, ffi_guard_ptr};
