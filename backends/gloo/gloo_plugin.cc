@@ -46,8 +46,10 @@ struct StatusError : std::runtime_error {
 // gloo::rendezvous::Store over the library's mcore_backend_store callbacks.
 class CallbackStore : public gloo::rendezvous::Store {
  public:
-  CallbackStore(const mcore_backend_store* store, std::chrono::milliseconds timeout)
-      : s_(store), timeout_(timeout) {}
+  // `global_ranks` (group_size entries) lets messages say whose key is missing.
+  CallbackStore(const mcore_backend_store* store, std::chrono::milliseconds timeout,
+                std::vector<uint32_t> global_ranks)
+      : s_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     check(s_->set(s_->ctx, key.c_str(), reinterpret_cast<const uint8_t*>(data.data()), data.size()), "set", key);
@@ -86,11 +88,23 @@ class CallbackStore : public gloo::rendezvous::Store {
       if (m != nullptr) detail = m;
     }
     if (detail.empty()) detail = "status " + std::to_string(rc);
-    throw StatusError(rc, std::string("store ") + op + " '" + key + "': " + detail);
+    throw StatusError(rc, std::string("store ") + op + " '" + key + "': " + detail + whose(key));
+  }
+
+  // connectFullMesh keys each rank's pair addresses by its decimal group rank (`<r>`) and its
+  // host name by `rank_<r>`.
+  std::string whose(const std::string& full_key) const {
+    std::string key = full_key.rfind("rank_", 0) == 0 ? full_key.substr(5) : full_key;
+    if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) return "";
+    size_t r = std::stoul(key);
+    if (r >= global_ranks_.size()) return "";
+    return " (key of group rank " + key + " = global rank " + std::to_string(global_ranks_[r]) +
+           ", which has not joined the group)";
   }
 
   const mcore_backend_store* s_;
   std::chrono::milliseconds timeout_;
+  std::vector<uint32_t> global_ranks_;
 };
 
 struct Plugin {
@@ -174,7 +188,9 @@ int32_t gloo_create_group(void* user_data, const mcore_backend_group_info* group
     comm->ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(group->group_rank),
                                                             static_cast<int>(group->group_size));
     comm->ctx->setTimeout(timeout);
-    CallbackStore cb(store, timeout);
+    std::vector<uint32_t> ranks;
+    if (group->global_ranks != nullptr) ranks.assign(group->global_ranks, group->global_ranks + group->group_size);
+    CallbackStore cb(store, timeout, std::move(ranks));
     auto device = plugin->get_device();
     comm->ctx->connectFullMesh(cb, device);
     *out_comm = comm.release();
