@@ -363,3 +363,29 @@ fn gloo_ranks_fail_within_the_timeout_naming_a_rank_that_never_started() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn mcore_backend_plugin_env_is_honoured_and_a_bad_path_is_named() {
+    let Some(plugin) = gloo_plugin() else { return };
+    let dir = temp_dir("gloo-env");
+    let probe = |plugin_env: &std::ffi::OsStr| {
+        Command::new(env!("CARGO_BIN_EXE_mcore-backend-probe"))
+            .env("MCORE_BACKEND_PLUGIN", plugin_env)
+            .arg("--store-dir")
+            .arg(&dir)
+            .args(["--rank", "0", "--world-size", "1", "--timeout-ms", "10000"])
+            .output()
+            .unwrap()
+    };
+    let out = probe(plugin.as_os_str());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["groups"]["world"]["sum"], 0);
+    assert_eq!(v["groups"]["world"]["size"], 1);
+    let out = probe(std::ffi::OsStr::new("/nonexistent/libmcore_init_gloo.so"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/libmcore_init_gloo.so") && err.contains("no such file"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

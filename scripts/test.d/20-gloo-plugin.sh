@@ -20,6 +20,22 @@ if [ "$exported" = "mcore_backend_plugin_v1" ]; then
 else
   echo "FAIL: the plugin exports more than mcore_backend_plugin_v1: $exported"; fail=$((fail+1))
 fi
+# `--backend gloo` finds libmcore_init_gloo.so through the dynamic loader's search path.
+store=$(mktemp -d)
+probe=target/release/mcore-backend-probe
+[ -x "$probe" ] || cargo build --release --quiet --bin mcore-backend-probe
+pids=()
+for r in 0 1; do
+  LD_LIBRARY_PATH="$PWD/$out" timeout 60 "$probe" --backend gloo --store-dir "$store" --rank $r \
+    --world-size 2 --timeout-ms 20000 >"$store/out.$r" 2>&1 & pids+=($!)
+done
+ok=1; for p in "${pids[@]}"; do wait "$p" || ok=0; done
+if [ "$ok" = 1 ] && grep -q '"ok":true' "$store/out.0" && grep -q '"ok":true' "$store/out.1"; then
+  pass=$((pass+1))
+else
+  cat "$store"/out.*; echo "FAIL: --backend gloo through LD_LIBRARY_PATH"; fail=$((fail+1))
+fi
+rm -rf "$store"
 log=$(mktemp)
 if MCORE_GLOO_PLUGIN="$plugin" cargo test --release --quiet --test backend_plugin >"$log" 2>&1; then :; fi
 cat "$log"

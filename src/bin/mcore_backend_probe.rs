@@ -4,9 +4,10 @@
 //! membership predicts, runs a barrier, destroys, and prints one JSON line. Exit 1 on any error.
 //!
 //! ```text
-//! mcore-backend-probe --backend gloo|PLUGIN.so --store-dir DIR --rank R --world-size N
+//! mcore-backend-probe [--backend gloo|PLUGIN.so] --store-dir DIR --rank R --world-size N
 //!                     [--timeout-ms T] [--group NAME=0,1 ...]
 //! ```
+//! Without `--backend`, the first plugin of `MCORE_BACKEND_PLUGIN` is used.
 
 use mcore_init::backend::{self, BackendError, GroupInfo};
 use mcore_init::store::{FileStore, Store};
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Args {
-    backend: String,
+    backend: Option<String>,
     store_dir: String,
     rank: u32,
     world_size: u32,
@@ -55,7 +56,7 @@ fn parse_args() -> Result<Args, String> {
     }
     groups.insert(0, ("world".to_string(), (0..world_size).collect()));
     Ok(Args {
-        backend: backend.ok_or("--backend is required")?,
+        backend,
         store_dir: store_dir.ok_or("--store-dir is required")?,
         rank,
         world_size,
@@ -65,7 +66,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn run(a: &Args) -> Result<Vec<String>, BackendError> {
-    let backend = backend::resolve(&a.backend)?;
+    let backend = match &a.backend {
+        Some(spec) => backend::resolve(spec)?,
+        None => backend::load_plugins_from_env()?.into_iter().next().ok_or_else(|| {
+            BackendError::InvalidArgument(format!("no --backend given and {} is empty", backend::PLUGIN_ENV))
+        })?,
+    };
     let mut report = Vec::new();
     let mut comms = Vec::new();
     for (name, ranks) in &a.groups {

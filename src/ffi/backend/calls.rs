@@ -18,6 +18,8 @@ use std::sync::Arc;
 pub struct Vtable {
     raw: mcore_backend_v1,
     name: String,
+    /// Our copy of the name; `raw.name` points here, never at the registrant's memory.
+    _c_name: CString,
 }
 
 // SAFETY: the plugin contract (docs/backends.md) requires slots callable from any thread and
@@ -119,7 +121,10 @@ impl Vtable {
                 "{origin}: backend '{name}' has no destroy_comm slot"
             )));
         }
-        Ok(Vtable { raw, name })
+        let c_name = CString::new(name.as_str()).expect("from a C string: no interior NUL");
+        let mut raw = raw;
+        raw.name = c_name.as_ptr();
+        Ok(Vtable { raw, name, _c_name: c_name })
     }
 
     /// Drop this copy without calling `finalize` (a rejected duplicate registration).
