@@ -124,7 +124,11 @@ impl Vtable {
         let c_name = CString::new(name.as_str()).expect("from a C string: no interior NUL");
         let mut raw = raw;
         raw.name = c_name.as_ptr();
-        Ok(Vtable { raw, name, _c_name: c_name })
+        Ok(Vtable {
+            raw,
+            name,
+            _c_name: c_name,
+        })
     }
 
     /// Drop this copy without calling `finalize` (a rejected duplicate registration).
