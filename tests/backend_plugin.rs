@@ -312,6 +312,108 @@ fn a_longer_vtable_from_a_newer_plugin_is_accepted() {
     assert!(newer.future_slot == 0xdead);
 }
 
+// ---- the split strategy through a single-rank backend ----
+
+static SPLIT_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn split_world(
+    _ud: *mut c_void,
+    group: *const mcore_backend_group_info,
+    _store: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    if unsafe { (*group).group_size } != 1 {
+        return mcore_status::Unsupported as i32;
+    }
+    unsafe { *out = Box::into_raw(Box::new(-1i64)).cast() };
+    SPLIT_LIVE.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn split_split(
+    _ud: *mut c_void,
+    parent: *mut c_void,
+    color: i32,
+    key: i32,
+    group: *const mcore_backend_group_info,
+    out: *mut *mut c_void,
+) -> i32 {
+    if parent.is_null() || (color < 0) != group.is_null() {
+        return mcore_status::InvalidArgument as i32;
+    }
+    if color < 0 {
+        unsafe { *out = std::ptr::null_mut() };
+        return 0;
+    }
+    // The communicator remembers (color, key) so the test can see they arrived.
+    unsafe { *out = Box::into_raw(Box::new(i64::from(color) * 1000 + i64::from(key))).cast() };
+    SPLIT_LIVE.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn split_allreduce(
+    _ud: *mut c_void,
+    comm: *mut c_void,
+    data: *mut i64,
+    n: usize,
+) -> i32 {
+    // Adds the communicator's remembered value to each element (a test-only "sum").
+    let v = unsafe { *(comm as *const i64) };
+    for i in 0..n {
+        unsafe { *data.add(i) += v };
+    }
+    0
+}
+
+unsafe extern "C" fn split_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    SPLIT_LIVE.fetch_sub(1, Ordering::SeqCst);
+    0
+}
+
+#[test]
+fn split_strategy_members_get_a_communicator_and_others_none() {
+    let mut vt = solo_vtable(c"solo-split");
+    vt.create_group = None;
+    vt.create_world = Some(split_world);
+    vt.split = Some(split_split);
+    vt.allreduce_sum_i64 = Some(split_allreduce);
+    vt.destroy_comm = Some(split_destroy);
+    vt.finalize = None;
+    assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-split").unwrap();
+    assert!(b.supports_split() && !b.supports_create_group());
+    let dir = temp_dir("split");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap());
+    let t = Duration::from_secs(5);
+    let e = b
+        .create_group(&GroupInfo::new("g", vec![0], 0, t).unwrap(), store.clone())
+        .unwrap_err();
+    assert_eq!(e.status(), mcore_status::Unsupported);
+    let mut world = b
+        .create_world(&GroupInfo::new("world", vec![0], 0, t).unwrap(), store)
+        .unwrap();
+    let g = GroupInfo::new("expert_model_parallel/3", vec![0], 0, t).unwrap();
+    let mut comm = b
+        .split(&mut world, 3, 7, Some(&g))
+        .unwrap()
+        .expect("a member gets a communicator");
+    assert_eq!(
+        (comm.group_name(), comm.rank(), comm.size()),
+        ("expert_model_parallel/3", 0, 1)
+    );
+    let mut data = [0i64];
+    comm.allreduce_sum_i64(&mut data).unwrap();
+    assert_eq!(data, [3007], "color and key reach the backend");
+    assert!(b.split(&mut world, 0, 0, None).unwrap().is_none());
+    assert_eq!(SPLIT_LIVE.load(Ordering::SeqCst), 2);
+    drop(comm);
+    world.destroy().unwrap();
+    assert_eq!(SPLIT_LIVE.load(Ordering::SeqCst), 0);
+    backend::unregister("solo-split").unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 // ---- the Gloo plugin with real processes ----
 
 fn gloo_plugin() -> Option<PathBuf> {
@@ -411,8 +513,15 @@ fn gloo_plugin_loads_through_the_c_api_with_its_name() {
         unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
         "gloo"
     );
+    // The same library reached through another path is the same backend, not a duplicate.
+    let link_dir = temp_dir("gloo-link");
+    std::fs::create_dir_all(&link_dir).unwrap();
+    let link = link_dir.join("libmcore_init_gloo_alias.so");
+    std::os::unix::fs::symlink(&plugin, &link).unwrap();
+    assert_eq!(load(link.to_str().unwrap()), mcore_status::Ok, "{}", last_error());
+    std::fs::remove_dir_all(link_dir).unwrap();
     let b = backend::get("gloo").unwrap();
-    assert!(b.supports_create_group());
+    assert!(b.supports_create_group() && !b.supports_split());
     // A single-rank group works in-process too.
     let dir = temp_dir("gloo-solo");
     let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(10)).unwrap());

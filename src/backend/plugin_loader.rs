@@ -40,11 +40,6 @@ pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
     if has_dir && !path.exists() {
         return Err(load_err("no such file".into()));
     }
-    let origin_path = if has_dir {
-        path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
-    } else {
-        path.to_path_buf()
-    };
     let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
         BackendError::InvalidArgument(format!("plugin path {shown:?} contains a NUL byte"))
     })?;
@@ -79,7 +74,7 @@ pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
     }
     // SAFETY: a non-NULL vtable from the entry point, laid out as mcore_backend_v1.
     let vt = unsafe { Vtable::from_ptr(ptr, &origin) }?;
-    registry::insert(vt, Origin::Plugin(origin_path))
+    registry::insert(vt, Origin::Plugin { vtable_addr: ptr as usize })
 }
 
 /// Load every plugin listed in `MCORE_BACKEND_PLUGIN` (`:`-separated paths); the backends loaded

@@ -3,7 +3,7 @@
 use super::{plugin_loader, Backend, BackendError};
 use crate::ffi::backend::Vtable;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a registered backend came from.
@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) enum Origin {
     /// `mcore_backend_register` (or built in).
     Pointer,
-    /// A plugin file (canonical path).
-    Plugin(PathBuf),
+    /// A plugin file: the vtable address its entry returned identifies the loaded library
+    /// (the same file reached by another path or by its bare name gives the same address).
+    Plugin { vtable_addr: usize },
 }
 
 struct Entry {
@@ -34,7 +35,10 @@ fn registry() -> MutexGuard<'static, BTreeMap<String, Entry>> {
 pub(crate) fn insert(vt: Vtable, origin: Origin) -> Result<Backend, BackendError> {
     let mut map = registry();
     if let Some(existing) = map.get(vt.name()) {
-        let same_plugin = matches!(&origin, Origin::Plugin(_)) && existing.origin == origin;
+        let same_plugin = match (&origin, &existing.origin) {
+            (Origin::Plugin { vtable_addr: a }, Origin::Plugin { vtable_addr: b }) => a == b,
+            _ => false,
+        };
         let result = if same_plugin {
             Ok(existing.backend.clone())
         } else {
