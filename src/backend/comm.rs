@@ -147,6 +147,12 @@ impl Comm {
         self.size
     }
 
+    /// The backend's own communicator handle (what its `create_*` slot returned), or NULL once
+    /// destroyed. Valid until [`Comm::destroy`] or drop.
+    pub fn raw_handle(&self) -> *mut std::ffi::c_void {
+        self.raw.as_ref().map_or(std::ptr::null_mut(), RawComm::as_ptr)
+    }
+
     /// The backend's name.
     pub fn backend_name(&self) -> &str {
         self.vt.name()

@@ -35,6 +35,13 @@ pub struct RawComm(*mut c_void);
 // SAFETY: see `Vtable`; a communicator may move between threads but is not shared.
 unsafe impl Send for RawComm {}
 
+impl RawComm {
+    /// The backend's own handle (a Gloo context, an `ncclComm_t`, ...), for C API users.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+
 /// The C view of a [`GroupInfo`], with the storage its pointers point into.
 struct CGroup {
     _name: CString,
