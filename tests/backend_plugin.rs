@@ -237,6 +237,8 @@ fn register_by_pointer_round_trip() {
         (comm.group_name(), comm.rank(), comm.size()),
         ("data_parallel/7", 0, 1)
     );
+    // The raw handle is the backend's own: here a cell holding group rank + the store counter.
+    assert_eq!(unsafe { *(comm.raw_handle() as *const i64) }, 1);
     let mut data = [7i64, 1];
     comm.allreduce_sum_i64(&mut data).unwrap();
     assert_eq!(data, [7, 1]);
