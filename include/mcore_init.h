@@ -228,10 +228,25 @@ typedef struct mcore_backend_store {
    * Passed as the first argument of every callback.
    */
   void *ctx;
+  /**
+   * Write a key (see `mcore_backend_store_set_fn`).
+   */
   mcore_backend_store_set_fn set;
+  /**
+   * Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
+   */
   mcore_backend_store_get_fn get;
+  /**
+   * Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
+   */
   mcore_backend_store_wait_fn wait;
+  /**
+   * Atomic counter (see `mcore_backend_store_add_fn`).
+   */
   mcore_backend_store_add_fn add;
+  /**
+   * Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
+   */
   mcore_backend_store_error_message_fn error_message;
 } mcore_backend_store;
 

@@ -520,7 +520,12 @@ fn gloo_plugin_loads_through_the_c_api_with_its_name() {
     std::fs::create_dir_all(&link_dir).unwrap();
     let link = link_dir.join("libmcore_init_gloo_alias.so");
     std::os::unix::fs::symlink(&plugin, &link).unwrap();
-    assert_eq!(load(link.to_str().unwrap()), mcore_status::Ok, "{}", last_error());
+    assert_eq!(
+        load(link.to_str().unwrap()),
+        mcore_status::Ok,
+        "{}",
+        last_error()
+    );
     std::fs::remove_dir_all(link_dir).unwrap();
     let b = backend::get("gloo").unwrap();
     assert!(b.supports_create_group() && !b.supports_split());

@@ -150,7 +150,9 @@ impl Comm {
     /// The backend's own communicator handle (what its `create_*` slot returned), or NULL once
     /// destroyed. Valid until [`Comm::destroy`] or drop.
     pub fn raw_handle(&self) -> *mut std::ffi::c_void {
-        self.raw.as_ref().map_or(std::ptr::null_mut(), RawComm::as_ptr)
+        self.raw
+            .as_ref()
+            .map_or(std::ptr::null_mut(), RawComm::as_ptr)
     }
 
     /// The backend's name.

@@ -74,7 +74,12 @@ pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
     }
     // SAFETY: a non-NULL vtable from the entry point, laid out as mcore_backend_v1.
     let vt = unsafe { Vtable::from_ptr(ptr, &origin) }?;
-    registry::insert(vt, Origin::Plugin { vtable_addr: ptr as usize })
+    registry::insert(
+        vt,
+        Origin::Plugin {
+            vtable_addr: ptr as usize,
+        },
+    )
 }
 
 /// Load every plugin listed in `MCORE_BACKEND_PLUGIN` (`:`-separated paths); the backends loaded

@@ -96,10 +96,15 @@ pub struct mcore_backend_store {
     pub struct_size: u32,
     /// Passed as the first argument of every callback.
     pub ctx: *mut c_void,
+    /// Write a key (see `mcore_backend_store_set_fn`).
     pub set: mcore_backend_store_set_fn,
+    /// Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
     pub get: mcore_backend_store_get_fn,
+    /// Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
     pub wait: mcore_backend_store_wait_fn,
+    /// Atomic counter (see `mcore_backend_store_add_fn`).
     pub add: mcore_backend_store_add_fn,
+    /// Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
     pub error_message: mcore_backend_store_error_message_fn,
 }
 
