@@ -2,7 +2,7 @@
 
 use super::{mcore_backend_v1, Vtable};
 use crate::backend::registry::{self, Origin};
-use crate::backend::{load_plugin, BackendError};
+use crate::backend::{load_plugin, Backend, BackendError};
 use crate::ffi::{ffi_guard, mcore_status, FfiError};
 use std::ffi::{c_char, CStr};
 use std::path::Path;
@@ -17,6 +17,19 @@ unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError>
         .map_err(|_| FfiError::invalid_arg(format!("{what} is not UTF-8")))
 }
 
+/// Register a backend by pointer from Rust (a built-in backend fills an `mcore_backend_v1` with
+/// `extern "C"` functions): the same checks and copy as `mcore_backend_register`, with the
+/// backend or a typed error back.
+///
+/// # Safety
+/// `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`
+/// whose name is NUL-terminated and whose slots follow the vtable contract.
+pub unsafe fn register_vtable(vtable: *const mcore_backend_v1) -> Result<Backend, BackendError> {
+    // SAFETY: caller contract.
+    let vt = unsafe { Vtable::from_ptr(vtable, "mcore_backend_register") }?;
+    registry::insert(vt, Origin::Pointer)
+}
+
 /// Register a backend by pointer. The vtable is copied (`min(struct_size, sizeof)` bytes) and its
 /// name too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
 /// Errors: NULL → INVALID_ARGUMENT; other `abi_version` or too small `struct_size` →
@@ -29,8 +42,7 @@ unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError>
 pub unsafe extern "C" fn mcore_backend_register(vtable: *const mcore_backend_v1) -> mcore_status {
     ffi_guard(|| {
         // SAFETY: caller contract.
-        let vt = unsafe { Vtable::from_ptr(vtable, "mcore_backend_register") }?;
-        registry::insert(vt, Origin::Pointer)?;
+        unsafe { register_vtable(vtable) }?;
         Ok(())
     })
 }

@@ -14,7 +14,9 @@ mod exports;
 mod store_bridge;
 
 pub use calls::{RawComm, Vtable};
-pub use exports::{mcore_backend_load_plugin, mcore_backend_register, mcore_backend_unregister};
+pub use exports::{
+    mcore_backend_load_plugin, mcore_backend_register, mcore_backend_unregister, register_vtable,
+};
 
 use std::ffi::{c_char, c_void};
 
