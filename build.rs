@@ -4,11 +4,7 @@
 fn main() {
     let major: u32 = env_num("CARGO_PKG_VERSION_MAJOR");
     let minor: u32 = env_num("CARGO_PKG_VERSION_MINOR");
-    let sover = if major == 0 {
-        format!("0.{minor}")
-    } else {
-        major.to_string()
-    };
+    let sover = if major == 0 { format!("0.{minor}") } else { major.to_string() };
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if target_os == "linux" {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmcore_init.so.{sover}");

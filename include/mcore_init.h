@@ -13,6 +13,11 @@
 #define MCORE_VERSION_STRING "0.1.0"
 
 /**
+ * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
+ */
+#define MCORE_ABI_VERSION 1
+
+/**
  * `abi_version` of [`mcore_backend_v1`].
  */
 #define MCORE_BACKEND_ABI_VERSION_V1 1
@@ -23,11 +28,6 @@
  * plugin's `struct_size` does not cover them.
  */
 #define MCORE_BACKEND_V1_MIN_SIZE 88
-
-/**
- * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
- */
-#define MCORE_ABI_VERSION 1
 
 /**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
@@ -364,6 +364,28 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * The message of the last failed `mcore_*` call on this thread: the bad value, the group, the
+ * missing ranks. Empty string (never NULL) when the last call succeeded. The pointer stays valid
+ * until the next `mcore_*` call on the same thread.
+ */
+const char *mcore_last_error_message(void);
+
+/**
+ * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
+ */
+const char *mcore_status_str(int32_t code);
+
+/**
+ * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).
+ */
+uint32_t mcore_abi_version(void);
+
+/**
+ * The library version, e.g. "0.1.0". Static, never NULL.
+ */
+const char *mcore_version_string(void);
+
+/**
  * Register a backend by pointer. The vtable is copied (`min(struct_size, sizeof)` bytes) and its
  * name too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
  * Errors: NULL → INVALID_ARGUMENT; other `abi_version` or too small `struct_size` →
@@ -401,28 +423,6 @@ mcore_status mcore_backend_load_plugin(const char *path,
  * `name` is a NUL-terminated string.
  */
 mcore_status mcore_backend_unregister(const char *name);
-
-/**
- * The message of the last failed `mcore_*` call on this thread: the bad value, the group, the
- * missing ranks. Empty string (never NULL) when the last call succeeded. The pointer stays valid
- * until the next `mcore_*` call on the same thread.
- */
-const char *mcore_last_error_message(void);
-
-/**
- * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
- */
-const char *mcore_status_str(int32_t code);
-
-/**
- * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).
- */
-uint32_t mcore_abi_version(void);
-
-/**
- * The library version, e.g. "0.1.0". Static, never NULL.
- */
-const char *mcore_version_string(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 fn generate() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut config =
-        cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
+    let mut config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
     config.after_includes = Some(format!(
         "\n#define MCORE_VERSION_MAJOR {}\n#define MCORE_VERSION_MINOR {}\n#define MCORE_VERSION_PATCH {}\n#define MCORE_VERSION_STRING \"{}\"",
         env!("CARGO_PKG_VERSION_MAJOR"),

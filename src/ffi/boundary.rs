@@ -61,9 +61,7 @@ mod tests {
     use std::ffi::CStr;
 
     fn last() -> String {
-        unsafe { CStr::from_ptr(mcore_last_error_message()) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(mcore_last_error_message()) }.to_string_lossy().into_owned()
     }
 
     #[test]

@@ -13,10 +13,7 @@ pub struct FfiError {
 
 impl FfiError {
     pub fn new(status: mcore_status, message: impl Into<String>) -> Self {
-        FfiError {
-            status,
-            message: message.into(),
-        }
+        FfiError { status, message: message.into() }
     }
 
     /// A NULL or otherwise unusable argument, named.

@@ -4,11 +4,11 @@
 //! Conventions (STYLE.md): object first, inputs, then out-params; out-params are written only on
 //! success; destroy functions accept NULL; no panic crosses the boundary.
 
-pub mod backend;
 mod boundary;
 pub mod error;
 pub mod status;
 pub mod version;
+pub mod backend;
 
 pub use boundary::{ffi_guard, ffi_guard_ptr};
 pub use error::FfiError;

@@ -33,10 +33,7 @@ impl fmt::Display for StoreError {
                 f,
                 "timed out after {:.1} s waiting for store key(s) {}",
                 waited.as_secs_f64(),
-                keys.iter()
-                    .map(|k| format!("'{k}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
             ),
             StoreError::Io(m) => write!(f, "store I/O error: {m}"),
             StoreError::Protocol(m) => write!(f, "store protocol error: {m}"),
@@ -61,12 +58,7 @@ pub trait Store: Send + Sync {
     /// Add `delta` to the integer under `key` (missing = 0) and return the new value.
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError>;
     /// Atomically replace `expected` by `desired`; returns the value now stored (see above).
-    fn compare_set(
-        &self,
-        key: &str,
-        expected: &[u8],
-        desired: &[u8],
-    ) -> Result<Vec<u8>, StoreError>;
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError>;
     /// Whether every key exists now (no waiting).
     fn check(&self, keys: &[&str]) -> Result<bool, StoreError>;
     /// Wait until every key exists, up to `timeout`; the error lists the keys still missing.
