@@ -29,6 +29,18 @@
 #define MCORE_ABI_VERSION 1
 
 /**
+ * `abi_version` of [`mcore_backend_v1`].
+ */
+#define MCORE_BACKEND_ABI_VERSION_V1 1
+
+/**
+ * Smallest `struct_size` accepted for a [`mcore_backend_v1`]: the size of its first release
+ * (every slot up to `finalize`). Slots appended later are optional and read as NULL when a
+ * plugin's `struct_size` does not cover them.
+ */
+#define MCORE_BACKEND_V1_MIN_SIZE 88
+
+/**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
  * `mcore_last_error_message()` on the calling thread.
  */
@@ -379,6 +391,230 @@ typedef struct mcore_pipeline_info {
   uint32_t next;
   uint32_t prev;
 } mcore_pipeline_info;
+
+/**
+ * One group a backend is asked to create a communicator for.
+ *
+ * Pointers are valid only during the call that receives the struct; copy what you keep.
+ */
+typedef struct mcore_backend_group_info {
+  /**
+   * `sizeof(mcore_backend_group_info)` as the library was built; fields are only appended.
+   */
+  uint32_t struct_size;
+  /**
+   * This process's rank inside the group (its index in `global_ranks`).
+   */
+  uint32_t group_rank;
+  /**
+   * Number of ranks in the group (`global_ranks` has this many entries).
+   */
+  uint32_t group_size;
+  /**
+   * This process's global rank.
+   */
+  uint32_t global_rank;
+  /**
+   * Unique group name, NUL-terminated, e.g. `"tensor_model_parallel/3"`; equal on all members.
+   */
+  const char *name;
+  /**
+   * The group's global ranks in ascending order; `group_size` entries.
+   */
+  const uint32_t *global_ranks;
+  /**
+   * Upper bound for rendezvous and collectives of this group, in milliseconds.
+   */
+  uint64_t timeout_ms;
+} mcore_backend_group_info;
+
+/**
+ * Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
+ */
+typedef int32_t (*mcore_backend_store_set_fn)(void *ctx,
+                                              const char *key,
+                                              const uint8_t *value,
+                                              size_t len);
+
+/**
+ * Store `get`: wait (up to the store timeout) for `key`, write its length to `*out_len`, and
+ * copy it into `buf` when `buf_len` suffices; otherwise return `MCORE_STATUS_BUFFER_TOO_SMALL`
+ * (`buf` may be NULL when `buf_len` is 0) and call again with a buffer of `*out_len` bytes.
+ */
+typedef int32_t (*mcore_backend_store_get_fn)(void *ctx,
+                                              const char *key,
+                                              uint8_t *buf,
+                                              size_t buf_len,
+                                              size_t *out_len);
+
+/**
+ * Store `wait`: wait until all `n` keys exist, up to `timeout_ms` (0 = the store's timeout).
+ * `MCORE_STATUS_TIMEOUT` on expiry; `error_message` then names the missing keys.
+ */
+typedef int32_t (*mcore_backend_store_wait_fn)(void *ctx,
+                                               const char *const *keys,
+                                               size_t n,
+                                               uint64_t timeout_ms);
+
+/**
+ * Store `add`: add `delta` to the integer counter under `key` (missing = 0); new value in `*out`.
+ */
+typedef int32_t (*mcore_backend_store_add_fn)(void *ctx,
+                                              const char *key,
+                                              int64_t delta,
+                                              int64_t *out);
+
+/**
+ * Message of the last failed call on this store from the calling thread's point of view
+ * (never NULL; valid until the next call on the store).
+ */
+typedef const char *(*mcore_backend_store_error_message_fn)(void *ctx);
+
+/**
+ * The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
+ * private to the group (keys need no group prefix). Implemented by the library over its own
+ * stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
+ * takes `ctx` first and returns an `mcore_status` code as `int32_t`.
+ */
+typedef struct mcore_backend_store {
+  /**
+   * `sizeof(mcore_backend_store)` as the library was built; callbacks are only appended.
+   */
+  uint32_t struct_size;
+  /**
+   * Passed as the first argument of every callback.
+   */
+  void *ctx;
+  /**
+   * Write a key (see `mcore_backend_store_set_fn`).
+   */
+  mcore_backend_store_set_fn set;
+  /**
+   * Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
+   */
+  mcore_backend_store_get_fn get;
+  /**
+   * Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
+   */
+  mcore_backend_store_wait_fn wait;
+  /**
+   * Atomic counter (see `mcore_backend_store_add_fn`).
+   */
+  mcore_backend_store_add_fn add;
+  /**
+   * Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
+   */
+  mcore_backend_store_error_message_fn error_message;
+} mcore_backend_store;
+
+/**
+ * `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
+ * through `store`; on success write it to `*out_comm` (non-NULL).
+ */
+typedef int32_t (*mcore_backend_create_fn)(void *user_data,
+                                           const struct mcore_backend_group_info *group,
+                                           const struct mcore_backend_store *store,
+                                           void **out_comm);
+
+/**
+ * `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
+ * (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
+ * ordered by `key`, described by `group`.
+ */
+typedef int32_t (*mcore_backend_split_fn)(void *user_data,
+                                          void *parent_comm,
+                                          int32_t color,
+                                          int32_t key,
+                                          const struct mcore_backend_group_info *group,
+                                          void **out_comm);
+
+/**
+ * `allreduce_sum_i64`: in-place sum of `count` int64 values over the communicator's ranks.
+ */
+typedef int32_t (*mcore_backend_allreduce_sum_i64_fn)(void *user_data,
+                                                      void *comm,
+                                                      int64_t *inout,
+                                                      size_t count);
+
+/**
+ * `barrier` and `destroy_comm`: an operation on one communicator.
+ */
+typedef int32_t (*mcore_backend_comm_fn)(void *user_data, void *comm);
+
+/**
+ * `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
+ */
+typedef const char *(*mcore_backend_last_error_fn)(void *user_data);
+
+/**
+ * `finalize`: the library is done with this vtable and `user_data`.
+ */
+typedef void (*mcore_backend_finalize_fn)(void *user_data);
+
+/**
+ * A communicator backend, version 1. Fill it in (zero what you do not support), then register
+ * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
+ * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
+ * A backend offers at least one creation strategy: `create_group` (per group, rendezvous
+ * through the store), or `create_world` + `split` (one world communicator, then one split per
+ * group kind). `destroy_comm` is required.
+ */
+typedef struct mcore_backend_v1 {
+  /**
+   * `sizeof(mcore_backend_v1)` as the plugin was built (at least `MCORE_BACKEND_V1_MIN_SIZE`).
+   */
+  uint32_t struct_size;
+  /**
+   * `MCORE_BACKEND_ABI_VERSION_V1`.
+   */
+  uint32_t abi_version;
+  /**
+   * Unique backend name, NUL-terminated (e.g. `"gloo"`); how users select it.
+   */
+  const char *name;
+  /**
+   * Passed as the first argument of every slot; released by `finalize`.
+   */
+  void *user_data;
+  /**
+   * Optional: create the world communicator (split strategy).
+   */
+  mcore_backend_create_fn create_world;
+  /**
+   * Optional: split a communicator (split strategy).
+   */
+  mcore_backend_split_fn split;
+  /**
+   * Optional: create one group's communicator directly (per-group strategy).
+   */
+  mcore_backend_create_fn create_group;
+  /**
+   * Optional: in-place int64 sum; the library verifies each communicator with it.
+   */
+  mcore_backend_allreduce_sum_i64_fn allreduce_sum_i64;
+  /**
+   * Optional: block until every rank of the communicator arrives.
+   */
+  mcore_backend_comm_fn barrier;
+  /**
+   * Required: release a communicator.
+   */
+  mcore_backend_comm_fn destroy_comm;
+  /**
+   * Optional: message of the last failure on this thread.
+   */
+  mcore_backend_last_error_fn last_error;
+  /**
+   * Optional: called once when the backend is unregistered and its last communicator is gone.
+   */
+  mcore_backend_finalize_fn finalize;
+} mcore_backend_v1;
+
+/**
+ * Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
+ * vtable (static storage; the library copies it), or NULL on failure.
+ */
+typedef const struct mcore_backend_v1 *(*mcore_backend_plugin_v1_fn)(void);
 
 #ifdef __cplusplus
 extern "C" {
@@ -766,6 +1002,45 @@ uint32_t mcore_abi_version(void);
  * The library version, e.g. "0.1.0". Static, never NULL.
  */
 const char *mcore_version_string(void);
+
+/**
+ * Register a backend by pointer. The vtable is copied (`min(struct_size, sizeof)` bytes) and its
+ * name too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
+ * Errors: NULL → INVALID_ARGUMENT; other `abi_version` or too small `struct_size` →
+ * UNSUPPORTED; NULL name, no creation strategy, no `destroy_comm` → INVALID_ARGUMENT;
+ * a backend of that name exists → ALREADY_EXISTS (the rejected copy is not finalized).
+ *
+ * # Safety
+ * `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`.
+ */
+mcore_status mcore_backend_register(const struct mcore_backend_v1 *vtable);
+
+/**
+ * Load a backend plugin `.so` (a path, or a bare file name looked up by the dynamic loader),
+ * call its `mcore_backend_plugin_v1()` and register the vtable it returns. Loading the same
+ * file again is a no-op. The backend's name is copied NUL-terminated into `name_buf` when it
+ * is not NULL; `out_name_len` (optional) receives its length including the NUL. If `name_buf`
+ * is too small the plugin is still loaded and BUFFER_TOO_SMALL is returned; call again.
+ * Errors: missing file, no entry symbol, entry returned NULL → LIBRARY_LOAD; bad vtable as in
+ * `mcore_backend_register`; another backend has the name → ALREADY_EXISTS.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `name_buf` is NULL or has `name_buf_len` writable bytes;
+ * `out_name_len` is NULL or writable.
+ */
+mcore_status mcore_backend_load_plugin(const char *path,
+                                       char *name_buf,
+                                       size_t name_buf_len,
+                                       size_t *out_name_len);
+
+/**
+ * Remove a registered backend. Its `finalize` runs once its last communicator is destroyed.
+ * Unknown name → NOT_FOUND.
+ *
+ * # Safety
+ * `name` is a NUL-terminated string.
+ */
+mcore_status mcore_backend_unregister(const char *name);
 
 #ifdef __cplusplus
 }  // extern "C"
