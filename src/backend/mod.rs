@@ -11,6 +11,7 @@ mod error;
 mod group;
 pub mod plugin_loader;
 pub mod registry;
+mod runtime_seam;
 
 pub use comm::{Backend, Comm};
 pub use error::BackendError;
