@@ -2,6 +2,7 @@
 //!
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 
+use mcore_init::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -18,68 +19,21 @@ struct Options {
     json: bool,
 }
 
-/// Parse a non-negative integer flag value that must fit in u32; the message names the flag.
-fn number(flag: &str, text: &str) -> Result<u32, String> {
-    let v: i128 = text.trim().parse().map_err(|_| format!("{flag}: '{text}' is not an integer"))?;
-    if v < 0 {
-        return Err(format!("{flag}: {v} is negative"));
-    }
-    u32::try_from(v).map_err(|_| format!("{flag}: {v} is too large (at most {})", u32::MAX))
-}
-
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut config = TopologyConfig::default();
     let (mut world_size, mut rank, mut json) = (None, None, false);
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        i += 1;
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
+    let mut flags = Flags::new(args);
+    while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
-            "--json" => {
-                if inline.is_some() {
-                    return Err("--json takes no value".into());
-                }
-                json = true;
-                continue;
+            "--json" if inline.is_some() => return Err("--json takes no value".into()),
+            "--json" => json = true,
+            "--world-size" => world_size = Some(number(flag, flags.value(flag, inline)?)?),
+            "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
+            _ if is_layout_flag(flag) => {
+                layout_flag(&mut config, flag, flags.value(flag, inline)?)?;
             }
-            _ => {}
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                let v = args.get(i).ok_or_else(|| format!("{flag}: missing value"))?;
-                i += 1;
-                v.clone()
-            }
-        };
-        let n = |v: &str| number(flag, v);
-        match flag {
-            "--world-size" => world_size = Some(n(&value)?),
-            "--tp" => config.tp = n(&value)?,
-            "--pp" => config.pp = n(&value)?,
-            "--vpp" => config.vpp = Some(n(&value)?),
-            "--cp" => config.cp = n(&value)?,
-            "--hcp" => {
-                if value.trim().is_empty() {
-                    return Err("--hcp: empty list (expected sizes like 2,2)".into());
-                }
-                config.hierarchical_cp = value
-                    .split(',')
-                    .map(|s| if s.trim().is_empty() { Err(format!("--hcp: empty entry in '{value}'")) } else { n(s) })
-                    .collect::<Result<_, _>>()?;
-            }
-            "--ep" => config.ep = n(&value)?,
-            "--etp" => config.etp = Some(n(&value)?),
-            "--dist-opt-instances" => config.dist_opt_instances = n(&value)?,
-            "--order" => config.order = value,
-            "--rank-offset" => config.rank_offset = n(&value)?,
-            "--rank" => rank = Some(n(&value)?),
-            _ => return Err(format!("unknown option '{arg}'")),
+            _ => return Err(format!("unknown option '{flag}'")),
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
