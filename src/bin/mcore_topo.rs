@@ -20,7 +20,10 @@ struct Options {
 
 /// Parse a non-negative integer flag value that must fit in u32; the message names the flag.
 fn number(flag: &str, text: &str) -> Result<u32, String> {
-    let v: i128 = text.trim().parse().map_err(|_| format!("{flag}: '{text}' is not an integer"))?;
+    let v: i128 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag}: '{text}' is not an integer"))?;
     if v < 0 {
         return Err(format!("{flag}: {v} is negative"));
     }
@@ -70,7 +73,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 }
                 config.hierarchical_cp = value
                     .split(',')
-                    .map(|s| if s.trim().is_empty() { Err(format!("--hcp: empty entry in '{value}'")) } else { n(s) })
+                    .map(|s| {
+                        if s.trim().is_empty() {
+                            Err(format!("--hcp: empty entry in '{value}'"))
+                        } else {
+                            n(s)
+                        }
+                    })
                     .collect::<Result<_, _>>()?;
             }
             "--ep" => config.ep = n(&value)?,
@@ -83,7 +92,12 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
-    Ok(Some(Options { world_size, config, rank, json }))
+    Ok(Some(Options {
+        world_size,
+        config,
+        rank,
+        json,
+    }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -143,7 +157,11 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
 fn summary(t: &Topology) -> String {
     let s = t.sizes();
     let vpp = s.vpp.map_or("-".to_string(), |v| v.to_string());
-    let hcp = if s.hierarchical_cp.is_empty() { "-".to_string() } else { format!("{:?}", s.hierarchical_cp) };
+    let hcp = if s.hierarchical_cp.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{:?}", s.hierarchical_cp)
+    };
     format!(
         "world size {} (ranks {}..{}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} | dp {} expert dp {} | \
          dist-opt instances {}\n",
@@ -151,7 +169,16 @@ fn summary(t: &Topology) -> String {
         t.rank_offset(),
         u64::from(t.rank_offset()) + u64::from(s.world_size) - 1,
         t.config().order,
-        s.tp, s.pp, vpp, s.cp, hcp, s.ep, s.etp, s.dp, s.expert_dp, s.dist_opt_instances
+        s.tp,
+        s.pp,
+        vpp,
+        s.cp,
+        hcp,
+        s.ep,
+        s.etp,
+        s.dp,
+        s.expert_dp,
+        s.dist_opt_instances
     )
 }
 
@@ -167,7 +194,14 @@ fn layout_table(t: &Topology) -> Result<String, String> {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
         let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(out, "{:<40} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>6}  {}",
+            kind.key(),
+            groups.len(),
+            size,
+            lists.join(" ")
+        );
     }
     Ok(out)
 }
@@ -175,10 +209,21 @@ fn layout_table(t: &Topology) -> Result<String, String> {
 fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut out = summary(t);
-    let _ = writeln!(out, "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
+    let _ = writeln!(
+        out,
+        "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks",
+        "kind", "group", "rank/size"
+    );
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
-        let _ = writeln!(out, "{:<40} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>11}  {}",
+            m.kind().key(),
+            m.group_index(),
+            rs,
+            list(&m.members())
+        );
     }
     let p = view.pipeline;
     let _ = writeln!(
@@ -190,7 +235,9 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
 }
 
 fn run(args: &[String]) -> Result<String, String> {
-    let Some(opts) = parse_args(args)? else { return Ok(format!("{USAGE}\n")) };
+    let Some(opts) = parse_args(args)? else {
+        return Ok(format!("{USAGE}\n"));
+    };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
     match (opts.rank, opts.json) {
         (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
