@@ -234,11 +234,37 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     Ok(out)
 }
 
+/// Most ranks one invocation prints (about a gigabyte of text); beyond that, refuse up front
+/// instead of exhausting memory.
+const MAX_LISTED_RANKS: u64 = 1 << 27;
+
+fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
+    let listed: u64 = match rank {
+        Some(r) => {
+            let view = t.rank_view(r).map_err(|e| e.to_string())?;
+            view.groups.iter().map(|m| u64::from(m.size())).sum()
+        }
+        None => u64::from(t.world_size()) * t.kinds().len() as u64,
+    };
+    if listed > MAX_LISTED_RANKS {
+        let hint = if rank.is_some() {
+            ""
+        } else {
+            "; use --rank R for one rank's view"
+        };
+        return Err(format!(
+            "output would list {listed} ranks, more than the {MAX_LISTED_RANKS} this tool prints{hint}"
+        ));
+    }
+    Ok(())
+}
+
 fn run(args: &[String]) -> Result<String, String> {
     let Some(opts) = parse_args(args)? else {
         return Ok(format!("{USAGE}\n"));
     };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    check_output_size(&t, opts.rank)?;
     match (opts.rank, opts.json) {
         (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
         (Some(r), false) => rank_table(&t, r),
