@@ -37,7 +37,12 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
-    Ok(Some(Options { world_size, config, rank, json }))
+    Ok(Some(Options {
+        world_size,
+        config,
+        rank,
+        json,
+    }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -97,7 +102,11 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
 fn summary(t: &Topology) -> String {
     let s = t.sizes();
     let vpp = s.vpp.map_or("-".to_string(), |v| v.to_string());
-    let hcp = if s.hierarchical_cp.is_empty() { "-".to_string() } else { format!("{:?}", s.hierarchical_cp) };
+    let hcp = if s.hierarchical_cp.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{:?}", s.hierarchical_cp)
+    };
     format!(
         "world size {} (ranks {}..{}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} | dp {} expert dp {} | \
          dist-opt instances {}\n",
@@ -105,7 +114,16 @@ fn summary(t: &Topology) -> String {
         t.rank_offset(),
         u64::from(t.rank_offset()) + u64::from(s.world_size) - 1,
         t.config().order,
-        s.tp, s.pp, vpp, s.cp, hcp, s.ep, s.etp, s.dp, s.expert_dp, s.dist_opt_instances
+        s.tp,
+        s.pp,
+        vpp,
+        s.cp,
+        hcp,
+        s.ep,
+        s.etp,
+        s.dp,
+        s.expert_dp,
+        s.dist_opt_instances
     )
 }
 
@@ -121,7 +139,14 @@ fn layout_table(t: &Topology) -> Result<String, String> {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
         let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(out, "{:<40} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>6}  {}",
+            kind.key(),
+            groups.len(),
+            size,
+            lists.join(" ")
+        );
     }
     Ok(out)
 }
@@ -129,10 +154,21 @@ fn layout_table(t: &Topology) -> Result<String, String> {
 fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut out = summary(t);
-    let _ = writeln!(out, "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
+    let _ = writeln!(
+        out,
+        "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks",
+        "kind", "group", "rank/size"
+    );
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
-        let _ = writeln!(out, "{:<40} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>11}  {}",
+            m.kind().key(),
+            m.group_index(),
+            rs,
+            list(&m.members())
+        );
     }
     let p = view.pipeline;
     let _ = writeln!(
@@ -143,9 +179,37 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     Ok(out)
 }
 
+/// Most ranks one invocation prints (about a gigabyte of text); beyond that, refuse up front
+/// instead of exhausting memory.
+const MAX_LISTED_RANKS: u64 = 1 << 27;
+
+fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
+    let listed: u64 = match rank {
+        Some(r) => {
+            let view = t.rank_view(r).map_err(|e| e.to_string())?;
+            view.groups.iter().map(|m| u64::from(m.size())).sum()
+        }
+        None => u64::from(t.world_size()) * t.kinds().len() as u64,
+    };
+    if listed > MAX_LISTED_RANKS {
+        let hint = if rank.is_some() {
+            ""
+        } else {
+            "; use --rank R for one rank's view"
+        };
+        return Err(format!(
+            "output would list {listed} ranks, more than the {MAX_LISTED_RANKS} this tool prints{hint}"
+        ));
+    }
+    Ok(())
+}
+
 fn run(args: &[String]) -> Result<String, String> {
-    let Some(opts) = parse_args(args)? else { return Ok(format!("{USAGE}\n")) };
+    let Some(opts) = parse_args(args)? else {
+        return Ok(format!("{USAGE}\n"));
+    };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    check_output_size(&t, opts.rank)?;
     match (opts.rank, opts.json) {
         (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
         (Some(r), false) => rank_table(&t, r),
