@@ -3,6 +3,7 @@
 
 #![allow(non_camel_case_types)]
 
+use super::args::{fill_ranks, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -355,40 +356,8 @@ fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     Ok(&unsafe { &*t.cast::<Handle>() }.topology)
 }
 
-fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, FfiError> {
-    // SAFETY: a non-NULL out-pointer is writable per the API contract.
-    unsafe { p.as_mut() }.ok_or_else(|| FfiError::invalid_arg(format!("{name} is NULL")))
-}
 
 /// Copy `ranks` into the caller's buffer; BUFFER_TOO_SMALL sets `*out_len` to the need.
-fn fill(
-    ranks: impl ExactSizeIterator<Item = u32>,
-    buf: *mut u32,
-    len: usize,
-    out_len: *mut usize,
-) -> Result<(), FfiError> {
-    let out_len = out_ptr(out_len, "out_len")?;
-    let need = ranks.len();
-    if len < need {
-        *out_len = need;
-        return Err(FfiError::new(
-            mcore_status::BufferTooSmall,
-            format!("buffer holds {len} ranks, the group has {need}"),
-        ));
-    }
-    if buf.is_null() && need > 0 {
-        return Err(FfiError::invalid_arg(format!("buffer is NULL but len is {len}")));
-    }
-    if need > 0 {
-        // SAFETY: non-NULL, and the caller declares room for len >= need ranks.
-        let dst = unsafe { std::slice::from_raw_parts_mut(buf, need) };
-        for (d, r) in dst.iter_mut().zip(ranks) {
-            *d = r;
-        }
-    }
-    *out_len = need;
-    Ok(())
-}
 
 fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::Membership, FfiError> {
     let kind = kind_from_c(kind)?;
@@ -651,7 +620,7 @@ pub unsafe extern "C" fn mcore_topology_group_ranks(
 ) -> mcore_status {
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
-        fill(m.group.iter(), buf, len, out_len)
+        fill_ranks(m.group.iter(), buf, len, out_len)
     })
 }
 
@@ -687,7 +656,7 @@ pub unsafe extern "C" fn mcore_topology_group_at(
 ) -> mcore_status {
     ffi_guard(|| {
         let g = topo(t)?.group(kind_from_c(kind)?, index)?;
-        fill(g.iter(), buf, len, out_len)
+        fill_ranks(g.iter(), buf, len, out_len)
     })
 }
 
