@@ -3,13 +3,23 @@
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 
 use mcore_init::cli::{is_layout_flag, layout_flag, number, Flags};
+use mcore_init::rng::layout::rank_stream_seeds;
+use mcore_init::rng::SeedPolicy;
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
-[--ep N] [--etp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] [--rank R] [--json]";
+[--ep N] [--etp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] [--rank R] \
+[--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json]";
+
+/// Per-rank seeds to add (`--seed`).
+struct SeedOptions {
+    seed: i64,
+    policy: SeedPolicy,
+    data_parallel_random_init: bool,
+}
 
 /// What the command line asks for.
 struct Options {
@@ -17,17 +27,31 @@ struct Options {
     config: TopologyConfig,
     rank: Option<u32>,
     json: bool,
+    seeds: Option<SeedOptions>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut config = TopologyConfig::default();
     let (mut world_size, mut rank, mut json) = (None, None, false);
+    let (mut seed, mut policy, mut dp_random_init) = (None, None, false);
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
+            "--data-parallel-random-init" if inline.is_some() => {
+                return Err("--data-parallel-random-init takes no value".into())
+            }
+            "--data-parallel-random-init" => dp_random_init = true,
+            "--seed" => {
+                let v = flags.value(flag, inline)?;
+                seed = Some(v.trim().parse::<i64>().map_err(|_| format!("--seed: '{v}' is not an integer"))?);
+            }
+            "--seed-policy" => {
+                let v = flags.value(flag, inline)?;
+                policy = Some(v.parse::<SeedPolicy>().map_err(|e| format!("--seed-policy: {e}"))?);
+            }
             "--world-size" => world_size = Some(number(flag, flags.value(flag, inline)?)?),
             "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
             _ if is_layout_flag(flag) => {
@@ -37,12 +61,16 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
-    Ok(Some(Options {
-        world_size,
-        config,
-        rank,
-        json,
-    }))
+    let seeds = match (seed, policy, dp_random_init) {
+        (Some(seed), policy, data_parallel_random_init) => Some(SeedOptions {
+            seed,
+            policy: policy.unwrap_or(SeedPolicy::Megatron),
+            data_parallel_random_init,
+        }),
+        (None, None, false) => None,
+        (None, _, _) => return Err("--seed-policy and --data-parallel-random-init need --seed S".into()),
+    };
+    Ok(Some(Options { world_size, config, rank, json, seeds }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -210,12 +238,56 @@ fn run(args: &[String]) -> Result<String, String> {
     };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
     check_output_size(&t, opts.rank)?;
-    match (opts.rank, opts.json) {
-        (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
-        (Some(r), false) => rank_table(&t, r),
-        (None, true) => Ok(format!("{}\n", Value::Object(layout_json(&t)?))),
-        (None, false) => layout_table(&t),
+    let seeds = match &opts.seeds {
+        Some(s) => Some(rng_seeds(&t, opts.rank, s)?),
+        None => None,
+    };
+    if opts.json {
+        let mut obj = match opts.rank {
+            Some(r) => rank_json(&t, r)?,
+            None => layout_json(&t)?,
+        };
+        if let Some(seeds) = seeds {
+            let list: Vec<Value> = seeds
+                .into_iter()
+                .map(|(rank, streams)| {
+                    let streams: Map<String, Value> = streams.into_iter().map(|(n, s)| (n, json!(s))).collect();
+                    json!({"rank": rank, "streams": streams})
+                })
+                .collect();
+            obj.insert("rng".into(), Value::Array(list));
+        }
+        return Ok(format!("{}\n", Value::Object(obj)));
     }
+    let mut out = match opts.rank {
+        Some(r) => rank_table(&t, r)?,
+        None => layout_table(&t)?,
+    };
+    if let Some(seeds) = seeds {
+        let policy = &opts.seeds.as_ref().expect("seeds were asked for").policy;
+        let _ = writeln!(out, "\nRNG seeds (policy {policy}):");
+        for (rank, streams) in seeds {
+            let text: Vec<String> = streams.iter().map(|(n, s)| format!("{n}={s}")).collect();
+            let _ = writeln!(out, "  rank {rank:>6}: {}", text.join(" "));
+        }
+    }
+    Ok(out)
+}
+
+/// Named stream seeds of one rank, or of every rank of the layout.
+fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<(u32, Vec<(String, u64)>)>, String> {
+    let ranks: Vec<u32> = match rank {
+        Some(r) => vec![r],
+        None => (0..t.world_size()).map(|r| t.rank_offset() + r).collect(),
+    };
+    ranks
+        .into_iter()
+        .map(|r| {
+            rank_stream_seeds(t, r, &s.policy, s.seed, s.data_parallel_random_init)
+                .map(|streams| (r, streams))
+                .map_err(|e| format!("--seed {}: rank {r}: {e}", s.seed))
+        })
+        .collect()
 }
 
 fn main() -> ExitCode {

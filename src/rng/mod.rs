@@ -12,6 +12,8 @@ pub mod policy;
 pub mod rank_rng;
 pub mod tracker;
 
+pub mod layout;
+
 pub use chacha_streams::{CpuStreamState, CpuStreams};
 pub use error::RngError;
 pub use philox::CurandPhilox;
