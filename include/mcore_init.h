@@ -194,6 +194,11 @@ typedef int32_t mcore_group_kind;
 typedef struct mcore_rng_tracker mcore_rng_tracker;
 
 /**
+ * A rendezvous store handle. Thread-safe: calls from several threads are serialised inside.
+ */
+typedef struct mcore_store mcore_store;
+
+/**
  * A layout (opaque). Immutable after creation: queries may run from several threads at once
  * (the embedding callbacks must then be thread-safe too).
  */
@@ -824,6 +829,126 @@ mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);
+
+/**
+ * Creates a TCP store (wire-compatible with PyTorch's `TCPStore`) on `host:port`. With
+ * `is_server`, first hosts a server there (port 0: a free port, see `mcore_store_tcp_port`) and
+ * connects to it; otherwise connects to an existing server, retrying until `timeout_ms`.
+ * `timeout_ms` is also the store timeout of `mcore_store_get`/`mcore_store_wait` (0: 300 s).
+ *
+ * # Safety
+ * `host` is NULL or a NUL-terminated string; `out` is NULL or writable.
+ */
+mcore_status mcore_store_tcp_create(const char *host,
+                                    uint16_t port,
+                                    bool is_server,
+                                    uint64_t timeout_ms,
+                                    struct mcore_store **out);
+
+/**
+ * The port of the TCP server a store (or a prefixed view of one) talks to.
+ *
+ * # Safety
+ * `store` is NULL or a live handle; `out_port` is NULL or writable.
+ */
+mcore_status mcore_store_tcp_port(const struct mcore_store *store, uint16_t *out_port);
+
+/**
+ * Creates a view of `base` whose keys live under `prefix + "/"` (torch's `PrefixStore`). The
+ * view keeps `base`'s store (and a server it hosts) alive: `base` may be destroyed first.
+ *
+ * # Safety
+ * `base` is NULL or a live handle; `prefix` is NULL or NUL-terminated; `out` is NULL or writable.
+ */
+mcore_status mcore_store_prefix_create(struct mcore_store *base,
+                                       const char *prefix,
+                                       struct mcore_store **out);
+
+/**
+ * Destroys a store handle; NULL is accepted. A hosted server stops when its last view goes.
+ *
+ * # Safety
+ * `store` is NULL or a handle from an `mcore_store_*_create` call, not used afterwards.
+ */
+void mcore_store_destroy(struct mcore_store *store);
+
+/**
+ * Sets `key` to the `value_len` bytes at `value` (`value` may be NULL when `value_len` is 0).
+ *
+ * # Safety
+ * `store` live handle or NULL; `key` NULL or NUL-terminated; `value` NULL or valid for `value_len` bytes.
+ */
+mcore_status mcore_store_set(struct mcore_store *store,
+                             const char *key,
+                             const uint8_t *value,
+                             size_t value_len);
+
+/**
+ * Copies the value of `key` into `buf`, waiting for the key up to the store timeout. Writes
+ * the value's length to `*out_len`; when `buf_len` is too small (query the size with `buf`
+ * NULL and `buf_len` 0) returns `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` = size needed.
+ *
+ * # Safety
+ * `store` live handle or NULL; `key` NULL or NUL-terminated; `buf` NULL or valid for `buf_len`
+ * bytes; `out_len` NULL or writable.
+ */
+mcore_status mcore_store_get(struct mcore_store *store,
+                             const char *key,
+                             uint8_t *buf,
+                             size_t buf_len,
+                             size_t *out_len);
+
+/**
+ * Adds `delta` to the integer counter under `key` (missing: 0); `*out_value` = the new value
+ * (`out_value` may be NULL).
+ *
+ * # Safety
+ * `store` live handle or NULL; `key` NULL or NUL-terminated; `out_value` NULL or writable.
+ */
+mcore_status mcore_store_add(struct mcore_store *store,
+                             const char *key,
+                             int64_t delta,
+                             int64_t *out_value);
+
+/**
+ * Whether all `n_keys` keys exist now (no waiting).
+ *
+ * # Safety
+ * `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings;
+ * `out_ready` NULL or writable.
+ */
+mcore_status mcore_store_check(struct mcore_store *store,
+                               const char *const *keys,
+                               size_t n_keys,
+                               bool *out_ready);
+
+/**
+ * Waits until all `n_keys` keys exist, up to `timeout_ms` (0: the store's timeout). On
+ * timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys still missing.
+ *
+ * # Safety
+ * `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings.
+ */
+mcore_status mcore_store_wait(struct mcore_store *store,
+                              const char *const *keys,
+                              size_t n_keys,
+                              uint64_t timeout_ms);
+
+/**
+ * Deletes `key`; `*out_deleted` = whether it existed (`out_deleted` may be NULL).
+ *
+ * # Safety
+ * `store` live handle or NULL; `key` NULL or NUL-terminated; `out_deleted` NULL or writable.
+ */
+mcore_status mcore_store_delete_key(struct mcore_store *store, const char *key, bool *out_deleted);
+
+/**
+ * Number of keys in the whole underlying store (a prefixed view counts all keys).
+ *
+ * # Safety
+ * `store` live handle or NULL; `out_count` NULL or writable.
+ */
+mcore_status mcore_store_num_keys(struct mcore_store *store, int64_t *out_count);
 
 /**
  * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and

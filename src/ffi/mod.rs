@@ -9,6 +9,7 @@ mod boundary;
 pub mod error;
 pub mod rng;
 pub mod status;
+pub mod store;
 pub mod os;
 pub mod topology;
 pub mod version;

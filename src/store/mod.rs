@@ -6,8 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod memory;
+pub mod prefix;
+pub mod tcp;
 
 pub use memory::MemoryStore;
+pub use prefix::PrefixStore;
+pub use tcp::{TcpStore, TcpStoreServer};
 
 use std::fmt;
 use std::time::Duration;

@@ -1,0 +1,389 @@
+//! C API of the rendezvous store: a TCP store (client, optionally with the server it hosts), a
+//! prefixed view of any store, and the key-value calls.
+
+#![allow(non_camel_case_types)]
+
+use super::{ffi_guard, mcore_status, FfiError};
+use crate::store::{PrefixStore, Store, StoreError, TcpStore, TcpStoreServer};
+use std::ffi::{c_char, CStr};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A rendezvous store handle. Thread-safe: calls from several threads are serialised inside.
+pub struct mcore_store {
+    // Field order is drop order: the client goes before the server it may be talking to.
+    store: Arc<dyn Store>,
+    /// Port of the TCP server this store talks to (for `mcore_store_tcp_port`).
+    tcp_port: Option<u16>,
+    /// The server this handle hosts (shared with prefixed views made from it).
+    server: Option<Arc<TcpStoreServer>>,
+}
+
+impl From<StoreError> for FfiError {
+    fn from(e: StoreError) -> Self {
+        let status = match &e {
+            StoreError::Timeout { .. } => mcore_status::Timeout,
+            StoreError::Io(_) => mcore_status::Io,
+            StoreError::Protocol(_) => mcore_status::Protocol,
+            StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
+            StoreError::Closed(_) => mcore_status::PeerFailed,
+        };
+        FfiError::new(status, e.to_string())
+    }
+}
+
+/// A new handle owning `store` (for other ffi code that builds stores).
+#[allow(dead_code)] // for the runtime's ffi code
+pub(crate) fn store_into_raw(store: Arc<dyn Store>) -> *mut mcore_store {
+    Box::into_raw(Box::new(mcore_store { store, tcp_port: None, server: None }))
+}
+
+/// The store behind a handle (for other ffi code).
+#[allow(dead_code)] // for the runtime's ffi code
+///
+/// # Safety
+/// `p` is NULL or a live handle from an `mcore_store_*_create` call.
+pub(crate) unsafe fn store_arg(p: *const mcore_store) -> Result<Arc<dyn Store>, FfiError> {
+    // SAFETY: live handle per the contract.
+    Ok(unsafe { handle(p) }?.store.clone())
+}
+
+/// # Safety
+/// `p` is NULL or a live handle.
+unsafe fn handle<'a>(p: *const mcore_store) -> Result<&'a mcore_store, FfiError> {
+    // SAFETY: live handle per the contract.
+    unsafe { p.as_ref() }.ok_or_else(|| null("store"))
+}
+
+fn null(what: &str) -> FfiError {
+    FfiError::invalid_arg(format!("{what} is NULL"))
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the contract.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str().map_err(|_| FfiError::invalid_arg(format!("{what} is not valid UTF-8: {}", c.to_string_lossy())))
+}
+
+/// # Safety
+/// `keys` is NULL or valid for `n` pointers, each NULL or NUL-terminated.
+unsafe fn keys_arg<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>, FfiError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if keys.is_null() {
+        return Err(FfiError::invalid_arg(format!("keys is NULL but n_keys is {n}")));
+    }
+    // SAFETY: valid for n pointers per the contract.
+    let ptrs = unsafe { std::slice::from_raw_parts(keys, n) };
+    ptrs.iter()
+        .enumerate()
+        // SAFETY: each NULL or NUL-terminated per the contract.
+        .map(|(i, p)| unsafe { str_arg(*p, &format!("keys[{i}]")) })
+        .collect()
+}
+
+/// # Safety
+/// `p` is NULL or writable.
+unsafe fn out_arg<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, FfiError> {
+    // SAFETY: writable per the contract.
+    unsafe { p.as_mut() }.ok_or_else(|| null(what))
+}
+
+/// Creates a TCP store (wire-compatible with PyTorch's `TCPStore`) on `host:port`. With
+/// `is_server`, first hosts a server there (port 0: a free port, see `mcore_store_tcp_port`) and
+/// connects to it; otherwise connects to an existing server, retrying until `timeout_ms`.
+/// `timeout_ms` is also the store timeout of `mcore_store_get`/`mcore_store_wait` (0: 300 s).
+///
+/// # Safety
+/// `host` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_tcp_create(
+    host: *const c_char,
+    port: u16,
+    is_server: bool,
+    timeout_ms: u64,
+    out: *mut *mut mcore_store,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let host = unsafe { str_arg(host, "host") }?;
+        let out = unsafe { out_arg(out, "out") }?;
+        if host.is_empty() {
+            return Err(FfiError::invalid_arg("host is empty"));
+        }
+        if !is_server && port == 0 {
+            return Err(FfiError::invalid_arg("port 0 is only allowed with is_server (a free port)"));
+        }
+        let timeout = if timeout_ms == 0 { crate::store::DEFAULT_TIMEOUT } else { Duration::from_millis(timeout_ms) };
+        let h = if is_server {
+            let (server, client) = TcpStore::host(host, port, timeout)?;
+            mcore_store { store: Arc::new(client), tcp_port: Some(server.port()), server: Some(Arc::new(server)) }
+        } else {
+            mcore_store { store: Arc::new(TcpStore::connect(host, port, timeout)?), tcp_port: Some(port), server: None }
+        };
+        *out = Box::into_raw(Box::new(h));
+        Ok(())
+    })
+}
+
+/// The port of the TCP server a store (or a prefixed view of one) talks to.
+///
+/// # Safety
+/// `store` is NULL or a live handle; `out_port` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_tcp_port(store: *const mcore_store, out_port: *mut u16) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let out = unsafe { out_arg(out_port, "out_port") }?;
+        *out = h.tcp_port.ok_or_else(|| FfiError::invalid_arg("store is not a TCP store"))?;
+        Ok(())
+    })
+}
+
+/// Creates a view of `base` whose keys live under `prefix + "/"` (torch's `PrefixStore`). The
+/// view keeps `base`'s store (and a server it hosts) alive: `base` may be destroyed first.
+///
+/// # Safety
+/// `base` is NULL or a live handle; `prefix` is NULL or NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_prefix_create(
+    base: *mut mcore_store,
+    prefix: *const c_char,
+    out: *mut *mut mcore_store,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let b = unsafe { handle(base) }?;
+        let prefix = unsafe { str_arg(prefix, "prefix") }?;
+        let out = unsafe { out_arg(out, "out") }?;
+        let view = mcore_store {
+            store: Arc::new(PrefixStore::new(prefix, b.store.clone())),
+            tcp_port: b.tcp_port,
+            server: b.server.clone(),
+        };
+        *out = Box::into_raw(Box::new(view));
+        Ok(())
+    })
+}
+
+/// Destroys a store handle; NULL is accepted. A hosted server stops when its last view goes.
+///
+/// # Safety
+/// `store` is NULL or a handle from an `mcore_store_*_create` call, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_destroy(store: *mut mcore_store) {
+    let _ = ffi_guard(|| {
+        if !store.is_null() {
+            // SAFETY: created by Box::into_raw, destroyed once per the contract.
+            drop(unsafe { Box::from_raw(store) });
+        }
+        Ok(())
+    });
+}
+
+/// Sets `key` to the `value_len` bytes at `value` (`value` may be NULL when `value_len` is 0).
+///
+/// # Safety
+/// `store` live handle or NULL; `key` NULL or NUL-terminated; `value` NULL or valid for `value_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_set(
+    store: *mut mcore_store,
+    key: *const c_char,
+    value: *const u8,
+    value_len: usize,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let key = unsafe { str_arg(key, "key") }?;
+        let value: &[u8] = if value_len == 0 {
+            &[]
+        } else if value.is_null() {
+            return Err(FfiError::invalid_arg(format!("value is NULL but value_len is {value_len}")));
+        } else {
+            // SAFETY: valid for value_len bytes per the contract.
+            unsafe { std::slice::from_raw_parts(value, value_len) }
+        };
+        Ok(h.store.set(key, value)?)
+    })
+}
+
+/// Copies the value of `key` into `buf`, waiting for the key up to the store timeout. Writes
+/// the value's length to `*out_len`; when `buf_len` is too small (query the size with `buf`
+/// NULL and `buf_len` 0) returns `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` = size needed.
+///
+/// # Safety
+/// `store` live handle or NULL; `key` NULL or NUL-terminated; `buf` NULL or valid for `buf_len`
+/// bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_get(
+    store: *mut mcore_store,
+    key: *const c_char,
+    buf: *mut u8,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let key = unsafe { str_arg(key, "key") }?;
+        let out_len = unsafe { out_arg(out_len, "out_len") }?;
+        if buf.is_null() && buf_len != 0 {
+            return Err(FfiError::invalid_arg(format!("buf is NULL but buf_len is {buf_len}")));
+        }
+        let v = h.store.get(key)?;
+        if v.len() > buf_len {
+            *out_len = v.len();
+            return Err(FfiError::new(
+                mcore_status::BufferTooSmall,
+                format!("value of key '{key}' has {} bytes, buffer has {buf_len}", v.len()),
+            ));
+        }
+        if !v.is_empty() {
+            // SAFETY: buf is non-NULL here (buf_len >= v.len() > 0) and valid for buf_len bytes.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len()) };
+        }
+        *out_len = v.len();
+        Ok(())
+    })
+}
+
+/// Adds `delta` to the integer counter under `key` (missing: 0); `*out_value` = the new value
+/// (`out_value` may be NULL).
+///
+/// # Safety
+/// `store` live handle or NULL; `key` NULL or NUL-terminated; `out_value` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_add(
+    store: *mut mcore_store,
+    key: *const c_char,
+    delta: i64,
+    out_value: *mut i64,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let key = unsafe { str_arg(key, "key") }?;
+        let now = h.store.add(key, delta)?;
+        // SAFETY: NULL or writable per the contract.
+        if let Some(out) = unsafe { out_value.as_mut() } {
+            *out = now;
+        }
+        Ok(())
+    })
+}
+
+/// Whether all `n_keys` keys exist now (no waiting).
+///
+/// # Safety
+/// `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings;
+/// `out_ready` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_check(
+    store: *mut mcore_store,
+    keys: *const *const c_char,
+    n_keys: usize,
+    out_ready: *mut bool,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let keys = unsafe { keys_arg(keys, n_keys) }?;
+        let out = unsafe { out_arg(out_ready, "out_ready") }?;
+        *out = h.store.check(&keys)?;
+        Ok(())
+    })
+}
+
+/// Waits until all `n_keys` keys exist, up to `timeout_ms` (0: the store's timeout). On
+/// timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys still missing.
+///
+/// # Safety
+/// `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_wait(
+    store: *mut mcore_store,
+    keys: *const *const c_char,
+    n_keys: usize,
+    timeout_ms: u64,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let keys = unsafe { keys_arg(keys, n_keys) }?;
+        let timeout = if timeout_ms == 0 { h.store.timeout() } else { Duration::from_millis(timeout_ms) };
+        Ok(h.store.wait(&keys, timeout)?)
+    })
+}
+
+/// Deletes `key`; `*out_deleted` = whether it existed (`out_deleted` may be NULL).
+///
+/// # Safety
+/// `store` live handle or NULL; `key` NULL or NUL-terminated; `out_deleted` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_delete_key(
+    store: *mut mcore_store,
+    key: *const c_char,
+    out_deleted: *mut bool,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let key = unsafe { str_arg(key, "key") }?;
+        let deleted = h.store.delete_key(key)?;
+        // SAFETY: NULL or writable per the contract.
+        if let Some(out) = unsafe { out_deleted.as_mut() } {
+            *out = deleted;
+        }
+        Ok(())
+    })
+}
+
+/// Number of keys in the whole underlying store (a prefixed view counts all keys).
+///
+/// # Safety
+/// `store` live handle or NULL; `out_count` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_store_num_keys(store: *mut mcore_store, out_count: *mut i64) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let out = unsafe { out_arg(out_count, "out_count") }?;
+        *out = h.store.num_keys()?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    #[test]
+    fn errors_map_to_statuses_and_raw_handles_round_trip() {
+        let t = FfiError::from(StoreError::Timeout { keys: vec!["a".into()], waited: Duration::from_secs(1) });
+        assert_eq!(t.status, mcore_status::Timeout);
+        assert!(t.message.contains("'a'"));
+        assert_eq!(FfiError::from(StoreError::Io("x".into())).status, mcore_status::Io);
+        assert_eq!(FfiError::from(StoreError::Protocol("x".into())).status, mcore_status::Protocol);
+        assert_eq!(FfiError::from(StoreError::InvalidArgument("x".into())).status, mcore_status::InvalidArgument);
+        assert_eq!(FfiError::from(StoreError::Closed("x".into())).status, mcore_status::PeerFailed);
+        let raw = store_into_raw(Arc::new(MemoryStore::default()));
+        let s = unsafe { store_arg(raw) }.unwrap();
+        s.set("k", b"v").unwrap();
+        let mut port = 0u16;
+        assert_eq!(unsafe { mcore_store_tcp_port(raw, &mut port) }, mcore_status::InvalidArgument);
+        let mut n = 0i64;
+        assert_eq!(unsafe { mcore_store_num_keys(raw, &mut n) }, mcore_status::Ok);
+        assert_eq!(n, 1);
+        unsafe { mcore_store_destroy(raw) };
+        assert!(unsafe { store_arg(std::ptr::null()) }.is_err());
+    }
+}

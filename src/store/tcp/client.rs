@@ -1,0 +1,306 @@
+//! The TCPStore client: one connection behind a mutex, requests as torch's client sends them
+//! (leading `/` on user keys, WAIT before GET, VALIDATE + PING after connecting).
+
+use super::server::TcpStoreServer;
+use super::wire::{self, Decoder, Encoder, Query, ReadError};
+use crate::store::{Store, StoreError};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// First pause between connection attempts; doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long to wait for WAIT_CANCELED after sending CANCEL_WAIT.
+const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Conn {
+    stream: TcpStream,
+    /// Set when the stream is out of step with the server (a reply never came): every later
+    /// call fails with this text instead of reading someone else's reply.
+    broken: Option<String>,
+}
+
+/// A client of a TCPStore server (ours or torch's).
+pub struct TcpStore {
+    conn: Mutex<Conn>,
+    peer: String,
+    timeout: Duration,
+    round_trips: AtomicU64,
+}
+
+/// A small pseudo-random jitter source (no security needed): the clock's nanoseconds mixed.
+fn jitter(max: Duration) -> Duration {
+    let n = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let x = (u64::from(n) ^ u64::from(std::process::id())).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    Duration::from_nanos(x % (max.as_nanos() as u64 + 1))
+}
+
+fn prefixed(key: &str) -> Result<String, StoreError> {
+    if key.is_empty() {
+        return Err(StoreError::InvalidArgument("store key must not be empty".into()));
+    }
+    let k = format!("/{key}");
+    wire::check_key(&k)?;
+    Ok(k)
+}
+
+fn io_err(peer: &str, what: &str, e: std::io::Error) -> StoreError {
+    StoreError::Io(format!("{what} {peer}: {e}"))
+}
+
+impl TcpStore {
+    /// Connect to the server at `host:port`, retrying with exponential backoff and jitter until
+    /// `timeout` has passed; `timeout` is also the store timeout of `get`.
+    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStore, StoreError> {
+        let peer = format!("{host}:{port}");
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let mut last_err = String::from("no attempt finished");
+        loop {
+            // Resolve on every attempt: a host name may appear in DNS only once its pod is up.
+            match (host, port).to_socket_addrs() {
+                Ok(addrs) => {
+                    for a in addrs.collect::<Vec<SocketAddr>>() {
+                        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                        match TcpStream::connect_timeout(&a, left) {
+                            Ok(stream) => return Self::handshake(stream, peer, timeout),
+                            Err(e) => last_err = e.to_string(),
+                        }
+                    }
+                }
+                Err(e) => last_err = format!("cannot resolve '{host}': {e}"),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Timeout {
+                    keys: vec![format!("<connect to store server {peer}: {last_err}>")],
+                    waited: start.elapsed(),
+                });
+            }
+            let pause = (backoff / 2 + jitter(backoff / 2)).min(deadline - now);
+            std::thread::sleep(pause);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Start a server on `host:port` (0: a free port) and connect a client to it (rank 0's side).
+    pub fn host(host: &str, port: u16, timeout: Duration) -> Result<(TcpStoreServer, TcpStore), StoreError> {
+        let server = TcpStoreServer::bind(host, port)?;
+        let ip = server.local_addr().ip();
+        let target = if ip.is_unspecified() { "127.0.0.1".to_string() } else { ip.to_string() };
+        let client = TcpStore::connect(&target, server.port(), timeout)?;
+        Ok((server, client))
+    }
+
+    fn handshake(stream: TcpStream, peer: String, timeout: Duration) -> Result<TcpStore, StoreError> {
+        stream.set_nodelay(true).map_err(|e| io_err(&peer, "set TCP_NODELAY on", e))?;
+        let store = TcpStore {
+            conn: Mutex::new(Conn { stream, broken: None }),
+            peer,
+            timeout,
+            round_trips: AtomicU64::new(0),
+        };
+        store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
+        let nonce = std::process::id();
+        let echo = store.call(&Encoder::query(Query::Ping).u32(nonce).finish(), |d| d.u32())?;
+        if echo != nonce {
+            return Err(StoreError::Protocol(format!(
+                "{} answered PING {nonce} with {echo}: not a TCPStore server?",
+                store.peer
+            )));
+        }
+        Ok(store)
+    }
+
+    /// The `host:port` this client talks to.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Request/response exchanges so far (a request without a reply counts as one).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Conn>, StoreError> {
+        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match &c.broken {
+            Some(why) => Err(StoreError::Closed(format!("connection to {} is unusable: {why}", self.peer))),
+            None => Ok(c),
+        }
+    }
+
+    fn write(&self, c: &mut Conn, msg: &[u8]) -> Result<(), StoreError> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        c.stream.write_all(msg).map_err(|e| {
+            c.broken = Some(format!("write failed: {e}"));
+            io_err(&self.peer, "writing to", e)
+        })
+    }
+
+    /// Read a reply with `f`, giving up after `limit`; a failure leaves the connection unusable.
+    fn read<T>(
+        &self,
+        c: &mut Conn,
+        limit: Duration,
+        f: impl FnOnce(&mut Decoder<&TcpStream>) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        c.stream.set_read_timeout(Some(limit.max(Duration::from_millis(1)))).map_err(ReadError::Io)?;
+        f(&mut Decoder::new(&c.stream))
+    }
+
+    fn fail(&self, c: &mut Conn, e: ReadError, what: &str, limit: Duration) -> StoreError {
+        c.broken = Some(format!("no complete reply to {what}"));
+        if e.is_timeout() {
+            return StoreError::Io(format!("no reply from {} to {what} within {:.1} s", self.peer, limit.as_secs_f64()));
+        }
+        e.into_store(&self.peer)
+    }
+
+    /// A request without a reply.
+    fn send(&self, msg: &[u8]) -> Result<(), StoreError> {
+        let mut c = self.lock()?;
+        self.write(&mut c, msg)
+    }
+
+    /// A request and its reply.
+    fn call<T>(&self, msg: &[u8], f: impl FnOnce(&mut Decoder<&TcpStream>) -> Result<T, ReadError>) -> Result<T, StoreError> {
+        let mut c = self.lock()?;
+        self.write(&mut c, msg)?;
+        let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));
+        self.read(&mut c, self.timeout, f).map_err(|e| self.fail(&mut c, e, &what, self.timeout))
+    }
+
+    /// WAIT for already-prefixed keys; `Ok(false)` when the time ran out (wait canceled).
+    fn wait_raw(&self, keys: &[String], timeout: Duration) -> Result<bool, StoreError> {
+        let mut c = self.lock()?;
+        self.write(&mut c, &Encoder::query(Query::Wait).keys(keys).finish())?;
+        match self.read(&mut c, timeout, |d| d.u8()) {
+            Ok(wire::STOP_WAITING) => return Ok(true),
+            Ok(other) => {
+                c.broken = Some(format!("WAIT answered {other}"));
+                return Err(StoreError::Protocol(format!("{} answered WAIT with {other}", self.peer)));
+            }
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(self.fail(&mut c, e, "WAIT", timeout)),
+        }
+        self.write(&mut c, &Encoder::query(Query::CancelWait).finish())?;
+        let canceled = self.read(&mut c, CANCEL_REPLY_TIMEOUT, |d| {
+            let first = d.u8()?;
+            // The keys may have appeared just before the cancel: STOP_WAITING then WAIT_CANCELED.
+            let second = if first == wire::STOP_WAITING { d.u8()? } else { first };
+            if second != wire::WAIT_CANCELED {
+                return Err(ReadError::Protocol(format!("CANCEL_WAIT answered {second}")));
+            }
+            Ok(first == wire::WAIT_CANCELED)
+        });
+        canceled.map(|c| !c).map_err(|e| self.fail(&mut c, e, "CANCEL_WAIT", CANCEL_REPLY_TIMEOUT))
+    }
+
+    fn check_raw(&self, keys: &[String]) -> Result<bool, StoreError> {
+        wire::check_count(keys.len())?;
+        let r = self.call(&Encoder::query(Query::Check).keys(keys).finish(), |d| d.u8())?;
+        match r {
+            wire::CHECK_READY => Ok(true),
+            wire::CHECK_NOT_READY => Ok(false),
+            x => Err(StoreError::Protocol(format!("{} answered CHECK with {x}", self.peer))),
+        }
+    }
+
+    /// Append `value` to the value of `key` (creates it when missing).
+    pub fn append(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let k = prefixed(key)?;
+        wire::check_value(key, value)?;
+        self.send(&Encoder::query(Query::Append).bytes(k.as_bytes()).bytes(value).finish())
+    }
+}
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let k = prefixed(key)?;
+        wire::check_value(key, value)?;
+        self.send(&Encoder::query(Query::Set).bytes(k.as_bytes()).bytes(value).finish())
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        self.wait(&[key], self.timeout)?;
+        let k = prefixed(key)?;
+        self.call(&Encoder::query(Query::Get).bytes(k.as_bytes()).finish(), |d| d.value())
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        let k = prefixed(key)?;
+        self.call(&Encoder::query(Query::Add).bytes(k.as_bytes()).i64(delta).finish(), |d| d.i64()).map_err(|e| match e {
+            StoreError::Closed(m) => StoreError::Closed(format!(
+                "{m} (on ADD to '{key}': the server drops a connection whose ADD hits a non-integer value or overflows)"
+            )),
+            other => other,
+        })
+    }
+
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let k = prefixed(key)?;
+        wire::check_value(key, expected)?;
+        wire::check_value(key, desired)?;
+        let msg = Encoder::query(Query::CompareSet).bytes(k.as_bytes()).bytes(expected).bytes(desired).finish();
+        self.call(&msg, |d| d.value())
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
+        self.check_raw(&ks)
+    }
+
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
+        wire::check_count(ks.len())?;
+        let start = Instant::now();
+        if self.wait_raw(&ks, timeout)? {
+            return Ok(());
+        }
+        let waited = start.elapsed();
+        let mut missing = Vec::new();
+        for (user, k) in keys.iter().zip(&ks) {
+            if !self.check_raw(std::slice::from_ref(k))? {
+                missing.push(user.to_string());
+            }
+        }
+        if missing.is_empty() {
+            return Ok(()); // they all arrived while the wait was being canceled
+        }
+        Err(StoreError::Timeout { keys: missing, waited })
+    }
+
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        let k = prefixed(key)?;
+        Ok(self.call(&Encoder::query(Query::DeleteKey).bytes(k.as_bytes()).finish(), |d| d.i64())? > 0)
+    }
+
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.call(&Encoder::query(Query::GetNumKeys).finish(), |d| d.i64())
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.wait(keys, self.timeout)?;
+        let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
+        self.call(&Encoder::query(Query::MultiGet).keys(&ks).finish(), |d| (0..ks.len()).map(|_| d.value()).collect())
+    }
+
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        wire::check_count(items.len())?;
+        let mut e = Encoder::query(Query::MultiSet).i64(items.len() as i64);
+        for (k, v) in items {
+            wire::check_value(k, v)?;
+            e = e.bytes(prefixed(k)?.as_bytes()).bytes(v);
+        }
+        self.send(&e.finish())
+    }
+}

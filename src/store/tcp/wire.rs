@@ -1,0 +1,315 @@
+//! The byte format of PyTorch c10d's TCPStore (REFERENCE.md §6): a `u8` query type followed by
+//! fields in host (little-endian) byte order; strings and blobs are `u64` length + bytes.
+//! Decoding enforces the libuv server's limits so a hostile peer cannot make us allocate freely.
+
+use crate::store::StoreError;
+use std::io::{ErrorKind, Read};
+
+/// Longest key accepted (bytes).
+pub const MAX_KEY_LEN: u64 = 8 * 1024;
+/// Longest value accepted (bytes).
+pub const MAX_VALUE_LEN: u64 = 8 * 1024 * 1024;
+/// Most keys in one request.
+pub const MAX_KEYS: u64 = 128 * 1024;
+/// Magic number of the VALIDATE query.
+pub const VALIDATE_MAGIC: u32 = 0x3C85_F7CE;
+
+/// `QueryType` of c10d (`TCPStoreBackend.hpp`).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Query {
+    Validate = 0,
+    Set = 1,
+    CompareSet = 2,
+    Get = 3,
+    Add = 4,
+    Check = 5,
+    Wait = 6,
+    GetNumKeys = 7,
+    DeleteKey = 8,
+    Append = 9,
+    MultiGet = 10,
+    MultiSet = 11,
+    CancelWait = 12,
+    Ping = 13,
+}
+
+impl Query {
+    /// The query for a type byte; `None` for types this implementation does not serve.
+    pub fn from_u8(b: u8) -> Option<Query> {
+        use Query::*;
+        const ALL: [Query; 14] = [
+            Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, Append, MultiGet, MultiSet,
+            CancelWait, Ping,
+        ];
+        ALL.into_iter().find(|q| *q as u8 == b)
+    }
+}
+
+/// `CheckResponseType::READY`.
+pub const CHECK_READY: u8 = 0;
+/// `CheckResponseType::NOT_READY`.
+pub const CHECK_NOT_READY: u8 = 1;
+/// `WaitResponseType::STOP_WAITING`.
+pub const STOP_WAITING: u8 = 0;
+/// `WaitResponseType::WAIT_CANCELED`.
+pub const WAIT_CANCELED: u8 = 1;
+
+/// A request or reply under construction.
+#[derive(Debug, Default, Clone)]
+pub struct Encoder {
+    buf: Vec<u8>,
+}
+
+impl Encoder {
+    /// A message starting with query type `q`.
+    pub fn query(q: Query) -> Self {
+        Encoder { buf: vec![q as u8] }
+    }
+    pub fn u8(mut self, v: u8) -> Self {
+        self.buf.push(v);
+        self
+    }
+    pub fn u32(mut self, v: u32) -> Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(mut self, v: u64) -> Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A string or blob: `u64` length + bytes.
+    pub fn bytes(self, v: &[u8]) -> Self {
+        let mut s = self.u64(v.len() as u64);
+        s.buf.extend_from_slice(v);
+        s
+    }
+    /// A key list: `u64` count + keys.
+    pub fn keys<S: AsRef<str>>(self, keys: &[S]) -> Self {
+        keys.iter().fold(self.u64(keys.len() as u64), |e, k| e.bytes(k.as_ref().as_bytes()))
+    }
+    pub fn finish(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// How a read failed: the peer closed the stream cleanly before a message, or something else.
+#[derive(Debug)]
+pub enum ReadError {
+    /// End of stream at a message boundary or inside one.
+    Eof,
+    /// A socket error (timeouts included: `WouldBlock`/`TimedOut`).
+    Io(std::io::Error),
+    /// A field violates a limit or is malformed.
+    Protocol(String),
+}
+
+impl ReadError {
+    /// Whether a socket read timeout expired.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ReadError::Io(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    }
+
+    /// As a store error, naming `peer`.
+    pub fn into_store(self, peer: &str) -> StoreError {
+        match self {
+            ReadError::Eof => StoreError::Closed(format!("connection to {peer} closed by the peer")),
+            ReadError::Io(e) => StoreError::Io(format!("reading from {peer}: {e}")),
+            ReadError::Protocol(m) => StoreError::Protocol(format!("from {peer}: {m}")),
+        }
+    }
+}
+
+/// Field readers over any byte stream, with limits.
+pub struct Decoder<R: Read> {
+    r: R,
+}
+
+impl<R: Read> Decoder<R> {
+    pub fn new(r: R) -> Self {
+        Decoder { r }
+    }
+
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.r
+    }
+
+    fn exact(&mut self, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.r.read_exact(buf).map_err(|e| match e.kind() {
+            ErrorKind::UnexpectedEof => ReadError::Eof,
+            _ => ReadError::Io(e),
+        })
+    }
+
+    pub fn u8(&mut self) -> Result<u8, ReadError> {
+        let mut b = [0u8; 1];
+        self.exact(&mut b)?;
+        Ok(b[0])
+    }
+    pub fn u32(&mut self) -> Result<u32, ReadError> {
+        let mut b = [0u8; 4];
+        self.exact(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    pub fn u64(&mut self) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        self.exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    pub fn i64(&mut self) -> Result<i64, ReadError> {
+        let mut b = [0u8; 8];
+        self.exact(&mut b)?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    fn blob(&mut self, limit: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+        let n = self.u64()?;
+        if n > limit {
+            return Err(ReadError::Protocol(format!("{what} of {n} bytes exceeds the limit of {limit} bytes")));
+        }
+        let mut v = vec![0u8; n as usize];
+        self.exact(&mut v)?;
+        Ok(v)
+    }
+
+    /// A value (≤ 8 MiB).
+    pub fn value(&mut self) -> Result<Vec<u8>, ReadError> {
+        self.blob(MAX_VALUE_LEN, "value")
+    }
+
+    /// A key as raw bytes (≤ 8 KiB), as the server keeps it.
+    pub fn key_bytes(&mut self) -> Result<Vec<u8>, ReadError> {
+        self.blob(MAX_KEY_LEN, "key")
+    }
+
+    /// Raw keys: count + keys.
+    pub fn keys_bytes(&mut self) -> Result<Vec<Vec<u8>>, ReadError> {
+        let n = self.count()?;
+        (0..n).map(|_| self.key_bytes()).collect()
+    }
+
+    /// A key (≤ 8 KiB, UTF-8).
+    pub fn key(&mut self) -> Result<String, ReadError> {
+        let b = self.key_bytes()?;
+        String::from_utf8(b).map_err(|e| ReadError::Protocol(format!("key is not UTF-8: {e}")))
+    }
+
+    /// A key count (≤ 128 K).
+    pub fn count(&mut self) -> Result<usize, ReadError> {
+        let n = self.u64()?;
+        if n > MAX_KEYS {
+            return Err(ReadError::Protocol(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
+        }
+        Ok(n as usize)
+    }
+
+    /// A key list: count + keys.
+    pub fn keys(&mut self) -> Result<Vec<String>, ReadError> {
+        let n = self.count()?;
+        (0..n).map(|_| self.key()).collect()
+    }
+}
+
+/// Check a key a caller wants to send against the server's limit.
+pub fn check_key(key: &str) -> Result<(), StoreError> {
+    if key.len() as u64 > MAX_KEY_LEN {
+        return Err(StoreError::InvalidArgument(format!(
+            "key of {} bytes exceeds the limit of {MAX_KEY_LEN} bytes",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Check a value a caller wants to send against the server's limit.
+pub fn check_value(key: &str, value: &[u8]) -> Result<(), StoreError> {
+    if value.len() as u64 > MAX_VALUE_LEN {
+        return Err(StoreError::InvalidArgument(format!(
+            "value of {} bytes for key '{key}' exceeds the limit of {MAX_VALUE_LEN} bytes",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Check a key count against the server's limit.
+pub fn check_count(n: usize) -> Result<(), StoreError> {
+    if n as u64 > MAX_KEYS {
+        return Err(StoreError::InvalidArgument(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_little_endian_with_u64_lengths() {
+        let m = Encoder::query(Query::Add).bytes(b"/k").i64(-2).finish();
+        let mut want = vec![4u8];
+        want.extend_from_slice(&2u64.to_le_bytes());
+        want.extend_from_slice(b"/k");
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        assert_eq!(m, want);
+        let v = Encoder::query(Query::Validate).u32(VALIDATE_MAGIC).finish();
+        assert_eq!(v, [0, 0xCE, 0xF7, 0x85, 0x3C]);
+        let w = Encoder::query(Query::Wait).keys(&["/a", "/bc"]).finish();
+        assert_eq!(w.len(), 1 + 8 + 8 + 2 + 8 + 3);
+        assert_eq!(w[0], 6);
+        assert_eq!(&w[1..9], &2u64.to_le_bytes());
+    }
+
+    #[test]
+    fn decodes_what_it_encodes() {
+        let m = Encoder::default().keys(&["/x", "/yy"]).bytes(b"val").i64(i64::MIN).u32(7).u8(1).finish();
+        let mut d = Decoder::new(m.as_slice());
+        assert_eq!(d.keys().unwrap(), ["/x", "/yy"]);
+        assert_eq!(d.value().unwrap(), b"val");
+        assert_eq!(d.i64().unwrap(), i64::MIN);
+        assert_eq!(d.u32().unwrap(), 7);
+        assert_eq!(d.u8().unwrap(), 1);
+        assert!(matches!(d.u8(), Err(ReadError::Eof)));
+    }
+
+    #[test]
+    fn every_query_byte_round_trips_and_unknown_is_none() {
+        for b in 0..=13u8 {
+            assert_eq!(Query::from_u8(b).unwrap() as u8, b);
+        }
+        assert_eq!(Query::from_u8(14), None);
+        assert_eq!(Query::from_u8(255), None);
+    }
+
+    #[test]
+    fn limits_are_protocol_errors() {
+        let long_key = Encoder::default().u64(MAX_KEY_LEN + 1).finish();
+        match Decoder::new(long_key.as_slice()).key() {
+            Err(ReadError::Protocol(m)) => assert!(m.contains("8193"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let big_value = Encoder::default().u64(MAX_VALUE_LEN + 1).finish();
+        assert!(matches!(Decoder::new(big_value.as_slice()).value(), Err(ReadError::Protocol(_))));
+        let many = Encoder::default().u64(MAX_KEYS + 1).finish();
+        assert!(matches!(Decoder::new(many.as_slice()).keys(), Err(ReadError::Protocol(_))));
+        let bad_utf8 = Encoder::default().bytes(&[0xff, 0xfe]).finish();
+        assert!(matches!(Decoder::new(bad_utf8.as_slice()).key(), Err(ReadError::Protocol(_))));
+        let e = ReadError::Protocol("x".into()).into_store("h:1");
+        assert!(matches!(e, StoreError::Protocol(m) if m.contains("h:1")));
+        assert!(check_key(&"k".repeat(8193)).is_err() && check_key(&"k".repeat(8192)).is_ok());
+        assert!(check_value("k", &vec![0; (MAX_VALUE_LEN + 1) as usize]).is_err());
+        assert!(check_count(131_073).is_err() && check_count(131_072).is_ok());
+    }
+
+    #[test]
+    fn truncated_blob_is_eof() {
+        let m = Encoder::default().u64(10).finish();
+        let mut with_part = m.clone();
+        with_part.extend_from_slice(b"abc");
+        assert!(matches!(Decoder::new(with_part.as_slice()).value(), Err(ReadError::Eof)));
+    }
+}

@@ -1,0 +1,334 @@
+//! The TCP store over loopback: every operation client↔server, threads and processes meeting
+//! at a rendezvous, wait timeouts, bind/connect errors, and no leaked descriptors or threads.
+
+use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
+use mcore_init::store::{PrefixStore, Store, StoreError, TcpStore, TcpStoreServer};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(20);
+
+fn pair() -> (TcpStoreServer, TcpStore) {
+    TcpStore::host("127.0.0.1", 0, T).expect("host a store")
+}
+
+#[test]
+fn every_operation_between_client_and_server() {
+    let (server, s) = pair();
+    assert!(server.port() > 0);
+    s.set("a", b"1").unwrap();
+    assert_eq!(s.get("a").unwrap(), b"1");
+    s.set("a", b"").unwrap();
+    assert_eq!(s.get("a").unwrap(), b"");
+    assert_eq!(s.add("n", 5).unwrap(), 5);
+    assert_eq!(s.add("n", -7).unwrap(), -2);
+    assert_eq!(s.get("n").unwrap(), b"-2");
+    assert_eq!(s.compare_set("c", b"x", b"y").unwrap(), b"x");
+    assert!(!s.check(&["c"]).unwrap());
+    assert_eq!(s.compare_set("c", b"", b"y").unwrap(), b"y");
+    assert_eq!(s.compare_set("c", b"z", b"w").unwrap(), b"y");
+    assert_eq!(s.compare_set("c", b"y", b"w").unwrap(), b"w");
+    assert!(s.check(&["a", "n", "c"]).unwrap());
+    assert!(!s.check(&["a", "missing"]).unwrap());
+    s.wait(&["a", "n"], Duration::from_secs(1)).unwrap();
+    assert_eq!(s.num_keys().unwrap(), 3);
+    assert!(s.delete_key("c").unwrap());
+    assert!(!s.delete_key("c").unwrap());
+    assert_eq!(s.num_keys().unwrap(), 2);
+    s.append("log", b"ab").unwrap();
+    s.append("log", b"cd").unwrap();
+    assert_eq!(s.get("log").unwrap(), b"abcd");
+    s.multi_set(&[("m1", b"x"), ("m2", b"yy")]).unwrap();
+    assert_eq!(s.multi_get(&["m2", "m1", "a"]).unwrap(), vec![b"yy".to_vec(), b"x".to_vec(), vec![]]);
+    let big = vec![7u8; 1 << 20];
+    s.set("big", &big).unwrap();
+    assert_eq!(s.get("big").unwrap(), big);
+    // A counter on a non-integer drops the connection with a message naming the key.
+    s.set("text", b"abc").unwrap();
+    match s.add("text", 1) {
+        Err(StoreError::Closed(m)) => assert!(m.contains("'text'"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(s.get("a"), Err(StoreError::Closed(_))));
+    assert!(matches!(s.set("", b"x"), Err(StoreError::InvalidArgument(_))));
+}
+
+#[test]
+fn client_sends_torch_keys_and_counts_round_trips() {
+    let (server, s) = pair();
+    let after_connect = s.round_trips();
+    assert_eq!(after_connect, 2, "VALIDATE + PING");
+    s.set("k", b"v").unwrap(); // 1
+    s.get("k").unwrap(); // WAIT + GET
+    s.add("n", 1).unwrap(); // 1
+    s.multi_get(&["k", "n"]).unwrap(); // WAIT + MULTI_GET
+    assert_eq!(s.round_trips() - after_connect, 6);
+    // Keys carry the leading '/' on the wire: a raw GET of "/k" finds the value.
+    let mut raw = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    raw.write_all(&Encoder::query(Query::Validate).u32(VALIDATE_MAGIC).finish()).unwrap();
+    raw.write_all(&Encoder::query(Query::Get).bytes(b"/k").finish()).unwrap();
+    let mut reply = [0u8; 9];
+    raw.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..8], &1u64.to_le_bytes());
+    assert_eq!(reply[8], b'v');
+    // A raw ADD is stored as ASCII decimal.
+    raw.write_all(&Encoder::query(Query::Add).bytes(b"/n").i64(41).finish()).unwrap();
+    let mut n = [0u8; 8];
+    raw.read_exact(&mut n).unwrap();
+    assert_eq!(i64::from_le_bytes(n), 42);
+    assert_eq!(s.get("n").unwrap(), b"42");
+}
+
+#[test]
+fn a_bad_validate_magic_closes_only_that_connection() {
+    let (server, s) = pair();
+    let mut raw = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    raw.set_read_timeout(Some(T)).unwrap();
+    raw.write_all(&Encoder::query(Query::Validate).u32(0xdead_beef).finish()).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(raw.read(&mut buf).unwrap(), 0, "server closes the connection");
+    s.set("still", b"ok").unwrap();
+    assert_eq!(s.get("still").unwrap(), b"ok");
+}
+
+#[test]
+fn prefix_store_over_tcp_matches_torch_key_layout() {
+    let (server, s) = pair();
+    let base: Arc<dyn Store> = Arc::new(s);
+    let pg = PrefixStore::new("default_pg", base.clone());
+    pg.set("0", b"id").unwrap();
+    assert_eq!(base.get("default_pg/0").unwrap(), b"id");
+    let mut raw = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let keys = Encoder::query(Query::Check).keys(&["/default_pg/0"]).finish();
+    raw.write_all(&keys).unwrap();
+    let mut r = [9u8; 1];
+    raw.read_exact(&mut r).unwrap();
+    assert_eq!(r[0], 0, "READY");
+    match pg.wait(&["0", "1"], Duration::from_millis(50)) {
+        Err(StoreError::Timeout { keys, .. }) => assert_eq!(keys, ["1"]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn eight_threads_rendezvous_with_their_own_clients() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let threads: Vec<_> = (0..8)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let s = TcpStore::connect("127.0.0.1", port, T).unwrap();
+                s.set(&format!("rank/{rank}"), rank.to_string().as_bytes()).unwrap();
+                let arrived = s.add("arrived", 1).unwrap();
+                if arrived == 8 {
+                    s.set("all_here", b"1").unwrap();
+                }
+                s.wait(&["all_here"], T).unwrap();
+                let keys: Vec<String> = (0..8).map(|r| format!("rank/{r}")).collect();
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let vals = s.multi_get(&refs).unwrap();
+                (arrived, vals)
+            })
+        })
+        .collect();
+    let mut counts: Vec<i64> = Vec::new();
+    for t in threads {
+        let (arrived, vals) = t.join().unwrap();
+        counts.push(arrived);
+        let want: Vec<Vec<u8>> = (0..8).map(|r: i32| r.to_string().into_bytes()).collect();
+        assert_eq!(vals, want);
+    }
+    counts.sort();
+    assert_eq!(counts, (1..=8).collect::<Vec<i64>>());
+}
+
+const CHILD_ENV: &str = "MCORE_STORE_TCP_CHILD_PORT";
+
+/// Child mode of `multi_process_rendezvous`: runs only inside the processes it spawns.
+#[test]
+fn child_process_worker() {
+    let Ok(port) = std::env::var(CHILD_ENV) else { return };
+    let rank: u32 = std::env::var("MCORE_STORE_TCP_CHILD_RANK").unwrap().parse().unwrap();
+    let s = TcpStore::connect("127.0.0.1", port.parse().unwrap(), T).unwrap();
+    let n = s.add("counter", 1).unwrap();
+    let go = s.get("go").unwrap();
+    s.set(&format!("result/{rank}"), format!("{}:{}:{n}", std::process::id(), String::from_utf8(go).unwrap()).as_bytes())
+        .unwrap();
+}
+
+#[test]
+fn multi_process_rendezvous() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let (_server, s) = pair();
+    let port = _server.port();
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..4)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child_process_worker", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, port.to_string())
+                .env("MCORE_STORE_TCP_CHILD_RANK", rank.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    s.wait(&["counter"], T).unwrap();
+    let deadline = Instant::now() + T;
+    while s.get("counter").unwrap() != b"4" {
+        assert!(Instant::now() < deadline, "children did not all add within {T:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.set("go", b"now").unwrap();
+    let keys: Vec<String> = (0..4).map(|r| format!("result/{r}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    s.wait(&refs, T).unwrap();
+    let mut pids = Vec::new();
+    let mut ns = Vec::new();
+    for v in s.multi_get(&refs).unwrap() {
+        let text = String::from_utf8(v).unwrap();
+        let parts: Vec<&str> = text.split(':').collect();
+        assert_eq!(parts[1], "now");
+        pids.push(parts[0].parse::<u32>().unwrap());
+        ns.push(parts[2].parse::<i64>().unwrap());
+    }
+    for c in &mut children {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                assert!(st.success(), "child failed: {st}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "child did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 4, "four distinct processes");
+    assert!(!pids.contains(&std::process::id()));
+    ns.sort();
+    assert_eq!(ns, [1, 2, 3, 4]);
+}
+
+#[test]
+fn wait_timeout_names_exactly_the_missing_keys() {
+    let (_server, s) = pair();
+    s.set("here", b"1").unwrap();
+    let t0 = Instant::now();
+    match s.wait(&["here", "gone1", "gone2"], Duration::from_millis(200)) {
+        Err(StoreError::Timeout { keys, waited }) => {
+            assert_eq!(keys, ["gone1", "gone2"]);
+            assert!(waited >= Duration::from_millis(200) && t0.elapsed() < T);
+            let text = StoreError::Timeout { keys, waited }.to_string();
+            assert!(text.contains("'gone1'") && !text.contains("'here'"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The connection stays usable after a canceled wait, and a later set wakes a new wait.
+    let s = Arc::new(s);
+    let waiter = {
+        let s = s.clone();
+        std::thread::spawn(move || s.get("gone1"))
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let other = TcpStore::connect("127.0.0.1", _server.port(), T).unwrap();
+    other.set("gone1", b"late").unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), b"late");
+}
+
+#[test]
+fn port_in_use_is_an_invalid_argument_naming_the_port() {
+    let first = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = first.port();
+    match TcpStoreServer::bind("127.0.0.1", port) {
+        Err(StoreError::InvalidArgument(m)) => assert!(m.contains(&format!("port {port} is already in use")), "{m}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("second bind on {port} succeeded"),
+    }
+}
+
+#[test]
+fn connect_to_a_port_nobody_serves_times_out_naming_it() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    match TcpStore::connect("127.0.0.1", port, Duration::from_millis(300)) {
+        Err(e @ StoreError::Timeout { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("connected to a closed port"),
+    }
+}
+
+#[test]
+fn a_client_retries_until_the_server_appears() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let client = std::thread::spawn(move || TcpStore::connect("127.0.0.1", port, T));
+    std::thread::sleep(Duration::from_millis(100));
+    let _server = TcpStoreServer::bind("127.0.0.1", port).unwrap();
+    let s = client.join().unwrap().unwrap();
+    s.set("x", b"y").unwrap();
+    assert_eq!(s.get("x").unwrap(), b"y");
+}
+
+#[test]
+fn dropped_server_closes_clients() {
+    let (server, s) = pair();
+    s.set("x", b"1").unwrap();
+    drop(server);
+    assert!(matches!(s.num_keys(), Err(StoreError::Closed(_) | StoreError::Io(_))));
+}
+
+fn count_dir(path: &str) -> usize {
+    std::fs::read_dir(path).unwrap().count()
+}
+
+#[test]
+fn no_descriptor_or_thread_outlives_a_server() {
+    // Other tests run in parallel threads of this process: use a child process for a clean count.
+    if std::env::var("MCORE_STORE_TCP_LEAK_CHILD").is_err() {
+        let st = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "no_descriptor_or_thread_outlives_a_server", "--nocapture", "--test-threads=1"])
+            .env("MCORE_STORE_TCP_LEAK_CHILD", "1")
+            .status()
+            .unwrap();
+        assert!(st.success(), "leak check child failed: {st}");
+        return;
+    }
+    let cycle = || {
+        let (server, s) = pair();
+        let other = TcpStore::connect("127.0.0.1", server.port(), T).unwrap();
+        s.set("k", b"v").unwrap();
+        assert_eq!(other.get("k").unwrap(), b"v");
+        // A wait still parked when the server goes away.
+        let _ = other.wait(&["never"], Duration::from_millis(1));
+        drop(other);
+        drop(s);
+        drop(server);
+    };
+    cycle(); // warm up lazily created process resources
+    let (fds, tasks) = (count_dir("/proc/self/fd"), count_dir("/proc/self/task"));
+    for _ in 0..20 {
+        cycle();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = (count_dir("/proc/self/fd"), count_dir("/proc/self/task"));
+        if now == (fds, tasks) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "fds/threads before {:?}, after {:?}", (fds, tasks), now);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
