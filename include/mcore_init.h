@@ -344,6 +344,50 @@ typedef struct mcore_topology_config {
 } mcore_topology_config;
 
 /**
+ * What `mcore_initialize` brings up. Fill with `mcore_init_args_init`, then set what differs.
+ */
+typedef struct mcore_init_args {
+  /**
+   * `sizeof(mcore_init_args)` as compiled by the caller (set by the init function).
+   */
+  size_t struct_size;
+  /**
+   * The parallel layout; the world size comes from the environment (RANK, WORLD_SIZE, ...).
+   */
+  struct mcore_topology_config topology;
+  /**
+   * Backend: "gloo" (default when NULL), "nccl", a registered name, or a plugin `.so` path.
+   */
+  const char *backend;
+  /**
+   * Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else 300 s.
+   */
+  uint64_t timeout_ms;
+  /**
+   * Verify every communicator with an all-reduce the layout predicts (default true).
+   */
+  bool verify;
+} mcore_init_args;
+
+/**
+ * Where a rank sits in one group.
+ */
+typedef struct mcore_group_info {
+  /**
+   * Index of the group among the groups of its kind (creation order, same on every rank).
+   */
+  uint64_t index;
+  /**
+   * The rank's group rank (index in the ascending member list).
+   */
+  uint32_t rank;
+  /**
+   * Number of members.
+   */
+  uint32_t size;
+} mcore_group_info;
+
+/**
  * The sizes of a layout, derived ones included.
  */
 typedef struct mcore_topology_sizes {
@@ -366,24 +410,6 @@ typedef struct mcore_topology_sizes {
   uint32_t expert_dp;
   uint32_t dist_opt_instances;
 } mcore_topology_sizes;
-
-/**
- * Where a rank sits in one group.
- */
-typedef struct mcore_group_info {
-  /**
-   * Index of the group among the groups of its kind (creation order, same on every rank).
-   */
-  uint64_t index;
-  /**
-   * The rank's group rank (index in the ascending member list).
-   */
-  uint32_t rank;
-  /**
-   * Number of members.
-   */
-  uint32_t size;
-} mcore_group_info;
 
 /**
  * A rank's pipeline place; next/prev wrap around the ring.
@@ -949,6 +975,124 @@ mcore_status mcore_store_delete_key(struct mcore_store *store, const char *key, 
  * `store` live handle or NULL; `out_count` NULL or writable.
  */
 mcore_status mcore_store_num_keys(struct mcore_store *store, int64_t *out_count);
+
+/**
+ * Fill `args` with defaults (layout all ones, Gloo, default timeout, verification on).
+ *
+ * # Safety
+ * `args` is NULL or writable for `sizeof(mcore_init_args)` bytes.
+ */
+mcore_status mcore_init_args_init(struct mcore_init_args *args);
+
+/**
+ * Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
+ * every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
+ * ranks), create one communicator per group this rank is in, verify them.
+ * Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
+ * true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
+ *
+ * # Safety
+ * `args` points to an `mcore_init_args` filled by `mcore_init_args_init`; `out_already` is
+ * NULL or writable.
+ */
+mcore_status mcore_initialize(const struct mcore_init_args *args, bool *out_already);
+
+/**
+ * Tear down communicators, the store client and (on rank 0) the store server. Succeeds when
+ * nothing is initialized. Afterwards `mcore_initialize` works again.
+ */
+mcore_status mcore_destroy(void);
+
+/**
+ * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+ */
+bool mcore_is_initialized(void);
+
+/**
+ * This process's global rank and the world size.
+ *
+ * # Safety
+ * The out-pointers are writable.
+ */
+mcore_status mcore_runtime_world(uint32_t *out_rank, uint32_t *out_world_size);
+
+/**
+ * This rank's group of `kind` (an `mcore_group_kind` value): index, group rank, size.
+ * `MCORE_STATUS_NOT_MEMBER` when the rank is in no group of that kind (e.g. embedding).
+ *
+ * # Safety
+ * `out` is writable.
+ */
+mcore_status mcore_runtime_group(int32_t kind, struct mcore_group_info *out);
+
+/**
+ * The global ranks of this rank's group of `kind`, ascending, into `buf` (`len` entries);
+ * `*out_len` = the group size (also when the buffer is too small: BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_group_ranks(int32_t kind, uint32_t *buf, size_t len, size_t *out_len);
+
+/**
+ * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
+ * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `out_comm` is writable.
+ */
+mcore_status mcore_runtime_communicator(int32_t kind, void **out_comm);
+
+/**
+ * Sum `count` int64 values element-wise over this rank's group of `kind`, in place.
+ *
+ * # Safety
+ * `values` is writable for `count` entries.
+ */
+mcore_status mcore_runtime_allreduce_sum_i64(int32_t kind, int64_t *values, size_t count);
+
+/**
+ * Wait until every member of this rank's group of `kind` arrives.
+ */
+mcore_status mcore_runtime_barrier(int32_t kind);
+
+/**
+ * Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_last_rank(void);
+
+/**
+ * Global rank of the next pipeline stage (wraps around); -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_next_rank(void);
+
+/**
+ * Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_prev_rank(void);
+
+/**
+ * Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
+ */
+int32_t mcore_get_virtual_pipeline_model_parallel_world_size(void);
+
+/**
+ * Whether this rank is on the first pipeline stage (and on virtual stage 0 when `vp_stage` is
+ * given): 1, 0, or -1 on error.
+ */
+int32_t mcore_is_pipeline_first_stage(int32_t vp_stage);
+
+/**
+ * Whether this rank is on the last pipeline stage (and on the last virtual stage when
+ * `vp_stage` is given): 1, 0, or -1 on error.
+ */
+int32_t mcore_is_pipeline_last_stage(int32_t vp_stage);
+
+/**
+ * Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
+ */
+int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
 
 /**
  * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and

@@ -274,8 +274,11 @@ fn run(args: &[String]) -> Result<String, String> {
     Ok(out)
 }
 
+/// One rank's named stream seeds, `default` first.
+type RankSeeds = (u32, Vec<(String, u64)>);
+
 /// Named stream seeds of one rank, or of every rank of the layout.
-fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<(u32, Vec<(String, u64)>)>, String> {
+fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<RankSeeds>, String> {
     let ranks: Vec<u32> = match rank {
         Some(r) => vec![r],
         None => (0..t.world_size()).map(|r| t.rank_offset() + r).collect(),

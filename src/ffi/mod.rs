@@ -11,6 +11,7 @@ pub mod rng;
 pub mod status;
 pub mod store;
 pub mod os;
+pub mod runtime;
 pub mod topology;
 pub mod version;
 pub mod backend;

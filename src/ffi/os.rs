@@ -16,3 +16,27 @@ pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
 }
 
 pub use libc::{SIGKILL, SIGTERM};
+
+/// Seconds from this process's start to now (from /proc: start time in clock ticks since boot
+/// and the system uptime), so that a measurement includes loading and everything before main.
+pub fn seconds_since_process_start() -> std::io::Result<f64> {
+    // SAFETY: sysconf takes and returns plain integers.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks <= 0 {
+        return Err(std::io::Error::other("sysconf(_SC_CLK_TCK) failed"));
+    }
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Field 22 (starttime) counts from after the ')' closing the command name.
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let start: f64 = after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| std::io::Error::other("cannot parse /proc/self/stat"))?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")?
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| std::io::Error::other("cannot parse /proc/uptime"))?;
+    Ok((uptime - start / ticks as f64).max(0.0))
+}

@@ -49,7 +49,7 @@ pub enum mcore_group_kind {
 
 const HCP_BASE: i32 = mcore_group_kind::HierarchicalContextParallel as i32;
 
-fn kind_from_c(kind: i32) -> Result<GroupKind, FfiError> {
+pub(crate) fn kind_from_c(kind: i32) -> Result<GroupKind, FfiError> {
     if kind >= HCP_BASE {
         return Ok(GroupKind::HierarchicalContextParallel((kind - HCP_BASE) as u32));
     }
@@ -202,7 +202,7 @@ impl From<TopologyError> for FfiError {
 }
 
 /// The caller's `user_data` and its finalizer, shared by the callbacks of one topology.
-struct UserData {
+pub(crate) struct UserData {
     ptr: *mut c_void,
     free: mcore_user_data_free_fn,
 }
@@ -263,7 +263,7 @@ fn optional_field(name: &str, v: i32) -> Result<Option<u32>, FfiError> {
 /// Copy the caller's struct (of the caller's `struct_size`) over our defaults.
 ///
 /// SAFETY: `cfg` is non-NULL and readable for `struct_size` bytes (checked against ours).
-unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mcore_topology_config, FfiError> {
+pub(crate) unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mcore_topology_config, FfiError> {
     // SAFETY: struct_size is the first field; the caller's struct has at least that.
     let given = unsafe { std::ptr::read_unaligned(cfg.cast::<usize>()) };
     let ours = std::mem::size_of::<mcore_topology_config>();
@@ -287,7 +287,7 @@ unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mcore_topolog
 
 /// Translate a C config into the Rust one; `user` receives the shared user data when callbacks
 /// are given (dropped, without calling the finalizer, when translation fails).
-fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig, Option<Arc<UserData>>), FfiError> {
+pub(crate) fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig, Option<Arc<UserData>>), FfiError> {
     let order = if c.order.is_null() {
         crate::topology::DEFAULT_ORDER.to_string()
     } else {
@@ -356,8 +356,6 @@ fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     Ok(&unsafe { &*t.cast::<Handle>() }.topology)
 }
 
-
-/// Copy `ranks` into the caller's buffer; BUFFER_TOO_SMALL sets `*out_len` to the need.
 
 fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::Membership, FfiError> {
     let kind = kind_from_c(kind)?;

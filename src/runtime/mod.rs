@@ -4,7 +4,17 @@
 pub mod checkin;
 pub mod comm;
 pub mod env;
+pub mod error;
 pub mod groups;
+mod init;
 pub mod settings;
+mod store_setup;
 
 pub use env::{EnvError, LaunchEnv, LauncherKind};
+pub use error::RuntimeError;
+pub use groups::{GroupPlan, LiveGroup};
+pub use init::{
+    default_factory, destroy, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
+    with_runtime, BackendResolver, InitArgs, InitTimings, Runtime, DEFAULT_INIT_TIMEOUT,
+};
+pub use settings::InitOutcome;

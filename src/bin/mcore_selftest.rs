@@ -1,0 +1,181 @@
+//! `mcore-selftest [layout flags] [--backend gloo|nccl|PATH] [--timeout SECONDS]`
+//!
+//! A worker: initializes from the launcher's environment (mcore-launch or torchrun), verifies
+//! every communicator of every group kind with an all-reduce whose result the layout predicts,
+//! checks that a second initialize with the same settings is a no-op, prints one JSON line
+//! (`{"rank", "ok", "groups", "init_seconds", ...}`) and exits non-zero on any failure.
+
+use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
+use mcore_init::ffi::os::seconds_since_process_start;
+use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
+use mcore_init::topology::TopologyConfig;
+use serde_json::{json, Value};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn usage() -> String {
+    format!("usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS] [--cycles N]")
+}
+
+/// Test hook: the rank named here exits right after initializing, as if it crashed after the
+/// rendezvous; the others must fail with an error, not hang.
+const EXIT_AFTER_INIT_ENV: &str = "MCORE_SELFTEST_EXIT_AFTER_INIT";
+
+struct Options {
+    init: InitArgs,
+    /// init → verify → destroy this many times; open fds and threads are compared between the
+    /// end of the first and of the last cycle.
+    cycles: u32,
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+    let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
+    let mut cycles = 1;
+    init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
+    let mut flags = Flags::new(args);
+    while let Some((flag, inline)) = flags.next() {
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--backend" => init.backend = flags.value(flag, inline)?.to_string(),
+            "--cycles" => {
+                cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
+                if cycles == 0 {
+                    return Err("--cycles: must be at least 1".into());
+                }
+            }
+            "--timeout" => {
+                let v = flags.value(flag, inline)?;
+                let secs = v.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0);
+                init.timeout = Duration::from_secs_f64(
+                    secs.ok_or_else(|| format!("--timeout: '{v}' is not a positive number of seconds"))?,
+                );
+            }
+            _ if is_layout_flag(flag) => {
+                layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
+            }
+            _ => return Err(format!("unknown option '{flag}'")),
+        }
+    }
+    Ok(Some(Options { init, cycles }))
+}
+
+/// Open file descriptors and threads of this process.
+fn fds_and_threads() -> (usize, usize) {
+    let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+    (count("/proc/self/fd"), count("/proc/self/task"))
+}
+
+/// All-reduce `[rank, 1]` over every kind's communicator (aliased kinds included) and compare
+/// with the members the topology lists for that kind.
+fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
+    for g in &rt.groups {
+        let mut values = [rt.env.rank as i64, 1];
+        let mut comm = g.comm.lock().map_err(|_| format!("{}: communicator lock poisoned", g.plan.kind))?;
+        comm.allreduce_sum_i64(&mut values).map_err(|e| format!("{}/{}: all-reduce failed: {e}", g.plan.kind, g.plan.index))?;
+        let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
+        if values != want {
+            return Err(format!(
+                "{}/{}: all-reduce of [rank, 1] gave {values:?}, layout predicts {want:?} (members {:?})",
+                g.plan.kind, g.plan.index, g.plan.members
+            ));
+        }
+    }
+    Ok(rt.groups.len())
+}
+
+fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value {
+    let t = rt.timings;
+    json!({
+        "rank": rt.env.rank,
+        "world_size": rt.env.world_size,
+        "ok": true,
+        "backend": rt.backend_name,
+        "groups": checked,
+        "communicators": rt.communicators,
+        "init_seconds": init_seconds,
+        "ready_since_process_start_s": ready,
+        "store_round_trips": rt.store_round_trips(),
+        "phases_s": {
+            "store": t.store.as_secs_f64(), "checkin": t.checkin.as_secs_f64(),
+            "groups": t.groups.as_secs_f64(), "verify": t.verify.as_secs_f64(),
+        },
+        "kinds": rt.groups.iter().map(|g| g.plan.kind.clone()).collect::<Vec<_>>(),
+    })
+}
+
+/// One cycle: initialize, check idempotence, verify every kind, destroy.
+fn cycle(args: &InitArgs) -> Result<Value, String> {
+    let start = Instant::now();
+    runtime::initialize(args.clone()).map_err(|e| e.to_string())?;
+    let init_seconds = start.elapsed().as_secs_f64();
+    let ready = seconds_since_process_start().unwrap_or(f64::NAN);
+    let me = std::env::var("RANK").ok();
+    if me.is_some() && std::env::var(EXIT_AFTER_INIT_ENV).ok() == me {
+        eprintln!("mcore-selftest: exiting right after init ({EXIT_AFTER_INIT_ENV})");
+        std::process::exit(3);
+    }
+    match runtime::initialize(args.clone()) {
+        Ok(InitOutcome::AlreadyUp) => {}
+        other => return Err(format!("a second initialize with the same settings was not a no-op: {other:?}")),
+    }
+    let line = runtime::with_runtime(|rt| verify_every_kind(rt).map(|n| report(rt, init_seconds, ready, n)))
+        .map_err(|e| e.to_string())??;
+    runtime::destroy().map_err(|e| e.to_string())?;
+    Ok(line)
+}
+
+fn run(opts: &Options) -> Result<Value, String> {
+    let mut line = cycle(&opts.init)?;
+    if opts.cycles > 1 {
+        let first = fds_and_threads();
+        for _ in 1..opts.cycles {
+            line = cycle(&opts.init)?;
+        }
+        // Threads of a torn-down runtime may take a moment to be reaped.
+        let mut last = fds_and_threads();
+        for _ in 0..100 {
+            if last.0 <= first.0 && last.1 <= first.1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            last = fds_and_threads();
+        }
+        line["cycles"] = json!(opts.cycles);
+        line["fds"] = json!([first.0, last.0]);
+        line["threads"] = json!([first.1, last.1]);
+        if last.0 > first.0 || last.1 > first.1 {
+            return Err(format!(
+                "leak across {} init/destroy cycles: fds {} -> {}, threads {} -> {}",
+                opts.cycles, first.0, last.0, first.1, last.1
+            ));
+        }
+    }
+    Ok(line)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match parse_args(&argv) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(msg) => {
+            eprintln!("mcore-selftest: {msg}\n{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
+            println!("{}", json!({"rank": rank, "ok": false, "error": msg}));
+            eprintln!("mcore-selftest: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! `mcore_initialize` / `mcore_destroy`, the per-kind group and communicator queries of the
+//! initialized process, and Megatron-Core-style getters (`mcore_get_tensor_model_parallel_rank`).
+
+use super::args::{fill_ranks, out_ptr, slice_out, str_arg};
+use super::topology::{config_from_c, kind_from_c, mcore_group_info, mcore_topology_config, read_config, UserData};
+use super::{ffi_guard, mcore_status, FfiError};
+use crate::runtime::{self, InitArgs, InitOutcome, LiveGroup, Runtime};
+use crate::topology::GroupKind;
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What `mcore_initialize` brings up. Fill with `mcore_init_args_init`, then set what differs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct mcore_init_args {
+    /// `sizeof(mcore_init_args)` as compiled by the caller (set by the init function).
+    pub struct_size: usize,
+    /// The parallel layout; the world size comes from the environment (RANK, WORLD_SIZE, ...).
+    pub topology: mcore_topology_config,
+    /// Backend: "gloo" (default when NULL), "nccl", a registered name, or a plugin `.so` path.
+    pub backend: *const c_char,
+    /// Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else 300 s.
+    pub timeout_ms: u64,
+    /// Verify every communicator with an all-reduce the layout predicts (default true).
+    pub verify: bool,
+}
+
+impl Default for mcore_init_args {
+    fn default() -> Self {
+        mcore_init_args {
+            struct_size: std::mem::size_of::<Self>(),
+            topology: mcore_topology_config::default(),
+            backend: std::ptr::null(),
+            timeout_ms: 0,
+            verify: true,
+        }
+    }
+}
+
+/// Fill `args` with defaults (layout all ones, Gloo, default timeout, verification on).
+///
+/// # Safety
+/// `args` is NULL or writable for `sizeof(mcore_init_args)` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_init_args_init(args: *mut mcore_init_args) -> mcore_status {
+    ffi_guard(|| {
+        *out_ptr(args, "args")? = mcore_init_args::default();
+        Ok(())
+    })
+}
+
+/// Copy the caller's struct (of its `struct_size`) over our defaults.
+unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, FfiError> {
+    if args.is_null() {
+        return Err(FfiError::invalid_arg("args is NULL"));
+    }
+    // SAFETY: struct_size is the first field of a struct the caller declares readable.
+    let given = unsafe { std::ptr::read_unaligned(args.cast::<usize>()) };
+    let ours = std::mem::size_of::<mcore_init_args>();
+    let min = std::mem::offset_of!(mcore_init_args, backend);
+    if given < min {
+        return Err(FfiError::invalid_arg(format!(
+            "args struct_size {given} is too small (at least {min}): fill the struct with mcore_init_args_init"
+        )));
+    }
+    let mut out = mcore_init_args::default();
+    // SAFETY: copy min(given, ours) bytes from a struct the caller declares to be that large.
+    unsafe { std::ptr::copy_nonoverlapping(args.cast::<u8>(), (&mut out as *mut mcore_init_args).cast::<u8>(), given.min(ours)) };
+    out.struct_size = ours;
+    // The nested layout struct carries its own struct_size: read it the same careful way.
+    // SAFETY: `out.topology` is a whole struct of ours now.
+    out.topology = unsafe { read_config(&out.topology) }?;
+    Ok(out)
+}
+
+fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
+    if ms > 0 {
+        return Ok(Duration::from_millis(ms));
+    }
+    runtime::timeout_from_env().map_err(Into::into)
+}
+
+/// Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
+/// every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
+/// ranks), create one communicator per group this rank is in, verify them.
+/// Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
+/// true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
+///
+/// # Safety
+/// `args` points to an `mcore_init_args` filled by `mcore_init_args_init`; `out_already` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_already: *mut bool) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: per the contract above.
+        let c = unsafe { read_args(args) }?;
+        let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&c.topology)?;
+        let backend = if c.backend.is_null() {
+            "gloo".to_string()
+        } else {
+            // SAFETY: non-NULL backend is a NUL-terminated string.
+            unsafe { str_arg(c.backend, "backend") }?.to_string()
+        };
+        let args = InitArgs { topology, backend, timeout: init_timeout(c.timeout_ms)?, verify: c.verify };
+        let outcome = runtime::initialize(args)?;
+        drop(user); // callbacks hold their own reference for as long as the runtime lives
+        if let Some(out) = unsafe { out_already.as_mut() } {
+            *out = outcome == InitOutcome::AlreadyUp;
+        }
+        Ok(())
+    })
+}
+
+/// Tear down communicators, the store client and (on rank 0) the store server. Succeeds when
+/// nothing is initialized. Afterwards `mcore_initialize` works again.
+#[no_mangle]
+pub extern "C" fn mcore_destroy() -> mcore_status {
+    ffi_guard(|| runtime::destroy().map(|_| ()).map_err(Into::into))
+}
+
+/// Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+#[no_mangle]
+pub extern "C" fn mcore_is_initialized() -> bool {
+    runtime::is_initialized()
+}
+
+fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Result<R, FfiError> {
+    runtime::with_runtime(f)?
+}
+
+fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+    let kind = kind_from_c(kind)?;
+    rt.group(kind).ok_or_else(|| {
+        FfiError::new(
+            mcore_status::NotMember,
+            format!("rank {} is not a member of any {} group in this layout", rt.env.rank, kind.key()),
+        )
+    })
+}
+
+/// This process's global rank and the world size.
+///
+/// # Safety
+/// The out-pointers are writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_world(out_rank: *mut u32, out_world_size: *mut u32) -> mcore_status {
+    ffi_guard(|| {
+        let (r, w) = with_rt(|rt| Ok((rt.env.rank, rt.env.world_size)))?;
+        let (or, ow) = (out_ptr(out_rank, "out_rank")?, out_ptr(out_world_size, "out_world_size")?);
+        *or = r;
+        *ow = w;
+        Ok(())
+    })
+}
+
+/// This rank's group of `kind` (an `mcore_group_kind` value): index, group rank, size.
+/// `MCORE_STATUS_NOT_MEMBER` when the rank is in no group of that kind (e.g. embedding).
+///
+/// # Safety
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_group(kind: i32, out: *mut mcore_group_info) -> mcore_status {
+    ffi_guard(|| {
+        let info = with_rt(|rt| {
+            let g = live_group(rt, kind)?;
+            Ok(mcore_group_info { index: g.plan.index as u64, rank: g.group_rank, size: g.plan.members.len() as u32 })
+        })?;
+        *out_ptr(out, "out")? = info;
+        Ok(())
+    })
+}
+
+/// The global ranks of this rank's group of `kind`, ascending, into `buf` (`len` entries);
+/// `*out_len` = the group size (also when the buffer is too small: BUFFER_TOO_SMALL).
+///
+/// # Safety
+/// `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_group_ranks(kind: i32, buf: *mut u32, len: usize, out_len: *mut usize) -> mcore_status {
+    ffi_guard(|| with_rt(|rt| fill_ranks(live_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
+}
+
+/// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
+/// NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+///
+/// # Safety
+/// `out_comm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
+    ffi_guard(|| {
+        let handle = with_rt(|rt| {
+            let g = live_group(rt, kind)?;
+            let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            Ok(comm.raw_handle())
+        })?;
+        *out_ptr(out_comm, "out_comm")? = handle;
+        Ok(())
+    })
+}
+
+/// Sum `count` int64 values element-wise over this rank's group of `kind`, in place.
+///
+/// # Safety
+/// `values` is writable for `count` entries.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut i64, count: usize) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: per the contract above.
+        let values = unsafe { slice_out(values, count, "values") }?;
+        with_rt(|rt| {
+            let g = live_group(rt, kind)?;
+            let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            comm.allreduce_sum_i64(values)
+                .map_err(|e| FfiError::new(mcore_status::Backend, format!("all-reduce over {}: {e}", g.comm_name)))
+        })
+    })
+}
+
+/// Wait until every member of this rank's group of `kind` arrives.
+#[no_mangle]
+pub extern "C" fn mcore_runtime_barrier(kind: i32) -> mcore_status {
+    ffi_guard(|| {
+        with_rt(|rt| {
+            let g = live_group(rt, kind)?;
+            let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            comm.barrier().map_err(|e| FfiError::new(mcore_status::Backend, format!("barrier over {}: {e}", g.comm_name)))
+        })
+    })
+}
+
+/// Run a getter: its value, or -1 with the last error set (not initialized, not a member).
+fn getter(f: impl FnOnce(&Runtime) -> Result<i64, FfiError>) -> i32 {
+    let mut value = -1i32;
+    let status = ffi_guard(|| {
+        value = with_rt(f)? as i32;
+        Ok(())
+    });
+    if status == mcore_status::Ok {
+        value
+    } else {
+        -1
+    }
+}
+
+fn member(rt: &Runtime, kind: GroupKind) -> Result<&LiveGroup, FfiError> {
+    rt.group(kind).ok_or_else(|| {
+        FfiError::new(mcore_status::NotMember, format!("rank {} is not a member of any {} group", rt.env.rank, kind.key()))
+    })
+}
+
+macro_rules! rank_and_size_getters {
+    ($($kind:ident: $rank_fn:ident, $size_fn:ident, $src_fn:ident;)*) => {$(
+        #[doc = concat!("Megatron's `", stringify!($rank_fn), "` without the prefix: this rank's index in its `", stringify!($kind), "` group; -1 when not initialized (see the last error).")]
+        #[no_mangle]
+        pub extern "C" fn $rank_fn() -> i32 {
+            getter(|rt| Ok(member(rt, GroupKind::$kind)?.group_rank as i64))
+        }
+        #[doc = concat!("Size of this rank's `", stringify!($kind), "` group; -1 when not initialized.")]
+        #[no_mangle]
+        pub extern "C" fn $size_fn() -> i32 {
+            getter(|rt| Ok(member(rt, GroupKind::$kind)?.plan.members.len() as i64))
+        }
+        #[doc = concat!("Global rank of the first member of this rank's `", stringify!($kind), "` group; -1 when not initialized.")]
+        #[no_mangle]
+        pub extern "C" fn $src_fn() -> i32 {
+            getter(|rt| Ok(member(rt, GroupKind::$kind)?.plan.members[0] as i64))
+        }
+    )*};
+}
+
+rank_and_size_getters! {
+    TensorModelParallel: mcore_get_tensor_model_parallel_rank, mcore_get_tensor_model_parallel_world_size, mcore_get_tensor_model_parallel_src_rank;
+    PipelineModelParallel: mcore_get_pipeline_model_parallel_rank, mcore_get_pipeline_model_parallel_world_size, mcore_get_pipeline_model_parallel_first_rank;
+    DataParallel: mcore_get_data_parallel_rank, mcore_get_data_parallel_world_size, mcore_get_data_parallel_src_rank;
+    DataParallelWithCp: mcore_get_data_parallel_rank_with_cp, mcore_get_data_parallel_world_size_with_cp, mcore_get_data_parallel_src_rank_with_cp;
+    ContextParallel: mcore_get_context_parallel_rank, mcore_get_context_parallel_world_size, mcore_get_context_parallel_src_rank;
+    ModelParallel: mcore_get_model_parallel_rank, mcore_get_model_parallel_world_size, mcore_get_model_parallel_src_rank;
+    ExpertModelParallel: mcore_get_expert_model_parallel_rank, mcore_get_expert_model_parallel_world_size, mcore_get_expert_model_parallel_src_rank;
+    ExpertTensorParallel: mcore_get_expert_tensor_parallel_rank, mcore_get_expert_tensor_parallel_world_size, mcore_get_expert_tensor_parallel_src_rank;
+    ExpertDataParallel: mcore_get_expert_data_parallel_rank, mcore_get_expert_data_parallel_world_size, mcore_get_expert_data_parallel_src_rank;
+}
+
+/// Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_last_rank() -> i32 {
+    getter(|rt| Ok(rt.view.pipeline.last as i64))
+}
+
+/// Global rank of the next pipeline stage (wraps around); -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_next_rank() -> i32 {
+    getter(|rt| Ok(rt.view.pipeline.next as i64))
+}
+
+/// Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_prev_rank() -> i32 {
+    getter(|rt| Ok(rt.view.pipeline.prev as i64))
+}
+
+/// Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_virtual_pipeline_model_parallel_world_size() -> i32 {
+    getter(|rt| Ok(rt.topology.sizes().vpp.unwrap_or(0) as i64))
+}
+
+/// Stage tests of this rank: `vp_stage` -1 ignores virtual stages (Megatron's
+/// `ignore_virtual=True`); otherwise the virtual stage to test. 1 = yes, 0 = no, -1 = error.
+fn stage_test(f: impl FnOnce(&Runtime, Option<u32>) -> Result<bool, crate::topology::TopologyError>, vp_stage: i32) -> i32 {
+    getter(|rt| {
+        let vp = match vp_stage {
+            -1 => None,
+            v if v >= 0 => Some(v as u32),
+            v => return Err(FfiError::invalid_arg(format!("vp_stage {v} must be -1 (ignore) or >= 0"))),
+        };
+        Ok(f(rt, vp)? as i64)
+    })
+}
+
+/// Whether this rank is on the first pipeline stage (and on virtual stage 0 when `vp_stage` is
+/// given): 1, 0, or -1 on error.
+#[no_mangle]
+pub extern "C" fn mcore_is_pipeline_first_stage(vp_stage: i32) -> i32 {
+    stage_test(|rt, vp| rt.topology.is_pipeline_first_stage(rt.env.rank, vp), vp_stage)
+}
+
+/// Whether this rank is on the last pipeline stage (and on the last virtual stage when
+/// `vp_stage` is given): 1, 0, or -1 on error.
+#[no_mangle]
+pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
+    stage_test(|rt, vp| rt.topology.is_pipeline_last_stage(rt.env.rank, vp), vp_stage)
+}
+
+/// Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
+#[no_mangle]
+pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
+    stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
+}

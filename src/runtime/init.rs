@@ -1,0 +1,281 @@
+//! The idempotent initializer: environment → layout → store → check-in → communicators.
+//!
+//! Process-global state lives in one [`IdempotentSlot`]: `initialize` with the same settings is a
+//! no-op, with other settings an error naming the differences; `destroy` tears everything down
+//! (communicators, store client, store server) so that `initialize` works again.
+
+use super::checkin::{check_in, CheckinError};
+use super::comm::CommFactory;
+use super::env::LaunchEnv;
+use super::error::RuntimeError;
+use super::groups::{create_groups, verify_groups, GroupPlan, LiveGroup};
+use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
+use super::store_setup::{open_store, StoreHandles};
+use crate::store::{PrefixStore, Store};
+use crate::topology::{GroupKind, RankView, Topology, TopologyConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Turns a backend name (`gloo`, `nccl`, a plugin path) into a communicator factory.
+pub type BackendResolver = dyn Fn(&str) -> Result<Arc<dyn CommFactory>, RuntimeError>;
+
+/// Default bound of every wait during initialization (`MCORE_INIT_TIMEOUT` overrides, seconds).
+pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What to bring up.
+#[derive(Clone, Debug)]
+pub struct InitArgs {
+    /// The parallel layout (world size comes from the environment).
+    pub topology: TopologyConfig,
+    /// Backend: a registered name (`gloo` resolves `libmcore_init_gloo.so`), or a plugin path.
+    pub backend: String,
+    /// Bound of every wait (rendezvous, each group's creation).
+    pub timeout: Duration,
+    /// Verify every communicator with an all-reduce the layout predicts, before returning.
+    pub verify: bool,
+}
+
+impl Default for InitArgs {
+    fn default() -> Self {
+        InitArgs { topology: TopologyConfig::default(), backend: "gloo".into(), timeout: DEFAULT_INIT_TIMEOUT, verify: true }
+    }
+}
+
+/// Durations of the phases of one initialization.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InitTimings {
+    pub store: Duration,
+    pub checkin: Duration,
+    pub groups: Duration,
+    pub verify: Duration,
+    pub total: Duration,
+}
+
+/// The live state of an initialized process.
+pub struct Runtime {
+    pub env: LaunchEnv,
+    pub topology: Topology,
+    pub view: RankView,
+    pub groups: Vec<LiveGroup>,
+    pub backend_name: String,
+    pub timings: InitTimings,
+    /// Distinct communicators created (aliased kinds share one).
+    pub communicators: usize,
+    /// This initialization's private view of the store.
+    base: Arc<dyn Store>,
+    timeout: Duration,
+    store: StoreHandles,
+}
+
+impl Runtime {
+    /// This rank's group of `kind`, if it is a member.
+    pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        let key = kind.key();
+        self.groups.iter().find(|g| g.plan.kind == key)
+    }
+
+    /// Store requests this process has sent so far (request/response exchanges).
+    pub fn store_round_trips(&self) -> u64 {
+        self.store.round_trips()
+    }
+}
+
+static RUNTIME: IdempotentSlot<Runtime> = IdempotentSlot::new();
+/// Distinguishes successive initializations of one process in store keys (destroy + re-init).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The settings that define an initialization: compared across ranks and across calls.
+pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
+    let t = &args.topology;
+    let hcp = if t.hierarchical_cp.is_empty() {
+        "-".to_string()
+    } else {
+        t.hierarchical_cp.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    };
+    Settings::new()
+        .with("world_size", world_size)
+        .with("tp", t.tp)
+        .with("pp", t.pp)
+        .with("vpp", opt(&t.vpp))
+        .with("cp", t.cp)
+        .with("hcp", hcp)
+        .with("ep", t.ep)
+        .with("etp", opt(&t.etp))
+        .with("dist_opt_instances", t.dist_opt_instances)
+        .with("order", &t.order)
+        .with("rank_offset", t.rank_offset)
+        .with("embedding", if t.embedding_ranks.is_some() { "custom" } else { "default" })
+        .with("position_embedding", if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
+        .with("backend", &args.backend)
+}
+
+/// The groups of `rank`, in the topology's rank-independent kind order.
+pub fn plan_for(view: &RankView) -> Vec<GroupPlan> {
+    view.groups
+        .iter()
+        .map(|m| GroupPlan { kind: m.kind().key().into_owned(), index: m.group_index() as u32, members: m.members() })
+        .collect()
+}
+
+/// `MCORE_INIT_TIMEOUT` (seconds, may be fractional) or the default of 300 s.
+pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
+    match std::env::var("MCORE_INIT_TIMEOUT") {
+        Err(_) => Ok(DEFAULT_INIT_TIMEOUT),
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| RuntimeError::InvalidArgument(format!("MCORE_INIT_TIMEOUT='{v}' is not a positive number of seconds"))),
+    }
+}
+
+/// The backend named `spec` (plugins named by `MCORE_BACKEND_PLUGIN` are loaded first).
+pub fn default_factory(spec: &str) -> Result<Arc<dyn CommFactory>, RuntimeError> {
+    crate::backend::load_plugins_from_env()?;
+    Ok(Arc::new(crate::backend::resolve(spec)?))
+}
+
+/// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
+pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
+    let env = LaunchEnv::from_process()?;
+    initialize_with(args, env, &default_factory)
+}
+
+/// Initialize with an explicit environment and backend resolution (tests, embedders).
+pub fn initialize_with(
+    args: InitArgs,
+    env: LaunchEnv,
+    factory: &BackendResolver,
+) -> Result<InitOutcome, RuntimeError> {
+    let settings = settings_of(&args, env.world_size);
+    let fingerprint = settings.fingerprint();
+    RUNTIME
+        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory))
+        .map_err(|e| match e {
+            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+            SlotError::BringUp(e) => e,
+        })
+}
+
+fn bring_up(
+    args: &InitArgs,
+    env: LaunchEnv,
+    fingerprint: &[u8],
+    factory: &BackendResolver,
+) -> Result<Runtime, RuntimeError> {
+    let start = Instant::now();
+    if args.timeout.is_zero() {
+        return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
+    }
+    // Validate the layout before touching the network: a bad layout fails fast on every rank.
+    let topology = Topology::new(args.topology.clone(), env.world_size)?;
+    let view = topology.rank_view(env.rank)?;
+    let backend = factory(&args.backend)?;
+
+    let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+    let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+    let store = open_store(&env, args.timeout, &attempt)?;
+    let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    let t_store = start.elapsed();
+
+    let created = (|| -> Result<(Vec<LiveGroup>, usize, Duration, Duration), RuntimeError> {
+        check_in(base.as_ref(), env.rank, env.world_size, fingerprint, args.timeout)?;
+        let t_checkin = start.elapsed();
+        let plan = plan_for(&view);
+        let group_store =
+            |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
+        let groups = create_groups(&plan, env.rank, backend.as_ref(), &group_store, args.timeout)?;
+        let t_groups = start.elapsed();
+        let communicators = if args.verify {
+            verify_groups(&groups, env.rank)?
+        } else {
+            let mut names: Vec<&str> = groups.iter().map(|g| g.comm_name.as_str()).collect();
+            names.dedup();
+            names.len()
+        };
+        Ok((groups, communicators, t_checkin, t_groups))
+    })();
+    let (groups, communicators, t_checkin, t_groups) = match created {
+        Ok(c) => c,
+        Err(e) => {
+            // Keep the store up until the ranks that arrived have read the verdict and left.
+            let arrived = match &e {
+                RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
+                _ => env.world_size,
+            };
+            leave(base.as_ref(), &env, arrived, args.timeout);
+            return Err(e);
+        }
+    };
+    let total = start.elapsed();
+    Ok(Runtime {
+        timings: InitTimings {
+            store: t_store,
+            checkin: t_checkin - t_store,
+            groups: t_groups - t_checkin,
+            verify: total - t_groups,
+            total,
+        },
+        backend_name: backend.name().to_string(),
+        env,
+        topology,
+        view,
+        groups,
+        communicators,
+        base,
+        timeout: args.timeout,
+        store,
+    })
+}
+
+/// Longest time the store host waits for the other ranks to leave.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
+/// Announce that this rank is done with the store; the rank hosting the store server waits (at
+/// most `LEAVE_WAIT`) until `expected` ranks have, so none loses the server mid-request.
+fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
+    if env.world_size <= 1 || base.add("leave/count", 1).is_err() || !env.hosts_store() {
+        return;
+    }
+    let deadline = Instant::now() + LEAVE_WAIT.min(timeout);
+    while Instant::now() < deadline {
+        match base.add("leave/count", 0) {
+            Ok(n) if n < expected as i64 => std::thread::sleep(Duration::from_millis(2)),
+            _ => return,
+        }
+    }
+}
+
+/// Tear down what `initialize` brought up. `Ok(false)` when nothing was initialized.
+///
+/// Every rank announces that it is done with the store; the rank hosting the store server waits
+/// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
+/// Teardown itself never fails because a peer is gone.
+pub fn destroy() -> Result<bool, RuntimeError> {
+    let Some((_, runtime)) = RUNTIME.take() else { return Ok(false) };
+    let Runtime { groups, base, store, env, timeout, .. } = runtime;
+    // Communicators first: their last collectives completed on every member before anyone
+    // announces leaving.
+    drop(groups);
+    leave(base.as_ref(), &env, env.world_size, timeout);
+    drop(base);
+    drop(store);
+    Ok(true)
+}
+
+/// Whether the runtime is initialized.
+pub fn is_initialized() -> bool {
+    RUNTIME.is_up()
+}
+
+/// Run `f` with the live runtime.
+pub fn with_runtime<R>(f: impl FnOnce(&Runtime) -> R) -> Result<R, RuntimeError> {
+    RUNTIME.with(|_, rt| f(rt)).ok_or(RuntimeError::NotInitialized)
+}

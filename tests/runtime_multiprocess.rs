@@ -1,0 +1,237 @@
+//! The runtime with real processes on loopback over the Gloo plugin: worlds of 4, 8 and 16 in
+//! several layouts, every group verified by a collective; and the failures: a rank that never
+//! starts, a rank that dies after rendezvous, mismatched configs, a port in use, and leaks across
+//! 20 destroy + re-init cycles. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/25-runtime.sh sets it);
+//! without it every test says so and returns.
+
+use serde_json::Value;
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
+const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
+
+fn plugin() -> Option<String> {
+    let p = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists());
+    if p.is_none() {
+        eprintln!("skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/25-runtime.sh)");
+    }
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
+fn wait_bounded(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+/// Run `mcore-launch --nproc n -- mcore-selftest <args>`; the JSON line of every rank.
+fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
+    let plugin = plugin().unwrap();
+    let mut cmd = Command::new(LAUNCH);
+    cmd.args(["--nproc", &n.to_string(), "--timeout", "240", "--", SELFTEST, "--backend", &plugin])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("]: ").map(|(_, j)| j.to_string()))
+        .filter_map(|j| serde_json::from_str::<Value>(&j).ok())
+        .collect();
+    (out, lines)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_all_ok(n: u32, args: &[&str]) -> Vec<Value> {
+    let (out, lines) = launch(n, args, &[]);
+    assert!(out.status.success(), "{args:?}: {}\n{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(lines.len(), n as usize, "{args:?}: one JSON line per rank:\n{}", text(&out.stdout));
+    let mut ranks: Vec<u64> = lines.iter().map(|l| l["rank"].as_u64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, (0..n as u64).collect::<Vec<_>>());
+    for l in &lines {
+        assert_eq!(l["ok"], true, "{l}");
+        assert!(l["groups"].as_u64().unwrap() >= 8, "{l}");
+    }
+    lines
+}
+
+#[test]
+fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
+    if plugin().is_none() {
+        return;
+    }
+    let layouts: &[(u32, &[&str])] = &[
+        (4, &["--tp", "2"]),
+        (8, &["--tp", "2", "--pp", "2", "--cp", "2"]),
+        (8, &["--tp", "2", "--pp", "2", "--ep", "2", "--etp", "1"]),
+        (8, &["--pp", "4", "--vpp", "2"]),
+        (8, &["--tp", "2", "--cp", "4", "--hcp", "2,2"]),
+        (8, &["--tp", "2", "--cp", "2", "--dist-opt-instances", "2"]),
+        (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2"]),
+        (16, &["--tp", "2", "--pp", "2", "--order", "tp-cp-ep-pp-dp"]),
+    ];
+    for (n, args) in layouts {
+        let lines = assert_all_ok(*n, args);
+        let kinds = lines[0]["kinds"].as_array().unwrap();
+        if args.contains(&"--hcp") {
+            assert!(kinds.iter().any(|k| k == "hierarchical_context_parallel_1"), "{kinds:?}");
+        }
+        if args.contains(&"--dist-opt-instances") {
+            assert!(kinds.iter().any(|k| k == "inter_partial_expert_data_parallel"), "{kinds:?}");
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_never_starts_is_named_by_every_other_rank() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let children: Vec<Child> = [0u32, 1, 3]
+        .iter()
+        .map(|r| {
+            Command::new(SELFTEST)
+                .args(["--backend", &plugin, "--tp", "2", "--timeout", "3"])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "4")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = wait_bounded(child, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains("rank(s) 2 never checked in"), "{err}");
+    }
+}
+
+#[test]
+fn a_rank_that_dies_after_rendezvous_makes_the_others_fail_not_hang() {
+    if plugin().is_none() {
+        return;
+    }
+    let (out, lines) = launch(4, &["--tp", "2", "--timeout", "5"], &[("MCORE_SELFTEST_EXIT_AFTER_INIT", "1")]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("exiting right after init"), "{err}");
+    // mcore-launch stops the others when rank 1 exits; any rank that reported did not pass.
+    assert!(lines.iter().all(|l| l["ok"] != true || l["rank"] == 1), "{lines:?}");
+}
+
+#[test]
+fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
+    // Without mcore-launch stopping anyone: ranks 0, 2, 3 must end with an error on their own.
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let children: Vec<(u32, Child)> = (0u32..4)
+        .map(|r| {
+            let c = Command::new(SELFTEST)
+                .args(["--backend", &plugin, "--tp", "2", "--timeout", "5"])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "4")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .env("MCORE_SELFTEST_EXIT_AFTER_INIT", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (r, c)
+        })
+        .collect();
+    for (r, child) in children {
+        let out = wait_bounded(child, Duration::from_secs(90));
+        assert!(out.status.code().is_some(), "rank {r} hung and was killed");
+        if r == 1 {
+            assert_eq!(out.status.code(), Some(3));
+        } else if r == 0 || text(&out.stdout).contains("\"ok\":false") {
+            // Rank 1's tp peer (rank 0) must fail; others may finish their own groups first.
+            assert_eq!(out.status.code(), Some(1), "rank {r}: {}", text(&out.stderr));
+        }
+    }
+}
+
+#[test]
+fn mismatched_configs_are_an_error_naming_the_ranks() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0u32..4)
+        .map(|r| {
+            let tp = if r == 3 { "4" } else { "2" };
+            Command::new(SELFTEST)
+                .args(["--backend", &plugin, "--tp", tp, "--timeout", "20"])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "4")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = wait_bounded(child, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.contains("different configurations") && err.contains("rank(s) 3 have") && err.contains("tp=4"), "{err}");
+    }
+}
+
+#[test]
+fn port_in_use_is_a_clear_error() {
+    let Some(plugin) = plugin() else { return };
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port().to_string();
+    let child = Command::new(SELFTEST)
+        .args(["--backend", &plugin, "--timeout", "5"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("MASTER_PORT={port}")) && err.contains("in use"), "{err}");
+}
+
+#[test]
+fn twenty_destroy_reinit_cycles_leak_no_fds_or_threads() {
+    if plugin().is_none() {
+        return;
+    }
+    let (out, lines) = launch(4, &["--tp", "2", "--cycles", "20"], &[]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(lines.len(), 4);
+    for l in &lines {
+        assert_eq!(l["cycles"], 20);
+        let (fds, threads) = (l["fds"].as_array().unwrap(), l["threads"].as_array().unwrap());
+        assert!(fds[1].as_u64() <= fds[0].as_u64(), "{l}");
+        assert!(threads[1].as_u64() <= threads[0].as_u64(), "{l}");
+    }
+}
