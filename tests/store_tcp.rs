@@ -311,11 +311,11 @@ fn no_descriptor_or_thread_outlives_a_server() {
         let other = TcpStore::connect("127.0.0.1", server.port(), T).unwrap();
         s.set("k", b"v").unwrap();
         assert_eq!(other.get("k").unwrap(), b"v");
-        // A wait still parked when the server goes away.
         let _ = other.wait(&["never"], Duration::from_millis(1));
+        // The server goes first, its connection threads still blocked reading from live clients.
+        drop(server);
         drop(other);
         drop(s);
-        drop(server);
     };
     cycle(); // warm up lazily created process resources
     let (fds, tasks) = (count_dir("/proc/self/fd"), count_dir("/proc/self/task"));
