@@ -1,7 +1,7 @@
 //! TCP store latency over loopback: set (no reply), get (WAIT + GET), add, check, a 1 MiB
 //! set+get, and an 8-client add+wait rendezvous. `cargo bench --bench store`.
 
-use mcore_init::store::{Store, TcpStore, TcpStoreServer};
+use mcore_init::store::{Store, TcpStore};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
