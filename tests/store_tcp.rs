@@ -311,11 +311,11 @@ fn no_descriptor_or_thread_outlives_a_server() {
         let other = TcpStore::connect("127.0.0.1", server.port(), T).unwrap();
         s.set("k", b"v").unwrap();
         assert_eq!(other.get("k").unwrap(), b"v");
-        // A wait still parked when the server goes away.
         let _ = other.wait(&["never"], Duration::from_millis(1));
+        // The server goes first, its connection threads still blocked reading from live clients.
+        drop(server);
         drop(other);
         drop(s);
-        drop(server);
     };
     cycle(); // warm up lazily created process resources
     let (fds, tasks) = (count_dir("/proc/self/fd"), count_dir("/proc/self/task"));
@@ -331,4 +331,83 @@ fn no_descriptor_or_thread_outlives_a_server() {
         assert!(Instant::now() < deadline, "fds/threads before {:?}, after {:?}", (fds, tasks), now);
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A scripted peer for the client's cancel logic: accepts one client, answers its handshake,
+/// lets its WAIT time out, and answers CANCEL_WAIT with `cancel_reply`; then answers CHECKs
+/// with NOT_READY. Returns the port and the thread (which yields the CHECK count it answered).
+fn scripted_server(cancel_reply: &'static [u8]) -> (u16, std::thread::JoinHandle<usize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(T)).unwrap();
+        let mut hello = [0u8; 10]; // VALIDATE(1+4) + PING(1+4)
+        c.read_exact(&mut hello).unwrap();
+        assert_eq!(hello[0], Query::Validate as u8);
+        assert_eq!(hello[5], Query::Ping as u8);
+        c.write_all(&hello[6..10]).unwrap();
+        let mut head = [0u8; 9];
+        c.read_exact(&mut head).unwrap();
+        assert_eq!(head[0], Query::Wait as u8);
+        let n = u64::from_le_bytes(head[1..9].try_into().unwrap());
+        for _ in 0..n {
+            let mut len = [0u8; 8];
+            c.read_exact(&mut len).unwrap();
+            let mut k = vec![0u8; u64::from_le_bytes(len) as usize];
+            c.read_exact(&mut k).unwrap();
+        }
+        let mut q = [0u8; 1];
+        c.read_exact(&mut q).unwrap();
+        assert_eq!(q[0], Query::CancelWait as u8);
+        c.write_all(cancel_reply).unwrap();
+        let mut checks = 0;
+        // CHECK requests for one key each: type, count 1, key.
+        while c.read_exact(&mut head).is_ok() {
+            assert_eq!(head[0], Query::Check as u8);
+            let mut len = [0u8; 8];
+            c.read_exact(&mut len).unwrap();
+            let mut k = vec![0u8; u64::from_le_bytes(len) as usize];
+            c.read_exact(&mut k).unwrap();
+            c.write_all(&[1]).unwrap(); // NOT_READY
+            checks += 1;
+        }
+        checks
+    });
+    (port, t)
+}
+
+#[test]
+fn a_stop_waiting_racing_the_cancel_counts_as_success() {
+    let (port, t) = scripted_server(&[0, 1]); // STOP_WAITING then WAIT_CANCELED
+    let s = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    s.wait(&["a", "b"], Duration::from_millis(50)).unwrap();
+    drop(s);
+    assert_eq!(t.join().unwrap(), 0, "no CHECK after a wait that succeeded");
+}
+
+#[test]
+fn a_plain_cancel_lists_missing_keys_by_check() {
+    let (port, t) = scripted_server(&[1]); // WAIT_CANCELED
+    let s = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    match s.wait(&["a", "b"], Duration::from_millis(50)) {
+        Err(StoreError::Timeout { keys, .. }) => assert_eq!(keys, ["a", "b"]),
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+    assert_eq!(t.join().unwrap(), 2);
+}
+
+#[test]
+fn a_bad_cancel_reply_is_a_protocol_error() {
+    let (port, t) = scripted_server(&[7]);
+    let s = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    match s.wait(&["a"], Duration::from_millis(50)) {
+        Err(StoreError::Protocol(m)) => assert!(m.contains("CANCEL_WAIT"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The connection is out of step now: later calls fail instead of misreading replies.
+    assert!(matches!(s.num_keys(), Err(StoreError::Closed(_))));
+    drop(s);
+    assert_eq!(t.join().unwrap(), 0);
 }

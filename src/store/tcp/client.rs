@@ -15,6 +15,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long to wait for WAIT_CANCELED after sending CANCEL_WAIT.
 const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
+/// waits, not a loaded server's answer to a GET or ADD.
+const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Conn {
     stream: TcpStream,
@@ -172,7 +175,8 @@ impl TcpStore {
         let mut c = self.lock()?;
         self.write(&mut c, msg)?;
         let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));
-        self.read(&mut c, self.timeout, f).map_err(|e| self.fail(&mut c, e, &what, self.timeout))
+        let limit = self.timeout.max(MIN_REPLY_TIMEOUT);
+        self.read(&mut c, limit, f).map_err(|e| self.fail(&mut c, e, &what, limit))
     }
 
     /// WAIT for already-prefixed keys; `Ok(false)` when the time ran out (wait canceled).
