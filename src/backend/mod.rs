@@ -1,2 +1,3 @@
 //! backend (placeholder; filled by its issue).
 
+pub mod nccl;
