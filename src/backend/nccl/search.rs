@@ -45,9 +45,14 @@ pub struct LibrarySearch {
 }
 
 impl LibrarySearch {
-    /// Exactly one file.
+    /// Exactly one file: a path, or a bare file name (no `/`) for the loader to resolve.
     pub fn explicit(path: impl Into<PathBuf>) -> Self {
-        LibrarySearch { candidates: vec![Candidate::Path(path.into())], explicit: true }
+        let path: PathBuf = path.into();
+        let c = match path.to_str() {
+            Some(name) if !name.contains('/') => Candidate::LoaderName(name.to_string()),
+            _ => Candidate::Path(path),
+        };
+        LibrarySearch { candidates: vec![c], explicit: true }
     }
 
     /// From the process environment, asking the `python3` on `PATH` for its site folders.
@@ -160,6 +165,7 @@ mod tests {
         assert!(s.explicit);
         assert_eq!(s.candidates, vec![Candidate::Path("/x/libnccl.so.2".into())]);
         assert!(s.hint().contains("MCORE_NCCL_LIBRARY"));
+        assert_eq!(LibrarySearch::explicit("libm.so.6").candidates, vec![Candidate::LoaderName("libm.so.6".into())]);
     }
 
     #[test]

@@ -1,0 +1,198 @@
+//! The NCCL backend against the real `libnccl.so.2` on a machine without a GPU: loading, version,
+//! unique ids handed to several real processes, and the errors for a missing GPU, a missing
+//! library and a library without NCCL's symbols.
+//!
+//! The library comes from `MCORE_NCCL_LIBRARY` or the usual search (scripts/test.d/30-nccl-cpu.sh
+//! installs the `nvidia-nccl-cu12` wheel and points at it). Without it the tests that need it say
+//! why and pass, unless `MCORE_NCCL_TEST_REQUIRE=1` (set by that script in CI), where they fail.
+
+use mcore_init::backend::nccl::{
+    Device, LibrarySearch, NcclComm, NcclConfig, NcclError, NcclLibrary, NcclUniqueId, UNIQUE_ID_BYTES,
+};
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "MCORE_NCCL_TEST_CHILD";
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn library() -> Option<&'static NcclLibrary> {
+    match NcclLibrary::global() {
+        Ok(lib) => Some(lib),
+        Err(e) if std::env::var("MCORE_NCCL_TEST_REQUIRE").as_deref() == Ok("1") => {
+            panic!("the NCCL library is required here but could not be loaded: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP (no NCCL library): {e}");
+            None
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn real_library_reports_a_2_18_or_newer_version() {
+    let Some(lib) = library() else { return };
+    let v = lib.version();
+    eprintln!("loaded NCCL {v} from {}", lib.path());
+    assert_eq!(v.major, 2, "NCCL {v}");
+    assert!(v.minor >= 18, "NCCL {v} is older than 2.18 (ncclCommSplit)");
+    lib.require(mcore_init::backend::nccl::Feature::CommSplit).unwrap();
+    lib.require(mcore_init::backend::nccl::Feature::CommInitRankConfig).unwrap();
+    // The global handle is loaded once.
+    assert!(std::ptr::eq(lib, NcclLibrary::global().unwrap()));
+}
+
+#[test]
+fn unique_ids_are_128_bytes_and_distinct() {
+    let Some(lib) = library() else { return };
+    let a = lib.unique_id().unwrap();
+    let b = lib.unique_id().unwrap();
+    assert_eq!(a.to_bytes().len(), UNIQUE_ID_BYTES);
+    assert_ne!(a, b, "two ncclGetUniqueId calls returned the same id");
+    assert!(a.to_bytes().iter().any(|&x| x != 0), "id is all zeros");
+    assert_eq!(NcclUniqueId::from_bytes(&a.to_bytes()).unwrap(), a);
+}
+
+/// Run by `unique_id_reaches_every_process` in a child process: read an id from stdin, load NCCL,
+/// print the id it parsed.
+#[test]
+#[ignore = "child half of unique_id_reaches_every_process"]
+fn unique_id_child() {
+    if std::env::var(CHILD_ENV).is_err() {
+        panic!("run only as a child of unique_id_reaches_every_process");
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin().read_to_end(&mut bytes).unwrap();
+    let id = NcclUniqueId::from_bytes(&bytes).unwrap();
+    let lib = NcclLibrary::global().unwrap();
+    println!("CHILD pid={} nccl={} ID {}", std::process::id(), lib.version(), hex(id.as_bytes()));
+}
+
+#[test]
+fn unique_id_reaches_every_process() {
+    let Some(lib) = library() else { return };
+    let id = lib.unique_id().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut children = Vec::new();
+    for _ in 0..3 {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "unique_id_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&id.to_bytes()).unwrap();
+        children.push(child);
+    }
+    let start = Instant::now();
+    let mut pids = Vec::new();
+    for mut child in children {
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > CHILD_TIMEOUT {
+                let _ = child.kill();
+                panic!("a child did not finish within {CHILD_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(child.wait().unwrap().success(), "child failed: {out}");
+        // libtest prints "test unique_id_child ... " before the child's own line.
+        let line = out
+            .lines()
+            .find_map(|l| l.find("CHILD pid=").map(|at| &l[at..]))
+            .unwrap_or_else(|| panic!("no CHILD line in {out}"));
+        let got = line.rsplit("ID ").next().unwrap();
+        assert_eq!(got, hex(id.as_bytes()), "a child received different bytes");
+        pids.push(line.split_whitespace().nth(1).unwrap().to_string());
+    }
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "expected three distinct processes: {pids:?}");
+}
+
+fn has_cuda_driver() -> bool {
+    mcore_init::backend::nccl::CudaDriver::global().is_ok()
+}
+
+#[test]
+fn init_on_a_device_without_a_driver_fails_fast_naming_the_driver_and_group() {
+    let Some(lib) = library() else { return };
+    if has_cuda_driver() {
+        eprintln!("SKIP: this machine has a CUDA driver");
+        return;
+    }
+    let id = lib.unique_id().unwrap();
+    let start = Instant::now();
+    let err = NcclComm::init_rank(lib, "tensor_model_parallel/0", &id, 1, 0, Device::Ordinal(0), &NcclConfig::default(), Duration::from_secs(20))
+        .unwrap_err();
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert!(matches!(err, NcclError::LibraryNotFound { .. }), "{err:?}");
+    assert!(text.contains("libcuda.so.1"), "{text}");
+    assert!(text.contains("tensor_model_parallel/0"), "{text}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn init_with_no_gpu_returns_nccls_error_within_the_deadline() {
+    let Some(lib) = library() else { return };
+    if has_cuda_driver() {
+        eprintln!("SKIP: this machine has a CUDA driver");
+        return;
+    }
+    let id = lib.unique_id().unwrap();
+    let deadline = Duration::from_secs(20);
+    let start = Instant::now();
+    // Device::Current: NCCL itself finds no device.
+    let err = NcclComm::init_rank(lib, "data_parallel/1", &id, 1, 0, Device::Current, &NcclConfig::default(), deadline).unwrap_err();
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert!(start.elapsed() <= deadline + Duration::from_secs(5), "took {:?}", start.elapsed());
+    assert!(text.contains("data_parallel/1"), "{text}");
+    assert!(matches!(err, NcclError::Call { .. } | NcclError::Timeout { .. }), "{err:?}");
+}
+
+#[test]
+fn invalid_rank_is_named_before_nccl_is_called() {
+    let Some(lib) = library() else { return };
+    let id = lib.unique_id().unwrap();
+    let err = NcclComm::init_rank(lib, "pp/0", &id, 2, 2, Device::Current, &NcclConfig::default(), Duration::from_secs(1)).unwrap_err();
+    assert!(err.to_string().contains("group pp/0: rank 2 is outside 0..2"), "{err}");
+}
+
+#[test]
+fn a_missing_library_lists_the_paths_tried() {
+    let err = NcclLibrary::load(&LibrarySearch::explicit("/nonexistent/mcore/libnccl.so.2")).err().unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, NcclError::LibraryNotFound { .. }), "{err:?}");
+    assert!(text.contains("/nonexistent/mcore/libnccl.so.2: no such file"), "{text}");
+    assert!(text.contains("MCORE_NCCL_LIBRARY"), "{text}");
+
+    let site = std::env::temp_dir().join(format!("mcore-empty-site-{}", std::process::id()));
+    let search = LibrarySearch::from_lookup(
+        |k| (k == "MCORE_NCCL_PYTHON_SITE").then(|| site.display().to_string()),
+        Vec::new,
+    );
+    if let Err(err) = NcclLibrary::load(&search) {
+        let text = err.to_string();
+        assert!(text.contains(&format!("{}/nvidia/nccl/lib/libnccl.so.2: no such file", site.display())), "{text}");
+        assert!(text.contains("libnccl.so.2:"), "{text}");
+        assert!(text.contains("pip install nvidia-nccl-cu12"), "{text}");
+    } // else: libnccl.so.2 is on this machine's loader path.
+}
+
+#[test]
+fn a_library_without_nccls_symbols_is_named() {
+    let err = NcclLibrary::load(&LibrarySearch::explicit("libm.so.6")).err().unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, NcclError::MissingSymbol { .. }), "{err:?}");
+    assert!(text.contains("libm.so.6"), "{text}");
+    assert!(text.contains("ncclGetVersion"), "{text}");
+}
