@@ -196,3 +196,50 @@ fn a_library_without_nccls_symbols_is_named() {
     assert!(text.contains("libm.so.6"), "{text}");
     assert!(text.contains("ncclGetVersion"), "{text}");
 }
+
+/// Child of `library_is_found_through_the_python3_on_path` and `..._virtual_env`: load from the
+/// environment's search and print the file used.
+#[test]
+#[ignore = "child half of the search tests"]
+fn search_child() {
+    std::env::var(CHILD_ENV).expect("run only as a child");
+    let lib = NcclLibrary::global().unwrap();
+    println!("FOUND {}", lib.path());
+}
+
+/// The venv folder holding `MCORE_NCCL_LIBRARY` (`<venv>/lib/python3.X/site-packages/nvidia/nccl/lib/`).
+fn wheel_venv() -> Option<std::path::PathBuf> {
+    let lib = std::path::PathBuf::from(std::env::var("MCORE_NCCL_LIBRARY").ok()?);
+    let venv = lib.ancestors().nth(7)?.to_path_buf();
+    venv.join("bin/python3").exists().then_some(venv)
+}
+
+fn found_by_search(env: &[(&str, String)]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "search_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .env_remove("MCORE_NCCL_LIBRARY")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("MCORE_NCCL_PYTHON_SITE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text.lines().find_map(|l| l.find("FOUND ").map(|at| l[at + 6..].to_string())).unwrap_or_else(|| panic!("no FOUND in {text}"))
+}
+
+#[test]
+fn library_is_found_through_the_python3_on_path_and_virtual_env() {
+    let Some(venv) = wheel_venv() else {
+        eprintln!("SKIP: MCORE_NCCL_LIBRARY does not point into a venv's nvidia/nccl/lib");
+        return;
+    };
+    let want = std::fs::canonicalize(std::env::var("MCORE_NCCL_LIBRARY").unwrap()).unwrap();
+    let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let via_python = found_by_search(&[("PATH", path)]);
+    assert_eq!(std::fs::canonicalize(&via_python).unwrap(), want, "python3 on PATH led to {via_python}");
+    let via_venv = found_by_search(&[("VIRTUAL_ENV", venv.display().to_string())]);
+    assert_eq!(std::fs::canonicalize(&via_venv).unwrap(), want, "VIRTUAL_ENV led to {via_venv}");
+}

@@ -85,6 +85,7 @@ fn to_c_int(v: u32, name: &str) -> Result<c_int, NcclError> {
 impl NcclComm {
     /// Join group `group` as `rank` of `nranks` with the id rank 0 of the group made, by
     /// non-blocking `ncclCommInitRankConfig` (unless `config.blocking`), within `timeout`.
+    #[allow(clippy::too_many_arguments)]
     pub fn init_rank(
         lib: &'static NcclLibrary,
         group: &str,

@@ -18,7 +18,7 @@ pub const CONFIG_VERSION: u32 = 23000;
 pub const MAX_CGA_CLUSTER_SIZE: i32 = 8;
 
 /// Options for `ncclCommInitRankConfig` / `ncclCommSplit`. `None` leaves NCCL's default.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NcclConfig {
     /// `blocking` (default false: non-blocking init, so a deadline can be enforced).
     pub blocking: bool,
@@ -30,12 +30,6 @@ pub struct NcclConfig {
     /// `splitShare` (default false: children of a split do not share the parent's resources, so
     /// aborting one does not break the others).
     pub split_share: bool,
-}
-
-impl Default for NcclConfig {
-    fn default() -> Self {
-        NcclConfig { blocking: false, cga_cluster_size: None, min_ctas: None, max_ctas: None, net_name: None, split_share: false }
-    }
 }
 
 /// A raw config and the C string its `netName` points into; keep it alive across the call.

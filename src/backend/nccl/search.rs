@@ -42,6 +42,9 @@ pub struct LibrarySearch {
     pub candidates: Vec<Candidate>,
     /// True when `MCORE_NCCL_LIBRARY` (or [`LibrarySearch::explicit`]) chose the only candidate.
     pub explicit: bool,
+    /// Ask the `python3` on `PATH` for its site folders when no candidate served (it costs a
+    /// process start, ~0.2 s, so it comes last).
+    pub ask_python: bool,
 }
 
 impl LibrarySearch {
@@ -52,12 +55,15 @@ impl LibrarySearch {
             Some(name) if !name.contains('/') => Candidate::LoaderName(name.to_string()),
             _ => Candidate::Path(path),
         };
-        LibrarySearch { candidates: vec![c], explicit: true }
+        LibrarySearch { candidates: vec![c], explicit: true, ask_python: false }
     }
 
-    /// From the process environment, asking the `python3` on `PATH` for its site folders.
+    /// From the process environment; the `python3` on `PATH` is asked for its site folders only
+    /// if every other candidate fails (see [`LibrarySearch::python_candidates`]).
     pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok(), python_site_dirs)
+        let mut s = Self::from_lookup(|k| std::env::var(k).ok(), Vec::new);
+        s.ask_python = !s.explicit;
+        s
     }
 
     /// From any variable lookup (tests pass a map) and a source of python site folders, which
@@ -76,15 +82,16 @@ impl LibrarySearch {
         }
         sites.extend(python_sites());
         let mut candidates = vec![Candidate::LoaderName(NCCL_SONAME.to_string())];
-        for site in sites {
-            for dir in WHEEL_LIB_DIRS {
-                let c = Candidate::Path(site.join(dir).join(NCCL_SONAME));
-                if !candidates.contains(&c) {
-                    candidates.push(c);
-                }
-            }
-        }
-        LibrarySearch { candidates, explicit: false }
+        push_wheel_candidates(&mut candidates, sites);
+        LibrarySearch { candidates, explicit: false, ask_python: false }
+    }
+
+    /// The wheel candidates in the site folders of the `python3` on `PATH` that are not already
+    /// in `candidates`.
+    pub fn python_candidates(&self) -> Vec<Candidate> {
+        let mut all = self.candidates.clone();
+        push_wheel_candidates(&mut all, python_site_dirs());
+        all.split_off(self.candidates.len())
     }
 
     /// What to tell a user whom no candidate served.
@@ -93,6 +100,17 @@ impl LibrarySearch {
             "MCORE_NCCL_LIBRARY names this file; point it at libnccl.so.2 (e.g. site-packages/nvidia/nccl/lib/libnccl.so.2) or unset it".into()
         } else {
             "Install NCCL (pip install nvidia-nccl-cu12), add its lib folder to LD_LIBRARY_PATH, or set MCORE_NCCL_LIBRARY to the libnccl.so.2 file".into()
+        }
+    }
+}
+
+fn push_wheel_candidates(candidates: &mut Vec<Candidate>, sites: Vec<PathBuf>) {
+    for site in sites {
+        for dir in WHEEL_LIB_DIRS {
+            let c = Candidate::Path(site.join(dir).join(NCCL_SONAME));
+            if !candidates.contains(&c) {
+                candidates.push(c);
+            }
         }
     }
 }

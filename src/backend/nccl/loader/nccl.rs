@@ -5,7 +5,7 @@ use super::cuda::{DeviceBuffer, Stream};
 use super::{as_fn, c_text, DynLib};
 use crate::backend::nccl::config::RawConfig;
 use crate::backend::nccl::error::NcclError;
-use crate::backend::nccl::search::LibrarySearch;
+use crate::backend::nccl::search::{Candidate, LibrarySearch};
 use crate::backend::nccl::unique_id::NcclUniqueId;
 use crate::backend::nccl::version::{Feature, NcclVersion};
 use cudarc::nccl::sys;
@@ -109,20 +109,33 @@ impl NcclLibrary {
     /// lacks a required symbol is an error (not skipped). The result lives for the process.
     pub fn load(search: &LibrarySearch) -> Result<&'static NcclLibrary, NcclError> {
         let mut tried = Vec::new();
-        for cand in &search.candidates {
+        if let Some(lib) = Self::first_that_opens(&search.candidates, &mut tried) {
+            return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+        }
+        if search.ask_python {
+            let more = search.python_candidates();
+            if let Some(lib) = Self::first_that_opens(&more, &mut tried) {
+                return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+            }
+        }
+        Err(NcclError::LibraryNotFound { library: "NCCL (libnccl.so.2)".into(), tried, hint: search.hint() })
+    }
+
+    fn first_that_opens(candidates: &[Candidate], tried: &mut Vec<(String, String)>) -> Option<DynLib> {
+        for cand in candidates {
             let shown = cand.display();
-            if let crate::backend::nccl::search::Candidate::Path(p) = cand {
+            if let Candidate::Path(p) = cand {
                 if !p.exists() {
                     tried.push((shown, "no such file".to_string()));
                     continue;
                 }
             }
             match DynLib::open(&shown) {
-                Ok(lib) => return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l))),
+                Ok(lib) => return Some(lib),
                 Err(why) => tried.push((shown, why)),
             }
         }
-        Err(NcclError::LibraryNotFound { library: "NCCL (libnccl.so.2)".into(), tried, hint: search.hint() })
+        None
     }
 
     fn from_lib(lib: DynLib) -> Result<NcclLibrary, NcclError> {
