@@ -302,3 +302,16 @@ fn finish_call(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn communicators_can_move_between_threads() {
+        fn is_send<T: Send>() -> bool {
+            true
+        }
+        assert!(is_send::<NcclComm>());
+    }
+}

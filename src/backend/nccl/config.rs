@@ -7,15 +7,15 @@ use cudarc::nccl::sys::ncclConfig_t;
 use std::ffi::{c_int, CString};
 
 /// `ncclConfig_t.magic` of an initialized config.
-pub const CONFIG_MAGIC: u32 = 0xcafe_beef;
+pub(crate) const CONFIG_MAGIC: u32 = 0xcafe_beef;
 /// `NCCL_CONFIG_UNDEF_INT`: "not set, use NCCL's default".
-pub const UNDEF_INT: c_int = c_int::MIN;
+pub(crate) const UNDEF_INT: c_int = c_int::MIN;
 /// The version our `ncclConfig_t` layout is declared with: cudarc's `nccl-02030` bindings (2.30's
 /// struct without its last field). NCCL copies `min(size, its own size)` bytes and ignores fields
 /// newer than `version`, so older and newer libraries both accept it.
-pub const CONFIG_VERSION: u32 = 23000;
+pub(crate) const CONFIG_VERSION: u32 = 23000;
 /// NCCL's largest CGA cluster size.
-pub const MAX_CGA_CLUSTER_SIZE: i32 = 8;
+pub(crate) const MAX_CGA_CLUSTER_SIZE: i32 = 8;
 
 /// Options for `ncclCommInitRankConfig` / `ncclCommSplit`. `None` leaves NCCL's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -2,6 +2,9 @@
 //! build or to run the CPU parts), its version and feature gates, unique ids and their bytes for
 //! the store, `ncclConfig_t`, and communicators created with a deadline.
 //!
+//! (Constants are `pub(crate)` or associated: cbindgen would put every public crate-level `const`
+//! into the C header.)
+//!
 //! cudarc supplies the `sys` types; loading is ours (`loader`), because cudarc's loader looks for
 //! other file names than the wheel's `libnccl.so.2` and panics on a missing library or symbol.
 
@@ -19,5 +22,5 @@ pub use error::NcclError;
 pub use loader::cuda::CudaDriver;
 pub use loader::nccl::NcclLibrary;
 pub use search::LibrarySearch;
-pub use unique_id::{NcclUniqueId, UNIQUE_ID_BYTES};
+pub use unique_id::NcclUniqueId;
 pub use version::{Feature, NcclVersion};

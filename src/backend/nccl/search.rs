@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The soname of NCCL 2 and the only library file of its pip wheels.
-pub const NCCL_SONAME: &str = "libnccl.so.2";
+pub(crate) const NCCL_SONAME: &str = "libnccl.so.2";
 /// Wheel folders (relative to a site-packages folder) that hold `libnccl.so.2`.
-pub const WHEEL_LIB_DIRS: [&str; 2] = ["nvidia/nccl/lib", "nvidia/cu13/lib"];
+pub(crate) const WHEEL_LIB_DIRS: [&str; 2] = ["nvidia/nccl/lib", "nvidia/cu13/lib"];
 /// How long asking `python3` for its site-packages folders may take.
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -6,7 +6,7 @@ use cudarc::nccl::sys::ncclUniqueId;
 use std::fmt;
 
 /// Bytes in an `ncclUniqueId` (`NCCL_UNIQUE_ID_BYTES`).
-pub const UNIQUE_ID_BYTES: usize = 128;
+pub(crate) const UNIQUE_ID_BYTES: usize = 128;
 
 /// An id made by `ncclGetUniqueId` on one rank and handed to every member of a group.
 /// The process that made it must stay alive until every member has joined (it hosts the root).

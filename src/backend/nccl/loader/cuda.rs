@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 
 /// File names tried, in order.
-pub const CUDA_DRIVER_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+pub(crate) const CUDA_DRIVER_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 const CUDA_SUCCESS: c_int = 0;
 const CUDA_ERROR_NOT_READY: c_int = 600;
 

@@ -14,11 +14,11 @@ use std::ffi::{c_char, c_int, c_void};
 use std::ptr::NonNull;
 
 /// `ncclSuccess`.
-pub const NCCL_SUCCESS: c_int = 0;
+pub(crate) const NCCL_SUCCESS: c_int = 0;
 /// `ncclInProgress`: a non-blocking call has not finished yet.
-pub const NCCL_IN_PROGRESS: c_int = 7;
+pub(crate) const NCCL_IN_PROGRESS: c_int = 7;
 /// `NCCL_SPLIT_NOCOLOR`: this rank joins no child of the split.
-pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
 
 // Signatures of cudarc's `nccl::sys` functions, with results read as `c_int` (see the module doc).
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
