@@ -13,9 +13,32 @@
 #define MCORE_VERSION_STRING "0.1.0"
 
 /**
+ * Bytes of `mcore_rng_named_seed::name`, terminating NUL included.
+ */
+#define MCORE_RNG_NAME_MAX 32
+
+/**
+ * `mcore_rng_tracker_restore` flag: on a layout change, keep the seeds this tracker derived for
+ * the new layout and take each stream's position from the checkpoint (else: error).
+ */
+#define MCORE_RNG_RESTORE_REDERIVE 1
+
+/**
  * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
  */
 #define MCORE_ABI_VERSION 1
+
+/**
+ * `abi_version` of [`mcore_backend_v1`].
+ */
+#define MCORE_BACKEND_ABI_VERSION_V1 1
+
+/**
+ * Smallest `struct_size` accepted for a [`mcore_backend_v1`]: the size of its first release
+ * (every slot up to `finalize`). Slots appended later are optional and read as NULL when a
+ * plugin's `struct_size` does not cover them.
+ */
+#define MCORE_BACKEND_V1_MIN_SIZE 88
 
 /**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
@@ -123,6 +146,476 @@ typedef int32_t mcore_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+/**
+ * The kinds of process group. Functions take a kind as `int32_t` holding one of these values;
+ * hierarchical context-parallel level `i` is `MCORE_GROUP_KIND_HIERARCHICAL_CONTEXT_PARALLEL + i`.
+ */
+enum mcore_group_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL = 0,
+  MCORE_GROUP_KIND_PIPELINE_MODEL_PARALLEL = 1,
+  MCORE_GROUP_KIND_DATA_PARALLEL = 2,
+  MCORE_GROUP_KIND_DATA_PARALLEL_WITH_CP = 3,
+  MCORE_GROUP_KIND_CONTEXT_PARALLEL = 4,
+  MCORE_GROUP_KIND_MODEL_PARALLEL = 5,
+  MCORE_GROUP_KIND_TENSOR_AND_DATA_PARALLEL = 6,
+  MCORE_GROUP_KIND_TENSOR_AND_DATA_PARALLEL_WITH_CP = 7,
+  MCORE_GROUP_KIND_TENSOR_AND_CONTEXT_PARALLEL = 8,
+  MCORE_GROUP_KIND_INTRA_PARTIAL_DATA_PARALLEL_WITH_CP = 9,
+  MCORE_GROUP_KIND_INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE = 10,
+  MCORE_GROUP_KIND_EMBEDDING = 11,
+  MCORE_GROUP_KIND_POSITION_EMBEDDING = 12,
+  MCORE_GROUP_KIND_EXPERT_MODEL_PARALLEL = 13,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_PARALLEL = 14,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_AND_MODEL_PARALLEL = 15,
+  MCORE_GROUP_KIND_EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL = 16,
+  MCORE_GROUP_KIND_EXPERT_DATA_PARALLEL = 17,
+  MCORE_GROUP_KIND_INTRA_PARTIAL_EXPERT_DATA_PARALLEL = 18,
+  MCORE_GROUP_KIND_INTER_PARTIAL_EXPERT_DATA_PARALLEL = 19,
+  /**
+   * Level 0 of hierarchical context parallelism; level i is this value + i.
+   */
+  MCORE_GROUP_KIND_HIERARCHICAL_CONTEXT_PARALLEL = 1000,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum mcore_group_kind mcore_group_kind;
+#else
+typedef int32_t mcore_group_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * All random streams of one rank. Thread-safe: calls on one handle are serialised.
+ */
+typedef struct mcore_rng_tracker mcore_rng_tracker;
+
+/**
+ * A layout (opaque). Immutable after creation: queries may run from several threads at once
+ * (the embedding callbacks must then be thread-safe too).
+ */
+typedef struct mcore_topology mcore_topology;
+
+/**
+ * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
+ */
+typedef struct mcore_rng_coords {
+  /**
+   * `sizeof(mcore_rng_coords)` as the caller was compiled.
+   */
+  uint32_t struct_size;
+  uint32_t world_size;
+  /**
+   * Global rank.
+   */
+  uint32_t rank;
+  uint32_t pp_rank;
+  /**
+   * Plain data-parallel rank (without context parallelism).
+   */
+  uint32_t dp_rank;
+  uint32_t tp_rank;
+  uint32_t cp_rank;
+  uint32_t ep_rank;
+  uint32_t etp_rank;
+  /**
+   * Caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
+   */
+  uint64_t layout_fingerprint;
+} mcore_rng_coords;
+
+/**
+ * A rank's group rank and group size in one group kind (for the `sharded` policy).
+ */
+typedef struct mcore_rng_group_position {
+  uint32_t rank;
+  uint32_t size;
+} mcore_rng_group_position;
+
+/**
+ * A Philox generator state, the 16-byte layout of a CUDA generator state in PyTorch.
+ */
+typedef struct mcore_rng_state {
+  uint64_t seed;
+  uint64_t offset;
+} mcore_rng_state;
+
+/**
+ * One named stream seed: NUL-terminated name, seed.
+ */
+typedef struct mcore_rng_named_seed {
+  char name[MCORE_RNG_NAME_MAX];
+  uint64_t seed;
+} mcore_rng_named_seed;
+
+/**
+ * Chooses the embedding (or position-embedding) ranks of one pipeline group: given its ranks
+ * (ascending, `pipeline_len` of them), write a non-empty subset into `out_ranks` (capacity
+ * `out_capacity` = `pipeline_len`), set `*out_len`, and return 0; any other return value is an
+ * error. Called lazily, whenever a query needs that pipeline's group, possibly from several threads.
+ */
+typedef int32_t (*mcore_embedding_ranks_fn)(void *user_data,
+                                            const uint32_t *pipeline_ranks,
+                                            size_t pipeline_len,
+                                            uint32_t *out_ranks,
+                                            size_t out_capacity,
+                                            size_t *out_len);
+
+/**
+ * Finalizer for `user_data`, called once when the last topology using it is destroyed.
+ */
+typedef void (*mcore_user_data_free_fn)(void *user_data);
+
+/**
+ * Layout configuration. Fill with `mcore_topology_config_init` first, then set what differs.
+ * Sizes are signed so that a negative value is reported, not wrapped.
+ */
+typedef struct mcore_topology_config {
+  /**
+   * `sizeof(mcore_topology_config)` as compiled by the caller (set by the init function).
+   */
+  size_t struct_size;
+  /**
+   * Tensor-model-parallel size (default 1).
+   */
+  int32_t tp;
+  /**
+   * Pipeline-model-parallel size (default 1).
+   */
+  int32_t pp;
+  /**
+   * Virtual pipeline size; 0 = no interleaved schedule (default 0).
+   */
+  int32_t vpp;
+  /**
+   * Context-parallel size (default 1).
+   */
+  int32_t cp;
+  /**
+   * Hierarchical context-parallel sizes (product = cp), `hcp_len` of them; NULL/0 = none.
+   */
+  const int32_t *hcp;
+  size_t hcp_len;
+  /**
+   * Expert-model-parallel size (default 1).
+   */
+  int32_t ep;
+  /**
+   * Expert tensor-parallel size; 0 = same as tp (default 0).
+   */
+  int32_t etp;
+  /**
+   * Number of distributed-optimizer instances (default 1).
+   */
+  int32_t dist_opt_instances;
+  /**
+   * Order string, NUL-terminated; NULL = "tp-cp-ep-dp-pp". Copied by create.
+   */
+  const char *order;
+  /**
+   * Global rank of the layout's rank 0 (default 0).
+   */
+  uint32_t rank_offset;
+  /**
+   * Custom embedding ranks; NULL = first and last pipeline stage.
+   */
+  mcore_embedding_ranks_fn embedding_ranks;
+  /**
+   * Custom position-embedding ranks; NULL = first pipeline stage.
+   */
+  mcore_embedding_ranks_fn position_embedding_ranks;
+  /**
+   * Passed first to both callbacks. On success the topology owns it (see `user_data_free`);
+   * on a failed create the caller keeps it.
+   */
+  void *user_data;
+  /**
+   * Called with `user_data` when the topology is destroyed; may be NULL.
+   */
+  mcore_user_data_free_fn user_data_free;
+} mcore_topology_config;
+
+/**
+ * The sizes of a layout, derived ones included.
+ */
+typedef struct mcore_topology_sizes {
+  uint32_t world_size;
+  uint32_t rank_offset;
+  uint32_t tp;
+  uint32_t pp;
+  /**
+   * 0 when no virtual pipeline.
+   */
+  uint32_t vpp;
+  uint32_t cp;
+  /**
+   * Number of hierarchical context-parallel levels (0 = none).
+   */
+  uint32_t hcp_levels;
+  uint32_t ep;
+  uint32_t etp;
+  uint32_t dp;
+  uint32_t expert_dp;
+  uint32_t dist_opt_instances;
+} mcore_topology_sizes;
+
+/**
+ * Where a rank sits in one group.
+ */
+typedef struct mcore_group_info {
+  /**
+   * Index of the group among the groups of its kind (creation order, same on every rank).
+   */
+  uint64_t index;
+  /**
+   * The rank's group rank (index in the ascending member list).
+   */
+  uint32_t rank;
+  /**
+   * Number of members.
+   */
+  uint32_t size;
+} mcore_group_info;
+
+/**
+ * A rank's pipeline place; next/prev wrap around the ring.
+ */
+typedef struct mcore_pipeline_info {
+  uint32_t stage;
+  uint32_t num_stages;
+  uint32_t first;
+  uint32_t last;
+  uint32_t next;
+  uint32_t prev;
+} mcore_pipeline_info;
+
+/**
+ * One group a backend is asked to create a communicator for.
+ *
+ * Pointers are valid only during the call that receives the struct; copy what you keep.
+ */
+typedef struct mcore_backend_group_info {
+  /**
+   * `sizeof(mcore_backend_group_info)` as the library was built; fields are only appended.
+   */
+  uint32_t struct_size;
+  /**
+   * This process's rank inside the group (its index in `global_ranks`).
+   */
+  uint32_t group_rank;
+  /**
+   * Number of ranks in the group (`global_ranks` has this many entries).
+   */
+  uint32_t group_size;
+  /**
+   * This process's global rank.
+   */
+  uint32_t global_rank;
+  /**
+   * Unique group name, NUL-terminated, e.g. `"tensor_model_parallel/3"`; equal on all members.
+   */
+  const char *name;
+  /**
+   * The group's global ranks in ascending order; `group_size` entries.
+   */
+  const uint32_t *global_ranks;
+  /**
+   * Upper bound for rendezvous and collectives of this group, in milliseconds.
+   */
+  uint64_t timeout_ms;
+} mcore_backend_group_info;
+
+/**
+ * Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
+ */
+typedef int32_t (*mcore_backend_store_set_fn)(void *ctx,
+                                              const char *key,
+                                              const uint8_t *value,
+                                              size_t len);
+
+/**
+ * Store `get`: wait (up to the store timeout) for `key`, write its length to `*out_len`, and
+ * copy it into `buf` when `buf_len` suffices; otherwise return `MCORE_STATUS_BUFFER_TOO_SMALL`
+ * (`buf` may be NULL when `buf_len` is 0) and call again with a buffer of `*out_len` bytes.
+ */
+typedef int32_t (*mcore_backend_store_get_fn)(void *ctx,
+                                              const char *key,
+                                              uint8_t *buf,
+                                              size_t buf_len,
+                                              size_t *out_len);
+
+/**
+ * Store `wait`: wait until all `n` keys exist, up to `timeout_ms` (0 = the store's timeout).
+ * `MCORE_STATUS_TIMEOUT` on expiry; `error_message` then names the missing keys.
+ */
+typedef int32_t (*mcore_backend_store_wait_fn)(void *ctx,
+                                               const char *const *keys,
+                                               size_t n,
+                                               uint64_t timeout_ms);
+
+/**
+ * Store `add`: add `delta` to the integer counter under `key` (missing = 0); new value in `*out`.
+ */
+typedef int32_t (*mcore_backend_store_add_fn)(void *ctx,
+                                              const char *key,
+                                              int64_t delta,
+                                              int64_t *out);
+
+/**
+ * Message of the last failed call on this store from the calling thread's point of view
+ * (never NULL; valid until the next call on the store).
+ */
+typedef const char *(*mcore_backend_store_error_message_fn)(void *ctx);
+
+/**
+ * The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
+ * private to the group (keys need no group prefix). Implemented by the library over its own
+ * stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
+ * takes `ctx` first and returns an `mcore_status` code as `int32_t`.
+ */
+typedef struct mcore_backend_store {
+  /**
+   * `sizeof(mcore_backend_store)` as the library was built; callbacks are only appended.
+   */
+  uint32_t struct_size;
+  /**
+   * Passed as the first argument of every callback.
+   */
+  void *ctx;
+  /**
+   * Write a key (see `mcore_backend_store_set_fn`).
+   */
+  mcore_backend_store_set_fn set;
+  /**
+   * Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
+   */
+  mcore_backend_store_get_fn get;
+  /**
+   * Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
+   */
+  mcore_backend_store_wait_fn wait;
+  /**
+   * Atomic counter (see `mcore_backend_store_add_fn`).
+   */
+  mcore_backend_store_add_fn add;
+  /**
+   * Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
+   */
+  mcore_backend_store_error_message_fn error_message;
+} mcore_backend_store;
+
+/**
+ * `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
+ * through `store`; on success write it to `*out_comm` (non-NULL).
+ */
+typedef int32_t (*mcore_backend_create_fn)(void *user_data,
+                                           const struct mcore_backend_group_info *group,
+                                           const struct mcore_backend_store *store,
+                                           void **out_comm);
+
+/**
+ * `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
+ * (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
+ * ordered by `key`, described by `group`.
+ */
+typedef int32_t (*mcore_backend_split_fn)(void *user_data,
+                                          void *parent_comm,
+                                          int32_t color,
+                                          int32_t key,
+                                          const struct mcore_backend_group_info *group,
+                                          void **out_comm);
+
+/**
+ * `allreduce_sum_i64`: in-place sum of `count` int64 values over the communicator's ranks.
+ */
+typedef int32_t (*mcore_backend_allreduce_sum_i64_fn)(void *user_data,
+                                                      void *comm,
+                                                      int64_t *inout,
+                                                      size_t count);
+
+/**
+ * `barrier` and `destroy_comm`: an operation on one communicator.
+ */
+typedef int32_t (*mcore_backend_comm_fn)(void *user_data, void *comm);
+
+/**
+ * `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
+ */
+typedef const char *(*mcore_backend_last_error_fn)(void *user_data);
+
+/**
+ * `finalize`: the library is done with this vtable and `user_data`.
+ */
+typedef void (*mcore_backend_finalize_fn)(void *user_data);
+
+/**
+ * A communicator backend, version 1. Fill it in (zero what you do not support), then register
+ * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
+ * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
+ * A backend offers at least one creation strategy: `create_group` (per group, rendezvous
+ * through the store), or `create_world` + `split` (one world communicator, then one split per
+ * group kind). `destroy_comm` is required.
+ */
+typedef struct mcore_backend_v1 {
+  /**
+   * `sizeof(mcore_backend_v1)` as the plugin was built (at least `MCORE_BACKEND_V1_MIN_SIZE`).
+   */
+  uint32_t struct_size;
+  /**
+   * `MCORE_BACKEND_ABI_VERSION_V1`.
+   */
+  uint32_t abi_version;
+  /**
+   * Unique backend name, NUL-terminated (e.g. `"gloo"`); how users select it.
+   */
+  const char *name;
+  /**
+   * Passed as the first argument of every slot; released by `finalize`.
+   */
+  void *user_data;
+  /**
+   * Optional: create the world communicator (split strategy).
+   */
+  mcore_backend_create_fn create_world;
+  /**
+   * Optional: split a communicator (split strategy).
+   */
+  mcore_backend_split_fn split;
+  /**
+   * Optional: create one group's communicator directly (per-group strategy).
+   */
+  mcore_backend_create_fn create_group;
+  /**
+   * Optional: in-place int64 sum; the library verifies each communicator with it.
+   */
+  mcore_backend_allreduce_sum_i64_fn allreduce_sum_i64;
+  /**
+   * Optional: block until every rank of the communicator arrives.
+   */
+  mcore_backend_comm_fn barrier;
+  /**
+   * Required: release a communicator.
+   */
+  mcore_backend_comm_fn destroy_comm;
+  /**
+   * Optional: message of the last failure on this thread.
+   */
+  mcore_backend_last_error_fn last_error;
+  /**
+   * Optional: called once when the backend is unregistered and its last communicator is gone.
+   */
+  mcore_backend_finalize_fn finalize;
+} mcore_backend_v1;
+
+/**
+ * Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
+ * vtable (static storage; the library copies it), or NULL on failure.
+ */
+typedef const struct mcore_backend_v1 *(*mcore_backend_plugin_v1_fn)(void);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -135,9 +628,370 @@ extern "C" {
 const char *mcore_last_error_message(void);
 
 /**
+ * Fills `*out` with defaults (all zero) and `struct_size`.
+ *
+ * # Safety
+ * `out` is NULL or writable.
+ */
+mcore_status mcore_rng_coords_default(struct mcore_rng_coords *out);
+
+/**
+ * Creates an empty tracker for the rank at `coords` (recorded in its checkpoints).
+ * Returns NULL on error (see `mcore_last_error_message`).
+ *
+ * # Safety
+ * `coords` is NULL or a `mcore_rng_coords` filled by `mcore_rng_coords_default`.
+ */
+struct mcore_rng_tracker *mcore_rng_tracker_create(const struct mcore_rng_coords *coords);
+
+/**
+ * Destroys a tracker; NULL is accepted.
+ *
+ * # Safety
+ * `tracker` is NULL or a handle from `mcore_rng_tracker_create`, not used afterwards.
+ */
+void mcore_rng_tracker_destroy(struct mcore_rng_tracker *tracker);
+
+/**
+ * Re-seeds every stream of the tracker from a policy (`"megatron"`, `"roll"` or
+ * `"sharded:<group kind>,..."`): default generator, named Philox streams and one CPU stream per
+ * name. `positions` (for `sharded` only) gives this rank's place in each listed group kind.
+ * A Megatron seed collision returns `MCORE_STATUS_ALREADY_EXISTS` (`seed N already exists`).
+ *
+ * # Safety
+ * `tracker` live; `policy` a C string; `positions` NULL or valid for `n_positions` entries.
+ */
+mcore_status mcore_rng_tracker_seed(struct mcore_rng_tracker *tracker,
+                                    const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions);
+
+/**
+ * Adds a named Philox stream at offset 0 (duplicate name or seed: `MCORE_STATUS_ALREADY_EXISTS`).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_add(struct mcore_rng_tracker *tracker,
+                                   const char *name,
+                                   uint64_t seed);
+
+/**
+ * One kernel launch on stream `name` (`"default"` = the default generator): writes the
+ * `(seed, offset)` to launch with to `*out` and advances the stream by `count` rounded up to 4.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_fork(struct mcore_rng_tracker *tracker,
+                                    const char *name,
+                                    uint64_t count,
+                                    struct mcore_rng_state *out);
+
+/**
+ * Reads the state of stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` writable.
+ */
+mcore_status mcore_rng_tracker_get_state(const struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         struct mcore_rng_state *out);
+
+/**
+ * Overwrites the state of an existing stream `name` (`"default"` = the default generator).
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `state` readable.
+ */
+mcore_status mcore_rng_tracker_set_state(struct mcore_rng_tracker *tracker,
+                                         const char *name,
+                                         const struct mcore_rng_state *state);
+
+/**
+ * Megatron's tracker reset: forgets every named stream and seed (the default generator and the
+ * CPU streams stay).
+ *
+ * # Safety
+ * `tracker` live.
+ */
+mcore_status mcore_rng_tracker_reset(struct mcore_rng_tracker *tracker);
+
+/**
+ * Adds a CPU (ChaCha20) stream `name` seeded with `seed`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string.
+ */
+mcore_status mcore_rng_tracker_cpu_add(struct mcore_rng_tracker *tracker,
+                                       const char *name,
+                                       uint64_t seed);
+
+/**
+ * Draws `n` 32-bit words from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_u32(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            uint32_t *out,
+                                            size_t n);
+
+/**
+ * Draws `n` doubles uniform in [0, 1) from CPU stream `name` into `out`.
+ *
+ * # Safety
+ * `tracker` live; `name` a C string; `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_tracker_cpu_fill_f64(struct mcore_rng_tracker *tracker,
+                                            const char *name,
+                                            double *out,
+                                            size_t n);
+
+/**
+ * Writes the checkpoint blob of all streams to `buf`. `*out_len` receives the blob size; when
+ * `len` is smaller the result is `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set (call with
+ * `buf = NULL, len = 0` to ask for the size).
+ *
+ * # Safety
+ * `tracker` live; `buf` NULL (len = 0) or valid for `len` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_tracker_save(const struct mcore_rng_tracker *tracker,
+                                    uint8_t *buf,
+                                    size_t len,
+                                    size_t *out_len);
+
+/**
+ * Restores a blob from `mcore_rng_tracker_save`. A blob of another global rank is
+ * `MCORE_STATUS_WRONG_RANK`, a damaged one `MCORE_STATUS_CORRUPT`; a layout change is
+ * `MCORE_STATUS_WRONG_RANK` unless `flags` has `MCORE_RNG_RESTORE_REDERIVE`. Nothing changes on error.
+ *
+ * # Safety
+ * `tracker` live; `buf` valid for `len` reads.
+ */
+mcore_status mcore_rng_tracker_restore(struct mcore_rng_tracker *tracker,
+                                       const uint8_t *buf,
+                                       size_t len,
+                                       uint32_t flags);
+
+/**
+ * The named stream seeds a policy gives the rank at `coords`: `"default"` first, then the
+ * tracker streams in Megatron's add order. Writes up to `cap` entries to `out` and the count to
+ * `*out_len` (`MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` set when `cap` is too small).
+ *
+ * # Safety
+ * `policy` a C string; `coords` filled by `mcore_rng_coords_default`; `positions` NULL or valid
+ * for `n_positions` reads; `out` NULL (cap = 0) or valid for `cap` writes; `out_len` writable.
+ */
+mcore_status mcore_rng_policy_seeds(const char *policy,
+                                    int64_t seed,
+                                    bool data_parallel_random_init,
+                                    const struct mcore_rng_coords *coords,
+                                    const struct mcore_rng_group_position *positions,
+                                    size_t n_positions,
+                                    struct mcore_rng_named_seed *out,
+                                    size_t cap,
+                                    size_t *out_len);
+
+/**
+ * `n` successive `curand()` values after `curand_init(seed, subsequence, offset)` (Philox4_32_10).
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_u32(uint64_t seed,
+                                       uint64_t subsequence,
+                                       uint64_t offset,
+                                       uint32_t *out,
+                                       size_t n);
+
+/**
+ * `n` successive `curand_uniform()` values after `curand_init(seed, subsequence, offset)`.
+ *
+ * # Safety
+ * `out` NULL (n = 0) or valid for `n` writes.
+ */
+mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
+                                           uint64_t subsequence,
+                                           uint64_t offset,
+                                           float *out,
+                                           size_t n);
+
+/**
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);
+
+/**
+ * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
+ * set its `struct_size`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_config_init(struct mcore_topology_config *cfg);
+
+/**
+ * Validate `cfg` for `world_size` ranks and create the layout. On failure the status and
+ * `mcore_last_error_message()` name the offending values and `*out` is untouched.
+ *
+ * # Safety
+ * `cfg` points to a config filled by `mcore_topology_config_init`; `out` is writable.
+ */
+mcore_status mcore_topology_create(const struct mcore_topology_config *cfg,
+                                   uint32_t world_size,
+                                   struct mcore_topology **out);
+
+/**
+ * Destroy a layout (NULL is fine). Runs `user_data_free` if one was given.
+ *
+ * # Safety
+ * `t` comes from `mcore_topology_create` and is not used afterwards.
+ */
+void mcore_topology_destroy(struct mcore_topology *t);
+
+/**
+ * The sizes of the layout (world, offset, given and derived sizes).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_get_sizes(const struct mcore_topology *t,
+                                      struct mcore_topology_sizes *out);
+
+/**
+ * The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
+ * NOT_FOUND for an unknown key.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_from_name(const char *name, int32_t *out_kind);
+
+/**
+ * Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
+ * NUL (also on BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *out_len);
+
+/**
+ * Number of group kinds this layout has (hierarchical levels included).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_kind_count(const struct mcore_topology *t, size_t *out_count);
+
+/**
+ * The `index`-th kind of this layout (DESIGN.md table order).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_kind_at(const struct mcore_topology *t,
+                                    size_t index,
+                                    int32_t *out_kind);
+
+/**
+ * `rank`'s group of `kind`: its index, the rank's group rank and the size. NOT_MEMBER when the
+ * rank is in no group of that kind (e.g. a middle pipeline stage and `EMBEDDING`).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group(const struct mcore_topology *t,
+                                  uint32_t rank,
+                                  int32_t kind,
+                                  struct mcore_group_info *out);
+
+/**
+ * The global ranks of `rank`'s group of `kind`, ascending (a rank's index is its group rank).
+ * `buf` may be NULL when `len` is 0, to ask for the size: BUFFER_TOO_SMALL sets `*out_len`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_ranks(const struct mcore_topology *t,
+                                        uint32_t rank,
+                                        int32_t kind,
+                                        uint32_t *buf,
+                                        size_t len,
+                                        size_t *out_len);
+
+/**
+ * Number of groups of `kind` in the layout (0 for a kind it does not have).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_count(const struct mcore_topology *t,
+                                        int32_t kind,
+                                        uint64_t *out_count);
+
+/**
+ * The global ranks of group `index` of `kind` (creation order, the same on every rank), ascending.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_group_at(const struct mcore_topology *t,
+                                     int32_t kind,
+                                     uint64_t index,
+                                     uint32_t *buf,
+                                     size_t len,
+                                     size_t *out_len);
+
+/**
+ * `rank`'s pipeline stage, stage count, first/last ranks and ring neighbours.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_pipeline(const struct mcore_topology *t,
+                                     uint32_t rank,
+                                     struct mcore_pipeline_info *out);
+
+/**
+ * Whether `rank` is on the first pipeline stage; `vp_stage` >= 0 also requires virtual stage 0,
+ * -1 ignores virtual stages. OUT_OF_RANGE for a stage beyond the virtual pipeline size.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_pipeline_first_stage(const struct mcore_topology *t,
+                                                    uint32_t rank,
+                                                    int32_t vp_stage,
+                                                    bool *out);
+
+/**
+ * Whether `rank` is on the last pipeline stage; `vp_stage` >= 0 also requires the last virtual
+ * stage, -1 ignores virtual stages.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_pipeline_last_stage(const struct mcore_topology *t,
+                                                   uint32_t rank,
+                                                   int32_t vp_stage,
+                                                   bool *out);
+
+/**
+ * Megatron's `is_rank_in_embedding_group`: membership; with `vp_stage` >= 0 the first member
+ * counts only on virtual stage 0 and the last only on the last virtual stage.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_is_rank_in_embedding_group(const struct mcore_topology *t,
+                                                       uint32_t rank,
+                                                       int32_t vp_stage,
+                                                       bool *out);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).
@@ -148,6 +1002,45 @@ uint32_t mcore_abi_version(void);
  * The library version, e.g. "0.1.0". Static, never NULL.
  */
 const char *mcore_version_string(void);
+
+/**
+ * Register a backend by pointer. The vtable is copied (`min(struct_size, sizeof)` bytes) and its
+ * name too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
+ * Errors: NULL → INVALID_ARGUMENT; other `abi_version` or too small `struct_size` →
+ * UNSUPPORTED; NULL name, no creation strategy, no `destroy_comm` → INVALID_ARGUMENT;
+ * a backend of that name exists → ALREADY_EXISTS (the rejected copy is not finalized).
+ *
+ * # Safety
+ * `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`.
+ */
+mcore_status mcore_backend_register(const struct mcore_backend_v1 *vtable);
+
+/**
+ * Load a backend plugin `.so` (a path, or a bare file name looked up by the dynamic loader),
+ * call its `mcore_backend_plugin_v1()` and register the vtable it returns. Loading the same
+ * file again is a no-op. The backend's name is copied NUL-terminated into `name_buf` when it
+ * is not NULL; `out_name_len` (optional) receives its length including the NUL. If `name_buf`
+ * is too small the plugin is still loaded and BUFFER_TOO_SMALL is returned; call again.
+ * Errors: missing file, no entry symbol, entry returned NULL → LIBRARY_LOAD; bad vtable as in
+ * `mcore_backend_register`; another backend has the name → ALREADY_EXISTS.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `name_buf` is NULL or has `name_buf_len` writable bytes;
+ * `out_name_len` is NULL or writable.
+ */
+mcore_status mcore_backend_load_plugin(const char *path,
+                                       char *name_buf,
+                                       size_t name_buf_len,
+                                       size_t *out_name_len);
+
+/**
+ * Remove a registered backend. Its `finalize` runs once its last communicator is destroyed.
+ * Unknown name → NOT_FOUND.
+ *
+ * # Safety
+ * `name` is a NUL-terminated string.
+ */
+mcore_status mcore_backend_unregister(const char *name);
 
 #ifdef __cplusplus
 }  // extern "C"

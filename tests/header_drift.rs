@@ -14,8 +14,9 @@ fn generate() -> String {
         env!("CARGO_PKG_VERSION"),
     ));
     let mut out = Vec::new();
+    // Only src/ffi is the C ABI: parse that module tree, not the whole crate.
     cbindgen::Builder::new()
-        .with_crate(&root)
+        .with_src(root.join("src/ffi/mod.rs"))
         .with_config(config)
         .generate()
         .expect("cbindgen generation")

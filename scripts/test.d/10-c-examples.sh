@@ -3,6 +3,7 @@
 # C11 program with -Wall -Wextra -Wpedantic -Werror, run it, and check the library's soname.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+cargo build --release --locked --lib --quiet
 out=target/c-examples
 lib=$out/lib
 mkdir -p "$lib"

@@ -1,5 +1,218 @@
-//! `mcore-topo`: print a parallel layout (placeholder until the topology engine lands).
-fn main() {
-    eprintln!("mcore-topo: topology engine not built yet");
-    std::process::exit(2);
+//! `mcore-topo`: print a Megatron-Core parallel layout (DESIGN.md "Command-line tools").
+//!
+//! Invalid input exits with status 2 and one line on stderr naming the bad value.
+
+use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
+[--ep N] [--etp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] [--rank R] [--json]";
+
+/// What the command line asks for.
+struct Options {
+    world_size: u32,
+    config: TopologyConfig,
+    rank: Option<u32>,
+    json: bool,
+}
+
+/// Parse a non-negative integer flag value that must fit in u32; the message names the flag.
+fn number(flag: &str, text: &str) -> Result<u32, String> {
+    let v: i128 = text.trim().parse().map_err(|_| format!("{flag}: '{text}' is not an integer"))?;
+    if v < 0 {
+        return Err(format!("{flag}: {v} is negative"));
+    }
+    u32::try_from(v).map_err(|_| format!("{flag}: {v} is too large (at most {})", u32::MAX))
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+    let mut config = TopologyConfig::default();
+    let (mut world_size, mut rank, mut json) = (None, None, false);
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--json" => {
+                if inline.is_some() {
+                    return Err("--json takes no value".into());
+                }
+                json = true;
+                continue;
+            }
+            _ => {}
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                let v = args.get(i).ok_or_else(|| format!("{flag}: missing value"))?;
+                i += 1;
+                v.clone()
+            }
+        };
+        let n = |v: &str| number(flag, v);
+        match flag {
+            "--world-size" => world_size = Some(n(&value)?),
+            "--tp" => config.tp = n(&value)?,
+            "--pp" => config.pp = n(&value)?,
+            "--vpp" => config.vpp = Some(n(&value)?),
+            "--cp" => config.cp = n(&value)?,
+            "--hcp" => {
+                if value.trim().is_empty() {
+                    return Err("--hcp: empty list (expected sizes like 2,2)".into());
+                }
+                config.hierarchical_cp = value
+                    .split(',')
+                    .map(|s| if s.trim().is_empty() { Err(format!("--hcp: empty entry in '{value}'")) } else { n(s) })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--ep" => config.ep = n(&value)?,
+            "--etp" => config.etp = Some(n(&value)?),
+            "--dist-opt-instances" => config.dist_opt_instances = n(&value)?,
+            "--order" => config.order = value,
+            "--rank-offset" => config.rank_offset = n(&value)?,
+            "--rank" => rank = Some(n(&value)?),
+            _ => return Err(format!("unknown option '{arg}'")),
+        }
+    }
+    let world_size = world_size.ok_or("--world-size is required")?;
+    Ok(Some(Options { world_size, config, rank, json }))
+}
+
+fn sizes_json(t: &Topology) -> Value {
+    let s = t.sizes();
+    json!({
+        "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp, "hcp": s.hierarchical_cp,
+        "ep": s.ep, "etp": s.etp, "dp": s.dp, "expert_dp": s.expert_dp,
+        "dist_opt_instances": s.dist_opt_instances,
+        "order": t.config().order, "rank_offset": t.rank_offset(),
+    })
+}
+
+fn all_groups(t: &Topology, kind: GroupKind) -> Result<Vec<Group>, String> {
+    t.groups(kind).map(|g| g.map_err(|e| e.to_string())).collect()
+}
+
+/// `{"world_size", "sizes", "groups": {key: [[ranks]...]}}`; an `"rng"` section can be added
+/// to the returned map by the caller.
+fn layout_json(t: &Topology) -> Result<Map<String, Value>, String> {
+    let mut groups = Map::new();
+    for kind in t.kinds() {
+        let lists: Vec<Value> = all_groups(t, kind)?.iter().map(|g| json!(g.members())).collect();
+        groups.insert(kind.key().into_owned(), Value::Array(lists));
+    }
+    let mut out = Map::new();
+    out.insert("world_size".into(), json!(t.world_size()));
+    out.insert("sizes".into(), sizes_json(t));
+    out.insert("groups".into(), Value::Object(groups));
+    Ok(out)
+}
+
+/// `{"rank", "groups": {key: {"ranks", "rank", "size"}}, "pipeline": {...}}`.
+fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
+    let view = t.rank_view(rank).map_err(|e| e.to_string())?;
+    let mut groups = Map::new();
+    for m in &view.groups {
+        groups.insert(
+            m.kind().key().into_owned(),
+            json!({"ranks": m.members(), "rank": m.rank, "size": m.size(), "index": m.group_index()}),
+        );
+    }
+    let p = view.pipeline;
+    let first = t.is_pipeline_first_stage(rank, None).map_err(|e| e.to_string())?;
+    let last = t.is_pipeline_last_stage(rank, None).map_err(|e| e.to_string())?;
+    let mut out = Map::new();
+    out.insert("rank".into(), json!(rank));
+    out.insert("groups".into(), Value::Object(groups));
+    out.insert(
+        "pipeline".into(),
+        json!({"rank": p.rank, "size": p.size, "first": p.first, "last": p.last, "next": p.next,
+               "prev": p.prev, "is_first_stage": first, "is_last_stage": last,
+               "virtual_size": t.sizes().vpp}),
+    );
+    Ok(out)
+}
+
+fn summary(t: &Topology) -> String {
+    let s = t.sizes();
+    let vpp = s.vpp.map_or("-".to_string(), |v| v.to_string());
+    let hcp = if s.hierarchical_cp.is_empty() { "-".to_string() } else { format!("{:?}", s.hierarchical_cp) };
+    format!(
+        "world size {} (ranks {}..{}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} | dp {} expert dp {} | \
+         dist-opt instances {}\n",
+        s.world_size,
+        t.rank_offset(),
+        u64::from(t.rank_offset()) + u64::from(s.world_size) - 1,
+        t.config().order,
+        s.tp, s.pp, vpp, s.cp, hcp, s.ep, s.etp, s.dp, s.expert_dp, s.dist_opt_instances
+    )
+}
+
+fn list(ranks: &[u32]) -> String {
+    let items: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn layout_table(t: &Topology) -> Result<String, String> {
+    let mut out = summary(t);
+    let _ = writeln!(out, "\n{:<40} {:>8} {:>6}  groups (ranks)", "kind", "count", "size");
+    for kind in t.kinds() {
+        let groups = all_groups(t, kind)?;
+        let size = groups.first().map_or(0, Group::len);
+        let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
+        let _ = writeln!(out, "{:<40} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+    }
+    Ok(out)
+}
+
+fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
+    let view = t.rank_view(rank).map_err(|e| e.to_string())?;
+    let mut out = summary(t);
+    let _ = writeln!(out, "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
+    for m in &view.groups {
+        let rs = format!("{}/{}", m.rank, m.size());
+        let _ = writeln!(out, "{:<40} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
+    }
+    let p = view.pipeline;
+    let _ = writeln!(
+        out,
+        "\npipeline: stage {} of {}, first {}, last {}, next {}, prev {}",
+        p.rank, p.size, p.first, p.last, p.next, p.prev
+    );
+    Ok(out)
+}
+
+fn run(args: &[String]) -> Result<String, String> {
+    let Some(opts) = parse_args(args)? else { return Ok(format!("{USAGE}\n")) };
+    let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    match (opts.rank, opts.json) {
+        (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
+        (Some(r), false) => rank_table(&t, r),
+        (None, true) => Ok(format!("{}\n", Value::Object(layout_json(&t)?))),
+        (None, false) => layout_table(&t),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(text) => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            // A closed pipe (| head) is not an error worth a panic.
+            let _ = stdout.write_all(text.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("mcore-topo: {}", msg.replace('\n', " "));
+            ExitCode::from(2)
+        }
+    }
 }

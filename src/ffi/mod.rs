@@ -6,9 +6,12 @@
 
 mod boundary;
 pub mod error;
+pub mod rng;
 pub mod status;
 pub mod os;
+pub mod topology;
 pub mod version;
+pub mod backend;
 
 pub use boundary::{ffi_guard, ffi_guard_ptr};
 pub use error::FfiError;

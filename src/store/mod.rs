@@ -84,3 +84,6 @@ pub trait Store: Send + Sync {
         items.iter().try_for_each(|(k, v)| self.set(k, v))
     }
 }
+
+pub mod file;
+pub use file::FileStore;

@@ -1,2 +1,31 @@
-//! topology (placeholder; filled by its issue).
+//! The topology engine: Megatron-Core's process-group layout, computed purely from
+//! (config, world size, rank). One rank's groups take a few index calculations per kind; the full
+//! enumeration of a kind's groups is available for tools and communicator creation.
+//!
+//! ```
+//! use mcore_init::topology::{GroupKind, Topology, TopologyConfig};
+//! let cfg = TopologyConfig { tp: 2, pp: 4, ..Default::default() };
+//! let topo = Topology::new(cfg, 16).unwrap();
+//! let dp = topo.membership(GroupKind::DataParallel, 5).unwrap().unwrap();
+//! assert_eq!(dp.members(), vec![5, 7]);
+//! assert_eq!(dp.rank, 0);
+//! assert_eq!(topo.pipeline(5).unwrap().next, 9);
+//! ```
 #![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod generator;
+mod group;
+mod kind;
+mod layout;
+mod validate;
+
+pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
+pub use error::{TopologyError, TopologyErrorKind};
+pub use group::{Group, Members};
+pub use kind::GroupKind;
+pub use layout::{Membership, PipelineView, RankView, Topology};
+
+#[cfg(test)]
+mod tests;

@@ -8,6 +8,7 @@
 //! pointer.
 //!
 //! Libraries are never unloaded: NCCL starts threads that outlive any one communicator.
+#![allow(unsafe_code)]
 
 pub mod cuda;
 pub mod nccl;

@@ -1,0 +1,192 @@
+//! Safe handles over a registered backend and the communicators it creates.
+
+use super::{BackendError, GroupInfo};
+use crate::ffi::backend::{RawComm, Vtable};
+use crate::store::Store;
+use std::sync::Arc;
+
+/// A registered backend. Cheap to clone; the plugin is finalized when the backend is
+/// unregistered and its last [`Comm`] is gone.
+#[derive(Clone)]
+pub struct Backend {
+    vt: Arc<Vtable>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl Backend {
+    pub(crate) fn new(vt: Arc<Vtable>) -> Self {
+        Backend { vt }
+    }
+
+    /// The backend's name (e.g. `gloo`).
+    pub fn name(&self) -> &str {
+        self.vt.name()
+    }
+
+    /// Whether it creates a group directly (per-group strategy, `create_group`).
+    pub fn supports_create_group(&self) -> bool {
+        self.vt.has_create_group()
+    }
+
+    /// Whether it splits groups off a world communicator (`create_world` + `split`).
+    pub fn supports_split(&self) -> bool {
+        self.vt.has_split()
+    }
+
+    fn wrap(&self, raw: RawComm, group: &GroupInfo) -> Comm {
+        Comm {
+            vt: self.vt.clone(),
+            raw: Some(raw),
+            group: group.name.clone(),
+            rank: group.group_rank,
+            size: group.size(),
+        }
+    }
+
+    /// This rank's communicator for `group` (per-group strategy). `store` must be a key space
+    /// private to the group (a prefix store); every member calls this with an equal `group.name`.
+    pub fn create_group(
+        &self,
+        group: &GroupInfo,
+        store: Arc<dyn Store>,
+    ) -> Result<Comm, BackendError> {
+        let raw = self.vt.create_group(group, store)?;
+        Ok(self.wrap(raw, group))
+    }
+
+    /// The world communicator (split strategy).
+    pub fn create_world(
+        &self,
+        world: &GroupInfo,
+        store: Arc<dyn Store>,
+    ) -> Result<Comm, BackendError> {
+        let raw = self.vt.create_world(world, store)?;
+        Ok(self.wrap(raw, world))
+    }
+
+    /// Split `parent` (collective over all its ranks): `group` is this rank's group and `color`
+    /// its index among the groups of that kind, or `None` when this rank joins no group of it.
+    pub fn split(
+        &self,
+        parent: &mut Comm,
+        color: u32,
+        key: i32,
+        group: Option<&GroupInfo>,
+    ) -> Result<Option<Comm>, BackendError> {
+        if !Arc::ptr_eq(&self.vt, &parent.vt) {
+            return Err(BackendError::InvalidArgument(format!(
+                "cannot split communicator of group '{}' with backend '{}': it belongs to backend '{}'",
+                parent.group,
+                self.name(),
+                parent.vt.name()
+            )));
+        }
+        let parent_name = parent.group.clone();
+        let raw = parent.raw_mut()?;
+        let out = self.vt.split(raw, &parent_name, color, key, group)?;
+        Ok(match (out, group) {
+            (Some(raw), Some(g)) => Some(self.wrap(raw, g)),
+            (Some(raw), None) => {
+                // A backend that returns a communicator for a non-member: release it.
+                let _ = self.vt.destroy_comm(raw, &parent.group);
+                None
+            }
+            (None, _) => None,
+        })
+    }
+}
+
+/// One communicator: the group it belongs to and this rank's place in it. Destroyed on drop
+/// (errors ignored there; call [`Comm::destroy`] to see them).
+pub struct Comm {
+    vt: Arc<Vtable>,
+    raw: Option<RawComm>,
+    group: String,
+    rank: u32,
+    size: u32,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("backend", &self.vt.name())
+            .field("group", &self.group)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl Comm {
+    fn raw_mut(&mut self) -> Result<&mut RawComm, BackendError> {
+        let group = &self.group;
+        self.raw.as_mut().ok_or_else(|| {
+            BackendError::InvalidArgument(format!("communicator of group '{group}' was destroyed"))
+        })
+    }
+
+    /// The group's unique name.
+    pub fn group_name(&self) -> &str {
+        &self.group
+    }
+
+    /// This rank's index in the group.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks in the group.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The backend's own communicator handle (what its `create_*` slot returned), or NULL once
+    /// destroyed. Valid until [`Comm::destroy`] or drop.
+    pub fn raw_handle(&self) -> *mut std::ffi::c_void {
+        self.raw
+            .as_ref()
+            .map_or(std::ptr::null_mut(), RawComm::as_ptr)
+    }
+
+    /// The backend's name.
+    pub fn backend_name(&self) -> &str {
+        self.vt.name()
+    }
+
+    /// In-place sum of `data` over the group's ranks.
+    pub fn allreduce_sum_i64(&mut self, data: &mut [i64]) -> Result<(), BackendError> {
+        let vt = self.vt.clone();
+        let group = self.group.clone();
+        vt.allreduce_sum_i64(self.raw_mut()?, &group, data)
+    }
+
+    /// Block until every rank of the group arrives.
+    pub fn barrier(&mut self) -> Result<(), BackendError> {
+        let vt = self.vt.clone();
+        let group = self.group.clone();
+        vt.barrier(self.raw_mut()?, &group)
+    }
+
+    /// Release the communicator, reporting the backend's error if any.
+    pub fn destroy(mut self) -> Result<(), BackendError> {
+        match self.raw.take() {
+            Some(raw) => self.vt.destroy_comm(raw, &self.group),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            let _ = self.vt.destroy_comm(raw, &self.group);
+        }
+    }
+}

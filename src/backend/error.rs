@@ -1,0 +1,90 @@
+//! The one error type of the backend module.
+
+use crate::ffi::mcore_status;
+use std::fmt;
+
+/// What went wrong registering, loading or using a backend. Every variant names the backend,
+/// path, group or value involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    /// A plugin file could not be loaded or lacks its entry symbol.
+    Load { path: String, reason: String },
+    /// A vtable of another ABI version or too small a `struct_size`.
+    Abi(String),
+    /// A vtable that is malformed otherwise (NULL name, no creation strategy, ...).
+    InvalidVtable(String),
+    /// A backend of this name is registered already.
+    AlreadyExists(String),
+    /// No backend of this name; `known` lists the registered ones.
+    NotFound { name: String, known: Vec<String> },
+    /// The backend leaves the slot a call needs NULL.
+    Unsupported { backend: String, op: &'static str },
+    /// A bad argument from the caller (group description, buffer), named.
+    InvalidArgument(String),
+    /// This rank is not in the group it asked for.
+    NotMember { group: String, rank: u32 },
+    /// The backend returned a failure status; `message` is its `last_error` (or the store's).
+    Plugin {
+        backend: String,
+        op: &'static str,
+        group: String,
+        status: mcore_status,
+        message: String,
+    },
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Load { path, reason } => write!(f, "cannot load backend plugin '{path}': {reason}"),
+            BackendError::Abi(m) | BackendError::InvalidVtable(m) | BackendError::InvalidArgument(m) => {
+                f.write_str(m)
+            }
+            BackendError::AlreadyExists(name) => {
+                write!(f, "a backend named '{name}' is registered already (unregister it first)")
+            }
+            BackendError::NotFound { name, known } => write!(
+                f,
+                "no backend named '{name}' (registered: {}); load its plugin (MCORE_BACKEND_PLUGIN) first",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            ),
+            BackendError::Unsupported { backend, op } => {
+                write!(f, "backend '{backend}' does not support {op} (its vtable slot is NULL)")
+            }
+            BackendError::NotMember { group, rank } => {
+                write!(f, "global rank {rank} is not a member of group '{group}'")
+            }
+            BackendError::Plugin { backend, op, group, status, message } => write!(
+                f,
+                "backend '{backend}' {op} failed for group '{group}' ({}): {message}",
+                status.as_str()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl BackendError {
+    /// The status this error has at the C boundary.
+    pub fn status(&self) -> mcore_status {
+        match self {
+            BackendError::Load { .. } => mcore_status::LibraryLoad,
+            BackendError::Abi(_) => mcore_status::Unsupported,
+            BackendError::InvalidVtable(_) | BackendError::InvalidArgument(_) => {
+                mcore_status::InvalidArgument
+            }
+            BackendError::AlreadyExists(_) => mcore_status::AlreadyExists,
+            BackendError::NotFound { .. } => mcore_status::NotFound,
+            BackendError::Unsupported { .. } => mcore_status::Unsupported,
+            BackendError::NotMember { .. } => mcore_status::NotMember,
+            BackendError::Plugin { status, .. } => *status,
+        }
+    }
+}
+
+impl From<BackendError> for crate::ffi::FfiError {
+    fn from(e: BackendError) -> Self {
+        crate::ffi::FfiError::new(e.status(), e.to_string())
+    }
+}

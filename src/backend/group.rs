@@ -1,0 +1,92 @@
+//! The description of one group a backend creates a communicator for.
+
+use super::BackendError;
+use std::time::Duration;
+
+/// One group as the runtime hands it to a backend: a unique name, its global ranks (ascending,
+/// as `torch.distributed.new_group` orders them) and this process's place in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    /// Unique group name, equal on all members, e.g. `tensor_model_parallel/3`.
+    pub name: String,
+    /// This process's index in `global_ranks`.
+    pub group_rank: u32,
+    /// The group's global ranks, ascending.
+    pub global_ranks: Vec<u32>,
+    /// This process's global rank.
+    pub global_rank: u32,
+    /// Bound for the group's rendezvous and collectives.
+    pub timeout: Duration,
+}
+
+impl GroupInfo {
+    /// The group `name` over `global_ranks` (ascending, distinct) as seen by `global_rank`.
+    pub fn new(
+        name: impl Into<String>,
+        global_ranks: Vec<u32>,
+        global_rank: u32,
+        timeout: Duration,
+    ) -> Result<Self, BackendError> {
+        let name = name.into();
+        if name.is_empty() || name.contains('\0') {
+            return Err(BackendError::InvalidArgument(format!(
+                "group name {name:?} must be non-empty and contain no NUL byte"
+            )));
+        }
+        if global_ranks.is_empty() {
+            return Err(BackendError::InvalidArgument(format!(
+                "group '{name}' has no ranks"
+            )));
+        }
+        if let Some(w) = global_ranks.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(BackendError::InvalidArgument(format!(
+                "group '{name}': global ranks must be ascending and distinct, got {} before {}",
+                w[0], w[1]
+            )));
+        }
+        let group_rank =
+            global_ranks
+                .iter()
+                .position(|&r| r == global_rank)
+                .ok_or(BackendError::NotMember {
+                    group: name.clone(),
+                    rank: global_rank,
+                })?;
+        Ok(GroupInfo {
+            name,
+            group_rank: group_rank as u32,
+            global_ranks,
+            global_rank,
+            timeout,
+        })
+    }
+
+    /// Number of ranks in the group.
+    pub fn size(&self) -> u32 {
+        self.global_ranks.len() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_rank_is_the_index_and_bad_groups_are_named() {
+        let t = Duration::from_secs(1);
+        let g = GroupInfo::new("tp/1", vec![2, 3, 7], 7, t).unwrap();
+        assert_eq!((g.group_rank, g.size()), (2, 3));
+        let e = GroupInfo::new("tp/1", vec![2, 3], 5, t).unwrap_err();
+        assert_eq!(
+            e,
+            BackendError::NotMember {
+                group: "tp/1".into(),
+                rank: 5
+            }
+        );
+        let e = GroupInfo::new("dp/0", vec![3, 2], 2, t).unwrap_err();
+        assert!(e.to_string().contains("3 before 2"), "{e}");
+        assert!(GroupInfo::new("", vec![0], 0, t).is_err());
+        assert!(GroupInfo::new("x", vec![], 0, t).is_err());
+    }
+}

@@ -1,0 +1,343 @@
+//! A validated copy of a backend's vtable and safe calls into its slots. Each call converts the
+//! plugin's `int32_t` status with `mcore_status::from_code` (never trusting it as the enum) and
+//! fetches the plugin's `last_error` (or the store's message) for the error.
+
+use super::store_bridge::StoreBridge;
+use super::{
+    mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1,
+    MCORE_BACKEND_V1_MIN_SIZE,
+};
+use crate::backend::{BackendError, GroupInfo};
+use crate::ffi::mcore_status;
+use crate::store::Store;
+use std::ffi::{c_void, CStr, CString};
+use std::mem::size_of;
+use std::sync::Arc;
+
+/// A backend's vtable, copied and checked at registration. Calls `finalize` when dropped.
+pub struct Vtable {
+    raw: mcore_backend_v1,
+    name: String,
+    /// Our copy of the name; `raw.name` points here, never at the registrant's memory.
+    _c_name: CString,
+}
+
+// SAFETY: the plugin contract (docs/backends.md) requires slots callable from any thread and
+// `user_data` usable from any thread; one communicator is used by one thread at a time (`RawComm`
+// is `Send` but not `Sync`).
+unsafe impl Send for Vtable {}
+unsafe impl Sync for Vtable {}
+
+/// A communicator handle returned by a backend. `Send`, not `Sync`: one thread at a time.
+#[derive(Debug)]
+pub struct RawComm(*mut c_void);
+
+// SAFETY: see `Vtable`; a communicator may move between threads but is not shared.
+unsafe impl Send for RawComm {}
+
+impl RawComm {
+    /// The backend's own handle (a Gloo context, an `ncclComm_t`, ...), for C API users.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// The C view of a [`GroupInfo`], with the storage its pointers point into.
+struct CGroup {
+    _name: CString,
+    c: mcore_backend_group_info,
+}
+
+impl CGroup {
+    fn new(g: &GroupInfo) -> Result<Self, BackendError> {
+        let name = CString::new(g.name.as_str()).map_err(|_| {
+            BackendError::InvalidArgument(format!("group name {:?} contains NUL", g.name))
+        })?;
+        let c = mcore_backend_group_info {
+            struct_size: size_of::<mcore_backend_group_info>() as u32,
+            group_rank: g.group_rank,
+            group_size: g.size(),
+            global_rank: g.global_rank,
+            name: name.as_ptr(),
+            global_ranks: g.global_ranks.as_ptr(),
+            timeout_ms: g.timeout.as_millis().min(u64::MAX as u128) as u64,
+        };
+        Ok(CGroup { _name: name, c })
+    }
+}
+
+impl Vtable {
+    /// Validate and copy the vtable at `ptr`; `origin` names where it came from for messages.
+    ///
+    /// # Safety
+    /// `ptr` is NULL or points to at least `struct_size` readable bytes laid out as
+    /// `mcore_backend_v1` (its first 8 bytes at least), with `name` NULL or NUL-terminated.
+    pub unsafe fn from_ptr(
+        ptr: *const mcore_backend_v1,
+        origin: &str,
+    ) -> Result<Vtable, BackendError> {
+        if ptr.is_null() {
+            return Err(BackendError::InvalidVtable(format!(
+                "{origin}: the backend vtable pointer is NULL"
+            )));
+        }
+        // SAFETY: the caller guarantees the two leading u32 fields are readable.
+        let (struct_size, abi_version) = unsafe { ((*ptr).struct_size, (*ptr).abi_version) };
+        if abi_version != MCORE_BACKEND_ABI_VERSION_V1 {
+            return Err(BackendError::Abi(format!(
+                "{origin}: backend vtable has abi_version {abi_version}; this library speaks mcore_backend_v1 \
+                 (abi_version {MCORE_BACKEND_ABI_VERSION_V1}); rebuild the backend against this mcore_init.h"
+            )));
+        }
+        if struct_size < MCORE_BACKEND_V1_MIN_SIZE {
+            return Err(BackendError::Abi(format!(
+                "{origin}: backend vtable struct_size {struct_size} is smaller than the smallest mcore_backend_v1 \
+                 ({MCORE_BACKEND_V1_MIN_SIZE} bytes); set struct_size = sizeof(mcore_backend_v1)"
+            )));
+        }
+        // Copy min(struct_size, ours): slots a shorter (older) vtable lacks stay NULL.
+        let n = (struct_size as usize).min(size_of::<mcore_backend_v1>());
+        let mut raw = std::mem::MaybeUninit::<mcore_backend_v1>::zeroed();
+        // SAFETY: `n` bytes are readable at `ptr` (caller) and writable in `raw`; an all-zero
+        // `mcore_backend_v1` is valid (NULL pointers, `None` slots).
+        let raw = unsafe {
+            std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), raw.as_mut_ptr().cast::<u8>(), n);
+            raw.assume_init()
+        };
+        if raw.name.is_null() {
+            return Err(BackendError::InvalidVtable(format!(
+                "{origin}: backend vtable has a NULL name"
+            )));
+        }
+        // SAFETY: non-NULL `name` is NUL-terminated (caller).
+        let name = match unsafe { CStr::from_ptr(raw.name) }.to_str() {
+            Ok(s) if !s.is_empty() => s.to_string(),
+            _ => {
+                return Err(BackendError::InvalidVtable(format!(
+                    "{origin}: backend name must be non-empty UTF-8"
+                )))
+            }
+        };
+        if raw.create_group.is_none() && (raw.create_world.is_none() || raw.split.is_none()) {
+            return Err(BackendError::InvalidVtable(format!(
+                "{origin}: backend '{name}' offers no creation strategy (needs create_group, or create_world and split)"
+            )));
+        }
+        if raw.destroy_comm.is_none() {
+            return Err(BackendError::InvalidVtable(format!(
+                "{origin}: backend '{name}' has no destroy_comm slot"
+            )));
+        }
+        let c_name = CString::new(name.as_str()).expect("from a C string: no interior NUL");
+        let mut raw = raw;
+        raw.name = c_name.as_ptr();
+        Ok(Vtable {
+            raw,
+            name,
+            _c_name: c_name,
+        })
+    }
+
+    /// Drop this copy without calling `finalize` (a rejected duplicate registration).
+    pub fn disarm(mut self) {
+        self.raw.finalize = None;
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the per-group strategy (`create_group`) is available.
+    pub fn has_create_group(&self) -> bool {
+        self.raw.create_group.is_some()
+    }
+
+    /// Whether the split strategy (`create_world` + `split`) is available.
+    pub fn has_split(&self) -> bool {
+        self.raw.create_world.is_some() && self.raw.split.is_some()
+    }
+
+    fn unsupported(&self, op: &'static str) -> BackendError {
+        BackendError::Unsupported {
+            backend: self.name.clone(),
+            op,
+        }
+    }
+
+    /// Turn a returned code into a result, with the plugin's (or the store's) message.
+    fn check(
+        &self,
+        code: i32,
+        op: &'static str,
+        group: &str,
+        bridge: Option<&StoreBridge>,
+    ) -> Result<(), BackendError> {
+        let status = match mcore_status::from_code(code) {
+            Some(mcore_status::Ok) => return Ok(()),
+            Some(s) => s,
+            None => mcore_status::Backend,
+        };
+        let mut message = self.plugin_message();
+        if let Some(store_msg) = bridge.map(|b| b.last_error()).filter(|m| !m.is_empty()) {
+            if !message.contains(&store_msg) {
+                message = if message.is_empty() {
+                    store_msg
+                } else {
+                    format!("{message} (store: {store_msg})")
+                };
+            }
+        }
+        if message.is_empty() {
+            message = format!("status code {code}, no message from the backend");
+        } else if mcore_status::from_code(code).is_none() {
+            message = format!("{message} (unknown status code {code})");
+        }
+        Err(BackendError::Plugin {
+            backend: self.name.clone(),
+            op,
+            group: group.to_string(),
+            status,
+            message,
+        })
+    }
+
+    fn plugin_message(&self) -> String {
+        let Some(f) = self.raw.last_error else {
+            return String::new();
+        };
+        // SAFETY: slot contract: returns NULL or a NUL-terminated string valid until the next call.
+        let p = unsafe { f(self.raw.user_data) };
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: as above.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    }
+
+    fn create_with(
+        &self,
+        slot: super::mcore_backend_create_fn,
+        op: &'static str,
+        group: &GroupInfo,
+        store: Arc<dyn Store>,
+    ) -> Result<RawComm, BackendError> {
+        let f = slot.ok_or_else(|| self.unsupported(op))?;
+        let cg = CGroup::new(group)?;
+        let bridge = StoreBridge::new(store);
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; the bridge outlives it.
+        let code = unsafe { f(self.raw.user_data, &cg.c, bridge.as_c(), &mut out) };
+        self.check(code, op, &group.name, Some(&bridge))?;
+        if out.is_null() {
+            return Err(BackendError::Plugin {
+                backend: self.name.clone(),
+                op,
+                group: group.name.clone(),
+                status: mcore_status::Backend,
+                message: "returned success but no communicator".into(),
+            });
+        }
+        Ok(RawComm(out))
+    }
+
+    /// Per-group strategy: this rank's communicator for `group`, rendezvous through `store`
+    /// (a key space private to the group).
+    pub fn create_group(
+        &self,
+        group: &GroupInfo,
+        store: Arc<dyn Store>,
+    ) -> Result<RawComm, BackendError> {
+        self.create_with(self.raw.create_group, "create_group", group, store)
+    }
+
+    /// Split strategy, step one: the world communicator.
+    pub fn create_world(
+        &self,
+        world: &GroupInfo,
+        store: Arc<dyn Store>,
+    ) -> Result<RawComm, BackendError> {
+        self.create_with(self.raw.create_world, "create_world", world, store)
+    }
+
+    /// Split strategy: collective over `parent`'s ranks. `group` None = this rank joins no group
+    /// (color -1); otherwise `color` selects the group, ordered by `key`.
+    pub fn split(
+        &self,
+        parent: &RawComm,
+        parent_name: &str,
+        color: u32,
+        key: i32,
+        group: Option<&GroupInfo>,
+    ) -> Result<Option<RawComm>, BackendError> {
+        let f = self.raw.split.ok_or_else(|| self.unsupported("split"))?;
+        let (color, cg) = match group {
+            Some(g) => {
+                let color = i32::try_from(color).map_err(|_| {
+                    BackendError::InvalidArgument(format!("split color {color} exceeds i32"))
+                })?;
+                (color, Some(CGroup::new(g)?))
+            }
+            None => (-1, None),
+        };
+        let info = cg.as_ref().map_or(std::ptr::null(), |c| &c.c as *const _);
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid pointers for the call; `parent` came from this backend.
+        let code = unsafe { f(self.raw.user_data, parent.0, color, key, info, &mut out) };
+        let name = group.map_or(parent_name, |g| g.name.as_str());
+        self.check(code, "split", name, None)?;
+        Ok(if out.is_null() {
+            None
+        } else {
+            Some(RawComm(out))
+        })
+    }
+
+    /// In-place sum over the communicator.
+    pub fn allreduce_sum_i64(
+        &self,
+        comm: &mut RawComm,
+        group: &str,
+        data: &mut [i64],
+    ) -> Result<(), BackendError> {
+        let f = self
+            .raw
+            .allreduce_sum_i64
+            .ok_or_else(|| self.unsupported("allreduce_sum_i64"))?;
+        // SAFETY: `data` is valid for `len` elements; `comm` came from this backend.
+        let code = unsafe { f(self.raw.user_data, comm.0, data.as_mut_ptr(), data.len()) };
+        self.check(code, "allreduce_sum_i64", group, None)
+    }
+
+    /// Block until every rank of the communicator arrives.
+    pub fn barrier(&self, comm: &mut RawComm, group: &str) -> Result<(), BackendError> {
+        let f = self
+            .raw
+            .barrier
+            .ok_or_else(|| self.unsupported("barrier"))?;
+        // SAFETY: `comm` came from this backend.
+        let code = unsafe { f(self.raw.user_data, comm.0) };
+        self.check(code, "barrier", group, None)
+    }
+
+    /// Release a communicator.
+    pub fn destroy_comm(&self, comm: RawComm, group: &str) -> Result<(), BackendError> {
+        let f = self
+            .raw
+            .destroy_comm
+            .ok_or_else(|| self.unsupported("destroy_comm"))?;
+        // SAFETY: `comm` came from this backend and is consumed here.
+        let code = unsafe { f(self.raw.user_data, comm.0) };
+        self.check(code, "destroy_comm", group, None)
+    }
+}
+
+impl Drop for Vtable {
+    fn drop(&mut self) {
+        if let Some(f) = self.raw.finalize {
+            // SAFETY: the last reference to this backend is gone; called exactly once.
+            unsafe { f(self.raw.user_data) };
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The backend plugin ABI, version 1: the vtable a communicator backend fills in
+//! ([`mcore_backend_v1`]), the group description it receives ([`mcore_backend_group_info`]), the
+//! store callbacks it rendezvous through ([`mcore_backend_store`]), and the exports that register
+//! a vtable by pointer or load one from a plugin `.so`.
+//!
+//! Versioning (STYLE.md §7): `struct_size` first, then `abi_version`; new slots only at the end;
+//! a NULL slot means "not supported"; registration copies `min(struct_size, ours)` bytes, so a
+//! plugin built against an older, shorter v1 keeps working. A breaking change is a new
+//! `mcore_backend_v2` type, v1 kept through an adapter. See docs/backends.md.
+#![allow(non_camel_case_types)]
+
+mod calls;
+mod exports;
+mod store_bridge;
+
+pub use calls::{RawComm, Vtable};
+pub use exports::{
+    mcore_backend_load_plugin, mcore_backend_register, mcore_backend_unregister, register_vtable,
+};
+
+use std::ffi::{c_char, c_void};
+
+/// `abi_version` of [`mcore_backend_v1`].
+pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
+
+/// Smallest `struct_size` accepted for a [`mcore_backend_v1`]: the size of its first release
+/// (every slot up to `finalize`). Slots appended later are optional and read as NULL when a
+/// plugin's `struct_size` does not cover them.
+pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
+
+/// One group a backend is asked to create a communicator for.
+///
+/// Pointers are valid only during the call that receives the struct; copy what you keep.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct mcore_backend_group_info {
+    /// `sizeof(mcore_backend_group_info)` as the library was built; fields are only appended.
+    pub struct_size: u32,
+    /// This process's rank inside the group (its index in `global_ranks`).
+    pub group_rank: u32,
+    /// Number of ranks in the group (`global_ranks` has this many entries).
+    pub group_size: u32,
+    /// This process's global rank.
+    pub global_rank: u32,
+    /// Unique group name, NUL-terminated, e.g. `"tensor_model_parallel/3"`; equal on all members.
+    pub name: *const c_char,
+    /// The group's global ranks in ascending order; `group_size` entries.
+    pub global_ranks: *const u32,
+    /// Upper bound for rendezvous and collectives of this group, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
+pub type mcore_backend_store_set_fn = Option<
+    unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, value: *const u8, len: usize) -> i32,
+>;
+/// Store `get`: wait (up to the store timeout) for `key`, write its length to `*out_len`, and
+/// copy it into `buf` when `buf_len` suffices; otherwise return `MCORE_STATUS_BUFFER_TOO_SMALL`
+/// (`buf` may be NULL when `buf_len` is 0) and call again with a buffer of `*out_len` bytes.
+pub type mcore_backend_store_get_fn = Option<
+    unsafe extern "C" fn(
+        ctx: *mut c_void,
+        key: *const c_char,
+        buf: *mut u8,
+        buf_len: usize,
+        out_len: *mut usize,
+    ) -> i32,
+>;
+/// Store `wait`: wait until all `n` keys exist, up to `timeout_ms` (0 = the store's timeout).
+/// `MCORE_STATUS_TIMEOUT` on expiry; `error_message` then names the missing keys.
+pub type mcore_backend_store_wait_fn = Option<
+    unsafe extern "C" fn(
+        ctx: *mut c_void,
+        keys: *const *const c_char,
+        n: usize,
+        timeout_ms: u64,
+    ) -> i32,
+>;
+/// Store `add`: add `delta` to the integer counter under `key` (missing = 0); new value in `*out`.
+pub type mcore_backend_store_add_fn = Option<
+    unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, delta: i64, out: *mut i64) -> i32,
+>;
+/// Message of the last failed call on this store from the calling thread's point of view
+/// (never NULL; valid until the next call on the store).
+pub type mcore_backend_store_error_message_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void) -> *const c_char>;
+
+/// The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
+/// private to the group (keys need no group prefix). Implemented by the library over its own
+/// stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
+/// takes `ctx` first and returns an `mcore_status` code as `int32_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct mcore_backend_store {
+    /// `sizeof(mcore_backend_store)` as the library was built; callbacks are only appended.
+    pub struct_size: u32,
+    /// Passed as the first argument of every callback.
+    pub ctx: *mut c_void,
+    /// Write a key (see `mcore_backend_store_set_fn`).
+    pub set: mcore_backend_store_set_fn,
+    /// Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
+    pub get: mcore_backend_store_get_fn,
+    /// Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
+    pub wait: mcore_backend_store_wait_fn,
+    /// Atomic counter (see `mcore_backend_store_add_fn`).
+    pub add: mcore_backend_store_add_fn,
+    /// Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
+    pub error_message: mcore_backend_store_error_message_fn,
+}
+
+/// `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
+/// through `store`; on success write it to `*out_comm` (non-NULL).
+pub type mcore_backend_create_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        group: *const mcore_backend_group_info,
+        store: *const mcore_backend_store,
+        out_comm: *mut *mut c_void,
+    ) -> i32,
+>;
+/// `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
+/// (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
+/// ordered by `key`, described by `group`.
+pub type mcore_backend_split_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        parent_comm: *mut c_void,
+        color: i32,
+        key: i32,
+        group: *const mcore_backend_group_info,
+        out_comm: *mut *mut c_void,
+    ) -> i32,
+>;
+/// `allreduce_sum_i64`: in-place sum of `count` int64 values over the communicator's ranks.
+pub type mcore_backend_allreduce_sum_i64_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        comm: *mut c_void,
+        inout: *mut i64,
+        count: usize,
+    ) -> i32,
+>;
+/// `barrier` and `destroy_comm`: an operation on one communicator.
+pub type mcore_backend_comm_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void) -> i32>;
+/// `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
+pub type mcore_backend_last_error_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
+/// `finalize`: the library is done with this vtable and `user_data`.
+pub type mcore_backend_finalize_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// A communicator backend, version 1. Fill it in (zero what you do not support), then register
+/// it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
+/// The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
+/// A backend offers at least one creation strategy: `create_group` (per group, rendezvous
+/// through the store), or `create_world` + `split` (one world communicator, then one split per
+/// group kind). `destroy_comm` is required.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct mcore_backend_v1 {
+    /// `sizeof(mcore_backend_v1)` as the plugin was built (at least `MCORE_BACKEND_V1_MIN_SIZE`).
+    pub struct_size: u32,
+    /// `MCORE_BACKEND_ABI_VERSION_V1`.
+    pub abi_version: u32,
+    /// Unique backend name, NUL-terminated (e.g. `"gloo"`); how users select it.
+    pub name: *const c_char,
+    /// Passed as the first argument of every slot; released by `finalize`.
+    pub user_data: *mut c_void,
+    /// Optional: create the world communicator (split strategy).
+    pub create_world: mcore_backend_create_fn,
+    /// Optional: split a communicator (split strategy).
+    pub split: mcore_backend_split_fn,
+    /// Optional: create one group's communicator directly (per-group strategy).
+    pub create_group: mcore_backend_create_fn,
+    /// Optional: in-place int64 sum; the library verifies each communicator with it.
+    pub allreduce_sum_i64: mcore_backend_allreduce_sum_i64_fn,
+    /// Optional: block until every rank of the communicator arrives.
+    pub barrier: mcore_backend_comm_fn,
+    /// Required: release a communicator.
+    pub destroy_comm: mcore_backend_comm_fn,
+    /// Optional: message of the last failure on this thread.
+    pub last_error: mcore_backend_last_error_fn,
+    /// Optional: called once when the backend is unregistered and its last communicator is gone.
+    pub finalize: mcore_backend_finalize_fn,
+}
+
+/// Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
+/// vtable (static storage; the library copies it), or NULL on failure.
+pub type mcore_backend_plugin_v1_fn = unsafe extern "C" fn() -> *const mcore_backend_v1;
+
+/// Name of the entry symbol of a backend plugin.
+pub const PLUGIN_ENTRY_SYMBOL: &str = "mcore_backend_plugin_v1";
+
+const _: () =
+    assert!(std::mem::size_of::<mcore_backend_v1>() == MCORE_BACKEND_V1_MIN_SIZE as usize);

@@ -1,0 +1,139 @@
+//! Group kinds: the process groups Megatron-Core creates, keyed as in DESIGN.md.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// One kind of process group. Keys are Megatron-Core's module-global names without the leading
+/// underscore and the `_GROUP` part, lower-cased (`tensor_model_parallel`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKind {
+    TensorModelParallel,
+    PipelineModelParallel,
+    DataParallel,
+    DataParallelWithCp,
+    ContextParallel,
+    /// Level `i` of hierarchical context parallelism (`hierarchical_context_parallel_<i>`).
+    HierarchicalContextParallel(u32),
+    ModelParallel,
+    TensorAndDataParallel,
+    TensorAndDataParallelWithCp,
+    TensorAndContextParallel,
+    IntraPartialDataParallelWithCp,
+    IntraDistributedOptimizerInstance,
+    Embedding,
+    PositionEmbedding,
+    ExpertModelParallel,
+    ExpertTensorParallel,
+    ExpertTensorAndModelParallel,
+    ExpertTensorModelPipelineParallel,
+    ExpertDataParallel,
+    IntraPartialExpertDataParallel,
+    InterPartialExpertDataParallel,
+}
+
+const HCP_PREFIX: &str = "hierarchical_context_parallel_";
+
+impl GroupKind {
+    /// Every kind except the hierarchical-CP levels, in DESIGN.md's table order.
+    pub const FIXED: [GroupKind; 20] = [
+        GroupKind::TensorModelParallel,
+        GroupKind::PipelineModelParallel,
+        GroupKind::DataParallel,
+        GroupKind::DataParallelWithCp,
+        GroupKind::ContextParallel,
+        GroupKind::ModelParallel,
+        GroupKind::TensorAndDataParallel,
+        GroupKind::TensorAndDataParallelWithCp,
+        GroupKind::TensorAndContextParallel,
+        GroupKind::IntraPartialDataParallelWithCp,
+        GroupKind::IntraDistributedOptimizerInstance,
+        GroupKind::Embedding,
+        GroupKind::PositionEmbedding,
+        GroupKind::ExpertModelParallel,
+        GroupKind::ExpertTensorParallel,
+        GroupKind::ExpertTensorAndModelParallel,
+        GroupKind::ExpertTensorModelPipelineParallel,
+        GroupKind::ExpertDataParallel,
+        GroupKind::IntraPartialExpertDataParallel,
+        GroupKind::InterPartialExpertDataParallel,
+    ];
+
+    /// The key (`tensor_model_parallel`, `hierarchical_context_parallel_1`, ...).
+    pub fn key(self) -> Cow<'static, str> {
+        use GroupKind::*;
+        Cow::Borrowed(match self {
+            TensorModelParallel => "tensor_model_parallel",
+            PipelineModelParallel => "pipeline_model_parallel",
+            DataParallel => "data_parallel",
+            DataParallelWithCp => "data_parallel_with_cp",
+            ContextParallel => "context_parallel",
+            HierarchicalContextParallel(i) => return Cow::Owned(format!("{HCP_PREFIX}{i}")),
+            ModelParallel => "model_parallel",
+            TensorAndDataParallel => "tensor_and_data_parallel",
+            TensorAndDataParallelWithCp => "tensor_and_data_parallel_with_cp",
+            TensorAndContextParallel => "tensor_and_context_parallel",
+            IntraPartialDataParallelWithCp => "intra_partial_data_parallel_with_cp",
+            IntraDistributedOptimizerInstance => "intra_distributed_optimizer_instance",
+            Embedding => "embedding",
+            PositionEmbedding => "position_embedding",
+            ExpertModelParallel => "expert_model_parallel",
+            ExpertTensorParallel => "expert_tensor_parallel",
+            ExpertTensorAndModelParallel => "expert_tensor_and_model_parallel",
+            ExpertTensorModelPipelineParallel => "expert_tensor_model_pipeline_parallel",
+            ExpertDataParallel => "expert_data_parallel",
+            IntraPartialExpertDataParallel => "intra_partial_expert_data_parallel",
+            InterPartialExpertDataParallel => "inter_partial_expert_data_parallel",
+        })
+    }
+
+    /// The kind for a key; `None` for an unknown key. Hierarchical levels are
+    /// `hierarchical_context_parallel_<i>` with `i` in decimal without leading zeros.
+    pub fn from_key(key: &str) -> Option<GroupKind> {
+        if let Some(level) = key.strip_prefix(HCP_PREFIX) {
+            let canonical = !level.is_empty()
+                && level.bytes().all(|b| b.is_ascii_digit())
+                && (level == "0" || !level.starts_with('0'));
+            return if canonical { level.parse().ok().map(GroupKind::HierarchicalContextParallel) } else { None };
+        }
+        GroupKind::FIXED.into_iter().find(|k| k.key() == key)
+    }
+}
+
+impl std::str::FromStr for GroupKind {
+    type Err = super::error::TopologyError;
+
+    /// Like [`GroupKind::from_key`], with an error naming the unknown key.
+    fn from_str(key: &str) -> Result<Self, Self::Err> {
+        GroupKind::from_key(key).ok_or_else(|| {
+            super::error::TopologyError::unknown_kind(format!(
+                "unknown group kind '{key}' (expected e.g. tensor_model_parallel, data_parallel_with_cp, \
+                 hierarchical_context_parallel_0)"
+            ))
+        })
+    }
+}
+
+impl fmt::Display for GroupKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        for k in GroupKind::FIXED {
+            assert_eq!(GroupKind::from_key(&k.key()), Some(k));
+        }
+        let h = GroupKind::HierarchicalContextParallel(12);
+        assert_eq!(h.key(), "hierarchical_context_parallel_12");
+        assert_eq!(GroupKind::from_key("hierarchical_context_parallel_12"), Some(h));
+        for bad in ["", "tensor", "hierarchical_context_parallel_", "hierarchical_context_parallel_01",
+            "hierarchical_context_parallel_x", "TENSOR_MODEL_PARALLEL"] {
+            assert_eq!(GroupKind::from_key(bad), None, "{bad}");
+        }
+    }
+}

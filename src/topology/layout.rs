@@ -1,0 +1,482 @@
+//! `Topology`: a validated layout and every query on it. One rank's groups are computed from its
+//! coordinates (a few divisions per kind); group member lists are produced on demand.
+
+use super::config::{Sizes, TopologyConfig};
+use super::error::TopologyError;
+use super::generator::{parse_order, Dim, Generator};
+use super::group::{Grid, Group, Shape};
+use super::kind::GroupKind;
+use super::validate::validate;
+use std::sync::Arc;
+
+/// Which of the two generators a kind uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Dense,
+    Expert,
+}
+
+/// How the groups of a kind derive from a generator (see NOTES §1, §4, §6, §7).
+#[derive(Debug, Clone, Copy)]
+enum Spec {
+    /// All ranks sharing the coordinates outside `mask`.
+    Plain { side: Side, mask: u8 },
+    /// Each `mask` group with dim `dim` cut as `inner · size · outer`: groups of `size` members at
+    /// stride `inner` inside blocks of `inner·size` coordinates; numbered group, block, offset.
+    Split { side: Side, mask: u8, dim: Dim, inner: u64, size: u64, outer: u64 },
+    /// Each `mask` group cut into `parts` contiguous slices of its (ascending) member list.
+    Slice { side: Side, mask: u8, parts: u64 },
+    /// One group per pipeline group (defaults or user callback).
+    Embedding { position: bool },
+}
+
+const TP: u8 = Dim::Tp.bit();
+const PP: u8 = Dim::Pp.bit();
+const DP: u8 = Dim::Dp.bit();
+const EP: u8 = Dim::Ep.bit();
+const CP: u8 = Dim::Cp.bit();
+const ALL: u8 = TP | PP | DP | EP | CP;
+
+/// A rank's membership in one group: the group and the rank's index in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub group: Group,
+    /// The rank's group rank (index in the ascending member list).
+    pub rank: u32,
+}
+
+impl Membership {
+    pub fn kind(&self) -> GroupKind {
+        self.group.kind()
+    }
+    /// Index of the group among the groups of its kind.
+    pub fn group_index(&self) -> u64 {
+        self.group.index()
+    }
+    /// Number of members of the group.
+    pub fn size(&self) -> u32 {
+        self.group.len()
+    }
+    /// The members, ascending.
+    pub fn members(&self) -> Vec<u32> {
+        self.group.members()
+    }
+}
+
+/// A rank's place in its pipeline group (ring neighbours wrap around).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineView {
+    /// Pipeline stage of the rank (its pp group rank).
+    pub rank: u32,
+    /// Number of pipeline stages.
+    pub size: u32,
+    /// Global rank of stage 0 of this pipeline.
+    pub first: u32,
+    /// Global rank of the last stage.
+    pub last: u32,
+    /// Global rank of the next stage (stage 0 after the last).
+    pub next: u32,
+    /// Global rank of the previous stage (the last before stage 0).
+    pub prev: u32,
+}
+
+/// Everything one rank needs: its group in every kind it belongs to, and its pipeline place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankView {
+    pub rank: u32,
+    /// One entry per kind this rank is a member of, in `Topology::kinds()` order.
+    pub groups: Vec<Membership>,
+    pub pipeline: PipelineView,
+}
+
+impl RankView {
+    /// This rank's membership in `kind`, if it is a member.
+    pub fn get(&self, kind: GroupKind) -> Option<&Membership> {
+        self.groups.iter().find(|m| m.kind() == kind)
+    }
+
+    /// Megatron's `get_all_ranks()` string: tp, dp, cp, pp and ep group ranks joined by `_`.
+    pub fn all_ranks_string(&self) -> String {
+        let r = |k| self.get(k).map(|m| m.rank).unwrap_or(0);
+        use GroupKind::*;
+        format!(
+            "{}_{}_{}_{}_{}",
+            r(TensorModelParallel),
+            r(DataParallel),
+            r(ContextParallel),
+            r(PipelineModelParallel),
+            r(ExpertModelParallel)
+        )
+    }
+}
+
+/// A validated parallel layout for a world size.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    config: TopologyConfig,
+    sizes: Sizes,
+    world: u64,
+    offset: u64,
+    dense: Generator,
+    expert: Generator,
+}
+
+impl Topology {
+    /// Validate `config` for `world_size` ranks (Megatron-Core's checks plus our own: zero sizes,
+    /// bad order tokens, overflow) and build the layout. Costs O(1) in the world size.
+    pub fn new(config: TopologyConfig, world_size: u32) -> Result<Topology, TopologyError> {
+        let sizes = validate(&config, world_size)?;
+        let named = parse_order(&config.order)?;
+        let s = &sizes;
+        let dense_sizes = [s.tp, s.pp, s.dp, 1, s.cp].map(u64::from);
+        let expert_sizes = [s.etp, s.pp, s.expert_dp, s.ep, 1].map(u64::from);
+        let dense = Generator::new(dense_sizes, &named, &config.order, "dense layout")?;
+        let expert = Generator::new(expert_sizes, &named, &config.order, "expert layout")?;
+        super::validate::validate_generators(&config, &sizes, &dense, &expert)?;
+        Ok(Topology {
+            world: u64::from(world_size),
+            offset: u64::from(config.rank_offset),
+            config,
+            sizes,
+            dense,
+            expert,
+        })
+    }
+
+    pub fn config(&self) -> &TopologyConfig {
+        &self.config
+    }
+
+    pub fn sizes(&self) -> &Sizes {
+        &self.sizes
+    }
+
+    pub fn world_size(&self) -> u32 {
+        self.world as u32
+    }
+
+    pub fn rank_offset(&self) -> u32 {
+        self.offset as u32
+    }
+
+    /// Number of hierarchical context-parallel levels (0 when not used).
+    pub fn hierarchical_cp_levels(&self) -> u32 {
+        self.sizes.hierarchical_cp.len() as u32
+    }
+
+    /// Whether this layout has groups of `kind` (hierarchical levels only when configured, the
+    /// inter-instance expert group only with more than one distributed-optimizer instance).
+    pub fn has_kind(&self, kind: GroupKind) -> bool {
+        match kind {
+            GroupKind::HierarchicalContextParallel(i) => i < self.hierarchical_cp_levels(),
+            GroupKind::InterPartialExpertDataParallel => self.sizes.dist_opt_instances > 1,
+            _ => true,
+        }
+    }
+
+    /// The kinds of this layout in DESIGN.md's table order.
+    pub fn kinds(&self) -> Vec<GroupKind> {
+        let mut v = Vec::with_capacity(GroupKind::FIXED.len() + self.sizes.hierarchical_cp.len());
+        for k in GroupKind::FIXED {
+            if self.has_kind(k) {
+                v.push(k);
+            }
+            if k == GroupKind::ContextParallel {
+                v.extend((0..self.hierarchical_cp_levels()).map(GroupKind::HierarchicalContextParallel));
+            }
+        }
+        v
+    }
+
+    fn generator(&self, side: Side) -> &Generator {
+        match side {
+            Side::Dense => &self.dense,
+            Side::Expert => &self.expert,
+        }
+    }
+
+    fn spec(&self, kind: GroupKind) -> Spec {
+        use GroupKind::*;
+        use Side::*;
+        let nd = u64::from(self.sizes.dist_opt_instances);
+        let edp = u64::from(self.sizes.expert_dp);
+        let plain = |side, mask| Spec::Plain { side, mask };
+        match kind {
+            TensorModelParallel => plain(Dense, TP),
+            PipelineModelParallel => plain(Dense, PP),
+            DataParallel => plain(Dense, DP),
+            DataParallelWithCp => plain(Dense, DP | CP),
+            ContextParallel => plain(Dense, CP),
+            HierarchicalContextParallel(i) => {
+                let hcp = &self.sizes.hierarchical_cp;
+                let inner: u64 = hcp[..i as usize].iter().map(|&s| u64::from(s)).product();
+                let size = u64::from(hcp[i as usize]);
+                let outer = u64::from(self.sizes.cp) / (inner * size);
+                Spec::Split { side: Dense, mask: CP, dim: Dim::Cp, inner, size, outer }
+            }
+            ModelParallel => plain(Dense, TP | PP),
+            TensorAndDataParallel => plain(Dense, TP | DP),
+            TensorAndDataParallelWithCp => plain(Dense, TP | DP | CP),
+            TensorAndContextParallel => plain(Dense, TP | CP),
+            IntraPartialDataParallelWithCp => Spec::Slice { side: Dense, mask: DP | CP, parts: nd },
+            IntraDistributedOptimizerInstance => {
+                Spec::Split { side: Expert, mask: ALL, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
+            }
+            Embedding => Spec::Embedding { position: false },
+            PositionEmbedding => Spec::Embedding { position: true },
+            ExpertModelParallel => plain(Expert, EP),
+            ExpertTensorParallel => plain(Expert, TP),
+            ExpertTensorAndModelParallel => plain(Expert, TP | EP),
+            ExpertTensorModelPipelineParallel => plain(Expert, TP | EP | PP),
+            ExpertDataParallel => plain(Expert, DP),
+            IntraPartialExpertDataParallel => {
+                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
+            }
+            InterPartialExpertDataParallel => {
+                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: edp / nd, size: nd, outer: 1 }
+            }
+        }
+    }
+
+    fn local(&self, rank: u32) -> Result<u64, TopologyError> {
+        let r = u64::from(rank);
+        if r < self.offset || r - self.offset >= self.world {
+            return Err(TopologyError::range(format!(
+                "rank {rank} is outside the layout's ranks {}..{}",
+                self.offset,
+                self.offset + self.world - 1
+            )));
+        }
+        Ok(r - self.offset)
+    }
+
+    /// Number of groups of `kind` (0 for a kind this layout does not have).
+    pub fn group_count(&self, kind: GroupKind) -> u64 {
+        if !self.has_kind(kind) {
+            return 0;
+        }
+        match self.spec(kind) {
+            Spec::Plain { side, mask } => self.world / self.generator(side).masked_size(mask),
+            Spec::Split { side, mask, inner, outer, .. } => {
+                self.world / self.generator(side).masked_size(mask) * outer * inner
+            }
+            Spec::Slice { side, mask, parts } => self.world / self.generator(side).masked_size(mask) * parts,
+            Spec::Embedding { .. } => self.world / u64::from(self.sizes.pp),
+        }
+    }
+
+    /// The box of group `parent` over `mask`, with dim `over` (if any) restricted to the
+    /// coordinates `start + m·step`, `m < count`.
+    fn grid(&self, side: Side, mask: u8, parent: u64, over: Option<(Dim, u64, u64, u64)>) -> Grid {
+        let gen = self.generator(side);
+        let origin = gen.group_origin(mask, parent);
+        let mut base = self.offset;
+        for d in Dim::ALL {
+            base += origin[d as usize] * gen.stride[d as usize];
+        }
+        let mut grid = Grid::new(0);
+        for &d in &gen.order {
+            let stride = gen.stride[d as usize];
+            match over {
+                Some((od, start, step, count)) if od == d => {
+                    base += start * stride;
+                    grid.push_axis(stride * step, count);
+                }
+                _ if mask & d.bit() != 0 => grid.push_axis(stride, gen.size[d as usize]),
+                _ => {}
+            }
+        }
+        grid.base = base;
+        grid
+    }
+
+    /// Group `index` of `kind` (indices follow Megatron-Core's creation order).
+    pub fn group(&self, kind: GroupKind, index: u64) -> Result<Group, TopologyError> {
+        let count = self.group_count(kind);
+        if index >= count {
+            return Err(TopologyError::range(format!(
+                "group index {index} out of range: this layout has {count} {kind} groups"
+            )));
+        }
+        let shape = match self.spec(kind) {
+            Spec::Plain { side, mask } => Shape::Grid(self.grid(side, mask, index, None)),
+            Spec::Split { side, mask, dim, inner, size, outer } => {
+                let o = index % inner;
+                let b = (index / inner) % outer;
+                let parent = index / inner / outer;
+                Shape::Grid(self.grid(side, mask, parent, Some((dim, b * inner * size + o, inner, size))))
+            }
+            Spec::Slice { side, mask, parts } => {
+                let mut grid = self.grid(side, mask, index / parts, None);
+                let len = grid.len / parts;
+                grid.start = (index % parts) * len;
+                grid.len = len;
+                Shape::Grid(grid)
+            }
+            Spec::Embedding { position } => self.embedding_shape(position, index)?,
+        };
+        Ok(Group { kind, index, shape })
+    }
+
+    /// The groups of `kind` in creation order (empty for a kind this layout does not have).
+    pub fn groups(&self, kind: GroupKind) -> impl Iterator<Item = Result<Group, TopologyError>> + '_ {
+        (0..self.group_count(kind)).map(move |i| self.group(kind, i))
+    }
+
+    fn embedding_shape(&self, position: bool, pp_group: u64) -> Result<Shape, TopologyError> {
+        let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
+        let pp = u64::from(self.sizes.pp);
+        match custom {
+            None => {
+                let (step, count) = if position || pp == 1 { (1, 1) } else { (pp - 1, 2) };
+                Ok(Shape::Grid(self.grid(Side::Dense, PP, pp_group, Some((Dim::Pp, 0, step, count)))))
+            }
+            Some(f) => {
+                let pipeline = self.group(GroupKind::PipelineModelParallel, pp_group)?.members();
+                let what = if position { "position-embedding" } else { "embedding" };
+                let mut ranks = f(&pipeline).map_err(|e| {
+                    TopologyError::callback(format!("{what} ranks callback failed for pipeline {pipeline:?}: {e}"))
+                })?;
+                ranks.sort_unstable();
+                if ranks.is_empty() {
+                    return Err(TopologyError::callback(format!(
+                        "{what} ranks callback returned no rank for pipeline {pipeline:?}"
+                    )));
+                }
+                if let Some(w) = ranks.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(TopologyError::callback(format!(
+                        "{what} ranks callback returned rank {} twice for pipeline {pipeline:?}",
+                        w[0]
+                    )));
+                }
+                if let Some(r) = ranks.iter().find(|r| pipeline.binary_search(r).is_err()) {
+                    return Err(TopologyError::callback(format!(
+                        "{what} ranks callback returned rank {r}, which is not in pipeline {pipeline:?}"
+                    )));
+                }
+                Ok(Shape::List(Arc::from(ranks)))
+            }
+        }
+    }
+
+    /// Index of the group of `kind` that would hold local rank `local` (membership aside).
+    fn locate(&self, spec: Spec, local: u64) -> u64 {
+        match spec {
+            Spec::Plain { side, mask } => self.generator(side).group_index(mask, local),
+            Spec::Split { side, mask, dim, inner, size, outer } => {
+                let gen = self.generator(side);
+                let c = gen.coord(local, dim);
+                (gen.group_index(mask, local) * outer + c / (inner * size)) * inner + c % inner
+            }
+            Spec::Slice { side, mask, parts } => {
+                let gen = self.generator(side);
+                let (mut j, mut mul) = (0, 1);
+                for &d in &gen.order {
+                    if mask & d.bit() != 0 {
+                        j += gen.coord(local, d) * mul;
+                        mul *= gen.size[d as usize];
+                    }
+                }
+                gen.group_index(mask, local) * parts + j / (mul / parts)
+            }
+            Spec::Embedding { .. } => self.dense.group_index(PP, local),
+        }
+    }
+
+    /// The group of `kind` that holds `rank`, or `None` when the rank is in no such group.
+    pub fn group_of(&self, kind: GroupKind, rank: u32) -> Result<Option<Group>, TopologyError> {
+        Ok(self.membership(kind, rank)?.map(|m| m.group))
+    }
+
+    /// `rank`'s group of `kind` and its group rank, or `None` when it is in no such group.
+    pub fn membership(&self, kind: GroupKind, rank: u32) -> Result<Option<Membership>, TopologyError> {
+        let local = self.local(rank)?;
+        if !self.has_kind(kind) {
+            return Ok(None);
+        }
+        let spec = self.spec(kind);
+        if let Spec::Embedding { position } = spec {
+            let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
+            if custom.is_none() {
+                let stage = self.dense.coord(local, Dim::Pp);
+                let last = u64::from(self.sizes.pp) - 1;
+                if !(stage == 0 || (!position && stage == last)) {
+                    return Ok(None);
+                }
+            }
+        }
+        let group = self.group(kind, self.locate(spec, local))?;
+        Ok(group.rank_of(rank).map(|r| Membership { group, rank: r }))
+    }
+
+    /// Every group `rank` belongs to, and its pipeline place.
+    pub fn rank_view(&self, rank: u32) -> Result<RankView, TopologyError> {
+        let mut groups = Vec::with_capacity(GroupKind::FIXED.len() + self.sizes.hierarchical_cp.len());
+        for kind in self.kinds() {
+            if let Some(m) = self.membership(kind, rank)? {
+                groups.push(m);
+            }
+        }
+        Ok(RankView { rank, groups, pipeline: self.pipeline(rank)? })
+    }
+
+    /// `rank`'s pipeline stage, first/last ranks and ring neighbours.
+    pub fn pipeline(&self, rank: u32) -> Result<PipelineView, TopologyError> {
+        let m = self.membership(GroupKind::PipelineModelParallel, rank)?.expect("every rank has a pipeline");
+        let size = m.size();
+        let at = |i: u32| m.group.member(i).expect("stage in range");
+        Ok(PipelineView {
+            rank: m.rank,
+            size,
+            first: at(0),
+            last: at(size - 1),
+            next: at((m.rank + 1) % size),
+            prev: at((m.rank + size - 1) % size),
+        })
+    }
+
+    fn check_vp_stage(&self, vp_stage: Option<u32>) -> Result<(), TopologyError> {
+        let vpp = self.sizes.vpp.unwrap_or(1);
+        match vp_stage {
+            Some(k) if k >= vpp => Err(TopologyError::range(format!(
+                "virtual pipeline stage {k} out of range: virtual pipeline size is {}",
+                self.sizes.vpp.map_or("not set (only stage 0)".to_string(), |v| v.to_string())
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `rank` is on the first pipeline stage; with `vp_stage = Some(k)` and a virtual
+    /// pipeline, only on virtual stage 0 (`None` ignores virtual stages).
+    pub fn is_pipeline_first_stage(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
+        self.check_vp_stage(vp_stage)?;
+        let p = self.pipeline(rank)?;
+        Ok(p.rank == 0 && vp_stage.unwrap_or(0) == 0)
+    }
+
+    /// Whether `rank` is on the last pipeline stage; with `vp_stage = Some(k)` and a virtual
+    /// pipeline, only on the last virtual stage (`None` ignores virtual stages).
+    pub fn is_pipeline_last_stage(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
+        self.check_vp_stage(vp_stage)?;
+        let p = self.pipeline(rank)?;
+        let last_vp = self.sizes.vpp.unwrap_or(1) - 1;
+        Ok(p.rank == p.size - 1 && vp_stage.map_or(true, |k| k == last_vp))
+    }
+
+    /// Megatron's `is_rank_in_embedding_group`: membership, and with `vp_stage` the first member
+    /// counts only on the first virtual stage and the last member only on the last one.
+    pub fn is_rank_in_embedding_group(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
+        self.check_vp_stage(vp_stage)?;
+        let Some(m) = self.membership(GroupKind::Embedding, rank)? else { return Ok(false) };
+        if vp_stage.is_none() {
+            return Ok(true);
+        }
+        if m.rank == 0 {
+            self.is_pipeline_first_stage(rank, vp_stage)
+        } else if m.rank == m.size() - 1 {
+            self.is_pipeline_last_stage(rank, vp_stage)
+        } else {
+            Ok(true)
+        }
+    }
+}

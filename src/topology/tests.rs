@@ -1,0 +1,140 @@
+//! Self-consistency of the engine: enumeration and per-rank lookup agree for every kind.
+
+use super::*;
+use std::collections::HashSet;
+
+fn cfg(tp: u32, pp: u32, cp: u32, ep: u32, etp: Option<u32>, nd: u32, order: &str) -> TopologyConfig {
+    TopologyConfig { tp, pp, cp, ep, etp, dist_opt_instances: nd, order: order.into(), ..Default::default() }
+}
+
+fn check_consistent(topo: &Topology) {
+    let w = topo.world_size();
+    let off = topo.rank_offset();
+    for kind in topo.kinds() {
+        let mut seen = HashSet::new();
+        let mut count = 0;
+        for (i, g) in topo.groups(kind).enumerate() {
+            let g = g.unwrap();
+            assert_eq!(g.index(), i as u64);
+            let m = g.members();
+            assert!(m.windows(2).all(|p| p[0] < p[1]), "{kind} group {i} not ascending: {m:?}");
+            assert_eq!(m.len() as u32, g.len());
+            for (j, &r) in m.iter().enumerate() {
+                assert!(r >= off && r < off + w);
+                assert!(seen.insert(r), "{kind}: rank {r} in two groups");
+                let mem = topo.membership(kind, r).unwrap().unwrap_or_else(|| panic!("{kind} {r}"));
+                assert_eq!(mem.group, g, "{kind} rank {r}");
+                assert_eq!(mem.rank, j as u32);
+                assert_eq!(g.member(j as u32), Some(r));
+            }
+            count += 1;
+        }
+        assert_eq!(count, topo.group_count(kind));
+        let partition = !matches!(kind, GroupKind::Embedding | GroupKind::PositionEmbedding);
+        if partition {
+            assert_eq!(seen.len() as u32, w, "{kind} does not cover the world");
+        } else {
+            for r in off..off + w {
+                assert_eq!(topo.membership(kind, r).unwrap().is_some(), seen.contains(&r));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kind_is_consistent_over_many_layouts() {
+    let orders = ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "tp-pp-dp", "pp-tp-dp", "cp-tp-ep-dp-pp"];
+    let mut built = 0;
+    for w in [1u32, 8, 16, 24, 48] {
+        for tp in [1, 2, 3] {
+            for pp in [1, 2, 4] {
+                for cp in [1, 2] {
+                    for ep in [1, 2, 4] {
+                        for etp in [None, Some(1), Some(2)] {
+                            for nd in [1, 2] {
+                                for order in orders {
+                                    let c = cfg(tp, pp, cp, ep, etp, nd, order);
+                                    if let Ok(t) = Topology::new(c, w) {
+                                        check_consistent(&t);
+                                        built += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(built > 300, "{built}");
+}
+
+#[test]
+fn hierarchical_and_offset_layouts() {
+    let mut c = cfg(2, 2, 8, 1, None, 1, "tp-cp-ep-dp-pp");
+    c.hierarchical_cp = vec![2, 2, 2];
+    c.rank_offset = 100;
+    let t = Topology::new(c, 64).unwrap();
+    assert_eq!(t.hierarchical_cp_levels(), 3);
+    check_consistent(&t);
+    // Level 1 of cp group [100,102,...,114] pairs positions at stride 2.
+    let g = t.group_of(GroupKind::HierarchicalContextParallel(1), 100).unwrap().unwrap();
+    assert_eq!(g.members(), vec![100, 104]);
+    assert!(t.rank_view(99).is_err());
+    assert!(t.rank_view(164).is_err());
+}
+
+#[test]
+fn custom_embedding_callback() {
+    let mut c = cfg(1, 4, 1, 1, None, 1, "tp-cp-ep-dp-pp");
+    c.embedding_ranks = Some(std::sync::Arc::new(|p: &[u32]| Ok(vec![p[1], p[0]])));
+    let t = Topology::new(c.clone(), 8).unwrap();
+    check_consistent(&t);
+    assert_eq!(t.group_of(GroupKind::Embedding, 3).unwrap().unwrap().members(), vec![1, 3]);
+    assert!(t.group_of(GroupKind::Embedding, 5).unwrap().is_none());
+    c.embedding_ranks = Some(std::sync::Arc::new(|_: &[u32]| Ok(vec![7, 7])));
+    let t = Topology::new(c.clone(), 8).unwrap();
+    let e = t.group_of(GroupKind::Embedding, 0).unwrap_err();
+    assert!(e.message.contains("twice"), "{e}");
+    c.embedding_ranks = Some(std::sync::Arc::new(|_: &[u32]| Err("nope".into())));
+    let t = Topology::new(c, 8).unwrap();
+    assert!(t.rank_view(0).unwrap_err().message.contains("nope"));
+}
+
+#[test]
+fn rejections_name_the_values() {
+    let bad = |c: TopologyConfig, w: u32, needle: &str| {
+        let e = Topology::new(c, w).unwrap_err();
+        assert!(e.message.contains(needle), "'{}' lacks '{needle}'", e.message);
+    };
+    bad(cfg(0, 1, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 4, "got 0");
+    bad(cfg(1, 1, 1, 1, Some(0), 1, "tp-cp-ep-dp-pp"), 4, "etp");
+    bad(cfg(4, 1, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 6, "world size 6");
+    bad(cfg(2, 1, 1, 1, None, 1, "tp-xx-dp-pp"), 4, "'xx'");
+    bad(cfg(2, 1, 1, 1, None, 1, "tp-tp-dp-pp"), 4, "twice");
+    bad(cfg(u32::MAX, u32::MAX, u32::MAX, 1, None, 1, "tp-cp-ep-dp-pp"), 4, "4294967295");
+    bad(TopologyConfig { vpp: Some(0), pp: 2, ..Default::default() }, 4, "vpp");
+    bad(TopologyConfig { vpp: Some(2), ..Default::default() }, 4, "pp = 1");
+    bad(TopologyConfig { cp: 4, hierarchical_cp: vec![2, 0], ..Default::default() }, 4, "#1");
+    bad(TopologyConfig { cp: 4, hierarchical_cp: vec![2, 3], ..Default::default() }, 4, "[2, 3]");
+    bad(TopologyConfig { rank_offset: u32::MAX, ..Default::default() }, 2, "rank offset");
+    bad(cfg(2, 2, 2, 1, None, 1, "tp-cp-ep-pp-dp"), 16, "expert dp");
+}
+
+#[test]
+fn pipeline_queries() {
+    let mut c = cfg(2, 4, 1, 1, None, 1, "tp-cp-ep-dp-pp");
+    c.vpp = Some(2);
+    let t = Topology::new(c, 16).unwrap();
+    let p = t.pipeline(1).unwrap();
+    assert_eq!((p.rank, p.size, p.first, p.last, p.next, p.prev), (0, 4, 1, 13, 5, 13));
+    assert!(t.is_pipeline_first_stage(1, None).unwrap());
+    assert!(t.is_pipeline_first_stage(1, Some(0)).unwrap());
+    assert!(!t.is_pipeline_first_stage(1, Some(1)).unwrap());
+    assert!(t.is_pipeline_last_stage(13, Some(1)).unwrap());
+    assert!(!t.is_pipeline_last_stage(13, Some(0)).unwrap());
+    assert!(t.is_pipeline_first_stage(1, Some(2)).is_err());
+    assert!(t.is_rank_in_embedding_group(13, Some(1)).unwrap());
+    assert!(!t.is_rank_in_embedding_group(13, Some(0)).unwrap());
+    assert!(!t.is_rank_in_embedding_group(5, None).unwrap());
+}

@@ -1,0 +1,639 @@
+//! Backend vtable v1 through the C exports: plugin loading errors, registration by pointer (a
+//! small single-rank backend written here in Rust), and — when the Gloo plugin is built — real
+//! multi-process communicators over a file store.
+//!
+//! The Gloo part needs `MCORE_GLOO_PLUGIN` (set by scripts/test.d/20-gloo-plugin.sh) or a build
+//! at target/gloo-plugin/libmcore_init_gloo.so; otherwise it prints why and skips.
+
+use mcore_init::backend::{self, BackendError, GroupInfo};
+use mcore_init::ffi::backend::*;
+use mcore_init::ffi::mcore_status;
+use mcore_init::store::{FileStore, Store};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn last_error() -> String {
+    let p = mcore_init::ffi::error::mcore_last_error_message();
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "mcore-backend-test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn load(path: &str) -> mcore_status {
+    let c = CString::new(path).unwrap();
+    unsafe { mcore_backend_load_plugin(c.as_ptr(), std::ptr::null_mut(), 0, std::ptr::null_mut()) }
+}
+
+#[test]
+fn loading_a_missing_file_names_the_path() {
+    assert_eq!(
+        load("/nonexistent/dir/libmcore_init_nothing.so"),
+        mcore_status::LibraryLoad
+    );
+    let msg = last_error();
+    assert!(
+        msg.contains("/nonexistent/dir/libmcore_init_nothing.so") && msg.contains("no such file"),
+        "{msg}"
+    );
+    // A bare name the dynamic loader cannot find.
+    assert_eq!(
+        load("libmcore_init_does_not_exist.so"),
+        mcore_status::LibraryLoad
+    );
+    assert!(
+        last_error().contains("libmcore_init_does_not_exist.so"),
+        "{}",
+        last_error()
+    );
+    let st = unsafe {
+        mcore_backend_load_plugin(
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(st, mcore_status::InvalidArgument);
+}
+
+#[test]
+fn loading_a_library_without_the_entry_symbol_names_the_symbol() {
+    assert_eq!(load("libm.so.6"), mcore_status::LibraryLoad);
+    let msg = last_error();
+    assert!(
+        msg.contains("libm.so.6") && msg.contains("mcore_backend_plugin_v1"),
+        "{msg}"
+    );
+}
+
+// ---- a small backend registered by pointer: single-rank groups, counters for every slot ----
+
+static CREATED: AtomicUsize = AtomicUsize::new(0);
+static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+static FINALIZED: AtomicUsize = AtomicUsize::new(0);
+static MESSAGE: &CStr = c"solo backend: only groups of size 1";
+
+unsafe extern "C" fn solo_create(
+    _ud: *mut c_void,
+    group: *const mcore_backend_group_info,
+    store: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    let (g, s) = unsafe { (&*group, &*store) };
+    if g.group_size != 1 {
+        return if g.group_size == 99 {
+            12345
+        } else {
+            mcore_status::Unsupported as i32
+        };
+    }
+    // Use the store the way a plugin does: set, get with the two-call pattern, add.
+    unsafe {
+        let rc = (s.set.unwrap())(s.ctx, c"addr".as_ptr(), b"here".as_ptr(), 4);
+        assert_eq!(rc, 0);
+        let mut len = 0;
+        assert_eq!(
+            (s.get.unwrap())(s.ctx, c"addr".as_ptr(), std::ptr::null_mut(), 0, &mut len),
+            mcore_status::BufferTooSmall as i32
+        );
+        let mut buf = vec![0u8; len];
+        assert_eq!(
+            (s.get.unwrap())(s.ctx, c"addr".as_ptr(), buf.as_mut_ptr(), len, &mut len),
+            0
+        );
+        assert_eq!(buf, b"here");
+        let mut n = 0;
+        assert_eq!((s.add.unwrap())(s.ctx, c"joined".as_ptr(), 1, &mut n), 0);
+        // Every communicator gets its own heap cell holding its group rank.
+        *out = Box::into_raw(Box::new(g.group_rank as i64 + n)).cast();
+    }
+    CREATED.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn solo_allreduce(
+    _ud: *mut c_void,
+    comm: *mut c_void,
+    data: *mut i64,
+    n: usize,
+) -> i32 {
+    // A sum over one rank is the identity: only check the arguments.
+    if comm.is_null() || (data.is_null() && n != 0) {
+        return mcore_status::InvalidArgument as i32;
+    }
+    0
+}
+
+unsafe extern "C" fn solo_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    DESTROYED.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn solo_last_error(_ud: *mut c_void) -> *const c_char {
+    MESSAGE.as_ptr()
+}
+
+unsafe extern "C" fn solo_finalize(_ud: *mut c_void) {
+    FINALIZED.fetch_add(1, Ordering::SeqCst);
+}
+
+fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
+    mcore_backend_v1 {
+        struct_size: std::mem::size_of::<mcore_backend_v1>() as u32,
+        abi_version: MCORE_BACKEND_ABI_VERSION_V1,
+        name: name.as_ptr(),
+        user_data: std::ptr::null_mut(),
+        create_world: None,
+        split: None,
+        create_group: Some(solo_create),
+        allreduce_sum_i64: Some(solo_allreduce),
+        barrier: None,
+        destroy_comm: Some(solo_destroy),
+        last_error: Some(solo_last_error),
+        finalize: Some(solo_finalize),
+    }
+}
+
+fn register(vt: &mcore_backend_v1) -> mcore_status {
+    unsafe { mcore_backend_register(vt) }
+}
+
+#[test]
+fn bad_vtables_are_rejected_with_the_bad_value_named() {
+    let mut vt = solo_vtable(c"bad-abi");
+    vt.abi_version = 2;
+    assert_eq!(register(&vt), mcore_status::Unsupported);
+    assert!(last_error().contains("abi_version 2"), "{}", last_error());
+
+    let mut vt = solo_vtable(c"too-small");
+    vt.struct_size = 40;
+    assert_eq!(register(&vt), mcore_status::Unsupported);
+    assert!(last_error().contains("struct_size 40"), "{}", last_error());
+
+    let mut vt = solo_vtable(c"no-destroy");
+    vt.destroy_comm = None;
+    assert_eq!(register(&vt), mcore_status::InvalidArgument);
+    assert!(last_error().contains("destroy_comm"), "{}", last_error());
+
+    let mut vt = solo_vtable(c"no-strategy");
+    vt.create_group = None;
+    vt.create_world = Some(solo_create);
+    assert_eq!(register(&vt), mcore_status::InvalidArgument);
+    assert!(
+        last_error().contains("no creation strategy"),
+        "{}",
+        last_error()
+    );
+
+    let mut vt = solo_vtable(c"x");
+    vt.name = std::ptr::null();
+    assert_eq!(register(&vt), mcore_status::InvalidArgument);
+    assert!(last_error().contains("NULL name"), "{}", last_error());
+
+    assert_eq!(
+        unsafe { mcore_backend_register(std::ptr::null()) },
+        mcore_status::InvalidArgument
+    );
+    for name in ["bad-abi", "too-small", "no-destroy", "no-strategy"] {
+        assert!(
+            !backend::names().contains(&name.to_string()),
+            "{name} must not be registered"
+        );
+    }
+}
+
+#[test]
+fn register_by_pointer_round_trip() {
+    let dir = temp_dir("solo");
+    let store =
+        || -> Arc<dyn Store> { Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap()) };
+    let vt = solo_vtable(c"solo");
+    assert_eq!(register(&vt), mcore_status::Ok);
+    // A duplicate name is refused, and the refused copy is not finalized.
+    assert_eq!(register(&vt), mcore_status::AlreadyExists);
+    assert!(last_error().contains("'solo'"), "{}", last_error());
+    assert_eq!(FINALIZED.load(Ordering::SeqCst), 0);
+
+    let b = backend::get("solo").unwrap();
+    assert_eq!(b.name(), "solo");
+    assert!(b.supports_create_group() && !b.supports_split());
+    let g = GroupInfo::new("data_parallel/7", vec![7], 7, Duration::from_secs(5)).unwrap();
+    let mut comm = b.create_group(&g, store()).unwrap();
+    assert_eq!(
+        (comm.group_name(), comm.rank(), comm.size()),
+        ("data_parallel/7", 0, 1)
+    );
+    // The raw handle is the backend's own: here a cell holding group rank + the store counter.
+    assert_eq!(unsafe { *(comm.raw_handle() as *const i64) }, 1);
+    let mut data = [7i64, 1];
+    comm.allreduce_sum_i64(&mut data).unwrap();
+    assert_eq!(data, [7, 1]);
+    // A NULL slot is reported as unsupported, naming the operation.
+    let e = comm.barrier().unwrap_err();
+    assert_eq!(e.status(), mcore_status::Unsupported);
+    assert!(e.to_string().contains("barrier"), "{e}");
+    // The plugin's status and last_error come back with the group named.
+    let g2 = GroupInfo::new(
+        "tensor_model_parallel/0",
+        vec![0, 1],
+        1,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let e = b.create_group(&g2, store()).unwrap_err();
+    assert_eq!(e.status(), mcore_status::Unsupported);
+    let text = e.to_string();
+    assert!(
+        text.contains("tensor_model_parallel/0") && text.contains("only groups of size 1"),
+        "{text}"
+    );
+    // An unknown status code is never trusted as the enum.
+    let g99 = GroupInfo::new("big", (0..99).collect(), 0, Duration::from_secs(5)).unwrap();
+    let e = b.create_group(&g99, store()).unwrap_err();
+    assert_eq!(e.status(), mcore_status::Backend);
+    assert!(e.to_string().contains("unknown status code 12345"), "{e}");
+
+    // Unregister while a communicator lives: finalize waits for it.
+    let name = CString::new("solo").unwrap();
+    assert_eq!(
+        unsafe { mcore_backend_unregister(name.as_ptr()) },
+        mcore_status::Ok
+    );
+    assert!(matches!(
+        backend::get("solo"),
+        Err(BackendError::NotFound { .. })
+    ));
+    assert_eq!(FINALIZED.load(Ordering::SeqCst), 0);
+    drop(b);
+    let created = CREATED.load(Ordering::SeqCst);
+    comm.destroy().unwrap();
+    assert_eq!(DESTROYED.load(Ordering::SeqCst), created);
+    assert_eq!(FINALIZED.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        unsafe { mcore_backend_unregister(name.as_ptr()) },
+        mcore_status::NotFound
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_longer_vtable_from_a_newer_plugin_is_accepted() {
+    #[repr(C)]
+    struct Newer {
+        v1: mcore_backend_v1,
+        future_slot: usize,
+    }
+    let mut newer = Newer {
+        v1: solo_vtable(c"solo-newer"),
+        future_slot: 0xdead,
+    };
+    newer.v1.struct_size = std::mem::size_of::<Newer>() as u32;
+    newer.v1.finalize = None;
+    assert_eq!(
+        unsafe { mcore_backend_register(&newer.v1) },
+        mcore_status::Ok,
+        "{}",
+        last_error()
+    );
+    assert_eq!(backend::get("solo-newer").unwrap().name(), "solo-newer");
+    backend::unregister("solo-newer").unwrap();
+    assert!(newer.future_slot == 0xdead);
+}
+
+// ---- the split strategy through a single-rank backend ----
+
+static SPLIT_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn split_world(
+    _ud: *mut c_void,
+    group: *const mcore_backend_group_info,
+    _store: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    if unsafe { (*group).group_size } != 1 {
+        return mcore_status::Unsupported as i32;
+    }
+    unsafe { *out = Box::into_raw(Box::new(-1i64)).cast() };
+    SPLIT_LIVE.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn split_split(
+    _ud: *mut c_void,
+    parent: *mut c_void,
+    color: i32,
+    key: i32,
+    group: *const mcore_backend_group_info,
+    out: *mut *mut c_void,
+) -> i32 {
+    if parent.is_null() || (color < 0) != group.is_null() {
+        return mcore_status::InvalidArgument as i32;
+    }
+    if color < 0 {
+        unsafe { *out = std::ptr::null_mut() };
+        return 0;
+    }
+    // The communicator remembers (color, key) so the test can see they arrived.
+    unsafe { *out = Box::into_raw(Box::new(i64::from(color) * 1000 + i64::from(key))).cast() };
+    SPLIT_LIVE.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn split_allreduce(
+    _ud: *mut c_void,
+    comm: *mut c_void,
+    data: *mut i64,
+    n: usize,
+) -> i32 {
+    // Adds the communicator's remembered value to each element (a test-only "sum").
+    let v = unsafe { *(comm as *const i64) };
+    for i in 0..n {
+        unsafe { *data.add(i) += v };
+    }
+    0
+}
+
+unsafe extern "C" fn split_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    SPLIT_LIVE.fetch_sub(1, Ordering::SeqCst);
+    0
+}
+
+#[test]
+fn split_strategy_members_get_a_communicator_and_others_none() {
+    let mut vt = solo_vtable(c"solo-split");
+    vt.create_group = None;
+    vt.create_world = Some(split_world);
+    vt.split = Some(split_split);
+    vt.allreduce_sum_i64 = Some(split_allreduce);
+    vt.destroy_comm = Some(split_destroy);
+    vt.finalize = None;
+    // The Rust-side registration gives the backend back directly.
+    let b = unsafe { register_vtable(&vt) }.unwrap();
+    assert_eq!(backend::get("solo-split").unwrap().name(), b.name());
+    assert!(b.supports_split() && !b.supports_create_group());
+    let dir = temp_dir("split");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap());
+    let t = Duration::from_secs(5);
+    let e = b
+        .create_group(&GroupInfo::new("g", vec![0], 0, t).unwrap(), store.clone())
+        .unwrap_err();
+    assert_eq!(e.status(), mcore_status::Unsupported);
+    let mut world = b
+        .create_world(&GroupInfo::new("world", vec![0], 0, t).unwrap(), store)
+        .unwrap();
+    let g = GroupInfo::new("expert_model_parallel/3", vec![0], 0, t).unwrap();
+    let mut comm = b
+        .split(&mut world, 3, 7, Some(&g))
+        .unwrap()
+        .expect("a member gets a communicator");
+    assert_eq!(
+        (comm.group_name(), comm.rank(), comm.size()),
+        ("expert_model_parallel/3", 0, 1)
+    );
+    let mut data = [0i64];
+    comm.allreduce_sum_i64(&mut data).unwrap();
+    assert_eq!(data, [3007], "color and key reach the backend");
+    assert!(b.split(&mut world, 0, 0, None).unwrap().is_none());
+    assert_eq!(SPLIT_LIVE.load(Ordering::SeqCst), 2);
+    drop(comm);
+    world.destroy().unwrap();
+    assert_eq!(SPLIT_LIVE.load(Ordering::SeqCst), 0);
+    backend::unregister("solo-split").unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+// ---- the Gloo plugin with real processes ----
+
+fn gloo_plugin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MCORE_GLOO_PLUGIN") {
+        return Some(PathBuf::from(p));
+    }
+    let built =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gloo-plugin/libmcore_init_gloo.so");
+    if built.exists() {
+        return Some(built);
+    }
+    println!("SKIP: Gloo plugin not built (set MCORE_GLOO_PLUGIN or run scripts/test.d/20-gloo-plugin.sh)");
+    None
+}
+
+fn spawn_probe(plugin: &PathBuf, dir: &PathBuf, rank: u32, world: u32, timeout_ms: u64) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mcore-backend-probe"))
+        .arg("--backend")
+        .arg(plugin)
+        .arg("--store-dir")
+        .arg(dir)
+        .args([
+            "--rank",
+            &rank.to_string(),
+            "--world-size",
+            &world.to_string(),
+        ])
+        .args(["--timeout-ms", &timeout_ms.to_string()])
+        .args([
+            "--group",
+            "pair/0=0,1",
+            "--group",
+            "pair/1=2,3",
+            "--group",
+            "evens=0,2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mcore-backend-probe")
+}
+
+/// Wait for every child up to `deadline`, killing all of them past it. (exit ok, stdout, stderr).
+fn collect(children: Vec<Child>, deadline: Duration) -> Vec<(bool, String, String)> {
+    let start = Instant::now();
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    loop {
+        let all_done = children
+            .iter_mut()
+            .flatten()
+            .all(|c| c.try_wait().ok().flatten().is_some());
+        if all_done {
+            break;
+        }
+        if start.elapsed() > deadline {
+            for c in children.iter_mut().flatten() {
+                let _ = c.kill();
+            }
+            panic!("probe processes still running after {deadline:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    children
+        .iter_mut()
+        .map(|c| {
+            let out = c.take().unwrap().wait_with_output().unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn gloo_plugin_loads_through_the_c_api_with_its_name() {
+    let Some(plugin) = gloo_plugin() else { return };
+    let path = CString::new(plugin.to_str().unwrap()).unwrap();
+    let mut small = [0 as c_char; 3];
+    let mut len = 0usize;
+    let st = unsafe {
+        mcore_backend_load_plugin(path.as_ptr(), small.as_mut_ptr(), small.len(), &mut len)
+    };
+    assert_eq!(st, mcore_status::BufferTooSmall, "{}", last_error());
+    assert_eq!(len, "gloo".len() + 1);
+    let mut buf = [0 as c_char; 16];
+    let st =
+        unsafe { mcore_backend_load_plugin(path.as_ptr(), buf.as_mut_ptr(), buf.len(), &mut len) };
+    assert_eq!(
+        st,
+        mcore_status::Ok,
+        "loading again is idempotent: {}",
+        last_error()
+    );
+    assert_eq!(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
+        "gloo"
+    );
+    // The same library reached through another path is the same backend, not a duplicate.
+    let link_dir = temp_dir("gloo-link");
+    std::fs::create_dir_all(&link_dir).unwrap();
+    let link = link_dir.join("libmcore_init_gloo_alias.so");
+    std::os::unix::fs::symlink(&plugin, &link).unwrap();
+    assert_eq!(
+        load(link.to_str().unwrap()),
+        mcore_status::Ok,
+        "{}",
+        last_error()
+    );
+    std::fs::remove_dir_all(link_dir).unwrap();
+    let b = backend::get("gloo").unwrap();
+    assert!(b.supports_create_group() && !b.supports_split());
+    // A single-rank group works in-process too.
+    let dir = temp_dir("gloo-solo");
+    let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(10)).unwrap());
+    let g = GroupInfo::new("solo/5", vec![5], 5, Duration::from_secs(10)).unwrap();
+    let mut comm = b.create_group(&g, store).unwrap();
+    let mut data = [5i64, -3];
+    comm.allreduce_sum_i64(&mut data).unwrap();
+    assert_eq!(data, [5, -3]);
+    comm.barrier().unwrap();
+    comm.destroy().unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn gloo_groups_across_four_real_processes_sum_their_members() {
+    let Some(plugin) = gloo_plugin() else { return };
+    let dir = temp_dir("gloo4");
+    let kids = (0..4)
+        .map(|r| spawn_probe(&plugin, &dir, r, 4, 30_000))
+        .collect();
+    let results = collect(kids, Duration::from_secs(90));
+    let groups = [
+        ("world", vec![0u32, 1, 2, 3]),
+        ("pair/0", vec![0, 1]),
+        ("pair/1", vec![2, 3]),
+        ("evens", vec![0, 2]),
+    ];
+    for (rank, (ok, out, err)) in results.iter().enumerate() {
+        assert!(ok, "rank {rank} failed: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("rank {rank}: {e}: {out}"));
+        assert_eq!(v["rank"], rank as u64);
+        assert_eq!(v["ok"], true);
+        for (name, members) in &groups {
+            let g = &v["groups"][*name];
+            match members.iter().position(|&m| m == rank as u32) {
+                Some(idx) => {
+                    assert_eq!(g["size"], members.len() as u64, "rank {rank} group {name}");
+                    assert_eq!(g["rank"], idx as u64, "rank {rank} group {name}");
+                    assert_eq!(
+                        g["sum"],
+                        members.iter().sum::<u32>() as u64,
+                        "rank {rank} group {name}"
+                    );
+                }
+                None => assert!(g.is_null(), "rank {rank} must not be in {name}: {out}"),
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn gloo_ranks_fail_within_the_timeout_naming_a_rank_that_never_started() {
+    let Some(plugin) = gloo_plugin() else { return };
+    let dir = temp_dir("gloo-missing");
+    // World of 4, rank 3 never starts.
+    let kids = (0..3)
+        .map(|r| spawn_probe(&plugin, &dir, r, 4, 1_500))
+        .collect();
+    let results = collect(kids, Duration::from_secs(60));
+    for (rank, (ok, _out, err)) in results.iter().enumerate() {
+        assert!(!ok, "rank {rank} must fail when rank 3 is missing");
+        assert!(
+            err.contains("group 'world'") && err.contains("timed out"),
+            "rank {rank}: {err}"
+        );
+        assert!(
+            err.contains("global rank 3"),
+            "rank {rank} should name the missing rank: {err}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn mcore_backend_plugin_env_is_honoured_and_a_bad_path_is_named() {
+    let Some(plugin) = gloo_plugin() else { return };
+    let dir = temp_dir("gloo-env");
+    let probe = |plugin_env: &std::ffi::OsStr| {
+        Command::new(env!("CARGO_BIN_EXE_mcore-backend-probe"))
+            .env("MCORE_BACKEND_PLUGIN", plugin_env)
+            .arg("--store-dir")
+            .arg(&dir)
+            .args(["--rank", "0", "--world-size", "1", "--timeout-ms", "10000"])
+            .output()
+            .unwrap()
+    };
+    let out = probe(plugin.as_os_str());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["groups"]["world"]["sum"], 0);
+    assert_eq!(v["groups"]["world"]["size"], 1);
+    let out = probe(std::ffi::OsStr::new("/nonexistent/libmcore_init_gloo.so"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/libmcore_init_gloo.so") && err.contains("no such file"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
