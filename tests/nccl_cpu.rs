@@ -1,5 +1,5 @@
 //! The NCCL backend against the real `libnccl.so.2` on a machine without a GPU: loading, version,
-//! unique ids handed to several real processes, and the errors for a missing GPU, a missing
+//! unique ids handed to several real processes through a file store, and the errors for a missing GPU, a missing
 //! library and a library without NCCL's symbols.
 //!
 //! The library comes from `MCORE_NCCL_LIBRARY` or the usual search (scripts/test.d/30-nccl-cpu.sh
@@ -7,9 +7,10 @@
 //! why and pass, unless `MCORE_NCCL_TEST_REQUIRE=1` (set by that script in CI), where they fail.
 
 use mcore_init::backend::nccl::{
-    Device, LibrarySearch, NcclComm, NcclConfig, NcclError, NcclLibrary, NcclUniqueId,
+    share_unique_id, Device, LibrarySearch, NcclComm, NcclConfig, NcclError, NcclLibrary, NcclUniqueId, UNIQUE_ID_KEY,
 };
-use std::io::{Read, Write};
+use mcore_init::store::{FileStore, MemoryStore, Store};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -57,39 +58,39 @@ fn unique_ids_are_128_bytes_and_distinct() {
     assert_eq!(NcclUniqueId::from_bytes(&a.to_bytes()).unwrap(), a);
 }
 
-/// Run by `unique_id_reaches_every_process` in a child process: read an id from stdin, load NCCL,
-/// print the id it parsed.
+/// Run by `unique_id_reaches_every_process` in a child process: read the group's id from the
+/// file store in `MCORE_NCCL_TEST_STORE` and print it.
 #[test]
 #[ignore = "child half of unique_id_reaches_every_process"]
 fn unique_id_child() {
-    if std::env::var(CHILD_ENV).is_err() {
-        panic!("run only as a child of unique_id_reaches_every_process");
-    }
-    let mut bytes = Vec::new();
-    std::io::stdin().read_to_end(&mut bytes).unwrap();
-    let id = NcclUniqueId::from_bytes(&bytes).unwrap();
+    std::env::var(CHILD_ENV).expect("run only as a child of unique_id_reaches_every_process");
+    let store = FileStore::new(std::env::var("MCORE_NCCL_TEST_STORE").unwrap(), CHILD_TIMEOUT).unwrap();
     let lib = NcclLibrary::global().unwrap();
+    let id = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "data_parallel/0", CHILD_TIMEOUT).unwrap();
     println!("CHILD pid={} nccl={} ID {}", std::process::id(), lib.version(), hex(id.as_bytes()));
 }
 
 #[test]
 fn unique_id_reaches_every_process() {
     let Some(lib) = library() else { return };
-    let id = lib.unique_id().unwrap();
+    let dir = std::env::temp_dir().join(format!("mcore-nccl-id-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = FileStore::new(&dir, CHILD_TIMEOUT).unwrap();
     let exe = std::env::current_exe().unwrap();
-    let mut children = Vec::new();
-    for _ in 0..3 {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "unique_id_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(&id.to_bytes()).unwrap();
-        children.push(child);
-    }
+    // The members start first and wait for the key; the root publishes afterwards.
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--exact", "unique_id_child", "--ignored", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, "1")
+                .env("MCORE_NCCL_TEST_STORE", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let id = share_unique_id(lib, &store, UNIQUE_ID_KEY, true, "data_parallel/0", CHILD_TIMEOUT).unwrap();
     let start = Instant::now();
     let mut pids = Vec::new();
     for mut child in children {
@@ -112,9 +113,24 @@ fn unique_id_reaches_every_process() {
         assert_eq!(got, hex(id.as_bytes()), "a child received different bytes");
         pids.push(line.split_whitespace().nth(1).unwrap().to_string());
     }
+    let _ = std::fs::remove_dir_all(&dir);
     pids.sort();
     pids.dedup();
     assert_eq!(pids.len(), 3, "expected three distinct processes: {pids:?}");
+}
+
+#[test]
+fn a_member_without_a_root_times_out_naming_the_group_and_key() {
+    let Some(lib) = library() else { return };
+    let store = MemoryStore::new(Duration::from_secs(5));
+    let err = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "expert_data_parallel/2", Duration::from_millis(200)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("expert_data_parallel/2") && text.contains("'nccl_unique_id'"), "{text}");
+    assert_eq!(mcore_init::ffi::FfiError::from(err).status, mcore_init::ffi::mcore_status::Timeout);
+    // A value of the wrong size is named, not used.
+    store.set(UNIQUE_ID_KEY, b"short").unwrap();
+    let text = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "g", Duration::from_secs(1)).unwrap_err().to_string();
+    assert!(text.contains("128 bytes, got 5"), "{text}");
 }
 
 fn has_cuda_driver() -> bool {

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use crate::ffi::{mcore_status, FfiError};
+use crate::store::StoreError;
 use std::fmt;
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ pub enum NcclError {
     Timeout { what: String, deadline: Duration },
     /// A bad argument from the caller, named.
     InvalidArgument(String),
+    /// The rendezvous store failed while doing `what` (e.g. publishing a group's unique id).
+    Store { what: String, error: StoreError },
 }
 
 impl NcclError {
@@ -56,6 +59,7 @@ impl fmt::Display for NcclError {
                 write!(f, "timed out after {:.3} s waiting for {what}", deadline.as_secs_f64())
             }
             NcclError::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            NcclError::Store { what, error } => write!(f, "{what}: {error}"),
         }
     }
 }
@@ -70,6 +74,8 @@ impl From<NcclError> for FfiError {
             NcclError::Call { .. } => mcore_status::Backend,
             NcclError::Timeout { .. } => mcore_status::Timeout,
             NcclError::InvalidArgument(_) => mcore_status::InvalidArgument,
+            NcclError::Store { error: StoreError::Timeout { .. }, .. } => mcore_status::Timeout,
+            NcclError::Store { .. } => mcore_status::Io,
         };
         FfiError::new(status, e.to_string())
     }

@@ -11,6 +11,7 @@
 pub mod comm;
 pub mod config;
 pub mod error;
+pub mod exchange;
 pub mod loader;
 pub mod search;
 pub mod unique_id;
@@ -19,6 +20,7 @@ pub mod version;
 pub use comm::{Device, NcclComm};
 pub use config::NcclConfig;
 pub use error::NcclError;
+pub use exchange::{share_unique_id, UNIQUE_ID_KEY};
 pub use loader::cuda::CudaDriver;
 pub use loader::nccl::NcclLibrary;
 pub use search::LibrarySearch;
