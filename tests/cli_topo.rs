@@ -6,7 +6,10 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 fn topo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mcore-topo")).args(args).output().expect("run mcore-topo")
+    Command::new(env!("CARGO_BIN_EXE_mcore-topo"))
+        .args(args)
+        .output()
+        .expect("run mcore-topo")
 }
 
 fn stdout_json(out: &Output) -> Value {
@@ -15,12 +18,34 @@ fn stdout_json(out: &Output) -> Value {
 }
 
 fn engine() -> Topology {
-    let cfg = TopologyConfig { tp: 2, pp: 2, cp: 2, ep: 2, etp: Some(1), dist_opt_instances: 2, ..Default::default() };
+    let cfg = TopologyConfig {
+        tp: 2,
+        pp: 2,
+        cp: 2,
+        ep: 2,
+        etp: Some(1),
+        dist_opt_instances: 2,
+        ..Default::default()
+    };
     Topology::new(cfg, 32).unwrap()
 }
 
-const ARGS: [&str; 14] =
-    ["--world-size", "32", "--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--dist-opt-instances", "2"];
+const ARGS: [&str; 14] = [
+    "--world-size",
+    "32",
+    "--tp",
+    "2",
+    "--pp",
+    "2",
+    "--cp",
+    "2",
+    "--ep",
+    "2",
+    "--etp",
+    "1",
+    "--dist-opt-instances",
+    "2",
+];
 
 #[test]
 fn json_layout_matches_the_engine() {
@@ -51,7 +76,10 @@ fn json_rank_view_matches_the_engine() {
         let g = &groups[&*m.kind().key()];
         assert_eq!(g["rank"], m.rank);
         assert_eq!(g["size"], m.size());
-        assert_eq!(serde_json::from_value::<Vec<u32>>(g["ranks"].clone()).unwrap(), m.members());
+        assert_eq!(
+            serde_json::from_value::<Vec<u32>>(g["ranks"].clone()).unwrap(),
+            m.members()
+        );
     }
     let p = &v["pipeline"];
     assert_eq!((p["rank"].as_u64(), p["next"].as_u64()), (Some(0), Some(29)));
@@ -65,12 +93,18 @@ fn table_output_is_readable() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("tp 2 pp 4"), "{text}");
-    let line = text.lines().find(|l| l.starts_with("pipeline_model_parallel ")).expect("pp line");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("pipeline_model_parallel "))
+        .expect("pp line");
     assert!(line.contains("[0,4,8,12] [1,5,9,13]"), "{line}");
     let out = topo(&["--world-size", "16", "--tp", "2", "--pp", "4", "--rank", "5"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("next 9"), "{text}");
-    assert!(!text.lines().any(|l| l.starts_with("embedding ")), "middle stage in no embedding group: {text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("embedding ")),
+        "middle stage in no embedding group: {text}"
+    );
     let line = text.lines().find(|l| l.starts_with("data_parallel ")).unwrap();
     assert!(line.ends_with("[5,7]"), "{line}");
     // hcp levels appear as keys.
@@ -95,6 +129,8 @@ fn invalid_input_exits_2_with_one_line() {
         (&["--world-size"], "missing value"),
         (&["--tp", "2"], "--world-size"),
         (&["--world-size", "99999999999"], "99999999999"),
+        (&["--world-size", "4294967295"], "use --rank"),
+        (&["--world-size", "4294967295", "--rank", "7"], "output would list"),
     ];
     for (args, needle) in cases {
         let out = topo(args);

@@ -71,7 +71,10 @@ fn key_of_global(name: &str) -> Result<String, &'static str> {
     if let Some(level) = name.strip_prefix("_HIERARCHICAL_CONTEXT_PARALLEL_GROUPS[") {
         return Ok(format!("hierarchical_context_parallel_{}", level.trim_end_matches(']')));
     }
-    let base = name.strip_prefix('_').expect("leading underscore").replacen("_GROUP", "", 1);
+    let base = name
+        .strip_prefix('_')
+        .expect("leading underscore")
+        .replacen("_GROUP", "", 1);
     Ok(base.to_lowercase())
 }
 
@@ -136,7 +139,10 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
     if name.starts_with("get_hybrid") {
         return Err("hybrid dp-cp groups are out of scope");
     }
-    if matches!(name, "is_initialized" | "is_unitialized" | "model_parallel_is_initialized") {
+    if matches!(
+        name,
+        "is_initialized" | "is_unitialized" | "model_parallel_is_initialized"
+    ) {
         return Err("runtime lifecycle, not layout");
     }
     if name == "get_virtual_pipeline_model_parallel_rank" {
@@ -162,7 +168,11 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
     } else {
         ExpertDataParallel
     };
-    let tdp_kind = if wcp { TensorAndDataParallelWithCp } else { TensorAndDataParallel };
+    let tdp_kind = if wcp {
+        TensorAndDataParallelWithCp
+    } else {
+        TensorAndDataParallel
+    };
     let p = || t.pipeline(rank).unwrap();
     Ok(match name {
         "get_tensor_model_parallel_group" => group(t, TensorModelParallel, rank),
@@ -188,7 +198,12 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
         "get_data_parallel_src_rank" => src(t, dp_kind()?, rank),
         "get_context_parallel_group" => group(t, ContextParallel, rank),
         "get_context_parallel_global_ranks" => Answer::Ints(
-            t.group_of(ContextParallel, rank).unwrap().unwrap().iter().map(i64::from).collect(),
+            t.group_of(ContextParallel, rank)
+                .unwrap()
+                .unwrap()
+                .iter()
+                .map(i64::from)
+                .collect(),
         ),
         "get_context_parallel_world_size" => size(t, ContextParallel, rank),
         "get_context_parallel_rank" => grank(t, ContextParallel, rank),
@@ -196,7 +211,12 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
             let levels = t.hierarchical_cp_levels();
             Answer::Groups((levels > 0).then(|| {
                 (0..levels)
-                    .map(|i| t.group_of(HierarchicalContextParallel(i), rank).unwrap().unwrap().members())
+                    .map(|i| {
+                        t.group_of(HierarchicalContextParallel(i), rank)
+                            .unwrap()
+                            .unwrap()
+                            .members()
+                    })
                     .collect()
             }))
         }
@@ -206,9 +226,7 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
         "get_tensor_and_data_parallel_group" => group(t, tdp_kind, rank),
         "get_embedding_group" => group(t, Embedding, rank),
         "get_position_embedding_group" => group(t, PositionEmbedding, rank),
-        "is_rank_in_position_embedding_group" => {
-            Answer::Bool(t.group_of(PositionEmbedding, rank).unwrap().is_some())
-        }
+        "is_rank_in_position_embedding_group" => Answer::Bool(t.group_of(PositionEmbedding, rank).unwrap().is_some()),
         "get_amax_reduction_group" => {
             let tp_only = flag("tp_only_amax_red").unwrap_or(false);
             let kind = match (wcp, tp_only) {
@@ -229,9 +247,7 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
         "get_expert_tensor_and_model_parallel_group" => group(t, ExpertTensorAndModelParallel, rank),
         "get_expert_tensor_and_model_parallel_world_size" => size(t, ExpertTensorAndModelParallel, rank),
         "get_expert_tensor_and_model_parallel_rank" => grank(t, ExpertTensorAndModelParallel, rank),
-        "get_expert_tensor_model_pipeline_parallel_group" => {
-            group(t, ExpertTensorModelPipelineParallel, rank)
-        }
+        "get_expert_tensor_model_pipeline_parallel_group" => group(t, ExpertTensorModelPipelineParallel, rank),
         "get_expert_data_parallel_group" | "get_data_modulo_expert_parallel_group" => group(t, edp_kind, rank),
         "get_expert_data_parallel_world_size" => size(t, edp_kind, rank),
         "get_expert_data_parallel_rank" => grank(t, edp_kind, rank),
@@ -243,7 +259,11 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
 }
 
 fn ranks_of(v: &Value) -> Vec<u32> {
-    v.as_array().expect("rank list").iter().map(|r| u32_of(r, "rank")).collect()
+    v.as_array()
+        .expect("rank list")
+        .iter()
+        .map(|r| u32_of(r, "rank"))
+        .collect()
 }
 
 /// Whether our answer matches Megatron's RESULT.
@@ -256,7 +276,10 @@ fn matches(ours: &Answer, expected: &Value) -> bool {
         return *ours == Answer::Groups(Some(lists));
     }
     if expected.get("error").is_some() {
-        return matches!(ours, Answer::Error | Answer::Group(None) | Answer::Groups(None) | Answer::Int(None));
+        return matches!(
+            ours,
+            Answer::Error | Answer::Group(None) | Answer::Groups(None) | Answer::Int(None)
+        );
     }
     let v = &expected["ok"];
     match ours {
@@ -264,7 +287,11 @@ fn matches(ours: &Answer, expected: &Value) -> bool {
         Answer::Int(Some(i)) => v.as_i64() == Some(*i),
         Answer::Bool(b) => v.as_bool() == Some(*b),
         Answer::Str(s) => v.as_str() == Some(s.as_str()),
-        Answer::Ints(l) => v.as_array().map(|a| a.iter().filter_map(Value::as_i64).collect::<Vec<_>>()) == Some(l.clone()),
+        Answer::Ints(l) => {
+            v.as_array()
+                .map(|a| a.iter().filter_map(Value::as_i64).collect::<Vec<_>>())
+                == Some(l.clone())
+        }
         _ => false,
     }
 }
@@ -330,7 +357,9 @@ fn topology_matches_megatron_core() {
         our_kinds.sort();
         expected_keys.sort();
         if our_kinds != expected_keys {
-            failures.push(format!("{id}: kinds differ: ours {our_kinds:?} vs megatron {expected_keys:?}"));
+            failures.push(format!(
+                "{id}: kinds differ: ours {our_kinds:?} vs megatron {expected_keys:?}"
+            ));
         }
         // Every per-rank query that maps to our API.
         for r in entry["ranks"].as_array().unwrap() {
@@ -338,7 +367,11 @@ fn topology_matches_megatron_core() {
             for (key, expected) in r["q"].as_object().unwrap() {
                 match answer(&t, rank, key) {
                     Err(why) => {
-                        *unmapped.entry(why).or_default().entry(parse_key(key).0.to_string()).or_default() += 1;
+                        *unmapped
+                            .entry(why)
+                            .or_default()
+                            .entry(parse_key(key).0.to_string())
+                            .or_default() += 1;
                     }
                     Ok(ours) => {
                         queries_compared += 1;
@@ -358,7 +391,12 @@ fn topology_matches_megatron_core() {
     for (why, names) in &unmapped {
         println!("unmapped ({why}): {names:?}");
     }
-    assert!(failures.is_empty(), "{} mismatches, first 20:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} mismatches, first 20:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
     assert!(ok_configs >= 200, "only {ok_configs} ok configs compared");
     assert!(err_configs >= 20, "only {err_configs} rejected configs compared");
     assert!(groups_compared >= 10_000, "only {groups_compared} groups compared");

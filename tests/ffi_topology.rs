@@ -10,7 +10,9 @@ use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn last_error() -> String {
-    unsafe { CStr::from_ptr(mcore_last_error_message()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(mcore_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn config() -> mcore_topology_config {
@@ -38,7 +40,11 @@ fn kind(name: &str) -> i32 {
     unsafe {
         let mut k = -1;
         let c = CString::new(name).unwrap();
-        assert_eq!(mcore_group_kind_from_name(c.as_ptr(), &mut k), mcore_status::Ok, "{name}");
+        assert_eq!(
+            mcore_group_kind_from_name(c.as_ptr(), &mut k),
+            mcore_status::Ok,
+            "{name}"
+        );
         k
     }
 }
@@ -50,7 +56,10 @@ fn ranks(t: *const mcore_topology, rank: u32, kind: i32) -> Vec<u32> {
         assert_eq!(s, mcore_status::BufferTooSmall);
         let mut buf = vec![0u32; need];
         let mut n = 0usize;
-        assert_eq!(mcore_topology_group_ranks(t, rank, kind, buf.as_mut_ptr(), buf.len(), &mut n), mcore_status::Ok);
+        assert_eq!(
+            mcore_topology_group_ranks(t, rank, kind, buf.as_mut_ptr(), buf.len(), &mut n),
+            mcore_status::Ok
+        );
         assert_eq!(n, need);
         buf
     }
@@ -73,7 +82,16 @@ fn queries_agree_with_the_engine_for_every_rank_and_kind() {
         c.order = order.as_ptr();
         let t = create(&c, 64).unwrap();
         let engine = Topology::new(
-            TopologyConfig { tp: 2, pp: 2, cp: 4, ep: 2, etp: Some(1), dist_opt_instances: 2, hierarchical_cp: vec![2, 2], ..Default::default() },
+            TopologyConfig {
+                tp: 2,
+                pp: 2,
+                cp: 4,
+                ep: 2,
+                etp: Some(1),
+                dist_opt_instances: 2,
+                hierarchical_cp: vec![2, 2],
+                ..Default::default()
+            },
             64,
         )
         .unwrap();
@@ -90,17 +108,26 @@ fn queries_agree_with_the_engine_for_every_rank_and_kind() {
             assert_eq!(ck, kind(&k.key()));
             let mut buf = [0u8; 64];
             let mut n = 0;
-            assert_eq!(mcore_group_kind_name(ck, buf.as_mut_ptr().cast(), buf.len(), &mut n), mcore_status::Ok);
+            assert_eq!(
+                mcore_group_kind_name(ck, buf.as_mut_ptr().cast(), buf.len(), &mut n),
+                mcore_status::Ok
+            );
             assert_eq!(CStr::from_bytes_with_nul(&buf[..n]).unwrap().to_str().unwrap(), k.key());
             let mut count = 0u64;
             assert_eq!(mcore_topology_group_count(t, ck, &mut count), mcore_status::Ok);
             assert_eq!(count, engine.group_count(k));
             for idx in 0..count {
                 let mut need = 0usize;
-                assert_eq!(mcore_topology_group_at(t, ck, idx, null_mut(), 0, &mut need), mcore_status::BufferTooSmall);
+                assert_eq!(
+                    mcore_topology_group_at(t, ck, idx, null_mut(), 0, &mut need),
+                    mcore_status::BufferTooSmall
+                );
                 let mut g = vec![0u32; need];
                 let mut n = 0usize;
-                assert_eq!(mcore_topology_group_at(t, ck, idx, g.as_mut_ptr(), g.len(), &mut n), mcore_status::Ok);
+                assert_eq!(
+                    mcore_topology_group_at(t, ck, idx, g.as_mut_ptr(), g.len(), &mut n),
+                    mcore_status::Ok
+                );
                 assert_eq!(g, engine.group(k, idx).unwrap().members());
             }
             for rank in 0..64 {
@@ -122,11 +149,23 @@ fn queries_agree_with_the_engine_for_every_rank_and_kind() {
             let mut p = mcore_pipeline_info::default();
             assert_eq!(mcore_topology_pipeline(t, rank, &mut p), mcore_status::Ok);
             let e = engine.pipeline(rank).unwrap();
-            assert_eq!((p.stage, p.num_stages, p.first, p.last, p.next, p.prev), (e.rank, e.size, e.first, e.last, e.next, e.prev));
+            assert_eq!(
+                (p.stage, p.num_stages, p.first, p.last, p.next, p.prev),
+                (e.rank, e.size, e.first, e.last, e.next, e.prev)
+            );
             let (mut first, mut last, mut emb) = (false, false, false);
-            assert_eq!(mcore_topology_is_pipeline_first_stage(t, rank, -1, &mut first), mcore_status::Ok);
-            assert_eq!(mcore_topology_is_pipeline_last_stage(t, rank, 0, &mut last), mcore_status::Ok);
-            assert_eq!(mcore_topology_is_rank_in_embedding_group(t, rank, -1, &mut emb), mcore_status::Ok);
+            assert_eq!(
+                mcore_topology_is_pipeline_first_stage(t, rank, -1, &mut first),
+                mcore_status::Ok
+            );
+            assert_eq!(
+                mcore_topology_is_pipeline_last_stage(t, rank, 0, &mut last),
+                mcore_status::Ok
+            );
+            assert_eq!(
+                mcore_topology_is_rank_in_embedding_group(t, rank, -1, &mut emb),
+                mcore_status::Ok
+            );
             assert_eq!((first, last), (e.rank == 0, e.rank == 1));
             assert_eq!(emb, engine.group_of(GroupKind::Embedding, rank).unwrap().is_some());
         }
@@ -149,10 +188,20 @@ fn bad_configs_and_arguments_are_named() {
         bad(&|c| c.tp = 3, 8, mcore_status::InvalidConfig, "world size 8");
         bad(&|c| c.vpp = 2, 8, mcore_status::InvalidConfig, "pp = 1");
         bad(&|c| c.hcp_len = 2, 8, mcore_status::InvalidArgument, "hcp is NULL");
-        bad(&|c| c.struct_size = 0, 8, mcore_status::InvalidArgument, "struct_size 0");
+        bad(
+            &|c| c.struct_size = 0,
+            8,
+            mcore_status::InvalidArgument,
+            "struct_size 0",
+        );
         let order = CString::new("tp-xx-dp-pp").unwrap();
         let p = order.as_ptr() as usize;
-        bad(&move |c| c.order = p as *const _, 8, mcore_status::InvalidConfig, "'xx'");
+        bad(
+            &move |c| c.order = p as *const _,
+            8,
+            mcore_status::InvalidConfig,
+            "'xx'",
+        );
         bad(&|_| {}, 0, mcore_status::InvalidConfig, "world size");
 
         let mut t = null_mut();
@@ -164,7 +213,10 @@ fn bad_configs_and_arguments_are_named() {
 
         let t = create(&c, 8).unwrap();
         let mut info = mcore_group_info::default();
-        assert_eq!(mcore_topology_group(null(), 0, 0, &mut info), mcore_status::InvalidArgument);
+        assert_eq!(
+            mcore_topology_group(null(), 0, 0, &mut info),
+            mcore_status::InvalidArgument
+        );
         assert!(last_error().contains("topology is NULL"));
         assert_eq!(mcore_topology_group(t, 0, 0, null_mut()), mcore_status::InvalidArgument);
         assert_eq!(mcore_topology_group(t, 0, 57, &mut info), mcore_status::InvalidArgument);
@@ -175,25 +227,52 @@ fn bad_configs_and_arguments_are_named() {
         // A kind the layout lacks (no hierarchical cp, one instance): not a member.
         let hcp0 = mcore_group_kind::HierarchicalContextParallel as i32;
         assert_eq!(mcore_topology_group(t, 0, hcp0, &mut info), mcore_status::NotMember);
-        assert_eq!(mcore_topology_group(t, 0, mcore_group_kind::InterPartialExpertDataParallel as i32, &mut info), mcore_status::NotMember);
+        assert_eq!(
+            mcore_topology_group(t, 0, mcore_group_kind::InterPartialExpertDataParallel as i32, &mut info),
+            mcore_status::NotMember
+        );
         let mut count = 9u64;
         assert_eq!(mcore_topology_group_count(t, hcp0, &mut count), mcore_status::Ok);
         assert_eq!(count, 0);
         let mut buf = [0u32; 1];
         let mut n = 0usize;
-        assert_eq!(mcore_topology_group_at(t, 0, 8, buf.as_mut_ptr(), 1, &mut n), mcore_status::OutOfRange);
-        assert_eq!(mcore_topology_group_at(t, 0, 0, buf.as_mut_ptr(), 1, null_mut()), mcore_status::InvalidArgument);
-        assert_eq!(mcore_topology_group_ranks(t, 0, 2, null_mut(), 8, &mut n), mcore_status::InvalidArgument);
+        assert_eq!(
+            mcore_topology_group_at(t, 0, 8, buf.as_mut_ptr(), 1, &mut n),
+            mcore_status::OutOfRange
+        );
+        assert_eq!(
+            mcore_topology_group_at(t, 0, 0, buf.as_mut_ptr(), 1, null_mut()),
+            mcore_status::InvalidArgument
+        );
+        assert_eq!(
+            mcore_topology_group_ranks(t, 0, 2, null_mut(), 8, &mut n),
+            mcore_status::InvalidArgument
+        );
         let mut b = false;
-        assert_eq!(mcore_topology_is_pipeline_first_stage(t, 0, 1, &mut b), mcore_status::OutOfRange);
-        assert_eq!(mcore_topology_is_pipeline_first_stage(t, 0, -7, &mut b), mcore_status::InvalidArgument);
+        assert_eq!(
+            mcore_topology_is_pipeline_first_stage(t, 0, 1, &mut b),
+            mcore_status::OutOfRange
+        );
+        assert_eq!(
+            mcore_topology_is_pipeline_first_stage(t, 0, -7, &mut b),
+            mcore_status::InvalidArgument
+        );
         let mut k = 0;
         let name = CString::new("no_such_kind").unwrap();
-        assert_eq!(mcore_group_kind_from_name(name.as_ptr(), &mut k), mcore_status::NotFound);
+        assert_eq!(
+            mcore_group_kind_from_name(name.as_ptr(), &mut k),
+            mcore_status::NotFound
+        );
         assert!(last_error().contains("no_such_kind"));
-        assert_eq!(mcore_group_kind_from_name(null(), &mut k), mcore_status::InvalidArgument);
+        assert_eq!(
+            mcore_group_kind_from_name(null(), &mut k),
+            mcore_status::InvalidArgument
+        );
         let mut small = [0i8; 4];
-        assert_eq!(mcore_group_kind_name(0, small.as_mut_ptr().cast(), 4, &mut n), mcore_status::BufferTooSmall);
+        assert_eq!(
+            mcore_group_kind_name(0, small.as_mut_ptr().cast(), 4, &mut n),
+            mcore_status::BufferTooSmall
+        );
         assert_eq!(n, "tensor_model_parallel".len() + 1);
         let mut kk = 0;
         assert_eq!(mcore_topology_kind_at(t, 99, &mut kk), mcore_status::OutOfRange);
@@ -249,8 +328,14 @@ fn embedding_callback_and_user_data_lifetime() {
         // pp groups [0,2,4,6] and [1,3,5,7]: embedding [2,6] and [3,7].
         assert_eq!(ranks(t, 6, mcore_group_kind::Embedding as i32), vec![2, 6]);
         let mut info = mcore_group_info::default();
-        assert_eq!(mcore_topology_group(t, 0, mcore_group_kind::Embedding as i32, &mut info), mcore_status::NotMember);
-        assert_eq!(mcore_topology_group(t, 7, mcore_group_kind::Embedding as i32, &mut info), mcore_status::Ok);
+        assert_eq!(
+            mcore_topology_group(t, 0, mcore_group_kind::Embedding as i32, &mut info),
+            mcore_status::NotMember
+        );
+        assert_eq!(
+            mcore_topology_group(t, 7, mcore_group_kind::Embedding as i32, &mut info),
+            mcore_status::Ok
+        );
         assert_eq!((info.index, info.rank, info.size), (1, 1, 2));
         assert!((*calls).load(Ordering::SeqCst) > 0);
         // Position embedding keeps the default (first stage).
@@ -273,9 +358,20 @@ fn embedding_callback_and_user_data_lifetime() {
         c.position_embedding_ranks = Some(failing);
         let t = create(&c, 4).unwrap();
         let mut need = 0usize;
-        let s = mcore_topology_group_ranks(t, 0, mcore_group_kind::PositionEmbedding as i32, null_mut(), 0, &mut need);
+        let s = mcore_topology_group_ranks(
+            t,
+            0,
+            mcore_group_kind::PositionEmbedding as i32,
+            null_mut(),
+            0,
+            &mut need,
+        );
         assert_eq!(s, mcore_status::InvalidConfig);
-        assert!(last_error().contains("returned 7") && last_error().contains("[0, 2]"), "{}", last_error());
+        assert!(
+            last_error().contains("returned 7") && last_error().contains("[0, 2]"),
+            "{}",
+            last_error()
+        );
         mcore_topology_destroy(t);
     }
 }

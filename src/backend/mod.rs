@@ -12,6 +12,7 @@ mod group;
 pub mod nccl;
 pub mod plugin_loader;
 pub mod registry;
+mod runtime_seam;
 
 pub use comm::{Backend, Comm};
 pub use error::BackendError;

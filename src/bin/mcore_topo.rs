@@ -2,6 +2,7 @@
 //!
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 
+use mcore_init::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -18,72 +19,30 @@ struct Options {
     json: bool,
 }
 
-/// Parse a non-negative integer flag value that must fit in u32; the message names the flag.
-fn number(flag: &str, text: &str) -> Result<u32, String> {
-    let v: i128 = text.trim().parse().map_err(|_| format!("{flag}: '{text}' is not an integer"))?;
-    if v < 0 {
-        return Err(format!("{flag}: {v} is negative"));
-    }
-    u32::try_from(v).map_err(|_| format!("{flag}: {v} is too large (at most {})", u32::MAX))
-}
-
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut config = TopologyConfig::default();
     let (mut world_size, mut rank, mut json) = (None, None, false);
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        i += 1;
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
+    let mut flags = Flags::new(args);
+    while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
-            "--json" => {
-                if inline.is_some() {
-                    return Err("--json takes no value".into());
-                }
-                json = true;
-                continue;
+            "--json" if inline.is_some() => return Err("--json takes no value".into()),
+            "--json" => json = true,
+            "--world-size" => world_size = Some(number(flag, flags.value(flag, inline)?)?),
+            "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
+            _ if is_layout_flag(flag) => {
+                layout_flag(&mut config, flag, flags.value(flag, inline)?)?;
             }
-            _ => {}
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                let v = args.get(i).ok_or_else(|| format!("{flag}: missing value"))?;
-                i += 1;
-                v.clone()
-            }
-        };
-        let n = |v: &str| number(flag, v);
-        match flag {
-            "--world-size" => world_size = Some(n(&value)?),
-            "--tp" => config.tp = n(&value)?,
-            "--pp" => config.pp = n(&value)?,
-            "--vpp" => config.vpp = Some(n(&value)?),
-            "--cp" => config.cp = n(&value)?,
-            "--hcp" => {
-                if value.trim().is_empty() {
-                    return Err("--hcp: empty list (expected sizes like 2,2)".into());
-                }
-                config.hierarchical_cp = value
-                    .split(',')
-                    .map(|s| if s.trim().is_empty() { Err(format!("--hcp: empty entry in '{value}'")) } else { n(s) })
-                    .collect::<Result<_, _>>()?;
-            }
-            "--ep" => config.ep = n(&value)?,
-            "--etp" => config.etp = Some(n(&value)?),
-            "--dist-opt-instances" => config.dist_opt_instances = n(&value)?,
-            "--order" => config.order = value,
-            "--rank-offset" => config.rank_offset = n(&value)?,
-            "--rank" => rank = Some(n(&value)?),
-            _ => return Err(format!("unknown option '{arg}'")),
+            _ => return Err(format!("unknown option '{flag}'")),
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
-    Ok(Some(Options { world_size, config, rank, json }))
+    Ok(Some(Options {
+        world_size,
+        config,
+        rank,
+        json,
+    }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -143,7 +102,11 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
 fn summary(t: &Topology) -> String {
     let s = t.sizes();
     let vpp = s.vpp.map_or("-".to_string(), |v| v.to_string());
-    let hcp = if s.hierarchical_cp.is_empty() { "-".to_string() } else { format!("{:?}", s.hierarchical_cp) };
+    let hcp = if s.hierarchical_cp.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{:?}", s.hierarchical_cp)
+    };
     format!(
         "world size {} (ranks {}..{}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} | dp {} expert dp {} | \
          dist-opt instances {}\n",
@@ -151,7 +114,16 @@ fn summary(t: &Topology) -> String {
         t.rank_offset(),
         u64::from(t.rank_offset()) + u64::from(s.world_size) - 1,
         t.config().order,
-        s.tp, s.pp, vpp, s.cp, hcp, s.ep, s.etp, s.dp, s.expert_dp, s.dist_opt_instances
+        s.tp,
+        s.pp,
+        vpp,
+        s.cp,
+        hcp,
+        s.ep,
+        s.etp,
+        s.dp,
+        s.expert_dp,
+        s.dist_opt_instances
     )
 }
 
@@ -167,7 +139,14 @@ fn layout_table(t: &Topology) -> Result<String, String> {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
         let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(out, "{:<40} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>6}  {}",
+            kind.key(),
+            groups.len(),
+            size,
+            lists.join(" ")
+        );
     }
     Ok(out)
 }
@@ -175,10 +154,21 @@ fn layout_table(t: &Topology) -> Result<String, String> {
 fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut out = summary(t);
-    let _ = writeln!(out, "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
+    let _ = writeln!(
+        out,
+        "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks",
+        "kind", "group", "rank/size"
+    );
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
-        let _ = writeln!(out, "{:<40} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
+        let _ = writeln!(
+            out,
+            "{:<40} {:>8} {:>11}  {}",
+            m.kind().key(),
+            m.group_index(),
+            rs,
+            list(&m.members())
+        );
     }
     let p = view.pipeline;
     let _ = writeln!(
@@ -189,9 +179,37 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     Ok(out)
 }
 
+/// Most ranks one invocation prints (about a gigabyte of text); beyond that, refuse up front
+/// instead of exhausting memory.
+const MAX_LISTED_RANKS: u64 = 1 << 27;
+
+fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
+    let listed: u64 = match rank {
+        Some(r) => {
+            let view = t.rank_view(r).map_err(|e| e.to_string())?;
+            view.groups.iter().map(|m| u64::from(m.size())).sum()
+        }
+        None => u64::from(t.world_size()) * t.kinds().len() as u64,
+    };
+    if listed > MAX_LISTED_RANKS {
+        let hint = if rank.is_some() {
+            ""
+        } else {
+            "; use --rank R for one rank's view"
+        };
+        return Err(format!(
+            "output would list {listed} ranks, more than the {MAX_LISTED_RANKS} this tool prints{hint}"
+        ));
+    }
+    Ok(())
+}
+
 fn run(args: &[String]) -> Result<String, String> {
-    let Some(opts) = parse_args(args)? else { return Ok(format!("{USAGE}\n")) };
+    let Some(opts) = parse_args(args)? else {
+        return Ok(format!("{USAGE}\n"));
+    };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    check_output_size(&t, opts.rank)?;
     match (opts.rank, opts.json) {
         (Some(r), true) => Ok(format!("{}\n", Value::Object(rank_json(&t, r)?))),
         (Some(r), false) => rank_table(&t, r),

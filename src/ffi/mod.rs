@@ -4,6 +4,7 @@
 //! Conventions (STYLE.md): object first, inputs, then out-params; out-params are written only on
 //! success; destroy functions accept NULL; no panic crosses the boundary.
 
+pub(crate) mod args;
 mod boundary;
 pub mod error;
 pub mod rng;

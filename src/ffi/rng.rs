@@ -3,12 +3,13 @@
 
 #![allow(non_camel_case_types)]
 
+use super::args::{null, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, ffi_guard_ptr, mcore_status, FfiError};
 use crate::rng::{
     philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, RngError, SeedPolicy,
     SeedRequest,
 };
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::sync::{Mutex, MutexGuard};
 
 /// Bytes of `mcore_rng_named_seed::name`, terminating NUL included.
@@ -80,45 +81,9 @@ impl From<RngError> for FfiError {
     }
 }
 
-fn null(what: &str) -> FfiError {
-    FfiError::invalid_arg(format!("{what} is NULL"))
-}
 
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
-    if p.is_null() {
-        return Err(null(what));
-    }
-    // SAFETY: non-NULL and NUL-terminated per the contract.
-    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| FfiError::invalid_arg(format!("{what} is not valid UTF-8")))
-}
 
-/// # Safety
-/// `p` is NULL or valid for `n` reads of `T`.
-unsafe fn slice_arg<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], FfiError> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(FfiError::invalid_arg(format!("{what} is NULL but its length is {n}")));
-    }
-    // SAFETY: non-NULL, valid for n elements per the contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
-}
 
-/// # Safety
-/// `p` is NULL or valid for `n` writes of `T`.
-unsafe fn slice_out<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [T], FfiError> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(FfiError::invalid_arg(format!("{what} is NULL but its length is {n}")));
-    }
-    // SAFETY: non-NULL, valid for n elements per the contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
-}
 
 /// # Safety
 /// `t` is NULL or a live handle from `mcore_rng_tracker_create`.

@@ -3,9 +3,10 @@
 
 #![allow(non_camel_case_types)]
 
+use super::args::{fill_ranks, out_ptr};
 use super::error::FfiError;
-use super::status::mcore_status;
 use super::ffi_guard;
+use super::status::mcore_status;
 use crate::topology::{EmbeddingRanksFn, GroupKind, Topology, TopologyConfig, TopologyError, TopologyErrorKind};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
@@ -227,12 +228,24 @@ fn c_callback(f: mcore_embedding_ranks_fn, user: &Arc<UserData>) -> Option<Embed
         let mut out = vec![0u32; pipeline.len()];
         let mut n = 0usize;
         // SAFETY: both buffers are valid for their stated lengths for the duration of the call.
-        let rc = unsafe { f(user.ptr, pipeline.as_ptr(), pipeline.len(), out.as_mut_ptr(), out.len(), &mut n) };
+        let rc = unsafe {
+            f(
+                user.ptr,
+                pipeline.as_ptr(),
+                pipeline.len(),
+                out.as_mut_ptr(),
+                out.len(),
+                &mut n,
+            )
+        };
         if rc != 0 {
             return Err(format!("callback returned {rc}"));
         }
         if n > out.len() {
-            return Err(format!("callback reported {n} ranks, more than the capacity {}", out.len()));
+            return Err(format!(
+                "callback reported {n} ranks, more than the capacity {}",
+                out.len()
+            ));
         }
         out.truncate(n);
         Ok(out)
@@ -262,7 +275,11 @@ unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mcore_topolog
     let mut out = mcore_topology_config::default();
     // SAFETY: we copy min(given, ours) bytes from a struct the caller declares to be that large.
     unsafe {
-        std::ptr::copy_nonoverlapping(cfg.cast::<u8>(), (&mut out as *mut mcore_topology_config).cast::<u8>(), given.min(ours));
+        std::ptr::copy_nonoverlapping(
+            cfg.cast::<u8>(),
+            (&mut out as *mut mcore_topology_config).cast::<u8>(),
+            given.min(ours),
+        );
     }
     out.struct_size = ours;
     Ok(out)
@@ -283,11 +300,17 @@ fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig, Option<Ar
     let hierarchical_cp = if c.hcp_len == 0 {
         Vec::new()
     } else if c.hcp.is_null() {
-        return Err(FfiError::invalid_arg(format!("hcp is NULL but hcp_len is {}", c.hcp_len)));
+        return Err(FfiError::invalid_arg(format!(
+            "hcp is NULL but hcp_len is {}",
+            c.hcp_len
+        )));
     } else {
         // SAFETY: non-NULL with the length the caller gives.
         let raw = unsafe { std::slice::from_raw_parts(c.hcp, c.hcp_len) };
-        raw.iter().enumerate().map(|(i, &v)| size_field(&format!("hcp[{i}]"), v)).collect::<Result<_, _>>()?
+        raw.iter()
+            .enumerate()
+            .map(|(i, &v)| size_field(&format!("hcp[{i}]"), v))
+            .collect::<Result<_, _>>()?
     };
     let mut cfg = TopologyConfig {
         tp: size_field("tp", c.tp)?,
@@ -304,7 +327,10 @@ fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig, Option<Ar
         position_embedding_ranks: None,
     };
     let user = if c.embedding_ranks.is_some() || c.position_embedding_ranks.is_some() || c.user_data_free.is_some() {
-        Some(Arc::new(UserData { ptr: c.user_data, free: c.user_data_free }))
+        Some(Arc::new(UserData {
+            ptr: c.user_data,
+            free: c.user_data_free,
+        }))
     } else {
         None
     };
@@ -330,41 +356,21 @@ fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     Ok(&unsafe { &*t.cast::<Handle>() }.topology)
 }
 
-fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, FfiError> {
-    // SAFETY: a non-NULL out-pointer is writable per the API contract.
-    unsafe { p.as_mut() }.ok_or_else(|| FfiError::invalid_arg(format!("{name} is NULL")))
-}
 
 /// Copy `ranks` into the caller's buffer; BUFFER_TOO_SMALL sets `*out_len` to the need.
-fn fill(ranks: impl ExactSizeIterator<Item = u32>, buf: *mut u32, len: usize, out_len: *mut usize) -> Result<(), FfiError> {
-    let out_len = out_ptr(out_len, "out_len")?;
-    let need = ranks.len();
-    if len < need {
-        *out_len = need;
-        return Err(FfiError::new(
-            mcore_status::BufferTooSmall,
-            format!("buffer holds {len} ranks, the group has {need}"),
-        ));
-    }
-    if buf.is_null() && need > 0 {
-        return Err(FfiError::invalid_arg(format!("buffer is NULL but len is {len}")));
-    }
-    if need > 0 {
-        // SAFETY: non-NULL, and the caller declares room for len >= need ranks.
-        let dst = unsafe { std::slice::from_raw_parts_mut(buf, need) };
-        for (d, r) in dst.iter_mut().zip(ranks) {
-            *d = r;
-        }
-    }
-    *out_len = need;
-    Ok(())
-}
 
 fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::Membership, FfiError> {
     let kind = kind_from_c(kind)?;
     t.membership(kind, rank)?.ok_or_else(|| {
-        let why = if t.has_kind(kind) { "" } else { " (this layout has no such groups)" };
-        FfiError::new(mcore_status::NotMember, format!("rank {rank} is in no {kind} group{why}"))
+        let why = if t.has_kind(kind) {
+            ""
+        } else {
+            " (this layout has no such groups)"
+        };
+        FfiError::new(
+            mcore_status::NotMember,
+            format!("rank {rank} is in no {kind} group{why}"),
+        )
     })
 }
 
@@ -372,7 +378,9 @@ fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::M
 fn vp_stage_from_c(vp_stage: i32) -> Result<Option<u32>, FfiError> {
     match vp_stage {
         -1 => Ok(None),
-        v if v < 0 => Err(FfiError::invalid_arg(format!("vp_stage {v}: use -1 to ignore virtual stages"))),
+        v if v < 0 => Err(FfiError::invalid_arg(format!(
+            "vp_stage {v}: use -1 to ignore virtual stages"
+        ))),
         v => Ok(Some(v as u32)),
     }
 }
@@ -445,7 +453,10 @@ pub unsafe extern "C" fn mcore_topology_destroy(t: *mut mcore_topology) {
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_get_sizes(t: *const mcore_topology, out: *mut mcore_topology_sizes) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_get_sizes(
+    t: *const mcore_topology,
+    out: *mut mcore_topology_sizes,
+) -> mcore_status {
     ffi_guard(|| {
         let t = topo(t)?;
         let out = out_ptr(out, "out")?;
@@ -485,7 +496,10 @@ pub unsafe extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kin
         let kind: GroupKind = text.parse()?;
         if let GroupKind::HierarchicalContextParallel(i) = kind {
             if i64::from(HCP_BASE) + i64::from(i) > i64::from(i32::MAX) {
-                return Err(FfiError::new(mcore_status::NotFound, format!("hierarchical level {i} is too large")));
+                return Err(FfiError::new(
+                    mcore_status::NotFound,
+                    format!("hierarchical level {i} is too large"),
+                ));
             }
         }
         *out = kind_to_c(kind);
@@ -499,7 +513,12 @@ pub unsafe extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kin
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_group_kind_name(kind: i32, buf: *mut c_char, len: usize, out_len: *mut usize) -> mcore_status {
+pub unsafe extern "C" fn mcore_group_kind_name(
+    kind: i32,
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
     ffi_guard(|| {
         let key = kind_from_c(kind)?.key();
         let bytes = key.as_bytes();
@@ -507,7 +526,10 @@ pub unsafe extern "C" fn mcore_group_kind_name(kind: i32, buf: *mut c_char, len:
         let need = bytes.len() + 1;
         if len < need {
             *out_len = need;
-            return Err(FfiError::new(mcore_status::BufferTooSmall, format!("name needs {need} bytes, buffer has {len}")));
+            return Err(FfiError::new(
+                mcore_status::BufferTooSmall,
+                format!("name needs {need} bytes, buffer has {len}"),
+            ));
         }
         if buf.is_null() {
             return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
@@ -540,12 +562,19 @@ pub unsafe extern "C" fn mcore_topology_kind_count(t: *const mcore_topology, out
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_kind_at(t: *const mcore_topology, index: usize, out_kind: *mut i32) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_kind_at(
+    t: *const mcore_topology,
+    index: usize,
+    out_kind: *mut i32,
+) -> mcore_status {
     ffi_guard(|| {
         let kinds = topo(t)?.kinds();
         let out = out_ptr(out_kind, "out_kind")?;
         let k = kinds.get(index).ok_or_else(|| {
-            FfiError::new(mcore_status::OutOfRange, format!("kind index {index} out of range: {} kinds", kinds.len()))
+            FfiError::new(
+                mcore_status::OutOfRange,
+                format!("kind index {index} out of range: {} kinds", kinds.len()),
+            )
         })?;
         *out = kind_to_c(*k);
         Ok(())
@@ -558,10 +587,19 @@ pub unsafe extern "C" fn mcore_topology_kind_at(t: *const mcore_topology, index:
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_group(t: *const mcore_topology, rank: u32, kind: i32, out: *mut mcore_group_info) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_group(
+    t: *const mcore_topology,
+    rank: u32,
+    kind: i32,
+    out: *mut mcore_group_info,
+) -> mcore_status {
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
-        *out_ptr(out, "out")? = mcore_group_info { index: m.group_index(), rank: m.rank, size: m.size() };
+        *out_ptr(out, "out")? = mcore_group_info {
+            index: m.group_index(),
+            rank: m.rank,
+            size: m.size(),
+        };
         Ok(())
     })
 }
@@ -582,7 +620,7 @@ pub unsafe extern "C" fn mcore_topology_group_ranks(
 ) -> mcore_status {
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
-        fill(m.group.iter(), buf, len, out_len)
+        fill_ranks(m.group.iter(), buf, len, out_len)
     })
 }
 
@@ -591,7 +629,11 @@ pub unsafe extern "C" fn mcore_topology_group_ranks(
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_group_count(t: *const mcore_topology, kind: i32, out_count: *mut u64) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_group_count(
+    t: *const mcore_topology,
+    kind: i32,
+    out_count: *mut u64,
+) -> mcore_status {
     ffi_guard(|| {
         let n = topo(t)?.group_count(kind_from_c(kind)?);
         *out_ptr(out_count, "out_count")? = n;
@@ -614,7 +656,7 @@ pub unsafe extern "C" fn mcore_topology_group_at(
 ) -> mcore_status {
     ffi_guard(|| {
         let g = topo(t)?.group(kind_from_c(kind)?, index)?;
-        fill(g.iter(), buf, len, out_len)
+        fill_ranks(g.iter(), buf, len, out_len)
     })
 }
 
@@ -623,7 +665,11 @@ pub unsafe extern "C" fn mcore_topology_group_at(
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_pipeline(t: *const mcore_topology, rank: u32, out: *mut mcore_pipeline_info) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_pipeline(
+    t: *const mcore_topology,
+    rank: u32,
+    out: *mut mcore_pipeline_info,
+) -> mcore_status {
     ffi_guard(|| {
         let p = topo(t)?.pipeline(rank)?;
         *out_ptr(out, "out")? = mcore_pipeline_info {
@@ -644,7 +690,12 @@ pub unsafe extern "C" fn mcore_topology_pipeline(t: *const mcore_topology, rank:
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_is_pipeline_first_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_pipeline_first_stage(
+    t: *const mcore_topology,
+    rank: u32,
+    vp_stage: i32,
+    out: *mut bool,
+) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_pipeline_first_stage(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;
@@ -658,7 +709,12 @@ pub unsafe extern "C" fn mcore_topology_is_pipeline_first_stage(t: *const mcore_
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_is_pipeline_last_stage(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_pipeline_last_stage(
+    t: *const mcore_topology,
+    rank: u32,
+    vp_stage: i32,
+    out: *mut bool,
+) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_pipeline_last_stage(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;
@@ -672,7 +728,12 @@ pub unsafe extern "C" fn mcore_topology_is_pipeline_last_stage(t: *const mcore_t
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_topology_is_rank_in_embedding_group(t: *const mcore_topology, rank: u32, vp_stage: i32, out: *mut bool) -> mcore_status {
+pub unsafe extern "C" fn mcore_topology_is_rank_in_embedding_group(
+    t: *const mcore_topology,
+    rank: u32,
+    vp_stage: i32,
+    out: *mut bool,
+) -> mcore_status {
     ffi_guard(|| {
         let v = topo(t)?.is_rank_in_embedding_group(rank, vp_stage_from_c(vp_stage)?)?;
         *out_ptr(out, "out")? = v;

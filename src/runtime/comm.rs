@@ -1,25 +1,10 @@
 //! The seam between the runtime and the communicator backends: a factory creates one
 //! communicator per group; a communicator can verify itself with a collective.
 
+use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// One group to create on this rank.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupSpec {
-    /// Unique across the job and the same on every member, e.g. `tensor_model_parallel/3`.
-    pub name: String,
-    /// Members in communicator order (ascending global ranks).
-    pub global_ranks: Vec<u32>,
-    /// This rank's index in `global_ranks`.
-    pub group_rank: u32,
-    /// This rank's global rank.
-    pub global_rank: u32,
-    /// How long creation may take before it fails naming the group.
-    pub timeout: Duration,
-}
 
 /// A communicator of one group.
 pub trait Communicator: Send {
@@ -35,5 +20,5 @@ pub trait Communicator: Send {
 pub trait CommFactory: Send + Sync {
     /// Backend name for messages and the config fingerprint ("gloo", "nccl", ...).
     fn name(&self) -> &str;
-    fn create_group(&self, spec: &GroupSpec, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String>;
+    fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String>;
 }

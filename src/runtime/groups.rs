@@ -5,7 +5,8 @@
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
 
-use super::comm::{CommFactory, Communicator, GroupSpec};
+use super::comm::{CommFactory, Communicator};
+use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -70,22 +71,12 @@ pub fn create_groups(
     for p in plan {
         let name = format!("{}/{}", p.kind, p.index);
         let fail = |message: String| GroupError { group: name.clone(), members: p.members.clone(), message };
-        let group_rank = p
-            .members
-            .iter()
-            .position(|&m| m == rank)
-            .ok_or_else(|| fail(format!("rank {rank} is not a member")))? as u32;
+        let info = GroupInfo::new(name.clone(), p.members.clone(), rank, timeout).map_err(|e| fail(e.to_string()))?;
+        let group_rank = info.group_rank;
         let (comm_name, comm) = match by_members.get(p.members.as_slice()) {
             Some(shared) => shared.clone(),
             None => {
-                let spec = GroupSpec {
-                    name: name.clone(),
-                    global_ranks: p.members.clone(),
-                    group_rank,
-                    global_rank: rank,
-                    timeout,
-                };
-                let comm = factory.create_group(&spec, store_for(&name)).map_err(&fail)?;
+                let comm = factory.create_group(&info, store_for(&name)).map_err(&fail)?;
                 let shared = (name.clone(), Arc::new(Mutex::new(comm)));
                 by_members.insert(p.members.as_slice(), shared.clone());
                 shared
@@ -129,7 +120,7 @@ mod tests {
     /// to test naming, sharing and verification logic (real backends are tested elsewhere).
     struct StoreComm {
         store: Arc<dyn Store>,
-        spec: GroupSpec,
+        group: GroupInfo,
         round: u32,
         bias: i64,
     }
@@ -139,9 +130,9 @@ mod tests {
             self.round += 1;
             let key = |r: u32| format!("ar{}/{}", self.round, r);
             let enc: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            self.store.set(&key(self.spec.group_rank), &enc).map_err(|e| e.to_string())?;
+            self.store.set(&key(self.group.group_rank), &enc).map_err(|e| e.to_string())?;
             values.iter_mut().for_each(|v| *v = 0);
-            for r in 0..self.spec.global_ranks.len() as u32 {
+            for r in 0..self.group.size() {
                 let got = self.store.get(&key(r)).map_err(|e| e.to_string())?;
                 for (v, chunk) in values.iter_mut().zip(got.chunks(8)) {
                     *v += i64::from_le_bytes(chunk.try_into().unwrap());
@@ -167,11 +158,11 @@ mod tests {
         fn name(&self) -> &str {
             "store-double"
         }
-        fn create_group(&self, spec: &GroupSpec, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-            self.created.lock().unwrap().push(spec.name.clone());
+        fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+            self.created.lock().unwrap().push(group.name.clone());
             // A "wrong" communicator: its sums include a foreign member of rank 99.
-            let bias = if self.lie_about.as_deref() == Some(spec.name.as_str()) { 99 } else { 0 };
-            Ok(Box::new(StoreComm { store, spec: spec.clone(), round: 0, bias }))
+            let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
+            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias }))
         }
     }
 

@@ -43,7 +43,9 @@ pub fn parse_order(order: &str) -> Result<Vec<Dim>, TopologyError> {
             ))
         })?;
         if dims.contains(&dim) {
-            return Err(TopologyError::config(format!("order '{order}': token '{token}' appears twice")));
+            return Err(TopologyError::config(format!(
+                "order '{order}': token '{token}' appears twice"
+            )));
         }
         dims.push(dim);
     }
@@ -85,7 +87,11 @@ impl Generator {
             stride[d as usize] = s;
             s *= sizes[d as usize];
         }
-        Ok(Generator { order: order.try_into().expect("five dims"), size: sizes, stride })
+        Ok(Generator {
+            order: order.try_into().expect("five dims"),
+            size: sizes,
+            stride,
+        })
     }
 
     /// Coordinate of a local rank (global rank minus offset) along `dim`.
@@ -96,7 +102,11 @@ impl Generator {
 
     /// Product of the sizes of the dims in `mask`.
     pub fn masked_size(&self, mask: u8) -> u64 {
-        Dim::ALL.iter().filter(|d| mask & d.bit() != 0).map(|d| self.size[*d as usize]).product()
+        Dim::ALL
+            .iter()
+            .filter(|d| mask & d.bit() != 0)
+            .map(|d| self.size[*d as usize])
+            .product()
     }
 
     /// Index of the group (over the dims in `mask`) that holds `local`: the unmasked coordinates

@@ -93,7 +93,11 @@ impl GroupKind {
             let canonical = !level.is_empty()
                 && level.bytes().all(|b| b.is_ascii_digit())
                 && (level == "0" || !level.starts_with('0'));
-            return if canonical { level.parse().ok().map(GroupKind::HierarchicalContextParallel) } else { None };
+            return if canonical {
+                level.parse().ok().map(GroupKind::HierarchicalContextParallel)
+            } else {
+                None
+            };
         }
         GroupKind::FIXED.into_iter().find(|k| k.key() == key)
     }
@@ -131,8 +135,14 @@ mod tests {
         let h = GroupKind::HierarchicalContextParallel(12);
         assert_eq!(h.key(), "hierarchical_context_parallel_12");
         assert_eq!(GroupKind::from_key("hierarchical_context_parallel_12"), Some(h));
-        for bad in ["", "tensor", "hierarchical_context_parallel_", "hierarchical_context_parallel_01",
-            "hierarchical_context_parallel_x", "TENSOR_MODEL_PARALLEL"] {
+        for bad in [
+            "",
+            "tensor",
+            "hierarchical_context_parallel_",
+            "hierarchical_context_parallel_01",
+            "hierarchical_context_parallel_x",
+            "TENSOR_MODEL_PARALLEL",
+        ] {
             assert_eq!(GroupKind::from_key(bad), None, "{bad}");
         }
     }

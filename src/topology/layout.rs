@@ -23,7 +23,14 @@ enum Spec {
     Plain { side: Side, mask: u8 },
     /// Each `mask` group with dim `dim` cut as `inner · size · outer`: groups of `size` members at
     /// stride `inner` inside blocks of `inner·size` coordinates; numbered group, block, offset.
-    Split { side: Side, mask: u8, dim: Dim, inner: u64, size: u64, outer: u64 },
+    Split {
+        side: Side,
+        mask: u8,
+        dim: Dim,
+        inner: u64,
+        size: u64,
+        outer: u64,
+    },
     /// Each `mask` group cut into `parts` contiguous slices of its (ascending) member list.
     Slice { side: Side, mask: u8, parts: u64 },
     /// One group per pipeline group (defaults or user callback).
@@ -212,16 +219,32 @@ impl Topology {
                 let inner: u64 = hcp[..i as usize].iter().map(|&s| u64::from(s)).product();
                 let size = u64::from(hcp[i as usize]);
                 let outer = u64::from(self.sizes.cp) / (inner * size);
-                Spec::Split { side: Dense, mask: CP, dim: Dim::Cp, inner, size, outer }
+                Spec::Split {
+                    side: Dense,
+                    mask: CP,
+                    dim: Dim::Cp,
+                    inner,
+                    size,
+                    outer,
+                }
             }
             ModelParallel => plain(Dense, TP | PP),
             TensorAndDataParallel => plain(Dense, TP | DP),
             TensorAndDataParallelWithCp => plain(Dense, TP | DP | CP),
             TensorAndContextParallel => plain(Dense, TP | CP),
-            IntraPartialDataParallelWithCp => Spec::Slice { side: Dense, mask: DP | CP, parts: nd },
-            IntraDistributedOptimizerInstance => {
-                Spec::Split { side: Expert, mask: ALL, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
-            }
+            IntraPartialDataParallelWithCp => Spec::Slice {
+                side: Dense,
+                mask: DP | CP,
+                parts: nd,
+            },
+            IntraDistributedOptimizerInstance => Spec::Split {
+                side: Expert,
+                mask: ALL,
+                dim: Dim::Dp,
+                inner: 1,
+                size: edp / nd,
+                outer: nd,
+            },
             Embedding => Spec::Embedding { position: false },
             PositionEmbedding => Spec::Embedding { position: true },
             ExpertModelParallel => plain(Expert, EP),
@@ -229,12 +252,22 @@ impl Topology {
             ExpertTensorAndModelParallel => plain(Expert, TP | EP),
             ExpertTensorModelPipelineParallel => plain(Expert, TP | EP | PP),
             ExpertDataParallel => plain(Expert, DP),
-            IntraPartialExpertDataParallel => {
-                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
-            }
-            InterPartialExpertDataParallel => {
-                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: edp / nd, size: nd, outer: 1 }
-            }
+            IntraPartialExpertDataParallel => Spec::Split {
+                side: Expert,
+                mask: DP,
+                dim: Dim::Dp,
+                inner: 1,
+                size: edp / nd,
+                outer: nd,
+            },
+            InterPartialExpertDataParallel => Spec::Split {
+                side: Expert,
+                mask: DP,
+                dim: Dim::Dp,
+                inner: edp / nd,
+                size: nd,
+                outer: 1,
+            },
         }
     }
 
@@ -257,9 +290,13 @@ impl Topology {
         }
         match self.spec(kind) {
             Spec::Plain { side, mask } => self.world / self.generator(side).masked_size(mask),
-            Spec::Split { side, mask, inner, outer, .. } => {
-                self.world / self.generator(side).masked_size(mask) * outer * inner
-            }
+            Spec::Split {
+                side,
+                mask,
+                inner,
+                outer,
+                ..
+            } => self.world / self.generator(side).masked_size(mask) * outer * inner,
             Spec::Slice { side, mask, parts } => self.world / self.generator(side).masked_size(mask) * parts,
             Spec::Embedding { .. } => self.world / u64::from(self.sizes.pp),
         }
@@ -300,7 +337,14 @@ impl Topology {
         }
         let shape = match self.spec(kind) {
             Spec::Plain { side, mask } => Shape::Grid(self.grid(side, mask, index, None)),
-            Spec::Split { side, mask, dim, inner, size, outer } => {
+            Spec::Split {
+                side,
+                mask,
+                dim,
+                inner,
+                size,
+                outer,
+            } => {
                 let o = index % inner;
                 let b = (index / inner) % outer;
                 let parent = index / inner / outer;
@@ -324,12 +368,21 @@ impl Topology {
     }
 
     fn embedding_shape(&self, position: bool, pp_group: u64) -> Result<Shape, TopologyError> {
-        let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
+        let custom = if position {
+            &self.config.position_embedding_ranks
+        } else {
+            &self.config.embedding_ranks
+        };
         let pp = u64::from(self.sizes.pp);
         match custom {
             None => {
                 let (step, count) = if position || pp == 1 { (1, 1) } else { (pp - 1, 2) };
-                Ok(Shape::Grid(self.grid(Side::Dense, PP, pp_group, Some((Dim::Pp, 0, step, count)))))
+                Ok(Shape::Grid(self.grid(
+                    Side::Dense,
+                    PP,
+                    pp_group,
+                    Some((Dim::Pp, 0, step, count)),
+                )))
             }
             Some(f) => {
                 let pipeline = self.group(GroupKind::PipelineModelParallel, pp_group)?.members();
@@ -363,7 +416,14 @@ impl Topology {
     fn locate(&self, spec: Spec, local: u64) -> u64 {
         match spec {
             Spec::Plain { side, mask } => self.generator(side).group_index(mask, local),
-            Spec::Split { side, mask, dim, inner, size, outer } => {
+            Spec::Split {
+                side,
+                mask,
+                dim,
+                inner,
+                size,
+                outer,
+            } => {
                 let gen = self.generator(side);
                 let c = gen.coord(local, dim);
                 (gen.group_index(mask, local) * outer + c / (inner * size)) * inner + c % inner
@@ -396,7 +456,11 @@ impl Topology {
         }
         let spec = self.spec(kind);
         if let Spec::Embedding { position } = spec {
-            let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
+            let custom = if position {
+                &self.config.position_embedding_ranks
+            } else {
+                &self.config.embedding_ranks
+            };
             if custom.is_none() {
                 let stage = self.dense.coord(local, Dim::Pp);
                 let last = u64::from(self.sizes.pp) - 1;
@@ -417,12 +481,18 @@ impl Topology {
                 groups.push(m);
             }
         }
-        Ok(RankView { rank, groups, pipeline: self.pipeline(rank)? })
+        Ok(RankView {
+            rank,
+            groups,
+            pipeline: self.pipeline(rank)?,
+        })
     }
 
     /// `rank`'s pipeline stage, first/last ranks and ring neighbours.
     pub fn pipeline(&self, rank: u32) -> Result<PipelineView, TopologyError> {
-        let m = self.membership(GroupKind::PipelineModelParallel, rank)?.expect("every rank has a pipeline");
+        let m = self
+            .membership(GroupKind::PipelineModelParallel, rank)?
+            .expect("every rank has a pipeline");
         let size = m.size();
         let at = |i: u32| m.group.member(i).expect("stage in range");
         Ok(PipelineView {
@@ -440,7 +510,9 @@ impl Topology {
         match vp_stage {
             Some(k) if k >= vpp => Err(TopologyError::range(format!(
                 "virtual pipeline stage {k} out of range: virtual pipeline size is {}",
-                self.sizes.vpp.map_or("not set (only stage 0)".to_string(), |v| v.to_string())
+                self.sizes
+                    .vpp
+                    .map_or("not set (only stage 0)".to_string(), |v| v.to_string())
             ))),
             _ => Ok(()),
         }
@@ -467,7 +539,9 @@ impl Topology {
     /// counts only on the first virtual stage and the last member only on the last one.
     pub fn is_rank_in_embedding_group(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
         self.check_vp_stage(vp_stage)?;
-        let Some(m) = self.membership(GroupKind::Embedding, rank)? else { return Ok(false) };
+        let Some(m) = self.membership(GroupKind::Embedding, rank)? else {
+            return Ok(false);
+        };
         if vp_stage.is_none() {
             return Ok(true);
         }

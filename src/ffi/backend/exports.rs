@@ -3,19 +3,11 @@
 use super::{mcore_backend_v1, Vtable};
 use crate::backend::registry::{self, Origin};
 use crate::backend::{load_plugin, Backend, BackendError};
+use crate::ffi::args::str_arg;
 use crate::ffi::{ffi_guard, mcore_status, FfiError};
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::path::Path;
 
-unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
-    if p.is_null() {
-        return Err(FfiError::invalid_arg(format!("{what} is NULL")));
-    }
-    // SAFETY: non-NULL and NUL-terminated (caller contract).
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| FfiError::invalid_arg(format!("{what} is not UTF-8")))
-}
 
 /// Register a backend by pointer from Rust (a built-in backend fills an `mcore_backend_v1` with
 /// `extern "C"` functions): the same checks and copy as `mcore_backend_register`, with the
