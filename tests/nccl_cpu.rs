@@ -259,3 +259,23 @@ fn library_is_found_through_the_python3_on_path_and_virtual_env() {
     let via_venv = found_by_search(&[("VIRTUAL_ENV", venv.display().to_string())]);
     assert_eq!(std::fs::canonicalize(&via_venv).unwrap(), want, "VIRTUAL_ENV led to {via_venv}");
 }
+
+#[test]
+fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gpu() {
+    use mcore_init::backend::nccl::NcclFactory;
+    use mcore_init::backend::GroupInfo;
+    use mcore_init::runtime::comm::CommFactory;
+    let Some(lib) = library() else { return };
+    if has_cuda_driver() {
+        eprintln!("SKIP: this machine has a CUDA driver");
+        return;
+    }
+    let factory = NcclFactory::new(lib, Device::Ordinal(0), NcclConfig::default());
+    assert_eq!(factory.name(), "nccl");
+    let store = std::sync::Arc::new(MemoryStore::new(Duration::from_secs(5)));
+    let g = GroupInfo::new("tensor_model_parallel/1", vec![2, 3], 2, Duration::from_secs(5)).unwrap();
+    let err = factory.create_group(&g, store.clone()).err().expect("no GPU here");
+    assert!(err.contains("tensor_model_parallel/1") && err.contains("libcuda.so.1"), "{err}");
+    // As group rank 0 it published the id for the other member before failing.
+    assert_eq!(store.get(UNIQUE_ID_KEY).unwrap().len(), 128);
+}

@@ -37,6 +37,22 @@ fn world_of_one_inits_reduces_splits_and_destroys() {
 
 #[test]
 #[ignore = "needs a GPU"]
+fn runtime_factory_creates_and_verifies_a_group() {
+    use mcore_init::backend::GroupInfo;
+    use mcore_init::runtime::comm::CommFactory;
+    let factory = mcore_init::backend::nccl::NcclFactory::new(lib(), Device::Ordinal(0), NcclConfig::default());
+    let store = std::sync::Arc::new(mcore_init::store::MemoryStore::new(TIMEOUT));
+    let g = GroupInfo::new("data_parallel/0", vec![0], 0, TIMEOUT).unwrap();
+    let mut comm = factory.create_group(&g, store).unwrap();
+    let mut v = vec![3i64, 4];
+    comm.allreduce_sum_i64(&mut v).unwrap();
+    assert_eq!(v, [3, 4]);
+    comm.barrier().unwrap();
+    assert!(!comm.raw_handle().is_null());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn blocking_config_also_works() {
     let lib = lib();
     let id = lib.unique_id().unwrap();

@@ -28,6 +28,8 @@ pub struct NcclComm {
     size: u32,
     rank: u32,
     device: Device,
+    /// Bound of collectives run through the runtime's `Communicator` seam.
+    op_timeout: Duration,
 }
 
 impl std::fmt::Debug for NcclComm {
@@ -108,7 +110,7 @@ impl NcclComm {
         let (rc, comm) = lib.comm_init_rank_config(n, id, r, &mut raw_config)?;
         let comm = finish_call(lib, rc, comm, &what, "ncclCommInitRankConfig", timeout, start)?
             .ok_or_else(|| NcclError::invalid(format!("ncclCommInitRankConfig for {what} returned no communicator")))?;
-        Ok(NcclComm { lib, raw: Some(comm), group: group.to_string(), size: nranks, rank, device })
+        Ok(NcclComm { lib, raw: Some(comm), group: group.to_string(), size: nranks, rank, device, op_timeout: timeout })
     }
 
     /// `ncclCommSplit`, collective over this whole communicator: members pass `Some(color)`,
@@ -134,7 +136,7 @@ impl NcclComm {
             return Ok(None);
         };
         let (size, rank) = self.lib.comm_size_rank(&child)?;
-        Ok(Some(NcclComm { lib: self.lib, raw: Some(child), group: group.to_string(), size: size as u32, rank: rank as u32, device: self.device }))
+        Ok(Some(NcclComm { lib: self.lib, raw: Some(child), group: group.to_string(), size: size as u32, rank: rank as u32, device: self.device, op_timeout: timeout }))
     }
 
     fn wait_parent(&self, what: &str, timeout: Duration, start: Instant) -> Result<(), NcclError> {
@@ -154,6 +156,15 @@ impl NcclComm {
 
     fn raw(&self) -> Result<&RawComm, NcclError> {
         self.raw.as_ref().ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))
+    }
+
+    /// How long a collective through the runtime seam may take (default: the creation timeout).
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    pub fn set_op_timeout(&mut self, timeout: Duration) {
+        self.op_timeout = timeout;
     }
 
     pub fn group(&self) -> &str {
