@@ -9,6 +9,7 @@
 mod comm;
 mod error;
 mod group;
+pub mod nccl;
 pub mod plugin_loader;
 pub mod registry;
 mod runtime_seam;

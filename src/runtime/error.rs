@@ -3,6 +3,7 @@
 use super::checkin::CheckinError;
 use super::env::EnvError;
 use super::groups::GroupError;
+use crate::backend::nccl::NcclError;
 use crate::backend::BackendError;
 use crate::ffi::{mcore_status, FfiError};
 use crate::store::StoreError;
@@ -24,6 +25,8 @@ pub enum RuntimeError {
     Checkin(CheckinError),
     /// The backend could not be resolved or loaded.
     Backend(BackendError),
+    /// The built-in NCCL backend could not be loaded or used.
+    Nccl(NcclError),
     /// Creating or verifying one group failed.
     Group(GroupError),
     /// Initialized already with other settings; the differences.
@@ -43,6 +46,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::StoreConnect { what, source } => write!(f, "cannot reach {what}: {source}"),
             RuntimeError::Checkin(e) => write!(f, "{e}"),
             RuntimeError::Backend(e) => write!(f, "{e}"),
+            RuntimeError::Nccl(e) => write!(f, "{e}"),
             RuntimeError::Group(e) => write!(f, "{e}"),
             RuntimeError::AlreadyInitialized(diff) => write!(
                 f,
@@ -67,7 +71,7 @@ macro_rules! from_error {
     };
 }
 from_error!(EnvError => Env, TopologyError => Topology, StoreError => Store, CheckinError => Checkin,
-            BackendError => Backend, GroupError => Group);
+            BackendError => Backend, NcclError => Nccl, GroupError => Group);
 
 fn store_status(e: &StoreError) -> mcore_status {
     match e {
@@ -89,6 +93,7 @@ impl RuntimeError {
             RuntimeError::Checkin(CheckinError::Mismatch(_)) => mcore_status::ConfigMismatch,
             RuntimeError::Checkin(CheckinError::Store(e)) => store_status(e),
             RuntimeError::Backend(e) => e.status(),
+            RuntimeError::Nccl(e) => FfiError::from(e.clone()).status,
             RuntimeError::Group(g) if g.message.contains("timed out") => mcore_status::Timeout,
             RuntimeError::Group(_) => mcore_status::Backend,
             RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,

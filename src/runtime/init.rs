@@ -136,9 +136,13 @@ pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
     }
 }
 
-/// The backend named `spec` (plugins named by `MCORE_BACKEND_PLUGIN` are loaded first).
+/// The backend named `spec`: `nccl` is built in (libnccl.so.2 loaded at run time); anything else
+/// is a registered or plugin backend (plugins named by `MCORE_BACKEND_PLUGIN` load first).
 pub fn default_factory(spec: &str) -> Result<Arc<dyn CommFactory>, RuntimeError> {
     crate::backend::load_plugins_from_env()?;
+    if spec == "nccl" && crate::backend::get("nccl").is_err() {
+        return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env()?));
+    }
     Ok(Arc::new(crate::backend::resolve(spec)?))
 }
 

@@ -1,0 +1,74 @@
+/* HCCL (Ascend) backend plugin of mcore_init: creates HCCL communicators for process groups.
+ *
+ * libhccl.so is opened at run time (MCORE_HCCL_LIBRARY, else "libhccl.so" through the loader path),
+ * so the plugin builds and loads without the Ascend toolkit. Until the plugin is wired into the
+ * mcore_backend_v1 vtable (entry symbol mcore_backend_plugin_v1), these C functions are its API.
+ * Every function returns an mcore_status number (0 = ok) and, on failure, writes a NUL-terminated
+ * message naming what failed into err (err_len bytes, may be 0). */
+#ifndef MCORE_HCCL_H
+#define MCORE_HCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status numbers (the values of mcore_status in mcore_init.h). */
+#define MCORE_HCCL_OK 0
+#define MCORE_HCCL_INVALID_ARGUMENT 1
+#define MCORE_HCCL_TIMEOUT 9
+#define MCORE_HCCL_BACKEND 12
+#define MCORE_HCCL_UNSUPPORTED 13
+#define MCORE_HCCL_LIBRARY_LOAD 14
+
+/* The rendezvous store, as callbacks (user_data first). */
+typedef struct mcore_hccl_store {
+  void *user_data;
+  /* Store value under key. Returns a status. */
+  int32_t (*set)(void *user_data, const char *key, const uint8_t *value, size_t value_len);
+  /* Wait up to timeout_ms for key; copy at most cap bytes into buf and its full length into
+   * *out_len. Returns a status (MCORE_HCCL_TIMEOUT when the key did not appear). */
+  int32_t (*get)(void *user_data, const char *key, uint8_t *buf, size_t cap, size_t *out_len, uint64_t timeout_ms);
+} mcore_hccl_store;
+
+/* One group to create on this rank. */
+typedef struct mcore_hccl_group_spec {
+  size_t struct_size;      /* sizeof(mcore_hccl_group_spec) */
+  const char *name;        /* unique job-wide group name: store key prefix, comm name, messages */
+  uint32_t size;           /* ranks in the group */
+  uint32_t rank;           /* this rank's index in the group */
+  uint64_t timeout_ms;     /* how long to wait for the root info in the store */
+  int32_t device;          /* Ascend device to select with aclrtSetDevice, or -1 to keep the current */
+  uint32_t buffer_size_mb; /* hcclBufferSize, 0 = HCCL's default */
+} mcore_hccl_group_spec;
+
+/* Fill a spec with defaults (device -1, 300 s, HCCL's buffer size). */
+void mcore_hccl_group_spec_init(mcore_hccl_group_spec *spec);
+
+/* Open libhccl.so and resolve its symbols (done once; later calls return the first result). */
+int32_t mcore_hccl_load(char *err, size_t err_len);
+
+/* Create this rank's communicator of a group: group rank 0 calls HcclGetRootInfo and publishes the
+ * 4108 bytes under "<name>/hccl_root_info"; the others read them; then every member calls
+ * HcclCommInitRootInfoConfig (bounded by HCCL_CONNECT_TIMEOUT). *out_comm is written on success. */
+int32_t mcore_hccl_create_group(const mcore_hccl_group_spec *spec, const mcore_hccl_store *store, void **out_comm,
+                                char *err, size_t err_len);
+
+/* Create a sub-communicator of parent from its ranks parent_ranks[0..n) (ascending), of which this
+ * rank is index sub_rank, with HcclCreateSubCommConfig (only members call it). */
+int32_t mcore_hccl_create_subgroup(void *parent, const char *name, const uint32_t *parent_ranks, uint32_t n,
+                                   uint32_t sub_rank, uint64_t sub_comm_id, void **out_comm, char *err, size_t err_len);
+
+/* HcclCommDestroy; NULL is a no-op. */
+int32_t mcore_hccl_destroy(void *comm, char *err, size_t err_len);
+
+/* The connect timeout HCCL will use, in seconds (HCCL_CONNECT_TIMEOUT, default 120), or -1 and a
+ * message when the variable is not a whole number of seconds. */
+int64_t mcore_hccl_connect_timeout_s(char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

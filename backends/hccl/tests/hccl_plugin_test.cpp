@@ -1,0 +1,267 @@
+// Tests of the HCCL plugin, loaded with dlopen as the runtime will load it. One case per process
+// (the plugin loads libhccl.so once): hccl_plugin_test <case> <path to libmcore_hccl.so>.
+#include <dlfcn.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mcore_hccl.h"
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond, ...)                                                   \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                   \
+      std::fprintf(stderr, "\n");                                          \
+      ++g_failures;                                                        \
+    }                                                                      \
+  } while (0)
+
+struct Plugin {
+  decltype(&mcore_hccl_load) load;
+  decltype(&mcore_hccl_group_spec_init) spec_init;
+  decltype(&mcore_hccl_create_group) create_group;
+  decltype(&mcore_hccl_create_subgroup) create_subgroup;
+  decltype(&mcore_hccl_destroy) destroy;
+  decltype(&mcore_hccl_connect_timeout_s) connect_timeout_s;
+};
+
+template <typename F>
+void sym(void *h, const char *name, F *out) {
+  *out = reinterpret_cast<F>(dlsym(h, name));
+  if (*out == nullptr) {
+    std::fprintf(stderr, "plugin lacks %s\n", name);
+    std::exit(2);
+  }
+}
+
+Plugin open_plugin(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    std::fprintf(stderr, "cannot load plugin %s: %s\n", path, dlerror());
+    std::exit(2);
+  }
+  Plugin p;
+  sym(h, "mcore_hccl_load", &p.load);
+  sym(h, "mcore_hccl_group_spec_init", &p.spec_init);
+  sym(h, "mcore_hccl_create_group", &p.create_group);
+  sym(h, "mcore_hccl_create_subgroup", &p.create_subgroup);
+  sym(h, "mcore_hccl_destroy", &p.destroy);
+  sym(h, "mcore_hccl_connect_timeout_s", &p.connect_timeout_s);
+  return p;
+}
+
+// An in-process store: set/get with a wait.
+struct MemStore {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::vector<uint8_t>> kv;
+
+  static int32_t set(void *ud, const char *key, const uint8_t *v, size_t n) {
+    auto *s = static_cast<MemStore *>(ud);
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      s->kv[key] = std::vector<uint8_t>(v, v + n);
+    }
+    s->cv.notify_all();
+    return MCORE_HCCL_OK;
+  }
+  static int32_t get(void *ud, const char *key, uint8_t *buf, size_t cap, size_t *out_len, uint64_t timeout_ms) {
+    auto *s = static_cast<MemStore *>(ud);
+    std::unique_lock<std::mutex> l(s->mu);
+    if (!s->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] { return s->kv.count(key) > 0; }))
+      return MCORE_HCCL_TIMEOUT;
+    const auto &v = s->kv[key];
+    std::memcpy(buf, v.data(), std::min(cap, v.size()));
+    *out_len = v.size();
+    return MCORE_HCCL_OK;
+  }
+  mcore_hccl_store callbacks() { return mcore_hccl_store{this, &MemStore::set, &MemStore::get}; }
+};
+
+std::string stub_log() {
+  void *h = dlopen(std::getenv("MCORE_HCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return "";
+  auto f = reinterpret_cast<const char *(*)()>(dlsym(h, "hccl_stub_log"));
+  return f ? f() : "";
+}
+
+bool has(const char *text, const char *part) { return std::strstr(text, part) != nullptr; }
+
+void case_no_library(const Plugin &p) {
+  char err[1024] = "";
+  int32_t rc = p.load(err, sizeof err);
+  CHECK(rc == MCORE_HCCL_LIBRARY_LOAD, "status %d", rc);
+  CHECK(has(err, "libhccl.so"), "message: %s", err);
+  CHECK(has(err, "MCORE_HCCL_LIBRARY"), "message: %s", err);
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "tensor_model_parallel/0";
+  spec.size = 2;
+  MemStore store;
+  auto cb = store.callbacks();
+  void *comm = reinterpret_cast<void *>(0x1);
+  rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_LIBRARY_LOAD, "status %d", rc);
+  CHECK(has(err, "tensor_model_parallel/0") && has(err, "libhccl.so"), "message: %s", err);
+  CHECK(comm == reinterpret_cast<void *>(0x1), "out_comm written on failure");
+  CHECK(p.destroy(nullptr, err, sizeof err) == MCORE_HCCL_OK, "destroy(NULL)");
+}
+
+void case_missing_symbols(const Plugin &p) {
+  char err[1024] = "";
+  int32_t rc = p.load(err, sizeof err);
+  CHECK(rc == MCORE_HCCL_LIBRARY_LOAD, "status %d", rc);
+  CHECK(has(err, "libm.so.6") && has(err, "HcclGetRootInfo"), "message: %s", err);
+}
+
+void case_two_ranks(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  void *comms[2] = {nullptr, nullptr};
+  int32_t rcs[2] = {-1, -1};
+  char errs[2][1024] = {"", ""};
+  std::vector<std::thread> ts;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(0));
+      mcore_hccl_group_spec spec;
+      p.spec_init(&spec);
+      spec.name = "tp/0";
+      spec.size = 2;
+      spec.rank = r;
+      spec.timeout_ms = 10000;
+      spec.buffer_size_mb = 64;
+      rcs[r] = p.create_group(&spec, &cb, &comms[r], errs[r], sizeof errs[r]);
+    });
+  }
+  for (auto &t : ts) t.join();
+  for (int r = 0; r < 2; ++r) CHECK(rcs[r] == MCORE_HCCL_OK && comms[r] != nullptr, "rank %d: %d %s", r, rcs[r], errs[r]);
+  CHECK(store.kv.count("tp/0/hccl_root_info") == 1 && store.kv["tp/0/hccl_root_info"].size() == 4108, "root info stored");
+  std::string log = stub_log();
+  for (const char *want : {"init n=2 rank=0 name=tp/0 buf=64 det=4294967295 exec=-1 same_root=1;",
+                           "init n=2 rank=1 name=tp/0 buf=64 det=4294967295 exec=-1 same_root=1;"})
+    CHECK(log.find(want) != std::string::npos, "log lacks %s: %s", want, log.c_str());
+  char err[256];
+  for (auto *c : comms) CHECK(p.destroy(c, err, sizeof err) == MCORE_HCCL_OK, "destroy: %s", err);
+}
+
+void case_store_timeout(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "dp/3";
+  spec.size = 2;
+  spec.rank = 1;
+  spec.timeout_ms = 100;
+  void *comm = nullptr;
+  char err[1024] = "";
+  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_TIMEOUT, "status %d", rc);
+  CHECK(has(err, "dp/3") && has(err, "100 ms") && has(err, "dp/3/hccl_root_info"), "message: %s", err);
+  CHECK(comm == nullptr, "out_comm written on failure");
+}
+
+void case_connect_timeout(const Plugin &p) {
+  char err[1024] = "";
+  CHECK(p.connect_timeout_s(err, sizeof err) == 300, "HCCL_CONNECT_TIMEOUT=300 read as %lld", (long long)p.connect_timeout_s(err, sizeof err));
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "pp/1";
+  spec.size = 3;  // the stub answers HCCL_E_TIMEOUT for 3 ranks
+  void *comm = nullptr;
+  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_TIMEOUT, "status %d", rc);
+  CHECK(has(err, "pp/1") && has(err, "HCCL_CONNECT_TIMEOUT=300 s") && has(err, "stub: timeout"), "message: %s", err);
+}
+
+void case_bad_connect_timeout(const Plugin &p) {
+  char err[1024] = "";
+  CHECK(p.connect_timeout_s(err, sizeof err) == -1, "accepted HCCL_CONNECT_TIMEOUT=2m");
+  CHECK(has(err, "HCCL_CONNECT_TIMEOUT=2m"), "message: %s", err);
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "ep/0";
+  spec.size = 1;
+  void *comm = nullptr;
+  CHECK(p.create_group(&spec, &cb, &comm, err, sizeof err) == MCORE_HCCL_INVALID_ARGUMENT, "status");
+}
+
+void case_no_subcomm(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "world";
+  spec.size = 1;
+  void *world = nullptr;
+  char err[1024] = "";
+  CHECK(p.create_group(&spec, &cb, &world, err, sizeof err) == MCORE_HCCL_OK, "world: %s", err);
+  uint32_t ranks[1] = {0};
+  void *sub = nullptr;
+  int32_t rc = p.create_subgroup(world, "tp/0", ranks, 1, 0, 42, &sub, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_UNSUPPORTED, "status %d", rc);
+  CHECK(has(err, "HcclCreateSubCommConfig") && has(err, "tp/0"), "message: %s", err);
+  CHECK(p.destroy(world, err, sizeof err) == MCORE_HCCL_OK, "destroy: %s", err);
+}
+
+void case_bad_spec(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  CHECK(spec.struct_size == sizeof spec && spec.device == -1 && spec.timeout_ms == 300000, "defaults");
+  spec.name = "cp/2";
+  spec.size = 2;
+  spec.rank = 2;
+  void *comm = nullptr;
+  char err[1024] = "";
+  CHECK(p.create_group(&spec, &cb, &comm, err, sizeof err) == MCORE_HCCL_INVALID_ARGUMENT, "rank 2 of 2 accepted");
+  CHECK(has(err, "cp/2: rank 2 is outside 0..2"), "message: %s", err);
+  spec.struct_size = 8;
+  spec.rank = 0;
+  CHECK(p.create_group(&spec, &cb, &comm, err, sizeof err) == MCORE_HCCL_INVALID_ARGUMENT, "small struct_size accepted");
+  CHECK(has(err, "struct_size 8"), "message: %s", err);
+  CHECK(p.create_group(nullptr, &cb, &comm, err, sizeof err) == MCORE_HCCL_INVALID_ARGUMENT, "NULL spec accepted");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s <case> <libmcore_hccl.so>\n", argv[0]);
+    return 2;
+  }
+  Plugin p = open_plugin(argv[2]);
+  std::string c = argv[1];
+  if (c == "no_library") case_no_library(p);
+  else if (c == "missing_symbols") case_missing_symbols(p);
+  else if (c == "two_ranks") case_two_ranks(p);
+  else if (c == "store_timeout") case_store_timeout(p);
+  else if (c == "connect_timeout") case_connect_timeout(p);
+  else if (c == "bad_connect_timeout") case_bad_connect_timeout(p);
+  else if (c == "no_subcomm") case_no_subcomm(p);
+  else if (c == "bad_spec") case_bad_spec(p);
+  else {
+    std::fprintf(stderr, "unknown case %s\n", c.c_str());
+    return 2;
+  }
+  std::printf("%s: %s\n", c.c_str(), g_failures == 0 ? "ok" : "FAILED");
+  return g_failures == 0 ? 0 : 1;
+}

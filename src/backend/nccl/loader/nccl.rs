@@ -1,0 +1,366 @@
+//! `NcclLibrary`: `libnccl.so.2` opened once, its symbols as typed function pointers, and a safe
+//! method per call.
+
+use super::cuda::{DeviceBuffer, Stream};
+use super::{as_fn, c_text, DynLib};
+use crate::backend::nccl::config::RawConfig;
+use crate::backend::nccl::error::NcclError;
+use crate::backend::nccl::search::{Candidate, LibrarySearch};
+use crate::backend::nccl::unique_id::NcclUniqueId;
+use crate::backend::nccl::version::{Feature, NcclVersion};
+use cudarc::nccl::sys;
+use once_cell::sync::OnceCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::NonNull;
+
+/// `ncclSuccess`.
+pub(crate) const NCCL_SUCCESS: c_int = 0;
+/// `ncclInProgress`: a non-blocking call has not finished yet.
+pub(crate) const NCCL_IN_PROGRESS: c_int = 7;
+/// `NCCL_SPLIT_NOCOLOR`: this rank joins no child of the split.
+pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+
+// Signatures of cudarc's `nccl::sys` functions, with results read as `c_int` (see the module doc).
+type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+type GetUniqueIdFn = unsafe extern "C" fn(*mut sys::ncclUniqueId) -> c_int;
+type InitRankConfigFn =
+    unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut sys::ncclConfig_t) -> c_int;
+type SplitFn = unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
+type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
+type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
+type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type LastErrorFn = unsafe extern "C" fn(sys::ncclComm_t) -> *const c_char;
+type AllReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    sys::ncclRedOp_t,
+    sys::ncclComm_t,
+    sys::cudaStream_t,
+) -> c_int;
+
+struct Fns {
+    get_version: GetVersionFn,
+    get_unique_id: GetUniqueIdFn,
+    get_error_string: ErrorStringFn,
+    comm_abort: CommFn,
+    comm_destroy: CommFn,
+    comm_get_async_error: CommIntFn,
+    comm_count: CommIntFn,
+    comm_user_rank: CommIntFn,
+    all_reduce: AllReduceFn,
+    // Newer than NCCL 2.0: present from the version `Feature` names.
+    comm_init_rank_config: Option<InitRankConfigFn>,
+    comm_split: Option<SplitFn>,
+    comm_finalize: Option<CommFn>,
+    get_last_error: Option<LastErrorFn>,
+}
+
+/// The loaded NCCL library. Obtain it with [`NcclLibrary::global`] (once per process, from the
+/// environment) or [`NcclLibrary::load`]; it is never unloaded.
+pub struct NcclLibrary {
+    lib: DynLib,
+    fns: Fns,
+    version: NcclVersion,
+}
+
+/// A communicator handle owned by exactly one Rust value; only this module creates one.
+#[derive(Debug)]
+pub struct RawComm(NonNull<sys::ncclComm>);
+
+// SAFETY: NCCL communicators may be used from any thread (one at a time, which `&mut`/ownership
+// of the Rust owner guarantees).
+unsafe impl Send for RawComm {}
+
+impl RawComm {
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0.as_ptr().cast()
+    }
+}
+
+static GLOBAL: OnceCell<&'static NcclLibrary> = OnceCell::new();
+
+/// Resolve a required symbol or name it in the error.
+fn required<F: Copy>(lib: &DynLib, name: &str) -> Result<F, NcclError> {
+    let p = lib.address(name).map_err(|detail| NcclError::MissingSymbol {
+        library: "NCCL library".into(),
+        path: lib.path.clone(),
+        symbol: name.into(),
+        detail,
+    })?;
+    // SAFETY: every call site pairs `name` with the type of NCCL's declaration of it.
+    Ok(unsafe { as_fn::<F>(p) })
+}
+
+fn optional<F: Copy>(lib: &DynLib, name: &str) -> Option<F> {
+    // SAFETY: as in `required`.
+    lib.address(name).ok().map(|p| unsafe { as_fn::<F>(p) })
+}
+
+impl NcclLibrary {
+    /// The process-wide library, loaded on first use from [`LibrarySearch::from_env`]. A failed
+    /// load is not remembered: a later call tries again (e.g. after the environment changed).
+    pub fn global() -> Result<&'static NcclLibrary, NcclError> {
+        GLOBAL.get_or_try_init(|| Self::load(&LibrarySearch::from_env())).copied()
+    }
+
+    /// Load from the given candidates: the first file that opens is used; a file that opens but
+    /// lacks a required symbol is an error (not skipped). The result lives for the process.
+    pub fn load(search: &LibrarySearch) -> Result<&'static NcclLibrary, NcclError> {
+        let mut tried = Vec::new();
+        if let Some(lib) = Self::first_that_opens(&search.candidates, &mut tried) {
+            return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+        }
+        if search.ask_python {
+            let more = search.python_candidates();
+            if let Some(lib) = Self::first_that_opens(&more, &mut tried) {
+                return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+            }
+        }
+        Err(NcclError::LibraryNotFound { library: "NCCL (libnccl.so.2)".into(), tried, hint: search.hint() })
+    }
+
+    fn first_that_opens(candidates: &[Candidate], tried: &mut Vec<(String, String)>) -> Option<DynLib> {
+        for cand in candidates {
+            let shown = cand.display();
+            if let Candidate::Path(p) = cand {
+                if !p.exists() {
+                    tried.push((shown, "no such file".to_string()));
+                    continue;
+                }
+            }
+            match DynLib::open(&shown) {
+                Ok(lib) => return Some(lib),
+                Err(why) => tried.push((shown, why)),
+            }
+        }
+        None
+    }
+
+    fn from_lib(lib: DynLib) -> Result<NcclLibrary, NcclError> {
+        let fns = match Self::resolve(&lib) {
+            Ok(f) => f,
+            Err(e) => {
+                lib.close();
+                return Err(e);
+            }
+        };
+        let mut code: c_int = 0;
+        // SAFETY: ncclGetVersion writes one int.
+        let rc = unsafe { (fns.get_version)(&mut code) };
+        let version = if rc == NCCL_SUCCESS { NcclVersion::from_code(code) } else { Err(NcclError::invalid("")) };
+        let version = version.map_err(|_| NcclError::Call {
+            call: format!("ncclGetVersion of {}", lib.path),
+            code: rc,
+            name: result_name(rc).into(),
+            detail: format!("returned version code {code}"),
+        })?;
+        if version.major < 2 {
+            return Err(NcclError::VersionTooOld { feature: "this library".into(), needed: "2.0".into(), found: version.to_string() });
+        }
+        Ok(NcclLibrary { lib, fns, version })
+    }
+
+    fn resolve(lib: &DynLib) -> Result<Fns, NcclError> {
+        Ok(Fns {
+            get_version: required(lib, "ncclGetVersion")?,
+            get_unique_id: required(lib, "ncclGetUniqueId")?,
+            get_error_string: required(lib, "ncclGetErrorString")?,
+            comm_abort: required(lib, "ncclCommAbort")?,
+            comm_destroy: required(lib, "ncclCommDestroy")?,
+            comm_get_async_error: required(lib, "ncclCommGetAsyncError")?,
+            comm_count: required(lib, "ncclCommCount")?,
+            comm_user_rank: required(lib, "ncclCommUserRank")?,
+            all_reduce: required(lib, "ncclAllReduce")?,
+            comm_init_rank_config: optional(lib, "ncclCommInitRankConfig"),
+            comm_split: optional(lib, "ncclCommSplit"),
+            comm_finalize: optional(lib, "ncclCommFinalize"),
+            get_last_error: optional(lib, "ncclGetLastError"),
+        })
+    }
+
+    /// The version `ncclGetVersion` reported.
+    pub fn version(&self) -> NcclVersion {
+        self.version
+    }
+
+    /// The file (or loader name) that was opened.
+    pub fn path(&self) -> &str {
+        &self.lib.path
+    }
+
+    /// Fail unless the loaded version has `feature`; also checks that its symbol is present.
+    pub fn require(&self, feature: Feature) -> Result<(), NcclError> {
+        self.version.require(feature)?;
+        let (present, symbol) = match feature {
+            Feature::CommInitRankConfig => (self.fns.comm_init_rank_config.is_some(), "ncclCommInitRankConfig"),
+            Feature::CommSplit => (self.fns.comm_split.is_some(), "ncclCommSplit"),
+            Feature::MultiRankGpu => (true, ""),
+        };
+        if present {
+            Ok(())
+        } else {
+            Err(NcclError::MissingSymbol {
+                library: format!("NCCL {}", self.version),
+                path: self.lib.path.clone(),
+                symbol: symbol.into(),
+                detail: "not exported although the version should have it".into(),
+            })
+        }
+    }
+
+    /// `ncclGetErrorString(code)`.
+    pub fn error_string(&self, code: c_int) -> String {
+        // SAFETY: returns a static string for any code.
+        unsafe { c_text((self.fns.get_error_string)(code)) }
+    }
+
+    /// `ncclGetLastError(comm)`: NCCL's last warning text (empty when unavailable).
+    pub fn last_error(&self, comm: Option<&RawComm>) -> String {
+        let Some(f) = self.fns.get_last_error else { return String::new() };
+        let p = comm.map_or(std::ptr::null_mut(), |c| c.0.as_ptr());
+        // SAFETY: NULL or a live communicator; the text is copied at once.
+        unsafe { c_text(f(p)) }
+    }
+
+    /// An error for `call` returning `code`, with NCCL's name and last warning.
+    pub fn call_error(&self, call: &str, code: c_int, comm: Option<&RawComm>) -> NcclError {
+        let mut detail = self.error_string(code);
+        let last = self.last_error(comm);
+        if !last.is_empty() {
+            detail = format!("{detail}; NCCL says: {last}");
+        }
+        NcclError::Call { call: call.into(), code, name: result_name(code).into(), detail }
+    }
+
+    /// `ncclGetUniqueId`: needs no GPU; starts the bootstrap root in this process.
+    pub fn unique_id(&self) -> Result<NcclUniqueId, NcclError> {
+        let mut id = sys::ncclUniqueId { internal: [0; 128] };
+        // SAFETY: writes 128 bytes into `id`.
+        let rc = unsafe { (self.fns.get_unique_id)(&mut id) };
+        if rc != NCCL_SUCCESS {
+            return Err(self.call_error("ncclGetUniqueId", rc, None));
+        }
+        Ok(NcclUniqueId::from_sys(&id))
+    }
+
+    /// `ncclCommInitRankConfig`: the returned code and the communicator NCCL handed out (which
+    /// may still be initializing when the code is `ncclInProgress`).
+    pub fn comm_init_rank_config(
+        &self,
+        nranks: c_int,
+        id: &NcclUniqueId,
+        rank: c_int,
+        config: &mut RawConfig,
+    ) -> Result<(c_int, Option<RawComm>), NcclError> {
+        self.require(Feature::CommInitRankConfig)?;
+        let f = self.fns.comm_init_rank_config.expect("checked by require");
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: out-pointer and config are valid for the call; NCCL copies the config.
+        let rc = unsafe { f(&mut comm, nranks, id.to_sys(), rank, &mut config.raw) };
+        Ok((rc, NonNull::new(comm).map(RawComm)))
+    }
+
+    /// `ncclCommSplit(parent, color, key, &child, config)`; `color` `NCCL_SPLIT_NOCOLOR` for
+    /// non-members, `config` `None` to inherit the parent's.
+    pub fn comm_split(
+        &self,
+        parent: &RawComm,
+        color: c_int,
+        key: c_int,
+        config: Option<&mut RawConfig>,
+    ) -> Result<(c_int, Option<RawComm>), NcclError> {
+        self.require(Feature::CommSplit)?;
+        let f = self.fns.comm_split.expect("checked by require");
+        let mut child: sys::ncclComm_t = std::ptr::null_mut();
+        let cfg = config.map_or(std::ptr::null_mut(), |c| &mut c.raw as *mut _);
+        // SAFETY: live parent, valid out-pointer, NULL or valid config.
+        let rc = unsafe { f(parent.0.as_ptr(), color, key, &mut child, cfg) };
+        Ok((rc, NonNull::new(child).map(RawComm)))
+    }
+
+    /// `ncclCommGetAsyncError`: the communicator's state (`ncclInProgress` while initializing),
+    /// or the code of the query itself when that fails.
+    pub fn comm_async_error(&self, comm: &RawComm) -> Result<c_int, c_int> {
+        let mut state: c_int = NCCL_SUCCESS;
+        // SAFETY: live communicator; writes one enum-sized int.
+        let rc = unsafe { (self.fns.comm_get_async_error)(comm.0.as_ptr(), &mut state) };
+        if rc == NCCL_SUCCESS {
+            Ok(state)
+        } else {
+            Err(rc)
+        }
+    }
+
+    /// `ncclCommAbort`: frees the communicator without waiting for peers.
+    pub fn comm_abort(&self, comm: RawComm) -> c_int {
+        // SAFETY: `comm` is owned and not used again.
+        unsafe { (self.fns.comm_abort)(comm.0.as_ptr()) }
+    }
+
+    /// `ncclCommFinalize` (flushes outstanding work; may return `ncclInProgress` on a non-blocking
+    /// communicator). `None` when the library has no such call (before 2.14).
+    pub fn comm_finalize(&self, comm: &RawComm) -> Option<c_int> {
+        // SAFETY: live communicator.
+        self.fns.comm_finalize.map(|f| unsafe { f(comm.0.as_ptr()) })
+    }
+
+    /// `ncclCommDestroy`.
+    pub fn comm_destroy(&self, comm: RawComm) -> c_int {
+        // SAFETY: `comm` is owned and not used again.
+        unsafe { (self.fns.comm_destroy)(comm.0.as_ptr()) }
+    }
+
+    /// `(ncclCommCount, ncclCommUserRank)`.
+    pub fn comm_size_rank(&self, comm: &RawComm) -> Result<(c_int, c_int), NcclError> {
+        let (mut n, mut r) = (0, 0);
+        // SAFETY: live communicator; each writes one int.
+        let rc = unsafe { (self.fns.comm_count)(comm.0.as_ptr(), &mut n) };
+        if rc != NCCL_SUCCESS {
+            return Err(self.call_error("ncclCommCount", rc, Some(comm)));
+        }
+        // SAFETY: as above.
+        let rc = unsafe { (self.fns.comm_user_rank)(comm.0.as_ptr(), &mut r) };
+        if rc != NCCL_SUCCESS {
+            return Err(self.call_error("ncclCommUserRank", rc, Some(comm)));
+        }
+        Ok((n, r))
+    }
+
+    /// In-place `ncclAllReduce(sum, int64)` of `count` values in `buf` on `stream` (enqueued only).
+    pub fn all_reduce_sum_i64(&self, comm: &RawComm, buf: &DeviceBuffer, count: usize, stream: &Stream) -> Result<c_int, NcclError> {
+        if count * 8 > buf.bytes() {
+            return Err(NcclError::invalid(format!("{count} int64 values do not fit a {}-byte device buffer", buf.bytes())));
+        }
+        let p = buf.device_ptr() as *mut c_void;
+        // SAFETY: `buf` holds `count` int64 values on the communicator's device; `stream` is live.
+        Ok(unsafe {
+            (self.fns.all_reduce)(
+                p,
+                p,
+                count,
+                sys::ncclDataType_t::ncclInt64,
+                sys::ncclRedOp_t::ncclSum,
+                comm.0.as_ptr(),
+                stream.raw().cast(),
+            )
+        })
+    }
+}
+
+/// NCCL's name for a result code (cudarc's `ncclResult_t` variants).
+pub fn result_name(code: c_int) -> &'static str {
+    match code {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        8 => "ncclTimeout",
+        _ => "unknown ncclResult_t",
+    }
+}
