@@ -367,6 +367,22 @@ typedef struct mcore_init_args {
    * Verify every communicator with an all-reduce the layout predicts (default true).
    */
   bool verify;
+  /**
+   * Seed this rank's RNG streams at init (default false); see `mcore_runtime_rng_tracker`.
+   */
+  bool seed_rng;
+  /**
+   * The base seed (Megatron's training seed; must be > 0 for the megatron policy).
+   */
+  int64_t seed;
+  /**
+   * "megatron" (default when NULL), "roll", or "sharded:<group kind>,<group kind>...".
+   */
+  const char *seed_policy;
+  /**
+   * Megatron's `data_parallel_random_init`: add 10 x data-parallel rank (megatron policy).
+   */
+  bool data_parallel_random_init;
 } mcore_init_args;
 
 /**
@@ -1008,6 +1024,17 @@ mcore_status mcore_destroy(void);
  * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
  */
 bool mcore_is_initialized(void);
+
+/**
+ * A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every
+ * `mcore_rng_tracker_*` call on it (fork the `model-parallel-rng` stream, save, restore) and
+ * release it with `mcore_rng_tracker_destroy`; it stays valid after `mcore_destroy`.
+ * `MCORE_STATUS_NOT_INITIALIZED` when the runtime was initialized without `seed_rng`.
+ *
+ * # Safety
+ * `out_tracker` is writable.
+ */
+mcore_status mcore_runtime_rng_tracker(struct mcore_rng_tracker **out_tracker);
 
 /**
  * This process's global rank and the world size.

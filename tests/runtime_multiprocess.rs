@@ -86,12 +86,19 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
         (8, &["--tp", "2", "--cp", "2", "--dist-opt-instances", "2"]),
         (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2"]),
         (16, &["--tp", "2", "--pp", "2", "--order", "tp-cp-ep-pp-dp"]),
+        (8, &["--tp", "2", "--pp", "2", "--seed", "1234", "--data-parallel-random-init"]),
+        (8, &["--tp", "2", "--pp", "2", "--seed", "7", "--seed-policy", "sharded:pipeline_model_parallel,tensor_model_parallel"]),
     ];
     for (n, args) in layouts {
         let lines = assert_all_ok(*n, args);
         let kinds = lines[0]["kinds"].as_array().unwrap();
         if args.contains(&"--hcp") {
             assert!(kinds.iter().any(|k| k == "hierarchical_context_parallel_1"), "{kinds:?}");
+        }
+        if args.contains(&"--seed") {
+            // Every group checked the members' seeds against the policy's prediction.
+            let streams = if args.contains(&"--seed-policy") { 1 } else { 2 };
+            assert!(lines.iter().all(|l| l["rng_streams_verified"] == streams), "{lines:?}");
         }
         if args.contains(&"--dist-opt-instances") {
             assert!(kinds.iter().any(|k| k == "inter_partial_expert_data_parallel"), "{kinds:?}");

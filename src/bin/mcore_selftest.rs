@@ -7,6 +7,7 @@
 
 use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use mcore_init::ffi::os::seconds_since_process_start;
+use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
 use mcore_init::topology::TopologyConfig;
 use serde_json::{json, Value};
@@ -14,7 +15,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 fn usage() -> String {
-    format!("usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS] [--cycles N]")
+    format!(
+        "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS] [--cycles N] \
+         [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]]"
+    )
 }
 
 /// Test hook: the rank named here exits right after initializing, as if it crashed after the
@@ -37,6 +41,15 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         match flag {
             "-h" | "--help" => return Ok(None),
             "--backend" => init.backend = flags.value(flag, inline)?.to_string(),
+            "--seed" => {
+                let v = flags.value(flag, inline)?;
+                init.seed = Some(v.trim().parse::<i64>().map_err(|_| format!("--seed: '{v}' is not an integer"))?);
+            }
+            "--seed-policy" => {
+                let v = flags.value(flag, inline)?;
+                init.seed_policy = v.parse().map_err(|e| format!("--seed-policy: {e}"))?;
+            }
+            "--data-parallel-random-init" => init.data_parallel_random_init = true,
             "--cycles" => {
                 cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
                 if cycles == 0 {
@@ -83,6 +96,48 @@ fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
     Ok(rt.groups.len())
 }
 
+/// With RNG seeded: every group all-reduces this rank's actual `default` and (when present)
+/// `model-parallel-rng` seeds; the sum must equal the seeds the policy predicts for the members,
+/// so ranks that must differ (tp peers) and ranks that must agree (replicas) are both checked.
+fn verify_rng(rt: &Runtime, args: &InitArgs) -> Result<usize, String> {
+    let (Some(rng), Some(seed)) = (&rt.rng, args.seed) else { return Ok(0) };
+    let predicted = |rank: u32| {
+        rank_stream_seeds(&rt.topology, rank, &args.seed_policy, seed, args.data_parallel_random_init)
+            .map_err(|e| format!("rank {rank}: {e}"))
+    };
+    let names: Vec<String> = predicted(rt.env.rank)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n == "default" || n == "model-parallel-rng")
+        .collect();
+    let actual: Vec<i64> = {
+        let rng = rng.lock().map_err(|_| "RNG lock poisoned".to_string())?;
+        names
+            .iter()
+            .map(|n| rng.tracker().state(n).map(|s| s.seed as i64).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?
+    };
+    for g in &rt.groups {
+        let mut values = actual.clone();
+        let mut comm = g.comm.lock().map_err(|_| format!("{}: communicator lock poisoned", g.plan.kind))?;
+        comm.allreduce_sum_i64(&mut values).map_err(|e| format!("{}: RNG all-reduce failed: {e}", g.plan.kind))?;
+        let mut want = vec![0i64; names.len()];
+        for &m in &g.plan.members {
+            let seeds = predicted(m)?;
+            for (w, name) in want.iter_mut().zip(&names) {
+                *w += seeds.iter().find(|(n, _)| n == name).map(|(_, s)| *s as i64).unwrap_or(0);
+            }
+        }
+        if values != want {
+            return Err(format!(
+                "{}/{}: sum of the members' {names:?} seeds is {values:?}, the {} policy predicts {want:?}",
+                g.plan.kind, g.plan.index, args.seed_policy
+            ));
+        }
+    }
+    Ok(names.len())
+}
+
 fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value {
     let t = rt.timings;
     json!({
@@ -118,8 +173,14 @@ fn cycle(args: &InitArgs) -> Result<Value, String> {
         Ok(InitOutcome::AlreadyUp) => {}
         other => return Err(format!("a second initialize with the same settings was not a no-op: {other:?}")),
     }
-    let line = runtime::with_runtime(|rt| verify_every_kind(rt).map(|n| report(rt, init_seconds, ready, n)))
-        .map_err(|e| e.to_string())??;
+    let line = runtime::with_runtime(|rt| {
+        let checked = verify_every_kind(rt)?;
+        let rng_streams = verify_rng(rt, args)?;
+        let mut line = report(rt, init_seconds, ready, checked);
+        line["rng_streams_verified"] = json!(rng_streams);
+        Ok::<_, String>(line)
+    })
+    .map_err(|e| e.to_string())??;
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
 }

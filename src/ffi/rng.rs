@@ -10,7 +10,7 @@ use crate::rng::{
     SeedRequest,
 };
 use std::ffi::c_char;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Bytes of `mcore_rng_named_seed::name`, terminating NUL included.
 pub const MCORE_RNG_NAME_MAX: usize = 32;
@@ -64,7 +64,13 @@ pub struct mcore_rng_named_seed {
 
 /// All random streams of one rank. Thread-safe: calls on one handle are serialised.
 pub struct mcore_rng_tracker {
-    inner: Mutex<RankRng>,
+    /// Shared with the runtime for handles from `mcore_runtime_rng_tracker`.
+    inner: Arc<Mutex<RankRng>>,
+}
+
+/// A new handle on `rng` (the runtime's streams); destroyed with `mcore_rng_tracker_destroy`.
+pub(crate) fn tracker_handle(rng: Arc<Mutex<RankRng>>) -> *mut mcore_rng_tracker {
+    Box::into_raw(Box::new(mcore_rng_tracker { inner: rng }))
 }
 
 impl From<RngError> for FfiError {
@@ -177,7 +183,7 @@ pub unsafe extern "C" fn mcore_rng_tracker_create(coords: *const mcore_rng_coord
     ffi_guard_ptr(|| {
         // SAFETY: forwarded contract.
         let coords = unsafe { coords_arg(coords) }?;
-        Ok(Box::into_raw(Box::new(mcore_rng_tracker { inner: Mutex::new(RankRng::new(coords)) })))
+        Ok(tracker_handle(Arc::new(Mutex::new(RankRng::new(coords)))))
     })
 }
 

@@ -2,8 +2,10 @@
 //! initialized process, and Megatron-Core-style getters (`mcore_get_tensor_model_parallel_rank`).
 
 use super::args::{fill_ranks, out_ptr, slice_out, str_arg};
+use super::rng::{mcore_rng_tracker, tracker_handle};
 use super::topology::{config_from_c, kind_from_c, mcore_group_info, mcore_topology_config, read_config, UserData};
 use super::{ffi_guard, mcore_status, FfiError};
+use crate::rng::SeedPolicy;
 use crate::runtime::{self, InitArgs, InitOutcome, LiveGroup, Runtime};
 use crate::topology::GroupKind;
 use std::ffi::{c_char, c_void};
@@ -24,6 +26,14 @@ pub struct mcore_init_args {
     pub timeout_ms: u64,
     /// Verify every communicator with an all-reduce the layout predicts (default true).
     pub verify: bool,
+    /// Seed this rank's RNG streams at init (default false); see `mcore_runtime_rng_tracker`.
+    pub seed_rng: bool,
+    /// The base seed (Megatron's training seed; must be > 0 for the megatron policy).
+    pub seed: i64,
+    /// "megatron" (default when NULL), "roll", or "sharded:<group kind>,<group kind>...".
+    pub seed_policy: *const c_char,
+    /// Megatron's `data_parallel_random_init`: add 10 x data-parallel rank (megatron policy).
+    pub data_parallel_random_init: bool,
 }
 
 impl Default for mcore_init_args {
@@ -34,6 +44,10 @@ impl Default for mcore_init_args {
             backend: std::ptr::null(),
             timeout_ms: 0,
             verify: true,
+            seed_rng: false,
+            seed: 1234,
+            seed_policy: std::ptr::null(),
+            data_parallel_random_init: false,
         }
     }
 }
@@ -103,7 +117,21 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             // SAFETY: non-NULL backend is a NUL-terminated string.
             unsafe { str_arg(c.backend, "backend") }?.to_string()
         };
-        let args = InitArgs { topology, backend, timeout: init_timeout(c.timeout_ms)?, verify: c.verify };
+        let seed_policy = if c.seed_policy.is_null() {
+            SeedPolicy::Megatron
+        } else {
+            // SAFETY: non-NULL seed_policy is a NUL-terminated string.
+            unsafe { str_arg(c.seed_policy, "seed_policy") }?.parse::<SeedPolicy>()?
+        };
+        let args = InitArgs {
+            topology,
+            backend,
+            timeout: init_timeout(c.timeout_ms)?,
+            verify: c.verify,
+            seed: c.seed_rng.then_some(c.seed),
+            seed_policy,
+            data_parallel_random_init: c.data_parallel_random_init,
+        };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives
         if let Some(out) = unsafe { out_already.as_mut() } {
@@ -137,6 +165,27 @@ fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
             mcore_status::NotMember,
             format!("rank {} is not a member of any {} group in this layout", rt.env.rank, kind.key()),
         )
+    })
+}
+
+/// A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every
+/// `mcore_rng_tracker_*` call on it (fork the `model-parallel-rng` stream, save, restore) and
+/// release it with `mcore_rng_tracker_destroy`; it stays valid after `mcore_destroy`.
+/// `MCORE_STATUS_NOT_INITIALIZED` when the runtime was initialized without `seed_rng`.
+///
+/// # Safety
+/// `out_tracker` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_rng_tracker(out_tracker: *mut *mut mcore_rng_tracker) -> mcore_status {
+    ffi_guard(|| {
+        let out = out_ptr(out_tracker, "out_tracker")?;
+        let rng = with_rt(|rt| {
+            rt.rng.clone().ok_or_else(|| {
+                FfiError::new(mcore_status::NotInitialized, "the runtime was initialized without seed_rng: no RNG streams")
+            })
+        })?;
+        *out = tracker_handle(rng);
+        Ok(())
     })
 }
 

@@ -6,6 +6,7 @@ use super::groups::GroupError;
 use crate::backend::nccl::NcclError;
 use crate::backend::BackendError;
 use crate::ffi::{mcore_status, FfiError};
+use crate::rng::RngError;
 use crate::store::StoreError;
 use crate::topology::TopologyError;
 use std::fmt;
@@ -29,6 +30,8 @@ pub enum RuntimeError {
     Nccl(NcclError),
     /// Creating or verifying one group failed.
     Group(GroupError),
+    /// Seeding the RNG streams failed (bad seed, seed collision).
+    Rng(RngError),
     /// Initialized already with other settings; the differences.
     AlreadyInitialized(Vec<String>),
     /// A getter or destroy needs an initialized runtime.
@@ -48,6 +51,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Backend(e) => write!(f, "{e}"),
             RuntimeError::Nccl(e) => write!(f, "{e}"),
             RuntimeError::Group(e) => write!(f, "{e}"),
+            RuntimeError::Rng(e) => write!(f, "{e}"),
             RuntimeError::AlreadyInitialized(diff) => write!(
                 f,
                 "already initialized with different settings ({}); call destroy first",
@@ -71,7 +75,7 @@ macro_rules! from_error {
     };
 }
 from_error!(EnvError => Env, TopologyError => Topology, StoreError => Store, CheckinError => Checkin,
-            BackendError => Backend, NcclError => Nccl, GroupError => Group);
+            BackendError => Backend, NcclError => Nccl, GroupError => Group, RngError => Rng);
 
 fn store_status(e: &StoreError) -> mcore_status {
     match e {
@@ -96,6 +100,7 @@ impl RuntimeError {
             RuntimeError::Nccl(e) => FfiError::from(e.clone()).status,
             RuntimeError::Group(g) if g.message.contains("timed out") => mcore_status::Timeout,
             RuntimeError::Group(_) => mcore_status::Backend,
+            RuntimeError::Rng(e) => FfiError::from(e.clone()).status,
             RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,
             RuntimeError::NotInitialized => mcore_status::NotInitialized,
         }

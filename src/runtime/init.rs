@@ -12,9 +12,11 @@ use super::groups::{create_groups, verify_groups, GroupPlan, LiveGroup};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
 use crate::store::{PrefixStore, Store};
+use crate::rng::layout::{coordinates, seed_request};
+use crate::rng::{RankRng, SeedPolicy};
 use crate::topology::{GroupKind, RankView, Topology, TopologyConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Turns a backend name (`gloo`, `nccl`, a plugin path) into a communicator factory.
@@ -34,11 +36,25 @@ pub struct InitArgs {
     pub timeout: Duration,
     /// Verify every communicator with an all-reduce the layout predicts, before returning.
     pub verify: bool,
+    /// Seed this rank's RNG streams at init (`None`: no RNG state is created).
+    pub seed: Option<i64>,
+    /// The seed policy (`megatron` by default).
+    pub seed_policy: SeedPolicy,
+    /// Megatron's `data_parallel_random_init` (megatron policy only).
+    pub data_parallel_random_init: bool,
 }
 
 impl Default for InitArgs {
     fn default() -> Self {
-        InitArgs { topology: TopologyConfig::default(), backend: "gloo".into(), timeout: DEFAULT_INIT_TIMEOUT, verify: true }
+        InitArgs {
+            topology: TopologyConfig::default(),
+            backend: "gloo".into(),
+            timeout: DEFAULT_INIT_TIMEOUT,
+            verify: true,
+            seed: None,
+            seed_policy: SeedPolicy::Megatron,
+            data_parallel_random_init: false,
+        }
     }
 }
 
@@ -62,6 +78,8 @@ pub struct Runtime {
     pub timings: InitTimings,
     /// Distinct communicators created (aliased kinds share one).
     pub communicators: usize,
+    /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
+    pub rng: Option<Arc<Mutex<RankRng>>>,
     /// This initialization's private view of the store.
     base: Arc<dyn Store>,
     timeout: Duration,
@@ -112,6 +130,9 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("embedding", if t.embedding_ranks.is_some() { "custom" } else { "default" })
         .with("position_embedding", if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
         .with("backend", &args.backend)
+        .with("seed", opt(&args.seed))
+        .with("seed_policy", &args.seed_policy)
+        .with("data_parallel_random_init", args.data_parallel_random_init)
 }
 
 /// The groups of `rank`, in the topology's rank-independent kind order.
@@ -181,6 +202,15 @@ fn bring_up(
     // Validate the layout before touching the network: a bad layout fails fast on every rank.
     let topology = Topology::new(args.topology.clone(), env.world_size)?;
     let view = topology.rank_view(env.rank)?;
+    let rng = match args.seed {
+        None => None,
+        Some(seed) => {
+            let req = seed_request(&topology, env.rank, &args.seed_policy, seed, args.data_parallel_random_init)?;
+            let mut rng = RankRng::new(coordinates(&topology, env.rank)?);
+            rng.seed(&req)?;
+            Some(Arc::new(Mutex::new(rng)))
+        }
+    };
     let backend = factory(&args.backend)?;
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
@@ -233,6 +263,7 @@ fn bring_up(
         view,
         groups,
         communicators,
+        rng,
         base,
         timeout: args.timeout,
         store,
