@@ -518,6 +518,19 @@ typedef int32_t (*mcore_backend_store_add_fn)(void *ctx,
 typedef const char *(*mcore_backend_store_error_message_fn)(void *ctx);
 
 /**
+ * Store `multi_get`: wait for all `n` keys (store timeout), then write their values one after
+ * the other into `buf` and each length into `lens[i]` (n entries), in one store round trip.
+ * When `buf_len` is smaller than the total, returns BUFFER_TOO_SMALL with `lens` filled: call
+ * again with the same keys and a buffer of the sum (served without another round trip).
+ */
+typedef int32_t (*mcore_backend_store_multi_get_fn)(void *ctx,
+                                                    const char *const *keys,
+                                                    size_t n,
+                                                    uint8_t *buf,
+                                                    size_t buf_len,
+                                                    size_t *lens);
+
+/**
  * The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
  * private to the group (keys need no group prefix). Implemented by the library over its own
  * stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
@@ -552,6 +565,10 @@ typedef struct mcore_backend_store {
    * Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
    */
   mcore_backend_store_error_message_fn error_message;
+  /**
+   * Several keys in one round trip (appended in 0.1; check `struct_size` before use).
+   */
+  mcore_backend_store_multi_get_fn multi_get;
 } mcore_backend_store;
 
 /**

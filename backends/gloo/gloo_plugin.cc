@@ -9,6 +9,9 @@
 // No C++ exception leaves this file: every slot catches, returns an mcore_status code and keeps
 // the message for `last_error` (thread-local).
 
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
 #include <mcore_init.h>
 
 #include <gloo/allreduce.h>
@@ -48,22 +51,30 @@ class CallbackStore : public gloo::rendezvous::Store {
  public:
   // `global_ranks` (group_size entries) lets messages say whose key is missing.
   CallbackStore(const mcore_backend_store* store, std::chrono::milliseconds timeout,
-                std::vector<uint32_t> global_ranks)
-      : s_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)) {}
+                std::vector<uint32_t> global_ranks, size_t self_rank)
+      : s_(store), timeout_(timeout), global_ranks_(std::move(global_ranks)), self_rank_(self_rank) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     check(s_->set(s_->ctx, key.c_str(), reinterpret_cast<const uint8_t*>(data.data()), data.size()), "set", key);
   }
 
-  // Blocks until the key exists (gloo relies on it), bounded by the group timeout.
+  // Blocks until the key exists (gloo relies on it), bounded by the group timeout. The first
+  // read of a peer's key fetches that key of every peer in one multi_get (when the library offers
+  // it), so a group's rendezvous costs a fixed number of store round trips whatever its size.
   std::vector<char> get(const std::string& key) override {
-    wait({key}, timeout_);
+    if (auto v = take_cached(key)) return std::move(*v);
+    if (prefetch_family(key)) {
+      if (auto v = take_cached(key)) return std::move(*v);
+    }
+    // One call with a buffer that usually fits; a second only when it does not.
+    std::vector<char> out(4096);
     size_t len = 0;
-    int32_t rc = s_->get(s_->ctx, key.c_str(), nullptr, 0, &len);
-    if (rc == MCORE_STATUS_OK) return {};
-    if (rc != MCORE_STATUS_BUFFER_TOO_SMALL) check(rc, "get", key);
-    std::vector<char> out(len);
-    check(s_->get(s_->ctx, key.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len), "get", key);
+    int32_t rc = s_->get(s_->ctx, key.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
+    if (rc == MCORE_STATUS_BUFFER_TOO_SMALL) {
+      out.resize(len);
+      rc = s_->get(s_->ctx, key.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
+    }
+    check(rc, "get", key);
     out.resize(len);
     return out;
   }
@@ -88,7 +99,15 @@ class CallbackStore : public gloo::rendezvous::Store {
       if (m != nullptr) detail = m;
     }
     if (detail.empty()) detail = "status " + std::to_string(rc);
-    throw StatusError(rc, std::string("store ") + op + " '" + key + "': " + detail + whose(key));
+    // Name the rank behind every key the store reports missing (else behind the key asked for).
+    std::string ranks;
+    for (size_t at = detail.find('\''); at != std::string::npos; at = detail.find('\'', at + 1)) {
+      size_t end = detail.find('\'', at + 1);
+      if (end == std::string::npos) break;
+      ranks += whose(detail.substr(at + 1, end - at - 1));
+      at = end;
+    }
+    throw StatusError(rc, std::string("store ") + op + " '" + key + "': " + detail + (ranks.empty() ? whose(key) : ranks));
   }
 
   // connectFullMesh keys each rank's pair addresses by its decimal group rank (`<r>`) and its
@@ -102,9 +121,57 @@ class CallbackStore : public gloo::rendezvous::Store {
            ", which has not joined the group)";
   }
 
+  std::optional<std::vector<char>> take_cached(const std::string& key) {
+    auto it = cache_.find(key);
+    if (it == cache_.end()) return std::nullopt;
+    std::vector<char> v = std::move(it->second);
+    cache_.erase(it);
+    return v;
+  }
+
+  // connectFullMesh reads `<r>` of every peer r, and `rank_<r>` of every lower rank r (to find
+  // its local rank): fetch exactly those keys of `key`'s family at once, so no rank waits for a
+  // key gloo itself would not. False when `key` is of neither family or there is no multi_get.
+  bool prefetch_family(const std::string& key) {
+    const bool has_multi_get = s_->struct_size >= offsetof(mcore_backend_store, multi_get) + sizeof(s_->multi_get) &&
+                               s_->multi_get != nullptr;
+    const std::string family = key.rfind("rank_", 0) == 0 ? "rank_" : "";
+    const std::string digits = key.substr(family.size());
+    if (!has_multi_get || digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos || std::stoul(digits) >= global_ranks_.size()) {
+      return false;
+    }
+    std::vector<std::string> keys;
+    const size_t end = family.empty() ? global_ranks_.size() : self_rank_;
+    for (size_t r = 0; r < end; ++r) {
+      if (r != self_rank_) keys.push_back(family + std::to_string(r));
+    }
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) return false;
+    std::vector<const char*> ptrs;
+    for (const auto& k : keys) ptrs.push_back(k.c_str());
+    std::vector<size_t> lens(keys.size());
+    std::vector<uint8_t> buf(64 * 1024);
+    int32_t rc = s_->multi_get(s_->ctx, ptrs.data(), ptrs.size(), buf.data(), buf.size(), lens.data());
+    if (rc == MCORE_STATUS_BUFFER_TOO_SMALL) {
+      size_t total = 0;
+      for (size_t l : lens) total += l;
+      buf.resize(total);
+      rc = s_->multi_get(s_->ctx, ptrs.data(), ptrs.size(), buf.data(), buf.size(), lens.data());
+    }
+    check(rc, "multi_get", key);
+    size_t at = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      cache_[keys[i]] = std::vector<char>(buf.begin() + at, buf.begin() + at + lens[i]);
+      at += lens[i];
+    }
+    return true;
+  }
+
   const mcore_backend_store* s_;
   std::chrono::milliseconds timeout_;
   std::vector<uint32_t> global_ranks_;
+  size_t self_rank_;
+  std::unordered_map<std::string, std::vector<char>> cache_;
 };
 
 struct Plugin {
@@ -190,7 +257,7 @@ int32_t gloo_create_group(void* user_data, const mcore_backend_group_info* group
     comm->ctx->setTimeout(timeout);
     std::vector<uint32_t> ranks;
     if (group->global_ranks != nullptr) ranks.assign(group->global_ranks, group->global_ranks + group->group_size);
-    CallbackStore cb(store, timeout, std::move(ranks));
+    CallbackStore cb(store, timeout, std::move(ranks), group->group_rank);
     auto device = plugin->get_device();
     comm->ctx->connectFullMesh(cb, device);
     *out_comm = comm.release();

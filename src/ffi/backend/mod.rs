@@ -85,6 +85,20 @@ pub type mcore_backend_store_add_fn = Option<
 /// (never NULL; valid until the next call on the store).
 pub type mcore_backend_store_error_message_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void) -> *const c_char>;
+/// Store `multi_get`: wait for all `n` keys (store timeout), then write their values one after
+/// the other into `buf` and each length into `lens[i]` (n entries), in one store round trip.
+/// When `buf_len` is smaller than the total, returns BUFFER_TOO_SMALL with `lens` filled: call
+/// again with the same keys and a buffer of the sum (served without another round trip).
+pub type mcore_backend_store_multi_get_fn = Option<
+    unsafe extern "C" fn(
+        ctx: *mut c_void,
+        keys: *const *const c_char,
+        n: usize,
+        buf: *mut u8,
+        buf_len: usize,
+        lens: *mut usize,
+    ) -> i32,
+>;
 
 /// The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
 /// private to the group (keys need no group prefix). Implemented by the library over its own
@@ -108,6 +122,8 @@ pub struct mcore_backend_store {
     pub add: mcore_backend_store_add_fn,
     /// Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
     pub error_message: mcore_backend_store_error_message_fn,
+    /// Several keys in one round trip (appended in 0.1; check `struct_size` before use).
+    pub multi_get: mcore_backend_store_multi_get_fn,
 }
 
 /// `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing

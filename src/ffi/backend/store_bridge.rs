@@ -14,6 +14,8 @@ use std::time::Duration;
 pub(crate) struct StoreBridge {
     store: Arc<dyn Store>,
     last_error: Mutex<CString>,
+    /// Values of a `multi_get` whose buffer was too small, for the caller's second call.
+    pending: Mutex<Option<(Vec<String>, Vec<Vec<u8>>)>>,
     c: mcore_backend_store,
 }
 
@@ -33,6 +35,7 @@ impl StoreBridge {
         let mut b = Box::new(StoreBridge {
             store,
             last_error: Mutex::new(CString::default()),
+            pending: Mutex::new(None),
             c: mcore_backend_store {
                 struct_size: std::mem::size_of::<mcore_backend_store>() as u32,
                 ctx: std::ptr::null_mut(),
@@ -41,6 +44,7 @@ impl StoreBridge {
                 wait: Some(bridge_wait),
                 add: Some(bridge_add),
                 error_message: Some(bridge_error_message),
+                multi_get: Some(bridge_multi_get),
             },
         });
         b.c.ctx = &*b as *const StoreBridge as *mut c_void;
@@ -202,6 +206,69 @@ unsafe extern "C" fn bridge_wait(
                 Duration::from_millis(timeout_ms)
             };
             b.store.wait(&owned, timeout).map_err(from_store)
+        })
+    }
+}
+
+unsafe extern "C" fn bridge_multi_get(
+    ctx: *mut c_void,
+    keys: *const *const c_char,
+    n: usize,
+    buf: *mut u8,
+    buf_len: usize,
+    lens: *mut usize,
+) -> i32 {
+    unsafe {
+        with_bridge(ctx, |b| {
+            if (keys.is_null() || lens.is_null()) && n != 0 {
+                return Err((mcore_status::InvalidArgument, format!("store multi_get: keys or lens is NULL, n {n}")));
+            }
+            let mut owned: Vec<String> = Vec::with_capacity(n);
+            for i in 0..n {
+                // SAFETY: `keys` has `n` entries (the callback contract).
+                owned.push(key_arg(*keys.add(i), "multi_get")?.to_string());
+            }
+            let cached = b.pending.lock().ok().and_then(|mut p| p.take()).filter(|(k, _)| *k == owned);
+            let values = match cached {
+                Some((_, v)) => v,
+                None => {
+                    let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+                    b.store.multi_get(&refs).map_err(|e| match e {
+                        // Name only the keys still missing (the plugin maps them to ranks).
+                        StoreError::Timeout { waited, .. } => {
+                            let missing = refs
+                                .iter()
+                                .filter(|k| !b.store.check(&[**k]).unwrap_or(false))
+                                .map(|k| k.to_string())
+                                .collect();
+                            from_store(StoreError::Timeout { keys: missing, waited })
+                        }
+                        other => from_store(other),
+                    })?
+                }
+            };
+            let total: usize = values.iter().map(Vec::len).sum();
+            // SAFETY: `lens` has `n` writable entries (the callback contract).
+            let lens = std::slice::from_raw_parts_mut(lens, n);
+            for (l, v) in lens.iter_mut().zip(&values) {
+                *l = v.len();
+            }
+            if total > buf_len || (buf.is_null() && total > 0) {
+                if let Ok(mut p) = b.pending.lock() {
+                    *p = Some((owned, values));
+                }
+                return Err((
+                    mcore_status::BufferTooSmall,
+                    format!("store multi_get: values have {total} bytes, buffer {buf_len}"),
+                ));
+            }
+            let mut at = 0;
+            for v in &values {
+                // SAFETY: `buf` has `buf_len >= total` writable bytes (checked above).
+                std::ptr::copy_nonoverlapping(v.as_ptr(), buf.add(at), v.len());
+                at += v.len();
+            }
+            Ok(())
         })
     }
 }
