@@ -1102,6 +1102,150 @@ mcore_status mcore_runtime_allreduce_sum_i64(int32_t kind, int64_t *values, size
 mcore_status mcore_runtime_barrier(int32_t kind);
 
 /**
+ * This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_tensor_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `tensor_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_tensor_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `tensor_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_tensor_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `pipeline_model_parallel` group (Megatron's `get_pipeline_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_pipeline_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_first_rank(void);
+
+/**
+ * This rank's index in its `data_parallel` group (Megatron's `get_data_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_data_parallel_rank(void);
+
+/**
+ * Size of this rank's `data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `data_parallel_with_cp` group (Megatron's `get_data_parallel_rank_with_cp`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_data_parallel_rank_with_cp(void);
+
+/**
+ * Size of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_world_size_with_cp(void);
+
+/**
+ * Global rank of the first member of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_src_rank_with_cp(void);
+
+/**
+ * This rank's index in its `context_parallel` group (Megatron's `get_context_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_context_parallel_rank(void);
+
+/**
+ * Size of this rank's `context_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_context_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `context_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_context_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `model_parallel` group (Megatron's `get_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_model_parallel` group (Megatron's `get_expert_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_tensor_parallel` group (Megatron's `get_expert_tensor_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_tensor_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_tensor_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_tensor_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_data_parallel` group (Megatron's `get_expert_data_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_data_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_data_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_data_parallel_src_rank(void);
+
+/**
  * Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
  */
 int32_t mcore_get_pipeline_model_parallel_last_rank(void);

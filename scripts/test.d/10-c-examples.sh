@@ -16,6 +16,10 @@ soname=$(readelf -d "$lib/libmcore_init.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/
 bad=$(nm -D --defined-only "$lib/libmcore_init.so" | awk '$2 ~ /^[TDBR]$/ {print $3}' | grep -v '^mcore_' || true)
 [ -z "$bad" ] || { echo "FAIL: exported symbols outside mcore_*: $bad"; exit 1; }
 pass=0; fail=0
+# Every exported function is declared in the header (cbindgen cannot see macro-generated ones).
+undeclared=$(nm -D --defined-only "$lib/libmcore_init.so" | awk '$2 == "T" {print $3}' | grep '^mcore_' \
+  | while read -r sym; do grep -q "\b$sym(" include/mcore_init.h || echo "$sym"; done)
+if [ -z "$undeclared" ]; then pass=$((pass+1)); else echo "FAIL: exported but not in include/mcore_init.h: $undeclared"; fail=$((fail+1)); fi
 for src in examples/c/*.c; do
   name=$(basename "$src" .c)
   if cc -std=c11 -Wall -Wextra -Wpedantic -Werror -Iinclude "$src" -L"$lib" -lmcore_init \

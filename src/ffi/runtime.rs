@@ -299,36 +299,195 @@ fn member(rt: &Runtime, kind: GroupKind) -> Result<&LiveGroup, FfiError> {
     })
 }
 
-macro_rules! rank_and_size_getters {
-    ($($kind:ident: $rank_fn:ident, $size_fn:ident, $src_fn:ident;)*) => {$(
-        #[doc = concat!("Megatron's `", stringify!($rank_fn), "` without the prefix: this rank's index in its `", stringify!($kind), "` group; -1 when not initialized (see the last error).")]
-        #[no_mangle]
-        pub extern "C" fn $rank_fn() -> i32 {
-            getter(|rt| Ok(member(rt, GroupKind::$kind)?.group_rank as i64))
-        }
-        #[doc = concat!("Size of this rank's `", stringify!($kind), "` group; -1 when not initialized.")]
-        #[no_mangle]
-        pub extern "C" fn $size_fn() -> i32 {
-            getter(|rt| Ok(member(rt, GroupKind::$kind)?.plan.members.len() as i64))
-        }
-        #[doc = concat!("Global rank of the first member of this rank's `", stringify!($kind), "` group; -1 when not initialized.")]
-        #[no_mangle]
-        pub extern "C" fn $src_fn() -> i32 {
-            getter(|rt| Ok(member(rt, GroupKind::$kind)?.plan.members[0] as i64))
-        }
-    )*};
+/// Which number of a rank's group a getter returns.
+enum GroupField {
+    Rank,
+    Size,
+    First,
 }
 
-rank_and_size_getters! {
-    TensorModelParallel: mcore_get_tensor_model_parallel_rank, mcore_get_tensor_model_parallel_world_size, mcore_get_tensor_model_parallel_src_rank;
-    PipelineModelParallel: mcore_get_pipeline_model_parallel_rank, mcore_get_pipeline_model_parallel_world_size, mcore_get_pipeline_model_parallel_first_rank;
-    DataParallel: mcore_get_data_parallel_rank, mcore_get_data_parallel_world_size, mcore_get_data_parallel_src_rank;
-    DataParallelWithCp: mcore_get_data_parallel_rank_with_cp, mcore_get_data_parallel_world_size_with_cp, mcore_get_data_parallel_src_rank_with_cp;
-    ContextParallel: mcore_get_context_parallel_rank, mcore_get_context_parallel_world_size, mcore_get_context_parallel_src_rank;
-    ModelParallel: mcore_get_model_parallel_rank, mcore_get_model_parallel_world_size, mcore_get_model_parallel_src_rank;
-    ExpertModelParallel: mcore_get_expert_model_parallel_rank, mcore_get_expert_model_parallel_world_size, mcore_get_expert_model_parallel_src_rank;
-    ExpertTensorParallel: mcore_get_expert_tensor_parallel_rank, mcore_get_expert_tensor_parallel_world_size, mcore_get_expert_tensor_parallel_src_rank;
-    ExpertDataParallel: mcore_get_expert_data_parallel_rank, mcore_get_expert_data_parallel_world_size, mcore_get_expert_data_parallel_src_rank;
+/// One Megatron-style getter: the field of this rank's group of `kind`, or -1 (last error set).
+fn group_getter(kind: GroupKind, field: GroupField) -> i32 {
+    getter(|rt| {
+        let g = member(rt, kind)?;
+        Ok(match field {
+            GroupField::Rank => g.group_rank as i64,
+            GroupField::Size => g.plan.members.len() as i64,
+            GroupField::First => g.plan.members[0] as i64,
+        })
+    })
+}
+
+// Written out one by one (not by a macro) so that cbindgen puts every getter in the header.
+/// This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_tensor_model_parallel_rank() -> i32 {
+    group_getter(GroupKind::TensorModelParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `tensor_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_tensor_model_parallel_world_size() -> i32 {
+    group_getter(GroupKind::TensorModelParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `tensor_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_tensor_model_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::TensorModelParallel, GroupField::First)
+}
+
+/// This rank's index in its `pipeline_model_parallel` group (Megatron's `get_pipeline_model_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_rank() -> i32 {
+    group_getter(GroupKind::PipelineModelParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_world_size() -> i32 {
+    group_getter(GroupKind::PipelineModelParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_pipeline_model_parallel_first_rank() -> i32 {
+    group_getter(GroupKind::PipelineModelParallel, GroupField::First)
+}
+
+/// This rank's index in its `data_parallel` group (Megatron's `get_data_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_rank() -> i32 {
+    group_getter(GroupKind::DataParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `data_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_world_size() -> i32 {
+    group_getter(GroupKind::DataParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `data_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::DataParallel, GroupField::First)
+}
+
+/// This rank's index in its `data_parallel_with_cp` group (Megatron's `get_data_parallel_rank_with_cp`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_rank_with_cp() -> i32 {
+    group_getter(GroupKind::DataParallelWithCp, GroupField::Rank)
+}
+
+/// Size of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_world_size_with_cp() -> i32 {
+    group_getter(GroupKind::DataParallelWithCp, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_data_parallel_src_rank_with_cp() -> i32 {
+    group_getter(GroupKind::DataParallelWithCp, GroupField::First)
+}
+
+/// This rank's index in its `context_parallel` group (Megatron's `get_context_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_context_parallel_rank() -> i32 {
+    group_getter(GroupKind::ContextParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `context_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_context_parallel_world_size() -> i32 {
+    group_getter(GroupKind::ContextParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `context_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_context_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::ContextParallel, GroupField::First)
+}
+
+/// This rank's index in its `model_parallel` group (Megatron's `get_model_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_model_parallel_rank() -> i32 {
+    group_getter(GroupKind::ModelParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_model_parallel_world_size() -> i32 {
+    group_getter(GroupKind::ModelParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_model_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::ModelParallel, GroupField::First)
+}
+
+/// This rank's index in its `expert_model_parallel` group (Megatron's `get_expert_model_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_model_parallel_rank() -> i32 {
+    group_getter(GroupKind::ExpertModelParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `expert_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_model_parallel_world_size() -> i32 {
+    group_getter(GroupKind::ExpertModelParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `expert_model_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_model_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::ExpertModelParallel, GroupField::First)
+}
+
+/// This rank's index in its `expert_tensor_parallel` group (Megatron's `get_expert_tensor_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_tensor_parallel_rank() -> i32 {
+    group_getter(GroupKind::ExpertTensorParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_tensor_parallel_world_size() -> i32 {
+    group_getter(GroupKind::ExpertTensorParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_tensor_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::ExpertTensorParallel, GroupField::First)
+}
+
+/// This rank's index in its `expert_data_parallel` group (Megatron's `get_expert_data_parallel_rank`); -1 when not
+/// initialized or not a member (see `mcore_last_error_message`).
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_data_parallel_rank() -> i32 {
+    group_getter(GroupKind::ExpertDataParallel, GroupField::Rank)
+}
+
+/// Size of this rank's `expert_data_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_data_parallel_world_size() -> i32 {
+    group_getter(GroupKind::ExpertDataParallel, GroupField::Size)
+}
+
+/// Global rank of the first member of this rank's `expert_data_parallel` group; -1 when not initialized.
+#[no_mangle]
+pub extern "C" fn mcore_get_expert_data_parallel_src_rank() -> i32 {
+    group_getter(GroupKind::ExpertDataParallel, GroupField::First)
 }
 
 /// Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
