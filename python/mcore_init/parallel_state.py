@@ -10,8 +10,9 @@ from typing import List, Optional
 from . import runtime
 from ._lib import McoreError, declare, mcore_last_error_message, mcore_status_str
 
-_NOT_INITIALIZED = 6
 _INVALID_ARGUMENT = 1
+_NOT_INITIALIZED = 6
+_NOT_MEMBER = 20
 
 
 def _getter(name):
@@ -31,7 +32,7 @@ def _call(fn, name=None):
 def _status_from(message):
     # The getters return -1 without a status code: initialized, the one other failure is
     # NOT_MEMBER (its message says so); anything else is reported as an invalid argument.
-    return 20 if "not a member" in message else _INVALID_ARGUMENT
+    return _NOT_MEMBER if "not a member" in message else _INVALID_ARGUMENT
 
 
 _G = {
@@ -199,8 +200,12 @@ def is_rank_in_embedding_group(ignore_virtual=True, vp_stage=None) -> bool:
 
 
 def _ranks(kind) -> List[int]:
-    info = runtime.group(kind)
-    return runtime.group_ranks(kind) if info is not None else []
+    try:
+        return runtime.group_ranks(kind)
+    except McoreError as exc:
+        if exc.status == _NOT_MEMBER:
+            return []
+        raise
 
 
 def get_tensor_model_parallel_group_ranks() -> List[int]:

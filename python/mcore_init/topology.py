@@ -97,7 +97,18 @@ def kind_name(kind):
 
 
 def _vp(vp_stage):
-    return -1 if vp_stage is None else int(vp_stage)
+    if vp_stage is None:
+        return -1
+    if not isinstance(vp_stage, int) or vp_stage < 0:
+        raise McoreError(1, "invalid argument", f"vp_stage {vp_stage!r} must be None or an int >= 0")
+    return vp_stage
+
+
+def _rank(rank):
+    """A global rank for a uint32 parameter: ctypes would wrap a negative one silently."""
+    if not isinstance(rank, int) or not 0 <= rank <= 0xFFFFFFFF:
+        raise McoreError(1, "invalid argument", f"rank {rank!r} must be an int in 0..2^32-1")
+    return rank
 
 
 def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
@@ -106,9 +117,7 @@ def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt
 
     Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
     """
-    cfg = into if into is not None else T.new_topology_config()
-    if into is not None:
-        check(T.mcore_topology_config_init(ctypes.byref(cfg)))
+    cfg = into if into is not None else T.new_topology_config()  # `into` was filled by its own init
     cfg.tp, cfg.pp, cfg.cp, cfg.ep = tp, pp, cp, ep
     cfg.vpp = 0 if vpp is None else vpp
     cfg.etp = 0 if etp is None else etp
@@ -188,7 +197,7 @@ class Topology:
     def group(self, kind, rank) -> Optional[GroupInfo]:
         """``rank``'s group of ``kind``, or None when the rank is in no group of that kind."""
         out = T.GroupInfoC()
-        status = _group(self.handle, rank, kind_value(kind), ctypes.byref(out))
+        status = _group(self.handle, _rank(rank), kind_value(kind), ctypes.byref(out))
         if status == T.NOT_MEMBER:
             return None
         check(status)
@@ -196,7 +205,7 @@ class Topology:
 
     def group_ranks(self, kind, rank) -> List[int]:
         """The global ranks of ``rank``'s group of ``kind``, ascending ([] when not a member)."""
-        k = kind_value(kind)
+        k, rank = kind_value(kind), _rank(rank)
         try:
             return T.read_two_call(lambda buf, n, out: _group_ranks(self.handle, rank, k, buf, n, out), ctypes.c_uint32)
         except McoreError as exc:
@@ -219,12 +228,12 @@ class Topology:
 
     def pipeline(self, rank) -> PipelineInfo:
         out = T.PipelineInfoC()
-        check(_pipeline(self.handle, rank, ctypes.byref(out)))
+        check(_pipeline(self.handle, _rank(rank), ctypes.byref(out)))
         return PipelineInfo(*(getattr(out, f) for f, _ in T.PipelineInfoC._fields_))
 
     def _flag(self, fn, rank, vp_stage):
         out = ctypes.c_bool()
-        check(fn(self.handle, rank, _vp(vp_stage), ctypes.byref(out)))
+        check(fn(self.handle, _rank(rank), _vp(vp_stage), ctypes.byref(out)))
         return out.value
 
     def is_pipeline_first_stage(self, rank, vp_stage=None) -> bool:

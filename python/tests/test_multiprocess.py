@@ -106,3 +106,24 @@ def test_layout_example_prints_layout_and_seeds():
     bad = subprocess.run([sys.executable, str(script), "--world-size", "6", "--tp", "4"],
                          capture_output=True, text=True, timeout=60, env=child_env())
     assert bad.returncode != 0 and "6" in bad.stderr
+
+
+MISMATCH = r"""
+import json, os, sys
+from mcore_init import McoreError, parallel_state as ps
+tp = 2 if os.environ["RANK"] == "0" else 1
+try:
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, backend=sys.argv[1], timeout=20)
+    print(json.dumps({"ok": True}))
+except McoreError as exc:
+    print(json.dumps({"status": exc.status, "message": exc.message, "up": ps.model_parallel_is_initialized()}))
+"""
+
+
+def test_ranks_started_with_different_layouts_fail_with_config_mismatch():
+    plugin = str(gloo_plugin())
+    outs = _run_ranks(lambda r: [sys.executable, "-c", MISMATCH, plugin], 2, timeout=90)
+    for o in outs:
+        assert o.get("status") == 8, o  # CONFIG_MISMATCH
+        assert o["up"] is False
+    assert any("1" in o["message"] for o in outs)

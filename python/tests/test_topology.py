@@ -211,6 +211,14 @@ def test_non_member_and_out_of_range_rank():
         with pytest.raises(McoreError) as info:
             topo.group("tensor_model_parallel", 4)
         assert "4" in info.value.message
+        with pytest.raises(McoreError) as info:
+            topo.group_ranks("tensor_model_parallel", -1)
+        assert "-1" in info.value.message
+    with Topology(4, pp=2, vpp=2) as topo:
+        assert topo.is_pipeline_last_stage(2, vp_stage=1) and not topo.is_pipeline_last_stage(2, vp_stage=0)
+        with pytest.raises(McoreError) as info:
+            topo.is_pipeline_first_stage(0, vp_stage=2)  # virtual stages are 0 and 1
+        assert info.value.status == 3 and "2" in info.value.message
 
 
 def test_closed_topology_refuses_queries():
