@@ -127,3 +127,56 @@ def test_ranks_started_with_different_layouts_fail_with_config_mismatch():
         assert o.get("status") == 8, o  # CONFIG_MISMATCH
         assert o["up"] is False
     assert any("1" in o["message"] for o in outs)
+
+
+GETTERS = r"""
+import json, sys
+from mcore_init import parallel_state as ps
+ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                             virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=2,
+                             expert_tensor_parallel_size=1,
+                             backend=sys.argv[1], timeout=30)
+names = [n for n in dir(ps) if n.startswith("get_") and not n.endswith("group_ranks")]
+out = {n: getattr(ps, n)() for n in names}
+out.update({n: getattr(ps, n)() for n in dir(ps) if n.endswith("group_ranks")})
+out["stages"] = [[ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=k),
+                  ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=k)] for k in range(2)]
+out["stages_ignoring_virtual"] = [ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()]
+try:
+    ps.is_pipeline_first_stage(ignore_virtual=False)
+except Exception as exc:
+    out["vp_stage_required"] = str(exc)
+ps.destroy_model_parallel()
+print(json.dumps(out))
+"""
+
+
+def test_four_processes_tp2_pp2_vpp2_ep2_etp1_getters_match_the_topology():
+    from mcore_init.topology import Topology
+
+    plugin = str(gloo_plugin())
+    outs = _run_ranks(lambda r: [sys.executable, "-c", GETTERS, plugin], 4)
+    with Topology(4, tp=2, pp=2, vpp=2, ep=2, etp=1) as t:
+        for r, o in enumerate(outs):
+            pipe = t.pipeline(r)
+            kinds = {"tensor_model_parallel": "tensor_model_parallel", "pipeline_model_parallel": "pipeline_model_parallel",
+                     "data_parallel": "data_parallel", "context_parallel": "context_parallel",
+                     "expert_model_parallel": "expert_model_parallel", "expert_tensor_parallel": "expert_tensor_parallel",
+                     "expert_data_parallel": "expert_data_parallel"}
+            for prefix, kind in kinds.items():
+                g = t.group(kind, r)
+                assert o[f"get_{prefix}_rank"] == g.rank, (r, prefix)
+                assert o[f"get_{prefix}_world_size"] == g.size, (r, prefix)
+            for name in ("tensor_model_parallel", "pipeline_model_parallel", "data_parallel", "context_parallel",
+                         "model_parallel", "embedding", "position_embedding", "expert_model_parallel",
+                         "expert_tensor_parallel", "expert_data_parallel", "tensor_and_data_parallel"):
+                assert o[f"get_{name}_group_ranks"] == t.group_ranks(name, r), (r, name)
+            assert o["get_tensor_model_parallel_src_rank"] == t.group_ranks("tensor_model_parallel", r)[0]
+            assert o["get_data_parallel_src_rank"] == t.group_ranks("data_parallel", r)[0]
+            assert o["get_model_parallel_src_rank"] == t.group_ranks("model_parallel", r)[0]
+            assert [o[f"get_pipeline_model_parallel_{k}_rank"] for k in ("first", "last", "next", "prev")] == \
+                [pipe.first, pipe.last, pipe.next, pipe.prev]
+            assert o["get_virtual_pipeline_model_parallel_world_size"] == 2
+            assert o["stages"] == [[t.is_pipeline_first_stage(r, k), t.is_pipeline_last_stage(r, k)] for k in range(2)]
+            assert o["stages_ignoring_virtual"] == [pipe.stage == 0, pipe.stage == 1]
+            assert "vp_stage must be passed" in o["vp_stage_required"]
