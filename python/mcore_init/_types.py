@@ -47,6 +47,10 @@ class InitArgs(ctypes.Structure):
         ("backend", ctypes.c_char_p),
         ("timeout_ms", u64),
         ("verify", ctypes.c_bool),
+        ("seed_rng", ctypes.c_bool),
+        ("seed", ctypes.c_int64),
+        ("seed_policy", ctypes.c_char_p),
+        ("data_parallel_random_init", ctypes.c_bool),
     ]
 
 

@@ -159,6 +159,15 @@ class Tracker:
             raise McoreError(-1, "tracker create failed", mcore_last_error_message().decode())
         self._handle = handle
 
+    @classmethod
+    def from_handle(cls, handle):
+        """Own an ``mcore_rng_tracker*`` made elsewhere (e.g. ``mcore_runtime_rng_tracker``)."""
+        if not handle:
+            raise ValueError("NULL tracker handle")
+        self = cls.__new__(cls)
+        self._topology, self._rank, self._handle = None, 0, ctypes.c_void_p(handle)
+        return self
+
     def close(self):
         handle, self._handle = self._handle, None
         if handle is not None:

@@ -24,14 +24,18 @@ _group_ranks = declare(
 _communicator = declare("mcore_runtime_communicator", _status, ctypes.c_int32, _P(ctypes.c_void_p))
 _allreduce = declare("mcore_runtime_allreduce_sum_i64", _status, ctypes.c_int32, _P(ctypes.c_int64), ctypes.c_size_t)
 _barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
+_rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
 
 
 def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
-               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True) -> bool:
+               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
+               seed_policy="megatron", data_parallel_random_init=False) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
-    default, ``$MCORE_INIT_TIMEOUT`` or 300 s). Returns True when it was already initialized
-    with the same settings (nothing done); other settings raise ALREADY_INITIALIZED."""
+    default, ``$MCORE_INIT_TIMEOUT`` or 300 s). With ``seed``, the rank's RNG streams are seeded
+    under ``seed_policy`` ("megatron", "roll", "sharded:<kind>,...") and :func:`rng_tracker`
+    hands them out. Returns True when it was already initialized with the same settings
+    (nothing done); other settings raise ALREADY_INITIALIZED."""
     args = T.new_init_args()
     _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology)
     backend_b = backend.encode() if backend is not None else None
@@ -41,9 +45,13 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
             raise ValueError(f"timeout {timeout!r} must be positive seconds (None = library default)")
         args.timeout_ms = max(1, int(timeout * 1000))
     args.verify = bool(verify)
+    policy_b = seed_policy.encode() if seed_policy is not None else None
+    if seed is not None:
+        args.seed_rng, args.seed, args.seed_policy = True, seed, policy_b
+        args.data_parallel_random_init = bool(data_parallel_random_init)
     already = ctypes.c_bool(False)
     check(_initialize(ctypes.byref(args), ctypes.byref(already)))
-    del keep, backend_b
+    del keep, backend_b, policy_b
     return already.value
 
 
@@ -96,3 +104,13 @@ def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
 def barrier(kind="tensor_model_parallel"):
     """Wait until every member of this rank's group of ``kind`` arrives."""
     check(_barrier(kind_value(kind)))
+
+
+def rng_tracker():
+    """A :class:`mcore_init.rng.Tracker` on this rank's RNG streams, seeded at init (``seed=``);
+    it stays valid after :func:`destroy`. NOT_INITIALIZED when initialized without a seed."""
+    from .rng import Tracker
+
+    out = ctypes.c_void_p()
+    check(_rng_tracker(ctypes.byref(out)))
+    return Tracker.from_handle(out.value)

@@ -3,9 +3,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from conftest import REPO, child_env, free_port, gloo_plugin
 
@@ -29,6 +26,10 @@ out = {
     "sum": runtime.allreduce_sum("tensor_model_parallel", [rank, 1, 10 ** 12]),
 }
 runtime.barrier("data_parallel")
+try:
+    runtime.rng_tracker()
+except Exception as exc:
+    out["tracker_without_seed"] = exc.status_name
 ps.destroy_model_parallel()
 out["after_destroy"] = ps.model_parallel_is_initialized()
 try:
@@ -78,6 +79,7 @@ def test_four_processes_tp2_getters_and_allreduce():
         assert o["sum"] == [2 * base + 1, 2, 2 * 10 ** 12]
         assert o["after_destroy"] is False
         assert o["error_after_destroy"] == "not initialized"
+        assert o["tracker_without_seed"] == "not initialized"
 
 
 def test_train_init_example_under_two_ranks():
@@ -132,10 +134,12 @@ def test_ranks_started_with_different_layouts_fail_with_config_mismatch():
 GETTERS = r"""
 import json, sys
 from mcore_init import parallel_state as ps
+from mcore_init import runtime
 ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                              virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=2,
                              expert_tensor_parallel_size=1,
-                             backend=sys.argv[1], timeout=30)
+                             backend=sys.argv[1], timeout=30, seed=1234)
+tracker = runtime.rng_tracker()
 names = [n for n in dir(ps) if n.startswith("get_") and not n.endswith("group_ranks")]
 out = {n: getattr(ps, n)() for n in names}
 out.update({n: getattr(ps, n)() for n in dir(ps) if n.endswith("group_ranks")})
@@ -147,11 +151,15 @@ try:
 except Exception as exc:
     out["vp_stage_required"] = str(exc)
 ps.destroy_model_parallel()
+out["fork_after_destroy"] = [tracker.fork("model-parallel-rng", 5), tracker.fork("model-parallel-rng", 1)]
+out["default_state"] = tracker.get_state("default")
+tracker.close()
 print(json.dumps(out))
 """
 
 
 def test_four_processes_tp2_pp2_vpp2_ep2_etp1_getters_match_the_topology():
+    from mcore_init.rng import stream_seeds
     from mcore_init.topology import Topology
 
     plugin = str(gloo_plugin())
@@ -180,3 +188,7 @@ def test_four_processes_tp2_pp2_vpp2_ep2_etp1_getters_match_the_topology():
             assert o["stages"] == [[t.is_pipeline_first_stage(r, k), t.is_pipeline_last_stage(r, k)] for k in range(2)]
             assert o["stages_ignoring_virtual"] == [pipe.stage == 0, pipe.stage == 1]
             assert "vp_stage must be passed" in o["vp_stage_required"]
+            seeds = stream_seeds(t, r, 1234)  # the megatron policy, from the layout alone
+            model = seeds["model-parallel-rng"]
+            assert o["fork_after_destroy"] == [[model, 0], [model, 8]]
+            assert o["default_state"] == [seeds["default"], 0]
