@@ -104,11 +104,20 @@ def _vp(vp_stage):
     return vp_stage
 
 
+def _int_arg(name, value, lo, hi):
+    """An int for a fixed-width C parameter: ctypes would wrap or truncate it silently."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise McoreError(1, "invalid argument", f"{name} {value!r} must be an int in {lo}..{hi}")
+    return value
+
+
 def _rank(rank):
-    """A global rank for a uint32 parameter: ctypes would wrap a negative one silently."""
-    if not isinstance(rank, int) or not 0 <= rank <= 0xFFFFFFFF:
-        raise McoreError(1, "invalid argument", f"rank {rank!r} must be an int in 0..2^32-1")
-    return rank
+    return _int_arg("rank", rank, 0, 0xFFFFFFFF)
+
+
+def _size(name, value):
+    # Negative sizes go through: the library names them in its error.
+    return _int_arg(name, value, -(2**31), 2**31 - 1)
 
 
 def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
@@ -118,16 +127,16 @@ def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt
     Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
     """
     cfg = into if into is not None else T.new_topology_config()  # `into` was filled by its own init
-    cfg.tp, cfg.pp, cfg.cp, cfg.ep = tp, pp, cp, ep
-    cfg.vpp = 0 if vpp is None else vpp
-    cfg.etp = 0 if etp is None else etp
-    cfg.dist_opt_instances = dist_opt_instances
+    cfg.tp, cfg.pp, cfg.cp, cfg.ep = _size("tp", tp), _size("pp", pp), _size("cp", cp), _size("ep", ep)
+    cfg.vpp = 0 if vpp is None else _size("vpp", vpp)
+    cfg.etp = 0 if etp is None else _size("etp", etp)
+    cfg.dist_opt_instances = _size("dist_opt_instances", dist_opt_instances)
     order_b = order.encode() if order is not None else None
     cfg.order = order_b
-    cfg.rank_offset = rank_offset
+    cfg.rank_offset = _int_arg("rank_offset", rank_offset, 0, 0xFFFFFFFF)
     hcp_arr = None
     if hcp:
-        hcp_arr = (ctypes.c_int32 * len(hcp))(*hcp)
+        hcp_arr = (ctypes.c_int32 * len(hcp))(*[_size("hcp", h) for h in hcp])
         cfg.hcp = ctypes.cast(hcp_arr, ctypes.POINTER(ctypes.c_int32))
         cfg.hcp_len = len(hcp)
     return cfg, (order_b, hcp_arr)
@@ -140,9 +149,8 @@ class Topology:
     def __init__(self, world_size, tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None,
                  dist_opt_instances=1, order="tp-cp-ep-dp-pp", rank_offset=0):
         self._handle = None
+        _int_arg("world_size", world_size, 0, 0xFFFFFFFF)
         cfg, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, rank_offset)
-        if not isinstance(world_size, int) or world_size < 0 or world_size > 0xFFFFFFFF:
-            raise ValueError(f"world_size {world_size!r} must be an int in 0..2^32-1")
         handle = c_topo_p()
         check(_create(ctypes.byref(cfg), world_size, ctypes.byref(handle)))
         del keep  # create copied the order string and the hcp sizes

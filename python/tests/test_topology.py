@@ -175,6 +175,8 @@ def test_every_config_megatron_rejects_is_rejected():
         (dict(world_size=8, tp=-2), "-2"),
         (dict(world_size=8, order="tp-xy-dp"), "xy"),
         (dict(world_size=8, cp=4, hcp=[2, 3]), "[2, 3]"),
+        (dict(world_size=8, tp=2**32 + 2), str(2**32 + 2)),
+        (dict(world_size=-8), "-8"),
     ],
 )
 def test_invalid_config_raises_naming_the_value(kwargs, named):
