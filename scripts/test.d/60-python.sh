@@ -8,9 +8,8 @@ venv=$root/target/py-venv
 if [ ! -x "$venv/bin/pytest" ]; then
   python3 -m venv "$venv" && "$venv/bin/pip" install -q pytest || { echo "python: 0 passed, 1 failed (cannot install pytest)"; exit 1; }
 fi
-if [ ! -f "$root/target/release/libmcore_init.so" ]; then
-  cargo build --release --locked --lib >/dev/null || { echo "python: 0 passed, 1 failed (cannot build libmcore_init.so)"; exit 1; }
-fi
+# incremental: a no-op when the library is current, a rebuild when the Rust sources changed
+cargo build --release --locked --lib >/dev/null 2>&1 || { echo "python: 0 passed, 1 failed (cannot build libmcore_init.so)"; exit 1; }
 plugin=$root/target/gloo-plugin/libmcore_init_gloo.so
 if [ ! -f "$plugin" ]; then
   cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build target/gloo-plugin -j 2 >/dev/null
