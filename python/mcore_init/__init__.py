@@ -1,5 +1,11 @@
-"""mcore_init: Megatron-Core's parallel state (topology, RNG seeds, runtime init) via ctypes."""
+"""mcore_init: Megatron-Core's parallel state (topology, RNG seeds, runtime init) via ctypes.
+
+Modules: :mod:`~mcore_init.topology` (layouts without processes), :mod:`~mcore_init.rng`
+(policy seeds, tracker, Philox), :mod:`~mcore_init.runtime` (this process's initialization and
+groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names).
+"""
 
 from ._lib import ABI_VERSION, McoreError, version
+from .topology import GroupInfo, PipelineInfo, Sizes, Topology
 
-__all__ = ["ABI_VERSION", "McoreError", "version"]
+__all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes"]

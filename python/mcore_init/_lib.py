@@ -54,11 +54,16 @@ def _load():
 lib = _load()
 
 
+#: Every function declared so far, by name (the tests check nothing is used undeclared).
+DECLARED = {}
+
+
 def declare(name, restype, *argtypes):
     """Declare ``name``'s signature on the loaded library and return the function."""
     fn = getattr(lib, name)
     fn.restype = restype
     fn.argtypes = list(argtypes)
+    DECLARED[name] = fn
     return fn
 
 

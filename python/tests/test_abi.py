@@ -25,3 +25,31 @@ def test_check_raises_with_status_name():
     else:
         raise AssertionError("check(9) did not raise")
     assert _lib.check(0) == 0
+
+
+def test_every_function_of_every_module_is_declared():
+    import mcore_init.parallel_state
+    import mcore_init.rng
+    import mcore_init.runtime
+    import mcore_init.topology
+    from mcore_init import _types
+
+    seen = 0
+    for mod in (_lib, _types, mcore_init.topology, mcore_init.rng, mcore_init.runtime, mcore_init.parallel_state):
+        values = list(vars(mod).values())
+        values += [v for d in values if isinstance(d, dict) for v in d.values()]
+        for fn in values:
+            if isinstance(fn, ctypes._CFuncPtr):
+                assert fn.argtypes is not None, fn.__name__
+                assert _lib.DECLARED.get(fn.__name__) is fn, f"{fn.__name__} not declared through declare()"
+                seen += 1
+    assert seen > 60
+
+
+def test_mirrors_match_library_struct_sizes():
+    from mcore_init import _types
+
+    assert _types.new_topology_config().struct_size == ctypes.sizeof(_types.TopologyConfig)
+    assert _types.new_init_args().struct_size == ctypes.sizeof(_types.InitArgs)
+    assert _types.new_rng_coords().struct_size == ctypes.sizeof(_types.RngCoords)
+    assert _types.new_init_args().topology.struct_size == ctypes.sizeof(_types.TopologyConfig)

@@ -1,0 +1,155 @@
+"""ctypes mirrors of the header's structs (field for field, same order and C types).
+
+Function-pointer fields the bindings never set (embedding callbacks, finalizers) are mirrored as
+``c_void_p``: same size and alignment as a C function pointer, left NULL.
+At import the sizes that ``*_init`` functions record in ``struct_size`` are compared with the
+mirrors, so a header change that moves fields is an ImportError rather than memory corruption.
+"""
+
+import ctypes
+
+from ._lib import check, declare, lib
+
+c_size_t = ctypes.c_size_t
+u32 = ctypes.c_uint32
+u64 = ctypes.c_uint64
+i32 = ctypes.c_int32
+
+#: ``MCORE_RNG_NAME_MAX``: bytes of ``mcore_rng_named_seed.name``, NUL included.
+RNG_NAME_MAX = 32
+
+
+class TopologyConfig(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("tp", i32),
+        ("pp", i32),
+        ("vpp", i32),
+        ("cp", i32),
+        ("hcp", ctypes.POINTER(i32)),
+        ("hcp_len", c_size_t),
+        ("ep", i32),
+        ("etp", i32),
+        ("dist_opt_instances", i32),
+        ("order", ctypes.c_char_p),
+        ("rank_offset", u32),
+        ("embedding_ranks", ctypes.c_void_p),
+        ("position_embedding_ranks", ctypes.c_void_p),
+        ("user_data", ctypes.c_void_p),
+        ("user_data_free", ctypes.c_void_p),
+    ]
+
+
+class InitArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("topology", TopologyConfig),
+        ("backend", ctypes.c_char_p),
+        ("timeout_ms", u64),
+        ("verify", ctypes.c_bool),
+        ("seed_rng", ctypes.c_bool),
+        ("seed", ctypes.c_int64),
+        ("seed_policy", ctypes.c_char_p),
+        ("data_parallel_random_init", ctypes.c_bool),
+    ]
+
+
+class GroupInfoC(ctypes.Structure):
+    _fields_ = [("index", u64), ("rank", u32), ("size", u32)]
+
+
+class TopologySizesC(ctypes.Structure):
+    _fields_ = [
+        (name, u32)
+        for name in (
+            "world_size", "rank_offset", "tp", "pp", "vpp", "cp", "hcp_levels",
+            "ep", "etp", "dp", "expert_dp", "dist_opt_instances",
+        )
+    ]
+
+
+class PipelineInfoC(ctypes.Structure):
+    _fields_ = [(name, u32) for name in ("stage", "num_stages", "first", "last", "next", "prev")]
+
+
+class RngCoords(ctypes.Structure):
+    _fields_ = [("struct_size", u32)] + [
+        (name, u32) for name in ("world_size", "rank", "pp_rank", "dp_rank", "tp_rank", "cp_rank", "ep_rank", "etp_rank")
+    ] + [("layout_fingerprint", u64)]
+
+
+class RngGroupPosition(ctypes.Structure):
+    _fields_ = [("rank", u32), ("size", u32)]
+
+
+class RngState(ctypes.Structure):
+    _fields_ = [("seed", u64), ("offset", u64)]
+
+
+class RngNamedSeed(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * RNG_NAME_MAX), ("seed", u64)]
+
+
+mcore_topology_config_init = declare("mcore_topology_config_init", ctypes.c_int32, ctypes.POINTER(TopologyConfig))
+mcore_init_args_init = declare("mcore_init_args_init", ctypes.c_int32, ctypes.POINTER(InitArgs))
+mcore_rng_coords_default = declare("mcore_rng_coords_default", ctypes.c_int32, ctypes.POINTER(RngCoords))
+
+
+def _recorded_size(init, mirror, size_type):
+    """Run ``init`` on a zeroed buffer far larger than the mirror; read back its struct_size."""
+    buf = (ctypes.c_uint8 * 4096)()
+    check(init(ctypes.cast(buf, ctypes.POINTER(mirror))))
+    return size_type.from_buffer(buf).value
+
+
+for _init, _mirror, _size_type in (
+    (mcore_topology_config_init, TopologyConfig, c_size_t),
+    (mcore_init_args_init, InitArgs, c_size_t),
+    (mcore_rng_coords_default, RngCoords, u32),
+):
+    _size = _recorded_size(_init, _mirror, _size_type)
+    if _size != ctypes.sizeof(_mirror):
+        raise ImportError(
+            f"{_mirror.__name__}: the library's struct is {_size} bytes, the ctypes mirror "
+            f"{ctypes.sizeof(_mirror)}; loaded from {lib._name}"
+        )
+
+
+def new_topology_config():
+    cfg = TopologyConfig()
+    check(mcore_topology_config_init(ctypes.byref(cfg)))
+    return cfg
+
+
+def new_init_args():
+    args = InitArgs()
+    check(mcore_init_args_init(ctypes.byref(args)))
+    return args
+
+
+def new_rng_coords():
+    coords = RngCoords()
+    check(mcore_rng_coords_default(ctypes.byref(coords)))
+    return coords
+
+
+def read_two_call(call, elem_type, first_guess=8):
+    """The header's buffer pattern: ``call(buf, len, &out_len)``; grow to ``out_len`` once on
+    BUFFER_TOO_SMALL. Returns the filled ctypes array slice as a list."""
+    n = c_size_t(0)
+    cap = first_guess
+    for _ in range(3):
+        buf = (elem_type * cap)()
+        status = call(buf, cap, ctypes.byref(n))
+        if status == BUFFER_TOO_SMALL and n.value > cap:
+            cap = n.value
+            continue
+        check(status)
+        return buf[: n.value]
+    check(status)
+    raise AssertionError("unreachable")
+
+
+#: ``MCORE_STATUS_BUFFER_TOO_SMALL`` and ``MCORE_STATUS_NOT_MEMBER``.
+BUFFER_TOO_SMALL = 16
+NOT_MEMBER = 20

@@ -1,0 +1,274 @@
+"""Megatron-Core's ``parallel_state`` getter names over the library's runtime, for tools that
+need the layout (ranks, sizes, stages) without torch. Process groups are rank lists here:
+``get_*_group_ranks()``. Every getter raises :class:`McoreError` when the library reports an
+error (not initialized, not a member).
+"""
+
+import ctypes
+from typing import List, Optional
+
+from . import runtime
+from ._lib import McoreError, declare, mcore_last_error_message, mcore_status_str
+
+_INVALID_ARGUMENT = 1
+_NOT_INITIALIZED = 6
+_NOT_MEMBER = 20
+
+
+def _getter(name):
+    return declare(name, ctypes.c_int32)
+
+
+def _call(fn, name=None):
+    value = fn()
+    if value < 0:
+        name = name or fn.__name__
+        message = mcore_last_error_message().decode()
+        status = _NOT_INITIALIZED if not runtime.is_initialized() else _status_from(message)
+        raise McoreError(status, mcore_status_str(status).decode(), f"{name}: {message}")
+    return value
+
+
+def _status_from(message):
+    # The getters return -1 without a status code: initialized, the one other failure is
+    # NOT_MEMBER (its message says so); anything else is reported as an invalid argument.
+    return _NOT_MEMBER if "not a member" in message else _INVALID_ARGUMENT
+
+
+_G = {
+    name: _getter(f"mcore_{name}")
+    for name in (
+        "get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size", "get_tensor_model_parallel_src_rank",
+        "get_pipeline_model_parallel_rank", "get_pipeline_model_parallel_world_size",
+        "get_pipeline_model_parallel_first_rank", "get_pipeline_model_parallel_last_rank",
+        "get_pipeline_model_parallel_next_rank", "get_pipeline_model_parallel_prev_rank",
+        "get_data_parallel_rank", "get_data_parallel_world_size", "get_data_parallel_src_rank",
+        "get_data_parallel_rank_with_cp", "get_data_parallel_world_size_with_cp", "get_data_parallel_src_rank_with_cp",
+        "get_context_parallel_rank", "get_context_parallel_world_size",
+        "get_model_parallel_rank", "get_model_parallel_world_size", "get_model_parallel_src_rank",
+        "get_expert_model_parallel_rank", "get_expert_model_parallel_world_size",
+        "get_expert_tensor_parallel_rank", "get_expert_tensor_parallel_world_size",
+        "get_expert_data_parallel_rank", "get_expert_data_parallel_world_size",
+        "get_virtual_pipeline_model_parallel_world_size",
+    )
+}
+_stage_fns = {
+    name: declare(f"mcore_{name}", ctypes.c_int32, ctypes.c_int32)
+    for name in ("is_pipeline_first_stage", "is_pipeline_last_stage", "is_rank_in_embedding_group")
+}
+
+
+def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                              virtual_pipeline_model_parallel_size=None, context_parallel_size=1,
+                              hierarchical_context_parallel_sizes=None, expert_model_parallel_size=1,
+                              expert_tensor_parallel_size=None, num_distributed_optimizer_instances=1,
+                              order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True,
+                              seed=None, seed_policy="megatron", data_parallel_random_init=False) -> bool:
+    """Megatron's ``initialize_model_parallel`` arguments → :func:`mcore_init.runtime.initialize`
+    (rendezvous from the environment); ``seed`` also seeds the rank's RNG streams
+    (:func:`mcore_init.runtime.rng_tracker`). Returns True when it was already up with these settings."""
+    return runtime.initialize(
+        tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, vpp=virtual_pipeline_model_parallel_size,
+        cp=context_parallel_size, hcp=hierarchical_context_parallel_sizes, ep=expert_model_parallel_size,
+        etp=expert_tensor_parallel_size, dist_opt_instances=num_distributed_optimizer_instances, order=order,
+        backend=backend, timeout=timeout, verify=verify, seed=seed, seed_policy=seed_policy,
+        data_parallel_random_init=data_parallel_random_init,
+    )
+
+
+def model_parallel_is_initialized() -> bool:
+    return runtime.is_initialized()
+
+
+def destroy_model_parallel():
+    runtime.destroy()
+
+
+def get_tensor_model_parallel_rank() -> int:
+    return _call(_G["get_tensor_model_parallel_rank"])
+
+
+def get_tensor_model_parallel_world_size() -> int:
+    return _call(_G["get_tensor_model_parallel_world_size"])
+
+
+def get_tensor_model_parallel_src_rank() -> int:
+    return _call(_G["get_tensor_model_parallel_src_rank"])
+
+
+def get_pipeline_model_parallel_rank() -> int:
+    return _call(_G["get_pipeline_model_parallel_rank"])
+
+
+def get_pipeline_model_parallel_world_size() -> int:
+    return _call(_G["get_pipeline_model_parallel_world_size"])
+
+
+def get_pipeline_model_parallel_first_rank() -> int:
+    return _call(_G["get_pipeline_model_parallel_first_rank"])
+
+
+def get_pipeline_model_parallel_last_rank() -> int:
+    return _call(_G["get_pipeline_model_parallel_last_rank"])
+
+
+def get_pipeline_model_parallel_next_rank() -> int:
+    return _call(_G["get_pipeline_model_parallel_next_rank"])
+
+
+def get_pipeline_model_parallel_prev_rank() -> int:
+    return _call(_G["get_pipeline_model_parallel_prev_rank"])
+
+
+def _dp(base, with_context_parallel):
+    return _call(_G[base + ("_with_cp" if with_context_parallel else "")])
+
+
+def get_data_parallel_rank(with_context_parallel=False) -> int:
+    return _dp("get_data_parallel_rank", with_context_parallel)
+
+
+def get_data_parallel_world_size(with_context_parallel=False) -> int:
+    return _dp("get_data_parallel_world_size", with_context_parallel)
+
+
+def get_data_parallel_src_rank(with_context_parallel=False) -> int:
+    return _dp("get_data_parallel_src_rank", with_context_parallel)
+
+
+def get_context_parallel_rank() -> int:
+    return _call(_G["get_context_parallel_rank"])
+
+
+def get_context_parallel_world_size() -> int:
+    return _call(_G["get_context_parallel_world_size"])
+
+
+def get_model_parallel_src_rank() -> int:
+    return _call(_G["get_model_parallel_src_rank"])
+
+
+def get_expert_model_parallel_rank() -> int:
+    return _call(_G["get_expert_model_parallel_rank"])
+
+
+def get_expert_model_parallel_world_size() -> int:
+    return _call(_G["get_expert_model_parallel_world_size"])
+
+
+def get_expert_tensor_parallel_rank() -> int:
+    return _call(_G["get_expert_tensor_parallel_rank"])
+
+
+def get_expert_tensor_parallel_world_size() -> int:
+    return _call(_G["get_expert_tensor_parallel_world_size"])
+
+
+def get_expert_data_parallel_rank() -> int:
+    return _call(_G["get_expert_data_parallel_rank"])
+
+
+def get_expert_data_parallel_world_size() -> int:
+    return _call(_G["get_expert_data_parallel_world_size"])
+
+
+def get_virtual_pipeline_model_parallel_world_size() -> Optional[int]:
+    """The virtual pipeline size, or None without an interleaved schedule (as Megatron)."""
+    return _call(_G["get_virtual_pipeline_model_parallel_world_size"]) or None
+
+
+def _stage(name, ignore_virtual, vp_stage):
+    vp = -1
+    if not ignore_virtual and get_virtual_pipeline_model_parallel_world_size() is not None:
+        if vp_stage is None:
+            raise McoreError(_INVALID_ARGUMENT, "invalid argument", "vp_stage must be passed if virtual pipeline is enabled")
+        vp = vp_stage
+    return bool(_call(lambda: _stage_fns[name](vp), f"mcore_{name}"))
+
+
+def is_pipeline_first_stage(ignore_virtual=True, vp_stage=None) -> bool:
+    """First pipeline stage; with ``ignore_virtual=False`` under a virtual pipeline also
+    ``vp_stage == 0`` (``vp_stage`` then required)."""
+    return _stage("is_pipeline_first_stage", ignore_virtual, vp_stage)
+
+
+def is_pipeline_last_stage(ignore_virtual=True, vp_stage=None) -> bool:
+    """Last pipeline stage; with ``ignore_virtual=False`` under a virtual pipeline also the last
+    virtual stage (``vp_stage`` then required)."""
+    return _stage("is_pipeline_last_stage", ignore_virtual, vp_stage)
+
+
+def is_rank_in_embedding_group(ignore_virtual=True, vp_stage=None) -> bool:
+    return _stage("is_rank_in_embedding_group", ignore_virtual, vp_stage)
+
+
+def _ranks(kind) -> List[int]:
+    try:
+        return runtime.group_ranks(kind)
+    except McoreError as exc:
+        if exc.status == _NOT_MEMBER:
+            return []
+        raise
+
+
+def get_tensor_model_parallel_group_ranks() -> List[int]:
+    return _ranks("tensor_model_parallel")
+
+
+def get_pipeline_model_parallel_group_ranks() -> List[int]:
+    return _ranks("pipeline_model_parallel")
+
+
+def get_data_parallel_group_ranks(with_context_parallel=False, partial_data_parallel=False) -> List[int]:
+    if partial_data_parallel:
+        if not with_context_parallel:
+            raise McoreError(_INVALID_ARGUMENT, "invalid argument",
+                             "partial_data_parallel=True needs with_context_parallel=True (as in Megatron)")
+        return _ranks("intra_partial_data_parallel_with_cp")
+    return _ranks("data_parallel_with_cp" if with_context_parallel else "data_parallel")
+
+
+def get_context_parallel_group_ranks() -> List[int]:
+    return _ranks("context_parallel")
+
+
+def get_model_parallel_group_ranks() -> List[int]:
+    return _ranks("model_parallel")
+
+
+def get_tensor_and_data_parallel_group_ranks(with_context_parallel=False) -> List[int]:
+    return _ranks("tensor_and_data_parallel_with_cp" if with_context_parallel else "tensor_and_data_parallel")
+
+
+def get_tensor_and_context_parallel_group_ranks() -> List[int]:
+    return _ranks("tensor_and_context_parallel")
+
+
+def get_embedding_group_ranks() -> List[int]:
+    """Empty when this rank is in no embedding group."""
+    return _ranks("embedding")
+
+
+def get_position_embedding_group_ranks() -> List[int]:
+    return _ranks("position_embedding")
+
+
+def get_expert_model_parallel_group_ranks() -> List[int]:
+    return _ranks("expert_model_parallel")
+
+
+def get_expert_tensor_parallel_group_ranks() -> List[int]:
+    return _ranks("expert_tensor_parallel")
+
+
+def get_expert_tensor_and_model_parallel_group_ranks() -> List[int]:
+    return _ranks("expert_tensor_and_model_parallel")
+
+
+def get_expert_data_parallel_group_ranks(partial_expert_data_parallel=False) -> List[int]:
+    return _ranks("intra_partial_expert_data_parallel" if partial_expert_data_parallel else "expert_data_parallel")
+
+
+def get_intra_distributed_optimizer_instance_group_ranks() -> List[int]:
+    return _ranks("intra_distributed_optimizer_instance")
+

@@ -1,0 +1,246 @@
+"""Reproducible per-rank random streams: policy seeds, the named Philox tracker, cuRAND's Philox on CPU.
+
+Seeds of one rank under a policy (``megatron``, ``roll`` or ``sharded:<kind>,<kind>...``)::
+
+    with Topology(8, tp=2, pp=2) as t:
+        stream_seeds(t, rank=5, seed=1234)   # {"default": 1334, "data-parallel-rng": 1334, ...}
+"""
+
+import ctypes
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import _types as T
+from ._lib import McoreError, check, declare, mcore_last_error_message
+from .topology import Topology
+
+_status = ctypes.c_int32
+_P = ctypes.POINTER
+_tracker_p = ctypes.c_void_p
+
+#: ``MCORE_RNG_RESTORE_REDERIVE``.
+RESTORE_REDERIVE = 1
+
+_policy_seeds = declare(
+    "mcore_rng_policy_seeds", _status, ctypes.c_char_p, ctypes.c_int64, ctypes.c_bool, _P(T.RngCoords),
+    _P(T.RngGroupPosition), ctypes.c_size_t, _P(T.RngNamedSeed), ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+_create = declare("mcore_rng_tracker_create", _tracker_p, _P(T.RngCoords))
+_destroy = declare("mcore_rng_tracker_destroy", None, _tracker_p)
+_seed = declare(
+    "mcore_rng_tracker_seed", _status, _tracker_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_bool,
+    _P(T.RngGroupPosition), ctypes.c_size_t,
+)
+_add = declare("mcore_rng_tracker_add", _status, _tracker_p, ctypes.c_char_p, ctypes.c_uint64)
+_fork = declare("mcore_rng_tracker_fork", _status, _tracker_p, ctypes.c_char_p, ctypes.c_uint64, _P(T.RngState))
+_get_state = declare("mcore_rng_tracker_get_state", _status, _tracker_p, ctypes.c_char_p, _P(T.RngState))
+_set_state = declare("mcore_rng_tracker_set_state", _status, _tracker_p, ctypes.c_char_p, _P(T.RngState))
+_reset = declare("mcore_rng_tracker_reset", _status, _tracker_p)
+_cpu_add = declare("mcore_rng_tracker_cpu_add", _status, _tracker_p, ctypes.c_char_p, ctypes.c_uint64)
+_cpu_fill_u32 = declare(
+    "mcore_rng_tracker_cpu_fill_u32", _status, _tracker_p, ctypes.c_char_p, _P(ctypes.c_uint32), ctypes.c_size_t
+)
+_cpu_fill_f64 = declare(
+    "mcore_rng_tracker_cpu_fill_f64", _status, _tracker_p, ctypes.c_char_p, _P(ctypes.c_double), ctypes.c_size_t
+)
+_save = declare("mcore_rng_tracker_save", _status, _tracker_p, _P(ctypes.c_uint8), ctypes.c_size_t, _P(ctypes.c_size_t))
+_restore = declare("mcore_rng_tracker_restore", _status, _tracker_p, _P(ctypes.c_uint8), ctypes.c_size_t, ctypes.c_uint32)
+_philox_u32 = declare(
+    "mcore_rng_philox_fill_u32", _status, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, _P(ctypes.c_uint32),
+    ctypes.c_size_t,
+)
+_philox_uniform = declare(
+    "mcore_rng_philox_fill_uniform", _status, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, _P(ctypes.c_float),
+    ctypes.c_size_t,
+)
+
+_COORD_KINDS = (
+    ("pp_rank", "pipeline_model_parallel"),
+    ("dp_rank", "data_parallel"),
+    ("tp_rank", "tensor_model_parallel"),
+    ("cp_rank", "context_parallel"),
+    ("ep_rank", "expert_model_parallel"),
+    ("etp_rank", "expert_tensor_parallel"),
+)
+
+
+def _fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def layout_fingerprint(topology: Topology) -> int:
+    """These bindings' digest of a layout (sizes and order) for checkpoints. It is not the
+    digest the Rust runtime computes (the C API does not expose that one)."""
+    return _fnv1a64(f"{tuple(topology.sizes)} order={topology.order}".encode())
+
+
+def coordinates(topology: Topology, rank: int, fingerprint: Optional[int] = None) -> T.RngCoords:
+    """An ``mcore_rng_coords`` for ``rank`` of ``topology`` (plain data-parallel rank, without CP)."""
+    coords = T.new_rng_coords()
+    coords.world_size = topology.world_size
+    coords.rank = rank
+    for field, kind in _COORD_KINDS:
+        info = topology.group(kind, rank)
+        setattr(coords, field, info.rank if info else 0)
+    coords.layout_fingerprint = layout_fingerprint(topology) if fingerprint is None else fingerprint
+    return coords
+
+
+def _sharded_kinds(policy: str) -> List[str]:
+    return policy[len("sharded:"):].split(",") if policy.startswith("sharded:") else []
+
+
+def group_positions(topology: Topology, rank: int, policy: str):
+    """For a ``sharded:<kind>,...`` policy: ``rank``'s (group rank, size) in each listed kind."""
+    kinds = _sharded_kinds(policy)
+    arr = (T.RngGroupPosition * max(len(kinds), 1))()
+    for i, kind in enumerate(kinds):
+        info = topology.group(kind, rank)
+        if info is None:
+            raise McoreError(1, "invalid argument", f"seed policy {policy}: rank {rank} is in no {kind} group of this layout")
+        arr[i].rank, arr[i].size = info.rank, info.size
+    return arr, len(kinds)
+
+
+def policy_seeds(policy: str, seed: int, coords: T.RngCoords, positions: Sequence[Tuple[int, int]] = (),
+                 data_parallel_random_init: bool = False) -> Dict[str, int]:
+    """``mcore_rng_policy_seeds``: the named stream seeds (``default`` first, then the tracker
+    streams in Megatron's add order) for explicit coordinates and sharded-group positions."""
+    arr = (T.RngGroupPosition * max(len(positions), 1))(*[T.RngGroupPosition(r, s) for r, s in positions])
+    return _policy_seeds_raw(policy, seed, coords, arr, len(positions), data_parallel_random_init)
+
+
+def _policy_seeds_raw(policy, seed, coords, arr, n, dpri):
+    entries = T.read_two_call(
+        lambda buf, cap, out: _policy_seeds(policy.encode(), seed, dpri, ctypes.byref(coords), arr, n, buf, cap, out),
+        T.RngNamedSeed,
+    )
+    return {e.name.decode(): e.seed for e in entries}
+
+
+def stream_seeds(topology: Topology, rank: int, seed: int, policy: str = "megatron",
+                 data_parallel_random_init: bool = False) -> Dict[str, int]:
+    """Every named stream seed of ``rank`` in ``topology`` under ``policy`` (``default`` first)."""
+    arr, n = group_positions(topology, rank, policy)
+    return _policy_seeds_raw(policy, seed, coordinates(topology, rank), arr, n, data_parallel_random_init)
+
+
+def philox_fill_u32(seed: int, subsequence: int, offset: int, n: int) -> List[int]:
+    """``n`` ``curand()`` values after ``curand_init(seed, subsequence, offset)`` (Philox4_32_10)."""
+    out = (ctypes.c_uint32 * n)()
+    check(_philox_u32(seed, subsequence, offset, out, n))
+    return list(out)
+
+
+def philox_fill_uniform(seed: int, subsequence: int, offset: int, n: int) -> List[float]:
+    """``n`` ``curand_uniform()`` values after ``curand_init(seed, subsequence, offset)``."""
+    out = (ctypes.c_float * n)()
+    check(_philox_uniform(seed, subsequence, offset, out, n))
+    return list(out)
+
+
+class Tracker:
+    """All random streams of one rank (``mcore_rng_tracker``): named Philox ``(seed, offset)``
+    states, the default generator (``"default"``) and CPU ChaCha streams; checkpointable.
+
+    ``Tracker(topology, rank)`` records that rank's coordinates in checkpoints; ``Tracker()``
+    (or ``coords=``) for explicit or unknown coordinates.
+    """
+
+    def __init__(self, topology: Optional[Topology] = None, rank: int = 0, coords: Optional[T.RngCoords] = None):
+        self._handle = None
+        self._topology, self._rank = topology, rank
+        if coords is None:
+            coords = coordinates(topology, rank) if topology is not None else T.new_rng_coords()
+        handle = _create(ctypes.byref(coords))
+        if not handle:
+            raise McoreError(-1, "tracker create failed", mcore_last_error_message().decode())
+        self._handle = handle
+
+    @classmethod
+    def from_handle(cls, handle):
+        """Own an ``mcore_rng_tracker*`` made elsewhere (e.g. ``mcore_runtime_rng_tracker``)."""
+        if not handle:
+            raise ValueError("NULL tracker handle")
+        self = cls.__new__(cls)
+        self._topology, self._rank, self._handle = None, 0, ctypes.c_void_p(handle)
+        return self
+
+    def close(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _destroy(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("Tracker is closed")
+        return self._handle
+
+    def seed(self, seed: int, policy: str = "megatron", data_parallel_random_init: bool = False,
+             positions: Optional[Sequence[Tuple[int, int]]] = None):
+        """Re-seed every stream from a policy. ``positions`` for ``sharded`` default to the
+        tracker's topology rank's positions."""
+        if positions is None and self._topology is not None:
+            arr, n = group_positions(self._topology, self._rank, policy)
+        else:
+            positions = list(positions or ())
+            arr = (T.RngGroupPosition * max(len(positions), 1))(*[T.RngGroupPosition(r, s) for r, s in positions])
+            n = len(positions)
+        check(_seed(self.handle, policy.encode(), seed, data_parallel_random_init, arr, n))
+
+    def add(self, name: str, seed: int):
+        """Add a named Philox stream at offset 0 (duplicate name or seed: ALREADY_EXISTS)."""
+        check(_add(self.handle, name.encode(), seed))
+
+    def fork(self, name: str = "model-parallel-rng", count: int = 4) -> Tuple[int, int]:
+        """One kernel launch: the ``(seed, offset)`` to launch with; advances by ``count`` rounded up to 4."""
+        out = T.RngState()
+        check(_fork(self.handle, name.encode(), count, ctypes.byref(out)))
+        return out.seed, out.offset
+
+    def get_state(self, name: str) -> Tuple[int, int]:
+        out = T.RngState()
+        check(_get_state(self.handle, name.encode(), ctypes.byref(out)))
+        return out.seed, out.offset
+
+    def set_state(self, name: str, state: Tuple[int, int]):
+        st = T.RngState(*state)
+        check(_set_state(self.handle, name.encode(), ctypes.byref(st)))
+
+    def reset(self):
+        """Forget every named stream and seed (default generator and CPU streams stay)."""
+        check(_reset(self.handle))
+
+    def cpu_add(self, name: str, seed: int):
+        check(_cpu_add(self.handle, name.encode(), seed))
+
+    def cpu_fill_u32(self, name: str, n: int) -> List[int]:
+        out = (ctypes.c_uint32 * n)()
+        check(_cpu_fill_u32(self.handle, name.encode(), out, n))
+        return list(out)
+
+    def cpu_fill_f64(self, name: str, n: int) -> List[float]:
+        out = (ctypes.c_double * n)()
+        check(_cpu_fill_f64(self.handle, name.encode(), out, n))
+        return list(out)
+
+    def save(self) -> bytes:
+        """The checkpoint blob of every stream (records the rank and layout coordinates)."""
+        return bytes(T.read_two_call(lambda buf, n, out: _save(self.handle, buf, n, out), ctypes.c_uint8, 256))
+
+    def restore(self, blob: bytes, rederive: bool = False):
+        """Restore a :meth:`save` blob (another rank's: WRONG_RANK; damaged: CORRUPT)."""
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob) if blob else (ctypes.c_uint8 * 1)()
+        check(_restore(self.handle, buf, len(blob), RESTORE_REDERIVE if rederive else 0))

@@ -1,0 +1,116 @@
+"""This process's parallel runtime: ``initialize`` from the launcher's environment (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun or mcore-launch set them), group queries,
+small collectives, ``destroy``. One runtime per process; ``initialize`` is idempotent.
+"""
+
+import ctypes
+from typing import List, Optional, Sequence, Tuple
+
+from . import _types as T
+from ._lib import check, declare
+from .topology import GroupInfo, config_struct, kind_value
+
+_status = ctypes.c_int32
+_P = ctypes.POINTER
+
+_initialize = declare("mcore_initialize", _status, _P(T.InitArgs), _P(ctypes.c_bool))
+_destroy = declare("mcore_destroy", _status)
+_is_initialized = declare("mcore_is_initialized", ctypes.c_bool)
+_world = declare("mcore_runtime_world", _status, _P(ctypes.c_uint32), _P(ctypes.c_uint32))
+_group = declare("mcore_runtime_group", _status, ctypes.c_int32, _P(T.GroupInfoC))
+_group_ranks = declare(
+    "mcore_runtime_group_ranks", _status, ctypes.c_int32, _P(ctypes.c_uint32), ctypes.c_size_t, _P(ctypes.c_size_t)
+)
+_communicator = declare("mcore_runtime_communicator", _status, ctypes.c_int32, _P(ctypes.c_void_p))
+_allreduce = declare("mcore_runtime_allreduce_sum_i64", _status, ctypes.c_int32, _P(ctypes.c_int64), ctypes.c_size_t)
+_barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
+_rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
+
+
+def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
+               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
+               seed_policy="megatron", data_parallel_random_init=False) -> bool:
+    """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
+    name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
+    default, ``$MCORE_INIT_TIMEOUT`` or 300 s). With ``seed``, the rank's RNG streams are seeded
+    under ``seed_policy`` ("megatron", "roll", "sharded:<kind>,...") and :func:`rng_tracker`
+    hands them out. Returns True when it was already initialized with the same settings
+    (nothing done); other settings raise ALREADY_INITIALIZED."""
+    args = T.new_init_args()
+    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology)
+    backend_b = backend.encode() if backend is not None else None
+    args.backend = backend_b
+    if timeout is not None:
+        if timeout <= 0:
+            raise ValueError(f"timeout {timeout!r} must be positive seconds (None = library default)")
+        args.timeout_ms = max(1, int(timeout * 1000))
+    args.verify = bool(verify)
+    policy_b = seed_policy.encode() if seed_policy is not None else None
+    if seed is not None:
+        args.seed_rng, args.seed, args.seed_policy = True, seed, policy_b
+        args.data_parallel_random_init = bool(data_parallel_random_init)
+    already = ctypes.c_bool(False)
+    check(_initialize(ctypes.byref(args), ctypes.byref(already)))
+    del keep, backend_b, policy_b
+    return already.value
+
+
+def destroy():
+    """Tear everything down (succeeds when nothing is initialized); initialize works again after."""
+    check(_destroy())
+
+
+def is_initialized() -> bool:
+    return _is_initialized()
+
+
+def world() -> Tuple[int, int]:
+    """(global rank, world size) of this process."""
+    rank, size = ctypes.c_uint32(), ctypes.c_uint32()
+    check(_world(ctypes.byref(rank), ctypes.byref(size)))
+    return rank.value, size.value
+
+
+def group(kind) -> Optional[GroupInfo]:
+    """This rank's group of ``kind`` (index, group rank, size); None when not a member."""
+    out = T.GroupInfoC()
+    status = _group(kind_value(kind), ctypes.byref(out))
+    if status == T.NOT_MEMBER:
+        return None
+    check(status)
+    return GroupInfo(out.index, out.rank, out.size)
+
+
+def group_ranks(kind) -> List[int]:
+    """The global ranks of this rank's group of ``kind``, ascending."""
+    k = kind_value(kind)
+    return T.read_two_call(lambda buf, n, out: _group_ranks(k, buf, n, out), ctypes.c_uint32)
+
+
+def communicator(kind) -> int:
+    """The backend's raw communicator handle (e.g. an ``ncclComm_t``) as an int address."""
+    out = ctypes.c_void_p()
+    check(_communicator(kind_value(kind), ctypes.byref(out)))
+    return out.value or 0
+
+
+def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
+    """Element-wise int64 sum of ``values`` over this rank's group of ``kind``."""
+    buf = (ctypes.c_int64 * max(len(values), 1))(*values)
+    check(_allreduce(kind_value(kind), buf, len(values)))
+    return list(buf[: len(values)])
+
+
+def barrier(kind="tensor_model_parallel"):
+    """Wait until every member of this rank's group of ``kind`` arrives."""
+    check(_barrier(kind_value(kind)))
+
+
+def rng_tracker():
+    """A :class:`mcore_init.rng.Tracker` on this rank's RNG streams, seeded at init (``seed=``);
+    it stays valid after :func:`destroy`. NOT_INITIALIZED when initialized without a seed."""
+    from .rng import Tracker
+
+    out = ctypes.c_void_p()
+    check(_rng_tracker(ctypes.byref(out)))
+    return Tracker.from_handle(out.value)

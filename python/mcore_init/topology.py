@@ -1,0 +1,263 @@
+"""A parallel layout without any process: every group of every rank, computed by the library.
+
+>>> with Topology(8, tp=2, pp=2) as t:
+...     t.group_ranks("tensor_model_parallel", 5)
+[4, 5]
+"""
+
+import ctypes
+from typing import List, NamedTuple, Optional
+
+from . import _types as T
+from ._lib import McoreError, check, declare
+
+c_topo_p = ctypes.c_void_p
+_status = ctypes.c_int32
+_P = ctypes.POINTER
+
+_create = declare("mcore_topology_create", _status, _P(T.TopologyConfig), ctypes.c_uint32, _P(c_topo_p))
+_destroy = declare("mcore_topology_destroy", None, c_topo_p)
+_get_sizes = declare("mcore_topology_get_sizes", _status, c_topo_p, _P(T.TopologySizesC))
+_kind_from_name = declare("mcore_group_kind_from_name", _status, ctypes.c_char_p, _P(ctypes.c_int32))
+_kind_name = declare("mcore_group_kind_name", _status, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t))
+_kind_count = declare("mcore_topology_kind_count", _status, c_topo_p, _P(ctypes.c_size_t))
+_kind_at = declare("mcore_topology_kind_at", _status, c_topo_p, ctypes.c_size_t, _P(ctypes.c_int32))
+_group = declare("mcore_topology_group", _status, c_topo_p, ctypes.c_uint32, ctypes.c_int32, _P(T.GroupInfoC))
+_group_ranks = declare(
+    "mcore_topology_group_ranks", _status, c_topo_p, ctypes.c_uint32, ctypes.c_int32,
+    _P(ctypes.c_uint32), ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+_group_count = declare("mcore_topology_group_count", _status, c_topo_p, ctypes.c_int32, _P(ctypes.c_uint64))
+_group_at = declare(
+    "mcore_topology_group_at", _status, c_topo_p, ctypes.c_int32, ctypes.c_uint64,
+    _P(ctypes.c_uint32), ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+_pipeline = declare("mcore_topology_pipeline", _status, c_topo_p, ctypes.c_uint32, _P(T.PipelineInfoC))
+_first_stage = declare(
+    "mcore_topology_is_pipeline_first_stage", _status, c_topo_p, ctypes.c_uint32, ctypes.c_int32, _P(ctypes.c_bool)
+)
+_last_stage = declare(
+    "mcore_topology_is_pipeline_last_stage", _status, c_topo_p, ctypes.c_uint32, ctypes.c_int32, _P(ctypes.c_bool)
+)
+_in_embedding = declare(
+    "mcore_topology_is_rank_in_embedding_group", _status, c_topo_p, ctypes.c_uint32, ctypes.c_int32, _P(ctypes.c_bool)
+)
+
+
+class GroupInfo(NamedTuple):
+    """A rank's place in one group: the group's index among its kind, the group rank, the size."""
+
+    index: int
+    rank: int
+    size: int
+
+
+class PipelineInfo(NamedTuple):
+    """A rank's pipeline stage, the stage count, first/last ranks and ring neighbours."""
+
+    stage: int
+    num_stages: int
+    first: int
+    last: int
+    next: int
+    prev: int
+
+
+class Sizes(NamedTuple):
+    """A layout's sizes, derived ones included (``vpp`` 0 = no virtual pipeline)."""
+
+    world_size: int
+    rank_offset: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    hcp_levels: int
+    ep: int
+    etp: int
+    dp: int
+    expert_dp: int
+    dist_opt_instances: int
+
+
+def kind_value(kind):
+    """The ``mcore_group_kind`` number of a DESIGN.md key such as "data_parallel_with_cp" (an int passes)."""
+    if isinstance(kind, int):
+        return kind
+    out = ctypes.c_int32()
+    check(_kind_from_name(str(kind).encode(), ctypes.byref(out)))
+    return out.value
+
+
+def kind_name(kind):
+    """The DESIGN.md key of a group kind number (a key string is checked and returned)."""
+    value = kind_value(kind)
+    raw = T.read_two_call(lambda buf, n, out: _kind_name(value, buf, n, out), ctypes.c_char, 64)
+    return raw.rstrip(b"\0").decode()
+
+
+def _vp(vp_stage):
+    if vp_stage is None:
+        return -1
+    if not isinstance(vp_stage, int) or vp_stage < 0:
+        raise McoreError(1, "invalid argument", f"vp_stage {vp_stage!r} must be None or an int >= 0")
+    return vp_stage
+
+
+def _int_arg(name, value, lo, hi):
+    """An int for a fixed-width C parameter: ctypes would wrap or truncate it silently."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise McoreError(1, "invalid argument", f"{name} {value!r} must be an int in {lo}..{hi}")
+    return value
+
+
+def _rank(rank):
+    return _int_arg("rank", rank, 0, 0xFFFFFFFF)
+
+
+def _size(name, value):
+    # Negative sizes go through: the library names them in its error.
+    return _int_arg(name, value, -(2**31), 2**31 - 1)
+
+
+def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
+                  order="tp-cp-ep-dp-pp", rank_offset=0, into=None):
+    """Fill an ``mcore_topology_config`` mirror (``into`` or a new one, via the library's init).
+
+    Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
+    """
+    cfg = into if into is not None else T.new_topology_config()  # `into` was filled by its own init
+    cfg.tp, cfg.pp, cfg.cp, cfg.ep = _size("tp", tp), _size("pp", pp), _size("cp", cp), _size("ep", ep)
+    cfg.vpp = 0 if vpp is None else _size("vpp", vpp)
+    cfg.etp = 0 if etp is None else _size("etp", etp)
+    cfg.dist_opt_instances = _size("dist_opt_instances", dist_opt_instances)
+    order_b = order.encode() if order is not None else None
+    cfg.order = order_b
+    cfg.rank_offset = _int_arg("rank_offset", rank_offset, 0, 0xFFFFFFFF)
+    hcp_arr = None
+    if hcp:
+        hcp_arr = (ctypes.c_int32 * len(hcp))(*[_size("hcp", h) for h in hcp])
+        cfg.hcp = ctypes.cast(hcp_arr, ctypes.POINTER(ctypes.c_int32))
+        cfg.hcp_len = len(hcp)
+    return cfg, (order_b, hcp_arr)
+
+
+class Topology:
+    """One layout of ``world_size`` ranks (``mcore_topology``). Use as a context manager, or
+    call :meth:`close`; it is also destroyed when collected."""
+
+    def __init__(self, world_size, tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None,
+                 dist_opt_instances=1, order="tp-cp-ep-dp-pp", rank_offset=0):
+        self._handle = None
+        _int_arg("world_size", world_size, 0, 0xFFFFFFFF)
+        cfg, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, rank_offset)
+        handle = c_topo_p()
+        check(_create(ctypes.byref(cfg), world_size, ctypes.byref(handle)))
+        del keep  # create copied the order string and the hcp sizes
+        self._handle = handle
+        self.order = order
+        self.hcp = tuple(hcp) if hcp else ()
+
+    # lifetime -------------------------------------------------------------------------------
+    def close(self):
+        """Destroy the layout (idempotent)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _destroy(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("Topology is closed")
+        return self._handle
+
+    # queries --------------------------------------------------------------------------------
+    @property
+    def sizes(self) -> Sizes:
+        out = T.TopologySizesC()
+        check(_get_sizes(self.handle, ctypes.byref(out)))
+        return Sizes(*(getattr(out, f) for f, _ in T.TopologySizesC._fields_))
+
+    @property
+    def world_size(self) -> int:
+        return self.sizes.world_size
+
+    def kinds(self) -> List[str]:
+        """The group kinds of this layout (DESIGN.md keys, table order; hierarchical levels included)."""
+        count = ctypes.c_size_t()
+        check(_kind_count(self.handle, ctypes.byref(count)))
+        names = []
+        for i in range(count.value):
+            kind = ctypes.c_int32()
+            check(_kind_at(self.handle, i, ctypes.byref(kind)))
+            names.append(kind_name(kind.value))
+        return names
+
+    def group(self, kind, rank) -> Optional[GroupInfo]:
+        """``rank``'s group of ``kind``, or None when the rank is in no group of that kind."""
+        out = T.GroupInfoC()
+        status = _group(self.handle, _rank(rank), kind_value(kind), ctypes.byref(out))
+        if status == T.NOT_MEMBER:
+            return None
+        check(status)
+        return GroupInfo(out.index, out.rank, out.size)
+
+    def group_ranks(self, kind, rank) -> List[int]:
+        """The global ranks of ``rank``'s group of ``kind``, ascending ([] when not a member)."""
+        k, rank = kind_value(kind), _rank(rank)
+        try:
+            return T.read_two_call(lambda buf, n, out: _group_ranks(self.handle, rank, k, buf, n, out), ctypes.c_uint32)
+        except McoreError as exc:
+            if exc.status == T.NOT_MEMBER:
+                return []
+            raise
+
+    def group_count(self, kind) -> int:
+        out = ctypes.c_uint64()
+        check(_group_count(self.handle, kind_value(kind), ctypes.byref(out)))
+        return out.value
+
+    def groups(self, kind) -> List[List[int]]:
+        """Every group of ``kind`` in creation order (the same on every rank), each ascending."""
+        k = kind_value(kind)
+        return [
+            T.read_two_call(lambda buf, n, out, i=i: _group_at(self.handle, k, i, buf, n, out), ctypes.c_uint32)
+            for i in range(self.group_count(k))
+        ]
+
+    def pipeline(self, rank) -> PipelineInfo:
+        out = T.PipelineInfoC()
+        check(_pipeline(self.handle, _rank(rank), ctypes.byref(out)))
+        return PipelineInfo(*(getattr(out, f) for f, _ in T.PipelineInfoC._fields_))
+
+    def _flag(self, fn, rank, vp_stage):
+        out = ctypes.c_bool()
+        check(fn(self.handle, _rank(rank), _vp(vp_stage), ctypes.byref(out)))
+        return out.value
+
+    def is_pipeline_first_stage(self, rank, vp_stage=None) -> bool:
+        """First pipeline stage (and virtual stage 0 when ``vp_stage`` is given)."""
+        return self._flag(_first_stage, rank, vp_stage)
+
+    def is_pipeline_last_stage(self, rank, vp_stage=None) -> bool:
+        """Last pipeline stage (and the last virtual stage when ``vp_stage`` is given)."""
+        return self._flag(_last_stage, rank, vp_stage)
+
+    def is_rank_in_embedding_group(self, rank, vp_stage=None) -> bool:
+        return self._flag(_in_embedding, rank, vp_stage)
+
+    def __repr__(self):
+        if self._handle is None:
+            return "Topology(closed)"
+        s = self.sizes
+        return (f"Topology(world_size={s.world_size}, tp={s.tp}, pp={s.pp}, vpp={s.vpp or None}, cp={s.cp}, "
+                f"ep={s.ep}, etp={s.etp}, dp={s.dp}, order={self.order!r})")

@@ -1,0 +1,52 @@
+import functools
+import gzip
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(os.environ.get("MCORE_REPO_ROOT", Path(__file__).resolve().parents[2]))
+
+
+def conformance_dir() -> Path:
+    env = os.environ.get("MCORE_CONFORMANCE_DIR")
+    return Path(env) if env else REPO.parent / "shared" / "conformance"
+
+
+@functools.lru_cache(maxsize=None)
+def megatron_groups():
+    path = conformance_dir() / "megatron_groups.json.gz"
+    if not path.exists():
+        pytest.skip(f"conformance vectors not found at {path} (set MCORE_CONFORMANCE_DIR)")
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def gloo_plugin():
+    """The Gloo backend plugin, or skip the test with the reason."""
+    env = os.environ.get("MCORE_GLOO_PLUGIN")
+    path = Path(env) if env else REPO / "target" / "gloo-plugin" / "libmcore_init_gloo.so"
+    if not path.is_file():
+        pytest.skip(f"Gloo plugin not built at {path} (cmake -S backends/gloo -B target/gloo-plugin && "
+                    "cmake --build target/gloo-plugin, or set MCORE_GLOO_PLUGIN)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(**extra):
+    """The environment for a child Python: the package on PYTHONPATH, the same library."""
+    env = dict(os.environ)
+    pkg = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = pkg + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    import mcore_init._lib as lib
+
+    env["MCORE_INIT_LIBRARY"] = lib.lib._name
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
