@@ -66,7 +66,7 @@ ours_world() {
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-summaries=()
+sides=()
 for side in $SIDES; do
     case "$side" in
         megatron)
@@ -84,36 +84,47 @@ for side in $SIDES; do
             ;;
         *) echo "run_init_bench.sh: unknown side '$side' (megatron or ours)" >&2; exit 2 ;;
     esac
-    for world in $WORLDS; do
-        dp=$((world / (TP * PP * CP)))
-        config="tp=$TP pp=$PP cp=$CP dp=$dp"
-        logs=() count_logs=()
-        # One untimed warm-up world fills the page cache, so every timed run starts alike.
-        echo "== $side world=$world ($config): warm-up" >&2
+    sides+=("$side")
+done
+if [ ${#sides[@]} -eq 0 ]; then
+    echo "run_init_bench.sh: nothing to run" >&2
+    exit 1
+fi
+
+one_world() { # $1 side, $2 world, $3 log, rest: extra worker flags (megatron only)
+    local side="$1" world="$2" log="$3"; shift 3
+    echo "load $(loadavg)" > "$log.load"
+    if [ "$side" = megatron ]; then megatron_world "$world" "$log" "$@"; else ours_world "$world" "$log"; fi
+}
+
+summaries=()
+for world in $WORLDS; do
+    dp=$((world / (TP * PP * CP)))
+    config="tp=$TP pp=$PP cp=$CP dp=$dp"
+    for side in "${sides[@]}"; do
+        # One untimed warm-up world per side fills the page cache, so every timed run starts alike.
+        echo "== $side world=$world ($config): warm-up (load $(loadavg))" >&2
+        one_world "$side" "$world" "$OUT/$side-w$world-warmup.log"
         if [ "$side" = megatron ]; then
-            megatron_world "$world" "$OUT/$side-w$world-warmup.log"
             echo "== $side world=$world: store-counting run (load $(loadavg))" >&2
-            megatron_world "$world" "$OUT/$side-w$world-count.log" --count-store
-            count_logs+=("$OUT/$side-w$world-count.log")
-        else
-            ours_world "$world" "$OUT/$side-w$world-warmup.log"
+            one_world "$side" "$world" "$OUT/$side-w$world-count.log" --count-store
         fi
-        for ((i = 1; i <= REPS; i++)); do
-            log="$OUT/$side-w$world-rep$i.log"
+    done
+    # Sides alternate within each repetition, so a change in machine load hits both alike.
+    for ((i = 1; i <= REPS; i++)); do
+        for side in "${sides[@]}"; do
             echo "== $side world=$world rep $i/$REPS (load $(loadavg))" >&2
-            echo "load $(loadavg)" > "$log.load"
-            if [ "$side" = megatron ]; then megatron_world "$world" "$log"; else ours_world "$world" "$log"; fi
-            logs+=("$log")
+            one_world "$side" "$world" "$OUT/$side-w$world-rep$i.log"
         done
+    done
+    for side in "${sides[@]}"; do
+        count_logs=()
+        [ "$side" = megatron ] && count_logs=(--count-logs "$OUT/$side-w$world-count.log")
         python3 bench/summarize.py run --side "$side" --world "$world" --config "$config" \
-            --json "$OUT/$side-w$world.json" "${logs[@]}" ${count_logs[@]+--count-logs "${count_logs[@]}"}
+            --json "$OUT/$side-w$world.json" "$OUT/$side-w$world"-rep*.log "${count_logs[@]}"
         summaries+=("$OUT/$side-w$world.json")
     done
 done
 
-if [ ${#summaries[@]} -eq 0 ]; then
-    echo "run_init_bench.sh: nothing ran" >&2
-    exit 1
-fi
 python3 bench/summarize.py table "${summaries[@]}" | tee "$OUT/table.md"
 echo "results in $OUT" >&2
