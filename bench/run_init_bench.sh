@@ -58,8 +58,10 @@ megatron_world() {
     return $status
 }
 
+GLOO_PLUGIN_DIR=target/gloo-plugin   # where scripts/test.d/20-gloo-plugin.sh builds it
 ours_world() {
     local world="$1" log="$2"
+    LD_LIBRARY_PATH="$PWD/$GLOO_PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     timeout "$RUN_TIMEOUT_S" target/release/mcore-launch --nproc "$world" -- \
         target/release/mcore-selftest --tp $TP --pp $PP --cp $CP --backend gloo > "$log" 2> "$log.err"
 }
@@ -79,6 +81,10 @@ for side in $SIDES; do
         ours)
             if [ ! -x target/release/mcore-selftest ] || [ ! -x target/release/mcore-launch ]; then
                 echo "our side skipped: target/release/mcore-selftest or mcore-launch not built (cargo build --release --bins)" >&2
+                continue
+            fi
+            if [ ! -f "$GLOO_PLUGIN_DIR/libmcore_init_gloo.so" ]; then
+                echo "our side skipped: no Gloo plugin in $GLOO_PLUGIN_DIR (cmake -S backends/gloo -B $GLOO_PLUGIN_DIR && cmake --build $GLOO_PLUGIN_DIR)" >&2
                 continue
             fi
             ;;
