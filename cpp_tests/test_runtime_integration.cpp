@@ -3,7 +3,7 @@
 //  * RuntimeLifecycle: a world of one with the Gloo plugin, init/destroy cycles in this process
 //    (runs under valgrind and ASan with the rest of the unit tests).
 //  * RuntimeIntegration: real multi-process runs. The parent re-executes this binary
-//    (/proc/self/exe) once per rank with --gtest_filter=RuntimeIntegrationChild.* and
+//    (readlink /proc/self/exe) once per rank with --gtest_filter=RuntimeIntegrationChild.* and
 //    MCORE_TEST_CHILD=1, RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; children still
 //    running at the deadline are killed.
 #include "test_util.h"
@@ -192,8 +192,13 @@ TEST(RuntimeIntegration, FourRanksTp2InitDestroyCycles) {
     // A fresh port per cycle: rank 0's server of cycle i and cycle i+1 never share an address.
     std::string ports;
     for (int i = 0; i < 3; ++i) ports += (i ? "," : "") + std::to_string(mcore_test::free_port());
+    // readlink, not the path itself: under valgrind, exec("/proc/self/exe") would start the
+    // valgrind tool; readlink is answered with the test binary.
+    char self[4096] = {};
+    ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_GT(len, 0);
     std::vector<int> codes = run_ranks(
-        {"/proc/self/exe", "--gtest_filter=RuntimeIntegrationChild.Rank", "--gtest_brief=1"}, 4,
+        {std::string(self, static_cast<size_t>(len)), "--gtest_filter=RuntimeIntegrationChild.Rank", "--gtest_brief=1"}, 4,
         {"MCORE_TEST_CHILD=1", "MCORE_TEST_PORTS=" + ports, "MASTER_PORT=" + ports.substr(0, ports.find(','))});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << " (-1: killed at deadline)";
 #endif
