@@ -177,6 +177,12 @@ TEST(RuntimeIntegrationChild, Rank) {
 
         ASSERT_EQ(mcore_initialize(&args, &already), MCORE_STATUS_OK) << last_error();
         EXPECT_TRUE(already);
+        // Other settings while initialized: refused, naming what differs; the state stays.
+        mcore_init_args other = args;
+        other.topology.tp = 4;
+        EXPECT_EQ(mcore_initialize(&other, &already), MCORE_STATUS_ALREADY_INITIALIZED);
+        EXPECT_NE(last_error().find("tp"), std::string::npos) << last_error();
+        EXPECT_TRUE(mcore_is_initialized());
         ASSERT_EQ(mcore_runtime_barrier(MCORE_GROUP_KIND_TENSOR_AND_DATA_PARALLEL), MCORE_STATUS_OK) << last_error();
         ASSERT_EQ(mcore_destroy(), MCORE_STATUS_OK) << last_error();
         EXPECT_FALSE(mcore_is_initialized());
@@ -189,9 +195,10 @@ TEST(RuntimeIntegration, FourRanksTp2InitDestroyCycles) {
 #ifndef MCORE_TEST_GLOO_PLUGIN
     GTEST_SKIP() << "the package has no Gloo plugin (MCORE_INIT_GLOO_PLUGIN unset)";
 #else
-    // A fresh port per cycle: rank 0's server of cycle i and cycle i+1 never share an address.
-    std::string ports;
-    for (int i = 0; i < 3; ++i) ports += (i ? "," : "") + std::to_string(mcore_test::free_port());
+    // Three init/destroy cycles on the same MASTER_PORT: after mcore_destroy rank 0 hosts the
+    // store there again and the other ranks find it (MCORE_TEST_PORTS lists one port per cycle).
+    const std::string port = std::to_string(mcore_test::free_port());
+    const std::string ports = port + "," + port + "," + port;
     // readlink, not the path itself: under valgrind, exec("/proc/self/exe") would start the
     // valgrind tool; readlink is answered with the test binary.
     char self[4096] = {};
@@ -199,7 +206,7 @@ TEST(RuntimeIntegration, FourRanksTp2InitDestroyCycles) {
     ASSERT_GT(len, 0);
     std::vector<int> codes = run_ranks(
         {std::string(self, static_cast<size_t>(len)), "--gtest_filter=RuntimeIntegrationChild.Rank", "--gtest_brief=1"}, 4,
-        {"MCORE_TEST_CHILD=1", "MCORE_TEST_PORTS=" + ports, "MASTER_PORT=" + ports.substr(0, ports.find(','))});
+        {"MCORE_TEST_CHILD=1", "MCORE_TEST_PORTS=" + ports, "MASTER_PORT=" + port});
     for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << " (-1: killed at deadline)";
 #endif
 }
