@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # GoogleTest suite (cpp_tests/) against the package staged by 40-cmake-package.sh: a normal build
 # with ctest (labels unit, integration, gpu) plus valgrind (label leak), and an ASan+UBSan build.
+# The multi-process tests (label integration) run in both builds and, with their child ranks, under
+# valgrind; the trainer example also runs as 2 ranks under target/release/mcore-launch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 stage=$root/target/stage
 [ -f "$stage/lib/cmake/McoreInit/McoreInitConfig.cmake" ] || bash scripts/test.d/40-cmake-package.sh >/dev/null
 pass=0; fail=0
+# The project's launcher, for the trainer example's mcore-launch test (skipped if it cannot be built).
+launch=$root/target/release/mcore-launch
+cargo build --release --locked --bin mcore-launch >"$root/target/cpp-tests-launch.log" 2>&1 || launch=
 run_suite() {
   local name=$1 dir=$2; shift 2
-  if cmake -S cpp_tests -B "$dir" -DCMAKE_PREFIX_PATH="$stage" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.log" 2>&1 \
+  if cmake -S cpp_tests -B "$dir" -DCMAKE_PREFIX_PATH="$stage" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCORE_LAUNCH="$launch" "$@" >"$dir.log" 2>&1 \
      && cmake --build "$dir" -j2 >>"$dir.log" 2>&1 \
      && LD_LIBRARY_PATH="$stage/lib" ctest --test-dir "$dir" --output-on-failure >>"$dir.log" 2>&1; then
     pass=$((pass+1)); grep -E "tests passed|tests failed" "$dir.log" | sed "s/^/$name: /"
