@@ -2,7 +2,7 @@
 // variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), e.g.
 //   mcore-launch --nproc 2 -- trainer_skeleton --tp 2 [--backend gloo|nccl|<plugin.so>]
 // It brings up the parallel state, fetches the tensor-parallel communicator handle, prints
-// where this rank sits, seeds a per-rank RNG tracker Megatron's way, forks the
+// where this rank sits, takes the RNG streams the runtime seeded Megatron's way, forks the
 // model-parallel stream once (what a dropout kernel would do), and tears everything down.
 #include <mcore_init.h>
 
@@ -61,6 +61,8 @@ int train(const Options &opt) {
     args.topology.tp = opt.tp;
     args.topology.pp = opt.pp;
     args.backend = opt.backend;
+    args.seed_rng = true;  // the runtime seeds this rank's streams Megatron's way
+    args.seed = opt.seed;
     bool already = false;
     if (!check(mcore_initialize(&args, &already), "mcore_initialize")) return 1;
 
@@ -98,24 +100,12 @@ int train(const Options &opt) {
         return 1;
     }
 
-    // Per-rank RNG, seeded like Megatron's model_parallel_cuda_manual_seed.
-    mcore_rng_coords coords;
-    mcore_rng_coords_default(&coords);
-    coords.world_size = world;
-    coords.rank = rank;
-    coords.tp_rank = tp_rank;
-    coords.pp_rank = pp_rank;
-    coords.dp_rank = dp_rank;
-    coords.etp_rank = tp_rank;
-    mcore_rng_tracker *rng = mcore_rng_tracker_create(&coords);
-    if (rng == nullptr) {
-        std::fprintf(stderr, "mcore_rng_tracker_create failed: %s\n", mcore_last_error_message());
-        return 1;
-    }
+    // This rank's RNG streams, seeded at init like Megatron's model_parallel_cuda_manual_seed.
+    mcore_rng_tracker *rng = nullptr;
+    if (!check(mcore_runtime_rng_tracker(&rng), "mcore_runtime_rng_tracker")) return 1;
     int rc = 0;
     mcore_rng_state launch{};
-    if (check(mcore_rng_tracker_seed(rng, "megatron", opt.seed, false, nullptr, 0), "mcore_rng_tracker_seed") &&
-        check(mcore_rng_tracker_fork(rng, "model-parallel-rng", 1024, &launch), "mcore_rng_tracker_fork")) {
+    if (check(mcore_rng_tracker_fork(rng, "model-parallel-rng", 1024, &launch), "mcore_rng_tracker_fork")) {
         std::printf("rank %u: model-parallel-rng launch seed %llu offset %llu\n", rank,
                     static_cast<unsigned long long>(launch.seed), static_cast<unsigned long long>(launch.offset));
     } else {
