@@ -306,7 +306,8 @@ pub unsafe extern "C" fn mcore_store_check(
 }
 
 /// Waits until all `n_keys` keys exist, up to `timeout_ms` (0: the store's timeout). On
-/// timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys still missing.
+/// timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys waited for (a TCP store,
+/// like torch's client, names all of them: check keys one by one for the missing subset).
 ///
 /// # Safety
 /// `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings.
