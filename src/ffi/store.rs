@@ -3,9 +3,10 @@
 
 #![allow(non_camel_case_types)]
 
+use super::args::{null, out_ptr, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::store::{PrefixStore, Store, StoreError, TcpStore, TcpStoreServer};
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,44 +56,16 @@ unsafe fn handle<'a>(p: *const mcore_store) -> Result<&'a mcore_store, FfiError>
     unsafe { p.as_ref() }.ok_or_else(|| null("store"))
 }
 
-fn null(what: &str) -> FfiError {
-    FfiError::invalid_arg(format!("{what} is NULL"))
-}
-
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
-    if p.is_null() {
-        return Err(null(what));
-    }
-    // SAFETY: non-NULL and NUL-terminated per the contract.
-    let c = unsafe { CStr::from_ptr(p) };
-    c.to_str().map_err(|_| FfiError::invalid_arg(format!("{what} is not valid UTF-8: {}", c.to_string_lossy())))
-}
-
 /// # Safety
 /// `keys` is NULL or valid for `n` pointers, each NULL or NUL-terminated.
 unsafe fn keys_arg<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>, FfiError> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if keys.is_null() {
-        return Err(FfiError::invalid_arg(format!("keys is NULL but n_keys is {n}")));
-    }
     // SAFETY: valid for n pointers per the contract.
-    let ptrs = unsafe { std::slice::from_raw_parts(keys, n) };
+    let ptrs = unsafe { slice_arg(keys, n, "keys") }?;
     ptrs.iter()
         .enumerate()
         // SAFETY: each NULL or NUL-terminated per the contract.
         .map(|(i, p)| unsafe { str_arg(*p, &format!("keys[{i}]")) })
         .collect()
-}
-
-/// # Safety
-/// `p` is NULL or writable.
-unsafe fn out_arg<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, FfiError> {
-    // SAFETY: writable per the contract.
-    unsafe { p.as_mut() }.ok_or_else(|| null(what))
 }
 
 /// Creates a TCP store (wire-compatible with PyTorch's `TCPStore`) on `host:port`. With
@@ -113,7 +86,7 @@ pub unsafe extern "C" fn mcore_store_tcp_create(
     ffi_guard(|| {
         // SAFETY: forwarded contracts.
         let host = unsafe { str_arg(host, "host") }?;
-        let out = unsafe { out_arg(out, "out") }?;
+        let out = out_ptr(out, "out")?;
         if host.is_empty() {
             return Err(FfiError::invalid_arg("host is empty"));
         }
@@ -141,7 +114,7 @@ pub unsafe extern "C" fn mcore_store_tcp_port(store: *const mcore_store, out_por
     ffi_guard(|| {
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
-        let out = unsafe { out_arg(out_port, "out_port") }?;
+        let out = out_ptr(out_port, "out_port")?;
         *out = h.tcp_port.ok_or_else(|| FfiError::invalid_arg("store is not a TCP store"))?;
         Ok(())
     })
@@ -162,7 +135,7 @@ pub unsafe extern "C" fn mcore_store_prefix_create(
         // SAFETY: forwarded contracts.
         let b = unsafe { handle(base) }?;
         let prefix = unsafe { str_arg(prefix, "prefix") }?;
-        let out = unsafe { out_arg(out, "out") }?;
+        let out = out_ptr(out, "out")?;
         let view = mcore_store {
             store: Arc::new(PrefixStore::new(prefix, b.store.clone())),
             tcp_port: b.tcp_port,
@@ -203,14 +176,7 @@ pub unsafe extern "C" fn mcore_store_set(
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
         let key = unsafe { str_arg(key, "key") }?;
-        let value: &[u8] = if value_len == 0 {
-            &[]
-        } else if value.is_null() {
-            return Err(FfiError::invalid_arg(format!("value is NULL but value_len is {value_len}")));
-        } else {
-            // SAFETY: valid for value_len bytes per the contract.
-            unsafe { std::slice::from_raw_parts(value, value_len) }
-        };
+        let value = unsafe { slice_arg(value, value_len, "value") }?;
         Ok(h.store.set(key, value)?)
     })
 }
@@ -234,24 +200,61 @@ pub unsafe extern "C" fn mcore_store_get(
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
         let key = unsafe { str_arg(key, "key") }?;
-        let out_len = unsafe { out_arg(out_len, "out_len") }?;
-        if buf.is_null() && buf_len != 0 {
-            return Err(FfiError::invalid_arg(format!("buf is NULL but buf_len is {buf_len}")));
-        }
+        let out_len = out_ptr(out_len, "out_len")?;
+        let buf = unsafe { slice_out(buf, buf_len, "buf") }?;
         let v = h.store.get(key)?;
-        if v.len() > buf_len {
-            *out_len = v.len();
-            return Err(FfiError::new(
-                mcore_status::BufferTooSmall,
-                format!("value of key '{key}' has {} bytes, buffer has {buf_len}", v.len()),
-            ));
-        }
-        if !v.is_empty() {
-            // SAFETY: buf is non-NULL here (buf_len >= v.len() > 0) and valid for buf_len bytes.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len()) };
-        }
-        *out_len = v.len();
-        Ok(())
+        fill_value(&v, buf, out_len, &format!("value of key '{key}'"))
+    })
+}
+
+/// Copies `v` into `buf` and sets `*out_len` to its length; when `buf` is too small, sets
+/// `*out_len` to the size needed and fails with `MCORE_STATUS_BUFFER_TOO_SMALL`.
+fn fill_value(v: &[u8], buf: &mut [u8], out_len: &mut usize, what: &str) -> Result<(), FfiError> {
+    *out_len = v.len();
+    let Some(dst) = buf.get_mut(..v.len()) else {
+        return Err(FfiError::new(
+            mcore_status::BufferTooSmall,
+            format!("{what} has {} bytes, buffer has {}", v.len(), buf.len()),
+        ));
+    };
+    dst.copy_from_slice(v);
+    Ok(())
+}
+
+/// Atomically sets `key` to `desired` if its value is `expected` (torch's `compare_set`): a
+/// missing key with an empty `expected` is set to `desired`; a missing key with a non-empty
+/// `expected` stays missing. Copies the value now stored (the missing case: `expected`) into
+/// `buf` like `mcore_store_get`: `*out_len` = its length; when `buf_len` is too small returns
+/// `MCORE_STATUS_BUFFER_TOO_SMALL` with `*out_len` = size needed. The swap happens on the first
+/// call either way: a second call to fetch the value passes `expected` = `desired` (a no-op swap).
+///
+/// # Safety
+/// `store` live handle or NULL; `key` NULL or NUL-terminated; `expected`/`desired` NULL or valid
+/// for `expected_len`/`desired_len` bytes; `buf` NULL or valid for `buf_len` bytes; `out_len`
+/// NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn mcore_store_compare_set(
+    store: *mut mcore_store,
+    key: *const c_char,
+    expected: *const u8,
+    expected_len: usize,
+    desired: *const u8,
+    desired_len: usize,
+    buf: *mut u8,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    ffi_guard(|| {
+        // SAFETY: forwarded contracts.
+        let h = unsafe { handle(store) }?;
+        let key = unsafe { str_arg(key, "key") }?;
+        let expected = unsafe { slice_arg(expected, expected_len, "expected") }?;
+        let desired = unsafe { slice_arg(desired, desired_len, "desired") }?;
+        let out_len = out_ptr(out_len, "out_len")?;
+        let buf = unsafe { slice_out(buf, buf_len, "buf") }?;
+        let v = h.store.compare_set(key, expected, desired)?;
+        fill_value(&v, buf, out_len, &format!("value of key '{key}' after compare_set"))
     })
 }
 
@@ -296,14 +299,15 @@ pub unsafe extern "C" fn mcore_store_check(
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
         let keys = unsafe { keys_arg(keys, n_keys) }?;
-        let out = unsafe { out_arg(out_ready, "out_ready") }?;
+        let out = out_ptr(out_ready, "out_ready")?;
         *out = h.store.check(&keys)?;
         Ok(())
     })
 }
 
 /// Waits until all `n_keys` keys exist, up to `timeout_ms` (0: the store's timeout). On
-/// timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys still missing.
+/// timeout returns `MCORE_STATUS_TIMEOUT`; the message names the keys waited for (a TCP store,
+/// like torch's client, names all of them: check keys one by one for the missing subset).
 ///
 /// # Safety
 /// `store` live handle or NULL; `keys` NULL or valid for `n_keys` NUL-terminated strings.
@@ -355,7 +359,7 @@ pub unsafe extern "C" fn mcore_store_num_keys(store: *mut mcore_store, out_count
     ffi_guard(|| {
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
-        let out = unsafe { out_arg(out_count, "out_count") }?;
+        let out = out_ptr(out_count, "out_count")?;
         *out = h.store.num_keys()?;
         Ok(())
     })
