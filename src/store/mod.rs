@@ -22,7 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// What went wrong in a store call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreError {
-    /// A blocking call ran out of time; `keys` are the keys still missing.
+    /// A blocking call ran out of time; `keys` are the keys waited for (a TCP store names all
+    /// of them, as torch's client does; callers needing the missing subset check per key).
     Timeout { keys: Vec<String>, waited: Duration },
     /// Connecting, reading or writing failed; the text names the address or path.
     Io(String),
@@ -69,7 +70,7 @@ pub trait Store: Send + Sync {
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError>;
     /// Whether every key exists now (no waiting).
     fn check(&self, keys: &[&str]) -> Result<bool, StoreError>;
-    /// Wait until every key exists, up to `timeout`; the error lists the keys still missing.
+    /// Wait until every key exists, up to `timeout`; the error names the keys waited for.
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError>;
     /// Delete `key`; whether it existed.
     fn delete_key(&self, key: &str) -> Result<bool, StoreError>;
