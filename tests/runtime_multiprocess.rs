@@ -54,6 +54,23 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
     (out, lines)
 }
 
+/// Start `mcore-selftest` directly as rank `rank` of `world` (no launcher), rendezvousing on `port`.
+fn spawn_rank(plugin: &str, rank: u32, world: u32, port: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(SELFTEST);
+    cmd.args(["--backend", plugin])
+        .args(args)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -110,21 +127,8 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
 fn a_rank_that_never_starts_is_named_by_every_other_rank() {
     let Some(plugin) = plugin() else { return };
     let port = free_port().to_string();
-    let children: Vec<Child> = [0u32, 1, 3]
-        .iter()
-        .map(|r| {
-            Command::new(SELFTEST)
-                .args(["--backend", &plugin, "--tp", "2", "--timeout", "3"])
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", "4")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let children: Vec<Child> =
+        [0u32, 1, 3].iter().map(|&r| spawn_rank(&plugin, r, 4, &port, &["--tp", "2", "--timeout", "3"], &[])).collect();
     for child in children {
         let out = wait_bounded(child, Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
@@ -153,18 +157,8 @@ fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
     let port = free_port().to_string();
     let children: Vec<(u32, Child)> = (0u32..4)
         .map(|r| {
-            let c = Command::new(SELFTEST)
-                .args(["--backend", &plugin, "--tp", "2", "--timeout", "5"])
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", "4")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .env("MCORE_SELFTEST_EXIT_AFTER_INIT", "1")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            (r, c)
+            let args = ["--tp", "2", "--timeout", "5"];
+            (r, spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_SELFTEST_EXIT_AFTER_INIT", "1")]))
         })
         .collect();
     for (r, child) in children {
@@ -186,16 +180,7 @@ fn mismatched_configs_are_an_error_naming_the_ranks() {
     let children: Vec<Child> = (0u32..4)
         .map(|r| {
             let tp = if r == 3 { "4" } else { "2" };
-            Command::new(SELFTEST)
-                .args(["--backend", &plugin, "--tp", tp, "--timeout", "20"])
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", "4")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            spawn_rank(&plugin, r, 4, &port, &["--tp", tp, "--timeout", "20"], &[])
         })
         .collect();
     for child in children {
@@ -211,16 +196,7 @@ fn port_in_use_is_a_clear_error() {
     let Some(plugin) = plugin() else { return };
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = squatter.local_addr().unwrap().port().to_string();
-    let child = Command::new(SELFTEST)
-        .args(["--backend", &plugin, "--timeout", "5"])
-        .env("RANK", "0")
-        .env("WORLD_SIZE", "2")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", &port)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "5"], &[]);
     let out = wait_bounded(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);

@@ -20,16 +20,20 @@ pub struct mcore_store {
     server: Option<Arc<TcpStoreServer>>,
 }
 
+/// The status of a store failure: the one mapping every C-facing path uses.
+pub(crate) fn store_status(e: &StoreError) -> mcore_status {
+    match e {
+        StoreError::Timeout { .. } => mcore_status::Timeout,
+        StoreError::Io(_) => mcore_status::Io,
+        StoreError::Protocol(_) => mcore_status::Protocol,
+        StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
+        StoreError::Closed(_) => mcore_status::PeerFailed,
+    }
+}
+
 impl From<StoreError> for FfiError {
     fn from(e: StoreError) -> Self {
-        let status = match &e {
-            StoreError::Timeout { .. } => mcore_status::Timeout,
-            StoreError::Io(_) => mcore_status::Io,
-            StoreError::Protocol(_) => mcore_status::Protocol,
-            StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
-            StoreError::Closed(_) => mcore_status::PeerFailed,
-        };
-        FfiError::new(status, e.to_string())
+        FfiError::new(store_status(&e), e.to_string())
     }
 }
 

@@ -5,6 +5,7 @@ use super::env::EnvError;
 use super::groups::GroupError;
 use crate::backend::nccl::NcclError;
 use crate::backend::BackendError;
+use crate::ffi::store::store_status;
 use crate::ffi::{mcore_status, FfiError};
 use crate::rng::RngError;
 use crate::store::StoreError;
@@ -77,15 +78,6 @@ macro_rules! from_error {
 from_error!(EnvError => Env, TopologyError => Topology, StoreError => Store, CheckinError => Checkin,
             BackendError => Backend, NcclError => Nccl, GroupError => Group, RngError => Rng);
 
-fn store_status(e: &StoreError) -> mcore_status {
-    match e {
-        StoreError::Timeout { .. } => mcore_status::Timeout,
-        StoreError::Io(_) => mcore_status::Io,
-        StoreError::Protocol(_) => mcore_status::Protocol,
-        StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
-        StoreError::Closed(_) => mcore_status::PeerFailed,
-    }
-}
 
 impl RuntimeError {
     pub fn status(&self) -> mcore_status {

@@ -2,6 +2,7 @@
 //! crosses back into the plugin; failures return a status and leave a message for
 //! `error_message`.
 
+use crate::ffi::store::store_status;
 use super::mcore_backend_store;
 use crate::ffi::mcore_status;
 use crate::store::{Store, StoreError};
@@ -19,16 +20,6 @@ pub(crate) struct StoreBridge {
     c: mcore_backend_store,
 }
 
-/// Status of a store failure at the C boundary.
-fn store_status(e: &StoreError) -> mcore_status {
-    match e {
-        StoreError::Timeout { .. } => mcore_status::Timeout,
-        StoreError::Io(_) => mcore_status::Io,
-        StoreError::Protocol(_) => mcore_status::Protocol,
-        StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
-        StoreError::Closed(_) => mcore_status::PeerFailed,
-    }
-}
 
 impl StoreBridge {
     pub(crate) fn new(store: Arc<dyn Store>) -> Box<StoreBridge> {
