@@ -12,11 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One store lent to a plugin for the duration of one create call. Boxed so `ctx` stays put.
+/// The keys of a `multi_get` and their values.
+type PendingValues = (Vec<String>, Vec<Vec<u8>>);
+
 pub(crate) struct StoreBridge {
     store: Arc<dyn Store>,
     last_error: Mutex<CString>,
     /// Values of a `multi_get` whose buffer was too small, for the caller's second call.
-    pending: Mutex<Option<(Vec<String>, Vec<Vec<u8>>)>>,
+    pending: Mutex<Option<PendingValues>>,
     c: mcore_backend_store,
 }
 
