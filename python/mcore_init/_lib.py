@@ -88,3 +88,33 @@ def check(status):
     if status != 0:
         raise McoreError(status, mcore_status_str(status).decode(), mcore_last_error_message().decode())
     return status
+
+
+class OwnedHandle:
+    """A library handle this object owns: ``close()`` (idempotent), context manager, destroyed
+    when collected. Subclasses set ``_destroy`` (the ``mcore_*_destroy`` function) and ``_what``
+    and store the handle in ``self._handle``."""
+
+    _destroy = None
+    _what = "handle"
+
+    def close(self):
+        """Destroy the handle (idempotent)."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            type(self)._destroy(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def handle(self):
+        if getattr(self, "_handle", None) is None:
+            raise ValueError(f"{self._what} is closed")
+        return self._handle

@@ -10,7 +10,7 @@ import ctypes
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _types as T
-from ._lib import McoreError, check, declare, mcore_last_error_message
+from ._lib import McoreError, OwnedHandle, check, declare, mcore_last_error_message
 from .topology import Topology
 
 _status = ctypes.c_int32
@@ -141,13 +141,16 @@ def philox_fill_uniform(seed: int, subsequence: int, offset: int, n: int) -> Lis
     return list(out)
 
 
-class Tracker:
+class Tracker(OwnedHandle):
     """All random streams of one rank (``mcore_rng_tracker``): named Philox ``(seed, offset)``
     states, the default generator (``"default"``) and CPU ChaCha streams; checkpointable.
 
     ``Tracker(topology, rank)`` records that rank's coordinates in checkpoints; ``Tracker()``
     (or ``coords=``) for explicit or unknown coordinates.
     """
+
+    _destroy = _destroy
+    _what = "Tracker"
 
     def __init__(self, topology: Optional[Topology] = None, rank: int = 0, coords: Optional[T.RngCoords] = None):
         self._handle = None
@@ -167,26 +170,6 @@ class Tracker:
         self = cls.__new__(cls)
         self._topology, self._rank, self._handle = None, 0, ctypes.c_void_p(handle)
         return self
-
-    def close(self):
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _destroy(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
-
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise ValueError("Tracker is closed")
-        return self._handle
 
     def seed(self, seed: int, policy: str = "megatron", data_parallel_random_init: bool = False,
              positions: Optional[Sequence[Tuple[int, int]]] = None):

@@ -9,7 +9,7 @@ import ctypes
 from typing import List, NamedTuple, Optional
 
 from . import _types as T
-from ._lib import McoreError, check, declare
+from ._lib import McoreError, OwnedHandle, check, declare
 
 c_topo_p = ctypes.c_void_p
 _status = ctypes.c_int32
@@ -142,9 +142,12 @@ def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt
     return cfg, (order_b, hcp_arr)
 
 
-class Topology:
+class Topology(OwnedHandle):
     """One layout of ``world_size`` ranks (``mcore_topology``). Use as a context manager, or
     call :meth:`close`; it is also destroyed when collected."""
+
+    _destroy = _destroy
+    _what = "Topology"
 
     def __init__(self, world_size, tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None,
                  dist_opt_instances=1, order="tp-cp-ep-dp-pp", rank_offset=0):
@@ -157,28 +160,6 @@ class Topology:
         self._handle = handle
         self.order = order
         self.hcp = tuple(hcp) if hcp else ()
-
-    # lifetime -------------------------------------------------------------------------------
-    def close(self):
-        """Destroy the layout (idempotent)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _destroy(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
-
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise ValueError("Topology is closed")
-        return self._handle
 
     # queries --------------------------------------------------------------------------------
     @property
