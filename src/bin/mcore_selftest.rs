@@ -8,6 +8,7 @@
 use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use mcore_init::ffi::os::seconds_since_process_start;
 use mcore_init::rng::layout::rank_stream_seeds;
+use mcore_init::runtime::groups::verify_group;
 use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
 use mcore_init::topology::TopologyConfig;
 use serde_json::{json, Value};
@@ -82,16 +83,7 @@ fn fds_and_threads() -> (usize, usize) {
 /// with the members the topology lists for that kind.
 fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
     for g in &rt.groups {
-        let mut values = [rt.env.rank as i64, 1];
-        let mut comm = g.comm.lock().map_err(|_| format!("{}: communicator lock poisoned", g.plan.kind))?;
-        comm.allreduce_sum_i64(&mut values).map_err(|e| format!("{}/{}: all-reduce failed: {e}", g.plan.kind, g.plan.index))?;
-        let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
-        if values != want {
-            return Err(format!(
-                "{}/{}: all-reduce of [rank, 1] gave {values:?}, layout predicts {want:?} (members {:?})",
-                g.plan.kind, g.plan.index, g.plan.members
-            ));
-        }
+        verify_group(g, rt.env.rank).map_err(|e| e.to_string())?;
     }
     Ok(rt.groups.len())
 }

@@ -87,27 +87,46 @@ pub fn create_groups(
     Ok(live)
 }
 
-/// Verify every distinct communicator with one all-reduce of `[global rank, 1]`, whose result the
-/// plan predicts: `[sum of members, number of members]`. Returns how many were verified.
-pub fn verify_groups(groups: &[LiveGroup], rank: u32) -> Result<usize, GroupError> {
-    let mut done: Vec<&str> = Vec::new();
-    for g in groups {
-        if done.contains(&g.comm_name.as_str()) {
-            continue;
-        }
-        let fail = |message: String| GroupError { group: g.comm_name.clone(), members: g.plan.members.clone(), message };
-        let mut values = [rank as i64, 1];
-        let mut comm = g.comm.lock().map_err(|_| fail("communicator lock poisoned".into()))?;
-        comm.allreduce_sum_i64(&mut values).map_err(|e| fail(format!("all-reduce failed: {e}")))?;
-        let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
-        if values != want {
-            return Err(fail(format!(
-                "all-reduce of [rank, 1] gave {values:?}, the layout predicts {want:?}: the communicator's members differ from the plan"
-            )));
-        }
-        done.push(&g.comm_name);
+/// Verify one group's communicator with an all-reduce of `[global rank, 1]`, whose result the
+/// plan predicts: `[sum of members, number of members]`. Errors name the group (`<kind>/<index>`).
+pub fn verify_group(g: &LiveGroup, rank: u32) -> Result<(), GroupError> {
+    let fail = |message: String| GroupError {
+        group: format!("{}/{}", g.plan.kind, g.plan.index),
+        members: g.plan.members.clone(),
+        message,
+    };
+    let mut values = [rank as i64, 1];
+    let mut comm = g.comm.lock().map_err(|_| fail("communicator lock poisoned".into()))?;
+    comm.allreduce_sum_i64(&mut values).map_err(|e| fail(format!("all-reduce failed: {e}")))?;
+    let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
+    if values != want {
+        return Err(fail(format!(
+            "all-reduce of [rank, 1] gave {values:?}, the layout predicts {want:?}: the communicator's members differ from the plan"
+        )));
     }
-    Ok(done.len())
+    Ok(())
+}
+
+/// Names of the distinct communicators among `groups` (aliased kinds share one), in plan order.
+pub fn distinct_communicators(groups: &[LiveGroup]) -> Vec<&LiveGroup> {
+    let mut seen: Vec<&str> = Vec::new();
+    groups
+        .iter()
+        .filter(|g| {
+            let new = !seen.contains(&g.comm_name.as_str());
+            if new {
+                seen.push(&g.comm_name);
+            }
+            new
+        })
+        .collect()
+}
+
+/// Verify every distinct communicator once (see [`verify_group`]); how many were verified.
+pub fn verify_groups(groups: &[LiveGroup], rank: u32) -> Result<usize, GroupError> {
+    let distinct = distinct_communicators(groups);
+    distinct.iter().try_for_each(|g| verify_group(g, rank))?;
+    Ok(distinct.len())
 }
 
 #[cfg(test)]
@@ -171,9 +190,10 @@ mod tests {
         let tp = rank / 2;
         let dp = rank % 2;
         vec![
+            // Aliases not adjacent: sharing must not depend on plan order.
             GroupPlan { kind: "data_parallel_with_cp".into(), index: dp, members: vec![dp, dp + 2] },
-            GroupPlan { kind: "data_parallel".into(), index: dp, members: vec![dp, dp + 2] },
             GroupPlan { kind: "tensor_model_parallel".into(), index: tp, members: vec![2 * tp, 2 * tp + 1] },
+            GroupPlan { kind: "data_parallel".into(), index: dp, members: vec![dp, dp + 2] },
         ]
     }
 
@@ -213,7 +233,7 @@ mod tests {
             let dp = rank % 2;
             let tp = rank / 2;
             assert_eq!(created, vec![format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")]);
-            assert_eq!(names[1], format!("data_parallel_with_cp/{dp}"));
+            assert_eq!(names[2], format!("data_parallel_with_cp/{dp}"));
         }
     }
 

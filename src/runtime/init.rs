@@ -8,7 +8,7 @@ use super::checkin::{check_in, CheckinError};
 use super::comm::CommFactory;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::groups::{create_groups, verify_groups, GroupPlan, LiveGroup};
+use super::groups::{create_groups, distinct_communicators, verify_groups, GroupPlan, LiveGroup};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
 use crate::store::{PrefixStore, Store};
@@ -227,13 +227,8 @@ fn bring_up(
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let groups = create_groups(&plan, env.rank, backend.as_ref(), &group_store, args.timeout)?;
         let t_groups = start.elapsed();
-        let communicators = if args.verify {
-            verify_groups(&groups, env.rank)?
-        } else {
-            let mut names: Vec<&str> = groups.iter().map(|g| g.comm_name.as_str()).collect();
-            names.dedup();
-            names.len()
-        };
+        let communicators =
+            if args.verify { verify_groups(&groups, env.rank)? } else { distinct_communicators(&groups).len() };
         Ok((groups, communicators, t_checkin, t_groups))
     })();
     let (groups, communicators, t_checkin, t_groups) = match created {
