@@ -41,13 +41,7 @@ impl Backend {
     }
 
     fn wrap(&self, raw: RawComm, group: &GroupInfo) -> Comm {
-        Comm {
-            vt: self.vt.clone(),
-            raw: Some(raw),
-            group: group.name.clone(),
-            rank: group.group_rank,
-            size: group.size(),
-        }
+        Comm::wrap(self.vt.clone(), raw, group)
     }
 
     /// This rank's communicator for `group` (per-group strategy). `store` must be a key space
@@ -88,18 +82,7 @@ impl Backend {
                 parent.vt.name()
             )));
         }
-        let parent_name = parent.group.clone();
-        let raw = parent.raw_mut()?;
-        let out = self.vt.split(raw, &parent_name, color, key, group)?;
-        Ok(match (out, group) {
-            (Some(raw), Some(g)) => Some(self.wrap(raw, g)),
-            (Some(raw), None) => {
-                // A backend that returns a communicator for a non-member: release it.
-                let _ = self.vt.destroy_comm(raw, &parent.group);
-                None
-            }
-            (None, _) => None,
-        })
+        parent.split(color, key, group)
     }
 }
 
@@ -125,10 +108,32 @@ impl std::fmt::Debug for Comm {
 }
 
 impl Comm {
+    fn wrap(vt: Arc<Vtable>, raw: RawComm, group: &GroupInfo) -> Comm {
+        Comm { vt, raw: Some(raw), group: group.name.clone(), rank: group.group_rank, size: group.size() }
+    }
+
     fn raw_mut(&mut self) -> Result<&mut RawComm, BackendError> {
         let group = &self.group;
         self.raw.as_mut().ok_or_else(|| {
             BackendError::InvalidArgument(format!("communicator of group '{group}' was destroyed"))
+        })
+    }
+
+    /// Split this communicator with its own backend (collective over all its ranks): `group`
+    /// is this rank's group and `color` its index among the groups of that kind, or `None`
+    /// (color -1) when this rank joins no group of it.
+    pub fn split(&mut self, color: u32, key: i32, group: Option<&GroupInfo>) -> Result<Option<Comm>, BackendError> {
+        let vt = self.vt.clone();
+        let parent_name = self.group.clone();
+        let out = vt.split(self.raw_mut()?, &parent_name, color, key, group)?;
+        Ok(match (out, group) {
+            (Some(raw), Some(g)) => Some(Comm::wrap(vt, raw, g)),
+            (Some(raw), None) => {
+                // A backend that returns a communicator for a non-member: release it.
+                let _ = vt.destroy_comm(raw, &parent_name);
+                None
+            }
+            (None, _) => None,
         })
     }
 
