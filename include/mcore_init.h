@@ -383,6 +383,29 @@ typedef struct mcore_init_args {
    * Megatron's `data_parallel_random_init`: add 10 x data-parallel rank (megatron policy).
    */
   bool data_parallel_random_init;
+  /**
+   * How communicators are created: "auto" (default when NULL: split when the backend can,
+   * else per group), "split" (a world communicator, then one split per group kind), or
+   * "per-group" (each group from its own rendezvous through the store).
+   */
+  const char *comm_strategy;
+  /**
+   * A file of per-group communicator options in Megatron-Core's NCCL communicator config
+   * format (`--nccl-communicator-config-path`): YAML mapping Megatron's group names (`tp`,
+   * `dp_cp`, ...) or group kinds to `cga_cluster_size`, `min_ctas`, `max_ctas`, `net_name`,
+   * `split_share`. NULL = none.
+   */
+  const char *comm_config_path;
+  /**
+   * The same format as text, e.g. "tp: {max_ctas: 8}\ndp: {net_name: Socket}"; its entries
+   * replace the file's. NULL = none.
+   */
+  const char *comm_config;
+  /**
+   * Children of a split share the parent's resources (NCCL `splitShare`) unless a kind's
+   * options say otherwise. Default false: aborting one communicator leaves the others intact.
+   */
+  bool split_share;
 } mcore_init_args;
 
 /**

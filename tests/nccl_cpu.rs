@@ -274,8 +274,86 @@ fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gp
     assert_eq!(factory.name(), "nccl");
     let store = std::sync::Arc::new(MemoryStore::new(Duration::from_secs(5)));
     let g = GroupInfo::new("tensor_model_parallel/1", vec![2, 3], 2, Duration::from_secs(5)).unwrap();
-    let err = factory.create_group(&g, store.clone()).err().expect("no GPU here");
+    let err = factory.create_group(&g, &Default::default(), store.clone()).err().expect("no GPU here");
     assert!(err.contains("tensor_model_parallel/1") && err.contains("libcuda.so.1"), "{err}");
     // As group rank 0 it published the id for the other member before failing.
     assert_eq!(store.get(UNIQUE_ID_KEY).unwrap().len(), 128);
+}
+
+#[test]
+fn the_factory_offers_split_on_2_18_and_names_bad_per_kind_options() {
+    use mcore_init::backend::nccl::NcclFactory;
+    use mcore_init::runtime::comm::CommFactory;
+    use mcore_init::runtime::CommOptions;
+    let Some(lib) = library() else { return };
+    let factory = NcclFactory::new(lib, Device::Ordinal(0), NcclConfig::default());
+    // The wheel's NCCL is >= 2.18 (checked above), so ncclCommSplit is there.
+    assert_eq!(factory.split_unavailable(), None, "NCCL {}", lib.version());
+    let ok = CommOptions { cga_cluster_size: Some(4), min_ctas: Some(1), max_ctas: Some(8), net_name: Some("Socket".into()), split_share: Some(true) };
+    assert_eq!(factory.check_options("data_parallel", &ok), Ok(()));
+    let bad = CommOptions { cga_cluster_size: Some(9), ..Default::default() };
+    let e = factory.check_options("tensor_model_parallel", &bad).unwrap_err();
+    assert!(e.contains("tensor_model_parallel") && e.contains("cga_cluster_size 9"), "{e}");
+    let e = factory.check_options("pipeline_model_parallel", &CommOptions { min_ctas: Some(16), max_ctas: Some(4), ..Default::default() }).unwrap_err();
+    assert!(e.contains("pipeline_model_parallel") && e.contains("min_ctas 16 is larger than max_ctas 4"), "{e}");
+}
+
+/// `mcore-selftest --backend nccl` as a world of one on this machine (no GPU): its stderr.
+fn selftest_nccl(extra: &[&str]) -> (Option<i32>, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcore-selftest"))
+        .args(["--backend", "nccl", "--tp", "1", "--timeout", "20"])
+        .args(extra)
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < CHILD_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (status.code(), err)
+}
+
+#[test]
+fn selftest_with_nccl_and_no_gpu_fails_naming_the_communicator_for_each_strategy() {
+    if library().is_none() || has_cuda_driver() {
+        eprintln!("SKIP: needs the NCCL library and no CUDA driver");
+        return;
+    }
+    // Default (auto) resolves to split: the world communicator is the first one created.
+    let (code, err) = selftest_nccl(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("group world") && err.contains("libcuda.so.1"), "{err}");
+    let (code, err) = selftest_nccl(&["--comm-strategy", "per-group"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("group tensor_model_parallel/0") && err.contains("libcuda.so.1"), "{err}");
+}
+
+#[test]
+fn selftest_with_nccl_rejects_a_bad_megatron_config_file_before_any_rendezvous() {
+    if library().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mcore-nccl-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("nccl_comm.yaml");
+    std::fs::write(&file, "dp:\n  max_ctas: 8\ntp:\n  cga_cluster_size: 9\n").unwrap();
+    let (code, err) = selftest_nccl(&["--comm-config", file.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("communicator options of tensor_model_parallel: cga_cluster_size 9 is outside"), "{err}");
+    // A file the tool cannot read is a usage error (exit 2) naming the file and the option.
+    std::fs::write(&file, "tp:\n  max_cta: 8\n").unwrap();
+    let (code, err) = selftest_nccl(&["--comm-config", file.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("unknown option 'max_cta'") && err.contains("nccl_comm.yaml"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

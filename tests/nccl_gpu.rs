@@ -43,7 +43,7 @@ fn runtime_factory_creates_and_verifies_a_group() {
     let factory = mcore_init::backend::nccl::NcclFactory::new(lib(), Device::Ordinal(0), NcclConfig::default());
     let store = std::sync::Arc::new(mcore_init::store::MemoryStore::new(TIMEOUT));
     let g = GroupInfo::new("data_parallel/0", vec![0], 0, TIMEOUT).unwrap();
-    let mut comm = factory.create_group(&g, store).unwrap();
+    let mut comm = factory.create_group(&g, &Default::default(), store).unwrap();
     let mut v = vec![3i64, 4];
     comm.allreduce_sum_i64(&mut v).unwrap();
     assert_eq!(v, [3, 4]);

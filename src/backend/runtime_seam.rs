@@ -1,7 +1,9 @@
-//! Backends as the runtime sees them: a `Backend` creates communicators, a `Comm` verifies itself.
+//! Backends as the runtime sees them: a `Backend` creates communicators, a `Comm` verifies
+//! itself and splits.
 
 use super::{Backend, Comm, GroupInfo};
 use crate::runtime::comm::{CommFactory, Communicator};
+use crate::runtime::comm_config::CommOptions;
 use crate::store::Store;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -11,10 +13,20 @@ impl CommFactory for Backend {
         Backend::name(self)
     }
 
-    fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-        Backend::create_group(self, group, store)
-            .map(|c| Box::new(c) as Box<dyn Communicator>)
-            .map_err(|e| e.to_string())
+    fn split_unavailable(&self) -> Option<String> {
+        (!self.supports_split()).then(|| format!("backend '{}' fills no create_world and split slots", self.name()))
+    }
+
+    fn per_group_unavailable(&self) -> Option<String> {
+        (!self.supports_create_group()).then(|| format!("backend '{}' fills no create_group slot", self.name()))
+    }
+
+    fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
+    }
+
+    fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        Backend::create_world(self, world, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
     }
 }
 
@@ -29,5 +41,13 @@ impl Communicator for Comm {
 
     fn raw_handle(&self) -> *mut c_void {
         Comm::raw_handle(self)
+    }
+
+    /// The key is the member's group rank, so the child orders ranks as `group` does.
+    fn split(&mut self, color: u32, group: Option<&GroupInfo>, _: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+        let key = group.map_or(0, |g| g.group_rank as i32);
+        Comm::split(self, color, key, group)
+            .map(|c| c.map(|c| Box::new(c) as Box<dyn Communicator>))
+            .map_err(|e| e.to_string())
     }
 }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS] [--cycles N] \
-         [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]]"
+         [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share]"
     )
 }
 
@@ -51,6 +52,14 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.seed_policy = v.parse().map_err(|e| format!("--seed-policy: {e}"))?;
             }
             "--data-parallel-random-init" => init.data_parallel_random_init = true,
+            "--comm-strategy" => {
+                init.comm_strategy = flags.value(flag, inline)?.parse().map_err(|e| format!("--comm-strategy: {e}"))?;
+            }
+            "--comm-config" => {
+                let path = flags.value(flag, inline)?;
+                init.comm_config.add_yaml_file(std::path::Path::new(path)).map_err(|e| format!("--comm-config: {e}"))?;
+            }
+            "--split-share" => init.comm_config.default.split_share = Some(true),
             "--cycles" => {
                 cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
                 if cycles == 0 {
@@ -137,6 +146,7 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
         "world_size": rt.env.world_size,
         "ok": true,
         "backend": rt.backend_name,
+        "strategy": rt.strategy.to_string(),
         "groups": checked,
         "communicators": rt.communicators,
         "init_seconds": init_seconds,
@@ -144,8 +154,10 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
         "store_round_trips": rt.store_round_trips(),
         "phases_s": {
             "store": t.store.as_secs_f64(), "checkin": t.checkin.as_secs_f64(),
-            "groups": t.groups.as_secs_f64(), "verify": t.verify.as_secs_f64(),
+            "groups": t.groups.as_secs_f64(), "world": t.world.as_secs_f64(), "verify": t.verify.as_secs_f64(),
         },
+        // Per kind: the time this rank spent creating its communicator (split collective or init).
+        "create_s": rt.groups.iter().map(|g| (g.plan.kind.clone(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
         "kinds": rt.groups.iter().map(|g| g.plan.kind.clone()).collect::<Vec<_>>(),
     })
 }

@@ -6,7 +6,7 @@ use super::rng::{mcore_rng_tracker, tracker_handle};
 use super::topology::{config_from_c, kind_from_c, mcore_group_info, mcore_topology_config, read_config, UserData};
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::rng::SeedPolicy;
-use crate::runtime::{self, InitArgs, InitOutcome, LiveGroup, Runtime};
+use crate::runtime::{self, CommConfig, CommStrategy, InitArgs, InitOutcome, LiveGroup, Runtime};
 use crate::topology::GroupKind;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -34,6 +34,21 @@ pub struct mcore_init_args {
     pub seed_policy: *const c_char,
     /// Megatron's `data_parallel_random_init`: add 10 x data-parallel rank (megatron policy).
     pub data_parallel_random_init: bool,
+    /// How communicators are created: "auto" (default when NULL: split when the backend can,
+    /// else per group), "split" (a world communicator, then one split per group kind), or
+    /// "per-group" (each group from its own rendezvous through the store).
+    pub comm_strategy: *const c_char,
+    /// A file of per-group communicator options in Megatron-Core's NCCL communicator config
+    /// format (`--nccl-communicator-config-path`): YAML mapping Megatron's group names (`tp`,
+    /// `dp_cp`, ...) or group kinds to `cga_cluster_size`, `min_ctas`, `max_ctas`, `net_name`,
+    /// `split_share`. NULL = none.
+    pub comm_config_path: *const c_char,
+    /// The same format as text, e.g. "tp: {max_ctas: 8}\ndp: {net_name: Socket}"; its entries
+    /// replace the file's. NULL = none.
+    pub comm_config: *const c_char,
+    /// Children of a split share the parent's resources (NCCL `splitShare`) unless a kind's
+    /// options say otherwise. Default false: aborting one communicator leaves the others intact.
+    pub split_share: bool,
 }
 
 impl Default for mcore_init_args {
@@ -48,6 +63,10 @@ impl Default for mcore_init_args {
             seed: 1234,
             seed_policy: std::ptr::null(),
             data_parallel_random_init: false,
+            comm_strategy: std::ptr::null(),
+            comm_config_path: std::ptr::null(),
+            comm_config: std::ptr::null(),
+            split_share: false,
         }
     }
 }
@@ -88,6 +107,33 @@ unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, Ffi
     Ok(out)
 }
 
+/// A string field that may be NULL.
+unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, FfiError> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: non-NULL is a NUL-terminated string, per the caller's contract.
+        unsafe { str_arg(p, name) }.map(Some)
+    }
+}
+
+/// The communicator options of `c`: the file's entries, then the text's, `split_share` as default.
+unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError> {
+    let mut config = CommConfig::default();
+    if c.split_share {
+        config.default.split_share = Some(true);
+    }
+    // SAFETY: the fields are NULL or NUL-terminated strings.
+    if let Some(path) = unsafe { opt_str(c.comm_config_path, "comm_config_path") }? {
+        config.add_yaml_file(std::path::Path::new(path)).map_err(FfiError::invalid_arg)?;
+    }
+    // SAFETY: as above.
+    if let Some(text) = unsafe { opt_str(c.comm_config, "comm_config") }? {
+        config.add_yaml(text, "comm_config").map_err(FfiError::invalid_arg)?;
+    }
+    Ok(config)
+}
+
 fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
     if ms > 0 {
         return Ok(Duration::from_millis(ms));
@@ -111,17 +157,11 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
         // SAFETY: per the contract above.
         let c = unsafe { read_args(args) }?;
         let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&c.topology)?;
-        let backend = if c.backend.is_null() {
-            "gloo".to_string()
-        } else {
-            // SAFETY: non-NULL backend is a NUL-terminated string.
-            unsafe { str_arg(c.backend, "backend") }?.to_string()
-        };
-        let seed_policy = if c.seed_policy.is_null() {
-            SeedPolicy::Megatron
-        } else {
-            // SAFETY: non-NULL seed_policy is a NUL-terminated string.
-            unsafe { str_arg(c.seed_policy, "seed_policy") }?.parse::<SeedPolicy>()?
+        // SAFETY (each opt_str): the string fields are NULL or NUL-terminated, per the struct's contract.
+        let backend = unsafe { opt_str(c.backend, "backend") }?.unwrap_or("gloo").to_string();
+        let seed_policy = match unsafe { opt_str(c.seed_policy, "seed_policy") }? {
+            None => SeedPolicy::Megatron,
+            Some(p) => p.parse::<SeedPolicy>()?,
         };
         let args = InitArgs {
             topology,
@@ -131,6 +171,11 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             seed: c.seed_rng.then_some(c.seed),
             seed_policy,
             data_parallel_random_init: c.data_parallel_random_init,
+            comm_strategy: match unsafe { opt_str(c.comm_strategy, "comm_strategy") }? {
+                None => CommStrategy::Auto,
+                Some(s) => s.parse().map_err(FfiError::invalid_arg)?,
+            },
+            comm_config: unsafe { comm_config_from_c(&c) }?,
         };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives

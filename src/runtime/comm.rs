@@ -1,6 +1,8 @@
 //! The seam between the runtime and the communicator backends: a factory creates one
-//! communicator per group; a communicator can verify itself with a collective.
+//! communicator per group (per-group strategy) or a world communicator that splits (split
+//! strategy); a communicator can verify itself with a collective.
 
+use super::comm_config::CommOptions;
 use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::ffi::c_void;
@@ -14,11 +16,46 @@ pub trait Communicator: Send {
     fn barrier(&mut self) -> Result<(), String>;
     /// The backend's own handle (`ncclComm_t`, a Gloo context, ...), for users of the C API.
     fn raw_handle(&self) -> *mut c_void;
+    /// Split strategy: a collective over every rank of this communicator. A member passes its
+    /// group (ranks ordered as in `group`) and `color`, the group's index among its kind; a
+    /// non-member passes `None` and gets `Ok(None)`.
+    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+        let _ = (color, group, options);
+        Err("this communicator cannot be split".into())
+    }
 }
 
 /// Creates communicators. `store` is private to the group (already prefixed).
 pub trait CommFactory: Send + Sync {
     /// Backend name for messages and the config fingerprint ("gloo", "nccl", ...).
     fn name(&self) -> &str;
-    fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String>;
+    /// Why the split strategy is unavailable (`None`: [`CommFactory::create_world`] and
+    /// [`Communicator::split`] work).
+    fn split_unavailable(&self) -> Option<String> {
+        Some(format!("backend '{}' does not split communicators", self.name()))
+    }
+    /// Why the per-group strategy is unavailable (`None`: [`CommFactory::create_group`] works).
+    fn per_group_unavailable(&self) -> Option<String> {
+        None
+    }
+    /// Check `options` of the groups of `kind` before anything is created; the error names the
+    /// bad value. Backends without communicator options refuse any.
+    fn check_options(&self, kind: &str, options: &CommOptions) -> Result<(), String> {
+        if options.is_default() {
+            Ok(())
+        } else {
+            Err(format!(
+                "backend '{}' takes no communicator options, but {kind} sets {options}: \
+                 they are NCCL's (use the nccl backend, or drop them)",
+                self.name()
+            ))
+        }
+    }
+    /// Per-group strategy: this rank's communicator of `group`.
+    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String>;
+    /// Split strategy: the world communicator, which the groups are split from.
+    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        let _ = (world, options, store);
+        Err(self.split_unavailable().unwrap_or_else(|| format!("backend '{}' has no world communicator", self.name())))
+    }
 }

@@ -1,16 +1,22 @@
 //! Creating this rank's communicators from its group plan, and verifying them.
 //!
+//! Two strategies: per group (each communicator from its own rendezvous through the store), or
+//! split (a world communicator, then one split collective per group kind in the layout's kind
+//! order, which every rank of the world joins; ranks outside any group of the kind, or whose
+//! group already has a communicator, pass no color).
+//!
 //! Every group kind partitions the ranks it covers, so for a member set M the first kind (in
 //! the plan's rank-independent kind order) whose group is M is the same on every member of M.
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
 
 use super::comm::{CommFactory, Communicator};
+use super::comm_config::{CommConfig, CommOptions, CommStrategy};
 use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One group of this rank, as the topology lays it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +29,39 @@ pub struct GroupPlan {
     pub members: Vec<u32>,
 }
 
+/// What one rank creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankPlan {
+    /// This process's global rank.
+    pub rank: u32,
+    /// The world's global ranks, ascending (the split strategy's parent communicator).
+    pub world: Vec<u32>,
+    /// Every group kind of the layout, in its rank-independent order: the order of the splits.
+    pub kinds: Vec<String>,
+    /// This rank's groups, in the order of `kinds` (kinds it is in no group of are absent).
+    pub groups: Vec<GroupPlan>,
+}
+
+/// The strategy to use: `requested`, with `Auto` resolved to split when the backend can, else
+/// per group. An explicit request the backend cannot honour is an error saying why.
+pub fn resolve_strategy(requested: CommStrategy, factory: &dyn CommFactory) -> Result<CommStrategy, String> {
+    match requested {
+        CommStrategy::Auto if factory.split_unavailable().is_none() => Ok(CommStrategy::Split),
+        CommStrategy::Auto => match factory.per_group_unavailable() {
+            None => Ok(CommStrategy::PerGroup),
+            Some(why) => Err(format!("no way to create communicators: {why}, and {}", factory.split_unavailable().unwrap_or_default())),
+        },
+        CommStrategy::Split => match factory.split_unavailable() {
+            None => Ok(CommStrategy::Split),
+            Some(why) => Err(format!("the split strategy was requested, but {why}")),
+        },
+        CommStrategy::PerGroup => match factory.per_group_unavailable() {
+            None => Ok(CommStrategy::PerGroup),
+            Some(why) => Err(format!("the per-group strategy was requested, but {why}")),
+        },
+    }
+}
+
 /// A communicator shared by every kind whose group has the same members.
 pub type SharedComm = Arc<Mutex<Box<dyn Communicator>>>;
 
@@ -33,6 +72,18 @@ pub struct LiveGroup {
     /// Name of the communicator (`<kind>/<index>` of the first kind with these members).
     pub comm_name: String,
     pub comm: SharedComm,
+    /// Time this rank spent creating the kind's communicator: its split collective (joined by
+    /// every rank, members or not), or its own creation (zero when it shares an earlier one).
+    pub created_in: Duration,
+}
+
+/// The communicators of one rank.
+pub struct CreatedGroups {
+    pub groups: Vec<LiveGroup>,
+    /// The split strategy's world communicator (kept until teardown, after the groups).
+    pub world: Option<SharedComm>,
+    /// Time spent creating the world communicator.
+    pub world_time: Duration,
 }
 
 /// Why creating or verifying a group failed; names the group.
@@ -57,34 +108,85 @@ impl std::fmt::Display for GroupError {
 
 impl std::error::Error for GroupError {}
 
-/// Create the communicators of `plan` on `rank`. `store_for(name)` gives the store private to
-/// the communicator called `name`.
+/// Create this rank's communicators of `plan` with `strategy` (resolved: split or per group).
+/// `store_for(name)` gives the store private to the communicator called `name` (`world` for the
+/// split strategy's parent); `config` gives each kind's options. Kinds whose groups have the same
+/// members and options share one communicator.
 pub fn create_groups(
-    plan: &[GroupPlan],
-    rank: u32,
+    plan: &RankPlan,
+    strategy: CommStrategy,
     factory: &dyn CommFactory,
     store_for: &dyn Fn(&str) -> Arc<dyn Store>,
+    config: &CommConfig,
     timeout: Duration,
-) -> Result<Vec<LiveGroup>, GroupError> {
-    let mut by_members: HashMap<&[u32], (String, SharedComm)> = HashMap::new();
-    let mut live = Vec::with_capacity(plan.len());
-    for p in plan {
+) -> Result<CreatedGroups, GroupError> {
+    let rank = plan.rank;
+    let info_of = |name: &str, members: &[u32]| {
+        GroupInfo::new(name, members.to_vec(), rank, timeout)
+            .map_err(|e| GroupError { group: name.to_string(), members: members.to_vec(), message: e.to_string() })
+    };
+    let mut world = match strategy {
+        CommStrategy::Split => {
+            let start = Instant::now();
+            let info = info_of("world", &plan.world)?;
+            let comm = factory.create_world(&info, &config.default, store_for("world")).map_err(|message| GroupError {
+                group: "world".into(),
+                members: plan.world.clone(),
+                message,
+            })?;
+            Some((comm, start.elapsed()))
+        }
+        _ => None,
+    };
+    let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
+    let mut live = Vec::with_capacity(plan.groups.len());
+    for kind in &plan.kinds {
+        let options = config.options_for(kind);
+        let start = Instant::now();
+        // Split collectives are over the whole world: a rank that creates nothing joins without a color.
+        let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
+            match world.as_mut() {
+                Some((w, _)) => w.split(0, None, &options).map(drop).map_err(|message| GroupError {
+                    group: format!("{kind} (split, joined without a group)"),
+                    members: vec![rank],
+                    message,
+                }),
+                None => Ok(()),
+            }
+        };
+        let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) else {
+            join_without_color(&mut world)?;
+            continue;
+        };
         let name = format!("{}/{}", p.kind, p.index);
-        let fail = |message: String| GroupError { group: name.clone(), members: p.members.clone(), message };
-        let info = GroupInfo::new(name.clone(), p.members.clone(), rank, timeout).map_err(|e| fail(e.to_string()))?;
-        let group_rank = info.group_rank;
-        let (comm_name, comm) = match by_members.get(p.members.as_slice()) {
-            Some(shared) => shared.clone(),
+        let info = info_of(&name, &p.members)?;
+        let key = (p.members.clone(), options.clone());
+        let (comm_name, comm) = match by_key.get(&key) {
+            Some(shared) => {
+                join_without_color(&mut world)?;
+                shared.clone()
+            }
             None => {
-                let comm = factory.create_group(&info, store_for(&name)).map_err(&fail)?;
-                let shared = (name.clone(), Arc::new(Mutex::new(comm)));
-                by_members.insert(p.members.as_slice(), shared.clone());
+                let fail = |message: String| GroupError { group: name.clone(), members: p.members.clone(), message };
+                let comm = match world.as_mut() {
+                    Some((w, _)) => w
+                        .split(p.index, Some(&info), &options)
+                        .map_err(&fail)?
+                        .ok_or_else(|| fail("the split gave this member no communicator".into()))?,
+                    None => factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?,
+                };
+                let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
+                by_key.insert(key, shared.clone());
                 shared
             }
         };
-        live.push(LiveGroup { plan: p.clone(), group_rank, comm_name, comm });
+        live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name, comm, created_in: start.elapsed() });
     }
-    Ok(live)
+    let (world, world_time) = match world {
+        Some((w, t)) => (Some(Arc::new(Mutex::new(w)) as SharedComm), t),
+        None => (None, Duration::ZERO),
+    };
+    Ok(CreatedGroups { groups: live, world, world_time })
 }
 
 /// Verify one group's communicator with an all-reduce of `[global rank, 1]`, whose result the
@@ -132,16 +234,21 @@ pub fn verify_groups(groups: &[LiveGroup], rank: u32) -> Result<usize, GroupErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::store::{MemoryStore, PrefixStore};
     use std::ffi::c_void;
 
+    /// Split calls a world communicator saw: (color or None, options).
+    type SplitLog = Arc<Mutex<Vec<(Option<u32>, CommOptions)>>>;
+
     /// Unit-test double: an in-process "communicator" that reduces through the store, enough
-    /// to test naming, sharing and verification logic (real backends are tested elsewhere).
+    /// to test naming, sharing, split ordering and verification logic (real backends, Gloo and
+    /// NCCL, are tested with real processes elsewhere).
     struct StoreComm {
         store: Arc<dyn Store>,
         group: GroupInfo,
         round: u32,
         bias: i64,
+        splits: SplitLog,
     }
 
     impl Communicator for StoreComm {
@@ -166,60 +273,91 @@ mod tests {
         fn raw_handle(&self) -> *mut c_void {
             std::ptr::null_mut()
         }
+        fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+            self.splits.lock().unwrap().push((group.map(|_| color), options.clone()));
+            Ok(group.map(|g| {
+                let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
+                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default() }) as Box<dyn Communicator>
+            }))
+        }
     }
 
+    #[derive(Default)]
     struct Factory {
         created: Mutex<Vec<String>>,
         lie_about: Option<String>,
+        splits: SplitLog,
     }
 
     impl CommFactory for Factory {
         fn name(&self) -> &str {
             "store-double"
         }
-        fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        fn split_unavailable(&self) -> Option<String> {
+            None
+        }
+        fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
             self.created.lock().unwrap().push(group.name.clone());
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
-            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias }))
+            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default() }))
+        }
+        fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone() }))
         }
     }
 
-    fn plan_for(rank: u32) -> Vec<GroupPlan> {
-        // World of 4, tp=2: tp groups {0,1},{2,3}; dp groups {0,2},{1,3}; dp_with_cp = dp (cp=1).
+    fn plan_for(rank: u32) -> RankPlan {
+        // World of 4, tp=2: tp groups {0,1},{2,3}; dp groups {0,2},{1,3}; dp_with_cp = dp (cp=1);
+        // an "embedding"-like kind only ranks 0 and 3 are in.
         let tp = rank / 2;
         let dp = rank % 2;
-        vec![
+        let mut groups = vec![
             // Aliases not adjacent: sharing must not depend on plan order.
             GroupPlan { kind: "data_parallel_with_cp".into(), index: dp, members: vec![dp, dp + 2] },
             GroupPlan { kind: "tensor_model_parallel".into(), index: tp, members: vec![2 * tp, 2 * tp + 1] },
             GroupPlan { kind: "data_parallel".into(), index: dp, members: vec![dp, dp + 2] },
-        ]
+        ];
+        if rank == 0 || rank == 3 {
+            groups.push(GroupPlan { kind: "embedding".into(), index: 0, members: vec![0, 3] });
+        }
+        let kinds = ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(String::from).to_vec();
+        RankPlan { rank, world: vec![0, 1, 2, 3], kinds, groups }
     }
 
-    /// Per rank: verification result, communicators created, communicator name per plan entry.
-    type RankOutcome = (Result<usize, GroupError>, Vec<String>, Vec<String>);
+    /// Per rank: verification result, communicators created per group, communicator name per
+    /// plan entry, split calls on the world.
+    struct Outcome {
+        verified: Result<usize, GroupError>,
+        created: Vec<String>,
+        names: Vec<String>,
+        splits: Vec<(Option<u32>, CommOptions)>,
+    }
 
-    fn run(lie_about: Option<&str>) -> Vec<RankOutcome> {
+    fn run(strategy: CommStrategy, lie_about: Option<&str>, config: CommConfig) -> Vec<Outcome> {
         // One in-process store per communicator name, shared by the rank threads.
         let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
         let threads: Vec<_> = (0..4u32)
             .map(|rank| {
                 let stores = stores.clone();
                 let lie = lie_about.map(str::to_string);
+                let config = config.clone();
                 std::thread::spawn(move || {
-                    let f = Factory { created: Mutex::new(vec![]), lie_about: lie };
+                    let f = Factory { lie_about: lie, ..Default::default() };
                     let store_for = |name: &str| -> Arc<dyn Store> {
                         let mut m = stores.lock().unwrap();
                         m.entry(name.to_string())
                             .or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10))))
                             .clone()
                     };
-                    let groups = create_groups(&plan_for(rank), rank, &f, &store_for, Duration::from_secs(10)).unwrap();
+                    let created = create_groups(&plan_for(rank), strategy, &f, &store_for, &config, Duration::from_secs(10)).unwrap();
+                    assert_eq!(created.world.is_some(), strategy == CommStrategy::Split);
+                    let groups = created.groups;
                     let names = groups.iter().map(|g| g.comm_name.clone()).collect();
                     let verified = verify_groups(&groups, rank);
                     let created = f.created.lock().unwrap().clone();
-                    (verified, created, names)
+                    let splits = f.splits.lock().unwrap().clone();
+                    Outcome { verified, created, names, splits }
                 })
             })
             .collect();
@@ -228,21 +366,72 @@ mod tests {
 
     #[test]
     fn aliases_share_one_communicator_and_all_verify() {
-        for (rank, (verified, created, names)) in run(None).into_iter().enumerate() {
-            assert_eq!(verified.unwrap(), 2, "rank {rank}");
+        for (rank, o) in run(CommStrategy::PerGroup, None, CommConfig::default()).into_iter().enumerate() {
+            let in_embedding = rank == 0 || rank == 3;
+            assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
             let dp = rank % 2;
             let tp = rank / 2;
-            assert_eq!(created, vec![format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")]);
-            assert_eq!(names[2], format!("data_parallel_with_cp/{dp}"));
+            let mut want = vec![format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")];
+            if in_embedding {
+                want.push("embedding/0".into());
+            }
+            assert_eq!(o.created, want);
+            assert_eq!(o.names[2], format!("data_parallel_with_cp/{dp}"));
+            assert!(o.splits.is_empty());
+        }
+    }
+
+    #[test]
+    fn split_joins_one_collective_per_kind_on_every_rank() {
+        for (rank, o) in run(CommStrategy::Split, None, CommConfig::default()).into_iter().enumerate() {
+            let in_embedding = rank == 0 || rank == 3;
+            assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
+            assert!(o.created.is_empty(), "split strategy created groups one by one: {:?}", o.created);
+            let (dp, tp) = (rank as u32 % 2, rank as u32 / 2);
+            // dp_with_cp, tp, dp (an alias: no color), embedding (color only for members).
+            let colors: Vec<Option<u32>> = o.splits.iter().map(|s| s.0).collect();
+            assert_eq!(colors, vec![Some(dp), Some(tp), None, in_embedding.then_some(0)], "rank {rank}");
+            assert_eq!(o.names[2], format!("data_parallel_with_cp/{dp}"));
+        }
+    }
+
+    #[test]
+    fn kinds_with_other_options_get_their_own_communicator() {
+        let mut config = CommConfig::default();
+        config.add_yaml("dp: {max_ctas: 2}", "test").unwrap();
+        for (rank, o) in run(CommStrategy::Split, None, config).into_iter().enumerate() {
+            let dp = rank as u32 % 2;
+            assert_eq!(o.splits[2], (Some(dp), CommOptions { max_ctas: Some(2), ..Default::default() }), "rank {rank}");
+            assert_eq!(o.names[2], format!("data_parallel/{dp}"));
+            assert_eq!(o.verified.unwrap(), 3 + (rank == 0 || rank == 3) as usize);
         }
     }
 
     #[test]
     fn a_communicator_with_wrong_members_fails_verification_naming_the_group() {
-        let out = run(Some("tensor_model_parallel/0"));
+        let out = run(CommStrategy::PerGroup, Some("tensor_model_parallel/0"), CommConfig::default());
         for rank in [0usize, 1] {
-            let err = out[rank].0.as_ref().unwrap_err().to_string();
+            let err = out[rank].verified.as_ref().unwrap_err().to_string();
             assert!(err.contains("group tensor_model_parallel/0 (ranks 0-1)"), "{err}");
         }
+    }
+
+    #[test]
+    fn strategies_resolve_by_what_the_backend_offers() {
+        let f = Factory::default();
+        assert_eq!(resolve_strategy(CommStrategy::Auto, &f), Ok(CommStrategy::Split));
+        assert_eq!(resolve_strategy(CommStrategy::PerGroup, &f), Ok(CommStrategy::PerGroup));
+        struct NoSplit;
+        impl CommFactory for NoSplit {
+            fn name(&self) -> &str {
+                "nosplit"
+            }
+            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+                Err("unused".into())
+            }
+        }
+        assert_eq!(resolve_strategy(CommStrategy::Auto, &NoSplit), Ok(CommStrategy::PerGroup));
+        let e = resolve_strategy(CommStrategy::Split, &NoSplit).unwrap_err();
+        assert!(e.contains("split strategy was requested") && e.contains("'nosplit'"), "{e}");
     }
 }

@@ -6,9 +6,10 @@
 
 use super::checkin::{check_in, CheckinError};
 use super::comm::CommFactory;
+use super::comm_config::{CommConfig, CommStrategy};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::groups::{create_groups, distinct_communicators, verify_groups, GroupPlan, LiveGroup};
+use super::groups::{create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup, RankPlan, SharedComm};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
 use crate::store::{PrefixStore, Store};
@@ -42,6 +43,10 @@ pub struct InitArgs {
     pub seed_policy: SeedPolicy,
     /// Megatron's `data_parallel_random_init` (megatron policy only).
     pub data_parallel_random_init: bool,
+    /// How communicators are created (default: split when the backend can, else per group).
+    pub comm_strategy: CommStrategy,
+    /// Communicator options per group kind (Megatron's NCCL communicator config), and a default.
+    pub comm_config: CommConfig,
 }
 
 impl Default for InitArgs {
@@ -54,6 +59,8 @@ impl Default for InitArgs {
             seed: None,
             seed_policy: SeedPolicy::Megatron,
             data_parallel_random_init: false,
+            comm_strategy: CommStrategy::Auto,
+            comm_config: CommConfig::default(),
         }
     }
 }
@@ -63,7 +70,10 @@ impl Default for InitArgs {
 pub struct InitTimings {
     pub store: Duration,
     pub checkin: Duration,
+    /// Creating every communicator (the world's included, for the split strategy).
     pub groups: Duration,
+    /// Of `groups`: creating the split strategy's world communicator.
+    pub world: Duration,
     pub verify: Duration,
     pub total: Duration,
 }
@@ -75,11 +85,15 @@ pub struct Runtime {
     pub view: RankView,
     pub groups: Vec<LiveGroup>,
     pub backend_name: String,
+    /// The strategy used (`Auto` resolved).
+    pub strategy: CommStrategy,
     pub timings: InitTimings,
     /// Distinct communicators created (aliased kinds share one).
     pub communicators: usize,
     /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
     pub rng: Option<Arc<Mutex<RankRng>>>,
+    /// The split strategy's world communicator, released after the groups.
+    world: Option<SharedComm>,
     /// This initialization's private view of the store.
     base: Arc<dyn Store>,
     timeout: Duration,
@@ -133,14 +147,24 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("seed", opt(&args.seed))
         .with("seed_policy", &args.seed_policy)
         .with("data_parallel_random_init", args.data_parallel_random_init)
+        .with("comm_strategy", args.comm_strategy)
+        .with("comm_config", args.comm_config.fingerprint())
 }
 
-/// The groups of `rank`, in the topology's rank-independent kind order.
-pub fn plan_for(view: &RankView) -> Vec<GroupPlan> {
-    view.groups
+/// What `view`'s rank creates: its groups, every kind of the layout in order, the world.
+pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
+    let groups = view
+        .groups
         .iter()
         .map(|m| GroupPlan { kind: m.kind().key().into_owned(), index: m.group_index() as u32, members: m.members() })
-        .collect()
+        .collect();
+    let first = topology.rank_offset();
+    RankPlan {
+        rank: view.rank,
+        world: (first..first + topology.world_size()).collect(),
+        kinds: topology.kinds().iter().map(|k| k.key().into_owned()).collect(),
+        groups,
+    }
 }
 
 /// `MCORE_INIT_TIMEOUT` (seconds, may be fractional) or the default of 300 s.
@@ -212,6 +236,12 @@ fn bring_up(
         }
     };
     let backend = factory(&args.backend)?;
+    let strategy = resolve_strategy(args.comm_strategy, backend.as_ref()).map_err(RuntimeError::InvalidArgument)?;
+    let plan = plan_for(&topology, &view);
+    backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;
+    for kind in &plan.kinds {
+        backend.check_options(kind, &args.comm_config.options_for(kind)).map_err(RuntimeError::InvalidArgument)?;
+    }
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
     let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
@@ -219,19 +249,21 @@ fn bring_up(
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let t_store = start.elapsed();
 
-    let created = (|| -> Result<(Vec<LiveGroup>, usize, Duration, Duration), RuntimeError> {
+    let created = (|| -> Result<(CreatedGroups, usize, Duration, Duration), RuntimeError> {
         check_in(base.as_ref(), env.rank, env.world_size, fingerprint, args.timeout)?;
         let t_checkin = start.elapsed();
-        let plan = plan_for(&view);
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
-        let groups = create_groups(&plan, env.rank, backend.as_ref(), &group_store, args.timeout)?;
+        let created = create_groups(&plan, strategy, backend.as_ref(), &group_store, &args.comm_config, args.timeout)?;
         let t_groups = start.elapsed();
-        let communicators =
-            if args.verify { verify_groups(&groups, env.rank)? } else { distinct_communicators(&groups).len() };
-        Ok((groups, communicators, t_checkin, t_groups))
+        let communicators = if args.verify {
+            verify_groups(&created.groups, env.rank)?
+        } else {
+            distinct_communicators(&created.groups).len()
+        };
+        Ok((created, communicators, t_checkin, t_groups))
     })();
-    let (groups, communicators, t_checkin, t_groups) = match created {
+    let (CreatedGroups { groups, world, world_time }, communicators, t_checkin, t_groups) = match created {
         Ok(c) => c,
         Err(e) => {
             // Keep the store up until the ranks that arrived have read the verdict and left.
@@ -249,16 +281,19 @@ fn bring_up(
             store: t_store,
             checkin: t_checkin - t_store,
             groups: t_groups - t_checkin,
+            world: world_time,
             verify: total - t_groups,
             total,
         },
         backend_name: backend.name().to_string(),
+        strategy,
         env,
         topology,
         view,
         groups,
         communicators,
         rng,
+        world,
         base,
         timeout: args.timeout,
         store,
@@ -290,10 +325,11 @@ fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
 /// Teardown itself never fails because a peer is gone.
 pub fn destroy() -> Result<bool, RuntimeError> {
     let Some((_, runtime)) = RUNTIME.take() else { return Ok(false) };
-    let Runtime { groups, base, store, env, timeout, .. } = runtime;
-    // Communicators first: their last collectives completed on every member before anyone
-    // announces leaving.
+    let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
+    // Communicators first (groups, then the world they were split from): their last
+    // collectives completed on every member before anyone announces leaving.
     drop(groups);
+    drop(world);
     leave(base.as_ref(), &env, env.world_size, timeout);
     drop(base);
     drop(store);

@@ -3,6 +3,7 @@
 
 pub mod checkin;
 pub mod comm;
+pub mod comm_config;
 pub mod env;
 pub mod error;
 pub mod groups;
@@ -12,7 +13,8 @@ mod store_setup;
 
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
-pub use groups::{GroupPlan, LiveGroup};
+pub use comm_config::{CommConfig, CommOptions, CommStrategy};
+pub use groups::{GroupPlan, LiveGroup, RankPlan};
 pub use init::{
     default_factory, destroy, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
     with_runtime, BackendResolver, InitArgs, InitTimings, Runtime, DEFAULT_INIT_TIMEOUT,

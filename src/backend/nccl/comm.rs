@@ -28,6 +28,8 @@ pub struct NcclComm {
     size: u32,
     rank: u32,
     device: Device,
+    /// The config it was created with (a split without one inherits it).
+    config: NcclConfig,
     /// Bound of collectives run through the runtime's `Communicator` seam.
     op_timeout: Duration,
 }
@@ -110,7 +112,7 @@ impl NcclComm {
         let (rc, comm) = lib.comm_init_rank_config(n, id, r, &mut raw_config)?;
         let comm = finish_call(lib, rc, comm, &what, "ncclCommInitRankConfig", timeout, start)?
             .ok_or_else(|| NcclError::invalid(format!("ncclCommInitRankConfig for {what} returned no communicator")))?;
-        Ok(NcclComm { lib, raw: Some(comm), group: group.to_string(), size: nranks, rank, device, op_timeout: timeout })
+        Ok(NcclComm { lib, raw: Some(comm), group: group.to_string(), size: nranks, rank, device, config: config.clone(), op_timeout: timeout })
     }
 
     /// `ncclCommSplit`, collective over this whole communicator: members pass `Some(color)`,
@@ -136,7 +138,16 @@ impl NcclComm {
             return Ok(None);
         };
         let (size, rank) = self.lib.comm_size_rank(&child)?;
-        Ok(Some(NcclComm { lib: self.lib, raw: Some(child), group: group.to_string(), size: size as u32, rank: rank as u32, device: self.device, op_timeout: timeout }))
+        Ok(Some(NcclComm {
+            lib: self.lib,
+            raw: Some(child),
+            group: group.to_string(),
+            size: size as u32,
+            rank: rank as u32,
+            device: self.device,
+            config: config.unwrap_or(&self.config).clone(),
+            op_timeout: timeout,
+        }))
     }
 
     fn wait_parent(&self, what: &str, timeout: Duration, start: Instant) -> Result<(), NcclError> {
@@ -177,6 +188,11 @@ impl NcclComm {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// The config it was created with.
+    pub fn config(&self) -> &NcclConfig {
+        &self.config
     }
 
     /// The `ncclComm_t` for users of the C API (NULL once released).

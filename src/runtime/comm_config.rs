@@ -1,0 +1,349 @@
+//! How communicators are created: the strategy (split from a world communicator, or one by one)
+//! and per-kind communicator options, the equivalent of Megatron-Core's per-process-group NCCL
+//! config file (`--nccl-communicator-config-path`), whose YAML this module reads as is.
+//!
+//! Megatron keys its file by short process-group names (`tp`, `dp_cp`, `ep_dp`, ...); our group
+//! kind keys (`tensor_model_parallel`, ...) are accepted too. Options: `cga_cluster_size`,
+//! `min_ctas`, `max_ctas`, `net_name` (Megatron's four) and `split_share` (NCCL's `splitShare`).
+//! Megatron's `is_high_priority_stream` is a torch stream setting with no communicator
+//! equivalent: it is accepted and ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// How the runtime creates the communicators of the groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommStrategy {
+    /// Split when the backend can (NCCL ≥ 2.18, a plugin with `create_world` + `split`), else
+    /// one by one.
+    #[default]
+    Auto,
+    /// A world communicator, then one split collective per group kind (non-members pass no color).
+    Split,
+    /// Each group's communicator from its own rendezvous through the store.
+    PerGroup,
+}
+
+impl std::str::FromStr for CommStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" | "" => Ok(CommStrategy::Auto),
+            "split" => Ok(CommStrategy::Split),
+            "per-group" | "per_group" => Ok(CommStrategy::PerGroup),
+            other => Err(format!("communicator strategy '{other}' is not one of auto, split, per-group")),
+        }
+    }
+}
+
+impl fmt::Display for CommStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CommStrategy::Auto => "auto",
+            CommStrategy::Split => "split",
+            CommStrategy::PerGroup => "per-group",
+        })
+    }
+}
+
+/// Options of one kind's communicators; `None` leaves the backend's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CommOptions {
+    pub cga_cluster_size: Option<i32>,
+    pub min_ctas: Option<i32>,
+    pub max_ctas: Option<i32>,
+    /// The network plugin, e.g. "IB" or "Socket".
+    pub net_name: Option<String>,
+    /// Children of a split share the parent's resources (NCCL `splitShare`; off by default, so
+    /// that aborting one communicator does not break the others).
+    pub split_share: Option<bool>,
+}
+
+impl CommOptions {
+    /// Whether every option is left at the backend's default.
+    pub fn is_default(&self) -> bool {
+        *self == CommOptions::default()
+    }
+
+    /// `self` with the options `over` sets replacing ours.
+    pub fn merged(&self, over: &CommOptions) -> CommOptions {
+        CommOptions {
+            cga_cluster_size: over.cga_cluster_size.or(self.cga_cluster_size),
+            min_ctas: over.min_ctas.or(self.min_ctas),
+            max_ctas: over.max_ctas.or(self.max_ctas),
+            net_name: over.net_name.clone().or_else(|| self.net_name.clone()),
+            split_share: over.split_share.or(self.split_share),
+        }
+    }
+}
+
+impl fmt::Display for CommOptions {
+    /// The options set, `name=value` joined by commas (`-` when none): messages and fingerprints.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        let mut num = |name: &str, v: Option<i32>| {
+            if let Some(v) = v {
+                parts.push(format!("{name}={v}"));
+            }
+        };
+        num("cga_cluster_size", self.cga_cluster_size);
+        num("min_ctas", self.min_ctas);
+        num("max_ctas", self.max_ctas);
+        if let Some(n) = &self.net_name {
+            parts.push(format!("net_name={n}"));
+        }
+        if let Some(s) = self.split_share {
+            parts.push(format!("split_share={s}"));
+        }
+        if parts.is_empty() {
+            f.write_str("-")
+        } else {
+            f.write_str(&parts.join(","))
+        }
+    }
+}
+
+/// Megatron-Core's process-group names in its NCCL config file, and the kind each names.
+/// `hcp` names every hierarchical context-parallel level.
+pub const MEGATRON_GROUP_NAMES: &[(&str, &str)] = &[
+    ("tp", "tensor_model_parallel"),
+    ("pp", "pipeline_model_parallel"),
+    ("dp", "data_parallel"),
+    ("dp_cp", "data_parallel_with_cp"),
+    ("cp", "context_parallel"),
+    ("hcp", HIERARCHICAL_CP),
+    ("mp", "model_parallel"),
+    ("tp_dp", "tensor_and_data_parallel"),
+    ("tp_dp_cp", "tensor_and_data_parallel_with_cp"),
+    ("tp_cp", "tensor_and_context_parallel"),
+    ("intra_dp_cp", "intra_partial_data_parallel_with_cp"),
+    ("intra_dist_opt_instance", "intra_distributed_optimizer_instance"),
+    ("embd", "embedding"),
+    ("pos_embd", "position_embedding"),
+    ("ep", "expert_model_parallel"),
+    ("ep_tp", "expert_tensor_parallel"),
+    ("tp_ep_mp", "expert_tensor_and_model_parallel"),
+    ("tp_ep_pp", "expert_tensor_model_pipeline_parallel"),
+    ("ep_dp", "expert_data_parallel"),
+    ("intra_ep_dp", "intra_partial_expert_data_parallel"),
+    ("inter_ep_dp", "inter_partial_expert_data_parallel"),
+];
+
+/// The entry that applies to every `hierarchical_context_parallel_<i>` level.
+const HIERARCHICAL_CP: &str = "hierarchical_context_parallel";
+
+/// The kind key an entry name means: a Megatron short name, a kind key, or
+/// `hierarchical_context_parallel` (every level).
+fn kind_of_entry(name: &str) -> Option<String> {
+    if let Some((_, kind)) = MEGATRON_GROUP_NAMES.iter().find(|(short, _)| *short == name) {
+        return Some(kind.to_string());
+    }
+    let is_kind = MEGATRON_GROUP_NAMES.iter().any(|(_, kind)| *kind == name)
+        || name.strip_prefix("hierarchical_context_parallel_").is_some_and(|i| i.parse::<u32>().is_ok());
+    is_kind.then(|| name.to_string())
+}
+
+/// Communicator options: a default for every kind, and per-kind entries over it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommConfig {
+    pub default: CommOptions,
+    per_kind: BTreeMap<String, CommOptions>,
+}
+
+impl CommConfig {
+    /// Set the options of `name` (a Megatron short name or a kind key); the error names it.
+    pub fn set(&mut self, name: &str, options: CommOptions) -> Result<(), String> {
+        let kind = kind_of_entry(name).ok_or_else(|| {
+            format!(
+                "communicator config: '{name}' is neither a group kind nor one of Megatron's group names ({})",
+                MEGATRON_GROUP_NAMES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        self.per_kind.insert(kind, options);
+        Ok(())
+    }
+
+    /// The options of `kind` (a kind key): its entry over the default.
+    pub fn options_for(&self, kind: &str) -> CommOptions {
+        let entry = self.per_kind.get(kind).or_else(|| {
+            kind.strip_prefix("hierarchical_context_parallel_").and_then(|_| self.per_kind.get(HIERARCHICAL_CP))
+        });
+        match entry {
+            Some(o) => self.default.merged(o),
+            None => self.default.clone(),
+        }
+    }
+
+    /// The per-kind entries (kind key, options), in key order.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &CommOptions)> {
+        self.per_kind.iter().map(|(k, o)| (k.as_str(), o))
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.default.is_default() && self.per_kind.is_empty()
+    }
+
+    /// Parse Megatron's YAML (a mapping from group name to a mapping of options) and add its
+    /// entries. Errors name the group, the option and the bad value.
+    pub fn add_yaml(&mut self, text: &str, source: &str) -> Result<(), String> {
+        let docs = YamlLoader::load_from_str(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
+        let top = match docs.as_slice() {
+            [] | [Yaml::Null] => return Ok(()),
+            [Yaml::Hash(h)] => h,
+            [_] => return Err(format!("{source}: expected a mapping from group name to options")),
+            _ => return Err(format!("{source}: expected one YAML document, found {}", docs.len())),
+        };
+        for (name, body) in top {
+            let name = name.as_str().ok_or_else(|| format!("{source}: group name {name:?} is not a string"))?;
+            let options = parse_options(body, &format!("{source}: {name}"))?;
+            self.set(name, options).map_err(|e| format!("{source}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Read a Megatron NCCL communicator config file.
+    pub fn add_yaml_file(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("communicator config file {}: {e}", path.display()))?;
+        self.add_yaml(&text, &path.display().to_string())
+    }
+
+    /// One line naming every setting: compared across ranks at check-in (`-` when empty).
+    pub fn fingerprint(&self) -> String {
+        if self.is_empty() {
+            return "-".into();
+        }
+        let mut parts = vec![format!("default:{}", self.default)];
+        parts.extend(self.per_kind.iter().map(|(k, o)| format!("{k}:{o}")));
+        parts.join(";")
+    }
+}
+
+fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
+    let map = match body {
+        Yaml::Hash(h) => h,
+        Yaml::Null => return Ok(CommOptions::default()),
+        other => return Err(format!("{at}: expected a mapping of options, got {}", describe(other))),
+    };
+    let mut o = CommOptions::default();
+    for (key, value) in map {
+        let key = key.as_str().ok_or_else(|| format!("{at}: option name {key:?} is not a string"))?;
+        let int = || -> Result<i32, String> {
+            value
+                .as_i64()
+                .and_then(|v| i32::try_from(v).ok())
+                .ok_or_else(|| format!("{at}: {key} must be an integer, got {}", describe(value)))
+        };
+        match key {
+            "cga_cluster_size" => o.cga_cluster_size = Some(int()?),
+            "min_ctas" => o.min_ctas = Some(int()?),
+            "max_ctas" => o.max_ctas = Some(int()?),
+            "net_name" => {
+                let v = value.as_str().ok_or_else(|| format!("{at}: net_name must be a string, got {}", describe(value)))?;
+                o.net_name = Some(v.to_string());
+            }
+            "split_share" => {
+                o.split_share =
+                    Some(value.as_bool().ok_or_else(|| format!("{at}: split_share must be true or false, got {}", describe(value)))?)
+            }
+            // A torch stream priority (Megatron passes it to ProcessGroupNCCL.Options): no
+            // communicator option corresponds; the caller chooses its streams' priorities.
+            "is_high_priority_stream" => {}
+            other => {
+                return Err(format!(
+                    "{at}: unknown option '{other}' (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)"
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn describe(v: &Yaml) -> String {
+    match v {
+        Yaml::String(s) => format!("'{s}'"),
+        Yaml::Integer(i) => i.to_string(),
+        Yaml::Real(r) => r.clone(),
+        Yaml::Boolean(b) => b.to_string(),
+        Yaml::Null => "nothing".into(),
+        Yaml::Array(_) => "a list".into(),
+        Yaml::Hash(_) => "a mapping".into(),
+        _ => "an unsupported value".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEGATRON_STYLE: &str = "\
+# per-communicator tuning
+dp:
+  cga_cluster_size: 4
+  max_ctas: 4
+  min_ctas: 1
+tp: {net_name: Socket, is_high_priority_stream: true}
+hcp:
+  max_ctas: 2
+tensor_and_data_parallel:
+  split_share: true
+";
+
+    #[test]
+    fn megatron_names_and_kind_keys_map_to_kinds() {
+        let mut c = CommConfig::default();
+        c.add_yaml(MEGATRON_STYLE, "cfg.yaml").unwrap();
+        let dp = c.options_for("data_parallel");
+        assert_eq!((dp.cga_cluster_size, dp.max_ctas, dp.min_ctas), (Some(4), Some(4), Some(1)));
+        assert_eq!(c.options_for("tensor_model_parallel").net_name.as_deref(), Some("Socket"));
+        assert_eq!(c.options_for("hierarchical_context_parallel_1").max_ctas, Some(2));
+        assert_eq!(c.options_for("tensor_and_data_parallel").split_share, Some(true));
+        // dp does not configure dp_cp: Megatron configures them separately.
+        assert!(c.options_for("data_parallel_with_cp").is_default());
+    }
+
+    #[test]
+    fn the_default_applies_under_entries() {
+        let mut c = CommConfig { default: CommOptions { split_share: Some(true), max_ctas: Some(8), ..Default::default() }, ..Default::default() };
+        c.set("pp", CommOptions { max_ctas: Some(2), ..Default::default() }).unwrap();
+        assert_eq!(c.options_for("pipeline_model_parallel"), CommOptions { max_ctas: Some(2), split_share: Some(true), ..Default::default() });
+        assert_eq!(c.options_for("context_parallel").max_ctas, Some(8));
+    }
+
+    #[test]
+    fn fingerprints_differ_when_settings_differ() {
+        let mut a = CommConfig::default();
+        assert_eq!(a.fingerprint(), "-");
+        a.add_yaml("tp: {max_ctas: 4}", "x").unwrap();
+        let mut b = CommConfig::default();
+        b.add_yaml("tp: {max_ctas: 8}", "x").unwrap();
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        assert!(a.fingerprint().contains("tensor_model_parallel:max_ctas=4"), "{}", a.fingerprint());
+    }
+
+    #[test]
+    fn bad_files_are_named_precisely() {
+        let err = |text: &str| {
+            let mut c = CommConfig::default();
+            c.add_yaml(text, "cfg.yaml").unwrap_err()
+        };
+        assert!(err("tq: {max_ctas: 4}").contains("'tq' is neither a group kind"));
+        assert!(err("tp: {max_ctas: four}").contains("cfg.yaml: tp: max_ctas must be an integer, got 'four'"));
+        assert!(err("tp: {maxctas: 4}").contains("unknown option 'maxctas'"));
+        assert!(err("tp: [1, 2]").contains("expected a mapping of options, got a list"));
+        assert!(err("- tp").contains("expected a mapping from group name"));
+        assert!(err("tp: {max_ctas: 4").contains("not valid YAML"));
+        assert!(err("tp: {max_ctas: 99999999999}").contains("must be an integer, got 99999999999"));
+        assert!(CommConfig::default().add_yaml_file(std::path::Path::new("/nonexistent/cfg.yaml")).unwrap_err().contains("/nonexistent/cfg.yaml"));
+    }
+
+    #[test]
+    fn strategy_names_round_trip() {
+        for s in [CommStrategy::Auto, CommStrategy::Split, CommStrategy::PerGroup] {
+            assert_eq!(s.to_string().parse::<CommStrategy>().unwrap(), s);
+        }
+        assert!("splt".parse::<CommStrategy>().unwrap_err().contains("'splt'"));
+    }
+}
