@@ -51,6 +51,10 @@ class InitArgs(ctypes.Structure):
         ("seed", ctypes.c_int64),
         ("seed_policy", ctypes.c_char_p),
         ("data_parallel_random_init", ctypes.c_bool),
+        ("comm_strategy", ctypes.c_char_p),
+        ("comm_config_path", ctypes.c_char_p),
+        ("comm_config", ctypes.c_char_p),
+        ("split_share", ctypes.c_bool),
     ]
 
 

@@ -63,16 +63,19 @@ def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_paral
                               hierarchical_context_parallel_sizes=None, expert_model_parallel_size=1,
                               expert_tensor_parallel_size=None, num_distributed_optimizer_instances=1,
                               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True,
-                              seed=None, seed_policy="megatron", data_parallel_random_init=False) -> bool:
+                              seed=None, seed_policy="megatron", data_parallel_random_init=False,
+                              nccl_communicator_config_path=None, comm_strategy="auto") -> bool:
     """Megatron's ``initialize_model_parallel`` arguments → :func:`mcore_init.runtime.initialize`
     (rendezvous from the environment); ``seed`` also seeds the rank's RNG streams
-    (:func:`mcore_init.runtime.rng_tracker`). Returns True when it was already up with these settings."""
+    (:func:`mcore_init.runtime.rng_tracker`); ``nccl_communicator_config_path`` is Megatron's
+    per-group NCCL config YAML. Returns True when it was already up with these settings."""
     return runtime.initialize(
         tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, vpp=virtual_pipeline_model_parallel_size,
         cp=context_parallel_size, hcp=hierarchical_context_parallel_sizes, ep=expert_model_parallel_size,
         etp=expert_tensor_parallel_size, dist_opt_instances=num_distributed_optimizer_instances, order=order,
         backend=backend, timeout=timeout, verify=verify, seed=seed, seed_policy=seed_policy,
-        data_parallel_random_init=data_parallel_random_init,
+        data_parallel_random_init=data_parallel_random_init, comm_strategy=comm_strategy,
+        comm_config_path=nccl_communicator_config_path,
     )
 
 

@@ -192,3 +192,33 @@ def test_four_processes_tp2_pp2_vpp2_ep2_etp1_getters_match_the_topology():
             model = seeds["model-parallel-rng"]
             assert o["fork_after_destroy"] == [[model, 0], [model, 8]]
             assert o["default_state"] == [seeds["default"], 0]
+
+
+COMM_OPTIONS = r"""
+import json, sys
+from mcore_init import McoreError, runtime
+out = {}
+for name, kwargs in [("gloo_with_options", {"comm_config": {"tp": {"max_ctas": 4}}}),
+                     ("bad_strategy", {"comm_strategy": "diagonal"}),
+                     ("bad_yaml", {"comm_config": "tp: {max_ctas: four}"}),
+                     ("missing_file", {"comm_config_path": "/nonexistent/nccl.yaml"})]:
+    try:
+        runtime.initialize(tp=1, backend=sys.argv[1], timeout=20, **kwargs)
+        out[name] = "initialized"
+        runtime.destroy()
+    except McoreError as exc:
+        out[name] = [exc.status_name, exc.message, runtime.is_initialized()]
+print(json.dumps(out))
+"""
+
+
+def test_communicator_options_are_checked_before_any_rendezvous():
+    plugin = str(gloo_plugin())
+    (o,) = _run_ranks(lambda r: [sys.executable, "-c", COMM_OPTIONS, plugin], 1, timeout=60)
+    for name, (status, message, up) in o.items():
+        assert status == "invalid argument" and up is False, (name, message)
+    assert "takes no communicator options" in o["gloo_with_options"][1]
+    assert "tensor_model_parallel sets max_ctas=4" in o["gloo_with_options"][1]
+    assert "'diagonal'" in o["bad_strategy"][1]
+    assert "max_ctas must be an integer, got 'four'" in o["bad_yaml"][1]
+    assert "/nonexistent/nccl.yaml" in o["missing_file"][1]
