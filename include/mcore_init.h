@@ -406,6 +406,11 @@ typedef struct mcore_init_args {
    * options say otherwise. Default false: aborting one communicator leaves the others intact.
    */
   bool split_share;
+  /**
+   * The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
+   * unset). Differs between ranks by design, so it is not part of the cross-rank check.
+   */
+  int32_t device;
 } mcore_init_args;
 
 /**

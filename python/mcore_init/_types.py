@@ -55,6 +55,7 @@ class InitArgs(ctypes.Structure):
         ("comm_config_path", ctypes.c_char_p),
         ("comm_config", ctypes.c_char_p),
         ("split_share", ctypes.c_bool),
+        ("device", ctypes.c_int32),
     ]
 
 

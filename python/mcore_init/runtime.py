@@ -31,7 +31,7 @@ _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p)
 def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
                order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
                seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
-               comm_config=None, comm_config_path=None, split_share=False) -> bool:
+               comm_config=None, comm_config_path=None, split_share=False, device=None) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s). With ``seed``, the rank's RNG streams are seeded
@@ -39,7 +39,8 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     hands them out. ``comm_strategy``: "auto" (split when the backend can), "split" or
     "per-group". ``comm_config``: per-group communicator options as Megatron's NCCL config
     (a dict like ``{"tp": {"max_ctas": 8}}`` or its YAML text); ``comm_config_path``: such a
-    YAML file; ``split_share``: children of a split share the parent's resources. Returns True
+    YAML file; ``split_share``: children of a split share the parent's resources; ``device``:
+    the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``). Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
@@ -60,6 +61,8 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     strings = [s.encode() if s is not None else None for s in (comm_strategy, str(comm_config_path) if comm_config_path else None, comm_config)]
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
     args.split_share = bool(split_share)
+    if device is not None:
+        args.device = device
     already = ctypes.c_bool(False)
     check(_initialize(ctypes.byref(args), ctypes.byref(already)))
     del keep, backend_b, policy_b, strings

@@ -201,7 +201,9 @@ out = {}
 for name, kwargs in [("gloo_with_options", {"comm_config": {"tp": {"max_ctas": 4}}}),
                      ("bad_strategy", {"comm_strategy": "diagonal"}),
                      ("bad_yaml", {"comm_config": "tp: {max_ctas: four}"}),
-                     ("missing_file", {"comm_config_path": "/nonexistent/nccl.yaml"})]:
+                     ("missing_file", {"comm_config_path": "/nonexistent/nccl.yaml"}),
+                     ("device_with_gloo", {"device": 0}),
+                     ("negative_device", {"device": -5})]:
     try:
         runtime.initialize(tp=1, backend=sys.argv[1], timeout=20, **kwargs)
         out[name] = "initialized"
@@ -222,3 +224,5 @@ def test_communicator_options_are_checked_before_any_rendezvous():
     assert "'diagonal'" in o["bad_strategy"][1]
     assert "max_ctas must be an integer, got 'four'" in o["bad_yaml"][1]
     assert "/nonexistent/nccl.yaml" in o["missing_file"][1]
+    assert "device 0 was given, but backend 'gloo' does not take a device" in o["device_with_gloo"][1]
+    assert "device -5 is not -1 or a CUDA device ordinal" in o["negative_device"][1]

@@ -19,7 +19,7 @@ fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
-         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share]"
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N]"
     )
 }
 
@@ -60,6 +60,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.comm_config.add_yaml_file(std::path::Path::new(path)).map_err(|e| format!("--comm-config: {e}"))?;
             }
             "--split-share" => init.comm_config.default.split_share = Some(true),
+            "--device" => init.device = Some(mcore_init::cli::number(flag, flags.value(flag, inline)?)?),
             "--cycles" => {
                 cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
                 if cycles == 0 {

@@ -49,6 +49,9 @@ pub struct mcore_init_args {
     /// Children of a split share the parent's resources (NCCL `splitShare`) unless a kind's
     /// options say otherwise. Default false: aborting one communicator leaves the others intact.
     pub split_share: bool,
+    /// The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
+    /// unset). Differs between ranks by design, so it is not part of the cross-rank check.
+    pub device: i32,
 }
 
 impl Default for mcore_init_args {
@@ -67,6 +70,7 @@ impl Default for mcore_init_args {
             comm_config_path: std::ptr::null(),
             comm_config: std::ptr::null(),
             split_share: false,
+            device: -1,
         }
     }
 }
@@ -176,6 +180,10 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
                 Some(s) => s.parse().map_err(FfiError::invalid_arg)?,
             },
             comm_config: unsafe { comm_config_from_c(&c) }?,
+            device: match c.device {
+                -1 => None,
+                d => Some(u32::try_from(d).map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?),
+            },
         };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Turns a backend name (`gloo`, `nccl`, a plugin path) into a communicator factory.
-pub type BackendResolver = dyn Fn(&str) -> Result<Arc<dyn CommFactory>, RuntimeError>;
+/// Turns the init args' backend (`gloo`, `nccl`, a plugin path; and the device) into a
+/// communicator factory.
+pub type BackendResolver = dyn Fn(&InitArgs) -> Result<Arc<dyn CommFactory>, RuntimeError>;
 
 /// Default bound of every wait during initialization (`MCORE_INIT_TIMEOUT` overrides, seconds).
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -47,6 +48,8 @@ pub struct InitArgs {
     pub comm_strategy: CommStrategy,
     /// Communicator options per group kind (Megatron's NCCL communicator config), and a default.
     pub comm_config: CommConfig,
+    /// The CUDA device of this rank's NCCL communicators (`None`: `LOCAL_RANK`, 0 when unset).
+    pub device: Option<u32>,
 }
 
 impl Default for InitArgs {
@@ -61,6 +64,7 @@ impl Default for InitArgs {
             data_parallel_random_init: false,
             comm_strategy: CommStrategy::Auto,
             comm_config: CommConfig::default(),
+            device: None,
         }
     }
 }
@@ -149,6 +153,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("data_parallel_random_init", args.data_parallel_random_init)
         .with("comm_strategy", args.comm_strategy)
         .with("comm_config", args.comm_config.fingerprint())
+        .with_local("device", opt(&args.device))
 }
 
 /// What `view`'s rank creates: its groups, every kind of the layout in order, the world.
@@ -181,14 +186,21 @@ pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
     }
 }
 
-/// The backend named `spec`: `nccl` is built in (libnccl.so.2 loaded at run time); anything else
-/// is a registered or plugin backend (plugins named by `MCORE_BACKEND_PLUGIN` load first).
-pub fn default_factory(spec: &str) -> Result<Arc<dyn CommFactory>, RuntimeError> {
+/// The backend `args` name: `nccl` is built in (libnccl.so.2 loaded at run time, on `args.device`
+/// or `LOCAL_RANK`); anything else is a registered or plugin backend (plugins named by
+/// `MCORE_BACKEND_PLUGIN` load first).
+pub fn default_factory(args: &InitArgs) -> Result<Arc<dyn CommFactory>, RuntimeError> {
     crate::backend::load_plugins_from_env()?;
-    if spec == "nccl" && crate::backend::get("nccl").is_err() {
-        return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env()?));
+    if args.backend == "nccl" && crate::backend::get("nccl").is_err() {
+        return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env(args.device)?));
     }
-    Ok(Arc::new(crate::backend::resolve(spec)?))
+    if let Some(d) = args.device {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "device {d} was given, but backend '{}' does not take a device (only nccl does)",
+            args.backend
+        )));
+    }
+    Ok(Arc::new(crate::backend::resolve(&args.backend)?))
 }
 
 /// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
@@ -235,7 +247,7 @@ fn bring_up(
             Some(Arc::new(Mutex::new(rng)))
         }
     };
-    let backend = factory(&args.backend)?;
+    let backend = factory(args)?;
     let strategy = resolve_strategy(args.comm_strategy, backend.as_ref()).map_err(RuntimeError::InvalidArgument)?;
     let plan = plan_for(&topology, &view);
     backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;

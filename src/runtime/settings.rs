@@ -1,49 +1,68 @@
 //! The settings that define an initialization, and the idempotent slot holding the live state.
 //!
 //! `Settings` is an ordered list of `key=value` pairs: its text is the config fingerprint that
-//! ranks compare at check-in, and comparing two of them names the keys that differ.
+//! ranks compare at check-in, and comparing two of them names the keys that differ. Settings
+//! that differ between ranks by design (the CUDA device) are local: compared between two calls
+//! of one process, left out of the fingerprint.
 
 use std::sync::{Mutex, MutexGuard};
 
 /// Ordered `key=value` settings of one initialization.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Settings(Vec<(String, String)>);
+pub struct Settings {
+    shared: Vec<(String, String)>,
+    local: Vec<(String, String)>,
+}
+
+fn put(list: &mut Vec<(String, String)>, key: &str, value: String) {
+    match list.iter_mut().find(|(k, _)| k == key) {
+        Some(slot) => slot.1 = value,
+        None => list.push((key.to_string(), value)),
+    }
+}
 
 impl Settings {
     pub fn new() -> Self {
-        Settings(Vec::new())
+        Settings::default()
     }
 
-    /// Append a setting (keys are unique; a repeated key replaces the earlier value).
+    /// Append a setting every rank must share (keys are unique; a repeated key replaces the
+    /// earlier value).
     pub fn with(mut self, key: &str, value: impl ToString) -> Self {
-        let value = value.to_string();
-        match self.0.iter_mut().find(|(k, _)| k == key) {
-            Some(slot) => slot.1 = value,
-            None => self.0.push((key.to_string(), value)),
-        }
+        put(&mut self.shared, key, value.to_string());
         self
     }
 
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    /// Append a setting of this rank alone (not in the fingerprint).
+    pub fn with_local(mut self, key: &str, value: impl ToString) -> Self {
+        put(&mut self.local, key, value.to_string());
+        self
     }
 
-    /// `key=value` pairs joined by spaces: the fingerprint ranks compare.
+    fn all(&self) -> impl Iterator<Item = &(String, String)> {
+        self.shared.iter().chain(&self.local)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.all().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The shared `key=value` pairs joined by spaces: the fingerprint ranks compare.
     pub fn fingerprint(&self) -> String {
-        self.0.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        self.shared.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
     }
 
     /// Human-readable differences `key: this -> other`, in key order of `self` then `other`.
     pub fn diff(&self, other: &Settings) -> Vec<String> {
         let mut out = Vec::new();
-        for (k, v) in &self.0 {
+        for (k, v) in self.all() {
             match other.get(k) {
                 Some(w) if w == v => {}
                 Some(w) => out.push(format!("{k}: {v} -> {w}")),
                 None => out.push(format!("{k}: {v} -> (unset)")),
             }
         }
-        for (k, w) in &other.0 {
+        for (k, w) in other.all() {
             if self.get(k).is_none() {
                 out.push(format!("{k}: (unset) -> {w}"));
             }
@@ -133,6 +152,9 @@ mod tests {
         assert_eq!(s(2, 2).diff(&s(4, 2)), vec!["tp: 2 -> 4"]);
         assert_eq!(s(2, 2).with("seed", 1).diff(&s(2, 2)), vec!["seed: 1 -> (unset)"]);
         assert!(s(2, 2).diff(&s(2, 2)).is_empty());
+        // A local setting is compared but not fingerprinted.
+        assert_eq!(s(2, 2).with_local("device", 1).fingerprint(), "world=8 tp=2 pp=2");
+        assert_eq!(s(2, 2).with_local("device", 1).diff(&s(2, 2).with_local("device", 0)), vec!["device: 1 -> 0"]);
     }
 
     #[test]

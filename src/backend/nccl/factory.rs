@@ -29,13 +29,15 @@ impl NcclFactory {
         NcclFactory { lib, device, config }
     }
 
-    /// The process-wide library, device `LOCAL_RANK` (0 when unset), default config.
-    pub fn from_env() -> Result<Self, NcclError> {
-        let local_rank = match std::env::var("LOCAL_RANK") {
-            Ok(v) => v.trim().parse::<i32>().map_err(|_| NcclError::invalid(format!("LOCAL_RANK={v:?} is not a device ordinal")))?,
-            Err(_) => 0,
+    /// The process-wide library, default config, on `device` if given, else device `LOCAL_RANK`
+    /// (0 when unset).
+    pub fn from_env(device: Option<u32>) -> Result<Self, NcclError> {
+        let ordinal = match (device, std::env::var("LOCAL_RANK")) {
+            (Some(d), _) => i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?,
+            (None, Ok(v)) => v.trim().parse::<i32>().map_err(|_| NcclError::invalid(format!("LOCAL_RANK={v:?} is not a device ordinal")))?,
+            (None, Err(_)) => 0,
         };
-        Ok(Self::new(NcclLibrary::global()?, Device::Ordinal(local_rank), NcclConfig::default()))
+        Ok(Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default()))
     }
 
     /// This rank's communicator of `group`: its rank 0 makes the unique id and publishes it in
