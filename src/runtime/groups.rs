@@ -12,6 +12,7 @@
 
 use super::comm::{CommFactory, Communicator};
 use super::comm_config::{CommConfig, CommOptions, CommStrategy};
+use super::progress;
 use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::collections::HashMap;
@@ -110,13 +111,16 @@ impl std::error::Error for GroupError {}
 
 /// Create this rank's communicators of `plan` with `strategy` (resolved: split or per group).
 /// `store_for(name)` gives the store private to the communicator called `name` (`world` for the
-/// split strategy's parent); `config` gives each kind's options. Kinds whose groups have the same
-/// members and options share one communicator.
+/// split strategy's parent); `progress_store` holds every rank's progress marks (see
+/// [`progress`]), so a failure names the members that never arrived; `config` gives each kind's
+/// options. Kinds whose groups have the same members and options share one communicator.
+#[allow(clippy::too_many_arguments)]
 pub fn create_groups(
     plan: &RankPlan,
     strategy: CommStrategy,
     factory: &dyn CommFactory,
     store_for: &dyn Fn(&str) -> Arc<dyn Store>,
+    progress_store: &dyn Store,
     config: &CommConfig,
     timeout: Duration,
 ) -> Result<CreatedGroups, GroupError> {
@@ -125,34 +129,39 @@ pub fn create_groups(
         GroupInfo::new(name, members.to_vec(), rank, timeout)
             .map_err(|e| GroupError { group: name.to_string(), members: members.to_vec(), message: e.to_string() })
     };
+    // Step 1 is the world communicator, step k + 2 the k-th kind.
+    let mark = |step: u64, group: &str, members: &[u32]| {
+        progress::mark(progress_store, rank, step)
+            .map_err(|message| GroupError { group: group.to_string(), members: members.to_vec(), message })
+    };
+    let failed = |step: u64, group: &str, members: &[u32], message: String| GroupError {
+        group: group.to_string(),
+        members: members.to_vec(),
+        message: progress::explain(progress_store, members, step, message),
+    };
     let mut world = match strategy {
         CommStrategy::Split => {
             let start = Instant::now();
             let info = info_of("world", &plan.world)?;
-            let comm = factory.create_world(&info, &config.default, store_for("world")).map_err(|message| GroupError {
-                group: "world".into(),
-                members: plan.world.clone(),
-                message,
-            })?;
+            mark(1, "world", &plan.world)?;
+            let comm = factory
+                .create_world(&info, &config.default, store_for("world"))
+                .map_err(|message| failed(1, "world", &plan.world, message))?;
             Some((comm, start.elapsed()))
         }
         _ => None,
     };
     let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
     let mut live = Vec::with_capacity(plan.groups.len());
-    for kind in &plan.kinds {
+    for (step, kind) in (2u64..).zip(&plan.kinds) {
         let options = config.options_for(kind);
         let start = Instant::now();
         // Split collectives are over the whole world: a rank that creates nothing joins without a color.
         let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
-            match world.as_mut() {
-                Some((w, _)) => w.split(0, None, &options).map(drop).map_err(|message| GroupError {
-                    group: format!("{kind} (split, joined without a group)"),
-                    members: vec![rank],
-                    message,
-                }),
-                None => Ok(()),
-            }
+            let Some((w, _)) = world.as_mut() else { return Ok(()) };
+            let what = format!("{kind} (split, joined without a group)");
+            mark(step, &what, &plan.world)?;
+            w.split(0, None, &options).map(drop).map_err(|message| failed(step, &what, &plan.world, message))
         };
         let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) else {
             join_without_color(&mut world)?;
@@ -167,7 +176,14 @@ pub fn create_groups(
                 shared.clone()
             }
             None => {
-                let fail = |message: String| GroupError { group: name.clone(), members: p.members.clone(), message };
+                // A split waits for the whole world, a group's own creation for its members.
+                let waited_for = if world.is_some() { &plan.world } else { &p.members };
+                let fail = |message: String| {
+                    let mut e = failed(step, &name, waited_for, message);
+                    e.members.clone_from(&p.members);
+                    e
+                };
+                mark(step, &name, &p.members)?;
                 let comm = match world.as_mut() {
                     Some((w, _)) => w
                         .split(p.index, Some(&info), &options)
@@ -287,6 +303,8 @@ mod tests {
         created: Mutex<Vec<String>>,
         lie_about: Option<String>,
         splits: SplitLog,
+        /// Wait (this long) for every member in `create_group`, like a real rendezvous.
+        rendezvous: Option<Duration>,
     }
 
     impl CommFactory for Factory {
@@ -298,6 +316,12 @@ mod tests {
         }
         fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
             self.created.lock().unwrap().push(group.name.clone());
+            if let Some(t) = self.rendezvous {
+                store.set(&format!("here/{}", group.group_rank), b"").map_err(|e| e.to_string())?;
+                let keys: Vec<String> = (0..group.size()).map(|r| format!("here/{r}")).collect();
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                store.wait(&keys, t).map_err(|e| e.to_string())?;
+            }
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
             Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default() }))
@@ -350,7 +374,9 @@ mod tests {
                             .or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10))))
                             .clone()
                     };
-                    let created = create_groups(&plan_for(rank), strategy, &f, &store_for, &config, Duration::from_secs(10)).unwrap();
+                    let progress = store_for("progress");
+                    let created =
+                        create_groups(&plan_for(rank), strategy, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(10)).unwrap();
                     assert_eq!(created.world.is_some(), strategy == CommStrategy::Split);
                     let groups = created.groups;
                     let names = groups.iter().map(|g| g.comm_name.clone()).collect();
@@ -414,6 +440,43 @@ mod tests {
             let err = out[rank].verified.as_ref().unwrap_err().to_string();
             assert!(err.contains("group tensor_model_parallel/0 (ranks 0-1)"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_member_that_stops_early_is_named_by_the_groups_waiting_for_it() {
+        let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
+        let threads: Vec<_> = (0..4u32)
+            .map(|rank| {
+                let stores = stores.clone();
+                std::thread::spawn(move || {
+                    let f = Factory { rendezvous: Some(Duration::from_millis(500)), ..Default::default() };
+                    let store_for = |name: &str| -> Arc<dyn Store> {
+                        let mut m = stores.lock().unwrap();
+                        m.entry(name.to_string()).or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10)))).clone()
+                    };
+                    let mut plan = plan_for(rank);
+                    if rank == 3 {
+                        // Rank 3 creates its first kind's group, then stops (as if it hung or died).
+                        plan.kinds.truncate(1);
+                        plan.groups.truncate(1);
+                    }
+                    let progress = store_for("progress");
+                    let config = CommConfig::default();
+                    create_groups(&plan, CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
+                        .map(|c| c.groups.len())
+                })
+            })
+            .collect();
+        let out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        // Rank 2's tensor group {2, 3} waits for rank 3 in vain.
+        let e = out[2].as_ref().expect_err("rank 2 must fail").to_string();
+        assert!(e.starts_with("group tensor_model_parallel/1 (ranks 2-3)"), "{e}");
+        assert!(e.ends_with("rank(s) 3 never arrived at this group"), "{e}");
+        // Ranks 0 and 1 share no group with rank 3 past the first kind except the embedding
+        // group {0, 3}, which rank 0 waits for.
+        let e = out[0].as_ref().expect_err("rank 0 must fail").to_string();
+        assert!(e.starts_with("group embedding/0 (ranks 0, 3)") && e.contains("rank(s) 3 never arrived"), "{e}");
+        assert_eq!(out[1].as_ref().ok(), Some(&3));
     }
 
     #[test]

@@ -266,7 +266,8 @@ fn bring_up(
         let t_checkin = start.elapsed();
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
-        let created = create_groups(&plan, strategy, backend.as_ref(), &group_store, &args.comm_config, args.timeout)?;
+        let created =
+            create_groups(&plan, strategy, backend.as_ref(), &group_store, base.as_ref(), &args.comm_config, args.timeout)?;
         let t_groups = start.elapsed();
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank)?

@@ -8,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod groups;
 mod init;
+mod progress;
 pub mod settings;
 mod store_setup;
 

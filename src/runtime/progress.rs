@@ -1,0 +1,63 @@
+//! Progress marks, so that a communicator creation that fails can name the ranks that never came.
+//!
+//! Before each creation step (the world communicator, then each group kind in the layout's
+//! order) a rank records the step it has reached in the rendezvous store, one key per rank,
+//! overwritten as it moves on. A creation that fails or passes its deadline reads its members'
+//! marks: a member whose mark is below the step never arrived, because it died, hangs earlier, or
+//! was never started. This matters most for NCCL, whose own timeout cannot say who is missing.
+
+use super::checkin::format_ranks;
+use crate::store::Store;
+
+/// The most members whose marks a failure reads (one store request each).
+const MAX_CHECKED: usize = 65_536;
+
+fn key(rank: u32) -> String {
+    format!("progress/{rank}")
+}
+
+/// This rank has reached `step` (steps count from 1 and only grow).
+pub fn mark(store: &dyn Store, rank: u32, step: u64) -> Result<(), String> {
+    store.set(&key(rank), step.to_string().as_bytes()).map_err(|e| format!("recording progress in the store: {e}"))
+}
+
+/// The members (of the first `MAX_CHECKED`) whose mark is below `step`.
+pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
+    members
+        .iter()
+        .take(MAX_CHECKED)
+        .copied()
+        // `add 0` reads a counter without waiting (an absent key reads as 0).
+        .filter(|&m| store.add(&key(m), 0).is_ok_and(|v| v < step as i64))
+        .collect()
+}
+
+/// `message`, plus the members that never reached `step`, when there are any.
+pub fn explain(store: &dyn Store, members: &[u32], step: u64, message: String) -> String {
+    let missing = behind(store, members, step);
+    if missing.is_empty() {
+        return message;
+    }
+    let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
+    format!("{message}; rank(s) {} never arrived at this group{scope}", format_ranks(&missing))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use std::time::Duration;
+
+    #[test]
+    fn members_below_the_step_are_named() {
+        let s = MemoryStore::new(Duration::from_secs(1));
+        mark(&s, 0, 3).unwrap();
+        mark(&s, 1, 2).unwrap();
+        mark(&s, 2, 5).unwrap();
+        // rank 3 never marked anything
+        assert_eq!(behind(&s, &[0, 1, 2, 3], 3), vec![1, 3]);
+        let text = explain(&s, &[0, 1, 2, 3], 3, "timed out".into());
+        assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
+        assert_eq!(explain(&s, &[0, 2], 3, "failed".into()), "failed");
+    }
+}
