@@ -16,7 +16,7 @@
 // or host name) or GLOO_SOCKET_IFNAME (an interface) says otherwise.
 //
 // No C++ exception leaves this file: every slot catches, returns an mcore_status code and keeps
-// the message for `last_error` (thread-local).
+// the message for `last_error` (per thread).
 
 #include <algorithm>
 #include <optional>
@@ -40,6 +40,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -47,7 +48,35 @@ namespace {
 
 constexpr std::chrono::milliseconds kFallbackTimeout{30000};
 
-thread_local std::string t_last_error;
+// The last failure of each thread, for `last_error`. A map under a mutex, not a thread_local:
+// this library is dlopen'd, so a thread_local lives in dynamic TLS, which LeakSanitizer (GCC 12,
+// glibc 2.36) misreads at exit and aborts the process ("Tracer caught signal 11"). A thread's
+// entry exists only while its last slot call failed; std::unordered_map keeps an element's
+// address across other threads' inserts, so `last_error`'s pointer stays valid until this
+// thread's next call.
+class LastErrors {
+ public:
+  void set(std::string message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (message.empty()) {
+      by_thread_.erase(std::this_thread::get_id());
+    } else {
+      by_thread_[std::this_thread::get_id()] = std::move(message);
+    }
+  }
+
+  const char* get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_thread_.find(std::this_thread::get_id());
+    return it == by_thread_.end() ? "" : it->second.c_str();
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::thread::id, std::string> by_thread_;
+};
+
+LastErrors g_last_error;
 
 // A failure that already knows its mcore_status.
 struct StatusError : std::runtime_error {
@@ -251,7 +280,7 @@ int32_t slot_boundary(const char* slot, F&& body) noexcept {
     return body();
   } catch (...) {
     try {
-      t_last_error = std::string("gloo ") + slot + ": unexpected C++ exception";
+      g_last_error.set(std::string("gloo ") + slot + ": unexpected C++ exception");
     } catch (...) {
     }
     return MCORE_STATUS_BACKEND;
@@ -262,25 +291,25 @@ template <typename F>
 int32_t guarded(const std::string& what, F&& body) {
   try {
     body();
-    t_last_error.clear();
+    g_last_error.set("");
     return MCORE_STATUS_OK;
   } catch (const StatusError& e) {
-    t_last_error = what + ": " + e.what();
+    g_last_error.set(what + ": " + e.what());
     return e.status;
   } catch (const gloo::IoException& e) {
-    t_last_error = what + ": gloo I/O error: " + e.what();
+    g_last_error.set(what + ": gloo I/O error: " + e.what());
     return MCORE_STATUS_PEER_FAILED;
   } catch (const std::exception& e) {
-    t_last_error = what + ": " + e.what();
+    g_last_error.set(what + ": " + e.what());
     return MCORE_STATUS_BACKEND;
   } catch (...) {
-    t_last_error = what + ": unknown C++ exception";
+    g_last_error.set(what + ": unknown C++ exception");
     return MCORE_STATUS_BACKEND;
   }
 }
 
 int32_t invalid(const std::string& message) {
-  t_last_error = message;
+  g_last_error.set(message);
   return MCORE_STATUS_INVALID_ARGUMENT;
 }
 
@@ -371,7 +400,7 @@ int32_t gloo_split(void* user_data, void* parent_ptr, int32_t color, int32_t key
         return invalid("gloo split of '" + parent->name + "': group is NULL but color is " + std::to_string(color) +
                        " (a rank that joins no group passes color -1)");
       *out_comm = nullptr;
-      t_last_error.clear();
+      g_last_error.set("");
       return MCORE_STATUS_OK;
     }
     std::string bad = check_group("gloo split", group);
@@ -450,7 +479,13 @@ int32_t gloo_destroy_comm(void*, void* comm_ptr) {
   });
 }
 
-const char* gloo_last_error(void*) { return t_last_error.c_str(); }
+const char* gloo_last_error(void*) {
+  try {
+    return g_last_error.get();
+  } catch (...) {
+    return "gloo: last error unavailable";
+  }
+}
 
 void gloo_finalize(void* user_data) {
   auto* plugin = static_cast<Plugin*>(user_data);
