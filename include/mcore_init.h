@@ -561,8 +561,14 @@ typedef int32_t (*mcore_backend_store_multi_get_fn)(void *ctx,
 /**
  * The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
  * private to the group (keys need no group prefix). Implemented by the library over its own
- * stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
- * takes `ctx` first and returns an `mcore_status` code as `int32_t`.
+ * stores, so a plugin need not link libmcore_init. Every callback takes `ctx` first and returns
+ * an `mcore_status` code as `int32_t`; callbacks may be called from any thread.
+ *
+ * Lifetime: the store passed to `create_group` is valid only during that call. The store passed
+ * to `create_world` stays valid until that world communicator is destroyed (its `destroy_comm`
+ * returned), so a backend may keep the pointer and rendezvous its splits through it (under key
+ * prefixes of its own, one per split). A relaxation added in 0.1: plugins that do not keep the
+ * pointer are unaffected.
  */
 typedef struct mcore_backend_store {
   /**
@@ -601,7 +607,9 @@ typedef struct mcore_backend_store {
 
 /**
  * `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
- * through `store`; on success write it to `*out_comm` (non-NULL).
+ * through `store`; on success write it to `*out_comm` (non-NULL). `store` lives until the
+ * communicator is destroyed for `create_world`, only during the call for `create_group` (see
+ * `mcore_backend_store`).
  */
 typedef int32_t (*mcore_backend_create_fn)(void *user_data,
                                            const struct mcore_backend_group_info *group,
@@ -611,7 +619,9 @@ typedef int32_t (*mcore_backend_create_fn)(void *user_data,
 /**
  * `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
  * (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
- * ordered by `key`, described by `group`.
+ * ordered by `key` (the library passes the group rank), described by `group`. The parent
+ * (the world communicator) must live until the split returned; the child does not depend on
+ * it afterwards unless the backend documents otherwise.
  */
 typedef int32_t (*mcore_backend_split_fn)(void *user_data,
                                           void *parent_comm,
@@ -669,7 +679,8 @@ typedef struct mcore_backend_v1 {
    */
   void *user_data;
   /**
-   * Optional: create the world communicator (split strategy).
+   * Optional: create the world communicator (split strategy). Its store stays valid until
+   * this communicator's `destroy_comm` returned.
    */
   mcore_backend_create_fn create_world;
   /**

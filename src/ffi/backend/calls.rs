@@ -29,16 +29,34 @@ unsafe impl Send for Vtable {}
 unsafe impl Sync for Vtable {}
 
 /// A communicator handle returned by a backend. `Send`, not `Sync`: one thread at a time.
-#[derive(Debug)]
-pub struct RawComm(*mut c_void);
+///
+/// A world communicator (`create_world`) also owns the store bridge it was created with: the
+/// plugin may keep the `mcore_backend_store` pointer to rendezvous its splits, so the bridge is
+/// dropped only after [`Vtable::destroy_comm`] returned. The bridge is boxed, so the pointer the
+/// plugin holds stays put while the handle moves.
+pub struct RawComm {
+    ptr: *mut c_void,
+    store: Option<Box<StoreBridge>>,
+}
 
-// SAFETY: see `Vtable`; a communicator may move between threads but is not shared.
+// SAFETY: see `Vtable`; a communicator may move between threads but is not shared. The bridge
+// is `Send + Sync` in substance (an `Arc<dyn Store>`, whose trait requires both, and mutexes);
+// only the raw `ctx` pointer inside its C view stops the auto trait.
 unsafe impl Send for RawComm {}
+
+impl std::fmt::Debug for RawComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawComm")
+            .field("ptr", &self.ptr)
+            .field("keeps_store", &self.store.is_some())
+            .finish()
+    }
+}
 
 impl RawComm {
     /// The backend's own handle (a Gloo context, an `ncclComm_t`, ...), for C API users.
     pub fn as_ptr(&self) -> *mut c_void {
-        self.0
+        self.ptr
     }
 }
 
@@ -216,12 +234,15 @@ impl Vtable {
         }
     }
 
+    /// `keep_store`: the communicator keeps the bridge until it is destroyed (`create_world`);
+    /// otherwise the bridge is valid only during the call (`create_group`).
     fn create_with(
         &self,
         slot: super::mcore_backend_create_fn,
         op: &'static str,
         group: &GroupInfo,
         store: Arc<dyn Store>,
+        keep_store: bool,
     ) -> Result<RawComm, BackendError> {
         let f = slot.ok_or_else(|| self.unsupported(op))?;
         let cg = CGroup::new(group)?;
@@ -239,7 +260,10 @@ impl Vtable {
                 message: "returned success but no communicator".into(),
             });
         }
-        Ok(RawComm(out))
+        Ok(RawComm {
+            ptr: out,
+            store: keep_store.then_some(bridge),
+        })
     }
 
     /// Per-group strategy: this rank's communicator for `group`, rendezvous through `store`
@@ -249,16 +273,17 @@ impl Vtable {
         group: &GroupInfo,
         store: Arc<dyn Store>,
     ) -> Result<RawComm, BackendError> {
-        self.create_with(self.raw.create_group, "create_group", group, store)
+        self.create_with(self.raw.create_group, "create_group", group, store, false)
     }
 
-    /// Split strategy, step one: the world communicator.
+    /// Split strategy, step one: the world communicator. It keeps `store` (lent to the plugin)
+    /// until it is destroyed, so the backend may rendezvous its splits through it.
     pub fn create_world(
         &self,
         world: &GroupInfo,
         store: Arc<dyn Store>,
     ) -> Result<RawComm, BackendError> {
-        self.create_with(self.raw.create_world, "create_world", world, store)
+        self.create_with(self.raw.create_world, "create_world", world, store, true)
     }
 
     /// Split strategy: collective over `parent`'s ranks. `group` None = this rank joins no group
@@ -283,15 +308,19 @@ impl Vtable {
         };
         let info = cg.as_ref().map_or(std::ptr::null(), |c| &c.c as *const _);
         let mut out: *mut c_void = std::ptr::null_mut();
+        // A split may rendezvous through the parent's store: report only what fails in this call.
+        let bridge = parent.store.as_deref();
+        if let Some(b) = bridge {
+            b.clear_error();
+        }
         // SAFETY: valid pointers for the call; `parent` came from this backend.
-        let code = unsafe { f(self.raw.user_data, parent.0, color, key, info, &mut out) };
+        let code = unsafe { f(self.raw.user_data, parent.ptr, color, key, info, &mut out) };
         let name = group.map_or(parent_name, |g| g.name.as_str());
-        self.check(code, "split", name, None)?;
-        Ok(if out.is_null() {
-            None
-        } else {
-            Some(RawComm(out))
-        })
+        self.check(code, "split", name, bridge)?;
+        Ok((!out.is_null()).then_some(RawComm {
+            ptr: out,
+            store: None,
+        }))
     }
 
     /// In-place sum over the communicator.
@@ -306,7 +335,7 @@ impl Vtable {
             .allreduce_sum_i64
             .ok_or_else(|| self.unsupported("allreduce_sum_i64"))?;
         // SAFETY: `data` is valid for `len` elements; `comm` came from this backend.
-        let code = unsafe { f(self.raw.user_data, comm.0, data.as_mut_ptr(), data.len()) };
+        let code = unsafe { f(self.raw.user_data, comm.ptr, data.as_mut_ptr(), data.len()) };
         self.check(code, "allreduce_sum_i64", group, None)
     }
 
@@ -317,19 +346,26 @@ impl Vtable {
             .barrier
             .ok_or_else(|| self.unsupported("barrier"))?;
         // SAFETY: `comm` came from this backend.
-        let code = unsafe { f(self.raw.user_data, comm.0) };
+        let code = unsafe { f(self.raw.user_data, comm.ptr) };
         self.check(code, "barrier", group, None)
     }
 
-    /// Release a communicator.
+    /// Release a communicator; a world communicator's store bridge goes only after the slot
+    /// returned (the plugin may use the store until then).
     pub fn destroy_comm(&self, comm: RawComm, group: &str) -> Result<(), BackendError> {
         let f = self
             .raw
             .destroy_comm
             .ok_or_else(|| self.unsupported("destroy_comm"))?;
-        // SAFETY: `comm` came from this backend and is consumed here.
-        let code = unsafe { f(self.raw.user_data, comm.0) };
-        self.check(code, "destroy_comm", group, None)
+        let RawComm { ptr, store } = comm;
+        if let Some(b) = &store {
+            b.clear_error();
+        }
+        // SAFETY: `ptr` came from this backend and is consumed here.
+        let code = unsafe { f(self.raw.user_data, ptr) };
+        let result = self.check(code, "destroy_comm", group, store.as_deref());
+        drop(store);
+        result
     }
 }
 

@@ -102,8 +102,14 @@ pub type mcore_backend_store_multi_get_fn = Option<
 
 /// The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
 /// private to the group (keys need no group prefix). Implemented by the library over its own
-/// stores, so a plugin need not link libmcore_init. Valid only during that call. Every callback
-/// takes `ctx` first and returns an `mcore_status` code as `int32_t`.
+/// stores, so a plugin need not link libmcore_init. Every callback takes `ctx` first and returns
+/// an `mcore_status` code as `int32_t`; callbacks may be called from any thread.
+///
+/// Lifetime: the store passed to `create_group` is valid only during that call. The store passed
+/// to `create_world` stays valid until that world communicator is destroyed (its `destroy_comm`
+/// returned), so a backend may keep the pointer and rendezvous its splits through it (under key
+/// prefixes of its own, one per split). A relaxation added in 0.1: plugins that do not keep the
+/// pointer are unaffected.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 #[allow(non_camel_case_types)]
@@ -127,7 +133,9 @@ pub struct mcore_backend_store {
 }
 
 /// `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
-/// through `store`; on success write it to `*out_comm` (non-NULL).
+/// through `store`; on success write it to `*out_comm` (non-NULL). `store` lives until the
+/// communicator is destroyed for `create_world`, only during the call for `create_group` (see
+/// `mcore_backend_store`).
 pub type mcore_backend_create_fn = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -138,7 +146,9 @@ pub type mcore_backend_create_fn = Option<
 >;
 /// `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
 /// (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
-/// ordered by `key`, described by `group`.
+/// ordered by `key` (the library passes the group rank), described by `group`. The parent
+/// (the world communicator) must live until the split returned; the child does not depend on
+/// it afterwards unless the backend documents otherwise.
 pub type mcore_backend_split_fn = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -185,7 +195,8 @@ pub struct mcore_backend_v1 {
     pub name: *const c_char,
     /// Passed as the first argument of every slot; released by `finalize`.
     pub user_data: *mut c_void,
-    /// Optional: create the world communicator (split strategy).
+    /// Optional: create the world communicator (split strategy). Its store stays valid until
+    /// this communicator's `destroy_comm` returned.
     pub create_world: mcore_backend_create_fn,
     /// Optional: split a communicator (split strategy).
     pub split: mcore_backend_split_fn,

@@ -11,10 +11,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// One store lent to a plugin for the duration of one create call. Boxed so `ctx` stays put.
 /// The keys of a `multi_get` and their values.
 type PendingValues = (Vec<String>, Vec<Vec<u8>>);
 
+/// One store lent to a plugin: for the duration of a `create_group` call, or, for
+/// `create_world`, until the world communicator is destroyed (`RawComm` owns it then). Boxed so
+/// `ctx` stays put.
 pub(crate) struct StoreBridge {
     store: Arc<dyn Store>,
     last_error: Mutex<CString>,
@@ -58,6 +60,13 @@ impl StoreBridge {
             .unwrap_or_default()
     }
 
+    /// Forget the last failure (before a new call whose failure alone should be reported).
+    pub(crate) fn clear_error(&self) {
+        if let Ok(mut slot) = self.last_error.lock() {
+            *slot = CString::default();
+        }
+    }
+
     fn fail(&self, status: mcore_status, message: String) -> i32 {
         if let Ok(mut slot) = self.last_error.lock() {
             *slot = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
@@ -74,8 +83,9 @@ unsafe fn with_bridge(
     if ctx.is_null() {
         return mcore_status::InvalidArgument as i32;
     }
-    // SAFETY: `ctx` is the pointer `StoreBridge::new` stored; the bridge outlives the create call
-    // during which the plugin may call back.
+    // SAFETY: `ctx` is the pointer `StoreBridge::new` stored; the bridge outlives every call
+    // during which the plugin may call back (the create call; for a world communicator, until
+    // its `destroy_comm` returned).
     let bridge = unsafe { &*(ctx as *const StoreBridge) };
     match catch_unwind(AssertUnwindSafe(|| body(bridge))) {
         Ok(Ok(())) => mcore_status::Ok as i32,
