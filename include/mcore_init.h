@@ -41,6 +41,14 @@
 #define MCORE_BACKEND_V1_MIN_SIZE 88
 
 /**
+ * `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
+ * `create_world` and `split` are filled, because this backend's split costs no less than
+ * `create_group` (the Gloo plugin's split is a new full mesh per group). `split` stays
+ * available on request.
+ */
+#define MCORE_BACKEND_FLAG_PREFER_PER_GROUP 1
+
+/**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
  * `mcore_last_error_message()` on the calling thread.
  */
@@ -711,6 +719,11 @@ typedef struct mcore_backend_v1 {
    * Optional: called once when the backend is unregistered and its last communicator is gone.
    */
   mcore_backend_finalize_fn finalize;
+  /**
+   * `MCORE_BACKEND_FLAG_*` bits (appended after `finalize`: 0 when `struct_size` does not cover
+   * it; unknown bits are ignored).
+   */
+  uint32_t flags;
 } mcore_backend_v1;
 
 /**

@@ -165,6 +165,7 @@ fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
         destroy_comm: Some(solo_destroy),
         last_error: Some(solo_last_error),
         finalize: Some(solo_finalize),
+        flags: 0,
     }
 }
 
@@ -315,6 +316,25 @@ fn a_longer_vtable_from_a_newer_plugin_is_accepted() {
     assert_eq!(backend::get("solo-newer").unwrap().name(), "solo-newer");
     backend::unregister("solo-newer").unwrap();
     assert!(newer.future_slot == 0xdead);
+}
+
+#[test]
+fn flags_are_read_when_struct_size_covers_them_and_zero_from_an_older_plugin() {
+    let mut vt = solo_vtable(c"solo-flags");
+    vt.finalize = None;
+    vt.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP;
+    assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
+    assert!(backend::get("solo-flags").unwrap().prefers_per_group());
+    backend::unregister("solo-flags").unwrap();
+    // A plugin built before `flags` existed: its struct ends at `finalize`.
+    let mut older = solo_vtable(c"solo-older");
+    older.finalize = None;
+    older.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP; // beyond struct_size: must not be read
+    older.struct_size = MCORE_BACKEND_V1_MIN_SIZE;
+    assert_eq!(register(&older), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-older").unwrap();
+    assert!(!b.prefers_per_group() && b.supports_allreduce());
+    backend::unregister("solo-older").unwrap();
 }
 
 // ---- the split strategy through a single-rank backend ----

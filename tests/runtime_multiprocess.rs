@@ -105,9 +105,17 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
         (16, &["--tp", "2", "--pp", "2", "--order", "tp-cp-ep-pp-dp"]),
         (8, &["--tp", "2", "--pp", "2", "--seed", "1234", "--data-parallel-random-init"]),
         (8, &["--tp", "2", "--pp", "2", "--seed", "7", "--seed-policy", "sharded:pipeline_model_parallel,tensor_model_parallel"]),
+        // The split strategy: a world communicator, one split per kind joined by every rank.
+        (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "split"]),
+        // pp=4: the middle stages are in no embedding group and join those splits without a color.
+        (8, &["--pp", "4", "--vpp", "2", "--seed", "5", "--comm-strategy", "split"]),
+        (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2", "--comm-strategy", "split"]),
     ];
     for (n, args) in layouts {
         let lines = assert_all_ok(*n, args);
+        // The Gloo plugin asks for per-group under `auto`.
+        let strategy = if args.contains(&"split") { "split" } else { "per-group" };
+        assert!(lines.iter().all(|l| l["strategy"] == strategy), "{args:?}: {lines:?}");
         let kinds = lines[0]["kinds"].as_array().unwrap();
         if args.contains(&"--hcp") {
             assert!(kinds.iter().any(|k| k == "hierarchical_context_parallel_1"), "{kinds:?}");
@@ -188,6 +196,24 @@ fn mismatched_configs_are_an_error_naming_the_ranks() {
         assert_eq!(out.status.code(), Some(1));
         let err = text(&out.stderr);
         assert!(err.contains("different configurations") && err.contains("rank(s) 3 have") && err.contains("tp=4"), "{err}");
+    }
+}
+
+#[test]
+fn ranks_asking_for_different_strategies_are_a_config_mismatch() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0u32..4)
+        .map(|r| {
+            let s = if r == 2 { "split" } else { "per-group" };
+            spawn_rank(&plugin, r, 4, &port, &["--tp", "2", "--timeout", "20", "--comm-strategy", s], &[])
+        })
+        .collect();
+    for child in children {
+        let out = wait_bounded(child, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.contains("rank(s) 2 have") && err.contains("comm_strategy=split"), "{err}");
     }
 }
 

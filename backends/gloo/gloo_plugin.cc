@@ -1,6 +1,8 @@
 // The Gloo backend plugin for mcore_init (CPU communicators over TCP).
 //
-// Strategies: both.
+// Strategies: both; the vtable sets MCORE_BACKEND_FLAG_PREFER_PER_GROUP, so the library's
+// `auto` strategy creates groups one by one (a Gloo split costs a full mesh like create_group,
+// plus the world's); `split` runs on request (and is how the split path is tested on CPU).
 //  * Per group (`create_group`): each group gets its own gloo::rendezvous::Context, connected as
 //    a full mesh through the group's store (the library hands us a key space private to the
 //    group, reached through the mcore_backend_store callbacks, valid during the call).
@@ -510,6 +512,8 @@ mcore_backend_v1 make_vtable() {
   vt.destroy_comm = &gloo_destroy_comm;
   vt.last_error = &gloo_last_error;
   vt.finalize = &gloo_finalize;
+  // Gloo has no native split: each split is a full mesh like create_group, plus the world mesh.
+  vt.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP;
   return vt;
 }
 

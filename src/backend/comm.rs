@@ -40,6 +40,16 @@ impl Backend {
         self.vt.has_split()
     }
 
+    /// Whether it asks for the per-group strategy under `auto` (`MCORE_BACKEND_FLAG_PREFER_PER_GROUP`).
+    pub fn prefers_per_group(&self) -> bool {
+        self.vt.prefers_per_group()
+    }
+
+    /// Whether its communicators can all-reduce (`allreduce_sum_i64`), which verification needs.
+    pub fn supports_allreduce(&self) -> bool {
+        self.vt.has_allreduce()
+    }
+
     fn wrap(&self, raw: RawComm, group: &GroupInfo) -> Comm {
         Comm::wrap(self.vt.clone(), raw, group)
     }

@@ -21,6 +21,14 @@ impl CommFactory for Backend {
         (!self.supports_create_group()).then(|| format!("backend '{}' fills no create_group slot", self.name()))
     }
 
+    fn prefers_per_group(&self) -> bool {
+        Backend::prefers_per_group(self)
+    }
+
+    fn verify_unavailable(&self) -> Option<String> {
+        (!self.supports_allreduce()).then(|| format!("backend '{}' fills no allreduce_sum_i64 slot", self.name()))
+    }
+
     fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
         Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
     }

@@ -38,6 +38,15 @@ pub trait CommFactory: Send + Sync {
     fn per_group_unavailable(&self) -> Option<String> {
         None
     }
+    /// Whether `auto` should create groups one by one even though the backend can split (its
+    /// split costs no less than a group's own creation).
+    fn prefers_per_group(&self) -> bool {
+        false
+    }
+    /// Why the communicators cannot verify themselves with an all-reduce (`None`: they can).
+    fn verify_unavailable(&self) -> Option<String> {
+        None
+    }
     /// Check `options` of the groups of `kind` before anything is created; the error names the
     /// bad value. Backends without communicator options refuse any.
     fn check_options(&self, kind: &str, options: &CommOptions) -> Result<(), String> {

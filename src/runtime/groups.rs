@@ -43,23 +43,23 @@ pub struct RankPlan {
     pub groups: Vec<GroupPlan>,
 }
 
-/// The strategy to use: `requested`, with `Auto` resolved to split when the backend can, else
-/// per group. An explicit request the backend cannot honour is an error saying why.
+/// The strategy to use: `requested`, with `Auto` resolved to split when the backend can (unless
+/// it prefers per group and can do that), else per group. An explicit request the backend cannot
+/// honour is an error saying why.
 pub fn resolve_strategy(requested: CommStrategy, factory: &dyn CommFactory) -> Result<CommStrategy, String> {
-    match requested {
-        CommStrategy::Auto if factory.split_unavailable().is_none() => Ok(CommStrategy::Split),
-        CommStrategy::Auto => match factory.per_group_unavailable() {
-            None => Ok(CommStrategy::PerGroup),
-            Some(why) => Err(format!("no way to create communicators: {why}, and {}", factory.split_unavailable().unwrap_or_default())),
-        },
-        CommStrategy::Split => match factory.split_unavailable() {
-            None => Ok(CommStrategy::Split),
-            Some(why) => Err(format!("the split strategy was requested, but {why}")),
-        },
-        CommStrategy::PerGroup => match factory.per_group_unavailable() {
-            None => Ok(CommStrategy::PerGroup),
-            Some(why) => Err(format!("the per-group strategy was requested, but {why}")),
-        },
+    let split = factory.split_unavailable();
+    let per_group = factory.per_group_unavailable();
+    match (requested, split, per_group) {
+        (CommStrategy::Auto, None, Some(_)) => Ok(CommStrategy::Split),
+        (CommStrategy::Auto, None, None) if !factory.prefers_per_group() => Ok(CommStrategy::Split),
+        (CommStrategy::Auto, _, None) => Ok(CommStrategy::PerGroup),
+        (CommStrategy::Auto, Some(no_split), Some(no_group)) => {
+            Err(format!("no way to create communicators: {no_split}, and {no_group}"))
+        }
+        (CommStrategy::Split, None, _) => Ok(CommStrategy::Split),
+        (CommStrategy::Split, Some(why), _) => Err(format!("the split strategy was requested, but {why}")),
+        (CommStrategy::PerGroup, _, None) => Ok(CommStrategy::PerGroup),
+        (CommStrategy::PerGroup, _, Some(why)) => Err(format!("the per-group strategy was requested, but {why}")),
     }
 }
 
@@ -494,6 +494,23 @@ mod tests {
             }
         }
         assert_eq!(resolve_strategy(CommStrategy::Auto, &NoSplit), Ok(CommStrategy::PerGroup));
+        struct Prefers;
+        impl CommFactory for Prefers {
+            fn name(&self) -> &str {
+                "prefers"
+            }
+            fn split_unavailable(&self) -> Option<String> {
+                None
+            }
+            fn prefers_per_group(&self) -> bool {
+                true
+            }
+            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+                Err("unused".into())
+            }
+        }
+        assert_eq!(resolve_strategy(CommStrategy::Auto, &Prefers), Ok(CommStrategy::PerGroup));
+        assert_eq!(resolve_strategy(CommStrategy::Split, &Prefers), Ok(CommStrategy::Split));
         let e = resolve_strategy(CommStrategy::Split, &NoSplit).unwrap_err();
         assert!(e.contains("split strategy was requested") && e.contains("'nosplit'"), "{e}");
     }

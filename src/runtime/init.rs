@@ -249,6 +249,11 @@ fn bring_up(
     };
     let backend = factory(args)?;
     let strategy = resolve_strategy(args.comm_strategy, backend.as_ref()).map_err(RuntimeError::InvalidArgument)?;
+    if let (true, Some(why)) = (args.verify, backend.verify_unavailable()) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "verification was requested (the default), but {why}: initialize with verify off"
+        )));
+    }
     let plan = plan_for(&topology, &view);
     backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;
     for kind in &plan.kinds {

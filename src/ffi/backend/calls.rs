@@ -176,6 +176,16 @@ impl Vtable {
         self.raw.create_world.is_some() && self.raw.split.is_some()
     }
 
+    /// Whether the backend asks for the per-group strategy under `auto`.
+    pub fn prefers_per_group(&self) -> bool {
+        self.raw.flags & super::MCORE_BACKEND_FLAG_PREFER_PER_GROUP != 0
+    }
+
+    /// Whether it verifies communicators (`allreduce_sum_i64`).
+    pub fn has_allreduce(&self) -> bool {
+        self.raw.allreduce_sum_i64.is_some()
+    }
+
     fn unsupported(&self, op: &'static str) -> BackendError {
         BackendError::Unsupported {
             backend: self.name.clone(),

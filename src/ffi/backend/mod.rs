@@ -212,7 +212,16 @@ pub struct mcore_backend_v1 {
     pub last_error: mcore_backend_last_error_fn,
     /// Optional: called once when the backend is unregistered and its last communicator is gone.
     pub finalize: mcore_backend_finalize_fn,
+    /// `MCORE_BACKEND_FLAG_*` bits (appended after `finalize`: 0 when `struct_size` does not cover
+    /// it; unknown bits are ignored).
+    pub flags: u32,
 }
+
+/// `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
+/// `create_world` and `split` are filled, because this backend's split costs no less than
+/// `create_group` (the Gloo plugin's split is a new full mesh per group). `split` stays
+/// available on request.
+pub const MCORE_BACKEND_FLAG_PREFER_PER_GROUP: u32 = 1;
 
 /// Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
 /// vtable (static storage; the library copies it), or NULL on failure.
@@ -221,5 +230,7 @@ pub type mcore_backend_plugin_v1_fn = unsafe extern "C" fn() -> *const mcore_bac
 /// Name of the entry symbol of a backend plugin.
 pub const PLUGIN_ENTRY_SYMBOL: &str = "mcore_backend_plugin_v1";
 
-const _: () =
-    assert!(std::mem::size_of::<mcore_backend_v1>() == MCORE_BACKEND_V1_MIN_SIZE as usize);
+const _: () = assert!(
+    std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
+        == MCORE_BACKEND_V1_MIN_SIZE as usize
+);
