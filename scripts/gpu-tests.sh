@@ -100,7 +100,7 @@ for setup in ("world1", "shared2", "shared4", "pergpu"):
         continue
     print(f"\n### {setup}: {len(split)} rank(s)\n")
     print("| kind | split (ms) | per group (ms) |\n| --- | ---: | ---: |")
-    kinds = list(split[0]["create_s"])
+    kinds = list(dict.fromkeys(split[0]["kinds"]))  # layout order
     for k in kinds:
         s = max(l["create_s"].get(k, 0) for l in split) * 1e3
         p = max(l["create_s"].get(k, 0) for l in per) * 1e3
