@@ -992,3 +992,29 @@ fn gloo_split_errors_name_the_cause() {
     child.destroy().unwrap();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn the_runtime_refuses_verification_without_allreduce_before_any_rendezvous() {
+    use mcore_init::runtime::{self, comm::CommFactory, InitArgs, LaunchEnv, RuntimeError};
+    let mut vt = solo_vtable(c"solo-noreduce");
+    vt.finalize = None;
+    vt.allreduce_sum_i64 = None;
+    assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-noreduce").unwrap();
+    // A port nobody listens on: the check must come before the store is touched.
+    let env = LaunchEnv::from_lookup(&|k| match k {
+        "RANK" => Some("0".into()),
+        "WORLD_SIZE" => Some("1".into()),
+        "MASTER_ADDR" => Some("127.0.0.1".into()),
+        "MASTER_PORT" => Some("1".into()),
+        _ => None,
+    })
+    .unwrap();
+    let resolver = move |_: &InitArgs| -> Result<Arc<dyn CommFactory>, RuntimeError> { Ok(Arc::new(b.clone())) };
+    let err = runtime::initialize_with(InitArgs { backend: "solo-noreduce".into(), ..InitArgs::default() }, env, &resolver)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fills no allreduce_sum_i64 slot") && err.contains("verify off"), "{err}");
+    assert!(!runtime::is_initialized());
+    backend::unregister("solo-noreduce").unwrap();
+}
