@@ -21,6 +21,19 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| FfiError::invalid_arg(format!("{what} is not valid UTF-8")))
 }
 
+/// An optional string argument: NULL is `None`, anything else as [`str_arg`].
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that outlives `'a`.
+pub(crate) unsafe fn opt_str_arg<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, FfiError> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        // SAFETY: non-NULL, per the caller's contract.
+        unsafe { str_arg(p, what) }.map(Some)
+    }
+}
+
 /// An input array of `n` elements (NULL allowed when `n` is 0).
 ///
 /// # Safety

@@ -1,7 +1,7 @@
 //! `mcore_initialize` / `mcore_destroy`, the per-kind group and communicator queries of the
 //! initialized process, and Megatron-Core-style getters (`mcore_get_tensor_model_parallel_rank`).
 
-use super::args::{fill_ranks, out_ptr, slice_out, str_arg};
+use super::args::{fill_ranks, opt_str_arg, out_ptr, slice_out};
 use super::rng::{mcore_rng_tracker, tracker_handle};
 use super::topology::{config_from_c, kind_from_c, mcore_group_info, mcore_topology_config, read_config, UserData};
 use super::{ffi_guard, mcore_status, FfiError};
@@ -111,16 +111,6 @@ unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, Ffi
     Ok(out)
 }
 
-/// A string field that may be NULL.
-unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, FfiError> {
-    if p.is_null() {
-        Ok(None)
-    } else {
-        // SAFETY: non-NULL is a NUL-terminated string, per the caller's contract.
-        unsafe { str_arg(p, name) }.map(Some)
-    }
-}
-
 /// The communicator options of `c`: the file's entries, then the text's, `split_share` as default.
 unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError> {
     let mut config = CommConfig::default();
@@ -128,11 +118,11 @@ unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError
         config.default.split_share = Some(true);
     }
     // SAFETY: the fields are NULL or NUL-terminated strings.
-    if let Some(path) = unsafe { opt_str(c.comm_config_path, "comm_config_path") }? {
+    if let Some(path) = unsafe { opt_str_arg(c.comm_config_path, "comm_config_path") }? {
         config.add_yaml_file(std::path::Path::new(path)).map_err(FfiError::invalid_arg)?;
     }
     // SAFETY: as above.
-    if let Some(text) = unsafe { opt_str(c.comm_config, "comm_config") }? {
+    if let Some(text) = unsafe { opt_str_arg(c.comm_config, "comm_config") }? {
         config.add_yaml(text, "comm_config").map_err(FfiError::invalid_arg)?;
     }
     Ok(config)
@@ -161,9 +151,9 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
         // SAFETY: per the contract above.
         let c = unsafe { read_args(args) }?;
         let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&c.topology)?;
-        // SAFETY (each opt_str): the string fields are NULL or NUL-terminated, per the struct's contract.
-        let backend = unsafe { opt_str(c.backend, "backend") }?.unwrap_or("gloo").to_string();
-        let seed_policy = match unsafe { opt_str(c.seed_policy, "seed_policy") }? {
+        // SAFETY (each opt_str_arg): the string fields are NULL or NUL-terminated, per the struct's contract.
+        let backend = unsafe { opt_str_arg(c.backend, "backend") }?.unwrap_or("gloo").to_string();
+        let seed_policy = match unsafe { opt_str_arg(c.seed_policy, "seed_policy") }? {
             None => SeedPolicy::Megatron,
             Some(p) => p.parse::<SeedPolicy>()?,
         };
@@ -175,7 +165,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             seed: c.seed_rng.then_some(c.seed),
             seed_policy,
             data_parallel_random_init: c.data_parallel_random_init,
-            comm_strategy: match unsafe { opt_str(c.comm_strategy, "comm_strategy") }? {
+            comm_strategy: match unsafe { opt_str_arg(c.comm_strategy, "comm_strategy") }? {
                 None => CommStrategy::Auto,
                 Some(s) => s.parse().map_err(FfiError::invalid_arg)?,
             },

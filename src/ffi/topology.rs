@@ -3,7 +3,7 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::{fill_ranks, out_ptr};
+use super::args::{fill_ranks, opt_str_arg, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -288,15 +288,8 @@ pub(crate) unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mc
 /// Translate a C config into the Rust one; `user` receives the shared user data when callbacks
 /// are given (dropped, without calling the finalizer, when translation fails).
 pub(crate) fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig, Option<Arc<UserData>>), FfiError> {
-    let order = if c.order.is_null() {
-        crate::topology::DEFAULT_ORDER.to_string()
-    } else {
-        // SAFETY: a non-NULL order is a NUL-terminated string per the API contract.
-        unsafe { CStr::from_ptr(c.order) }
-            .to_str()
-            .map_err(|_| FfiError::invalid_arg("order string is not valid UTF-8"))?
-            .to_string()
-    };
+    // SAFETY: a non-NULL order is a NUL-terminated string per the API contract.
+    let order = unsafe { opt_str_arg(c.order, "order string") }?.unwrap_or(crate::topology::DEFAULT_ORDER).to_string();
     let hierarchical_cp = if c.hcp_len == 0 {
         Vec::new()
     } else if c.hcp.is_null() {
