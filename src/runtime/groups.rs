@@ -178,10 +178,10 @@ pub fn create_groups(
             None => {
                 // A split waits for the whole world, a group's own creation for its members.
                 let waited_for = if world.is_some() { &plan.world } else { &p.members };
-                let fail = |message: String| {
-                    let mut e = failed(step, &name, waited_for, message);
-                    e.members.clone_from(&p.members);
-                    e
+                let fail = |message: String| GroupError {
+                    group: name.clone(),
+                    members: p.members.clone(),
+                    message: progress::explain(progress_store, waited_for, step, message),
                 };
                 mark(step, &name, &p.members)?;
                 let comm = match world.as_mut() {
