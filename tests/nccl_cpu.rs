@@ -30,6 +30,17 @@ fn library() -> Option<&'static NcclLibrary> {
     }
 }
 
+/// Wait for `child` until `deadline`; whether it exited by then.
+fn exited_by(child: &mut std::process::Child, deadline: Instant) -> bool {
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -94,12 +105,9 @@ fn unique_id_reaches_every_process() {
     let start = Instant::now();
     let mut pids = Vec::new();
     for mut child in children {
-        while child.try_wait().unwrap().is_none() {
-            if start.elapsed() > CHILD_TIMEOUT {
-                let _ = child.kill();
-                panic!("a child did not finish within {CHILD_TIMEOUT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if !exited_by(&mut child, start + CHILD_TIMEOUT) {
+            let _ = child.kill();
+            panic!("a child did not finish within {CHILD_TIMEOUT:?}");
         }
         let mut out = String::new();
         child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
@@ -312,10 +320,7 @@ fn selftest_nccl(extra: &[&str]) -> (Option<i32>, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() && start.elapsed() < CHILD_TIMEOUT {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    exited_by(&mut child, Instant::now() + CHILD_TIMEOUT);
     let _ = child.kill();
     let status = child.wait().unwrap();
     let mut err = String::new();

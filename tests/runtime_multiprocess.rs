@@ -181,20 +181,31 @@ fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
     }
 }
 
-#[test]
-fn mismatched_configs_are_an_error_naming_the_ranks() {
-    let Some(plugin) = plugin() else { return };
+/// Start 4 ranks, rank `odd` with `odd_args` and the others with `args` (all with a 20 s
+/// timeout); every rank must exit 1: their stderr.
+fn four_ranks_one_differing(plugin: &str, odd: u32, args: &[&str], odd_args: &[&str]) -> Vec<String> {
     let port = free_port().to_string();
     let children: Vec<Child> = (0u32..4)
         .map(|r| {
-            let tp = if r == 3 { "4" } else { "2" };
-            spawn_rank(&plugin, r, 4, &port, &["--tp", tp, "--timeout", "20"], &[])
+            let mut a = if r == odd { odd_args.to_vec() } else { args.to_vec() };
+            a.extend(["--timeout", "20"]);
+            spawn_rank(plugin, r, 4, &port, &a, &[])
         })
         .collect();
-    for child in children {
-        let out = wait_bounded(child, Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(1));
-        let err = text(&out.stderr);
+    children
+        .into_iter()
+        .map(|child| {
+            let out = wait_bounded(child, Duration::from_secs(60));
+            assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+            text(&out.stderr)
+        })
+        .collect()
+}
+
+#[test]
+fn mismatched_configs_are_an_error_naming_the_ranks() {
+    let Some(plugin) = plugin() else { return };
+    for err in four_ranks_one_differing(&plugin, 3, &["--tp", "2"], &["--tp", "4"]) {
         assert!(err.contains("different configurations") && err.contains("rank(s) 3 have") && err.contains("tp=4"), "{err}");
     }
 }
@@ -202,17 +213,8 @@ fn mismatched_configs_are_an_error_naming_the_ranks() {
 #[test]
 fn ranks_asking_for_different_strategies_are_a_config_mismatch() {
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
-    let children: Vec<Child> = (0u32..4)
-        .map(|r| {
-            let s = if r == 2 { "split" } else { "per-group" };
-            spawn_rank(&plugin, r, 4, &port, &["--tp", "2", "--timeout", "20", "--comm-strategy", s], &[])
-        })
-        .collect();
-    for child in children {
-        let out = wait_bounded(child, Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(1));
-        let err = text(&out.stderr);
+    let base = ["--tp", "2", "--comm-strategy", "per-group"];
+    for err in four_ranks_one_differing(&plugin, 2, &base, &["--tp", "2", "--comm-strategy", "split"]) {
         assert!(err.contains("rank(s) 2 have") && err.contains("comm_strategy=split"), "{err}");
     }
 }
