@@ -10,7 +10,66 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::{Yaml, YamlLoader};
+
+/// Most bytes of communicator config text (a real file is a few hundred bytes).
+pub const MAX_YAML_BYTES: usize = 1 << 20;
+/// Deepest nesting of mappings and lists accepted (the format needs 2).
+pub const MAX_YAML_DEPTH: usize = 32;
+/// Most nodes the document may have with every alias (`*name`) expanded: aliases are allowed
+/// (a shared `&options` block), alias bombs are not.
+pub const MAX_YAML_NODES: u64 = 100_000;
+
+/// Check `text` against the limits above by walking the parser's events (the parser's event
+/// stream is not recursive, unlike its document builder), so that building the document next
+/// can neither exhaust memory through aliases nor the stack through nesting.
+fn check_yaml_limits(text: &str, source: &str) -> Result<(), String> {
+    if text.len() > MAX_YAML_BYTES {
+        return Err(format!("{source}: {} bytes is more than the {MAX_YAML_BYTES} a communicator config may have", text.len()));
+    }
+    let mut parser = Parser::new_from_str(text);
+    // Per open mapping or list: its anchor id and the node count when it started.
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    // Expanded node count of each anchored node, by anchor id.
+    let mut anchored: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut nodes: u64 = 0;
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| format!("{source}: not valid YAML: {e}"))?;
+        let at = || format!("line {} column {}", mark.line(), mark.col() + 1);
+        match event {
+            Event::StreamEnd => return Ok(()),
+            Event::Scalar(_, _, anchor, _) => {
+                nodes += 1;
+                if anchor > 0 {
+                    anchored.insert(anchor, 1);
+                }
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                nodes += 1;
+                open.push((anchor, nodes));
+                if open.len() > MAX_YAML_DEPTH {
+                    return Err(format!("{source}: nesting deeper than {MAX_YAML_DEPTH} levels at {}", at()));
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, start)) = open.pop() {
+                    if anchor > 0 {
+                        anchored.insert(anchor, nodes - start + 1);
+                    }
+                }
+            }
+            Event::Alias(id) => nodes = nodes.saturating_add(anchored.get(&id).copied().unwrap_or(1)),
+            _ => {}
+        }
+        if nodes > MAX_YAML_NODES {
+            return Err(format!(
+                "{source}: more than {MAX_YAML_NODES} nodes with aliases expanded (at {}): refusing an alias bomb",
+                at()
+            ));
+        }
+    }
+}
 
 /// How the runtime creates the communicators of the groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -187,7 +246,10 @@ impl CommConfig {
 
     /// Parse Megatron's YAML (a mapping from group name to a mapping of options) and add its
     /// entries. Errors name the group, the option and the bad value.
+    /// The text is checked against [`MAX_YAML_BYTES`], [`MAX_YAML_DEPTH`] and
+    /// [`MAX_YAML_NODES`] first.
     pub fn add_yaml(&mut self, text: &str, source: &str) -> Result<(), String> {
+        check_yaml_limits(text, source)?;
         let docs = YamlLoader::load_from_str(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
         let top = match docs.as_slice() {
             [] | [Yaml::Null] => return Ok(()),
@@ -205,8 +267,23 @@ impl CommConfig {
 
     /// Read a Megatron NCCL communicator config file.
     pub fn add_yaml_file(&mut self, path: &std::path::Path) -> Result<(), String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("communicator config file {}: {e}", path.display()))?;
+        use std::io::Read;
+        let fail = |e: std::io::Error| format!("communicator config file {}: {e}", path.display());
+        // Read at most one byte past the limit: a huge or endless file (/dev/zero) is refused
+        // without being read whole.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_YAML_BYTES as u64 + 1).read_to_end(&mut bytes))
+            .map_err(fail)?;
+        if bytes.len() > MAX_YAML_BYTES {
+            return Err(format!(
+                "communicator config file {}: larger than the {MAX_YAML_BYTES} bytes a communicator config may have",
+                path.display()
+            ));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            format!("communicator config file {}: not UTF-8 text (byte {})", path.display(), e.utf8_error().valid_up_to())
+        })?;
         self.add_yaml(&text, &path.display().to_string())
     }
 
@@ -337,6 +414,50 @@ tensor_and_data_parallel:
         assert!(err("tp: {max_ctas: 4").contains("not valid YAML"));
         assert!(err("tp: {max_ctas: 99999999999}").contains("must be an integer, got 99999999999"));
         assert!(CommConfig::default().add_yaml_file(std::path::Path::new("/nonexistent/cfg.yaml")).unwrap_err().contains("/nonexistent/cfg.yaml"));
+    }
+
+    /// The 368-byte alias bomb that aborted the process: nine levels of nine aliases each.
+    fn alias_bomb() -> String {
+        let mut text = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"].iter().zip(["b", "c", "d", "e", "f", "g", "h", "i"]) {
+            text.push_str(&format!("{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn alias_bombs_deep_nesting_and_huge_texts_are_refused() {
+        let bomb = alias_bomb();
+        assert!(bomb.len() < 400, "{}", bomb.len());
+        let e = CommConfig::default().add_yaml(&bomb, "bomb.yaml").unwrap_err();
+        assert!(e.contains("bomb.yaml") && e.contains("alias bomb"), "{e}");
+        // Through a file too (the path of the report).
+        let path = std::env::temp_dir().join(format!("mcore-bomb-{}.yaml", std::process::id()));
+        std::fs::write(&path, &bomb).unwrap();
+        let e = CommConfig::default().add_yaml_file(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("alias bomb"), "{e}");
+        // Nesting that would overflow the stack of a recursive builder, flow and block style.
+        let deep = |n: usize| format!("tp: {}{}", "[".repeat(n), "]".repeat(n));
+        let e = CommConfig::default().add_yaml(&deep(40), "deep.yaml").unwrap_err();
+        assert!(e.contains("nesting deeper than 32"), "{e}");
+        let e = CommConfig::default().add_yaml(&deep(100_000), "deep.yaml").unwrap_err();
+        assert!(e.starts_with("deep.yaml: "), "{e}");
+        let block: String = (0..300).map(|i| format!("{}k{i}:\n", " ".repeat(i))).collect();
+        let e = CommConfig::default().add_yaml(&block, "block.yaml").unwrap_err();
+        assert!(e.contains("nesting deeper than 32"), "{e}");
+        let huge = format!("# {}\ntp: {{max_ctas: 4}}", "x".repeat(MAX_YAML_BYTES));
+        assert!(CommConfig::default().add_yaml(&huge, "big.yaml").unwrap_err().contains("bytes"));
+        let e = CommConfig::default().add_yaml_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.contains("/dev/zero") && e.contains("larger than"), "{e}");
+    }
+
+    #[test]
+    fn a_shared_options_block_through_an_alias_still_works() {
+        let mut c = CommConfig::default();
+        c.add_yaml("tp: &o {max_ctas: 4, net_name: Socket}\ndp: *o\n", "x").unwrap();
+        assert_eq!(c.options_for("data_parallel"), c.options_for("tensor_model_parallel"));
+        assert_eq!(c.options_for("data_parallel").max_ctas, Some(4));
     }
 
     #[test]
