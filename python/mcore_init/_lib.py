@@ -58,11 +58,51 @@ lib = _load()
 DECLARED = {}
 
 
+def int_range(ctype):
+    """``(lo, hi)`` of a ctypes integer type (``c_int32``, ``c_uint64``, ``c_size_t``, ...)."""
+    bits = 8 * ctypes.sizeof(ctype)
+    signed = ctype(-1).value == -1
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+
+def checked_int(ctype, value, what):
+    """``value`` when it is an int that ``ctype`` holds; else OverflowError (or TypeError)
+    naming ``what`` and the value: ctypes itself wraps silently (2**64 + 5 becomes 5)."""
+    if not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    lo, hi = int_range(ctype)
+    if not lo <= value <= hi:
+        c_name = f"{'int' if lo < 0 else 'uint'}{8 * ctypes.sizeof(ctype)}_t"
+        raise OverflowError(f"{what} {value!r} is out of range for {c_name} ({lo}..{hi})")
+    return value
+
+
+_INT_TYPES = (ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16, ctypes.c_uint16, ctypes.c_int32, ctypes.c_uint32,
+              ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t)
+_CHECKED = {}
+
+
+def checked_param(ctype):
+    """A subclass of integer type ``ctype`` whose ``from_param`` refuses out-of-range ints
+    (ctypes raises it as ``ctypes.ArgumentError`` naming the argument); other types as is."""
+    if ctype not in _INT_TYPES:
+        return ctype
+    if ctype not in _CHECKED:
+        def from_param(cls, value, _base=ctype):
+            if isinstance(value, int):
+                return _base(checked_int(_base, value, "value"))
+            return _base.from_param(value)
+
+        _CHECKED[ctype] = type(f"checked_{ctype.__name__}", (ctype,), {"from_param": classmethod(from_param)})
+    return _CHECKED[ctype]
+
+
 def declare(name, restype, *argtypes):
-    """Declare ``name``'s signature on the loaded library and return the function."""
+    """Declare ``name``'s signature on the loaded library and return the function. Integer
+    parameters are range-checked: an int its C type cannot hold raises instead of wrapping."""
     fn = getattr(lib, name)
     fn.restype = restype
-    fn.argtypes = list(argtypes)
+    fn.argtypes = [checked_param(t) for t in argtypes]
     DECLARED[name] = fn
     return fn
 

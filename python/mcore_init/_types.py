@@ -8,7 +8,7 @@ mirrors, so a header change that moves fields is an ImportError rather than memo
 
 import ctypes
 
-from ._lib import check, declare, lib
+from ._lib import _INT_TYPES, check, checked_int, declare, lib
 
 c_size_t = ctypes.c_size_t
 u32 = ctypes.c_uint32
@@ -19,7 +19,40 @@ i32 = ctypes.c_int32
 RNG_NAME_MAX = 32
 
 
-class TopologyConfig(ctypes.Structure):
+class CheckedStructure(ctypes.Structure):
+    """A struct mirror whose integer fields refuse values their C type cannot hold (plain
+    ctypes wraps them: ``seed = 2**64 + 5`` would store 5); the error names the field."""
+
+    def __setattr__(self, name, value):
+        ctype = dict(getattr(type(self), "_fields_", ())).get(name)
+        if ctype in _INT_TYPES and not isinstance(value, ctype):
+            checked_int(ctype, value, f"{type(self).__name__}.{name}")
+        super().__setattr__(name, value)
+
+
+#: ``MCORE_TIMEOUT_NONE``: ``timeout_ms`` meaning no limit.
+TIMEOUT_NONE_MS = 2**64 - 1
+#: Timeouts of this many seconds or more mean no limit (the library's ``MCORE_TIMEOUT_MAX_MS``).
+TIMEOUT_MAX_S = 2**31
+
+
+def timeout_ms(seconds, what="timeout"):
+    """Milliseconds for a timeout in seconds: ``math.inf`` (or ``TIMEOUT_MAX_S`` and more) is
+    no limit; NaN, zero, negative or non-numbers raise ValueError naming the value."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds or seconds <= 0:
+        raise ValueError(f"{what} {seconds!r} must be a positive number of seconds (math.inf: no limit)")
+    if seconds >= TIMEOUT_MAX_S:
+        return TIMEOUT_NONE_MS
+    return max(1, int(seconds * 1000))
+
+
+def int_array(ctype, values, what):
+    """A ctypes array of ``values`` (at least one element), each checked against ``ctype``."""
+    values = list(values)
+    return (ctype * max(len(values), 1))(*[checked_int(ctype, v, f"{what}[{i}]") for i, v in enumerate(values)])
+
+
+class TopologyConfig(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("tp", i32),
@@ -40,7 +73,7 @@ class TopologyConfig(ctypes.Structure):
     ]
 
 
-class InitArgs(ctypes.Structure):
+class InitArgs(CheckedStructure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("topology", TopologyConfig),
@@ -59,11 +92,11 @@ class InitArgs(ctypes.Structure):
     ]
 
 
-class GroupInfoC(ctypes.Structure):
+class GroupInfoC(CheckedStructure):
     _fields_ = [("index", u64), ("rank", u32), ("size", u32)]
 
 
-class TopologySizesC(ctypes.Structure):
+class TopologySizesC(CheckedStructure):
     _fields_ = [
         (name, u32)
         for name in (
@@ -73,25 +106,25 @@ class TopologySizesC(ctypes.Structure):
     ]
 
 
-class PipelineInfoC(ctypes.Structure):
+class PipelineInfoC(CheckedStructure):
     _fields_ = [(name, u32) for name in ("stage", "num_stages", "first", "last", "next", "prev")]
 
 
-class RngCoords(ctypes.Structure):
+class RngCoords(CheckedStructure):
     _fields_ = [("struct_size", u32)] + [
         (name, u32) for name in ("world_size", "rank", "pp_rank", "dp_rank", "tp_rank", "cp_rank", "ep_rank", "etp_rank")
     ] + [("layout_fingerprint", u64)]
 
 
-class RngGroupPosition(ctypes.Structure):
+class RngGroupPosition(CheckedStructure):
     _fields_ = [("rank", u32), ("size", u32)]
 
 
-class RngState(ctypes.Structure):
+class RngState(CheckedStructure):
     _fields_ = [("seed", u64), ("offset", u64)]
 
 
-class RngNamedSeed(ctypes.Structure):
+class RngNamedSeed(CheckedStructure):
     _fields_ = [("name", ctypes.c_char * RNG_NAME_MAX), ("seed", u64)]
 
 

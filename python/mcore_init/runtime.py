@@ -34,7 +34,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
                comm_config=None, comm_config_path=None, split_share=False, device=None) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
-    default, ``$MCORE_INIT_TIMEOUT`` or 300 s). With ``seed``, the rank's RNG streams are seeded
+    default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
     under ``seed_policy`` ("megatron", "roll", "sharded:<kind>,...") and :func:`rng_tracker`
     hands them out. ``comm_strategy``: "auto" (split when the backend can), "split" or
     "per-group". ``comm_config``: per-group communicator options as Megatron's NCCL config
@@ -48,9 +48,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     backend_b = backend.encode() if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
-        if timeout <= 0:
-            raise ValueError(f"timeout {timeout!r} must be positive seconds (None = library default)")
-        args.timeout_ms = max(1, int(timeout * 1000))
+        args.timeout_ms = T.timeout_ms(timeout)
     args.verify = bool(verify)
     policy_b = seed_policy.encode() if seed_policy is not None else None
     if seed is not None:
@@ -110,7 +108,7 @@ def communicator(kind) -> int:
 
 def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
     """Element-wise int64 sum of ``values`` over this rank's group of ``kind``."""
-    buf = (ctypes.c_int64 * max(len(values), 1))(*values)
+    buf = T.int_array(ctypes.c_int64, values, "values")
     check(_allreduce(kind_value(kind), buf, len(values)))
     return list(buf[: len(values)])
 
