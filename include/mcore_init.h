@@ -24,6 +24,16 @@
 #define MCORE_RNG_RESTORE_REDERIVE 1
 
 /**
+ * `timeout_ms` meaning no limit (any value of `MCORE_TIMEOUT_MAX_MS` or more means the same).
+ */
+#define MCORE_TIMEOUT_NONE UINT64_MAX
+
+/**
+ * The longest timeout in ms (2^31 s, about 68 years); longer timeouts are clamped to it: no limit.
+ */
+#define MCORE_TIMEOUT_MAX_MS 2147483648000
+
+/**
  * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
  */
 #define MCORE_ABI_VERSION 1
@@ -368,7 +378,8 @@ typedef struct mcore_init_args {
    */
   const char *backend;
   /**
-   * Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else 300 s.
+   * Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else
+   * 300 s. `MCORE_TIMEOUT_NONE` (and any value of `MCORE_TIMEOUT_MAX_MS` or more) = no limit.
    */
   uint64_t timeout_ms;
   /**

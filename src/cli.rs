@@ -9,6 +9,17 @@ use crate::topology::TopologyConfig;
 pub const LAYOUT_USAGE: &str = "[--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] [--ep N] [--etp N] \
 [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N]";
 
+/// `arg` as text, or an error naming its position (1-based) and its bytes as far as they read:
+/// `std::env::args` would panic on it.
+pub fn utf8_arg(position: usize, arg: &std::ffi::OsStr) -> Result<&str, String> {
+    arg.to_str().ok_or_else(|| format!("argument {position} ('{}') is not valid UTF-8", arg.to_string_lossy()))
+}
+
+/// The arguments as text (see [`utf8_arg`]); pass `std::env::args_os().skip(1)`.
+pub fn utf8_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Vec<String>, String> {
+    args.into_iter().enumerate().map(|(i, a)| utf8_arg(i + 1, &a).map(str::to_string)).collect()
+}
+
 /// A non-negative integer given to `flag` that fits in u32; the message names the flag.
 pub fn number(flag: &str, text: &str) -> Result<u32, String> {
     let v: i128 = text.trim().parse().map_err(|_| format!("{flag}: '{text}' is not an integer"))?;

@@ -14,6 +14,7 @@ pub mod ffi;
 pub mod rng;
 pub mod runtime;
 pub mod store;
+pub mod timeout;
 pub mod topology;
 
 /// Crate version as a string (from Cargo.toml).

@@ -246,3 +246,17 @@ fn twenty_destroy_reinit_cycles_leak_no_fds_or_threads() {
         assert!(threads[1].as_u64() <= threads[0].as_u64(), "{l}");
     }
 }
+
+#[test]
+fn timeouts_of_2_pow_63_ms_and_more_mean_no_limit_even_in_gloo() {
+    if plugin().is_none() {
+        return;
+    }
+    // 2^63 ms became a negative std::chrono count inside the Gloo plugin; 1e20 s panicked in
+    // Duration::from_secs_f64. Both mean no limit now (clamped to 2^31 s).
+    assert_all_ok(2, &["--tp", "2", "--timeout", "9223372036854775.808"]);
+    let (out, lines) = launch(2, &["--tp", "2"], &[("MCORE_INIT_TIMEOUT", "1e20")]);
+    assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let (out, lines) = launch(2, &["--tp", "2", "--comm-strategy", "split"], &[("MCORE_INIT_TIMEOUT", "none")]);
+    assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
+}

@@ -49,6 +49,12 @@
 namespace {
 
 constexpr std::chrono::milliseconds kFallbackTimeout{30000};
+// MCORE_TIMEOUT_MAX_MS (2^31 s, "no limit"): longer timeouts are clamped to it, so that the
+// signed millisecond (and nanosecond) counts of std::chrono and Gloo never overflow.
+constexpr uint64_t kMaxTimeoutMs = (uint64_t{1} << 31) * 1000;
+std::chrono::milliseconds group_timeout(uint64_t ms, std::chrono::milliseconds fallback) {
+  return ms > 0 ? std::chrono::milliseconds(static_cast<int64_t>(std::min(ms, kMaxTimeoutMs))) : fallback;
+}
 
 // The last failure of each thread, for `last_error`. A map under a mutex, not a thread_local:
 // this library is dlopen'd, so a thread_local lives in dynamic TLS, which LeakSanitizer (GCC 12,
@@ -366,7 +372,7 @@ int32_t create(const char* op, void* user_data, const mcore_backend_group_info* 
   auto* plugin = static_cast<Plugin*>(user_data);
   const std::string name = group->name != nullptr ? group->name : "";
   return guarded("gloo connectFullMesh for group '" + name + "'" + rank_of(group), [&] {
-    auto timeout = group->timeout_ms > 0 ? std::chrono::milliseconds(group->timeout_ms) : kFallbackTimeout;
+    auto timeout = group_timeout(group->timeout_ms, kFallbackTimeout);
     auto comm = connect(plugin, group, store, timeout, "");
     if (world) {
       comm->store = store;
@@ -430,7 +436,7 @@ int32_t gloo_split(void* user_data, void* parent_ptr, int32_t color, int32_t key
     }
     auto* plugin = static_cast<Plugin*>(user_data);
     return guarded(what + rank_of(group) + ", connectFullMesh", [&] {
-      auto timeout = group->timeout_ms > 0 ? std::chrono::milliseconds(group->timeout_ms) : parent->timeout;
+      auto timeout = group_timeout(group->timeout_ms, parent->timeout);
       const uint32_t n = parent->splits[name]++;
       auto comm = connect(plugin, group, parent->store, timeout, "split/" + name + "/" + std::to_string(n) + "/");
       *out_comm = comm.release();

@@ -15,7 +15,7 @@ pub struct GroupInfo {
     pub global_ranks: Vec<u32>,
     /// This process's global rank.
     pub global_rank: u32,
-    /// Bound for the group's rendezvous and collectives.
+    /// Bound for the group's rendezvous and collectives (at most [`crate::timeout::NO_LIMIT`]).
     pub timeout: Duration,
 }
 
@@ -57,7 +57,8 @@ impl GroupInfo {
             group_rank: group_rank as u32,
             global_ranks,
             global_rank,
-            timeout,
+            // Longer than no limit is no limit: a backend's signed millisecond count must hold it.
+            timeout: crate::timeout::clamp(timeout),
         })
     }
 

@@ -34,7 +34,7 @@ fn parse_ranks(name: &str, text: &str) -> Result<Vec<u32>, String> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
+    let mut it = mcore_init::cli::utf8_args(std::env::args_os().skip(1))?.into_iter();
     let (mut backend, mut store_dir, mut rank, mut world, mut timeout_ms) =
         (None, None, None, None, 30_000u64);
     let mut groups = Vec::new();
@@ -83,7 +83,7 @@ fn parse_args() -> Result<Args, String> {
         store_dir: store_dir.ok_or("--store-dir is required")?,
         rank,
         world_size,
-        timeout: Duration::from_millis(timeout_ms),
+        timeout: mcore_init::timeout::from_millis(timeout_ms),
         groups,
     })
 }

@@ -6,6 +6,7 @@
 //! exits with that rank's status. With `--timeout`, ranks still running then are stopped and named.
 
 use mcore_init::ffi::os::{signal_process_group, SIGKILL, SIGTERM};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -18,17 +19,18 @@ struct Args {
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
-    program: Vec<String>,
+    /// The program and its arguments, passed on as given (they need not be UTF-8).
+    program: Vec<OsString>,
 }
 
-fn parse_args(argv: &[String]) -> Result<Args, String> {
+fn parse_args(argv: &[OsString]) -> Result<Args, String> {
     let mut nproc = None;
     let mut master_addr = "127.0.0.1".to_string();
     let mut master_port = None;
     let mut timeout = None;
     let mut i = 0;
     while i < argv.len() {
-        let flag = argv[i].as_str();
+        let flag = mcore_init::cli::utf8_arg(i + 1, &argv[i])?;
         if flag == "--" {
             let program = argv[i + 1..].to_vec();
             if program.is_empty() {
@@ -44,24 +46,20 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             return Err(format!("unexpected argument '{flag}': missing '--' before the program to launch"));
         }
         let value = argv.get(i + 1).ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = mcore_init::cli::utf8_arg(i + 2, value)?;
         match flag {
             "--nproc" | "--nproc-per-node" => {
                 nproc = Some(value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
                     format!("--nproc must be a whole number >= 1, got '{value}'")
                 })?)
             }
-            "--master-addr" => master_addr = value.clone(),
+            "--master-addr" => master_addr = value.to_string(),
             "--master-port" => {
                 master_port = Some(value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                     format!("--master-port must be a port number 1-65535, got '{value}'")
                 })?)
             }
-            "--timeout" => {
-                let secs = value.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0);
-                timeout = Some(Duration::from_secs_f64(
-                    secs.ok_or_else(|| format!("--timeout must be a positive number of seconds, got '{value}'"))?,
-                ))
-            }
+            "--timeout" => timeout = Some(mcore_init::timeout::parse_seconds("--timeout", value)?),
             other => return Err(format!("unknown option '{other}'")),
         }
         i += 2;
@@ -152,7 +150,7 @@ fn run(args: Args) -> Result<u8, String> {
             }
             Err(e) => {
                 stop_all(&mut children);
-                return Err(format!("cannot start rank {rank} ('{}'): {e}", args.program[0]));
+                return Err(format!("cannot start rank {rank} ('{}'): {e}", args.program[0].to_string_lossy()));
             }
         }
     }
@@ -201,7 +199,7 @@ fn run(args: Args) -> Result<u8, String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
     let args = match parse_args(&argv) {
         Ok(a) => a,
         Err(msg) if msg.is_empty() => {

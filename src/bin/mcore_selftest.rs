@@ -68,11 +68,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 }
             }
             "--timeout" => {
-                let v = flags.value(flag, inline)?;
-                let secs = v.parse::<f64>().ok().filter(|s| s.is_finite() && *s > 0.0);
-                init.timeout = Duration::from_secs_f64(
-                    secs.ok_or_else(|| format!("--timeout: '{v}' is not a positive number of seconds"))?,
-                );
+                init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
@@ -220,8 +216,7 @@ fn run(opts: &Options) -> Result<Value, String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match parse_args(&argv) {
+    let opts = match mcore_init::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
         Ok(Some(a)) => a,
         Ok(None) => {
             println!("{}", usage());

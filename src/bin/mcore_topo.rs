@@ -294,8 +294,7 @@ fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<Ran
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    match mcore_init::cli::utf8_args(std::env::args_os().skip(1)).and_then(|args| run(&args)) {
         Ok(text) => {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();

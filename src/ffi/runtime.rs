@@ -12,6 +12,12 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `timeout_ms` meaning no limit (any value of `MCORE_TIMEOUT_MAX_MS` or more means the same).
+pub const MCORE_TIMEOUT_NONE: u64 = u64::MAX;
+
+/// The longest timeout in ms (2^31 s, about 68 years); longer timeouts are clamped to it: no limit.
+pub const MCORE_TIMEOUT_MAX_MS: u64 = 2_147_483_648_000;
+
 /// What `mcore_initialize` brings up. Fill with `mcore_init_args_init`, then set what differs.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -22,7 +28,8 @@ pub struct mcore_init_args {
     pub topology: mcore_topology_config,
     /// Backend: "gloo" (default when NULL), "nccl", a registered name, or a plugin `.so` path.
     pub backend: *const c_char,
-    /// Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else 300 s.
+    /// Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else
+    /// 300 s. `MCORE_TIMEOUT_NONE` (and any value of `MCORE_TIMEOUT_MAX_MS` or more) = no limit.
     pub timeout_ms: u64,
     /// Verify every communicator with an all-reduce the layout predicts (default true).
     pub verify: bool,
@@ -130,7 +137,7 @@ unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError
 
 fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
     if ms > 0 {
-        return Ok(Duration::from_millis(ms));
+        return Ok(crate::timeout::from_millis(ms));
     }
     runtime::timeout_from_env().map_err(Into::into)
 }

@@ -8,7 +8,6 @@ use super::{ffi_guard, mcore_status, FfiError};
 use crate::store::{PrefixStore, Store, StoreError, TcpStore, TcpStoreServer};
 use std::ffi::c_char;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A rendezvous store handle. Thread-safe: calls from several threads are serialised inside.
 pub struct mcore_store {
@@ -97,7 +96,7 @@ pub unsafe extern "C" fn mcore_store_tcp_create(
         if !is_server && port == 0 {
             return Err(FfiError::invalid_arg("port 0 is only allowed with is_server (a free port)"));
         }
-        let timeout = if timeout_ms == 0 { crate::store::DEFAULT_TIMEOUT } else { Duration::from_millis(timeout_ms) };
+        let timeout = if timeout_ms == 0 { crate::store::DEFAULT_TIMEOUT } else { crate::timeout::from_millis(timeout_ms) };
         let h = if is_server {
             let (server, client) = TcpStore::host(host, port, timeout)?;
             mcore_store { store: Arc::new(client), tcp_port: Some(server.port()), server: Some(Arc::new(server)) }
@@ -326,7 +325,7 @@ pub unsafe extern "C" fn mcore_store_wait(
         // SAFETY: forwarded contracts.
         let h = unsafe { handle(store) }?;
         let keys = unsafe { keys_arg(keys, n_keys) }?;
-        let timeout = if timeout_ms == 0 { h.store.timeout() } else { Duration::from_millis(timeout_ms) };
+        let timeout = if timeout_ms == 0 { h.store.timeout() } else { crate::timeout::from_millis(timeout_ms) };
         Ok(h.store.wait(&keys, timeout)?)
     })
 }
@@ -373,6 +372,7 @@ pub unsafe extern "C" fn mcore_store_num_keys(store: *mut mcore_store, out_count
 mod tests {
     use super::*;
     use crate::store::MemoryStore;
+    use std::time::Duration;
 
     #[test]
     fn errors_map_to_statuses_and_raw_handles_round_trip() {

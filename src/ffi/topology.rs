@@ -272,6 +272,23 @@ pub(crate) unsafe fn read_config(cfg: *const mcore_topology_config) -> Result<mc
             "config struct_size {given} is too small: fill the struct with mcore_topology_config_init"
         )));
     }
+    // A size that ends inside a pointer or length would copy part of it: a wild pointer.
+    use std::mem::offset_of;
+    type C = mcore_topology_config;
+    let word_fields = [
+        offset_of!(C, hcp),
+        offset_of!(C, hcp_len),
+        offset_of!(C, order),
+        offset_of!(C, embedding_ranks),
+        offset_of!(C, position_embedding_ranks),
+        offset_of!(C, user_data),
+        offset_of!(C, user_data_free),
+    ];
+    if word_fields.iter().any(|&at| given > at && given < at + std::mem::size_of::<usize>()) {
+        return Err(FfiError::invalid_arg(format!(
+            "config struct_size {given} ends inside a pointer field: fill the struct with mcore_topology_config_init"
+        )));
+    }
     let mut out = mcore_topology_config::default();
     // SAFETY: we copy min(given, ours) bytes from a struct the caller declares to be that large.
     unsafe {

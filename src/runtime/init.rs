@@ -172,17 +172,12 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
     }
 }
 
-/// `MCORE_INIT_TIMEOUT` (seconds, may be fractional) or the default of 300 s.
+/// `MCORE_INIT_TIMEOUT` (seconds, may be fractional; `none` or `inf` for no limit, see
+/// [`crate::timeout`]) or the default of 300 s.
 pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
-    match std::env::var("MCORE_INIT_TIMEOUT") {
-        Err(_) => Ok(DEFAULT_INIT_TIMEOUT),
-        Ok(v) => v
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| RuntimeError::InvalidArgument(format!("MCORE_INIT_TIMEOUT='{v}' is not a positive number of seconds"))),
+    match std::env::var_os("MCORE_INIT_TIMEOUT") {
+        None => Ok(DEFAULT_INIT_TIMEOUT),
+        Some(v) => crate::timeout::parse_seconds("MCORE_INIT_TIMEOUT", &v.to_string_lossy()).map_err(RuntimeError::InvalidArgument),
     }
 }
 

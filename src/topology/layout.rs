@@ -126,6 +126,9 @@ pub struct Topology {
     offset: u64,
     dense: Generator,
     expert: Generator,
+    /// Per hierarchical context-parallel level: the product of the sizes of the levels before
+    /// it (so that looking a level up costs O(1), not O(levels)).
+    hcp_inner: Vec<u64>,
 }
 
 impl Topology {
@@ -140,7 +143,17 @@ impl Topology {
         let dense = Generator::new(dense_sizes, &named, &config.order, "dense layout")?;
         let expert = Generator::new(expert_sizes, &named, &config.order, "expert layout")?;
         super::validate::validate_generators(&config, &sizes, &dense, &expert)?;
+        let hcp_inner = sizes
+            .hierarchical_cp
+            .iter()
+            .scan(1u64, |inner, &s| {
+                let before = *inner;
+                *inner = inner.saturating_mul(u64::from(s));
+                Some(before)
+            })
+            .collect();
         Ok(Topology {
+            hcp_inner,
             world: u64::from(world_size),
             offset: u64::from(config.rank_offset),
             config,
@@ -216,7 +229,7 @@ impl Topology {
             ContextParallel => plain(Dense, CP),
             HierarchicalContextParallel(i) => {
                 let hcp = &self.sizes.hierarchical_cp;
-                let inner: u64 = hcp[..i as usize].iter().map(|&s| u64::from(s)).product();
+                let inner = self.hcp_inner[i as usize];
                 let size = u64::from(hcp[i as usize]);
                 let outer = u64::from(self.sizes.cp) / (inner * size);
                 Spec::Split {

@@ -9,7 +9,6 @@ use crate::store::{Store, StoreError};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// The keys of a `multi_get` and their values.
 type PendingValues = (Vec<String>, Vec<Vec<u8>>);
@@ -207,7 +206,7 @@ unsafe extern "C" fn bridge_wait(
             let timeout = if timeout_ms == 0 {
                 b.store.timeout()
             } else {
-                Duration::from_millis(timeout_ms)
+                crate::timeout::from_millis(timeout_ms)
             };
             b.store.wait(&owned, timeout).map_err(from_store)
         })
@@ -316,6 +315,7 @@ unsafe extern "C" fn bridge_error_message(ctx: *mut c_void) -> *const c_char {
 mod tests {
     use super::*;
     use crate::store::FileStore;
+    use std::time::Duration;
 
     #[test]
     fn callbacks_round_trip_and_report_errors() {

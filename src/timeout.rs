@@ -1,0 +1,96 @@
+//! Timeouts given as text (`MCORE_INIT_TIMEOUT`, the tools' `--timeout`) or as C milliseconds:
+//! range-checked, never a panic, with "no limit" expressible.
+//!
+//! No limit is a finite [`NO_LIMIT`] of 2^31 s (about 68 years): every deadline computed from it
+//! fits an `Instant`, and its milliseconds (and nanoseconds) fit the signed 64-bit counts that
+//! backends such as Gloo keep. Any longer timeout means the same thing and is clamped to it.
+
+use std::time::Duration;
+
+/// The longest timeout; it and anything longer mean "no limit".
+pub const NO_LIMIT: Duration = Duration::from_secs(1 << 31);
+
+/// [`NO_LIMIT`] in milliseconds (`MCORE_TIMEOUT_MAX_MS`).
+pub const NO_LIMIT_MS: u64 = (1 << 31) * 1000;
+
+/// `d`, or [`NO_LIMIT`] when longer.
+pub fn clamp(d: Duration) -> Duration {
+    d.min(NO_LIMIT)
+}
+
+/// A C timeout in milliseconds, clamped to [`NO_LIMIT`] (so `UINT64_MAX` is no limit).
+pub fn from_millis(ms: u64) -> Duration {
+    Duration::from_millis(ms.min(NO_LIMIT_MS))
+}
+
+/// Whether `d` means no limit.
+pub fn is_unlimited(d: Duration) -> bool {
+    d >= NO_LIMIT
+}
+
+/// A positive number of seconds (fractions allowed), or `none` / `inf` / `infinity` for no
+/// limit; values of [`NO_LIMIT`] or more mean no limit too. `what` names the source in errors
+/// (`MCORE_INIT_TIMEOUT`, `--timeout`).
+pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(NO_LIMIT);
+    }
+    let bad = || format!("{what}: '{text}' is not a positive number of seconds (or 'none' for no limit)");
+    let secs: f64 = t.parse().map_err(|_| bad())?;
+    // NaN fails both comparisons; +inf is no limit.
+    if !(secs > 0.0) {
+        return Err(bad());
+    }
+    if secs >= NO_LIMIT.as_secs_f64() {
+        return Ok(NO_LIMIT);
+    }
+    let d = Duration::from_secs_f64(secs);
+    if d.is_zero() {
+        return Err(format!("{what}: '{text}' seconds rounds to zero"));
+    }
+    Ok(d)
+}
+
+/// `d` for messages: seconds with milliseconds, or "no limit".
+pub fn describe(d: Duration) -> String {
+    if is_unlimited(d) {
+        "no limit".into()
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_timeouts_are_range_checked_and_no_limit_is_expressible() {
+        let p = |t: &str| parse_seconds("--timeout", t);
+        assert_eq!(p("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(p(" 300 "), Ok(Duration::from_secs(300)));
+        for unlimited in ["none", "NONE", "inf", "infinity", "+inf", "1e20", "1e300", "2147483648"] {
+            assert_eq!(p(unlimited), Ok(NO_LIMIT), "{unlimited}");
+        }
+        assert_eq!(p("2147483647"), Ok(Duration::from_secs(2147483647)));
+        for bad in ["0", "-1", "-inf", "nan", "", "ten", "1e-300", "0x10"] {
+            let e = p(bad).unwrap_err();
+            assert!(e.starts_with("--timeout: '") && e.contains(bad), "{bad}: {e}");
+        }
+        // Every deadline from the longest timeout fits an Instant.
+        let _ = std::time::Instant::now() + NO_LIMIT;
+    }
+
+    #[test]
+    fn c_milliseconds_clamp_to_no_limit() {
+        assert_eq!(from_millis(1500), Duration::from_millis(1500));
+        assert_eq!(from_millis(u64::MAX), NO_LIMIT);
+        assert_eq!(from_millis(1 << 63), NO_LIMIT);
+        assert_eq!(NO_LIMIT.as_millis(), u128::from(NO_LIMIT_MS));
+        assert!(i64::try_from(NO_LIMIT.as_nanos()).is_ok());
+        assert_eq!(crate::ffi::runtime::MCORE_TIMEOUT_MAX_MS, NO_LIMIT_MS);
+        assert_eq!(describe(from_millis(u64::MAX)), "no limit");
+        assert_eq!(describe(Duration::from_millis(1500)), "1.500 s");
+    }
+}

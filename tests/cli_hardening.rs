@@ -1,0 +1,95 @@
+//! The tools under hostile input: non-UTF-8 arguments, absurd timeouts, huge `--hcp` lists.
+//! Each run must end with a clean exit (0, or 2 with one line naming the value), never a panic
+//! (exit 101) or a signal.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Output, Stdio};
+
+fn run(bin: &str, args: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
+    let mut c = Command::new(bin);
+    c.args(args).stdin(Stdio::null());
+    // No launcher environment leaks in from the test runner.
+    for v in ["RANK", "WORLD_SIZE", "MCORE_INIT_TIMEOUT", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"] {
+        c.env_remove(v);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("start the tool")
+}
+
+fn s(text: &str) -> &OsStr {
+    OsStr::new(text)
+}
+
+/// Exit status `code`, no panic message, and (for failures) one stderr line containing `needle`.
+#[track_caller]
+fn assert_clean(out: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+}
+
+const TOPO: &str = env!("CARGO_BIN_EXE_mcore-topo");
+const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
+const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
+const PROBE: &str = env!("CARGO_BIN_EXE_mcore-backend-probe");
+
+#[test]
+fn non_utf8_arguments_are_named_not_a_panic() {
+    let bad = OsStr::from_bytes(b"--tp=\xff2");
+    for bin in [TOPO, SELFTEST, LAUNCH, PROBE] {
+        let out = run(bin, &[bad, s("--world-size"), s("4")], &[]);
+        assert_clean(&out, 2, "argument 1 ('--tp=\u{fffd}2') is not valid UTF-8");
+    }
+    let out = run(LAUNCH, &[s("--nproc"), s("2"), s("--master-addr"), OsStr::from_bytes(b"\xfe"), s("--"), s("true")], &[]);
+    assert_clean(&out, 2, "argument 4 ('\u{fffd}') is not valid UTF-8");
+    // mcore-launch passes its program's arguments on as they are: they need not be UTF-8.
+    let out = run(LAUNCH, &[s("--nproc"), s("1"), s("--"), s("/bin/sh"), s("-c"), s("test \"$0\" = \"$(printf 'a\\377')\""), OsStr::from_bytes(b"a\xff")], &[]);
+    assert_clean(&out, 0, "");
+}
+
+#[test]
+fn huge_and_unlimited_timeouts_are_accepted_bad_ones_named() {
+    for t in ["1e300", "none", "inf", "1e20"] {
+        let out = run(LAUNCH, &[s("--nproc"), s("1"), s("--timeout"), s(t), s("--"), s("true")], &[]);
+        assert_clean(&out, 0, "");
+    }
+    for t in ["0", "-1", "nan", "soon"] {
+        let out = run(LAUNCH, &[s("--nproc"), s("1"), s("--timeout"), s(t), s("--"), s("true")], &[]);
+        assert_clean(&out, 2, &format!("--timeout: '{t}' is not a positive number of seconds"));
+    }
+    // mcore-selftest reads MCORE_INIT_TIMEOUT first; without a launcher environment it then
+    // fails cleanly on that, which shows the timeout was accepted.
+    for t in ["1e20", "none"] {
+        let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOUT", s(t))]);
+        assert_clean(&out, 1, "no launcher environment");
+        let out = run(SELFTEST, &[s("--timeout"), s("1e300")], &[("MCORE_INIT_TIMEOUT", s(t))]);
+        assert_clean(&out, 1, "no launcher environment");
+    }
+    let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOUT", s("-5"))]);
+    assert_clean(&out, 2, "MCORE_INIT_TIMEOUT: '-5' is not a positive number of seconds");
+    let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOUT", OsStr::from_bytes(b"3\xff"))]);
+    assert_clean(&out, 2, "MCORE_INIT_TIMEOUT: '3\u{fffd}'");
+}
+
+/// 60,000 hierarchical context-parallel levels (the most one argument of 128 KiB holds): the
+/// tool costs O(levels). Quadratic (each level's lookup multiplied the sizes of the levels
+/// before it), each form below took about 10 s; linear, under 0.1 s. The 5 s bound (50x the
+/// linear time) catches the regression without being a benchmark.
+#[test]
+fn tens_of_thousands_of_hcp_levels_are_linear() {
+    let levels = 60_000;
+    let hcp = format!("2{}", ",1".repeat(levels - 1));
+    for extra in [&[][..], &["--rank", "1"][..], &["--json"][..]] {
+        let mut args = vec![s("5"), s(TOPO), s("--world-size"), s("2"), s("--cp"), s("2"), s("--hcp"), s(&hcp)];
+        args.extend(extra.iter().map(|a| s(a)));
+        // coreutils' timeout stops it (exit 124) should it run away.
+        let out = run("timeout", &args, &[]);
+        assert_clean(&out, 0, "");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("hierarchical_context_parallel_{}", levels - 1)), "{extra:?}");
+    }
+}
