@@ -132,9 +132,15 @@ pub fn check_in(
     }
     match store.wait(&[VERDICT_KEY], timeout) {
         Ok(()) => {}
-        Err(StoreError::Timeout { .. }) => {
-            return Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
-        }
+        // Rank 0 may have started waiting a little later: its verdict (the same list for every
+        // rank) is preferred for a short grace; after that this rank names who is absent now.
+        Err(StoreError::Timeout { .. }) => match store.wait(&[VERDICT_KEY], super::progress::RECORD_GRACE.min(timeout)) {
+            Ok(()) => {}
+            Err(StoreError::Timeout { .. }) => {
+                return Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+            }
+            Err(e) => return Err(e.into()),
+        },
         Err(e) => return Err(e.into()),
     }
     let verdict = store.get(VERDICT_KEY)?;
@@ -197,6 +203,27 @@ mod tests {
             let e = r.unwrap_err().to_string();
             assert!(e.contains("rank 0 has 'tp=2'"), "{e}");
             assert!(e.contains("rank(s) 2-3 have 'tp=4'") && e.contains("rank(s) 4 have 'tp=8'"), "{e}");
+        }
+    }
+
+    /// Rank 0 starts 0.6 s after rank 1 and rank 2 another 0.6 s later (after rank 1's own
+    /// deadline, before rank 0's); rank 3 never starts. Rank 1 must not blame the live, late
+    /// rank 2: it takes rank 0's verdict, which names rank 3 alone.
+    #[test]
+    fn a_rank_whose_deadline_passes_first_takes_rank_0s_verdict() {
+        let timeout = Duration::from_secs(1);
+        let store = Arc::new(MemoryStore::new(timeout));
+        let start = |rank: u32, delay_ms: u64| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+                check_in(store.as_ref(), rank, 4, b"a", timeout)
+            })
+        };
+        let (r1, r0, r2) = (start(1, 0), start(0, 600), start(2, 1200));
+        for (rank, h) in [(1, r1), (0, r0), (2, r2)] {
+            let e = h.join().unwrap().unwrap_err().to_string();
+            assert!(e.contains("rank(s) 3 never checked in"), "rank {rank}: {e}");
         }
     }
 

@@ -137,7 +137,7 @@ pub fn create_groups(
     let failed = |step: u64, group: &str, members: &[u32], message: String| GroupError {
         group: group.to_string(),
         members: members.to_vec(),
-        message: progress::explain(progress_store, members, step, message),
+        message: progress::explain(progress_store, rank, members, step, message),
     };
     let mut world = match strategy {
         CommStrategy::Split => {
@@ -181,7 +181,7 @@ pub fn create_groups(
                 let fail = |message: String| GroupError {
                     group: name.clone(),
                     members: p.members.clone(),
-                    message: progress::explain(progress_store, waited_for, step, message),
+                    message: progress::explain(progress_store, rank, waited_for, step, message),
                 };
                 mark(step, &name, &p.members)?;
                 let comm = match world.as_mut() {
@@ -477,6 +477,37 @@ mod tests {
         let e = out[0].as_ref().expect_err("rank 0 must fail").to_string();
         assert!(e.starts_with("group embedding/0 (ranks 0, 3)") && e.contains("rank(s) 3 never arrived"), "{e}");
         assert_eq!(out[1].as_ref().ok(), Some(&3));
+    }
+
+    /// Rank 3 dies before creating anything. Rank 1 waits for it in data_parallel_with_cp {1, 3}
+    /// and fails; rank 0 then waits in vain for rank 1 (alive, but failed at that earlier group)
+    /// in tensor_model_parallel {0, 1}: rank 0 must blame rank 3, not the live rank 1.
+    #[test]
+    fn a_live_member_stuck_behind_a_dead_rank_is_not_blamed() {
+        let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
+        let threads: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let stores = stores.clone();
+                std::thread::spawn(move || {
+                    let f = Factory { rendezvous: Some(Duration::from_millis(500)), ..Default::default() };
+                    let store_for = |name: &str| -> Arc<dyn Store> {
+                        let mut m = stores.lock().unwrap();
+                        m.entry(name.to_string()).or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10)))).clone()
+                    };
+                    let progress = store_for("progress");
+                    let config = CommConfig::default();
+                    create_groups(&plan_for(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
+                        .map(|c| c.groups.len())
+                })
+            })
+            .collect();
+        let out: Vec<String> = threads.into_iter().map(|t| t.join().unwrap().expect_err("every rank fails").to_string()).collect();
+        assert!(out[1].starts_with("group data_parallel_with_cp/1 (ranks 1, 3)") && out[1].ends_with("rank(s) 3 never arrived at this group"), "{}", out[1]);
+        assert!(out[2].starts_with("group tensor_model_parallel/1 (ranks 2-3)") && out[2].ends_with("rank(s) 3 never arrived at this group"), "{}", out[2]);
+        let e = &out[0];
+        assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1)"), "{e}");
+        assert!(!e.contains("rank(s) 1 never arrived"), "blames the live rank 1: {e}");
+        assert!(e.ends_with("rank(s) 1 failed at an earlier group, waiting for rank(s) 3"), "{e}");
     }
 
     #[test]

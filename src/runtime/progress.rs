@@ -5,15 +5,31 @@
 //! overwritten as it moves on. A creation that fails or passes its deadline reads its members'
 //! marks: a member whose mark is below the step never arrived, because it died, hangs earlier, or
 //! was never started. This matters most for NCCL, whose own timeout cannot say who is missing.
+//!
+//! A member that is behind may itself be alive, stuck at an earlier group that waits for a dead
+//! rank. So a rank whose creation fails also records whom it blamed (`progress/failed/<rank>`),
+//! and a failure that finds a member behind waits briefly ([`RECORD_GRACE`]) for that member's
+//! record: a member with a record is reported as stuck, and the ranks it blamed are blamed
+//! instead; only members without one are said to have never arrived.
 
 use super::checkin::format_ranks;
 use crate::store::Store;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long a failing rank waits for the failure records of the members that are behind it:
+/// members stuck on the same dead rank fail within about this much of each other.
+pub const RECORD_GRACE: Duration = Duration::from_secs(2);
 
 /// The most members whose marks a failure reads (one store request each).
 const MAX_CHECKED: usize = 65_536;
 
 fn key(rank: u32) -> String {
     format!("progress/{rank}")
+}
+
+fn failed_key(rank: u32) -> String {
+    format!("progress/failed/{rank}")
 }
 
 /// This rank has reached `step` (steps count from 1 and only grow).
@@ -32,14 +48,72 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
         .collect()
 }
 
-/// `message`, plus the members that never reached `step`, when there are any.
-pub fn explain(store: &dyn Store, members: &[u32], step: u64, message: String) -> String {
-    let missing = behind(store, members, step);
-    if missing.is_empty() {
-        return message;
+/// The ranks `rank`'s failure record blames, when it has one.
+fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
+    let k = failed_key(rank);
+    if !store.check(&[&k]).ok()? {
+        return None;
     }
+    let text = store.get(&k).ok()?;
+    Some(String::from_utf8_lossy(&text).split(',').filter_map(|r| r.parse().ok()).collect())
+}
+
+/// `message`, plus who kept rank `rank` from finishing `step`: the members that never reached
+/// it, and the members stuck at an earlier group with the ranks they wait for. Records what
+/// this rank blames (see the module docs) for the failures of others.
+pub fn explain(store: &dyn Store, rank: u32, members: &[u32], step: u64, message: String) -> String {
+    let late = behind(store, members, step);
+    let record = |blamed: &mut dyn Iterator<Item = &u32>| {
+        let text: Vec<String> = blamed.map(u32::to_string).collect();
+        let _ = store.set(&failed_key(rank), text.join(",").as_bytes());
+    };
+    if !late.is_empty() {
+        // A first record at once (the late members), so that ranks waiting for this one can
+        // pass the blame on while this one waits for the records of its own late members.
+        record(&mut late.iter());
+        let keys: Vec<String> = late.iter().map(|&m| failed_key(m)).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Ends early when every late member has failed; else after the grace.
+        let _ = store.wait(&keys, RECORD_GRACE);
+    }
+    let (mut never, mut stuck, mut waited_on) = (Vec::new(), Vec::new(), BTreeSet::new());
+    for &m in &late {
+        match record_of(store, m) {
+            Some(blamed) => {
+                stuck.push(m);
+                // Follow the records (a chain of stuck ranks) to the ranks without one.
+                let mut seen: BTreeSet<u32> = late.iter().copied().collect();
+                seen.insert(rank);
+                let mut queue = blamed;
+                while let Some(r) = queue.pop() {
+                    if !seen.insert(r) || seen.len() > MAX_CHECKED {
+                        continue;
+                    }
+                    match record_of(store, r) {
+                        Some(more) => queue.extend(more),
+                        None => {
+                            waited_on.insert(r);
+                        }
+                    }
+                }
+            }
+            None => never.push(m),
+        }
+    }
+    record(&mut never.iter().chain(&waited_on).collect::<BTreeSet<_>>().into_iter());
+    let mut out = message;
     let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
-    format!("{message}; rank(s) {} never arrived at this group{scope}", format_ranks(&missing))
+    if !never.is_empty() {
+        out.push_str(&format!("; rank(s) {} never arrived at this group{scope}", format_ranks(&never)));
+    }
+    if !stuck.is_empty() {
+        out.push_str(&format!("; rank(s) {} failed at an earlier group", format_ranks(&stuck)));
+        let waited_on: Vec<u32> = waited_on.into_iter().collect();
+        if !waited_on.is_empty() {
+            out.push_str(&format!(", waiting for rank(s) {}", format_ranks(&waited_on)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -56,8 +130,23 @@ mod tests {
         mark(&s, 2, 5).unwrap();
         // rank 3 never marked anything
         assert_eq!(behind(&s, &[0, 1, 2, 3], 3), vec![1, 3]);
-        let text = explain(&s, &[0, 1, 2, 3], 3, "timed out".into());
+        let text = explain(&s, 0, &[0, 1, 2, 3], 3, "timed out".into());
         assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
-        assert_eq!(explain(&s, &[0, 2], 3, "failed".into()), "failed");
+        assert_eq!(explain(&s, 2, &[0, 2], 3, "failed".into()), "failed");
+    }
+
+    #[test]
+    fn a_member_stuck_behind_a_dead_rank_passes_the_blame_on() {
+        let s = MemoryStore::new(Duration::from_secs(1));
+        // Rank 3 died before step 2; rank 1 waited for it at step 2 and failed; rank 0 waits
+        // for rank 1 at step 3.
+        mark(&s, 3, 1).unwrap();
+        mark(&s, 1, 2).unwrap();
+        mark(&s, 0, 3).unwrap();
+        assert_eq!(explain(&s, 1, &[1, 3], 2, "timed out".into()), "timed out; rank(s) 3 never arrived at this group");
+        let text = explain(&s, 0, &[0, 1], 3, "timed out".into());
+        assert_eq!(text, "timed out; rank(s) 1 failed at an earlier group, waiting for rank(s) 3");
+        // Rank 0 passes on rank 3, not rank 1, to whoever waits for it in turn.
+        assert_eq!(record_of(&s, 0), Some(vec![3]));
     }
 }
