@@ -227,3 +227,24 @@ def test_communicator_options_are_checked_before_any_rendezvous():
     assert "device 0 was given, but backend '" in o["device_with_gloo"][1]
     assert "does not take a device (only nccl does)" in o["device_with_gloo"][1]
     assert "device -5 is not -1 or a CUDA device ordinal" in o["negative_device"][1]
+
+
+UNLIMITED = r"""
+import json, sys
+from mcore_init import runtime
+timeout = None if sys.argv[2] == "env" else float(sys.argv[2])
+runtime.initialize(tp=2, backend=sys.argv[1], timeout=timeout)
+print(json.dumps({"sum": runtime.allreduce_sum("tensor_model_parallel", [1])}), flush=True)
+runtime.destroy()
+"""
+
+
+def test_no_limit_timeouts_through_the_c_api():
+    plugin = gloo_plugin()
+    # MCORE_INIT_TIMEOUT=1e20 made mcore_initialize return "internal panic".
+    outs = _run_ranks(lambda r: [sys.executable, "-c", UNLIMITED, str(plugin), "env"], 2, MCORE_INIT_TIMEOUT="1e20")
+    assert [o["sum"] for o in outs] == [[2], [2]]
+    # 2**63 ms reached Gloo as a negative count; math.inf is the documented no limit.
+    for seconds in (str(2**63 / 1000), "inf"):
+        outs = _run_ranks(lambda r: [sys.executable, "-c", UNLIMITED, str(plugin), seconds], 2)
+        assert [o["sum"] for o in outs] == [[2], [2]]

@@ -442,10 +442,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_member_that_stops_early_is_named_by_the_groups_waiting_for_it() {
+    /// Ranks `0..n` create their groups of `plan(rank)` one by one, each creation a rendezvous
+    /// that waits 0.5 s for every member: the number of groups of each, or its error.
+    fn run_with_rendezvous(n: u32, plan: fn(u32) -> RankPlan) -> Vec<Result<usize, GroupError>> {
         let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
-        let threads: Vec<_> = (0..4u32)
+        let threads: Vec<_> = (0..n)
             .map(|rank| {
                 let stores = stores.clone();
                 std::thread::spawn(move || {
@@ -454,20 +455,27 @@ mod tests {
                         let mut m = stores.lock().unwrap();
                         m.entry(name.to_string()).or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10)))).clone()
                     };
-                    let mut plan = plan_for(rank);
-                    if rank == 3 {
-                        // Rank 3 creates its first kind's group, then stops (as if it hung or died).
-                        plan.kinds.truncate(1);
-                        plan.groups.truncate(1);
-                    }
                     let progress = store_for("progress");
                     let config = CommConfig::default();
-                    create_groups(&plan, CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
+                    create_groups(&plan(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
                         .map(|c| c.groups.len())
                 })
             })
             .collect();
-        let out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_member_that_stops_early_is_named_by_the_groups_waiting_for_it() {
+        let out = run_with_rendezvous(4, |rank| {
+            let mut plan = plan_for(rank);
+            if rank == 3 {
+                // Rank 3 creates its first kind's group, then stops (as if it hung or died).
+                plan.kinds.truncate(1);
+                plan.groups.truncate(1);
+            }
+            plan
+        });
         // Rank 2's tensor group {2, 3} waits for rank 3 in vain.
         let e = out[2].as_ref().expect_err("rank 2 must fail").to_string();
         assert!(e.starts_with("group tensor_model_parallel/1 (ranks 2-3)"), "{e}");
@@ -484,24 +492,8 @@ mod tests {
     /// in tensor_model_parallel {0, 1}: rank 0 must blame rank 3, not the live rank 1.
     #[test]
     fn a_live_member_stuck_behind_a_dead_rank_is_not_blamed() {
-        let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
-        let threads: Vec<_> = (0..3u32)
-            .map(|rank| {
-                let stores = stores.clone();
-                std::thread::spawn(move || {
-                    let f = Factory { rendezvous: Some(Duration::from_millis(500)), ..Default::default() };
-                    let store_for = |name: &str| -> Arc<dyn Store> {
-                        let mut m = stores.lock().unwrap();
-                        m.entry(name.to_string()).or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10)))).clone()
-                    };
-                    let progress = store_for("progress");
-                    let config = CommConfig::default();
-                    create_groups(&plan_for(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
-                        .map(|c| c.groups.len())
-                })
-            })
-            .collect();
-        let out: Vec<String> = threads.into_iter().map(|t| t.join().unwrap().expect_err("every rank fails").to_string()).collect();
+        let out: Vec<String> =
+            run_with_rendezvous(3, plan_for).into_iter().map(|r| r.expect_err("every rank fails").to_string()).collect();
         assert!(out[1].starts_with("group data_parallel_with_cp/1 (ranks 1, 3)") && out[1].ends_with("rank(s) 3 never arrived at this group"), "{}", out[1]);
         assert!(out[2].starts_with("group tensor_model_parallel/1 (ranks 2-3)") && out[2].ends_with("rank(s) 3 never arrived at this group"), "{}", out[2]);
         let e = &out[0];
