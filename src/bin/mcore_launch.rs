@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: mcore-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--timeout SECONDS] -- PROGRAM [ARGS...]";
+const USAGE: &str = "usage: mcore-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--timeout SECONDS|none] -- PROGRAM [ARGS...]";
 
 struct Args {
     nproc: u32,

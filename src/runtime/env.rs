@@ -100,9 +100,10 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
 }
 
 impl LaunchEnv {
-    /// Read the process environment.
+    /// Read the process environment (a value that is not UTF-8 is read lossily, so that its
+    /// error names it instead of calling the variable unset).
     pub fn from_process() -> Result<Self, EnvError> {
-        Self::from_lookup(&|k| std::env::var(k).ok())
+        Self::from_lookup(&|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
     }
 
     /// Read from any lookup (tests pass a map).
