@@ -17,6 +17,9 @@ pub struct GroupInfo {
     pub global_rank: u32,
     /// Bound for the group's rendezvous and collectives.
     pub timeout: Duration,
+    /// The address this process advertises to its peers (the local address of its connection
+    /// to the rendezvous store); `None` when there is none to offer.
+    pub host_addr: Option<String>,
 }
 
 impl GroupInfo {
@@ -58,7 +61,14 @@ impl GroupInfo {
             global_ranks,
             global_rank,
             timeout,
+            host_addr: None,
         })
+    }
+
+    /// The same group, with the address this process advertises to its peers.
+    pub fn with_host_addr(mut self, addr: Option<&str>) -> Self {
+        self.host_addr = addr.map(str::to_string);
+        self
     }
 
     /// Number of ranks in the group.

@@ -20,8 +20,9 @@ fn rank_key(rank: u32) -> String {
 /// Why check-in failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckinError {
-    /// These ranks never checked in within the timeout.
-    Missing { ranks: Vec<u32>, waited: Duration },
+    /// These ranks never checked in within the timeout; `nodes` says which nodes they make up
+    /// (see [`super::host::nodes_of`]; empty when unknown).
+    Missing { ranks: Vec<u32>, waited: Duration, nodes: String },
     /// Ranks were started with different configurations; the text names them and the values.
     Mismatch(String),
     /// The store failed.
@@ -31,9 +32,10 @@ pub enum CheckinError {
 impl fmt::Display for CheckinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CheckinError::Missing { ranks, waited } => write!(
+            CheckinError::Missing { ranks, waited, nodes } => write!(
                 f,
-                "rendezvous timed out after {:.1} s: rank(s) {} never checked in (not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT)",
+                "rendezvous timed out after {:.1} s: rank(s) {}{nodes} never checked in (not started, crashed, \
+                 cannot reach MASTER_ADDR/MASTER_PORT, or pointed at another one)",
                 waited.as_secs_f64(),
                 format_ranks(ranks)
             ),
@@ -100,22 +102,29 @@ fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
 }
 
 /// Announce this rank with `fingerprint` and wait until every rank of `world_size` has checked in
-/// with the same one. `store` should be private to this init attempt (a prefixed view).
+/// with the same one. `store` should be private to this init attempt (a prefixed view). Missing
+/// ranks are also named by node when every node runs `local_world_size` ranks.
 pub fn check_in(
     store: &dyn Store,
     rank: u32,
     world_size: u32,
+    local_world_size: u32,
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
     let start = Instant::now();
+    let missing = |store: &dyn Store| -> Result<CheckinError, StoreError> {
+        let ranks = missing_ranks(store, world_size)?;
+        let nodes = super::host::nodes_of(&ranks, world_size, local_world_size);
+        Ok(CheckinError::Missing { ranks, waited: start.elapsed(), nodes })
+    };
     store.set(&rank_key(rank), fingerprint)?;
     if rank == 0 {
         let keys: Vec<String> = (0..world_size).map(rank_key).collect();
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let verdict = match store.wait(&key_refs, timeout) {
             Err(StoreError::Timeout { .. }) => {
-                let err = CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() };
+                let err = missing(store)?;
                 store.set(VERDICT_KEY, err.to_string().as_bytes())?;
                 return Err(err);
             }
@@ -133,7 +142,7 @@ pub fn check_in(
     match store.wait(&[VERDICT_KEY], timeout) {
         Ok(()) => {}
         Err(StoreError::Timeout { .. }) => {
-            return Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+            return Err(missing(store)?)
         }
         Err(e) => return Err(e.into()),
     }
@@ -144,7 +153,7 @@ pub fn check_in(
         // Rank 0's verdict already names the ranks; pass it on unchanged.
         let text = String::from_utf8_lossy(&verdict).into_owned();
         if text.starts_with("rendezvous timed out") {
-            Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+            Err(missing(store)?)
         } else {
             Err(CheckinError::Mismatch(text))
         }
@@ -165,7 +174,7 @@ mod tests {
             .enumerate()
             .map(|(r, fp)| {
                 let store = store.clone();
-                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, fp.as_bytes(), timeout)))
+                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, n, fp.as_bytes(), timeout)))
             })
             .collect();
         handles.into_iter().map(|h| h.map(|h| h.join().unwrap())).collect()

@@ -6,7 +6,6 @@
 //! marks: a member whose mark is below the step never arrived, because it died, hangs earlier, or
 //! was never started. This matters most for NCCL, whose own timeout cannot say who is missing.
 
-use super::checkin::format_ranks;
 use crate::store::Store;
 
 /// The most members whose marks a failure reads (one store request each).
@@ -32,14 +31,14 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
         .collect()
 }
 
-/// `message`, plus the members that never reached `step`, when there are any.
+/// `message`, plus the members that never reached `step` and their hosts, when there are any.
 pub fn explain(store: &dyn Store, members: &[u32], step: u64, message: String) -> String {
     let missing = behind(store, members, step);
     if missing.is_empty() {
         return message;
     }
     let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
-    format!("{message}; rank(s) {} never arrived at this group{scope}", format_ranks(&missing))
+    format!("{message}; rank(s) {} never arrived at this group{scope}", super::host::describe(store, &missing))
 }
 
 #[cfg(test)]
