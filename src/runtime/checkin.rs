@@ -200,6 +200,13 @@ mod tests {
     }
 
     #[test]
+    fn missing_ranks_are_named_by_node_when_nodes_are_even() {
+        let store = Arc::new(MemoryStore::new(Duration::from_millis(300)));
+        let e = check_in(store.as_ref(), 0, 4, 2, b"a", Duration::from_millis(300)).unwrap_err();
+        assert!(e.to_string().contains("rank(s) 1-3 = node 0 of 2 (ranks 1), node 1 of 2 (all its ranks: 2-3)"), "{e}");
+    }
+
+    #[test]
     fn mismatching_ranks_are_named_with_their_values() {
         let out = run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
         for r in out.into_iter().flatten() {

@@ -58,5 +58,9 @@ mod tests {
         let text = explain(&s, &[0, 1, 2, 3], 3, "timed out".into());
         assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
         assert_eq!(explain(&s, &[0, 2], 3, "failed".into()), "failed");
+        // A member that published its host is named with it.
+        let host = crate::runtime::host::HostInfo { hostname: "n1".into(), addr: "10.0.0.2".parse().unwrap(), why: String::new() };
+        crate::runtime::host::publish(&s, 3, &host).unwrap();
+        assert_eq!(explain(&s, &[1, 3], 3, "x".into()), "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group");
     }
 }
