@@ -8,6 +8,8 @@
 #      the missing ranks and their node;
 #   4. a host killed mid-init (after check-in): every rank of the other fails within the init
 #      timeout, naming the ranks and the host (address) that never arrived;
+#   4b. every rank advertising an unreachable address: all fail within the timeout, naming the
+#      other host's ranks and address;
 #   5. real torchrun (PyPI's torch, pinned), static rendezvous, 2 nodes x 4. The venv
 #      (target/torchrun-venv, ~4.5 GB) is made by scripts/torchrun-venv.sh on the first run (3-4
 #      minutes) and kept; MCORE_SKIP_TORCHRUN=1 skips this check, saying so.
@@ -138,6 +140,17 @@ sleep 0.3; kill_in "$h1"; touch "$dir/go"
 wait 2>/dev/null
 unset MCORE_LOG
 check_failures "host killed mid-init" "$dir" "0 1 2 3" "never arrived at this group" "on host '[^']*' ($a1)"
+
+# Scenario 4b: every rank advertises an address its peers cannot reach (MCORE_GLOO_HOSTNAME=
+# 127.0.0.1 on both hosts, the plugin's old default): every rank of both hosts fails within the
+# timeout (Gloo's connects are bounded by the deadline), naming the other host's ranks and address.
+dir="$tmp/unreachable"; mkdir -p "$dir"
+export MCORE_GLOO_HOSTNAME=127.0.0.1
+for l in 0 1 2 3; do start_rank "$h0" "$a0" 0 "$l" "$dir"; start_rank "$h1" "$a0" 1 "$l" "$dir"; done
+wait
+unset MCORE_GLOO_HOSTNAME
+check_failures "unreachable address (host 1's ranks)" "$dir" "0 1 2 3" "gloo connectFullMesh" "on host '[^']*' ($a1)"
+check_failures "unreachable address (host 2's ranks)" "$dir" "4 5 6 7" "gloo connectFullMesh" "on host '[^']*' ($a0)"
 
 # Scenario 5: real torchrun, static rendezvous, one agent per host.
 venv=${MCORE_TORCHRUN_VENV:-target/torchrun-venv}

@@ -31,10 +31,21 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
         .collect()
 }
 
-/// `message`, plus the members that never reached `step` and their hosts, when there are any.
+/// Up to this many members, a failure where every member arrived names each member's host.
+const MAX_DESCRIBED: usize = 64;
+
+/// `message`, plus the members that never reached `step` and their hosts, when there are any;
+/// when all arrived (a backend that could not connect, say), the hosts of a small group's
+/// members, so that an unreachable address can be matched with its rank and host.
 pub fn explain(store: &dyn Store, members: &[u32], step: u64, message: String) -> String {
     let missing = behind(store, members, step);
     if missing.is_empty() {
+        if members.len() <= MAX_DESCRIBED {
+            let hosts = super::host::describe(store, members);
+            if hosts.contains(" on host ") {
+                return format!("{message}; the group's ranks are {hosts}");
+            }
+        }
         return message;
     }
     let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
@@ -62,5 +73,7 @@ mod tests {
         let host = crate::runtime::host::HostInfo { hostname: "n1".into(), addr: "10.0.0.2".parse().unwrap(), why: String::new() };
         crate::runtime::host::publish(&s, 3, &host).unwrap();
         assert_eq!(explain(&s, &[1, 3], 3, "x".into()), "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group");
+        // All arrived: the members' hosts are named.
+        assert_eq!(explain(&s, &[0, 3], 3, "y".into()), "y; the group's ranks are 0; 3 on host 'n1' (10.0.0.2)");
     }
 }
