@@ -74,6 +74,7 @@ mod tests {
         crate::runtime::host::publish(&s, 3, &host).unwrap();
         assert_eq!(explain(&s, &[1, 3], 3, "x".into()), "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group");
         // All arrived: the members' hosts are named.
+        mark(&s, 3, 3).unwrap();
         assert_eq!(explain(&s, &[0, 3], 3, "y".into()), "y; the group's ranks are 0; 3 on host 'n1' (10.0.0.2)");
     }
 }
