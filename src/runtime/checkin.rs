@@ -79,8 +79,9 @@ fn missing_ranks(store: &dyn Store, world_size: u32) -> Result<Vec<u32>, StoreEr
     Ok(missing)
 }
 
-/// Compare fingerprints against rank 0's; describe the ranks that differ.
-fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
+/// Compare fingerprints against rank 0's; describe the ranks that differ, each set of ranks as
+/// `describe` names it (with their hosts, when known).
+fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) -> Option<String> {
     let reference = &fingerprints[0];
     let mut by_value: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
     for (r, fp) in fingerprints.iter().enumerate() {
@@ -96,7 +97,7 @@ fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
         String::from_utf8_lossy(reference)
     );
     for (fp, ranks) in by_value {
-        text.push_str(&format!("; rank(s) {} have '{}'", format_ranks(&ranks), String::from_utf8_lossy(fp)));
+        text.push_str(&format!("; rank(s) {} have '{}'", describe(&ranks), String::from_utf8_lossy(fp)));
     }
     Some(text)
 }
@@ -129,7 +130,7 @@ pub fn check_in(
                 return Err(err);
             }
             Err(e) => return Err(e.into()),
-            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?),
+            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?, &|ranks| super::host::describe(store, ranks)),
         };
         return match verdict {
             None => Ok(store.set(VERDICT_KEY, VERDICT_OK)?),
