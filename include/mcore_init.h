@@ -514,7 +514,7 @@ typedef struct mcore_backend_group_info {
    * The address this process advertises to peers on other hosts, NUL-terminated text such as
    * `"10.0.0.7"`: the local address of its connection to the rendezvous store. NULL when the
    * library has none. A backend that publishes an address for peers to connect to should
-   * bind there unless its own settings say otherwise. Appended in 0.2: read it only when
+   * bind there unless its own settings say otherwise. Appended in 0.1: read it only when
    * `struct_size` covers it.
    */
   const char *host_addr;
