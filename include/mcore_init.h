@@ -517,9 +517,18 @@ typedef struct mcore_backend_group_info {
    */
   const uint32_t *global_ranks;
   /**
-   * Upper bound for rendezvous and collectives of this group, in milliseconds.
+   * Upper bound for rendezvous and collectives of this group, in milliseconds: what is left
+   * of the init deadline when the group's creation starts.
    */
   uint64_t timeout_ms;
+  /**
+   * The address this process advertises to peers on other hosts, NUL-terminated text such as
+   * `"10.0.0.7"`: the local address of its connection to the rendezvous store. NULL when the
+   * library has none. A backend that publishes an address for peers to connect to should
+   * bind there unless its own settings say otherwise. Appended in 0.1: read it only when
+   * `struct_size` covers it.
+   */
+  const char *host_addr;
 } mcore_backend_group_info;
 
 /**

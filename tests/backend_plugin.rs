@@ -85,6 +85,8 @@ static CREATED: AtomicUsize = AtomicUsize::new(0);
 static DESTROYED: AtomicUsize = AtomicUsize::new(0);
 static FINALIZED: AtomicUsize = AtomicUsize::new(0);
 static MESSAGE: &CStr = c"solo backend: only groups of size 1";
+/// The name and `host_addr` (None: NULL) of every group solo_create saw.
+static HOST_ADDRS: std::sync::Mutex<Vec<(String, Option<String>)>> = std::sync::Mutex::new(Vec::new());
 
 unsafe extern "C" fn solo_create(
     _ud: *mut c_void,
@@ -93,6 +95,9 @@ unsafe extern "C" fn solo_create(
     out: *mut *mut c_void,
 ) -> i32 {
     let (g, s) = unsafe { (&*group, &*store) };
+    let addr = (!g.host_addr.is_null()).then(|| unsafe { CStr::from_ptr(g.host_addr) }.to_string_lossy().into_owned());
+    let name = unsafe { CStr::from_ptr(g.name) }.to_string_lossy().into_owned();
+    HOST_ADDRS.lock().unwrap().push((name, addr));
     if g.group_size != 1 {
         return if g.group_size == 99 {
             12345
@@ -243,6 +248,12 @@ fn register_by_pointer_round_trip() {
     );
     // The raw handle is the backend's own: here a cell holding group rank + the store counter.
     assert_eq!(unsafe { *(comm.raw_handle() as *const i64) }, 1);
+    // The advertised address reaches the plugin as text, NULL when there is none.
+    let with_addr = GroupInfo::new("data_parallel/8", vec![7], 7, Duration::from_secs(5)).unwrap().with_host_addr(Some("10.9.8.7"));
+    drop(b.create_group(&with_addr, store()).unwrap());
+    let seen = HOST_ADDRS.lock().unwrap().clone();
+    assert!(seen.contains(&("data_parallel/7".into(), None)), "{seen:?}");
+    assert!(seen.contains(&("data_parallel/8".into(), Some("10.9.8.7".into()))), "{seen:?}");
     let mut data = [7i64, 1];
     comm.allreduce_sum_i64(&mut data).unwrap();
     assert_eq!(data, [7, 1]);

@@ -31,6 +31,24 @@ fn sets_torchrun_environment_and_prefixes_output() {
 }
 
 #[test]
+fn node_rank_sets_the_multi_node_environment_as_torchrun_static_rendezvous() {
+    let (out, _) = launch(&[
+        "--nnodes", "3", "--node-rank", "1", "--nproc", "2", "--master-addr", "10.77.0.9", "--",
+        "sh", "-c",
+        "echo env $RANK $LOCAL_RANK $GROUP_RANK $ROLE_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for local in 0..2 {
+        let r = 2 + local;
+        // Every node derives the same run id (store keys carry it); the port defaults to torch's.
+        let want = format!("[rank {r}]: env {r} {local} 1 {r} 6 2 3 10.77.0.9 29500 mcore-launch-29500-3x2");
+        assert!(stdout.lines().any(|l| l == want), "missing '{want}' in:\n{stdout}");
+    }
+    assert_eq!(stdout.lines().count(), 2);
+}
+
+#[test]
 fn one_failing_rank_stops_the_others_and_sets_the_exit_status() {
     // Ranks other than 2 would sleep for 10 minutes (in a child of sh): they must be stopped.
     let (out, took) = launch(&["--nproc", "3", "--", "sh", "-c", "if [ $RANK = 2 ]; then exit 7; fi; sleep 600"]);
@@ -55,6 +73,9 @@ fn bad_arguments_exit_2_with_the_value_named() {
         (vec!["--nproc", "2", "true"], "missing '--'"),
         (vec!["--nproc", "2", "--bogus", "1", "--", "true"], "'--bogus'"),
         (vec!["--", "true"], "--nproc is required"),
+        (vec!["--nproc", "2", "--nnodes", "2", "--", "true"], "--node-rank is required"),
+        (vec!["--nproc", "2", "--nnodes", "2", "--node-rank", "2", "--", "true"], "--node-rank 2 is out of range"),
+        (vec!["--nproc", "2", "--nnodes", "0", "--", "true"], "'0'"),
     ] {
         let (out, _) = launch(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

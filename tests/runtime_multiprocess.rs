@@ -206,7 +206,7 @@ fn four_ranks_one_differing(plugin: &str, odd: u32, args: &[&str], odd_args: &[&
 fn mismatched_configs_are_an_error_naming_the_ranks() {
     let Some(plugin) = plugin() else { return };
     for err in four_ranks_one_differing(&plugin, 3, &["--tp", "2"], &["--tp", "4"]) {
-        assert!(err.contains("different configurations") && err.contains("rank(s) 3 have") && err.contains("tp=4"), "{err}");
+        assert!(err.contains("different configurations") && err.contains("rank(s) 3 on host '") && err.contains("(127.0.0.1) have") && err.contains("tp=4"), "{err}");
     }
 }
 
@@ -215,7 +215,7 @@ fn ranks_asking_for_different_strategies_are_a_config_mismatch() {
     let Some(plugin) = plugin() else { return };
     let base = ["--tp", "2", "--comm-strategy", "per-group"];
     for err in four_ranks_one_differing(&plugin, 2, &base, &["--tp", "2", "--comm-strategy", "split"]) {
-        assert!(err.contains("rank(s) 2 have") && err.contains("comm_strategy=split"), "{err}");
+        assert!(err.contains("rank(s) 2 on host '") && err.contains("(127.0.0.1) have") && err.contains("comm_strategy=split"), "{err}");
     }
 }
 

@@ -14,8 +14,15 @@
 //    context: they outlive the world communicator, which must only outlive their creation.
 //    Gloo has no native split, so a split costs what create_group costs; it exists so the
 //    library's split path runs with real processes on CPU.
-// All contexts share one TCP device, bound to 127.0.0.1 unless MCORE_GLOO_HOSTNAME (an address
-// or host name) or GLOO_SOCKET_IFNAME (an interface) says otherwise.
+// All contexts share one TCP device, bound to the first of: MCORE_GLOO_HOSTNAME (an address or
+// host name), GLOO_SOCKET_IFNAME (an interface), the address the library advertises for this
+// rank (`host_addr`: the local address of its connection to the rendezvous store, which peers
+// on other hosts can reach), 127.0.0.1.
+//
+// Deadlines: a group's `timeout_ms` is what is left of the init deadline. Every store wait of a
+// full-mesh connect runs to that deadline (whatever timeout gloo asks for), and gloo's pair
+// connect, which waits up to 5x the context timeout, runs with a context timeout of a fifth of
+// it, so no connect outlives the deadline.
 //
 // No C++ exception leaves this file: every slot catches, returns an mcore_status code and keeps
 // the message for `last_error` (per thread).
@@ -100,7 +107,7 @@ class CallbackStore : public gloo::rendezvous::Store {
   CallbackStore(const mcore_backend_store* store, std::chrono::milliseconds timeout,
                 std::vector<uint32_t> global_ranks, size_t self_rank, std::string prefix)
       : s_(store),
-        timeout_(timeout),
+        deadline_(std::chrono::steady_clock::now() + timeout),
         global_ranks_(std::move(global_ranks)),
         self_rank_(self_rank),
         prefix_(std::move(prefix)) {}
@@ -110,14 +117,16 @@ class CallbackStore : public gloo::rendezvous::Store {
     check(s_->set(s_->ctx, full.c_str(), reinterpret_cast<const uint8_t*>(data.data()), data.size()), "set", full);
   }
 
-  // Blocks until the key exists (gloo relies on it), bounded by the group timeout. The first
-  // read of a peer's key fetches that key of every peer in one multi_get (when the library offers
-  // it), so a group's rendezvous costs a fixed number of store round trips whatever its size.
+  // Blocks until the key exists (gloo relies on it), bounded by the group's deadline. The first
+  // read of a peer's key waits for that key of every peer and fetches them in one multi_get (when
+  // the library offers it), so a group's rendezvous costs a fixed number of store round trips
+  // whatever its size.
   std::vector<char> get(const std::string& key) override {
     if (auto v = take_cached(key)) return std::move(*v);
     if (prefetch_family(key)) {
       if (auto v = take_cached(key)) return std::move(*v);
     }
+    wait_until_deadline({key});
     // One call with a buffer that usually fits; a second only when it does not.
     const std::string full = prefix_ + key;
     std::vector<char> out(4096);
@@ -132,18 +141,32 @@ class CallbackStore : public gloo::rendezvous::Store {
     return out;
   }
 
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait_for(keys); }
 
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  // gloo passes its context timeout, which `connect` shortens for pair connects: store waits run
+  // to the group's deadline instead.
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override { wait_for(keys); }
+
+ private:
+  // Waits for gloo's `keys`: a peer key of a family gloo reads for every peer is prefetched with
+  // its family (see prefetch_family).
+  void wait_for(const std::vector<std::string>& keys) {
+    if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return cache_.count(k) != 0; })) return;
+    if (keys.size() == 1 && prefetch_family(keys.front())) return;
+    wait_until_deadline(keys);
+  }
+
+  // Waits for gloo's `keys` (prefix added here) until the group's deadline (1 ms when passed).
+  void wait_until_deadline(const std::vector<std::string>& keys) {
     const std::vector<std::string> full = prefixed(keys);
     std::vector<const char*> ptrs;
     ptrs.reserve(full.size());
     for (const auto& k : full) ptrs.push_back(k.c_str());
-    uint64_t ms = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    uint64_t ms = left.count() > 1 ? static_cast<uint64_t>(left.count()) : 1;
     check(s_->wait(s_->ctx, ptrs.data(), ptrs.size(), ms), "wait", full.empty() ? std::string() : full.front());
   }
 
- private:
   void check(int32_t rc, const char* op, const std::string& key) const {
     if (rc == MCORE_STATUS_OK) return;
     std::string detail;
@@ -211,6 +234,7 @@ class CallbackStore : public gloo::rendezvous::Store {
       if (r != self_rank_) keys.push_back(family + std::to_string(r));
     }
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) return false;
+    wait_until_deadline(keys);
     const std::vector<std::string> full = prefixed(keys);
     std::vector<const char*> ptrs;
     for (const auto& k : full) ptrs.push_back(k.c_str());
@@ -233,7 +257,7 @@ class CallbackStore : public gloo::rendezvous::Store {
   }
 
   const mcore_backend_store* s_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
   std::vector<uint32_t> global_ranks_;
   size_t self_rank_;
   std::string prefix_;
@@ -245,7 +269,9 @@ struct Plugin {
   std::mutex mu;
   std::shared_ptr<gloo::transport::Device> device;
 
-  std::shared_ptr<gloo::transport::Device> get_device() {
+  // The device, created on first use at the address chosen as the file's header says
+  // (`host_addr`: the library's advertised address, NULL when it offers none).
+  std::shared_ptr<gloo::transport::Device> get_device(const char* host_addr) {
     std::lock_guard<std::mutex> lock(mu);
     if (!device) {
       gloo::transport::tcp::attr attr;
@@ -255,6 +281,8 @@ struct Plugin {
         attr.hostname = host;
       } else if (iface != nullptr && *iface != '\0') {
         attr.iface = iface;
+      } else if (host_addr != nullptr && *host_addr != '\0') {
+        attr.hostname = host_addr;
       } else {
         attr.hostname = "127.0.0.1";
       }
@@ -345,11 +373,14 @@ std::unique_ptr<GlooComm> connect(Plugin* plugin, const mcore_backend_group_info
   comm->timeout = timeout;
   comm->ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(group->group_rank),
                                                           static_cast<int>(group->group_size));
-  comm->ctx->setTimeout(timeout);
   std::vector<uint32_t> ranks(group->global_ranks, group->global_ranks + group->group_size);
   CallbackStore cb(store, timeout, std::move(ranks), group->group_rank, prefix);
-  auto device = plugin->get_device();
+  const bool has_host_addr = group->struct_size >= offsetof(mcore_backend_group_info, host_addr) + sizeof(group->host_addr);
+  auto device = plugin->get_device(has_host_addr ? group->host_addr : nullptr);
+  // gloo waits up to 5x the context timeout for a pair to connect (see the file's header).
+  comm->ctx->setTimeout(std::max(timeout / 5, std::chrono::milliseconds(1)));
   comm->ctx->connectFullMesh(cb, device);
+  comm->ctx->setTimeout(timeout);
   return comm;
 }
 

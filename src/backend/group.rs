@@ -17,6 +17,9 @@ pub struct GroupInfo {
     pub global_rank: u32,
     /// Bound for the group's rendezvous and collectives (at most [`crate::timeout::NO_LIMIT`]).
     pub timeout: Duration,
+    /// The address this process advertises to its peers (the local address of its connection
+    /// to the rendezvous store); `None` when there is none to offer.
+    pub host_addr: Option<String>,
 }
 
 impl GroupInfo {
@@ -59,7 +62,14 @@ impl GroupInfo {
             global_rank,
             // Longer than no limit is no limit: a backend's signed millisecond count must hold it.
             timeout: crate::timeout::clamp(timeout),
+            host_addr: None,
         })
+    }
+
+    /// The same group, with the address this process advertises to its peers.
+    pub fn with_host_addr(mut self, addr: Option<&str>) -> Self {
+        self.host_addr = addr.map(str::to_string);
+        self
     }
 
     /// Number of ranks in the group.

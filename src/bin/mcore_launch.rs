@@ -1,9 +1,16 @@
-//! `mcore-launch --nproc N [--master-addr A] [--master-port P] [--timeout S] -- PROGRAM ARGS...`
+//! `mcore-launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]
+//! [--timeout S] -- PROGRAM ARGS...`
 //!
-//! A local launcher that sets the environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE,
-//! LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, ROLE_RANK, ...), forwards each rank's
-//! output line by line with a `[rank N]: ` prefix, and when one rank fails stops the others and
-//! exits with that rank's status. With `--timeout`, ranks still running then are stopped and named.
+//! A launcher that sets the environment torchrun's static rendezvous sets (RANK, LOCAL_RANK,
+//! WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, MASTER_ADDR,
+//! MASTER_PORT, ...), forwards each rank's output line by line with a `[rank N]: ` prefix, and
+//! when one of its ranks fails stops the others and exits with that rank's status. With
+//! `--timeout`, ranks still running then are stopped and named.
+//!
+//! Several machines: run it once per node with the same `--nnodes`, `--nproc`, `--master-addr`
+//! (a reachable address of node 0, whose rank 0 hosts the store) and `--master-port`, and that
+//! node's `--node-rank`. Node K runs global ranks K*N .. K*N+N-1. Each launcher watches only its
+//! own ranks; ranks on other nodes fail by their init timeout when one of them is gone.
 
 use mcore_init::ffi::os::{signal_process_group, SIGKILL, SIGTERM};
 use std::ffi::OsString;
@@ -12,10 +19,16 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: mcore-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--timeout SECONDS|none] -- PROGRAM [ARGS...]";
+const USAGE: &str = "usage: mcore-launch --nproc N [--nnodes M --node-rank K] [--master-addr ADDR] \
+[--master-port PORT] [--timeout SECONDS|none] -- PROGRAM [ARGS...]";
+
+/// torch's default store port, used by several nodes when `--master-port` is not given.
+const DEFAULT_MASTER_PORT: u16 = 29500;
 
 struct Args {
     nproc: u32,
+    nnodes: u32,
+    node_rank: u32,
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
@@ -25,6 +38,8 @@ struct Args {
 
 fn parse_args(argv: &[OsString]) -> Result<Args, String> {
     let mut nproc = None;
+    let mut nnodes = 1u32;
+    let mut node_rank = None;
     let mut master_addr = "127.0.0.1".to_string();
     let mut master_port = None;
     let mut timeout = None;
@@ -36,8 +51,19 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
             if program.is_empty() {
                 return Err("no program after '--'".into());
             }
-            let nproc = nproc.ok_or("--nproc is required")?;
-            return Ok(Args { nproc, master_addr, master_port, timeout, program });
+            let nproc: u32 = nproc.ok_or("--nproc is required")?;
+            let node_rank = match node_rank {
+                Some(k) if k >= nnodes => {
+                    return Err(format!("--node-rank {k} is out of range for --nnodes {nnodes} (0..{})", nnodes - 1))
+                }
+                Some(k) => k,
+                None if nnodes > 1 => return Err(format!("--node-rank is required with --nnodes {nnodes}")),
+                None => 0,
+            };
+            if nproc.checked_mul(nnodes).is_none() {
+                return Err(format!("--nproc {nproc} x --nnodes {nnodes} ranks is too many"));
+            }
+            return Ok(Args { nproc, nnodes, node_rank, master_addr, master_port, timeout, program });
         }
         if flag == "-h" || flag == "--help" {
             return Err(String::new());
@@ -53,8 +79,20 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
                     format!("--nproc must be a whole number >= 1, got '{value}'")
                 })?)
             }
-            "--master-addr" => master_addr = value.to_string(),
-            "--master-port" => {
+            "--nnodes" => {
+                nnodes = value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    format!("--nnodes must be a whole number >= 1 (static rendezvous: no ranges), got '{value}'")
+                })?
+            }
+            "--node-rank" | "--node_rank" => {
+                node_rank = Some(
+                    value
+                        .parse::<u32>()
+                        .map_err(|_| format!("--node-rank must be a whole number >= 0, got '{value}'"))?,
+                )
+            }
+            "--master-addr" | "--master_addr" => master_addr = value.to_string(),
+            "--master-port" | "--master_port" => {
                 master_port = Some(value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                     format!("--master-port must be a port number 1-65535, got '{value}'")
                 })?)
@@ -88,20 +126,26 @@ fn forward(rank: u32, source: impl Read + Send + 'static, to_stderr: bool) -> st
     })
 }
 
-fn spawn_rank(args: &Args, rank: u32, port: u16, run_id: &str) -> std::io::Result<Child> {
-    let n = args.nproc.to_string();
-    let r = rank.to_string();
+/// Global rank `local_rank` of this node: nodes hold consecutive blocks of `nproc` ranks, as
+/// torchrun's static rendezvous assigns them.
+fn global_rank(args: &Args, local_rank: u32) -> u32 {
+    args.node_rank * args.nproc + local_rank
+}
+
+fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str) -> std::io::Result<Child> {
+    let world = (args.nproc * args.nnodes).to_string();
+    let r = global_rank(args, local_rank).to_string();
     Command::new(&args.program[0])
         .args(&args.program[1..])
         .env("RANK", &r)
-        .env("LOCAL_RANK", &r)
-        .env("GROUP_RANK", "0")
+        .env("LOCAL_RANK", local_rank.to_string())
+        .env("GROUP_RANK", args.node_rank.to_string())
         .env("ROLE_RANK", &r)
         .env("ROLE_NAME", "default")
-        .env("WORLD_SIZE", &n)
-        .env("LOCAL_WORLD_SIZE", &n)
-        .env("GROUP_WORLD_SIZE", "1")
-        .env("ROLE_WORLD_SIZE", &n)
+        .env("WORLD_SIZE", &world)
+        .env("LOCAL_WORLD_SIZE", args.nproc.to_string())
+        .env("GROUP_WORLD_SIZE", args.nnodes.to_string())
+        .env("ROLE_WORLD_SIZE", &world)
         .env("MASTER_ADDR", &args.master_addr)
         .env("MASTER_PORT", port.to_string())
         .env("TORCHELASTIC_RUN_ID", run_id)
@@ -136,13 +180,21 @@ fn stop_all(children: &mut [(u32, Child)]) {
 fn run(args: Args) -> Result<u8, String> {
     let port = match args.master_port {
         Some(p) => p,
+        // Every node must agree on the port: torch's default, as torchrun does.
+        None if args.nnodes > 1 => DEFAULT_MASTER_PORT,
         None => free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?,
     };
-    let run_id = format!("mcore-launch-{}-{port}", std::process::id());
+    // Store keys carry the run id, so every node's launcher must derive the same one.
+    let run_id = if args.nnodes > 1 {
+        format!("mcore-launch-{port}-{}x{}", args.nnodes, args.nproc)
+    } else {
+        format!("mcore-launch-{}-{port}", std::process::id())
+    };
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut forwarders = Vec::new();
-    for rank in 0..args.nproc {
-        match spawn_rank(&args, rank, port, &run_id) {
+    for local_rank in 0..args.nproc {
+        let rank = global_rank(&args, local_rank);
+        match spawn_rank(&args, local_rank, port, &run_id) {
             Ok(mut child) => {
                 forwarders.push(forward(rank, child.stdout.take().expect("piped"), false));
                 forwarders.push(forward(rank, child.stderr.take().expect("piped"), true));

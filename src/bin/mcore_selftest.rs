@@ -3,7 +3,7 @@
 //! A worker: initializes from the launcher's environment (mcore-launch or torchrun), verifies
 //! every communicator of every group kind with an all-reduce whose result the layout predicts,
 //! checks that a second initialize with the same settings is a no-op, prints one JSON line
-//! (`{"rank", "ok", "groups", "init_seconds", ...}`) and exits non-zero on any failure.
+//! (`{"rank", "host", "ok", "groups", "init_seconds", ...}`) and exits non-zero on any failure.
 
 use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use mcore_init::ffi::os::seconds_since_process_start;
@@ -141,6 +141,8 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
     json!({
         "rank": rt.env.rank,
         "world_size": rt.env.world_size,
+        // Where this rank runs and the address it advertised to its peers, and why.
+        "host": {"name": rt.host.hostname, "addr": rt.host.addr.to_string(), "why": rt.host.why},
         "ok": true,
         "backend": rt.backend_name,
         "strategy": rt.strategy.to_string(),
@@ -234,7 +236,7 @@ fn main() -> ExitCode {
         }
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
-            println!("{}", json!({"rank": rank, "ok": false, "error": msg}));
+            println!("{}", json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg}));
             eprintln!("mcore-selftest: {msg}");
             ExitCode::from(1)
         }

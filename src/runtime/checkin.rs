@@ -20,8 +20,9 @@ fn rank_key(rank: u32) -> String {
 /// Why check-in failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckinError {
-    /// These ranks never checked in within the timeout.
-    Missing { ranks: Vec<u32>, waited: Duration },
+    /// These ranks never checked in within the timeout; `nodes` says which nodes they make up
+    /// (see [`super::host::nodes_of`]; empty when unknown).
+    Missing { ranks: Vec<u32>, waited: Duration, nodes: String },
     /// Ranks were started with different configurations; the text names them and the values.
     Mismatch(String),
     /// The store failed.
@@ -31,9 +32,10 @@ pub enum CheckinError {
 impl fmt::Display for CheckinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CheckinError::Missing { ranks, waited } => write!(
+            CheckinError::Missing { ranks, waited, nodes } => write!(
                 f,
-                "rendezvous timed out after {:.1} s: rank(s) {} never checked in (not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT)",
+                "rendezvous timed out after {:.1} s: rank(s) {}{nodes} never checked in (not started, crashed, \
+                 cannot reach MASTER_ADDR/MASTER_PORT, or pointed at another one)",
                 waited.as_secs_f64(),
                 format_ranks(ranks)
             ),
@@ -77,8 +79,9 @@ fn missing_ranks(store: &dyn Store, world_size: u32) -> Result<Vec<u32>, StoreEr
     Ok(missing)
 }
 
-/// Compare fingerprints against rank 0's; describe the ranks that differ.
-fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
+/// Compare fingerprints against rank 0's; describe the ranks that differ, each set of ranks as
+/// `describe` names it (with their hosts, when known).
+fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) -> Option<String> {
     let reference = &fingerprints[0];
     let mut by_value: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
     for (r, fp) in fingerprints.iter().enumerate() {
@@ -94,33 +97,40 @@ fn mismatch_text(fingerprints: &[Vec<u8>]) -> Option<String> {
         String::from_utf8_lossy(reference)
     );
     for (fp, ranks) in by_value {
-        text.push_str(&format!("; rank(s) {} have '{}'", format_ranks(&ranks), String::from_utf8_lossy(fp)));
+        text.push_str(&format!("; rank(s) {} have '{}'", describe(&ranks), String::from_utf8_lossy(fp)));
     }
     Some(text)
 }
 
 /// Announce this rank with `fingerprint` and wait until every rank of `world_size` has checked in
-/// with the same one. `store` should be private to this init attempt (a prefixed view).
+/// with the same one. `store` should be private to this init attempt (a prefixed view). Missing
+/// ranks are also named by node when every node runs `local_world_size` ranks.
 pub fn check_in(
     store: &dyn Store,
     rank: u32,
     world_size: u32,
+    local_world_size: u32,
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
     let start = Instant::now();
+    let missing = |store: &dyn Store| -> Result<CheckinError, StoreError> {
+        let ranks = missing_ranks(store, world_size)?;
+        let nodes = super::host::nodes_of(&ranks, world_size, local_world_size);
+        Ok(CheckinError::Missing { ranks, waited: start.elapsed(), nodes })
+    };
     store.set(&rank_key(rank), fingerprint)?;
     if rank == 0 {
         let keys: Vec<String> = (0..world_size).map(rank_key).collect();
         let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let verdict = match store.wait(&key_refs, timeout) {
             Err(StoreError::Timeout { .. }) => {
-                let err = CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() };
+                let err = missing(store)?;
                 store.set(VERDICT_KEY, err.to_string().as_bytes())?;
                 return Err(err);
             }
             Err(e) => return Err(e.into()),
-            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?),
+            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?, &|ranks| super::host::describe(store, ranks)),
         };
         return match verdict {
             None => Ok(store.set(VERDICT_KEY, VERDICT_OK)?),
@@ -136,9 +146,7 @@ pub fn check_in(
         // rank) is preferred for a short grace; after that this rank names who is absent now.
         Err(StoreError::Timeout { .. }) => match store.wait(&[VERDICT_KEY], super::progress::RECORD_GRACE.min(timeout)) {
             Ok(()) => {}
-            Err(StoreError::Timeout { .. }) => {
-                return Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
-            }
+            Err(StoreError::Timeout { .. }) => return Err(missing(store)?),
             Err(e) => return Err(e.into()),
         },
         Err(e) => return Err(e.into()),
@@ -150,7 +158,7 @@ pub fn check_in(
         // Rank 0's verdict already names the ranks; pass it on unchanged.
         let text = String::from_utf8_lossy(&verdict).into_owned();
         if text.starts_with("rendezvous timed out") {
-            Err(CheckinError::Missing { ranks: missing_ranks(store, world_size)?, waited: start.elapsed() })
+            Err(missing(store)?)
         } else {
             Err(CheckinError::Mismatch(text))
         }
@@ -171,7 +179,7 @@ mod tests {
             .enumerate()
             .map(|(r, fp)| {
                 let store = store.clone();
-                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, fp.as_bytes(), timeout)))
+                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, n, fp.as_bytes(), timeout)))
             })
             .collect();
         handles.into_iter().map(|h| h.map(|h| h.join().unwrap())).collect()
@@ -197,6 +205,13 @@ mod tests {
     }
 
     #[test]
+    fn missing_ranks_are_named_by_node_when_nodes_are_even() {
+        let store = Arc::new(MemoryStore::new(Duration::from_millis(300)));
+        let e = check_in(store.as_ref(), 0, 4, 2, b"a", Duration::from_millis(300)).unwrap_err();
+        assert!(e.to_string().contains("rank(s) 1-3 = node 0 of 2 (ranks 1), node 1 of 2 (all its ranks: 2-3)"), "{e}");
+    }
+
+    #[test]
     fn mismatching_ranks_are_named_with_their_values() {
         let out = run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
         for r in out.into_iter().flatten() {
@@ -217,7 +232,7 @@ mod tests {
             let store = store.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(delay_ms));
-                check_in(store.as_ref(), rank, 4, b"a", timeout)
+                check_in(store.as_ref(), rank, 4, 4, b"a", timeout)
             })
         };
         let (r1, r0, r2) = (start(1, 0), start(0, 600), start(2, 1200));

@@ -114,6 +114,8 @@ impl std::error::Error for GroupError {}
 /// split strategy's parent); `progress_store` holds every rank's progress marks (see
 /// [`progress`]), so a failure names the members that never arrived; `config` gives each kind's
 /// options. Kinds whose groups have the same members and options share one communicator.
+/// `timeout` bounds the whole creation: each group gets what is left of it. `host_addr` is the
+/// address this rank advertises to peers (handed to the backend with each group).
 #[allow(clippy::too_many_arguments)]
 pub fn create_groups(
     plan: &RankPlan,
@@ -123,10 +125,14 @@ pub fn create_groups(
     progress_store: &dyn Store,
     config: &CommConfig,
     timeout: Duration,
+    host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
     let rank = plan.rank;
+    let deadline = Instant::now() + timeout;
     let info_of = |name: &str, members: &[u32]| {
-        GroupInfo::new(name, members.to_vec(), rank, timeout)
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        GroupInfo::new(name, members.to_vec(), rank, left)
+            .map(|g| g.with_host_addr(host_addr))
             .map_err(|e| GroupError { group: name.to_string(), members: members.to_vec(), message: e.to_string() })
     };
     // Step 1 is the world communicator, step k + 2 the k-th kind.
@@ -376,7 +382,7 @@ mod tests {
                     };
                     let progress = store_for("progress");
                     let created =
-                        create_groups(&plan_for(rank), strategy, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(10)).unwrap();
+                        create_groups(&plan_for(rank), strategy, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(10), None).unwrap();
                     assert_eq!(created.world.is_some(), strategy == CommStrategy::Split);
                     let groups = created.groups;
                     let names = groups.iter().map(|g| g.comm_name.clone()).collect();
@@ -457,7 +463,7 @@ mod tests {
                     };
                     let progress = store_for("progress");
                     let config = CommConfig::default();
-                    create_groups(&plan(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1))
+                    create_groups(&plan(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1), None)
                         .map(|c| c.groups.len())
                 })
             })

@@ -9,6 +9,7 @@ use super::comm::CommFactory;
 use super::comm_config::{CommConfig, CommStrategy};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
+use super::host::{self, HostInfo};
 use super::groups::{create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup, RankPlan, SharedComm};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
@@ -94,6 +95,8 @@ pub struct Runtime {
     pub timings: InitTimings,
     /// Distinct communicators created (aliased kinds share one).
     pub communicators: usize,
+    /// This rank's host and the address it advertises to peers (see [`super::host`]).
+    pub host: HostInfo,
     /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
     pub rng: Option<Arc<Mutex<RankRng>>>,
     /// The split strategy's world communicator, released after the groups.
@@ -257,17 +260,34 @@ fn bring_up(
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
     let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+    // One deadline bounds every wait below: each phase gets what is left of it.
+    let deadline = start + args.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let store = open_store(&env, args.timeout, &attempt)?;
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    let host = store.host();
+    if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
+        eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
+    }
     let t_store = start.elapsed();
 
     let created = (|| -> Result<(CreatedGroups, usize, Duration, Duration), RuntimeError> {
-        check_in(base.as_ref(), env.rank, env.world_size, fingerprint, args.timeout)?;
+        host::publish(base.as_ref(), env.rank, &host)?;
+        check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, left())?;
         let t_checkin = start.elapsed();
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
-        let created =
-            create_groups(&plan, strategy, backend.as_ref(), &group_store, base.as_ref(), &args.comm_config, args.timeout)?;
+        let host_addr = host.addr.to_string();
+        let created = create_groups(
+            &plan,
+            strategy,
+            backend.as_ref(),
+            &group_store,
+            base.as_ref(),
+            &args.comm_config,
+            left(),
+            Some(&host_addr),
+        )?;
         let t_groups = start.elapsed();
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank)?
@@ -284,7 +304,8 @@ fn bring_up(
                 RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
                 _ => env.world_size,
             };
-            leave(base.as_ref(), &env, arrived, args.timeout);
+            // Wait for them only a little past the deadline: ranks that died never leave.
+            leave(base.as_ref(), &env, arrived, left() + LEAVE_GRACE);
             return Err(e);
         }
     };
@@ -305,6 +326,7 @@ fn bring_up(
         view,
         groups,
         communicators,
+        host,
         rng,
         world,
         base,
@@ -315,9 +337,13 @@ fn bring_up(
 
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
+/// After a failed initialization, how long past the init deadline the store host waits for the
+/// ranks that arrived to read the verdict and leave.
+const LEAVE_GRACE: Duration = Duration::from_secs(3);
 
 /// Announce that this rank is done with the store; the rank hosting the store server waits (at
-/// most `LEAVE_WAIT`) until `expected` ranks have, so none loses the server mid-request.
+/// most `LEAVE_WAIT`, and at most `timeout`) until `expected` ranks have, so none loses the
+/// server mid-request.
 fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
     if env.world_size <= 1 || base.add("leave/count", 1).is_err() || !env.hosts_store() {
         return;

@@ -7,6 +7,7 @@ pub mod comm_config;
 pub mod env;
 pub mod error;
 pub mod groups;
+pub mod host;
 mod init;
 mod progress;
 pub mod settings;

@@ -12,7 +12,7 @@
 //! record: a member with a record is reported as stuck, and the ranks it blamed are blamed
 //! instead; only members without one are said to have never arrived.
 
-use super::checkin::format_ranks;
+use super::host::describe;
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -47,6 +47,9 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
         .filter(|&m| store.add(&key(m), 0).is_ok_and(|v| v < step as i64))
         .collect()
 }
+
+/// Up to this many members, a failure where every member arrived names each member's host.
+const MAX_DESCRIBED: usize = 64;
 
 /// The ranks `rank`'s failure record blames, when it has one.
 fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
@@ -104,13 +107,21 @@ pub fn explain(store: &dyn Store, rank: u32, members: &[u32], step: u64, message
     let mut out = message;
     let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
     if !never.is_empty() {
-        out.push_str(&format!("; rank(s) {} never arrived at this group{scope}", format_ranks(&never)));
+        out.push_str(&format!("; rank(s) {} never arrived at this group{scope}", describe(store, &never)));
     }
     if !stuck.is_empty() {
-        out.push_str(&format!("; rank(s) {} failed at an earlier group", format_ranks(&stuck)));
+        out.push_str(&format!("; rank(s) {} failed at an earlier group", describe(store, &stuck)));
         let waited_on: Vec<u32> = waited_on.into_iter().collect();
         if !waited_on.is_empty() {
-            out.push_str(&format!(", waiting for rank(s) {}", format_ranks(&waited_on)));
+            out.push_str(&format!(", waiting for rank(s) {}", describe(store, &waited_on)));
+        }
+    }
+    if late.is_empty() && members.len() <= MAX_DESCRIBED {
+        // Every member arrived (a backend that could not connect, say): name the members' hosts,
+        // so that an unreachable address can be matched with its rank and host.
+        let hosts = describe(store, members);
+        if hosts.contains(" on host ") {
+            out.push_str(&format!("; the group's ranks are {hosts}"));
         }
     }
     out
@@ -133,6 +144,13 @@ mod tests {
         let text = explain(&s, 0, &[0, 1, 2, 3], 3, "timed out".into());
         assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
         assert_eq!(explain(&s, 2, &[0, 2], 3, "failed".into()), "failed");
+        // A member that published its host is named with it.
+        let host = crate::runtime::host::HostInfo { hostname: "n1".into(), addr: "10.0.0.2".parse().unwrap(), why: String::new() };
+        crate::runtime::host::publish(&s, 3, &host).unwrap();
+        assert_eq!(explain(&s, 0, &[1, 3], 3, "x".into()), "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group");
+        // All arrived: the members' hosts are named.
+        mark(&s, 3, 3).unwrap();
+        assert_eq!(explain(&s, 0, &[0, 3], 3, "y".into()), "y; the group's ranks are 0; 3 on host 'n1' (10.0.0.2)");
     }
 
     #[test]

@@ -20,6 +20,13 @@ impl StoreHandles {
         self.client.clone()
     }
 
+    /// This rank's host and advertised address: the local address of its TCP store connection
+    /// (see [`super::host`]).
+    pub fn host(&self) -> super::host::HostInfo {
+        let tcp = self.tcp.as_ref();
+        super::host::HostInfo::new(tcp.and_then(|t| t.local_addr().ok()).map(|a| a.ip()), tcp.map_or("-", |t| t.peer()))
+    }
+
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
     pub fn round_trips(&self) -> u64 {
         self.tcp.as_ref().map(|t| t.round_trips()).unwrap_or(0)

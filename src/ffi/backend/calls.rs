@@ -63,6 +63,7 @@ impl RawComm {
 /// The C view of a [`GroupInfo`], with the storage its pointers point into.
 struct CGroup {
     _name: CString,
+    _host_addr: Option<CString>,
     c: mcore_backend_group_info,
 }
 
@@ -71,6 +72,12 @@ impl CGroup {
         let name = CString::new(g.name.as_str()).map_err(|_| {
             BackendError::InvalidArgument(format!("group name {:?} contains NUL", g.name))
         })?;
+        let host_addr = match &g.host_addr {
+            Some(a) => Some(CString::new(a.as_str()).map_err(|_| {
+                BackendError::InvalidArgument(format!("host address {a:?} contains NUL"))
+            })?),
+            None => None,
+        };
         let c = mcore_backend_group_info {
             struct_size: size_of::<mcore_backend_group_info>() as u32,
             group_rank: g.group_rank,
@@ -79,8 +86,9 @@ impl CGroup {
             name: name.as_ptr(),
             global_ranks: g.global_ranks.as_ptr(),
             timeout_ms: g.timeout.as_millis().min(u64::MAX as u128) as u64,
+            host_addr: host_addr.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
         };
-        Ok(CGroup { _name: name, c })
+        Ok(CGroup { _name: name, _host_addr: host_addr, c })
     }
 }
 

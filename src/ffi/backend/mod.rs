@@ -47,8 +47,15 @@ pub struct mcore_backend_group_info {
     pub name: *const c_char,
     /// The group's global ranks in ascending order; `group_size` entries.
     pub global_ranks: *const u32,
-    /// Upper bound for rendezvous and collectives of this group, in milliseconds.
+    /// Upper bound for rendezvous and collectives of this group, in milliseconds: what is left
+    /// of the init deadline when the group's creation starts.
     pub timeout_ms: u64,
+    /// The address this process advertises to peers on other hosts, NUL-terminated text such as
+    /// `"10.0.0.7"`: the local address of its connection to the rendezvous store. NULL when the
+    /// library has none. A backend that publishes an address for peers to connect to should
+    /// bind there unless its own settings say otherwise. Appended in 0.1: read it only when
+    /// `struct_size` covers it.
+    pub host_addr: *const c_char,
 }
 
 /// Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.

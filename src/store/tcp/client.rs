@@ -124,6 +124,13 @@ impl TcpStore {
         &self.peer
     }
 
+    /// This end's address of the connection to the server (`getsockname`): the address of the
+    /// interface that routes to the store, which peers on other hosts can normally reach.
+    pub fn local_addr(&self) -> Result<SocketAddr, StoreError> {
+        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        c.stream.local_addr().map_err(|e| io_err(&self.peer, "reading the local address of the connection to", e))
+    }
+
     /// Request/response exchanges so far (a request without a reply counts as one).
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
