@@ -5,6 +5,11 @@
 //! order, which every rank of the world joins; ranks outside any group of the kind, or whose
 //! group already has a communicator, pass no color).
 //!
+//! Backends may create concurrently: per group, all of a rank's communicators started at once
+//! ([`CommFactory::creates_together`]); split, children handed out still initializing while the
+//! next kinds split. Either way every communicator is waited for
+//! ([`Communicator::wait_ready`]) before creation counts as done.
+//!
 //! Every group kind partitions the ranks it covers, so for a member set M the first kind (in
 //! the plan's rank-independent kind order) whose group is M is the same on every member of M.
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
@@ -151,11 +156,43 @@ pub fn create_groups(
         }
         _ => None,
     };
+    // Per group with a backend that creates them together: every distinct group's communicator
+    // is started at once (this rank is past every step then), and taken below in plan order.
+    let together = world.is_none() && factory.creates_together();
+    let mut started: HashMap<String, Box<dyn Communicator>> = HashMap::new();
+    let t_together = Instant::now();
+    if together {
+        let mut distinct: Vec<(u64, &GroupPlan, CommOptions)> = Vec::new();
+        for (step, kind) in (2u64..).zip(&plan.kinds) {
+            let options = config.options_for(kind);
+            if let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) {
+                if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
+                    distinct.push((step, p, options));
+                }
+            }
+        }
+        let names: Vec<String> = distinct.iter().map(|(_, p, _)| format!("{}/{}", p.kind, p.index)).collect();
+        let infos = names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
+        let requests: Vec<_> = infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
+        if let Some(last) = distinct.last() {
+            mark(last.0, &names[names.len() - 1], &last.1.members)?;
+        }
+        let comms = factory
+            .create_groups_together(&requests)
+            .map_err(|(i, message)| failed(distinct[i].0, &names[i], &distinct[i].1.members, message))?;
+        if comms.len() != names.len() {
+            let message = format!("backend '{}' returned {} communicators for {} groups", factory.name(), comms.len(), names.len());
+            return Err(failed(distinct[0].0, &names[0], &distinct[0].1.members, message));
+        }
+        started = names.into_iter().zip(comms).collect();
+    }
     let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
     let mut live = Vec::with_capacity(plan.groups.len());
+    // (index into `live`, step, start) of each communicator this rank created, to wait for.
+    let mut created: Vec<(usize, u64, Instant)> = Vec::new();
     for (step, kind) in (2u64..).zip(&plan.kinds) {
         let options = config.options_for(kind);
-        let start = Instant::now();
+        let start = if together { t_together } else { Instant::now() };
         // Split collectives are over the whole world: a rank that creates nothing joins without a color.
         let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
             let Some((w, _)) = world.as_mut() else { return Ok(()) };
@@ -173,7 +210,10 @@ pub fn create_groups(
         let (comm_name, comm) = match by_key.get(&key) {
             Some(shared) => {
                 join_without_color(&mut world)?;
-                shared.clone()
+                let shared = shared.clone();
+                let created_in = if together { Duration::ZERO } else { start.elapsed() };
+                live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name: shared.0, comm: shared.1, created_in });
+                continue;
             }
             None => {
                 // A split waits for the whole world, a group's own creation for its members.
@@ -183,20 +223,40 @@ pub fn create_groups(
                     members: p.members.clone(),
                     message: progress::explain(progress_store, waited_for, step, message),
                 };
-                mark(step, &name, &p.members)?;
-                let comm = match world.as_mut() {
-                    Some((w, _)) => w
-                        .split(p.index, Some(&info), &options)
-                        .map_err(&fail)?
-                        .ok_or_else(|| fail("the split gave this member no communicator".into()))?,
-                    None => factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?,
+                let comm = match (world.as_mut(), started.remove(&name)) {
+                    (_, Some(comm)) => comm,
+                    (Some((w, _)), None) => {
+                        mark(step, &name, &p.members)?;
+                        w.split(p.index, Some(&info), &options)
+                            .map_err(&fail)?
+                            .ok_or_else(|| fail("the split gave this member no communicator".into()))?
+                    }
+                    (None, None) => {
+                        mark(step, &name, &p.members)?;
+                        factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?
+                    }
                 };
+                created.push((live.len(), step, start));
                 let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
                 by_key.insert(key, shared.clone());
                 shared
             }
         };
         live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name, comm, created_in: start.elapsed() });
+    }
+    // Communicators created together may still be initializing: wait for each (its deadline is
+    // the backend's); a kind's time runs from its start until this rank saw it ready.
+    for (i, step, start) in created {
+        let g = &mut live[i];
+        let ready = g.comm.lock().map_err(|_| "communicator lock poisoned".to_string()).and_then(|mut c| c.wait_ready());
+        if let Err(message) = ready {
+            return Err(GroupError {
+                group: g.comm_name.clone(),
+                members: g.plan.members.clone(),
+                message: progress::explain(progress_store, &g.plan.members, step, message),
+            });
+        }
+        g.created_in = start.elapsed();
     }
     let (world, world_time) = match world {
         Some((w, t)) => (Some(Arc::new(Mutex::new(w)) as SharedComm), t),
