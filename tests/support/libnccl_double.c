@@ -23,9 +23,8 @@
  *   MCORE_NCCL_DOUBLE_SPLIT      "hang": splits never complete; "fail": they end in ncclSystemError
  *   MCORE_NCCL_DOUBLE_LATE_INIT  "1": init, too, writes *newcomm late (from its thread)
  *   MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS  delay of the late *newcomm write of a split (default 20)
- *   MCORE_NCCL_DOUBLE_HANG_RANKS  comma-separated ranks (in the communicator being created or
- *                                 split) whose init or split hangs; default: every rank when a
- *                                 mode above is "hang"
+ *   MCORE_NCCL_DOUBLE_HANG_RANKS  comma-separated global ranks (the process's RANK) whose inits or
+ *                                 splits hang; default: every process when a mode above is "hang"
  *   MCORE_CUDA_DOUBLE_DEVICES    cuDeviceGetCount (default 8)
  *
  * Checks a real library does not make: a late write whose target lies on the calling thread's
@@ -82,9 +81,11 @@ static int env_int(const char *k, int dflt) { const char *v = env(k); return v ?
 static int env_is(const char *k, const char *want) { const char *v = env(k); return v && !strcmp(v, want); }
 static void sleep_ms(int ms) { struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&t, NULL); }
 
-/* Whether mode `k` is "hang" for this rank (all ranks unless MCORE_NCCL_DOUBLE_HANG_RANKS lists some). */
-static int hangs(const char *k, int rank) {
+/* Whether mode `k` is "hang" in this process (every one unless MCORE_NCCL_DOUBLE_HANG_RANKS lists RANKs). */
+static int hangs(const char *k) {
   if (!env_is(k, "hang")) return 0;
+  const char *me = env("RANK");
+  int rank = me ? atoi(me) : 0;
   const char *list = env("MCORE_NCCL_DOUBLE_HANG_RANKS");
   if (!list) return 1;
   char buf[256];
@@ -234,7 +235,7 @@ static void *init_thread(void *p) {
     sleep_ms(10);
     late_write("ncclCommInitRankConfig", j->late_target, c, j->stack);
   }
-  if (hangs("MCORE_NCCL_DOUBLE_INIT", c->rank)) {
+  if (hangs("MCORE_NCCL_DOUBLE_INIT")) {
     while (!atomic_load(&c->aborted)) sleep_ms(1);
   } else {
     char key[300];
@@ -337,7 +338,7 @@ typedef struct {
 static void *split_thread(void *p) {
   split_job *j = p;
   comm *parent = j->parent;
-  if (hangs("MCORE_NCCL_DOUBLE_SPLIT", parent->rank)) {
+  if (hangs("MCORE_NCCL_DOUBLE_SPLIT")) {
     while (!atomic_load(&parent->aborted)) sleep_ms(1);
     goto out;
   }
