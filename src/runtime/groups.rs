@@ -325,6 +325,8 @@ mod tests {
         round: u32,
         bias: i64,
         splits: SplitLog,
+        /// Names of the communicators `wait_ready` was called on.
+        waited: Arc<Mutex<Vec<String>>>,
     }
 
     impl Communicator for StoreComm {
@@ -349,11 +351,15 @@ mod tests {
         fn raw_handle(&self) -> *mut c_void {
             std::ptr::null_mut()
         }
+        fn wait_ready(&mut self) -> Result<(), String> {
+            self.waited.lock().unwrap().push(self.group.name.clone());
+            Ok(())
+        }
         fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
             self.splits.lock().unwrap().push((group.map(|_| color), options.clone()));
             Ok(group.map(|g| {
                 let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
-                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default() }) as Box<dyn Communicator>
+                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default(), waited: self.waited.clone() }) as Box<dyn Communicator>
             }))
         }
     }
@@ -365,6 +371,9 @@ mod tests {
         splits: SplitLog,
         /// Wait (this long) for every member in `create_group`, like a real rendezvous.
         rendezvous: Option<Duration>,
+        /// Create the per-group strategy's groups in one `create_groups_together` call.
+        together: bool,
+        waited: Arc<Mutex<Vec<String>>>,
     }
 
     impl CommFactory for Factory {
@@ -384,10 +393,17 @@ mod tests {
             }
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
-            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default() }))
+            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default(), waited: self.waited.clone() }))
+        }
+        fn creates_together(&self) -> bool {
+            self.together
+        }
+        fn create_groups_together(&self, groups: &[super::super::comm::GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+            self.created.lock().unwrap().push("(together)".into());
+            groups.iter().enumerate().map(|(i, (g, o, store))| self.create_group(g, o, store.clone()).map_err(|e| (i, e))).collect()
         }
         fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone() }))
+            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone(), waited: self.waited.clone() }))
         }
     }
 
@@ -416,9 +432,14 @@ mod tests {
         created: Vec<String>,
         names: Vec<String>,
         splits: Vec<(Option<u32>, CommOptions)>,
+        waited: Vec<String>,
     }
 
     fn run(strategy: CommStrategy, lie_about: Option<&str>, config: CommConfig) -> Vec<Outcome> {
+        run_with(strategy, lie_about, config, false)
+    }
+
+    fn run_with(strategy: CommStrategy, lie_about: Option<&str>, config: CommConfig, together: bool) -> Vec<Outcome> {
         // One in-process store per communicator name, shared by the rank threads.
         let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
         let threads: Vec<_> = (0..4u32)
@@ -427,7 +448,7 @@ mod tests {
                 let lie = lie_about.map(str::to_string);
                 let config = config.clone();
                 std::thread::spawn(move || {
-                    let f = Factory { lie_about: lie, ..Default::default() };
+                    let f = Factory { lie_about: lie, together, ..Default::default() };
                     let store_for = |name: &str| -> Arc<dyn Store> {
                         let mut m = stores.lock().unwrap();
                         m.entry(name.to_string())
@@ -443,7 +464,8 @@ mod tests {
                     let verified = verify_groups(&groups, rank);
                     let created = f.created.lock().unwrap().clone();
                     let splits = f.splits.lock().unwrap().clone();
-                    Outcome { verified, created, names, splits }
+                    let waited = f.waited.lock().unwrap().clone();
+                    Outcome { verified, created, names, splits, waited }
                 })
             })
             .collect();
@@ -468,11 +490,28 @@ mod tests {
     }
 
     #[test]
+    fn groups_created_together_are_the_distinct_ones_each_waited_for() {
+        for (rank, o) in run_with(CommStrategy::PerGroup, None, CommConfig::default(), true).into_iter().enumerate() {
+            let in_embedding = rank == 0 || rank == 3;
+            assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
+            let (dp, tp) = (rank % 2, rank / 2);
+            let mut want = vec!["(together)".to_string(), format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")];
+            if in_embedding {
+                want.push("embedding/0".into());
+            }
+            assert_eq!(o.created, want, "one call, the distinct groups in kind order");
+            assert_eq!(o.waited, want[1..], "each distinct communicator waited for once");
+            assert_eq!(o.names[2], format!("data_parallel_with_cp/{dp}"));
+        }
+    }
+
+    #[test]
     fn split_joins_one_collective_per_kind_on_every_rank() {
         for (rank, o) in run(CommStrategy::Split, None, CommConfig::default()).into_iter().enumerate() {
             let in_embedding = rank == 0 || rank == 3;
             assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
             assert!(o.created.is_empty(), "split strategy created groups one by one: {:?}", o.created);
+            assert_eq!(o.waited.len(), 2 + in_embedding as usize, "every split child waited for: {:?}", o.waited);
             let (dp, tp) = (rank as u32 % 2, rank as u32 / 2);
             // dp_with_cp, tp, dp (an alias: no color), embedding (color only for members).
             let colors: Vec<Option<u32>> = o.splits.iter().map(|s| s.0).collect();

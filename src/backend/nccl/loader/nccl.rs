@@ -439,3 +439,21 @@ pub fn result_name(code: c_int) -> &'static str {
         _ => "unknown ncclResult_t",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_comm_slot_yields_only_what_was_written_into_it() {
+        let slot = CommSlot::new();
+        let slot = slot.take_written().expect_err("nothing written yet");
+        let fake = NonNull::<u64>::dangling().as_ptr().cast::<sys::ncclComm>();
+        // SAFETY: the out-pointer is valid; this plays NCCL's (possibly late) write.
+        unsafe { *slot.out_ptr() = fake };
+        let comm = slot.take_written().expect("written");
+        assert_eq!(comm.as_ptr(), fake.cast());
+        std::mem::forget(comm); // not a real communicator
+        assert!(CommSlot::new().take_completed().is_none(), "a non-member's slot stays NULL");
+    }
+}
