@@ -79,7 +79,9 @@ pub struct LiveGroup {
     pub comm_name: String,
     pub comm: SharedComm,
     /// Time this rank spent creating the kind's communicator: its split collective (joined by
-    /// every rank, members or not), or its own creation (zero when it shares an earlier one).
+    /// every rank, members or not), or its own creation (zero when it shares an earlier one),
+    /// plus the time it waited for it to become ready. With creation together (per group) the
+    /// kind's creation is the shared start of all of them, so the times overlap.
     pub created_in: Duration,
 }
 
@@ -188,8 +190,8 @@ pub fn create_groups(
     }
     let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
     let mut live = Vec::with_capacity(plan.groups.len());
-    // (index into `live`, step, start) of each communicator this rank created, to wait for.
-    let mut created: Vec<(usize, u64, Instant)> = Vec::new();
+    // (index into `live`, step) of each communicator this rank created, to wait for.
+    let mut created: Vec<(usize, u64)> = Vec::new();
     for (step, kind) in (2u64..).zip(&plan.kinds) {
         let options = config.options_for(kind);
         let start = if together { t_together } else { Instant::now() };
@@ -236,7 +238,7 @@ pub fn create_groups(
                         factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?
                     }
                 };
-                created.push((live.len(), step, start));
+                created.push((live.len(), step));
                 let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
                 by_key.insert(key, shared.clone());
                 shared
@@ -245,8 +247,9 @@ pub fn create_groups(
         live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name, comm, created_in: start.elapsed() });
     }
     // Communicators created together may still be initializing: wait for each (its deadline is
-    // the backend's); a kind's time runs from its start until this rank saw it ready.
-    for (i, step, start) in created {
+    // the backend's); a kind's time is what this rank spent creating it plus waiting for it.
+    for (i, step) in created {
+        let waiting = Instant::now();
         let g = &mut live[i];
         let ready = g.comm.lock().map_err(|_| "communicator lock poisoned".to_string()).and_then(|mut c| c.wait_ready());
         if let Err(message) = ready {
@@ -256,7 +259,7 @@ pub fn create_groups(
                 message: progress::explain(progress_store, &g.plan.members, step, message),
             });
         }
-        g.created_in = start.elapsed();
+        g.created_in += waiting.elapsed();
     }
     let (world, world_time) = match world {
         Some((w, t)) => (Some(Arc::new(Mutex::new(w)) as SharedComm), t),
