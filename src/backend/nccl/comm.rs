@@ -82,7 +82,7 @@ fn poll_state(lib: &NcclLibrary, comm: &RawComm, what: &str, call: &str, timeout
     match lib.comm_async_error(comm) {
         Ok(NCCL_SUCCESS) => Ok(true),
         Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => Ok(false),
-        Ok(NCCL_IN_PROGRESS) => Err(NcclError::Timeout { what: format!("{call} of {what} (communicator aborted)"), deadline: timeout }),
+        Ok(NCCL_IN_PROGRESS) => Err(NcclError::Timeout { what: format!("{call} of {what}"), deadline: timeout }),
         Ok(state) => Err(lib.call_error(&format!("{call} for {what}"), state, Some(comm))),
         Err(rc) => Err(lib.call_error(&format!("ncclCommGetAsyncError for {what}"), rc, Some(comm))),
     }
@@ -98,7 +98,10 @@ fn wait_ready(lib: &'static NcclLibrary, comm: RawComm, what: &str, call: &str, 
             Ok(false) => backoff(&mut step),
             Err(e) => {
                 lib.comm_abort(comm);
-                return Err(e);
+                return Err(match e {
+                    NcclError::Timeout { what, deadline } => NcclError::Timeout { what: format!("{what} (communicator aborted)"), deadline },
+                    other => other,
+                });
             }
         }
     }
@@ -126,6 +129,15 @@ fn written_comm(lib: &NcclLibrary, rc: c_int, mut slot: CommSlot, what: &str, ca
             return Err(NcclError::Timeout { what: format!("{call} to hand out the communicator of {what}"), deadline: timeout });
         }
         backoff(&mut step);
+    }
+}
+
+/// Abort the communicators NCCL handed out; slots never written leak (NCCL may still write them).
+fn abort_handed_out(lib: &NcclLibrary, started: Vec<(c_int, CommSlot)>) {
+    for (_, slot) in started {
+        if let Ok(c) = slot.take_written() {
+            lib.comm_abort(c);
+        }
     }
 }
 
@@ -211,6 +223,7 @@ impl NcclComm {
                 Ok(started_one) => started.push(started_one),
                 Err(e) => {
                     lib.group_end();
+                    abort_handed_out(lib, started);
                     return Err((i, e));
                 }
             }
@@ -226,12 +239,7 @@ impl NcclComm {
             None => None,
         };
         if let Some(f) = failure {
-            // Abort what was handed out; slots never written leak (NCCL may still write them).
-            for (_, slot) in started {
-                if let Ok(c) = slot.take_written() {
-                    lib.comm_abort(c);
-                }
-            }
+            abort_handed_out(lib, started);
             return Err(f);
         }
         for (i, (s, (rc, slot))) in specs.iter().zip(started).enumerate() {
