@@ -252,8 +252,11 @@ fn auto_chooses_split_from_2_18_and_per_group_below() {
     assert!(text.contains("needs NCCL 2.14") && text.contains("2.13.4"), "{text}");
 }
 
-/// Every rank's error line, by rank.
+/// Every rank's error line, by rank, of a run that must have failed within a minute, with errors.
 fn errors(run: &Run) -> Vec<(u64, String)> {
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(run.elapsed < Duration::from_secs(60), "took {:?}", run.elapsed);
     let mut e: Vec<(u64, String)> = run
         .lines
         .iter()
@@ -261,16 +264,14 @@ fn errors(run: &Run) -> Vec<(u64, String)> {
         .map(|l| (l["rank"].as_u64().unwrap_or(u64::MAX), l["error"].as_str().unwrap_or("").to_string()))
         .collect();
     e.sort();
+    assert!(!e.is_empty(), "no rank reported an error: {text}");
     e
 }
 
 #[test]
 fn a_failed_split_names_the_group_and_its_ranks() {
     let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_SPLIT", "fail")]);
-    let text = run.text();
-    assert!(!run.out.status.success(), "{text}");
     let errs = errors(&run);
-    assert!(!errs.is_empty(), "{text}");
     for (rank, e) in errs {
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): "), "rank {rank}: {e}");
         assert!(e.contains("ncclCommSplit") && e.contains("ncclSystemError") && e.contains("failed as asked"), "rank {rank}: {e}");
@@ -280,11 +281,7 @@ fn a_failed_split_names_the_group_and_its_ranks() {
 #[test]
 fn a_split_that_never_completes_ends_at_the_deadline_naming_the_group() {
     let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "3"], &[("MCORE_NCCL_DOUBLE_SPLIT", "hang")]);
-    let text = run.text();
-    assert!(!run.out.status.success(), "{text}");
-    assert!(run.elapsed < Duration::from_secs(60), "took {:?}", run.elapsed);
     let errs = errors(&run);
-    assert!(!errs.is_empty(), "{text}");
     for (rank, e) in errs {
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): timed out after 3.000 s"), "rank {rank}: {e}");
         assert!(e.contains("ncclCommSplit"), "rank {rank}: {e}");
@@ -298,8 +295,6 @@ fn an_init_that_never_completes_ends_at_the_deadline_naming_the_missing_ranks() 
     let env = [("MCORE_NCCL_CONCURRENT", "0"), ("MCORE_NCCL_DOUBLE_INIT", "hang"), ("MCORE_NCCL_DOUBLE_HANG_RANKS", "3")];
     let run = spawn_world(4, &["--tp", "2", "--comm-strategy", "per-group", "--timeout", "3"], &env);
     let text = run.text();
-    assert!(!run.out.status.success(), "{text}");
-    assert!(run.elapsed < Duration::from_secs(60), "took {:?}", run.elapsed);
     let errs = errors(&run);
     let of = |r: u64| errs.iter().find(|(rank, _)| *rank == r).map(|(_, e)| e.clone());
     let e2 = of(2).unwrap_or_else(|| panic!("rank 2 reported no error: {text}"));
@@ -314,11 +309,7 @@ fn an_init_that_never_completes_ends_at_the_deadline_naming_the_missing_ranks() 
 fn concurrent_inits_that_never_complete_end_at_the_deadline() {
     let env = [("MCORE_NCCL_DOUBLE_INIT", "hang")];
     let run = launch(2, &["--tp", "2", "--comm-strategy", "per-group", "--timeout", "3"], &env);
-    let text = run.text();
-    assert!(!run.out.status.success(), "{text}");
-    assert!(run.elapsed < Duration::from_secs(60), "took {:?}", run.elapsed);
     let errs = errors(&run);
-    assert!(!errs.is_empty(), "{text}");
     for (rank, e) in errs {
         assert!(e.contains("timed out after 3.000 s") && e.contains("ncclCommInitRankConfig"), "rank {rank}: {e}");
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1)"), "rank {rank}: {e}");
