@@ -453,7 +453,6 @@ mod tests {
         unsafe { *slot.out_ptr() = fake };
         let comm = slot.take_written().expect("written");
         assert_eq!(comm.as_ptr(), fake.cast());
-        std::mem::forget(comm); // not a real communicator
         assert!(CommSlot::new().take_completed().is_none(), "a non-member's slot stays NULL");
     }
 }
