@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # GPU tests of the NCCL backend. Run on a machine with an NVIDIA GPU and driver:
-#   scripts/gpu-tests.sh                 # NCCL from MCORE_NCCL_LIBRARY, else a pip wheel
+#   scripts/gpu-tests.sh                 # NCCL found on the machine, else a pip wheel
 #   MCORE_NCCL_LIBRARY=/path/libnccl.so.2 scripts/gpu-tests.sh
-# Without a library it installs nvidia-nccl-cu12 into target/nccl-venv (as 30-nccl-cpu.sh does);
-# set NCCL_WHEEL=nvidia-nccl-cu13 for CUDA 13 drivers.
+# NCCL is taken from, in order: MCORE_NCCL_LIBRARY; a libnccl.so.2 the dynamic loader knows
+# (ldconfig), or in the usual CUDA folders, or in a site-packages of the python3 on PATH (e.g.
+# torch's nvidia-nccl wheel); else the wheel matching the driver's CUDA major version
+# (nvidia-nccl-cu12 or nvidia-nccl-cu13; NCCL_WHEEL overrides) is installed into target/nccl-venv.
 #
-# 1. tests/nccl_gpu.rs (all #[ignore]d, so CPU machines skip them): init, split, allreduce on
-#    device memory, a deadline that aborts, 2 ranks on one GPU.
-# 2. mcore-selftest --backend nccl under mcore-launch, with the split and the per-group strategy:
-#    a world of 1; 2 and 4 ranks sharing GPU 0 (NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL >= 2.30);
-#    one rank per GPU when there are several; and a run with a per-kind communicator config
-#    (Megatron's YAML). Every group is verified by an all-reduce on device memory.
-# 3. A table of communicator creation times per group kind, split vs per group, in
-#    target/gpu-tests/summary.md (slowest rank per kind; the split column is the kind's split
-#    collective, the per-group column its own init).
+# 1. tests/nccl_gpu.rs (all #[ignore]d, so CPU machines skip them): init, split, creation together,
+#    allreduce on device memory, a deadline that aborts, 2 ranks on one GPU.
+# 2. mcore-selftest --backend nccl under mcore-launch: worlds of 1, 2, 4 and 8 ranks on GPU 0, and
+#    one rank per GPU when there are several; each with the split and the per-group strategy, each
+#    concurrent (the default) and one by one (MCORE_NCCL_CONCURRENT=0); and a run with a per-kind
+#    communicator config (Megatron's YAML). Every group is verified by an all-reduce on device
+#    memory. Several ranks share one GPU with NCCL_MULTI_RANK_GPU_ENABLE=1 on NCCL >= 2.30, and
+#    with their own NCCL_HOSTID (plus NCCL_SOCKET_IFNAME=lo) on older NCCL, which then connects
+#    them as if they were on different hosts.
+# 3. A table of communicator creation times per group kind and in total, split vs per group, one
+#    by one vs concurrent, in target/gpu-tests/summary.md (slowest rank).
+#
+# Without a CUDA driver it stops at once, saying why (exit status 2). Pointed at the
+# libnccl test double (MCORE_NCCL_LIBRARY=.../libnccl_double.so with its libcuda.so.1 link on
+# LD_LIBRARY_PATH and MCORE_NCCL_DOUBLE_DIR set) it runs end to end without a GPU: a check of this
+# script's own logic, not of NCCL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=target/gpu-tests
@@ -21,21 +30,81 @@ mkdir -p "$out"
 pass=0; fail=0
 check() { if "$@"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $*"; fi; }
 
-command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L | tee "$out/gpus.txt" || { echo "gpu-tests: nvidia-smi not found (continuing)"; : >"$out/gpus.txt"; }
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi -L | tee "$out/gpus.txt"
+else
+  echo "gpu-tests: nvidia-smi not found (continuing)"; : >"$out/gpus.txt"
+fi
 gpus=$(grep -c '^GPU ' "$out/gpus.txt" || true); [ "${gpus:-0}" -ge 1 ] || gpus=1
+
+# The driver's CUDA version code (e.g. 13000), 0 when there is no usable driver.
+cuda_code=$(python3 - <<'PY' 2>/dev/null || echo 0
+import ctypes
+try:
+    lib = ctypes.CDLL("libcuda.so.1")
+    v = ctypes.c_int(0)
+    print(v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else 0)
+except OSError:
+    print(0)
+PY
+)
+cuda_major=$((cuda_code / 1000))
+echo "gpu-tests: CUDA driver version code ${cuda_code:-0} (major $cuda_major)"
+if [ "$cuda_code" -eq 0 ]; then
+  echo "gpu-tests: no CUDA driver (libcuda.so.1) could be loaded: this machine has no usable GPU; nothing to run"
+  exit 2
+fi
+
+# A libnccl.so.2 already on the machine, or nothing.
+find_nccl() {
+  local p
+  p=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+  [ -n "$p" ] && [ -e "$p" ] && { echo "$p"; return; }
+  for p in /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/lib64/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2 \
+           /usr/local/nccl/lib/libnccl.so.2 /opt/nccl/lib/libnccl.so.2; do
+    [ -e "$p" ] && { echo "$p"; return; }
+  done
+  python3 - <<'PY' 2>/dev/null
+import os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+for d in dirs:
+    for sub in ("nvidia/nccl/lib", "nvidia/cu13/lib"):
+        p = os.path.join(d, sub, "libnccl.so.2")
+        if os.path.exists(p):
+            print(p)
+            raise SystemExit
+PY
+}
+
 if [ -z "${MCORE_NCCL_LIBRARY:-}" ]; then
-  venv=$PWD/target/nccl-venv
-  wheel=${NCCL_WHEEL:-nvidia-nccl-cu12}
-  lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/{nccl,cu13}/lib/libnccl.so.2 2>/dev/null | head -n1 || true)
-  if [ -z "$lib" ]; then
-    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check "$wheel"
-    lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/{nccl,cu13}/lib/libnccl.so.2 2>/dev/null | head -n1)
+  lib=$(find_nccl)
+  if [ -n "$lib" ]; then
+    echo "gpu-tests: using the machine's $lib"
+  else
+    venv=$PWD/target/nccl-venv
+    if [ -n "${NCCL_WHEEL:-}" ]; then wheel=$NCCL_WHEEL
+    elif [ "$cuda_major" -ge 13 ]; then wheel=nvidia-nccl-cu13
+    else wheel=nvidia-nccl-cu12
+    fi
+    sub=nccl; [ "$wheel" = nvidia-nccl-cu13 ] && sub=cu13
+    lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/$sub/lib/libnccl.so.2 2>/dev/null | head -n1 || true)
+    if [ -z "$lib" ]; then
+      echo "gpu-tests: no libnccl.so.2 on this machine; installing $wheel (driver CUDA major $cuda_major)"
+      { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } && "$venv/bin/pip" install -q --disable-pip-version-check "$wheel"
+      lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/$sub/lib/libnccl.so.2 2>/dev/null | head -n1 || true)
+    fi
+    [ -n "$lib" ] || { echo "gpu-tests: could not get $wheel's libnccl.so.2"; exit 1; }
   fi
   export MCORE_NCCL_LIBRARY=$lib
 fi
-version=$(python3 -c "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); v=ctypes.c_int(); l.ncclGetVersion(ctypes.byref(v)); print(v.value)" "$MCORE_NCCL_LIBRARY")
+version=$(python3 -c "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); v=ctypes.c_int(); l.ncclGetVersion(ctypes.byref(v)); print(v.value)" "$MCORE_NCCL_LIBRARY" 2>/dev/null || echo 0)
 echo "gpu-tests: MCORE_NCCL_LIBRARY=$MCORE_NCCL_LIBRARY (NCCL code $version), $gpus GPU(s)"
+if [ "$version" -ge 23000 ]; then
+  shared_env=(NCCL_MULTI_RANK_GPU_ENABLE=1); shared_how="NCCL_MULTI_RANK_GPU_ENABLE=1"
+else
+  shared_env=(NCCL_SOCKET_IFNAME=lo); shared_how="NCCL_HOSTID=host-RANK per rank (NCCL < 2.30)"
+fi
+echo "gpu-tests: ranks sharing GPU 0 use $shared_how"
 
 echo "== 1. tests/nccl_gpu.rs"
 check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
@@ -52,14 +121,21 @@ dp:
 pp:
   net_name: Socket
 YAML
-# run NAME NPROC [env...] -- selftest args: logs to $out/NAME.log, JSON lines to $out/NAME.jsonl
+# run NAME NPROC SHARED [env...] -- selftest args: logs to $out/NAME.log, JSON lines to
+# $out/NAME.jsonl. SHARED=1: the ranks share GPU 0 (each gets its own NCCL_HOSTID before 2.30).
 run() {
-  local name=$1 nproc=$2; shift 2
+  local name=$1 nproc=$2 shared=$3; shift 3
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  echo "-- $name: $nproc rank(s): $*"
-  if env "${envs[@]}" ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
-       ./target/release/mcore-selftest --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
+  local prog=(./target/release/mcore-selftest)
+  if [ "$shared" = 1 ] && [ "$nproc" -gt 1 ]; then
+    envs+=("${shared_env[@]}")
+    # mcore-launch gives every rank its RANK; NCCL_HOSTID must differ per rank on NCCL < 2.30.
+    [ "$version" -ge 23000 ] || prog=(bash -c 'NCCL_HOSTID="host-$RANK" exec "$0" "$@"' ./target/release/mcore-selftest)
+  fi
+  echo "-- $name: $nproc rank(s): ${envs[*]} $*"
+  if env ${envs[@]+"${envs[@]}"} ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
+       "${prog[@]}" --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
      && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$nproc" ]; then
     sed -n 's/^[^{]*\]: \({.*}\)$/\1/p' "$out/$name.log" >"$out/$name.jsonl"
     pass=$((pass+1))
@@ -69,50 +145,49 @@ run() {
 }
 rm -f "$out"/*.jsonl
 for s in split per-group; do
-  run "world1-$s" 1 -- --comm-strategy "$s"
-  if [ "$version" -ge 23000 ]; then
-    run "shared2-$s" 2 NCCL_MULTI_RANK_GPU_ENABLE=1 -- --tp 2 --device 0 --comm-strategy "$s"
-    run "shared4-$s" 4 NCCL_MULTI_RANK_GPU_ENABLE=1 -- --tp 2 --pp 2 --device 0 --comm-strategy "$s" --seed 1234
-  else
-    echo "-- skipped: several ranks on one GPU need NCCL >= 2.30 (code 23000), this is $version"
-  fi
-  if [ "$gpus" -ge 2 ]; then
-    tp=2; pp=$(( gpus >= 4 ? 2 : 1 ))
-    run "pergpu-$s" "$gpus" -- --tp "$tp" --pp "$pp" --comm-strategy "$s"
-  fi
+  for c in together one-by-one; do
+    cenv=MCORE_NCCL_CONCURRENT=1; [ "$c" = one-by-one ] && cenv=MCORE_NCCL_CONCURRENT=0
+    run "world1-$s-$c" 1 1 "$cenv" -- --comm-strategy "$s"
+    run "shared2-$s-$c" 2 1 "$cenv" -- --tp 2 --device 0 --comm-strategy "$s"
+    run "shared4-$s-$c" 4 1 "$cenv" -- --tp 2 --pp 2 --device 0 --comm-strategy "$s" --seed 1234
+    run "shared8-$s-$c" 8 1 "$cenv" -- --tp 2 --pp 2 --cp 2 --device 0 --comm-strategy "$s"
+    if [ "$gpus" -ge 2 ]; then
+      tp=2; pp=$(( gpus >= 4 ? 2 : 1 ))
+      run "pergpu-$s-$c" "$gpus" 0 "$cenv" -- --tp "$tp" --pp "$pp" --comm-strategy "$s"
+    fi
+  done
 done
-if [ "$version" -ge 23000 ]; then
-  run "shared4-config" 4 NCCL_MULTI_RANK_GPU_ENABLE=1 -- --tp 2 --pp 2 --device 0 --comm-config "$out/nccl_comm.yaml"
-else
-  run "world1-config" 1 -- --comm-config "$out/nccl_comm.yaml"
-fi
+run "shared4-config" 4 1 -- --tp 2 --pp 2 --device 0 --comm-config "$out/nccl_comm.yaml"
 
-echo "== 3. creation times per group kind (slowest rank), split vs per group"
-python3 - "$out" <<'PY' | tee "$out/summary.md"
-import glob, json, os, sys
-out = sys.argv[1]
+echo "== 3. creation times per group kind (slowest rank): split vs per group, one by one vs concurrent"
+python3 - "$out" "$version" "$shared_how" <<'PY' | tee "$out/summary.md"
+import json, os, sys
+out, version, shared_how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print(f"NCCL code {version}; ranks sharing a GPU: {shared_how}")
+cols = [("split", "one-by-one"), ("split", "together"), ("per-group", "one-by-one"), ("per-group", "together")]
 def load(name):
     path = os.path.join(out, name + ".jsonl")
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-for setup in ("world1", "shared2", "shared4", "pergpu"):
-    split, per = load(setup + "-split"), load(setup + "-per-group")
-    if not split or not per:
+for setup in ("world1", "shared2", "shared4", "shared8", "pergpu"):
+    runs = {c: load(f"{setup}-{c[0]}-{c[1]}") for c in cols}
+    have = [c for c in cols if runs[c]]
+    if not have:
         continue
-    print(f"\n### {setup}: {len(split)} rank(s)\n")
-    print("| kind | split (ms) | per group (ms) |\n| --- | ---: | ---: |")
-    kinds = list(dict.fromkeys(split[0]["kinds"]))  # layout order
+    n = len(runs[have[0]])
+    print(f"\n### {setup}: {n} rank(s), milliseconds\n")
+    print("| kind | " + " | ".join(f"{s} {c}" for s, c in have) + " |")
+    print("| --- |" + " ---: |" * len(have))
+    kinds = list(dict.fromkeys(runs[have[0]][0]["kinds"]))  # layout order
     for k in kinds:
-        s = max(l["create_s"].get(k, 0) for l in split) * 1e3
-        p = max(l["create_s"].get(k, 0) for l in per) * 1e3
-        print(f"| {k} | {s:.1f} | {p:.1f} |")
-    ws = max(l["phases_s"]["world"] for l in split) * 1e3
-    print(f"| (world communicator) | {ws:.1f} | - |")
-    gs = max(l["phases_s"]["groups"] for l in split) * 1e3
-    gp = max(l["phases_s"]["groups"] for l in per) * 1e3
-    print(f"| **all communicators** | **{gs:.1f}** | **{gp:.1f}** |")
-    ts = max(l["init_seconds"] for l in split) * 1e3
-    tp = max(l["init_seconds"] for l in per) * 1e3
-    print(f"| init total (verification included) | {ts:.1f} | {tp:.1f} |")
+        print(f"| {k} | " + " | ".join(f"{max(l['create_s'].get(k, 0) for l in runs[c]) * 1e3:.1f}" for c in have) + " |")
+    def row(label, f):
+        print(f"| {label} | " + " | ".join(f(runs[c]) for c in have) + " |")
+    row("(world communicator)", lambda ls: f"{max(l['phases_s']['world'] for l in ls) * 1e3:.1f}" if ls[0]["strategy"] == "split" else "-")
+    row("**all communicators**", lambda ls: f"**{max(l['phases_s']['groups'] for l in ls) * 1e3:.1f}**")
+    row("init total (verification included)", lambda ls: f"{max(l['init_seconds'] for l in ls) * 1e3:.1f}")
+    row("communicators per rank", lambda ls: str(ls[0]["communicators"]))
+print("\nPer kind: one by one, the kind's own creation (split collective or init); concurrent, from the")
+print("kind's start until this rank saw its communicator ready (all kinds are in flight together).")
 PY
 echo "gpu-tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,7 +1,12 @@
 //! NCCL communicators on a real GPU. Every test is `#[ignore]`d: run them on a CUDA machine with
 //! `scripts/gpu-tests.sh` (which finds libnccl.so.2 and passes `--ignored --skip _child`).
+//!
+//! Several ranks on one GPU: NCCL >= 2.30 allows it with `NCCL_MULTI_RANK_GPU_ENABLE=1`; older
+//! releases refuse two ranks of one host on one device, so each rank gets its own
+//! `NCCL_HOSTID` (and `NCCL_SOCKET_IFNAME=lo`): NCCL then takes them for different hosts and
+//! connects them over sockets.
 
-use mcore_init::backend::nccl::{Device, Feature, NcclComm, NcclConfig, NcclLibrary, NcclUniqueId};
+use mcore_init::backend::nccl::{Device, Feature, InitSpec, NcclComm, NcclConfig, NcclLibrary, NcclUniqueId};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,6 +38,44 @@ fn world_of_one_inits_reduces_splits_and_destroys() {
     assert_eq!(w, [7]);
     child.destroy(TIMEOUT).unwrap();
     comm.destroy(TIMEOUT).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn several_communicators_start_together_and_splits_run_ahead_of_their_inits() {
+    let lib = lib();
+    let specs: Vec<InitSpec> = ["a/0", "b/0", "c/0"]
+        .iter()
+        .map(|g| InitSpec { group: g.to_string(), id: lib.unique_id().unwrap(), nranks: 1, rank: 0, config: NcclConfig::default(), timeout: TIMEOUT })
+        .collect();
+    let mut comms = NcclComm::init_together(lib, &specs, Device::Ordinal(0)).map_err(|(i, e)| format!("spec {i}: {e}")).unwrap();
+    for c in &mut comms {
+        c.wait_ready().unwrap();
+        let mut v = vec![2i64];
+        c.allreduce_sum_i64(&mut v, TIMEOUT).unwrap();
+        assert_eq!(v, [2]);
+    }
+    // Two splits in a row on one parent, their children waited for afterwards.
+    let parent = &comms[0];
+    let mut kids: Vec<NcclComm> =
+        (0..2).map(|k| parent.split_start(&format!("a/child{k}"), Some(0), 0, None, TIMEOUT).unwrap().expect("member")).collect();
+    for k in &mut kids {
+        k.expect_size_rank(1, 0);
+        k.wait_ready().unwrap();
+        assert_eq!((k.size(), k.rank()), (1, 0));
+    }
+    for c in kids.into_iter().chain(comms) {
+        c.destroy(TIMEOUT).unwrap();
+    }
+}
+
+/// The environment that lets `nranks` ranks share one GPU with this NCCL, for rank `rank`.
+fn shared_gpu_env(lib: &NcclLibrary, rank: u32) -> Vec<(&'static str, String)> {
+    if lib.require(Feature::MultiRankGpu).is_ok() {
+        vec![("NCCL_MULTI_RANK_GPU_ENABLE", "1".into())]
+    } else {
+        vec![("NCCL_HOSTID", format!("host-{rank}")), ("NCCL_SOCKET_IFNAME", "lo".into())]
+    }
 }
 
 #[test]
@@ -103,13 +146,9 @@ fn gpu_rank_child() {
 }
 
 #[test]
-#[ignore = "needs a GPU and NCCL >= 2.30"]
+#[ignore = "needs a GPU"]
 fn two_ranks_share_one_gpu() {
     let lib = lib();
-    if let Err(e) = lib.require(Feature::MultiRankGpu) {
-        eprintln!("SKIP: {e}");
-        return;
-    }
     let id = lib.unique_id().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut children = Vec::new();
@@ -117,7 +156,7 @@ fn two_ranks_share_one_gpu() {
         let mut c = Command::new(&exe)
             .args(["--exact", "gpu_rank_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, rank.to_string())
-            .env("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+            .envs(shared_gpu_env(lib, rank))
             .env("NCCL_MAX_CTAS", "2")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -23,7 +23,17 @@ pub trait Communicator: Send {
         let _ = (color, group, options);
         Err("this communicator cannot be split".into())
     }
+    /// Wait until the communicator is usable: a backend that creates communicators together may
+    /// hand them out still initializing (see [`CommFactory::create_groups_together`]); the error
+    /// says why creation failed (the deadline is the backend's). A no-op for everyone else.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
+
+/// One group of [`CommFactory::create_groups_together`]: its description, the options of its
+/// kind, and its private store.
+pub type GroupRequest<'a> = (&'a GroupInfo, &'a CommOptions, Arc<dyn Store>);
 
 /// Creates communicators. `store` is private to the group (already prefixed).
 pub trait CommFactory: Send + Sync {
@@ -62,6 +72,18 @@ pub trait CommFactory: Send + Sync {
     }
     /// Per-group strategy: this rank's communicator of `group`.
     fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String>;
+    /// Whether the per-group strategy creates all of a rank's groups at once
+    /// ([`CommFactory::create_groups_together`]) instead of one by one ([`CommFactory::create_group`]).
+    fn creates_together(&self) -> bool {
+        false
+    }
+    /// Per-group strategy, all at once: this rank's communicators of `groups`, started together
+    /// and returned possibly still initializing ([`Communicator::wait_ready`]), in order. An error
+    /// comes with the index of the group it concerns.
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+        let _ = groups;
+        Err((0, format!("backend '{}' creates groups one by one", self.name())))
+    }
     /// Split strategy: the world communicator, which the groups are split from.
     fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
         let _ = (world, options, store);

@@ -5,6 +5,11 @@
 //! order, which every rank of the world joins; ranks outside any group of the kind, or whose
 //! group already has a communicator, pass no color).
 //!
+//! Backends may create concurrently: per group, all of a rank's communicators started at once
+//! ([`CommFactory::creates_together`]); split, children handed out still initializing while the
+//! next kinds split. Either way every communicator is waited for
+//! ([`Communicator::wait_ready`]) before creation counts as done.
+//!
 //! Every group kind partitions the ranks it covers, so for a member set M the first kind (in
 //! the plan's rank-independent kind order) whose group is M is the same on every member of M.
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
@@ -74,7 +79,9 @@ pub struct LiveGroup {
     pub comm_name: String,
     pub comm: SharedComm,
     /// Time this rank spent creating the kind's communicator: its split collective (joined by
-    /// every rank, members or not), or its own creation (zero when it shares an earlier one).
+    /// every rank, members or not), or its own creation (zero when it shares an earlier one),
+    /// plus the time it waited for it to become ready. With creation together (per group) the
+    /// kind's creation is the shared start of all of them, so the times overlap.
     pub created_in: Duration,
 }
 
@@ -157,11 +164,43 @@ pub fn create_groups(
         }
         _ => None,
     };
+    // Per group with a backend that creates them together: every distinct group's communicator
+    // is started at once (this rank is past every step then), and taken below in plan order.
+    let together = world.is_none() && factory.creates_together();
+    let mut started: HashMap<String, Box<dyn Communicator>> = HashMap::new();
+    let t_together = Instant::now();
+    if together {
+        let mut distinct: Vec<(u64, &GroupPlan, CommOptions)> = Vec::new();
+        for (step, kind) in (2u64..).zip(&plan.kinds) {
+            let options = config.options_for(kind);
+            if let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) {
+                if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
+                    distinct.push((step, p, options));
+                }
+            }
+        }
+        let names: Vec<String> = distinct.iter().map(|(_, p, _)| format!("{}/{}", p.kind, p.index)).collect();
+        let infos = names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
+        let requests: Vec<_> = infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
+        if let Some(last) = distinct.last() {
+            mark(last.0, &names[names.len() - 1], &last.1.members)?;
+        }
+        let comms = factory
+            .create_groups_together(&requests)
+            .map_err(|(i, message)| failed(distinct[i].0, &names[i], &distinct[i].1.members, message))?;
+        if comms.len() != names.len() {
+            let message = format!("backend '{}' returned {} communicators for {} groups", factory.name(), comms.len(), names.len());
+            return Err(failed(distinct[0].0, &names[0], &distinct[0].1.members, message));
+        }
+        started = names.into_iter().zip(comms).collect();
+    }
     let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
     let mut live = Vec::with_capacity(plan.groups.len());
+    // (index into `live`, step) of each communicator this rank created, to wait for.
+    let mut created: Vec<(usize, u64)> = Vec::new();
     for (step, kind) in (2u64..).zip(&plan.kinds) {
         let options = config.options_for(kind);
-        let start = Instant::now();
+        let start = if together { t_together } else { Instant::now() };
         // Split collectives are over the whole world: a rank that creates nothing joins without a color.
         let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
             let Some((w, _)) = world.as_mut() else { return Ok(()) };
@@ -179,7 +218,10 @@ pub fn create_groups(
         let (comm_name, comm) = match by_key.get(&key) {
             Some(shared) => {
                 join_without_color(&mut world)?;
-                shared.clone()
+                let shared = shared.clone();
+                let created_in = if together { Duration::ZERO } else { start.elapsed() };
+                live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name: shared.0, comm: shared.1, created_in });
+                continue;
             }
             None => {
                 // A split waits for the whole world, a group's own creation for its members.
@@ -189,20 +231,41 @@ pub fn create_groups(
                     members: p.members.clone(),
                     message: progress::explain(progress_store, rank, waited_for, step, message),
                 };
-                mark(step, &name, &p.members)?;
-                let comm = match world.as_mut() {
-                    Some((w, _)) => w
-                        .split(p.index, Some(&info), &options)
-                        .map_err(&fail)?
-                        .ok_or_else(|| fail("the split gave this member no communicator".into()))?,
-                    None => factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?,
+                let comm = match (world.as_mut(), started.remove(&name)) {
+                    (_, Some(comm)) => comm,
+                    (Some((w, _)), None) => {
+                        mark(step, &name, &p.members)?;
+                        w.split(p.index, Some(&info), &options)
+                            .map_err(&fail)?
+                            .ok_or_else(|| fail("the split gave this member no communicator".into()))?
+                    }
+                    (None, None) => {
+                        mark(step, &name, &p.members)?;
+                        factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?
+                    }
                 };
+                created.push((live.len(), step));
                 let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
                 by_key.insert(key, shared.clone());
                 shared
             }
         };
         live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name, comm, created_in: start.elapsed() });
+    }
+    // Communicators created together may still be initializing: wait for each (its deadline is
+    // the backend's); a kind's time is what this rank spent creating it plus waiting for it.
+    for (i, step) in created {
+        let waiting = Instant::now();
+        let g = &mut live[i];
+        let ready = g.comm.lock().map_err(|_| "communicator lock poisoned".to_string()).and_then(|mut c| c.wait_ready());
+        if let Err(message) = ready {
+            return Err(GroupError {
+                group: g.comm_name.clone(),
+                members: g.plan.members.clone(),
+                message: progress::explain(progress_store, rank, &g.plan.members, step, message),
+            });
+        }
+        g.created_in += waiting.elapsed();
     }
     let (world, world_time) = match world {
         Some((w, t)) => (Some(Arc::new(Mutex::new(w)) as SharedComm), t),
@@ -271,6 +334,8 @@ mod tests {
         round: u32,
         bias: i64,
         splits: SplitLog,
+        /// Names of the communicators `wait_ready` was called on.
+        waited: Arc<Mutex<Vec<String>>>,
     }
 
     impl Communicator for StoreComm {
@@ -295,11 +360,15 @@ mod tests {
         fn raw_handle(&self) -> *mut c_void {
             std::ptr::null_mut()
         }
+        fn wait_ready(&mut self) -> Result<(), String> {
+            self.waited.lock().unwrap().push(self.group.name.clone());
+            Ok(())
+        }
         fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
             self.splits.lock().unwrap().push((group.map(|_| color), options.clone()));
             Ok(group.map(|g| {
                 let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
-                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default() }) as Box<dyn Communicator>
+                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default(), waited: self.waited.clone() }) as Box<dyn Communicator>
             }))
         }
     }
@@ -311,6 +380,9 @@ mod tests {
         splits: SplitLog,
         /// Wait (this long) for every member in `create_group`, like a real rendezvous.
         rendezvous: Option<Duration>,
+        /// Create the per-group strategy's groups in one `create_groups_together` call.
+        together: bool,
+        waited: Arc<Mutex<Vec<String>>>,
     }
 
     impl CommFactory for Factory {
@@ -330,10 +402,17 @@ mod tests {
             }
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
-            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default() }))
+            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default(), waited: self.waited.clone() }))
+        }
+        fn creates_together(&self) -> bool {
+            self.together
+        }
+        fn create_groups_together(&self, groups: &[super::super::comm::GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+            self.created.lock().unwrap().push("(together)".into());
+            groups.iter().enumerate().map(|(i, (g, o, store))| self.create_group(g, o, store.clone()).map_err(|e| (i, e))).collect()
         }
         fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone() }))
+            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone(), waited: self.waited.clone() }))
         }
     }
 
@@ -362,9 +441,14 @@ mod tests {
         created: Vec<String>,
         names: Vec<String>,
         splits: Vec<(Option<u32>, CommOptions)>,
+        waited: Vec<String>,
     }
 
     fn run(strategy: CommStrategy, lie_about: Option<&str>, config: CommConfig) -> Vec<Outcome> {
+        run_with(strategy, lie_about, config, false)
+    }
+
+    fn run_with(strategy: CommStrategy, lie_about: Option<&str>, config: CommConfig, together: bool) -> Vec<Outcome> {
         // One in-process store per communicator name, shared by the rank threads.
         let stores: Arc<Mutex<HashMap<String, Arc<dyn Store>>>> = Arc::default();
         let threads: Vec<_> = (0..4u32)
@@ -373,7 +457,7 @@ mod tests {
                 let lie = lie_about.map(str::to_string);
                 let config = config.clone();
                 std::thread::spawn(move || {
-                    let f = Factory { lie_about: lie, ..Default::default() };
+                    let f = Factory { lie_about: lie, together, ..Default::default() };
                     let store_for = |name: &str| -> Arc<dyn Store> {
                         let mut m = stores.lock().unwrap();
                         m.entry(name.to_string())
@@ -389,7 +473,8 @@ mod tests {
                     let verified = verify_groups(&groups, rank);
                     let created = f.created.lock().unwrap().clone();
                     let splits = f.splits.lock().unwrap().clone();
-                    Outcome { verified, created, names, splits }
+                    let waited = f.waited.lock().unwrap().clone();
+                    Outcome { verified, created, names, splits, waited }
                 })
             })
             .collect();
@@ -414,11 +499,28 @@ mod tests {
     }
 
     #[test]
+    fn groups_created_together_are_the_distinct_ones_each_waited_for() {
+        for (rank, o) in run_with(CommStrategy::PerGroup, None, CommConfig::default(), true).into_iter().enumerate() {
+            let in_embedding = rank == 0 || rank == 3;
+            assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
+            let (dp, tp) = (rank % 2, rank / 2);
+            let mut want = vec!["(together)".to_string(), format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")];
+            if in_embedding {
+                want.push("embedding/0".into());
+            }
+            assert_eq!(o.created, want, "one call, the distinct groups in kind order");
+            assert_eq!(o.waited, want[1..], "each distinct communicator waited for once");
+            assert_eq!(o.names[2], format!("data_parallel_with_cp/{dp}"));
+        }
+    }
+
+    #[test]
     fn split_joins_one_collective_per_kind_on_every_rank() {
         for (rank, o) in run(CommStrategy::Split, None, CommConfig::default()).into_iter().enumerate() {
             let in_embedding = rank == 0 || rank == 3;
             assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
             assert!(o.created.is_empty(), "split strategy created groups one by one: {:?}", o.created);
+            assert_eq!(o.waited.len(), 2 + in_embedding as usize, "every split child waited for: {:?}", o.waited);
             let (dp, tp) = (rank as u32 % 2, rank as u32 / 2);
             // dp_with_cp, tp, dp (an alias: no color), embedding (color only for members).
             let colors: Vec<Option<u32>> = o.splits.iter().map(|s| s.0).collect();

@@ -1,11 +1,17 @@
 //! `NcclComm`: one communicator, created with a deadline (non-blocking init or split, polled with
-//! `ncclCommGetAsyncError`, aborted on expiry), destroyed or aborted exactly once.
+//! `ncclCommGetAsyncError`, aborted on expiry), destroyed or aborted exactly once. Several can be
+//! created together: inits inside one `ncclGroupStart`/`ncclGroupEnd` ([`NcclComm::init_together`]),
+//! splits one after another on the parent while the children initialize
+//! ([`NcclComm::split_start`]); [`NcclComm::wait_ready`] then waits for each.
+//!
+//! Out-parameters NCCL may write after the call returned (a non-blocking split's child) live in a
+//! heap [`CommSlot`] and are read only once the operation completed.
 #![forbid(unsafe_code)]
 
 use super::config::NcclConfig;
 use super::error::NcclError;
 use super::loader::cuda::{CudaDriver, DeviceBuffer, Stream};
-use super::loader::nccl::{NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL_SPLIT_NOCOLOR, NCCL_SUCCESS};
+use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL_SPLIT_NOCOLOR, NCCL_SUCCESS};
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
 use std::ffi::{c_int, c_void};
@@ -20,7 +26,8 @@ pub enum Device {
     Current,
 }
 
-/// A live communicator of one group.
+/// A live communicator of one group. Created by a non-blocking call, it may still be
+/// initializing: [`NcclComm::wait_ready`] waits for that (every other use waits first).
 pub struct NcclComm {
     lib: &'static NcclLibrary,
     raw: Option<RawComm>,
@@ -32,6 +39,21 @@ pub struct NcclComm {
     config: NcclConfig,
     /// Bound of collectives run through the runtime's `Communicator` seam.
     op_timeout: Duration,
+    /// Set while its creation may still be running.
+    pending: Option<Pending>,
+    /// Whether splits through the runtime seam return children still initializing (inherited).
+    split_together: bool,
+}
+
+/// A creation not yet seen complete: the call, what it creates, and its deadline.
+#[derive(Debug)]
+struct Pending {
+    call: &'static str,
+    what: String,
+    start: Instant,
+    timeout: Duration,
+    /// The (size, rank) the caller expects of a split's child, checked once it is ready.
+    expect: Option<(u32, u32)>,
 }
 
 impl std::fmt::Debug for NcclComm {
@@ -53,37 +75,99 @@ fn select(device: Device) -> Result<(), NcclError> {
     }
 }
 
+/// One look at `comm`'s state: `Ok(true)` once it left `ncclInProgress` successfully, `Ok(false)`
+/// while it is in progress within `timeout` of `start`, else the error naming `what` (the caller
+/// decides what to abort).
+fn poll_state(lib: &NcclLibrary, comm: &RawComm, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<bool, NcclError> {
+    match lib.comm_async_error(comm) {
+        Ok(NCCL_SUCCESS) => Ok(true),
+        Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => Ok(false),
+        Ok(NCCL_IN_PROGRESS) => Err(NcclError::Timeout { what: format!("{call} of {what}"), deadline: timeout }),
+        Ok(state) => Err(lib.call_error(&format!("{call} for {what}"), state, Some(comm))),
+        Err(rc) => Err(lib.call_error(&format!("ncclCommGetAsyncError for {what}"), rc, Some(comm))),
+    }
+}
+
 /// Wait until `comm` leaves `ncclInProgress` or `timeout` passes; on error or expiry the
 /// communicator is aborted and the error names `what`.
 fn wait_ready(lib: &'static NcclLibrary, comm: RawComm, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<RawComm, NcclError> {
     let mut step = Duration::from_micros(100);
     loop {
-        let state = match lib.comm_async_error(&comm) {
-            Ok(s) => s,
-            Err(rc) => {
-                let e = lib.call_error(&format!("ncclCommGetAsyncError for {what}"), rc, Some(&comm));
+        match poll_state(lib, &comm, what, call, timeout, start) {
+            Ok(true) => return Ok(comm),
+            Ok(false) => backoff(&mut step),
+            Err(e) => {
                 lib.comm_abort(comm);
-                return Err(e);
+                return Err(match e {
+                    NcclError::Timeout { what, deadline } => NcclError::Timeout { what: format!("{what} (communicator aborted)"), deadline },
+                    other => other,
+                });
             }
+        }
+    }
+}
+
+/// The communicator a creating call wrote into `slot`, waiting (within the deadline) for NCCL to
+/// write it when the call returned before doing so. An error code ends it at once; a slot never
+/// written is left to leak (see `CommSlot`).
+fn written_comm(lib: &NcclLibrary, rc: c_int, mut slot: CommSlot, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<RawComm, NcclError> {
+    if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+        let comm = slot.take_written().ok();
+        let e = lib.call_error(&format!("{call} for {what}"), rc, comm.as_ref());
+        if let Some(c) = comm {
+            lib.comm_abort(c);
+        }
+        return Err(e);
+    }
+    let mut step = Duration::from_micros(100);
+    loop {
+        slot = match slot.take_written() {
+            Ok(comm) => return Ok(comm),
+            Err(pending) => pending,
         };
-        if state == NCCL_SUCCESS {
-            return Ok(comm);
-        }
-        if state != NCCL_IN_PROGRESS {
-            let e = lib.call_error(&format!("{call} for {what}"), state, Some(&comm));
-            lib.comm_abort(comm);
-            return Err(e);
-        }
         if start.elapsed() >= timeout {
-            lib.comm_abort(comm);
-            return Err(NcclError::Timeout { what: format!("{call} of {what} (communicator aborted)"), deadline: timeout });
+            return Err(NcclError::Timeout { what: format!("{call} to hand out the communicator of {what}"), deadline: timeout });
         }
         backoff(&mut step);
     }
 }
 
+/// Abort the communicators NCCL handed out; slots never written leak (NCCL may still write them).
+fn abort_handed_out(lib: &NcclLibrary, started: Vec<(c_int, CommSlot)>) {
+    for (_, slot) in started {
+        if let Ok(c) = slot.take_written() {
+            lib.comm_abort(c);
+        }
+    }
+}
+
 fn to_c_int(v: u32, name: &str) -> Result<c_int, NcclError> {
     c_int::try_from(v).map_err(|_| NcclError::invalid(format!("{name} {v} does not fit a C int")))
+}
+
+/// One communicator of [`NcclComm::init_together`]: group name, unique id, size, rank, config and
+/// deadline.
+#[derive(Debug, Clone)]
+pub struct InitSpec {
+    pub group: String,
+    pub id: NcclUniqueId,
+    pub nranks: u32,
+    pub rank: u32,
+    pub config: NcclConfig,
+    pub timeout: Duration,
+}
+
+impl InitSpec {
+    fn what(&self) -> String {
+        format!("group {} (rank {} of {})", self.group, self.rank, self.nranks)
+    }
+
+    fn check(&self) -> Result<(c_int, c_int), NcclError> {
+        if self.nranks == 0 || self.rank >= self.nranks {
+            return Err(NcclError::invalid(format!("group {}: rank {} is outside 0..{}", self.group, self.rank, self.nranks)));
+        }
+        Ok((to_c_int(self.nranks, "nranks")?, to_c_int(self.rank, "rank")?))
+    }
 }
 
 impl NcclComm {
@@ -100,25 +184,98 @@ impl NcclComm {
         config: &NcclConfig,
         timeout: Duration,
     ) -> Result<NcclComm, NcclError> {
+        let spec = InitSpec { group: group.to_string(), id: *id, nranks, rank, config: config.clone(), timeout };
+        let mut comm = Self::init_together(lib, std::slice::from_ref(&spec), device).map_err(|(_, e)| e)?.pop().expect("one spec, one communicator");
+        comm.wait_ready()?;
+        Ok(comm)
+    }
+
+    /// Start every communicator of `specs` at once: their `ncclCommInitRankConfig` calls inside
+    /// one `ncclGroupStart`/`ncclGroupEnd`, so NCCL runs them together. The communicators come
+    /// back still initializing (non-blocking configs): [`NcclComm::wait_ready`] each. An error
+    /// comes with the index of the spec it concerns; every communicator already handed out is
+    /// aborted then.
+    pub fn init_together(lib: &'static NcclLibrary, specs: &[InitSpec], device: Device) -> Result<Vec<NcclComm>, (usize, NcclError)> {
         let start = Instant::now();
-        if nranks == 0 || rank >= nranks {
-            return Err(NcclError::invalid(format!("group {group}: rank {rank} is outside 0..{nranks}")));
+        let mut raw = Vec::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            let ranks = s.check().map_err(|e| (i, e))?;
+            let config = s.config.to_raw().map_err(|e| (i, e))?;
+            raw.push((ranks, config));
         }
-        let (n, r) = (to_c_int(nranks, "nranks")?, to_c_int(rank, "rank")?);
-        lib.require(Feature::CommInitRankConfig)?;
-        let mut raw_config = config.to_raw()?;
-        select(device).map_err(|e| prefix(group, e))?;
-        let what = format!("group {group} (rank {rank} of {nranks})");
-        let (rc, comm) = lib.comm_init_rank_config(n, id, r, &mut raw_config)?;
-        let comm = finish_call(lib, rc, comm, &what, "ncclCommInitRankConfig", timeout, start)?
-            .ok_or_else(|| NcclError::invalid(format!("ncclCommInitRankConfig for {what} returned no communicator")))?;
-        Ok(NcclComm { lib, raw: Some(comm), group: group.to_string(), size: nranks, rank, device, config: config.clone(), op_timeout: timeout })
+        lib.require(Feature::CommInitRankConfig).map_err(|e| (0, e))?;
+        if let Some(s) = specs.first() {
+            select(device).map_err(|e| (0, prefix(&s.group, e)))?;
+        }
+        let rc = lib.group_start();
+        if rc != NCCL_SUCCESS {
+            return Err((0, lib.call_error("ncclGroupStart", rc, None)));
+        }
+        // Start all; remember the first call that failed (the group is still ended).
+        let mut started = Vec::with_capacity(specs.len());
+        let mut first_error = None;
+        for (i, (s, ((n, r), config))) in specs.iter().zip(raw.iter_mut()).enumerate() {
+            match lib.comm_init_rank_config(*n, &s.id, *r, config) {
+                Ok((rc, slot)) if first_error.is_none() && rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS => {
+                    first_error = Some((i, rc));
+                    started.push((rc, slot));
+                }
+                Ok(started_one) => started.push(started_one),
+                Err(e) => {
+                    lib.group_end();
+                    abort_handed_out(lib, started);
+                    return Err((i, e));
+                }
+            }
+        }
+        let end = lib.group_end();
+        let mut out: Vec<NcclComm> = Vec::with_capacity(specs.len());
+        let failure = match first_error {
+            Some((i, rc)) => Some((i, lib.call_error(&format!("ncclCommInitRankConfig for {}", specs[i].what()), rc, None))),
+            None if end != NCCL_SUCCESS && end != NCCL_IN_PROGRESS => {
+                let names: Vec<&str> = specs.iter().map(|s| s.group.as_str()).collect();
+                Some((0, lib.call_error(&format!("ncclGroupEnd starting groups {}", names.join(", ")), end, None)))
+            }
+            None => None,
+        };
+        if let Some(f) = failure {
+            abort_handed_out(lib, started);
+            return Err(f);
+        }
+        for (i, (s, (rc, slot))) in specs.iter().zip(started).enumerate() {
+            let what = s.what();
+            let comm = written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start).map_err(|e| (i, e))?;
+            out.push(NcclComm {
+                lib,
+                raw: Some(comm),
+                group: s.group.clone(),
+                size: s.nranks,
+                rank: s.rank,
+                device,
+                config: s.config.clone(),
+                op_timeout: s.timeout,
+                pending: Some(Pending { call: "ncclCommInitRankConfig", what, start, timeout: s.timeout, expect: None }),
+                split_together: false,
+            });
+        }
+        Ok(out)
     }
 
     /// `ncclCommSplit`, collective over this whole communicator: members pass `Some(color)`,
     /// non-members `None` (`NCCL_SPLIT_NOCOLOR`) and get `Ok(None)`. `key` orders the child's ranks.
-    /// `config` `None` inherits this communicator's config.
+    /// `config` `None` inherits this communicator's config. Waits until the child is ready.
     pub fn split(&self, group: &str, color: Option<u32>, key: u32, config: Option<&NcclConfig>, timeout: Duration) -> Result<Option<NcclComm>, NcclError> {
+        let Some(mut child) = self.split_start(group, color, key, config, timeout)? else { return Ok(None) };
+        child.wait_ready()?;
+        Ok(Some(child))
+    }
+
+    /// [`NcclComm::split`] up to the end of the split collective on this (parent) communicator:
+    /// the child comes back possibly still initializing ([`NcclComm::wait_ready`]), so that the
+    /// next split can start while it does. The child handle is read only after the parent left
+    /// `ncclInProgress`: with a non-blocking parent NCCL returns `ncclSuccess` first and writes
+    /// the child later from its own thread.
+    pub fn split_start(&self, group: &str, color: Option<u32>, key: u32, config: Option<&NcclConfig>, timeout: Duration) -> Result<Option<NcclComm>, NcclError> {
         let start = Instant::now();
         let parent = self.raw()?;
         let c = match color {
@@ -129,44 +286,95 @@ impl NcclComm {
         let mut raw_config = config.map(|c| c.to_raw()).transpose()?;
         select(self.device).map_err(|e| prefix(group, e))?;
         let what = format!("group {group} (split of {})", self.group);
-        let (rc, child) = self.lib.comm_split(parent, c, k, raw_config.as_mut())?;
-        if child.is_none() && rc == NCCL_IN_PROGRESS {
-            // A non-member's NULL child: the parent carries the split's progress.
-            self.wait_parent(&what, timeout, start)?;
+        let (rc, slot) = self.lib.comm_split(parent, c, k, raw_config.as_mut())?;
+        if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+            // Failed before starting: NCCL will not write the slot.
+            if let Some(child) = slot.take_completed() {
+                self.lib.comm_abort(child);
+            }
+            return Err(self.lib.call_error(&format!("ncclCommSplit for {what}"), rc, Some(parent)));
         }
-        let Some(child) = finish_call(self.lib, rc, child, &what, "ncclCommSplit", timeout, start)? else {
-            return Ok(None);
+        // Complete when the parent leaves ncclInProgress (a failure or the deadline leaves the
+        // slot to leak: NCCL may still write it).
+        let mut step = Duration::from_micros(100);
+        while !poll_state(self.lib, parent, &format!("{what} on the parent"), "ncclCommSplit", timeout, start)? {
+            backoff(&mut step);
+        }
+        let child = slot.take_completed();
+        let child = match (child, color) {
+            (Some(child), Some(_)) => child,
+            (None, None) => return Ok(None),
+            (Some(child), None) => {
+                self.lib.comm_abort(child);
+                return Err(NcclError::invalid(format!("ncclCommSplit gave a communicator to a non-member of {what}")));
+            }
+            (None, Some(_)) => {
+                return Err(NcclError::invalid(format!("ncclCommSplit for {what} completed but gave this member no communicator")))
+            }
         };
-        let (size, rank) = self.lib.comm_size_rank(&child)?;
         Ok(Some(NcclComm {
             lib: self.lib,
             raw: Some(child),
             group: group.to_string(),
-            size: size as u32,
-            rank: rank as u32,
+            size: 0,
+            rank: 0,
             device: self.device,
             config: config.unwrap_or(&self.config).clone(),
             op_timeout: timeout,
+            pending: Some(Pending { call: "ncclCommSplit", what, start, timeout, expect: None }),
+            split_together: self.split_together,
         }))
     }
 
-    fn wait_parent(&self, what: &str, timeout: Duration, start: Instant) -> Result<(), NcclError> {
-        let parent = self.raw()?;
-        let mut step = Duration::from_micros(100);
-        loop {
-            match self.lib.comm_async_error(parent) {
-                Ok(NCCL_SUCCESS) => return Ok(()),
-                Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
-                Ok(NCCL_IN_PROGRESS) => {
-                    return Err(NcclError::Timeout { what: format!("ncclCommSplit of {what} on the parent"), deadline: timeout })
+    /// Expect a split child to have `size` ranks with this one at `rank`; checked by
+    /// [`NcclComm::wait_ready`].
+    pub fn expect_size_rank(&mut self, size: u32, rank: u32) {
+        if let Some(p) = self.pending.as_mut() {
+            p.expect = Some((size, rank));
+        }
+    }
+
+    /// Wait (within its creation deadline) until the communicator is initialized; on failure or
+    /// expiry it is aborted and the error names the group. A no-op once ready.
+    pub fn wait_ready(&mut self) -> Result<(), NcclError> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        let comm = self.raw.take().ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))?;
+        let comm = wait_ready(self.lib, comm, &p.what, p.call, p.timeout, p.start)?;
+        if self.size == 0 {
+            let sized = self.lib.comm_size_rank(&comm);
+            let (size, rank) = match sized {
+                Ok(v) => v,
+                Err(e) => {
+                    self.lib.comm_abort(comm);
+                    return Err(e);
                 }
-                Ok(rc) | Err(rc) => return Err(self.lib.call_error(&format!("ncclCommSplit for {what}"), rc, Some(parent))),
+            };
+            (self.size, self.rank) = (size as u32, rank as u32);
+        }
+        self.raw = Some(comm);
+        if let Some((size, rank)) = p.expect {
+            if (self.size, self.rank) != (size, rank) {
+                return Err(NcclError::invalid(format!(
+                    "{} gave group {} {} ranks with this one at {}, the layout says {size} at {rank}",
+                    p.call, self.group, self.size, self.rank
+                )));
             }
         }
+        Ok(())
     }
 
     fn raw(&self) -> Result<&RawComm, NcclError> {
         self.raw.as_ref().ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))
+    }
+
+    /// Whether the runtime seam's splits leave children initializing ([`NcclComm::split_start`])
+    /// so that all kinds' children initialize together (set by the factory; children inherit it).
+    pub fn split_together(&self) -> bool {
+        self.split_together
+    }
+
+    pub fn set_split_together(&mut self, on: bool) {
+        self.split_together = on;
     }
 
     /// How long a collective through the runtime seam may take (default: the creation timeout).
@@ -207,7 +415,12 @@ impl NcclComm {
         let comm = self.raw.take().ok_or_else(|| NcclError::invalid("communicator already released"))?;
         let what = format!("group {}", self.group);
         if let Some(rc) = self.lib.comm_finalize(&comm) {
-            let comm = finish_call(self.lib, rc, Some(comm), &what, "ncclCommFinalize", timeout, start)?.expect("given Some");
+            if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+                let e = self.lib.call_error(&format!("ncclCommFinalize for {what}"), rc, Some(&comm));
+                self.lib.comm_abort(comm);
+                return Err(e);
+            }
+            let comm = wait_ready(self.lib, comm, &what, "ncclCommFinalize", timeout, start)?;
             return self.destroy_raw(comm);
         }
         self.destroy_raw(comm)
@@ -236,6 +449,7 @@ impl NcclComm {
     /// Sum `values` over the group in place through device memory (verification collective):
     /// copy to the device, `ncclAllReduce`, wait for the stream within `timeout`, copy back.
     pub fn allreduce_sum_i64(&mut self, values: &mut [i64], timeout: Duration) -> Result<(), NcclError> {
+        self.wait_ready()?;
         let start = Instant::now();
         let driver = CudaDriver::global()?;
         let device = match self.device {
@@ -304,29 +518,6 @@ fn prefix(group: &str, e: NcclError) -> NcclError {
             NcclError::LibraryNotFound { library: format!("{library}, needed by group {group},"), tried, hint }
         }
         other => other,
-    }
-}
-
-/// Interpret the immediate result of a non-blocking call that may hand out a communicator.
-fn finish_call(
-    lib: &'static NcclLibrary,
-    rc: c_int,
-    comm: Option<RawComm>,
-    what: &str,
-    call: &str,
-    timeout: Duration,
-    start: Instant,
-) -> Result<Option<RawComm>, NcclError> {
-    match (rc, comm) {
-        (NCCL_SUCCESS | NCCL_IN_PROGRESS, Some(c)) => wait_ready(lib, c, what, call, timeout, start).map(Some),
-        (NCCL_SUCCESS | NCCL_IN_PROGRESS, None) => Ok(None),
-        (rc, comm) => {
-            let e = lib.call_error(&format!("{call} for {what}"), rc, comm.as_ref());
-            if let Some(c) = comm {
-                lib.comm_abort(c);
-            }
-            Err(e)
-        }
     }
 }
 

@@ -2,16 +2,21 @@
 //! or the world's for the split strategy) from a unique id shared through the group's store, and
 //! [`Communicator`] for [`NcclComm`], which splits with `ncclCommSplit`. Per-kind options become
 //! the `ncclConfig_t` of the kind's communicators.
+//!
+//! Creation is concurrent unless `MCORE_NCCL_CONCURRENT=0`: per group, every group's id is shared
+//! first and all inits run inside one `ncclGroupStart`/`ncclGroupEnd`; split, each kind's split
+//! returns once the parent finished it, so the children initialize while the next kinds split.
+//! The runtime then waits for each communicator ([`Communicator::wait_ready`]).
 #![forbid(unsafe_code)]
 
-use super::comm::{Device, NcclComm};
+use super::comm::{Device, InitSpec, NcclComm};
 use super::config::NcclConfig;
 use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::version::Feature;
 use crate::backend::GroupInfo;
-use crate::runtime::comm::{CommFactory, Communicator};
+use crate::runtime::comm::{CommFactory, Communicator, GroupRequest};
 use crate::runtime::comm_config::CommOptions;
 use crate::store::Store;
 use std::ffi::c_void;
@@ -22,11 +27,29 @@ pub struct NcclFactory {
     lib: &'static NcclLibrary,
     device: Device,
     config: NcclConfig,
+    /// Create all of a rank's communicators together (the default) or one by one.
+    concurrent: bool,
 }
 
+/// `MCORE_NCCL_CONCURRENT`: `0` creates communicators one by one (as Megatron does), anything
+/// else (or unset) together.
+pub const CONCURRENT_ENV: &str = "MCORE_NCCL_CONCURRENT";
+
 impl NcclFactory {
+    /// Concurrent creation unless `MCORE_NCCL_CONCURRENT=0`.
     pub fn new(lib: &'static NcclLibrary, device: Device, config: NcclConfig) -> Self {
-        NcclFactory { lib, device, config }
+        let concurrent = std::env::var(CONCURRENT_ENV).map_or(true, |v| v.trim() != "0");
+        NcclFactory { lib, device, config, concurrent }
+    }
+
+    /// Choose concurrent (`true`) or one-by-one creation.
+    pub fn with_concurrency(mut self, concurrent: bool) -> Self {
+        self.concurrent = concurrent;
+        self
+    }
+
+    pub fn concurrent(&self) -> bool {
+        self.concurrent
     }
 
     /// The process-wide library, default config, on `device` if given, else device `LOCAL_RANK`
@@ -50,7 +73,33 @@ impl NcclFactory {
         let id = share_unique_id(self.lib, store, UNIQUE_ID_KEY, group.group_rank == 0, &group.name, group.timeout)?;
         let mut comm = NcclComm::init_rank(self.lib, &group.name, &id, group.size(), group.group_rank, self.device, config, group.timeout)?;
         comm.set_op_timeout(group.timeout);
+        comm.set_split_together(self.concurrent);
         Ok(comm)
+    }
+
+    /// Every group's unique id (each rank publishes the ids it makes before waiting for any, so
+    /// no two ranks wait on each other), then all inits inside one NCCL group.
+    fn create_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<NcclComm>, (usize, NcclError)> {
+        let mut ids = vec![None; groups.len()];
+        let roots_first = (0..groups.len()).filter(|&i| groups[i].0.group_rank == 0).chain((0..groups.len()).filter(|&i| groups[i].0.group_rank != 0));
+        for i in roots_first {
+            let (g, _, store) = &groups[i];
+            let id = share_unique_id(self.lib, store.as_ref(), UNIQUE_ID_KEY, g.group_rank == 0, &g.name, g.timeout).map_err(|e| (i, e))?;
+            ids[i] = Some(id);
+        }
+        let specs: Vec<InitSpec> = groups
+            .iter()
+            .zip(ids)
+            .map(|((g, options, _), id)| InitSpec {
+                group: g.name.clone(),
+                id: id.expect("every id was shared above"),
+                nranks: g.size(),
+                rank: g.group_rank,
+                config: with_options(&self.config, options),
+                timeout: g.timeout,
+            })
+            .collect();
+        NcclComm::init_together(self.lib, &specs, self.device)
     }
 }
 
@@ -83,6 +132,16 @@ impl CommFactory for NcclFactory {
         })
     }
 
+    fn creates_together(&self) -> bool {
+        self.concurrent
+    }
+
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+        self.create_together(groups)
+            .map(|comms| comms.into_iter().map(|c| Box::new(c) as Box<dyn Communicator>).collect())
+            .map_err(|(i, e)| (i, e.to_string()))
+    }
+
     fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
         let config = with_options(&self.config, options);
         self.create_with(group, &config, store.as_ref()).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
@@ -111,21 +170,25 @@ impl Communicator for NcclComm {
 
     /// `ncclCommSplit` with the member's group rank as key (so the child orders ranks as `group`
     /// does), non-members passing `NCCL_SPLIT_NOCOLOR`; the child's config is this one's with the
-    /// kind's options.
+    /// kind's options. With concurrent creation the child comes back still initializing; its size
+    /// and rank are checked against `group` once it is ready.
     fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
         let config = with_options(self.config(), options);
         let timeout = group.map_or(self.op_timeout(), |g| g.timeout);
         let name = group.map_or_else(|| format!("(no group of this kind, split of {})", self.group()), |g| g.name.clone());
-        let child = NcclComm::split(self, &name, group.map(|_| color), group.map_or(0, |g| g.group_rank), Some(&config), timeout)
+        let child = NcclComm::split_start(self, &name, group.map(|_| color), group.map_or(0, |g| g.group_rank), Some(&config), timeout)
             .map_err(|e| e.to_string())?;
-        if let (Some(c), Some(g)) = (&child, group) {
-            if (c.size(), c.rank()) != (g.size(), g.group_rank) {
-                return Err(format!(
-                    "ncclCommSplit gave group {} {} ranks with this one at {}, the layout says {} at {}",
-                    g.name, c.size(), c.rank(), g.size(), g.group_rank
-                ));
-            }
+        let Some(mut child) = child else { return Ok(None) };
+        if let Some(g) = group {
+            child.expect_size_rank(g.size(), g.group_rank);
         }
-        Ok(child.map(|c| Box::new(c) as Box<dyn Communicator>))
+        if !self.split_together() {
+            child.wait_ready().map_err(|e| e.to_string())?;
+        }
+        Ok(Some(Box::new(child)))
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        NcclComm::wait_ready(self).map_err(|e| e.to_string())
     }
 }

@@ -18,7 +18,7 @@ pub mod search;
 pub mod unique_id;
 pub mod version;
 
-pub use comm::{Device, NcclComm};
+pub use comm::{Device, InitSpec, NcclComm};
 pub use config::NcclConfig;
 pub use error::NcclError;
 pub use exchange::{share_unique_id, UNIQUE_ID_KEY};

@@ -12,6 +12,7 @@ use cudarc::nccl::sys;
 use once_cell::sync::OnceCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// `ncclSuccess`.
 pub(crate) const NCCL_SUCCESS: c_int = 0;
@@ -27,6 +28,7 @@ type InitRankConfigFn =
     unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut sys::ncclConfig_t) -> c_int;
 type SplitFn = unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
 type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
+type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type LastErrorFn = unsafe extern "C" fn(sys::ncclComm_t) -> *const c_char;
@@ -50,6 +52,8 @@ struct Fns {
     comm_count: CommIntFn,
     comm_user_rank: CommIntFn,
     all_reduce: AllReduceFn,
+    group_start: VoidFn,
+    group_end: VoidFn,
     // Newer than NCCL 2.0: present from the version `Feature` names.
     comm_init_rank_config: Option<InitRankConfigFn>,
     comm_split: Option<SplitFn>,
@@ -76,6 +80,59 @@ unsafe impl Send for RawComm {}
 impl RawComm {
     pub fn as_ptr(&self) -> *mut c_void {
         self.0.as_ptr().cast()
+    }
+}
+
+/// Heap storage for the `ncclComm_t` out-parameter of a call that may write it after returning:
+/// a non-blocking `ncclCommSplit` returns `ncclSuccess` and writes the child ~20 ms later from
+/// NCCL's own thread (an `ncclCommInitRankConfig` writes before returning, but nothing here relies
+/// on that). The slot is freed only once NCCL is done with it ([`CommSlot::take_written`],
+/// [`CommSlot::take_completed`]); dropped before that, it is leaked, so that a write that comes
+/// even later lands in live memory instead of corrupting the heap.
+#[derive(Debug)]
+pub struct CommSlot(Option<Box<AtomicPtr<sys::ncclComm>>>);
+
+impl CommSlot {
+    fn new() -> Self {
+        CommSlot(Some(Box::new(AtomicPtr::new(std::ptr::null_mut()))))
+    }
+
+    fn out_ptr(&self) -> *mut sys::ncclComm_t {
+        self.0.as_ref().expect("a slot is only taken by value").as_ptr()
+    }
+
+    fn read(&self) -> *mut sys::ncclComm {
+        // NCCL stores the handle with a plain write from another thread; an acquire load is the
+        // best a reader can do (an aligned pointer store is not torn on the platforms NCCL runs on).
+        self.0.as_ref().map_or(std::ptr::null_mut(), |b| b.load(Ordering::Acquire))
+    }
+
+    /// The handle, once NCCL wrote one (it writes a slot once); else the slot back, still pending.
+    pub fn take_written(mut self) -> Result<RawComm, CommSlot> {
+        match NonNull::new(self.read()) {
+            Some(p) => {
+                drop(self.0.take());
+                Ok(RawComm(p))
+            }
+            None => Err(self),
+        }
+    }
+
+    /// The handle after the operation completed (for a split: the parent left `ncclInProgress`),
+    /// `None` when NCCL gave none (a split's non-member). Frees the slot: call it only then.
+    pub fn take_completed(mut self) -> Option<RawComm> {
+        let p = self.read();
+        drop(self.0.take());
+        NonNull::new(p).map(RawComm)
+    }
+}
+
+impl Drop for CommSlot {
+    /// Not taken: NCCL may still write into it, so it must stay allocated (8 bytes leaked).
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            Box::leak(b);
+        }
     }
 }
 
@@ -173,6 +230,8 @@ impl NcclLibrary {
             comm_count: required(lib, "ncclCommCount")?,
             comm_user_rank: required(lib, "ncclCommUserRank")?,
             all_reduce: required(lib, "ncclAllReduce")?,
+            group_start: required(lib, "ncclGroupStart")?,
+            group_end: required(lib, "ncclGroupEnd")?,
             comm_init_rank_config: optional(lib, "ncclCommInitRankConfig"),
             comm_split: optional(lib, "ncclCommSplit"),
             comm_finalize: optional(lib, "ncclCommFinalize"),
@@ -245,39 +304,55 @@ impl NcclLibrary {
         Ok(NcclUniqueId::from_sys(&id))
     }
 
-    /// `ncclCommInitRankConfig`: the returned code and the communicator NCCL handed out (which
-    /// may still be initializing when the code is `ncclInProgress`).
+    /// `ncclCommInitRankConfig`: the returned code and the slot NCCL writes the communicator into
+    /// (which may still be initializing when the code is `ncclInProgress`).
     pub fn comm_init_rank_config(
         &self,
         nranks: c_int,
         id: &NcclUniqueId,
         rank: c_int,
         config: &mut RawConfig,
-    ) -> Result<(c_int, Option<RawComm>), NcclError> {
+    ) -> Result<(c_int, CommSlot), NcclError> {
         self.require(Feature::CommInitRankConfig)?;
         let f = self.fns.comm_init_rank_config.expect("checked by require");
-        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        // SAFETY: out-pointer and config are valid for the call; NCCL copies the config.
-        let rc = unsafe { f(&mut comm, nranks, id.to_sys(), rank, &mut config.raw) };
-        Ok((rc, NonNull::new(comm).map(RawComm)))
+        let slot = CommSlot::new();
+        // SAFETY: the out-pointer is a heap slot that outlives any late write (see `CommSlot`);
+        // NCCL copies the config during the call.
+        let rc = unsafe { f(slot.out_ptr(), nranks, id.to_sys(), rank, &mut config.raw) };
+        Ok((rc, slot))
     }
 
     /// `ncclCommSplit(parent, color, key, &child, config)`; `color` `NCCL_SPLIT_NOCOLOR` for
-    /// non-members, `config` `None` to inherit the parent's.
+    /// non-members, `config` `None` to inherit the parent's. With a non-blocking parent the child
+    /// is written into the slot after the call returned: read it with
+    /// [`CommSlot::take_completed`] once the parent left `ncclInProgress`.
     pub fn comm_split(
         &self,
         parent: &RawComm,
         color: c_int,
         key: c_int,
         config: Option<&mut RawConfig>,
-    ) -> Result<(c_int, Option<RawComm>), NcclError> {
+    ) -> Result<(c_int, CommSlot), NcclError> {
         self.require(Feature::CommSplit)?;
         let f = self.fns.comm_split.expect("checked by require");
-        let mut child: sys::ncclComm_t = std::ptr::null_mut();
+        let slot = CommSlot::new();
         let cfg = config.map_or(std::ptr::null_mut(), |c| &mut c.raw as *mut _);
-        // SAFETY: live parent, valid out-pointer, NULL or valid config.
-        let rc = unsafe { f(parent.0.as_ptr(), color, key, &mut child, cfg) };
-        Ok((rc, NonNull::new(child).map(RawComm)))
+        // SAFETY: live parent, a heap out-pointer that outlives any late write, NULL or a config
+        // NCCL copies during the call.
+        let rc = unsafe { f(parent.0.as_ptr(), color, key, slot.out_ptr(), cfg) };
+        Ok((rc, slot))
+    }
+
+    /// `ncclGroupStart`: calls up to the matching [`NcclLibrary::group_end`] are started together.
+    pub fn group_start(&self) -> c_int {
+        // SAFETY: no arguments; NCCL keeps a per-thread group depth.
+        unsafe { (self.fns.group_start)() }
+    }
+
+    /// `ncclGroupEnd`: launches the group's calls (`ncclInProgress` while non-blocking ones run).
+    pub fn group_end(&self) -> c_int {
+        // SAFETY: as in `group_start`.
+        unsafe { (self.fns.group_end)() }
     }
 
     /// `ncclCommGetAsyncError`: the communicator's state (`ncclInProgress` while initializing),
@@ -362,5 +437,22 @@ pub fn result_name(code: c_int) -> &'static str {
         7 => "ncclInProgress",
         8 => "ncclTimeout",
         _ => "unknown ncclResult_t",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_comm_slot_yields_only_what_was_written_into_it() {
+        let slot = CommSlot::new();
+        let slot = slot.take_written().expect_err("nothing written yet");
+        let fake = NonNull::<u64>::dangling().as_ptr().cast::<sys::ncclComm>();
+        // SAFETY: the out-pointer is valid; this plays NCCL's (possibly late) write.
+        unsafe { *slot.out_ptr() = fake };
+        let comm = slot.take_written().expect("written");
+        assert_eq!(comm.as_ptr(), fake.cast());
+        assert!(CommSlot::new().take_completed().is_none(), "a non-member's slot stays NULL");
     }
 }

@@ -1,0 +1,335 @@
+//! The runtime's NCCL paths against a TEST DOUBLE of libnccl.so.2 (tests/support/libnccl_double.c,
+//! built here with `cc`): real `mcore-selftest` processes under `mcore-launch`, both creation
+//! strategies, concurrent and one by one, 1 to 8 ranks, every group verified by an all-reduce
+//! the double carries out between the processes. The double reproduces what NCCL 2.28 did on a
+//! GPU: a non-blocking split that returns `ncclSuccess` and writes the child ~20 ms later from
+//! another thread, non-blocking inits, and (on request) inits or splits that never complete or
+//! fail, and version numbers below the feature thresholds.
+//!
+//! It tests the runtime's logic only, not NCCL: the real library is exercised by nccl_cpu.rs
+//! (no GPU) and scripts/gpu-tests.sh (GPU).
+//!
+//! `MCORE_NCCL_DOUBLE_ASAN=1` builds the double with AddressSanitizer and preloads libasan into the
+//! processes, so a late write into freed heap memory is reported (scripts/test.d/32-nccl-double.sh
+//! runs the bring-up test that way once).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// This build's binaries, or those in `MCORE_NCCL_DOUBLE_BIN_DIR` (to run these tests against
+/// another build, e.g. the one before the split fix: they fail there).
+fn bin(name: &str, built: &'static str) -> String {
+    std::env::var("MCORE_NCCL_DOUBLE_BIN_DIR").map_or_else(|_| built.to_string(), |d| format!("{d}/{name}"))
+}
+
+fn selftest() -> String {
+    bin("mcore-selftest", env!("CARGO_BIN_EXE_mcore-selftest"))
+}
+
+fn launcher() -> String {
+    bin("mcore-launch", env!("CARGO_BIN_EXE_mcore-launch"))
+}
+const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/libnccl_double.c");
+
+fn asan() -> bool {
+    std::env::var("MCORE_NCCL_DOUBLE_ASAN").as_deref() == Ok("1")
+}
+
+/// The folder holding the built double as `libnccl_double.so` and `libcuda.so.1` (a link to it).
+fn double_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if asan() { "nccl-double-asan" } else { "nccl-double" });
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libnccl_double.so");
+        let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+        cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"]).arg(&lib).arg(SOURCE);
+        if asan() {
+            cc.arg("-fsanitize=address");
+        }
+        let out = cc.output().unwrap_or_else(|e| panic!("cannot run cc to build the libnccl double: {e}"));
+        assert!(out.status.success(), "building the libnccl double failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let cuda = dir.join("libcuda.so.1");
+        let _ = std::fs::remove_file(&cuda);
+        std::os::unix::fs::symlink("libnccl_double.so", &cuda).unwrap();
+        dir
+    })
+}
+
+/// libasan's path, for LD_PRELOAD.
+fn libasan() -> String {
+    let out = Command::new("cc").arg("-print-file-name=libasan.so").output().expect("cc -print-file-name");
+    let path = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(Path::new(&path).exists(), "libasan not found (cc says {path:?}); install gcc's libasan");
+    path
+}
+
+/// A fresh rendezvous folder for one run, removed on drop.
+struct Rendezvous(PathBuf);
+
+impl Rendezvous {
+    fn new(name: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mcore-nccl-double-{}-{name}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Rendezvous(dir)
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Run {
+    out: Output,
+    lines: Vec<Value>,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn text(&self) -> String {
+        format!("{}\n{}", String::from_utf8_lossy(&self.out.stdout), String::from_utf8_lossy(&self.out.stderr))
+    }
+}
+
+/// `program args` with the double as NCCL and CUDA, a fresh rendezvous folder, and `env`.
+fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
+    let dir = double_dir();
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("MCORE_NCCL_LIBRARY", dir.join("libnccl_double.so"))
+        .env("LD_LIBRARY_PATH", dir)
+        .env("MCORE_NCCL_DOUBLE_DIR", &rv.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if asan() {
+        cmd.env("LD_PRELOAD", libasan()).env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1");
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Wait for `child` at most 150 s (killed past that); its output.
+fn finish(mut child: Child) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(150) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+fn json_lines(stdout: &[u8]) -> impl Iterator<Item = Value> + '_ {
+    std::str::from_utf8(stdout)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.find('{').and_then(|i| serde_json::from_str::<Value>(&l[i..]).ok()))
+}
+
+/// `mcore-launch --nproc n -- mcore-selftest --backend nccl <args>` (which stops every rank once
+/// one fails).
+fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let rv = Rendezvous::new("launch");
+    let mut all = vec!["--nproc".to_string(), n.to_string(), "--timeout".into(), "120".into(), "--".into(), selftest(), "--backend".into(), "nccl".into()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let start = Instant::now();
+    let out = finish(command(&launcher(), &all, &rv, env).spawn().unwrap());
+    let lines = json_lines(&out.stdout).collect();
+    Run { out, lines, elapsed: start.elapsed() }
+}
+
+/// `n` ranks of `mcore-selftest --backend nccl <args>` started directly, so that each ends on its
+/// own; the outputs concatenated.
+fn spawn_world(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let rv = Rendezvous::new("world");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let mut all = vec!["--backend", "nccl"];
+    all.extend(args);
+    let start = Instant::now();
+    let children: Vec<Child> = (0..n)
+        .map(|r| {
+            let mut cmd = command(&selftest(), &all, &rv, env);
+            let r = r.to_string();
+            cmd.env("RANK", &r).env("LOCAL_RANK", &r).env("WORLD_SIZE", n.to_string()).env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", &port);
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(finish).collect();
+    let elapsed = start.elapsed();
+    let lines = outs.iter().flat_map(|o| json_lines(&o.stdout)).collect();
+    let out = outs.into_iter().reduce(|mut a, b| {
+        a.stdout.extend(b.stdout);
+        a.stderr.extend(b.stderr);
+        if !b.status.success() {
+            a.status = b.status;
+        }
+        a
+    }).unwrap();
+    Run { out, lines, elapsed }
+}
+
+fn layout(n: u32) -> Vec<&'static str> {
+    match n {
+        1 => vec![],
+        2 => vec!["--tp", "2"],
+        4 => vec!["--tp", "2", "--pp", "2"],
+        _ => vec!["--tp", "2", "--pp", "2", "--cp", "2"],
+    }
+}
+
+/// Every rank reported ok with `strategy`, verified every kind, and no AddressSanitizer report.
+fn assert_all_verified(n: u32, strategy: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    let mut args = layout(n);
+    args.extend(["--comm-strategy", strategy, "--timeout", "60"]);
+    let run = launch(n, &args, env);
+    let text = run.text();
+    assert!(!text.contains("AddressSanitizer"), "{strategy}, {n} ranks: ASan report:\n{text}");
+    assert!(run.out.status.success(), "{strategy}, {n} ranks, {env:?}: {text}");
+    assert_eq!(run.lines.len(), n as usize, "{text}");
+    for l in &run.lines {
+        assert_eq!(l["ok"], true, "{l}");
+        assert_eq!(l["strategy"], strategy, "{l}");
+        let kinds = l["kinds"].as_array().unwrap().len();
+        assert!(kinds >= 10, "{l}");
+        assert_eq!(l["groups"].as_u64().unwrap() as usize, kinds, "every kind verified: {l}");
+    }
+    eprintln!("{strategy} {n} ranks {env:?}: {:.2} s", run.elapsed.as_secs_f64());
+    run.lines
+}
+
+#[test]
+fn both_strategies_bring_up_1_2_4_8_ranks_and_verify_every_group() {
+    for strategy in ["split", "per-group"] {
+        for n in [1, 2, 4, 8] {
+            let lines = assert_all_verified(n, strategy, &[]);
+            // tp2 pp2 cp2: Megatron's aliases leave 7 distinct communicators per rank.
+            if n == 8 {
+                assert!(lines.iter().all(|l| l["communicators"] == 7), "{lines:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn one_by_one_creation_still_works() {
+    for strategy in ["split", "per-group"] {
+        assert_all_verified(4, strategy, &[("MCORE_NCCL_CONCURRENT", "0")]);
+    }
+}
+
+#[test]
+fn init_writing_its_handle_late_is_handled_too() {
+    // Real NCCL writes an init's handle before returning; the runtime must not rely on it.
+    assert_all_verified(2, "per-group", &[("MCORE_NCCL_DOUBLE_LATE_INIT", "1")]);
+}
+
+#[test]
+fn auto_chooses_split_from_2_18_and_per_group_below() {
+    for (code, want) in [("21800", "split"), ("22803", "split"), ("21709", "per-group")] {
+        let run = launch(2, &["--tp", "2", "--timeout", "60"], &[("MCORE_NCCL_DOUBLE_VERSION", code)]);
+        assert!(run.out.status.success(), "version {code}: {}", run.text());
+        assert!(run.lines.iter().all(|l| l["strategy"] == want), "version {code}: {:?}", run.lines);
+    }
+    // Explicit split on 2.17: refused with the versions named.
+    let run = launch(1, &["--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_VERSION", "21709")]);
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(text.contains("ncclCommSplit needs NCCL 2.18") && text.contains("2.17.9"), "{text}");
+    // Below 2.14 there is no non-blocking init at all.
+    let run = launch(1, &["--timeout", "30"], &[("MCORE_NCCL_DOUBLE_VERSION", "21304")]);
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(text.contains("needs NCCL 2.14") && text.contains("2.13.4"), "{text}");
+}
+
+/// Every rank's error line, by rank, of a run that must have failed within a minute, with errors.
+fn errors(run: &Run) -> Vec<(u64, String)> {
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(run.elapsed < Duration::from_secs(60), "took {:?}", run.elapsed);
+    let mut e: Vec<(u64, String)> = run
+        .lines
+        .iter()
+        .filter(|l| l["ok"] == false)
+        .map(|l| (l["rank"].as_u64().unwrap_or(u64::MAX), l["error"].as_str().unwrap_or("").to_string()))
+        .collect();
+    e.sort();
+    assert!(!e.is_empty(), "no rank reported an error: {text}");
+    e
+}
+
+#[test]
+fn a_failed_split_names_the_group_and_its_ranks() {
+    let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_SPLIT", "fail")]);
+    let errs = errors(&run);
+    for (rank, e) in errs {
+        assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): "), "rank {rank}: {e}");
+        assert!(e.contains("ncclCommSplit") && e.contains("ncclSystemError") && e.contains("failed as asked"), "rank {rank}: {e}");
+    }
+}
+
+#[test]
+fn a_split_that_never_completes_ends_at_the_deadline_naming_the_group() {
+    let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "3"], &[("MCORE_NCCL_DOUBLE_SPLIT", "hang")]);
+    let errs = errors(&run);
+    for (rank, e) in errs {
+        assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): timed out after "), "rank {rank}: {e}");
+        assert_waited_at_most(&e, 3.0);
+        assert!(e.contains("ncclCommSplit"), "rank {rank}: {e}");
+    }
+}
+
+#[test]
+fn an_init_that_never_completes_ends_at_the_deadline_naming_the_missing_ranks() {
+    // One by one, rank 3's first init (tensor group {2, 3}) never completes: rank 2 times out in
+    // that group, rank 1 in its data-parallel group {1, 3}, which rank 3 never reached.
+    let env = [("MCORE_NCCL_CONCURRENT", "0"), ("MCORE_NCCL_DOUBLE_INIT", "hang"), ("MCORE_NCCL_DOUBLE_HANG_RANKS", "3")];
+    let run = spawn_world(4, &["--tp", "2", "--comm-strategy", "per-group", "--timeout", "3"], &env);
+    let text = run.text();
+    let errs = errors(&run);
+    let of = |r: u64| errs.iter().find(|(rank, _)| *rank == r).map(|(_, e)| e.clone());
+    let e2 = of(2).unwrap_or_else(|| panic!("rank 2 reported no error: {text}"));
+    assert!(e2.starts_with("group tensor_model_parallel/1 (ranks 2-3): timed out after "), "{e2}");
+    assert_waited_at_most(&e2, 3.0);
+    assert!(e2.contains("ncclCommInitRankConfig") && e2.contains("aborted"), "{e2}");
+    let e1 = of(1).unwrap_or_else(|| panic!("rank 1 reported no error: {text}"));
+    assert!(e1.starts_with("group data_parallel/1 (ranks 1, 3): timed out"), "{e1}");
+    // Rank 3 is named with its host (it published one before check-in). It is alive, stuck in
+    // its own hung init until the deadline, and records that failure: so it is reported as
+    // failed at an earlier group rather than as never arrived.
+    assert!(e1.contains("rank(s) 3 on host ") && e1.ends_with(" failed at an earlier group"), "{e1}");
+}
+
+#[test]
+fn concurrent_inits_that_never_complete_end_at_the_deadline() {
+    let env = [("MCORE_NCCL_DOUBLE_INIT", "hang")];
+    let run = launch(2, &["--tp", "2", "--comm-strategy", "per-group", "--timeout", "3"], &env);
+    let errs = errors(&run);
+    for (rank, e) in errs {
+        assert!(e.contains("ncclCommInitRankConfig"), "rank {rank}: {e}");
+        assert_waited_at_most(&e, 3.0);
+        assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1)"), "rank {rank}: {e}");
+    }
+}
+
+/// The error says how long its wait lasted ("timed out after S s"): the group's share of the one
+/// init deadline, so positive and at most the whole `timeout`.
+fn assert_waited_at_most(e: &str, timeout: f64) {
+    let waited: f64 = e
+        .split("timed out after ")
+        .nth(1)
+        .and_then(|t| t.split(" s").next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no 'timed out after S s' in: {e}"));
+    assert!(waited > 0.0 && waited <= timeout, "waited {waited} s, timeout {timeout} s: {e}");
+}

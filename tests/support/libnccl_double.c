@@ -1,0 +1,488 @@
+/*
+ * libnccl_double.c: a TEST DOUBLE of libnccl.so.2 and of the few libcuda.so.1 calls the NCCL
+ * backend makes. It exists to test the runtime's LOGIC without a GPU: how it drives NCCL's
+ * non-blocking calls, out-parameters that NCCL writes after the call returned, deadlines, aborts,
+ * version gates, and the orchestration of many communicators. It is not NCCL: there is no GPU
+ * code, no transport, no algorithm; "device memory" is host memory, a stream is a token, and the
+ * verifying all-reduce is a sum of int64 values exchanged through files. Nothing proven with this
+ * double says that the backend works with the real NCCL; tests/nccl_cpu.rs (the real library
+ * without a GPU) and scripts/gpu-tests.sh (a GPU) do that.
+ *
+ * Behaviours it reproduces (measured on NCCL 2.28 with an H100, see docs/backends.md):
+ * - ncclCommInitRankConfig with config.blocking = 0 returns ncclInProgress; a background thread
+ *   completes the rendezvous of the nranks processes later; ncclCommGetAsyncError reports
+ *   ncclInProgress until then. Inside ncclGroupStart/End the work starts at ncclGroupEnd.
+ * - ncclCommSplit on a non-blocking parent returns ncclSuccess with *newcomm NOT yet written; a
+ *   thread writes it about 20 ms later (MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS), then the parent leaves
+ *   ncclInProgress; the child then completes its own initialization.
+ *
+ * Switches (environment, read at each call):
+ *   MCORE_NCCL_DOUBLE_DIR        folder for the rendezvous files (required by ncclGetUniqueId)
+ *   MCORE_NCCL_DOUBLE_VERSION    ncclGetVersion's code (default 22803, i.e. 2.28.3)
+ *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
+ *   MCORE_NCCL_DOUBLE_SPLIT      "hang": splits never complete; "fail": they end in ncclSystemError
+ *   MCORE_NCCL_DOUBLE_LATE_INIT  "1": init, too, writes *newcomm late (from its thread)
+ *   MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS  delay of the late *newcomm write of a split (default 20)
+ *   MCORE_NCCL_DOUBLE_HANG_RANKS  comma-separated global ranks (the process's RANK) whose inits or
+ *                                 splits hang; default: every process when a mode above is "hang"
+ *   MCORE_CUDA_DOUBLE_DEVICES    cuDeviceGetCount (default 8)
+ *
+ * Checks a real library does not make: a late write whose target lies on the calling thread's
+ * stack aborts the process with a message (the double cannot know whether that frame is still
+ * alive, and the runtime must never hand out such storage). A late write into freed heap memory is
+ * caught when this file is built with -fsanitize=address and libasan is preloaded.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { ok = 0, sysErr = 2, internalErr = 3, invalidArg = 4, invalidUsage = 5, remoteErr = 6, inProgress = 7 };
+#define NOCOLOR (-1)
+#define LIVE 0x6e63636cu
+#define DEAD 0xdeadu
+
+typedef struct { char internal[128]; } ncclUniqueId;
+/* The prefix of ncclConfig_t this double reads. */
+typedef struct { size_t size; unsigned magic; unsigned version; int blocking; } config_prefix;
+
+typedef struct comm {
+  unsigned magic;
+  atomic_int state;
+  atomic_int refs;
+  atomic_int aborted;
+  char id[200];
+  int rank, nranks, blocking;
+  unsigned ops, splits;
+} comm;
+
+/* Process-wide like NCCL's (errors are set by background threads too); the text is advisory. */
+static char last_error[512];
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+static void set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&error_lock);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  pthread_mutex_unlock(&error_lock);
+  va_end(ap);
+}
+
+static const char *env(const char *k) { const char *v = getenv(k); return v && *v ? v : NULL; }
+static int env_int(const char *k, int dflt) { const char *v = env(k); return v ? atoi(v) : dflt; }
+static int env_is(const char *k, const char *want) { const char *v = env(k); return v && !strcmp(v, want); }
+static void sleep_ms(int ms) { struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&t, NULL); }
+
+/* Whether mode `k` is "hang" in this process (every one unless MCORE_NCCL_DOUBLE_HANG_RANKS lists RANKs). */
+static int hangs(const char *k) {
+  if (!env_is(k, "hang")) return 0;
+  const char *me = env("RANK");
+  int rank = me ? atoi(me) : 0;
+  const char *list = env("MCORE_NCCL_DOUBLE_HANG_RANKS");
+  if (!list) return 1;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    if (atoi(t) == rank) return 1;
+  return 0;
+}
+
+static void unref(comm *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1) {
+    c->magic = DEAD;
+    free(c);
+  }
+}
+
+static comm *new_comm(const char *id, int rank, int nranks, int blocking) {
+  comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->magic = LIVE;
+  atomic_store(&c->state, inProgress);
+  atomic_store(&c->refs, 1);
+  snprintf(c->id, sizeof c->id, "%s", id);
+  c->rank = rank;
+  c->nranks = nranks;
+  c->blocking = blocking;
+  return c;
+}
+
+static int live(comm *c) { return c && c->magic == LIVE; }
+
+/* ---- the exchange: every rank writes <dir>/<key>/r<rank> (atomically by rename) and reads all ---- */
+
+static int mkdirs(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(path, 0777) && errno != EEXIST) { *p = '/'; return -1; }
+      *p = '/';
+    }
+  }
+  return mkdir(path, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+/* Publish `len` bytes as `rank` of `nranks` under `key`, then read every rank's into `all`
+ * (nranks * len bytes). Returns 0, or -1 (error set) on I/O failure, abort or the 300 s bound. */
+static int exchange(const char *key, int rank, int nranks, const void *mine, size_t len, void *all, atomic_int *aborted) {
+  const char *dir = env("MCORE_NCCL_DOUBLE_DIR");
+  if (!dir) { set_error("MCORE_NCCL_DOUBLE_DIR is not set"); return -1; }
+  char path[1024], tmp[1100];
+  snprintf(path, sizeof path, "%s/%s", dir, key);
+  if (mkdirs(path)) { set_error("mkdir %s: %s", path, strerror(errno)); return -1; }
+  snprintf(path, sizeof path, "%s/%s/r%d", dir, key, rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(mine, 1, len, f) != len || fclose(f) || rename(tmp, path)) {
+    set_error("writing %s: %s", path, strerror(errno));
+    return -1;
+  }
+  for (int r = 0; r < nranks; r++) {
+    snprintf(path, sizeof path, "%s/%s/r%d", dir, key, r);
+    for (int waited = 0;; waited++) {
+      FILE *g = fopen(path, "rb");
+      if (g) {
+        size_t got = fread((char *)all + (size_t)r * len, 1, len, g);
+        fclose(g);
+        if (got != len) { set_error("%s holds %zu bytes, expected %zu", path, got, len); return -1; }
+        break;
+      }
+      if (aborted && atomic_load(aborted)) { set_error("aborted while waiting for %s", path); return -1; }
+      if (waited > 300000) { set_error("rank %d never wrote %s", r, path); return -1; }
+      sleep_ms(1);
+    }
+  }
+  return 0;
+}
+
+/* ---- late out-parameters ---- */
+
+typedef struct { uintptr_t lo, hi; } stack_range;
+
+static stack_range caller_stack(void) {
+  stack_range s = {0, 0};
+  pthread_attr_t a;
+  void *base;
+  size_t size;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    if (pthread_attr_getstack(&a, &base, &size) == 0) { s.lo = (uintptr_t)base; s.hi = (uintptr_t)base + size; }
+    pthread_attr_destroy(&a);
+  }
+  return s;
+}
+
+/* Write `value` into the caller's out-parameter after the call returned, refusing stack storage. */
+static void late_write(const char *call, void **target, void *value, stack_range s) {
+  uintptr_t t = (uintptr_t)target;
+  if (t >= s.lo && t < s.hi) {
+    fprintf(stderr,
+            "libnccl double: FATAL: %s writes its out-parameter %p after returning, and it lies on the "
+            "calling thread's stack [%p, %p): that frame may be gone (memory corruption in real NCCL)\n",
+            call, (void *)target, (void *)s.lo, (void *)s.hi);
+    abort();
+  }
+  *target = value; /* under ASan: heap-use-after-free if the caller freed the slot */
+}
+
+/* ---- version, ids, errors ---- */
+
+int ncclGetVersion(int *v) { if (!v) return invalidArg; *v = env_int("MCORE_NCCL_DOUBLE_VERSION", 22803); return ok; }
+
+int ncclGetUniqueId(ncclUniqueId *id) {
+  static atomic_uint counter;
+  if (!id) return invalidArg;
+  if (!env("MCORE_NCCL_DOUBLE_DIR")) { set_error("libnccl double: MCORE_NCCL_DOUBLE_DIR is not set"); return invalidUsage; }
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "id-%d-%u-%ld%09ld", (int)getpid(), atomic_fetch_add(&counter, 1), (long)t.tv_sec, t.tv_nsec);
+  return ok;
+}
+
+const char *ncclGetErrorString(int code) {
+  switch (code) {
+  case ok: return "no error (double)";
+  case sysErr: return "system error (double)";
+  case invalidArg: return "invalid argument (double)";
+  case invalidUsage: return "invalid usage (double)";
+  case inProgress: return "operation in progress (double)";
+  default: return "error (double)";
+  }
+}
+
+const char *ncclGetLastError(void *c) { (void)c; return last_error; }
+
+/* ---- init ---- */
+
+typedef struct {
+  comm *c;
+  void **late_target; /* NULL unless *newcomm is written by the thread */
+  stack_range stack;
+} init_job;
+
+static void *init_thread(void *p) {
+  init_job *j = p;
+  comm *c = j->c;
+  if (j->late_target) {
+    sleep_ms(10);
+    late_write("ncclCommInitRankConfig", j->late_target, c, j->stack);
+  }
+  if (hangs("MCORE_NCCL_DOUBLE_INIT")) {
+    while (!atomic_load(&c->aborted)) sleep_ms(1);
+  } else {
+    char key[300];
+    snprintf(key, sizeof key, "%s/init", c->id);
+    int *all = calloc((size_t)c->nranks, sizeof(int));
+    int rc = all ? exchange(key, c->rank, c->nranks, &c->nranks, sizeof(int), all, &c->aborted) : -1;
+    int state = rc == 0 ? ok : sysErr;
+    for (int r = 0; rc == 0 && r < c->nranks; r++)
+      if (all[r] != c->nranks) { set_error("rank %d says nranks %d, this rank %d", r, all[r], c->nranks); state = invalidUsage; }
+    free(all);
+    sleep_ms(2);
+    atomic_store(&c->state, state);
+  }
+  unref(c);
+  free(j);
+  return NULL;
+}
+
+static void start_init(init_job *j) {
+  pthread_t t;
+  atomic_fetch_add(&j->c->refs, 1);
+  if (pthread_create(&t, NULL, init_thread, j) == 0) {
+    pthread_detach(t);
+  } else {
+    atomic_store(&j->c->state, sysErr);
+    unref(j->c);
+    free(j);
+  }
+}
+
+static __thread int group_depth;
+static __thread init_job *pending[256];
+static __thread int npending;
+
+int ncclGroupStart(void) { group_depth++; return ok; }
+
+int ncclGroupEnd(void) {
+  if (group_depth == 0) { set_error("ncclGroupEnd without ncclGroupStart"); return invalidUsage; }
+  if (--group_depth > 0) return ok;
+  int blocking = 1, n = npending;
+  comm *cs[256];
+  for (int i = 0; i < n; i++) {
+    cs[i] = pending[i]->c;
+    blocking &= cs[i]->blocking;
+    atomic_fetch_add(&cs[i]->refs, 1);
+    start_init(pending[i]);
+  }
+  npending = 0;
+  int rc = ok;
+  for (int i = 0; i < n; i++) {
+    if (blocking) while (atomic_load(&cs[i]->state) == inProgress) sleep_ms(1);
+    int s = atomic_load(&cs[i]->state);
+    if (s != ok && (blocking || s != inProgress)) rc = s;
+    else if (s == inProgress && rc == ok) rc = inProgress;
+    unref(cs[i]);
+  }
+  return rc;
+}
+
+int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank, config_prefix *config) {
+  if (!newcomm || nranks < 1 || rank < 0 || rank >= nranks) { set_error("bad init arguments (rank %d of %d)", rank, nranks); return invalidArg; }
+  if (config && config->magic != 0xcafebeefu) { set_error("config magic %#x is not NCCL_CONFIG_INITIALIZER's", config->magic); return invalidArg; }
+  int blocking = config ? config->blocking != 0 : 1;
+  comm *c = new_comm(id.internal, rank, nranks, blocking);
+  if (!c) return sysErr;
+  init_job *j = calloc(1, sizeof *j);
+  if (!j) { unref(c); return sysErr; }
+  j->c = c;
+  if (env_is("MCORE_NCCL_DOUBLE_LATE_INIT", "1") && !blocking) {
+    j->late_target = newcomm;
+    j->stack = caller_stack();
+  } else {
+    *newcomm = c;
+  }
+  if (group_depth > 0) {
+    if (npending == 256) { set_error("more than 256 inits in one group"); unref(c); free(j); return invalidUsage; }
+    pending[npending++] = j;
+    return ok;
+  }
+  atomic_fetch_add(&c->refs, 1);
+  start_init(j);
+  int rc = inProgress;
+  if (blocking) {
+    while ((rc = atomic_load(&c->state)) == inProgress) sleep_ms(1);
+  }
+  unref(c);
+  return rc;
+}
+
+/* ---- split ---- */
+
+typedef struct {
+  comm *parent;
+  int color, key, blocking;
+  unsigned seq;
+  void **newcomm;
+  stack_range stack;
+} split_job;
+
+static void *split_thread(void *p) {
+  split_job *j = p;
+  comm *parent = j->parent;
+  if (hangs("MCORE_NCCL_DOUBLE_SPLIT")) {
+    while (!atomic_load(&parent->aborted)) sleep_ms(1);
+    goto out;
+  }
+  char key[300];
+  snprintf(key, sizeof key, "%s/split%u", parent->id, j->seq);
+  int mine[2] = {j->color, j->key};
+  int *all = calloc((size_t)parent->nranks * 2, sizeof(int));
+  if (!all || exchange(key, parent->rank, parent->nranks, mine, sizeof mine, all, &parent->aborted)) {
+    free(all);
+    atomic_store(&parent->state, sysErr);
+    goto out;
+  }
+  if (env_is("MCORE_NCCL_DOUBLE_SPLIT", "fail")) {
+    free(all);
+    set_error("the split failed as asked (MCORE_NCCL_DOUBLE_SPLIT=fail)");
+    atomic_store(&parent->state, sysErr);
+    goto out;
+  }
+  comm *child = NULL;
+  if (j->color != NOCOLOR) {
+    /* Child rank: members ordered by (key, parent rank). */
+    int size = 0, rank = 0;
+    for (int r = 0; r < parent->nranks; r++) {
+      if (all[2 * r] != j->color) continue;
+      size++;
+      if (all[2 * r + 1] < j->key || (all[2 * r + 1] == j->key && r < parent->rank)) rank++;
+    }
+    char id[200];
+    snprintf(id, sizeof id, "%s/s%uc%d", parent->id, j->seq, j->color);
+    child = new_comm(id, rank, size, j->blocking);
+  }
+  free(all);
+  sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
+  late_write("ncclCommSplit", j->newcomm, child, j->stack);
+  atomic_store(&parent->state, ok);
+  if (child) {
+    /* The child's own initialization over its members. */
+    init_job *ij = calloc(1, sizeof *ij);
+    if (ij) {
+      ij->c = child;
+      start_init(ij);
+    } else {
+      atomic_store(&child->state, sysErr);
+    }
+  }
+out:
+  unref(parent);
+  free(j);
+  return NULL;
+}
+
+int ncclCommSplit(void *parent_, int color, int key, void **newcomm, config_prefix *config) {
+  comm *parent = parent_;
+  if (!live(parent) || !newcomm) { set_error("ncclCommSplit: bad parent or newcomm"); return invalidArg; }
+  if (group_depth > 0) { set_error("the double does not model ncclCommSplit inside a group"); return invalidUsage; }
+  if (atomic_load(&parent->state) != ok) {
+    set_error("ncclCommSplit on a parent in state %d (still in progress or failed)", atomic_load(&parent->state));
+    return invalidUsage;
+  }
+  split_job *j = calloc(1, sizeof *j);
+  if (!j) return sysErr;
+  j->parent = parent;
+  j->color = color;
+  j->key = key;
+  j->blocking = config ? config->blocking != 0 : parent->blocking;
+  j->seq = parent->splits++;
+  j->newcomm = newcomm;
+  j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
+  atomic_store(&parent->state, inProgress);
+  atomic_fetch_add(&parent->refs, 1);
+  pthread_t t;
+  if (pthread_create(&t, NULL, split_thread, j)) {
+    atomic_store(&parent->state, ok);
+    unref(parent);
+    free(j);
+    return sysErr;
+  }
+  pthread_detach(t);
+  if (!parent->blocking) return ok; /* NCCL's answer: success, *newcomm written later */
+  int s;
+  while ((s = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
+  if (s == ok && *newcomm)
+    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
+  return s;
+}
+
+/* ---- queries and teardown ---- */
+
+int ncclCommGetAsyncError(void *c_, int *state) {
+  comm *c = c_;
+  if (!live(c) || !state) return invalidArg;
+  *state = atomic_load(&c->state);
+  return ok;
+}
+
+int ncclCommCount(void *c_, int *n) { comm *c = c_; if (!live(c) || !n) return invalidArg; *n = c->nranks; return ok; }
+int ncclCommUserRank(void *c_, int *r) { comm *c = c_; if (!live(c) || !r) return invalidArg; *r = c->rank; return ok; }
+int ncclCommFinalize(void *c_) { return live(c_) ? ok : invalidArg; }
+
+static int release(void *c_) {
+  comm *c = c_;
+  if (!live(c)) return invalidArg;
+  atomic_store(&c->aborted, 1);
+  unref(c);
+  return ok;
+}
+int ncclCommAbort(void *c) { return release(c); }
+int ncclCommDestroy(void *c) { return release(c); }
+
+/* In-place or not: int64 sums only (ncclInt64 = 4, ncclSum = 0), done before the call returns. */
+int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, void *c_, void *stream) {
+  comm *c = c_;
+  (void)stream;
+  if (!live(c)) return invalidArg;
+  if (dtype != 4 || op != 0) { set_error("the double sums int64 only (dtype %d, op %d)", dtype, op); return invalidArg; }
+  if (atomic_load(&c->state) != ok) { set_error("all-reduce on a communicator in state %d", atomic_load(&c->state)); return invalidUsage; }
+  char key[300];
+  snprintf(key, sizeof key, "%s/ar%u", c->id, c->ops++);
+  int64_t *all = calloc((size_t)c->nranks * (count ? count : 1), sizeof(int64_t));
+  if (!all) return sysErr;
+  if (exchange(key, c->rank, c->nranks, send, count * 8, all, &c->aborted)) { free(all); return sysErr; }
+  int64_t *out = recv;
+  for (size_t i = 0; i < count; i++) {
+    int64_t s = 0;
+    for (int r = 0; r < c->nranks; r++) s += all[(size_t)r * count + i];
+    out[i] = s;
+  }
+  free(all);
+  return ok;
+}
+
+/* ---- libcuda.so.1: host-memory stand-ins ---- */
+
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuDriverGetVersion(int *v) { *v = 12080; return 0; }
+int cuDeviceGetCount(int *n) { *n = env_int("MCORE_CUDA_DOUBLE_DEVICES", 8); return 0; }
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)(uintptr_t)(0x1000 + dev); return 0; }
+int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+int cuMemAlloc_v2(unsigned long long *p, size_t bytes) { void *m = malloc(bytes); if (!m) return 2; *p = (uintptr_t)m; return 0; }
+int cuMemFree_v2(unsigned long long p) { free((void *)(uintptr_t)p); return 0; }
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n) { memcpy((void *)(uintptr_t)dst, src, n); return 0; }
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) { memcpy(dst, (void *)(uintptr_t)src, n); return 0; }
+int cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = malloc(1); return *s ? 0 : 2; }
+int cuStreamQuery(void *s) { (void)s; return 0; }
+int cuStreamDestroy_v2(void *s) { free(s); return 0; }
+int cuGetErrorString(int code, const char **s) { (void)code; *s = "CUDA error (double)"; return 0; }
