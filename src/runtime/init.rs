@@ -304,8 +304,9 @@ fn bring_up(
                 RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
                 _ => env.world_size,
             };
-            // Wait for them only a little past the deadline: ranks that died never leave.
-            leave(base.as_ref(), &env, arrived, left() + LEAVE_GRACE);
+            // Wait for them only until a little past the deadline (not past the time this error
+            // took to explain, e.g. waiting for failure records): ranks that died never leave.
+            leave(base.as_ref(), &env, arrived, (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now()));
             return Err(e);
         }
     };
