@@ -12,7 +12,7 @@ REPO = Path(os.environ.get("MCORE_REPO_ROOT", Path(__file__).resolve().parents[2
 
 def conformance_dir() -> Path:
     env = os.environ.get("MCORE_CONFORMANCE_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "conformance"
+    return Path(env) if env else REPO / "tests" / "data" / "conformance"
 
 
 @functools.lru_cache(maxsize=None)

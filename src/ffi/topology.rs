@@ -318,6 +318,7 @@ pub(crate) fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig
         rank_offset: c.rank_offset,
         embedding_ranks: None,
         position_embedding_ranks: None,
+        ..TopologyConfig::default()
     };
     let user = if c.embedding_ranks.is_some() || c.position_embedding_ranks.is_some() || c.user_data_free.is_some() {
         Some(Arc::new(UserData {
