@@ -105,6 +105,28 @@ unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, Ffi
     // SAFETY: copy min(given, ours) bytes from a struct the caller declares to be that large.
     unsafe { std::ptr::copy_nonoverlapping(args.cast::<u8>(), (&mut out as *mut mcore_init_args).cast::<u8>(), given.min(ours)) };
     out.struct_size = ours;
+    // A caller compiled before fields were appended to the nested layout struct has a shorter
+    // `topology`, so its later fields sit earlier: read them from where the caller put them.
+    let topo_given = out.topology.struct_size;
+    let topo_ours = std::mem::size_of::<mcore_topology_config>();
+    if topo_given >= std::mem::size_of::<usize>() && topo_given < topo_ours {
+        let align = std::mem::align_of::<mcore_init_args>();
+        let tail_ours = std::mem::offset_of!(mcore_init_args, backend);
+        let tail_given = std::mem::offset_of!(mcore_init_args, topology) + topo_given.div_ceil(align) * align;
+        let len = given.saturating_sub(tail_given).min(ours - tail_ours);
+        let defaults = mcore_init_args::default();
+        // SAFETY: both ranges lie inside `out`/`defaults` (tail_ours + len <= ours) and inside the
+        // caller's struct (tail_given + len <= given); the structs are plain data.
+        unsafe {
+            let dst = (&mut out as *mut mcore_init_args).cast::<u8>();
+            std::ptr::copy_nonoverlapping(
+                (&defaults as *const mcore_init_args).cast::<u8>().add(tail_ours),
+                dst.add(tail_ours),
+                ours - tail_ours,
+            );
+            std::ptr::copy_nonoverlapping(args.cast::<u8>().add(tail_given), dst.add(tail_ours), len);
+        }
+    }
     // The nested layout struct carries its own struct_size: read it the same careful way.
     // SAFETY: `out.topology` is a whole struct of ours now.
     out.topology = unsafe { read_config(&out.topology) }?;
@@ -588,4 +610,38 @@ pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
     stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
+}
+
+#[cfg(test)]
+mod old_layout_tests {
+    use super::*;
+
+    /// A caller compiled before the 0.19 fields were appended to `mcore_topology_config` has its
+    /// later `mcore_init_args` fields earlier; they are read from where it put them.
+    #[test]
+    fn args_from_a_caller_with_the_shorter_layout_struct() {
+        let mut new = mcore_init_args::default();
+        new.timeout_ms = 1234;
+        new.verify = false;
+        new.device = 3;
+        new.topology.tp = 2;
+        let ours = std::mem::size_of::<mcore_init_args>();
+        let topo_off = std::mem::offset_of!(mcore_init_args, topology);
+        let tail = std::mem::offset_of!(mcore_init_args, backend);
+        let topo_old = std::mem::offset_of!(mcore_topology_config, gtp).div_ceil(8) * 8;
+        let given = topo_off + topo_old + (ours - tail);
+        let mut buf = vec![0u64; ours.div_ceil(8) + 2];
+        // SAFETY: plain-data copies within both buffers.
+        let got = unsafe {
+            let src = (&new as *const mcore_init_args).cast::<u8>();
+            let dst = buf.as_mut_ptr().cast::<u8>();
+            std::ptr::copy_nonoverlapping(src, dst, topo_off + topo_old);
+            std::ptr::copy_nonoverlapping(src.add(tail), dst.add(topo_off + topo_old), ours - tail);
+            dst.cast::<usize>().write(given);
+            dst.add(topo_off).cast::<usize>().write(topo_old);
+            read_args(buf.as_ptr().cast::<mcore_init_args>()).unwrap()
+        };
+        assert_eq!((got.timeout_ms, got.verify, got.device, got.topology.tp), (1234, false, 3, 2));
+        assert_eq!((got.topology.gtp, got.topology.egtp, got.topology.local_world_size), (1, 1, 0));
+    }
 }

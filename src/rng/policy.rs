@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(seeds[2], ("model-parallel-rng".to_string(), 42 + 2718 + 1));
         let req = SeedRequest { policy: SeedPolicy::Megatron, ..req };
         assert_eq!(stream_seeds(&req, &coords).unwrap()[0].1, 42 + 300 + 20);
-        let big = SeedRequest { seed: i64::MAX, ..req };
+        let big = SeedRequest { seed: i64::MAX, ..req.clone() };
         // i64 seeds plus u32 coordinates never overflow u64: seeds above i64::MAX are reachable
         assert_eq!(stream_seeds(&big, &coords).unwrap()[0].1, i64::MAX as u64 + 320);
         let remat = RankCoordinates { gtp_rank: 1, gtp_size: 2, egtp_rank: 1, egtp_size: 2, ep_rank: 1, ..coords };
