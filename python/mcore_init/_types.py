@@ -37,6 +37,10 @@ class TopologyConfig(ctypes.Structure):
         ("position_embedding_ranks", ctypes.c_void_p),
         ("user_data", ctypes.c_void_p),
         ("user_data_free", ctypes.c_void_p),
+        # appended for Megatron-Core 0.19
+        ("gtp", i32),
+        ("egtp", i32),
+        ("local_world_size", i32),
     ]
 
 

@@ -31,7 +31,7 @@ _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p)
 def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
                order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
                seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
-               comm_config=None, comm_config_path=None, split_share=False, device=None) -> bool:
+               comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=1, egtp=1) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s). With ``seed``, the rank's RNG streams are seeded
@@ -40,11 +40,13 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     "per-group". ``comm_config``: per-group communicator options as Megatron's NCCL config
     (a dict like ``{"tp": {"max_ctas": 8}}`` or its YAML text); ``comm_config_path``: such a
     YAML file; ``split_share``: children of a split share the parent's resources; ``device``:
-    the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``). Returns True
+    the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``); ``gtp``/``egtp``: Megatron-Core
+    0.19's ``gtp_remat_size``/``expert_gtp_remat_size``. Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
-    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology)
+    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology,
+                            gtp=gtp, egtp=egtp)
     backend_b = backend.encode() if backend is not None else None
     args.backend = backend_b
     if timeout is not None:

@@ -145,6 +145,9 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("dist_opt_instances", t.dist_opt_instances)
         .with("order", &t.order)
         .with("rank_offset", t.rank_offset)
+        .with("gtp", t.gtp)
+        .with("egtp", t.egtp)
+        .with("local_world_size", opt(&t.local_world_size))
         .with("embedding", if t.embedding_ranks.is_some() { "custom" } else { "default" })
         .with("position_embedding", if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
         .with("backend", &args.backend)
@@ -169,6 +172,35 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
         world: (first..first + topology.world_size()).collect(),
         kinds: topology.kinds().iter().map(|k| k.key().into_owned()).collect(),
         groups,
+    }
+}
+
+/// Megatron-Core 0.19's kinds whose groups are exactly an earlier kind's with the same
+/// communicator options (e.g. every one of them at gtp = egtp = 1), with that kind: they get no
+/// creation step (no split collective, no communicator) and share its communicators.
+fn aliased_kinds(topology: &Topology, config: &super::CommConfig) -> Vec<(GroupKind, GroupKind)> {
+    topology
+        .kinds()
+        .into_iter()
+        .filter_map(|k| topology.alias_of(k).map(|src| (k, src)))
+        .filter(|(k, src)| config.options_for(&k.key()) == config.options_for(&src.key()))
+        .collect()
+}
+
+/// This rank's groups of the aliased kinds, sharing the communicators of their source kinds.
+fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups: &mut Vec<LiveGroup>) {
+    for (kind, src) in aliases {
+        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == src.key())) else {
+            continue;
+        };
+        let alias = LiveGroup {
+            plan: GroupPlan { kind: kind.key().into_owned(), index: m.group_index() as u32, members: m.members() },
+            group_rank: m.rank,
+            comm_name: shared.comm_name.clone(),
+            comm: shared.comm.clone(),
+            created_in: Duration::ZERO,
+        };
+        groups.push(alias);
     }
 }
 
@@ -237,6 +269,17 @@ fn bring_up(
     }
     // Validate the layout before touching the network: a bad layout fails fast on every rank.
     let topology = Topology::new(args.topology.clone(), env.world_size)?;
+    if topology.rank_offset() != 0 || topology.world_size() != env.world_size {
+        // Every rank knows this: all fail at once instead of waiting for ranks with no group.
+        return Err(RuntimeError::InvalidArgument(format!(
+            "the layout's grid covers ranks {}..{} of a world of {}: the ranks outside it would belong to \
+             no group, and the runtime needs every rank of the world in the grid (launch only the grid's \
+             ranks, or drop local_world_size/rank_offset)",
+            topology.rank_offset(),
+            u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
+            env.world_size
+        )));
+    }
     let view = topology.rank_view(env.rank)?;
     let rng = match args.seed {
         None => None,
@@ -254,7 +297,10 @@ fn bring_up(
             "verification was requested (the default), but {why}: initialize with verify off"
         )));
     }
-    let plan = plan_for(&topology, &view);
+    let mut plan = plan_for(&topology, &view);
+    let aliases = aliased_kinds(&topology, &args.comm_config);
+    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| a.key() == *k));
+    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| a.key() == g.kind));
     backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;
     for kind in &plan.kinds {
         backend.check_options(kind, &args.comm_config.options_for(kind)).map_err(RuntimeError::InvalidArgument)?;
@@ -271,8 +317,9 @@ fn bring_up(
         let t_checkin = start.elapsed();
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
-        let created =
+        let mut created =
             create_groups(&plan, strategy, backend.as_ref(), &group_store, base.as_ref(), &args.comm_config, args.timeout)?;
+        add_alias_groups(&view, &aliases, &mut created.groups);
         let t_groups = start.elapsed();
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank)?

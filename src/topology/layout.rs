@@ -231,6 +231,40 @@ impl Topology {
         v
     }
 
+    /// For Megatron-Core 0.19's kinds: the first earlier kind of this layout whose groups are
+    /// exactly this kind's (e.g. `data_parallel` for `data_parallel_with_gtp_remat` at gtp = 1,
+    /// any single-rank kind for `gtp_weight_remat` at gtp = 1). Rank-independent; `None` for
+    /// other kinds or when no earlier kind has the same groups.
+    pub fn alias_of(&self, kind: GroupKind) -> Option<GroupKind> {
+        use GroupKind::*;
+        let new = [
+            GtpWeightRemat,
+            DataParallelWithGtpRemat,
+            DataParallelWithCpWithGtpRemat,
+            ExpertGtpWeightRemat,
+            ExpertTensorModelPipelineParallelWithEgtp,
+            ExpertDataParallelWithGtpRemat,
+        ];
+        if !new.contains(&kind) || !self.has_kind(kind) {
+            return None;
+        }
+        // The dims of a plain spec that have more than one coordinate: equal on one side means
+        // equal groups; none on either side means single-rank groups on both.
+        let effective = |spec: Spec| match spec {
+            Spec::Plain { side, mask } => {
+                let gen = self.generator(side);
+                let bits = Dim::ALL.iter().filter(|d| mask & d.bit() != 0 && gen.size[**d as usize] > 1);
+                Some((side, bits.fold(0u8, |m, d| m | d.bit())))
+            }
+            _ => None,
+        };
+        let (side, mask) = effective(self.spec(kind))?;
+        self.kinds().into_iter().take_while(|k| *k != kind).find(|&k| match effective(self.spec(k)) {
+            Some((s, m)) => (m == 0 && mask == 0) || (s == side && m == mask),
+            None => false,
+        })
+    }
+
     fn generator(&self, side: Side) -> &Generator {
         match side {
             Side::Dense => &self.dense,

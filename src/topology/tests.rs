@@ -236,6 +236,18 @@ fn gtp_layouts_are_consistent() {
     assert_eq!(m(GroupKind::DataParallelWithGtpRemat, 1), vec![1, 3, 5, 7]);
     assert_eq!(m(GroupKind::ModelParallel, 1), vec![0, 1, 2, 3, 8, 9, 10, 11]);
     assert_eq!(t.group_count(GroupKind::IntraDistributedOptimizerInstance), 1);
+    assert_eq!(t.alias_of(GroupKind::GtpWeightRemat), None);
+    assert_eq!(t.alias_of(GroupKind::ExpertGtpWeightRemat), Some(GroupKind::ContextParallel));
+    assert_eq!(t.alias_of(GroupKind::ExpertDataParallelWithGtpRemat), Some(GroupKind::ExpertDataParallel));
+    // At gtp = 1 every 0.19 kind aliases an older one (cp = 1 gives single-rank groups).
+    let t1 = Topology::new(cfg(2, 2, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 16).unwrap();
+    for k in GroupKind::FIXED[20..].iter() {
+        let src = t1.alias_of(*k).unwrap_or_else(|| panic!("{k}"));
+        let members = |k| t1.groups(k).map(|g| g.unwrap().members()).collect::<Vec<_>>();
+        assert_eq!(members(*k), members(src), "{k} vs {src}");
+    }
+    assert_eq!(t1.alias_of(GroupKind::DataParallelWithGtpRemat), Some(GroupKind::DataParallel));
+    assert_eq!(t1.alias_of(GroupKind::DataParallel), None, "only the 0.19 kinds alias");
     c.dist_opt_instances = 2;
     let e = Topology::new(c, 16).unwrap_err();
     assert!(e.message.contains("2 distributed-optimizer instances"), "{e}");
