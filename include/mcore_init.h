@@ -458,6 +458,12 @@ typedef struct mcore_init_args {
    * unset). Differs between ranks by design, so it is not part of the cross-rank check.
    */
   int32_t device;
+  /**
+   * Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
+   * and (ep > 1) expert-dp groups as separate communicators with the same members (for
+   * overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
+   */
+  bool create_all_gather_groups;
 } mcore_init_args;
 
 /**
@@ -1193,6 +1199,27 @@ mcore_status mcore_runtime_group(int32_t kind, struct mcore_group_info *out);
  * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
  */
 mcore_status mcore_runtime_group_ranks(int32_t kind, uint32_t *buf, size_t len, size_t *out_len);
+
+/**
+ * The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
+ * as `mcore_runtime_group_ranks` does for the group itself.
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
+                                                  uint32_t *buf,
+                                                  size_t len,
+                                                  size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
+ * separate from the group's own). Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `out_comm` is writable.
+ */
+mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
 
 /**
  * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for

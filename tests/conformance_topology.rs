@@ -562,3 +562,51 @@ fn check_file(file: &str, version: Version, min: (usize, usize, usize, usize)) {
         assert!(aliases_compared > 0 && deviations.len() == 2, "{aliases_compared} {deviations:?}");
     }
 }
+
+/// `megatron_all_gather_groups.json`: what 0.19.2's `create_all_gather_groups()` builds. Our twins
+/// are the dp-cp (and, with ep > 1, expert-dp) groups of the layout itself; where 0.19.2 agrees
+/// (default order, no offset, gtp = egtp = 1) its groups must equal ours, elsewhere its groups
+/// differ from the layout's and that is the documented deviation (docs/conformance.md).
+#[test]
+fn all_gather_twins_match_megatron_core_0_19_2_where_it_is_right() {
+    let data = common::read_conformance_json("v0.19.2/megatron_all_gather_groups.json");
+    let (mut agreed, mut deviations) = (0, 0);
+    for entry in data["configs"].as_array().unwrap() {
+        let c = &entry["config"];
+        let id = c["id"].as_str().unwrap();
+        let (cfg, world) = config_of(c);
+        let t = Topology::new(cfg, world).unwrap();
+        let twins = t.all_gather_twin_kinds();
+        let lists = |k: GroupKind| -> Vec<Vec<u32>> { t.groups(k).map(|g| g.unwrap().members()).collect() };
+        let init = |key: &str| -> Vec<Vec<u32>> { entry[key].as_array().unwrap().iter().map(ranks_of).collect() };
+        // The twins duplicate the groups init created (Megatron's own record of them).
+        assert_eq!(lists(GroupKind::DataParallelWithCp), init("init_DATA_PARALLEL_GROUP_WITH_CP"), "{id}");
+        assert_eq!(lists(GroupKind::ExpertDataParallel), init("init_EXPERT_DATA_PARALLEL_GROUP"), "{id}");
+        assert_eq!(twins.contains(&GroupKind::ExpertDataParallel), c["ep"].as_u64() > Some(1), "{id}");
+        let right_in_megatron = c["order"] == mcore_init::topology::DEFAULT_ORDER
+            && c["rank_offset"].as_u64() == Some(0)
+            && c["gtp"].as_u64() == Some(1)
+            && c["egtp"].as_u64() == Some(1);
+        let created = &entry["created_by_helper"];
+        let megatron_twins: Vec<(GroupKind, Vec<Vec<u32>>)> = [
+            (GroupKind::DataParallelWithCp, "DATA_PARALLEL_GROUP_WITH_CP_AG"),
+            (GroupKind::ExpertDataParallel, "EXPERT_DATA_PARALLEL_GROUP_AG"),
+        ]
+        .into_iter()
+        .filter(|(_, k)| created.get(*k).is_some())
+        .map(|(kind, k)| (kind, created[k].as_array().unwrap().iter().map(ranks_of).collect()))
+        .collect();
+        if right_in_megatron {
+            let ours: Vec<(GroupKind, Vec<Vec<u32>>)> = twins.iter().map(|&k| (k, lists(k))).collect();
+            assert_eq!(ours, megatron_twins, "{id}");
+            agreed += 1;
+        } else {
+            assert!(
+                megatron_twins.iter().any(|(k, g)| *g != lists(*k)) || megatron_twins.len() != twins.len(),
+                "{id}: 0.19.2 builds the right twins here: not a deviation"
+            );
+            deviations += 1;
+        }
+    }
+    assert_eq!((agreed, deviations), (2, 5));
+}

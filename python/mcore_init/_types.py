@@ -60,6 +60,7 @@ class InitArgs(ctypes.Structure):
         ("comm_config", ctypes.c_char_p),
         ("split_share", ctypes.c_bool),
         ("device", ctypes.c_int32),
+        ("create_all_gather_groups", ctypes.c_bool),
     ]
 
 

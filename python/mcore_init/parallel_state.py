@@ -65,14 +65,16 @@ def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_paral
                               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True,
                               seed=None, seed_policy="megatron", data_parallel_random_init=False,
                               nccl_communicator_config_path=None, comm_strategy="auto",
-                              gtp_remat_size=1, expert_gtp_remat_size=1) -> bool:
+                              gtp_remat_size=1, expert_gtp_remat_size=1, create_all_gather_groups=False) -> bool:
     """Megatron's ``initialize_model_parallel`` arguments → :func:`mcore_init.runtime.initialize`
     (rendezvous from the environment); ``seed`` also seeds the rank's RNG streams
     (:func:`mcore_init.runtime.rng_tracker`); ``nccl_communicator_config_path`` is Megatron's
     per-group NCCL config YAML; ``gtp_remat_size``/``expert_gtp_remat_size`` are Megatron-Core
-    0.19's weight-rematerialization axes. Returns True when it was already up with these settings."""
+    0.19's weight-rematerialization axes; ``create_all_gather_groups`` does at init what
+    Megatron's post-init helper of that name does (:func:`get_all_gather_group_ranks`). Returns
+    True when it was already up with these settings."""
     return runtime.initialize(
-        gtp=gtp_remat_size, egtp=expert_gtp_remat_size,
+        gtp=gtp_remat_size, egtp=expert_gtp_remat_size, create_all_gather_groups=create_all_gather_groups,
         tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, vpp=virtual_pipeline_model_parallel_size,
         cp=context_parallel_size, hcp=hierarchical_context_parallel_sizes, ep=expert_model_parallel_size,
         etp=expert_tensor_parallel_size, dist_opt_instances=num_distributed_optimizer_instances, order=order,
@@ -366,3 +368,15 @@ def get_expert_data_parallel_group_ranks(partial_expert_data_parallel=False, wit
 def get_intra_distributed_optimizer_instance_group_ranks() -> List[int]:
     return _ranks("intra_distributed_optimizer_instance")
 
+
+
+def get_all_gather_group_ranks(for_expert_parallelism=False) -> List[int]:
+    """The all-gather twin of the dp-cp group (or, ``for_expert_parallelism``, of the expert-dp
+    group; [] when ep = 1, as Megatron returns None): initialize with ``create_all_gather_groups``."""
+    kind = "expert_data_parallel" if for_expert_parallelism else "data_parallel_with_cp"
+    try:
+        return runtime.all_gather_group_ranks(kind)
+    except McoreError as exc:
+        if exc.status == _NOT_MEMBER:
+            return []
+        raise

@@ -118,3 +118,31 @@ def test_parallel_state_gtp_getters_answer_as_megatron_0_19_2():
             assert ours == want, (r, key, ours, want)
             compared += 1
     assert compared == 4 * 19
+
+
+ALL_GATHER = r"""
+import json, sys
+from mcore_init import parallel_state as ps, runtime
+ps.initialize_model_parallel(context_parallel_size=2, expert_model_parallel_size=2, backend=sys.argv[1],
+                             timeout=30, create_all_gather_groups=True)
+out = {
+    "dp_cp": ps.get_data_parallel_group_ranks(with_context_parallel=True),
+    "dp_cp_ag": ps.get_all_gather_group_ranks(),
+    "edp": ps.get_expert_data_parallel_group_ranks(),
+    "edp_ag": ps.get_all_gather_group_ranks(for_expert_parallelism=True),
+    "separate": runtime.all_gather_communicator("data_parallel_with_cp") != runtime.communicator("data_parallel_with_cp"),
+}
+ps.destroy_model_parallel()
+ps.initialize_model_parallel(context_parallel_size=2, backend=sys.argv[1], timeout=30)
+out["without_opt_in"] = ps.get_all_gather_group_ranks()
+print(json.dumps(out))
+"""
+
+
+def test_all_gather_twins_are_separate_verified_communicators():
+    outs = _run_ranks(lambda r: [sys.executable, "-c", ALL_GATHER, str(gloo_plugin())], 4)
+    for r, o in enumerate(outs):
+        assert o["dp_cp_ag"] == o["dp_cp"] == [0, 1, 2, 3], (r, o)
+        assert o["edp_ag"] == o["edp"] and len(o["edp"]) == 2, (r, o)
+        assert o["separate"] is True
+        assert o["without_opt_in"] == []

@@ -52,6 +52,11 @@ pub struct mcore_init_args {
     /// The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
     /// unset). Differs between ranks by design, so it is not part of the cross-rank check.
     pub device: i32,
+    // Appended for Megatron-Core 0.19 (a caller whose struct_size ends before it gets false).
+    /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
+    /// and (ep > 1) expert-dp groups as separate communicators with the same members (for
+    /// overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
+    pub create_all_gather_groups: bool,
 }
 
 impl Default for mcore_init_args {
@@ -71,6 +76,7 @@ impl Default for mcore_init_args {
             comm_config: std::ptr::null(),
             split_share: false,
             device: -1,
+            create_all_gather_groups: false,
         }
     }
 }
@@ -196,6 +202,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
                 -1 => None,
                 d => Some(u32::try_from(d).map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?),
             },
+            create_all_gather_groups: c.create_all_gather_groups,
         };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives
@@ -294,6 +301,56 @@ pub unsafe extern "C" fn mcore_runtime_group(kind: i32, out: *mut mcore_group_in
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_group_ranks(kind: i32, buf: *mut u32, len: usize, out_len: *mut usize) -> mcore_status {
     ffi_guard(|| with_rt(|rt| fill_ranks(live_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
+}
+
+/// This rank's all-gather twin of `kind` (`DATA_PARALLEL_WITH_CP`, or `EXPERT_DATA_PARALLEL` with
+/// ep > 1), when initialized with `create_all_gather_groups`: NOT_MEMBER otherwise.
+fn all_gather_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+    let kind = kind_from_c(kind)?;
+    rt.all_gather_group(kind).ok_or_else(|| {
+        FfiError::new(
+            mcore_status::NotMember,
+            format!(
+                "rank {} has no all-gather twin of {}: twins exist for data_parallel_with_cp (and expert_data_parallel \
+                 when ep > 1) after initializing with create_all_gather_groups",
+                rt.env.rank,
+                kind.key()
+            ),
+        )
+    })
+}
+
+/// The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
+/// as `mcore_runtime_group_ranks` does for the group itself.
+///
+/// # Safety
+/// `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_all_gather_group_ranks(
+    kind: i32,
+    buf: *mut u32,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    ffi_guard(|| with_rt(|rt| fill_ranks(all_gather_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
+}
+
+/// The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
+/// separate from the group's own). Owned by the library until `mcore_destroy`.
+///
+/// # Safety
+/// `out_comm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_all_gather_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
+    ffi_guard(|| {
+        let handle = with_rt(|rt| {
+            let g = all_gather_group(rt, kind)?;
+            let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            Ok(comm.raw_handle())
+        })?;
+        *out_ptr(out_comm, "out_comm")? = handle;
+        Ok(())
+    })
 }
 
 /// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for

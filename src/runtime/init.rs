@@ -50,6 +50,10 @@ pub struct InitArgs {
     pub comm_config: CommConfig,
     /// The CUDA device of this rank's NCCL communicators (`None`: `LOCAL_RANK`, 0 when unset).
     pub device: Option<u32>,
+    /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the
+    /// dp-cp and (ep > 1) expert-dp groups, separate communicators with the same members (for
+    /// overlapping all-gathers); see [`Runtime::all_gather_group`]. Needs per-group creation.
+    pub create_all_gather_groups: bool,
 }
 
 impl Default for InitArgs {
@@ -65,6 +69,7 @@ impl Default for InitArgs {
             comm_strategy: CommStrategy::Auto,
             comm_config: CommConfig::default(),
             device: None,
+            create_all_gather_groups: false,
         }
     }
 }
@@ -108,6 +113,13 @@ impl Runtime {
     /// This rank's group of `kind`, if it is a member.
     pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         let key = kind.key();
+        self.groups.iter().find(|g| g.plan.kind == key)
+    }
+
+    /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`),
+    /// when initialized with `create_all_gather_groups` and the layout has that twin.
+    pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        let key = all_gather_key(kind);
         self.groups.iter().find(|g| g.plan.kind == key)
     }
 
@@ -156,6 +168,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("data_parallel_random_init", args.data_parallel_random_init)
         .with("comm_strategy", args.comm_strategy)
         .with("comm_config", args.comm_config.fingerprint())
+        .with("create_all_gather_groups", args.create_all_gather_groups)
         .with_local("device", opt(&args.device))
 }
 
@@ -201,6 +214,28 @@ fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups:
             created_in: Duration::ZERO,
         };
         groups.push(alias);
+    }
+}
+
+/// The plan key of the all-gather twin of `kind` (`data_parallel_with_cp_all_gather`).
+fn all_gather_key(kind: GroupKind) -> String {
+    format!("{}_all_gather", kind.key())
+}
+
+/// The twins this rank creates: its groups of the layout's twin kinds under their twin keys.
+/// Every kind is listed for every rank (the plan is rank-independent); the twins get the default
+/// communicator options (or those of an entry named by the twin key).
+fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> RankPlan {
+    let kinds = topology.all_gather_twin_kinds();
+    RankPlan {
+        rank: main.rank,
+        world: main.world.clone(),
+        kinds: kinds.iter().map(|&k| all_gather_key(k)).collect(),
+        groups: kinds
+            .iter()
+            .filter_map(|&k| view.get(k))
+            .map(|m| GroupPlan { kind: all_gather_key(m.kind()), index: m.group_index() as u32, members: m.members() })
+            .collect(),
     }
 }
 
@@ -297,6 +332,10 @@ fn bring_up(
             "verification was requested (the default), but {why}: initialize with verify off"
         )));
     }
+    if args.create_all_gather_groups {
+        resolve_strategy(CommStrategy::PerGroup, backend.as_ref())
+            .map_err(|why| RuntimeError::InvalidArgument(format!("create_all_gather_groups creates its twins per group: {why}")))?;
+    }
     let mut plan = plan_for(&topology, &view);
     let aliases = aliased_kinds(&topology, &args.comm_config);
     plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| a.key() == *k));
@@ -320,6 +359,11 @@ fn bring_up(
         let mut created =
             create_groups(&plan, strategy, backend.as_ref(), &group_store, base.as_ref(), &args.comm_config, args.timeout)?;
         add_alias_groups(&view, &aliases, &mut created.groups);
+        if args.create_all_gather_groups {
+            let twins = all_gather_plan(&topology, &view, &plan);
+            let made = create_groups(&twins, CommStrategy::PerGroup, backend.as_ref(), &group_store, base.as_ref(), &args.comm_config, args.timeout)?;
+            created.groups.extend(made.groups);
+        }
         let t_groups = start.elapsed();
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank)?

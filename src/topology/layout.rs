@@ -265,6 +265,19 @@ impl Topology {
         })
     }
 
+    /// The kinds whose groups Megatron-Core's post-init helper `create_all_gather_groups`
+    /// duplicates (all-gather twins, separate communicators for overlap): `data_parallel_with_cp`,
+    /// and `expert_data_parallel` when ep > 1. The twins have exactly these kinds' groups, for
+    /// every order, rank offset and gtp (0.19.2 recomputes them with the default order and no
+    /// offset, which differs there: a documented deviation).
+    pub fn all_gather_twin_kinds(&self) -> Vec<GroupKind> {
+        let mut v = vec![GroupKind::DataParallelWithCp];
+        if self.sizes.ep > 1 {
+            v.push(GroupKind::ExpertDataParallel);
+        }
+        v
+    }
+
     fn generator(&self, side: Side) -> &Generator {
         match side {
             Side::Dense => &self.dense,
