@@ -16,16 +16,6 @@ enum Version {
     V0_19_2,
 }
 
-/// The kinds Megatron-Core 0.19 added (absent from 0.16.1's vectors).
-const KINDS_0_19: [GroupKind; 6] = [
-    GroupKind::GtpWeightRemat,
-    GroupKind::DataParallelWithGtpRemat,
-    GroupKind::DataParallelWithCpWithGtpRemat,
-    GroupKind::ExpertGtpWeightRemat,
-    GroupKind::ExpertTensorModelPipelineParallelWithEgtp,
-    GroupKind::ExpertDataParallelWithGtpRemat,
-];
-
 /// Config fields outside our scope; a config using any of them is skipped (counted by reason).
 /// 0.19.2's options (gtp, egtp, local world, rank offset) are in scope for its vectors.
 fn out_of_scope(c: &Value, version: Version) -> Option<&'static str> {
@@ -505,7 +495,7 @@ fn check_file(file: &str, version: Version, min: (usize, usize, usize, usize)) {
         }
         let mut our_kinds = t.kinds();
         if version == Version::V0_16_1 {
-            our_kinds.retain(|k| !KINDS_0_19.contains(k));
+            our_kinds.retain(|k| !GroupKind::added_in_0_19().contains(k));  // absent from 0.16.1
         }
         our_kinds.sort();
         expected_keys.sort();

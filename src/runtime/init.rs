@@ -224,7 +224,7 @@ fn all_gather_key(kind: GroupKind) -> String {
 
 /// The twins this rank creates: its groups of the layout's twin kinds under their twin keys.
 /// Every kind is listed for every rank (the plan is rank-independent); the twins get the default
-/// communicator options (or those of an entry named by the twin key).
+/// communicator options.
 fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> RankPlan {
     let kinds = topology.all_gather_twin_kinds();
     RankPlan {

@@ -77,6 +77,11 @@ impl GroupKind {
         GroupKind::ExpertDataParallelWithGtpRemat,
     ];
 
+    /// The six kinds Megatron-Core 0.19 added (the tail of [`GroupKind::FIXED`]).
+    pub fn added_in_0_19() -> &'static [GroupKind] {
+        &GroupKind::FIXED[20..]
+    }
+
     /// The key (`tensor_model_parallel`, `hierarchical_context_parallel_1`, ...).
     pub fn key(self) -> Cow<'static, str> {
         use GroupKind::*;

@@ -236,16 +236,7 @@ impl Topology {
     /// any single-rank kind for `gtp_weight_remat` at gtp = 1). Rank-independent; `None` for
     /// other kinds or when no earlier kind has the same groups.
     pub fn alias_of(&self, kind: GroupKind) -> Option<GroupKind> {
-        use GroupKind::*;
-        let new = [
-            GtpWeightRemat,
-            DataParallelWithGtpRemat,
-            DataParallelWithCpWithGtpRemat,
-            ExpertGtpWeightRemat,
-            ExpertTensorModelPipelineParallelWithEgtp,
-            ExpertDataParallelWithGtpRemat,
-        ];
-        if !new.contains(&kind) || !self.has_kind(kind) {
+        if !GroupKind::added_in_0_19().contains(&kind) || !self.has_kind(kind) {
             return None;
         }
         // The dims of a plain spec that have more than one coordinate: equal on one side means

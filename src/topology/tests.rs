@@ -241,7 +241,7 @@ fn gtp_layouts_are_consistent() {
     assert_eq!(t.alias_of(GroupKind::ExpertDataParallelWithGtpRemat), Some(GroupKind::ExpertDataParallel));
     // At gtp = 1 every 0.19 kind aliases an older one (cp = 1 gives single-rank groups).
     let t1 = Topology::new(cfg(2, 2, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 16).unwrap();
-    for k in GroupKind::FIXED[20..].iter() {
+    for k in GroupKind::added_in_0_19() {
         let src = t1.alias_of(*k).unwrap_or_else(|| panic!("{k}"));
         let members = |k| t1.groups(k).map(|g| g.unwrap().members()).collect::<Vec<_>>();
         assert_eq!(members(*k), members(src), "{k} vs {src}");
