@@ -149,26 +149,27 @@ def _dp_gtp_kind(with_context_parallel):
     return "data_parallel_with_cp_with_gtp_remat" if with_context_parallel else "data_parallel_with_gtp_remat"
 
 
+def _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat):
+    """The group a data-parallel getter answers from when it is not the plain (or with-cp) one:
+    the gtp-inclusive group (gtp > 1 and ``with_gtp_remat``, Megatron-Core 0.19), else the
+    intra-partial group; None for the plain one."""
+    if partial_data_parallel and not with_context_parallel:
+        _partial_dp()
+    if with_gtp_remat and (g := _gtp_group(_dp_gtp_kind(with_context_parallel))) is not None:
+        return g
+    return runtime.group("intra_partial_data_parallel_with_cp") if partial_data_parallel else None
+
+
 def get_data_parallel_rank(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
     """Megatron-Core 0.19: with gtp > 1 and ``with_gtp_remat`` (default), the rank in the
     gtp-inclusive group; else in the replicate group."""
-    if with_gtp_remat and (g := _gtp_group(_dp_gtp_kind(with_context_parallel))) is not None:
-        return g.rank
-    if partial_data_parallel:
-        if not with_context_parallel:
-            _partial_dp()
-        return runtime.group("intra_partial_data_parallel_with_cp").rank
-    return _dp("get_data_parallel_rank", with_context_parallel)
+    g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
+    return g.rank if g is not None else _dp("get_data_parallel_rank", with_context_parallel)
 
 
 def get_data_parallel_world_size(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
-    if with_gtp_remat and (g := _gtp_group(_dp_gtp_kind(with_context_parallel))) is not None:
-        return g.size
-    if partial_data_parallel:
-        if not with_context_parallel:
-            _partial_dp()
-        return runtime.group("intra_partial_data_parallel_with_cp").size
-    return _dp("get_data_parallel_world_size", with_context_parallel)
+    g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
+    return g.size if g is not None else _dp("get_data_parallel_world_size", with_context_parallel)
 
 
 def _partial_dp():
@@ -304,14 +305,11 @@ def get_pipeline_model_parallel_group_ranks() -> List[int]:
 
 def get_data_parallel_group_ranks(with_context_parallel=False, partial_data_parallel=False,
                                   with_gtp_remat=True) -> List[int]:
+    if partial_data_parallel and not with_context_parallel:
+        _partial_dp()
     if with_gtp_remat and _gtp_group(_dp_gtp_kind(with_context_parallel)) is not None:
-        if partial_data_parallel and not with_context_parallel:
-            _partial_dp()
         return _ranks(_dp_gtp_kind(with_context_parallel))
     if partial_data_parallel:
-        if not with_context_parallel:
-            raise McoreError(_INVALID_ARGUMENT, "invalid argument",
-                             "partial_data_parallel=True needs with_context_parallel=True (as in Megatron)")
         return _ranks("intra_partial_data_parallel_with_cp")
     return _ranks("data_parallel_with_cp" if with_context_parallel else "data_parallel")
 
