@@ -20,41 +20,10 @@ use super::RngError;
 use std::fmt;
 use std::str::FromStr;
 
-/// Group-kind keys of DESIGN.md (plus `hierarchical_context_parallel_<i>`).
-pub const GROUP_KIND_KEYS: &[&str] = &[
-    "tensor_model_parallel",
-    "pipeline_model_parallel",
-    "data_parallel",
-    "data_parallel_with_cp",
-    "context_parallel",
-    "model_parallel",
-    "tensor_and_data_parallel",
-    "tensor_and_data_parallel_with_cp",
-    "tensor_and_context_parallel",
-    "intra_partial_data_parallel_with_cp",
-    "intra_distributed_optimizer_instance",
-    "embedding",
-    "position_embedding",
-    "expert_model_parallel",
-    "expert_tensor_parallel",
-    "expert_tensor_and_model_parallel",
-    "expert_tensor_model_pipeline_parallel",
-    "expert_data_parallel",
-    "intra_partial_expert_data_parallel",
-    "inter_partial_expert_data_parallel",
-    "gtp_weight_remat",
-    "data_parallel_with_gtp_remat",
-    "data_parallel_with_cp_with_gtp_remat",
-    "expert_gtp_weight_remat",
-    "expert_tensor_model_pipeline_parallel_with_egtp",
-    "expert_data_parallel_with_gtp_remat",
-];
-
+/// A group-kind key of the topology engine (`tensor_model_parallel`, ...,
+/// `hierarchical_context_parallel_<i>`).
 fn is_group_kind_key(key: &str) -> bool {
-    GROUP_KIND_KEYS.contains(&key)
-        || key
-            .strip_prefix("hierarchical_context_parallel_")
-            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+    crate::topology::GroupKind::from_key(key).is_some()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
