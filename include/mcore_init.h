@@ -194,6 +194,30 @@ enum mcore_group_kind
   MCORE_GROUP_KIND_INTRA_PARTIAL_EXPERT_DATA_PARALLEL = 18,
   MCORE_GROUP_KIND_INTER_PARTIAL_EXPERT_DATA_PARALLEL = 19,
   /**
+   * Megatron-Core 0.19 (gtp_remat_size): ranks equal in every dense coordinate but gtp.
+   */
+  MCORE_GROUP_KIND_GTP_WEIGHT_REMAT = 20,
+  /**
+   * Megatron-Core 0.19: data-parallel with its gtp peers (the data-parallel groups at gtp = 1).
+   */
+  MCORE_GROUP_KIND_DATA_PARALLEL_WITH_GTP_REMAT = 21,
+  /**
+   * Megatron-Core 0.19: data-parallel with cp and gtp peers.
+   */
+  MCORE_GROUP_KIND_DATA_PARALLEL_WITH_CP_WITH_GTP_REMAT = 22,
+  /**
+   * Megatron-Core 0.19 (expert_gtp_remat_size): ranks equal in every expert coordinate but egtp.
+   */
+  MCORE_GROUP_KIND_EXPERT_GTP_WEIGHT_REMAT = 23,
+  /**
+   * Megatron-Core 0.19: an etp x ep x pp group merged with its egtp peers.
+   */
+  MCORE_GROUP_KIND_EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_WITH_EGTP = 24,
+  /**
+   * Megatron-Core 0.19: expert data-parallel with its egtp peers.
+   */
+  MCORE_GROUP_KIND_EXPERT_DATA_PARALLEL_WITH_GTP_REMAT = 25,
+  /**
    * Level 0 of hierarchical context parallelism; level i is this value + i.
    */
   MCORE_GROUP_KIND_HIERARCHICAL_CONTEXT_PARALLEL = 1000,
@@ -359,6 +383,21 @@ typedef struct mcore_topology_config {
    * Called with `user_data` when the topology is destroyed; may be NULL.
    */
   mcore_user_data_free_fn user_data_free;
+  /**
+   * Megatron-Core 0.19's `gtp_remat_size` (default 1 = off).
+   */
+  int32_t gtp;
+  /**
+   * Megatron-Core 0.19's `expert_gtp_remat_size` (default 1 = off).
+   */
+  int32_t egtp;
+  /**
+   * Megatron-Core 0.19's `local_world_size`: when > 0, the `world_size` given to create is the
+   * whole world and the grid covers `rank_offset .. rank_offset + local_world_size` of it
+   * (other ranks are in no group: NOT_MEMBER, see `mcore_topology_rank_in_grid`). 0 = the grid
+   * is the given world size (default).
+   */
+  int32_t local_world_size;
 } mcore_topology_config;
 
 /**
@@ -430,6 +469,12 @@ typedef struct mcore_init_args {
    * unset). Differs between ranks by design, so it is not part of the cross-rank check.
    */
   int32_t device;
+  /**
+   * Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
+   * and (ep > 1) expert-dp groups as separate communicators with the same members (for
+   * overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
+   */
+  bool create_all_gather_groups;
 } mcore_init_args;
 
 /**
@@ -1176,6 +1221,27 @@ mcore_status mcore_runtime_group(int32_t kind, struct mcore_group_info *out);
 mcore_status mcore_runtime_group_ranks(int32_t kind, uint32_t *buf, size_t len, size_t *out_len);
 
 /**
+ * The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
+ * as `mcore_runtime_group_ranks` does for the group itself.
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
+                                                  uint32_t *buf,
+                                                  size_t len,
+                                                  size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
+ * separate from the group's own). Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `out_comm` is writable.
+ */
+mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
+
+/**
  * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
  * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
  *
@@ -1476,6 +1542,29 @@ mcore_status mcore_topology_group_ranks(const struct mcore_topology *t,
                                         uint32_t *buf,
                                         size_t len,
                                         size_t *out_len);
+
+/**
+ * Megatron-Core 0.19's sizes of a layout (kept out of `mcore_topology_sizes`, whose size is
+ * fixed): gtp and egtp (1 = off), the whole world's size and the local world size (0 when none
+ * was given; the grid is then `mcore_topology_sizes.world_size` ranks).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_get_gtp_sizes(const struct mcore_topology *t,
+                                          uint32_t *out_gtp,
+                                          uint32_t *out_egtp,
+                                          uint32_t *out_total_world_size,
+                                          uint32_t *out_local_world_size);
+
+/**
+ * Whether `rank` is in the grid: false for a rank of the world outside `rank_offset ..
+ * rank_offset + local_world_size` (it belongs to no group), OUT_OF_RANGE beyond the world.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_rank_in_grid(const struct mcore_topology *t, uint32_t rank, bool *out);
 
 /**
  * Number of groups of `kind` in the layout (0 for a kind it does not have).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test of the project: Rust unit + integration tests (conformance vectors read from
-# ../shared/conformance), then each suite in scripts/test.d/ in name order (C examples, C++,
+# tests/data/conformance), then each suite in scripts/test.d/ in name order (C examples, C++,
 # Python, multi-process). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."

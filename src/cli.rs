@@ -84,6 +84,9 @@ pub fn layout_flag(config: &mut TopologyConfig, flag: &str, value: &str) -> Resu
         "--dist-opt-instances" => config.dist_opt_instances = n(value)?,
         "--order" => config.order = value.to_string(),
         "--rank-offset" => config.rank_offset = n(value)?,
+        "--gtp" => config.gtp = n(value)?,
+        "--egtp" => config.egtp = n(value)?,
+        "--local-world-size" => config.local_world_size = Some(n(value)?),
         _ => return Ok(false),
     }
     Ok(true)
@@ -127,6 +130,10 @@ mod tests {
         assert_eq!(layout_flag(&mut cfg, "--pp", "-3").unwrap_err(), "--pp: -3 is negative");
         assert!(layout_flag(&mut cfg, "--hcp", "2,,2").unwrap_err().contains("'2,,2'"));
         assert!(!layout_flag(&mut cfg, "--bogus", "1").unwrap());
+        assert!(layout_flag(&mut cfg, "--gtp", "2").unwrap() && layout_flag(&mut cfg, "--egtp", "4").unwrap());
+        assert!(layout_flag(&mut cfg, "--local-world-size", "8").unwrap());
+        assert_eq!((cfg.gtp, cfg.egtp, cfg.local_world_size), (2, 4, Some(8)));
+        assert_eq!(layout_flag(&mut cfg, "--gtp", "x").unwrap_err(), "--gtp: 'x' is not an integer");
         let a = args(&["--tp"]);
         let mut f = Flags::new(&a);
         let (flag, inline) = f.next().unwrap();

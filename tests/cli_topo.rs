@@ -141,3 +141,40 @@ fn invalid_input_exits_2_with_one_line() {
         assert!(err.contains(needle), "{args:?}: '{err}' lacks '{needle}'");
     }
 }
+
+/// Megatron-Core 0.19's options: the six new kinds in the table and the JSON (checked against the
+/// engine), the remat streams under `--seed`, and a clear line for a rank outside a local world.
+#[test]
+fn gtp_kinds_streams_and_local_world() {
+    let args = ["--world-size", "16", "--tp", "2", "--gtp", "2", "--pp", "2"];
+    let out = topo(&args);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("gtp_weight_remat ")).expect("gtp row");
+    assert!(line.contains("[0,2] [1,3]"), "{line}");
+    for key in ["data_parallel_with_gtp_remat ", "expert_tensor_model_pipeline_parallel_with_egtp "] {
+        assert!(text.lines().any(|l| l.starts_with(key)), "{key} missing:\n{text}");
+    }
+    let cfg = TopologyConfig { tp: 2, pp: 2, gtp: 2, ..Default::default() };
+    let t = Topology::new(cfg, 16).unwrap();
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let v = stdout_json(&topo(&json_args));
+    for kind in t.kinds() {
+        let want: Vec<Vec<u32>> = t.groups(kind).map(|g| g.unwrap().members()).collect();
+        assert_eq!(v["groups"][&*kind.key()], serde_json::json!(want), "{kind}");
+    }
+    assert_eq!(v["sizes"]["gtp"], 2);
+    let mut seed_args = args.to_vec();
+    seed_args.extend(["--seed", "1234", "--rank", "3"]);
+    let text = String::from_utf8(topo(&seed_args).stdout).unwrap();
+    // rank 3: tp 1, gtp 1, pp 0 -> model 1234+2718+1, gtp stream model + 2·65536
+    assert!(text.contains(&format!("gtp-remat-rng={}", 1234 + 2718 + 1 + 2 * 65536)), "{text}");
+    let local = ["--world-size", "16", "--tp", "2", "--local-world-size", "8", "--rank-offset", "8", "--rank", "3"];
+    let out = topo(&local);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8(out.stdout).unwrap().contains("rank 3 is outside the grid (ranks 8..15 of a world of 16)"));
+    let out = topo(&["--world-size", "16", "--local-world-size", "8", "--rank-offset", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exceeds the world size 16"));
+}

@@ -1,5 +1,5 @@
 //! `mcore-topo --seed` end to end against Megatron-Core: for every `set_random_seed` case of
-//! ../shared/conformance/megatron_rng_seeds.json, the tool's per-rank streams (computed from the
+//! tests/data/conformance/megatron_rng_seeds.json, the tool's per-rank streams (computed from the
 //! layout it prints) equal the seeds Megatron's training initializer gave each rank; a rank where
 //! Megatron raised (seed collision) makes the tool exit 2 naming that rank.
 

@@ -1,5 +1,7 @@
-//! Every seed vector of `megatron_rng_seeds.json` (Megatron-Core 0.16.1 run with a modelled CUDA
-//! generator) against the rng module, plus the PyTorch RFC's sharded-seed tables.
+//! Every seed vector of `megatron_rng_seeds.json` (Megatron-Core 0.16.1, and 0.19.2 in
+//! `v0.19.2/`, run with a modelled CUDA generator) against the rng module, plus the PyTorch RFC's
+//! sharded-seed tables. The 0.19.2 per-rank cases are also recomputed from the layout itself
+//! (gtp-inclusive data-parallel rank, gtp/egtp ranks; ranks outside a local world have no seeds).
 
 mod common;
 
@@ -10,8 +12,16 @@ use mcore_init::rng::{
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+const V016: &str = "megatron_rng_seeds.json";
+const V019: &str = "v0.19.2/megatron_rng_seeds.json";
+
 fn vectors() -> Value {
-    common::read_conformance_json("megatron_rng_seeds.json")
+    common::read_conformance_json(V016)
+}
+
+/// Both releases' files (their RNG agrees wherever both have a feature).
+fn both() -> [Value; 2] {
+    [common::read_conformance_json(V016), common::read_conformance_json(V019)]
 }
 
 fn u32_of(v: &Value, key: &str) -> u32 {
@@ -69,19 +79,58 @@ fn check_default_after(t: &Tracker, want: &Value, ctx: &str) {
 
 #[test]
 fn tracker_names_match() {
-    let v = vectors();
-    assert_eq!(v["megatron_tree"], "v0.16.1");
-    assert_eq!(v["tracker_names"]["model"], mcore_init::rng::tracker::MODEL_PARALLEL_RNG);
-    assert_eq!(v["tracker_names"]["expert"], mcore_init::rng::tracker::EXPERT_PARALLEL_RNG);
-    assert_eq!(v["tracker_names"]["data"], mcore_init::rng::tracker::DATA_PARALLEL_RNG);
+    use mcore_init::rng::tracker::*;
+    for v in both() {
+        assert_eq!(v["tracker_names"]["model"], MODEL_PARALLEL_RNG);
+        assert_eq!(v["tracker_names"]["expert"], EXPERT_PARALLEL_RNG);
+        assert_eq!(v["tracker_names"]["data"], DATA_PARALLEL_RNG);
+    }
+    let v = common::read_conformance_json(V019);
+    assert_eq!(v["tracker_names"]["gtp_remat"], GTP_REMAT_RNG);
+    assert_eq!(v["tracker_names"]["egtp_remat"], EGTP_REMAT_RNG);
 }
 
 #[test]
 fn set_random_seed_every_rank() {
-    let v = vectors();
+    set_random_seed_cases(&vectors(), 18, 1000, 4);
+}
+
+#[test]
+fn set_random_seed_every_rank_0_19_2() {
+    let v = common::read_conformance_json(V019);
+    let from_layout = set_random_seed_cases(&v, 32, 1000, 4);
+    assert!(from_layout > 1000, "{from_layout} ranks recomputed from the layout");
+}
+
+fn u32_or(v: &Value, key: &str, default: u32) -> u32 {
+    v[key].as_u64().map_or(default, |x| x as u32)
+}
+
+/// The topology of a seed case's config (0.19.2 fields included).
+fn topology_of(c: &Value) -> mcore_init::topology::Topology {
+    let world = u32_of(c, "world_size");
+    let cfg = mcore_init::topology::TopologyConfig {
+        tp: u32_of(c, "tp"),
+        pp: u32_of(c, "pp"),
+        cp: u32_of(c, "cp"),
+        ep: u32_of(c, "ep"),
+        etp: c["etp"].as_u64().map(|v| v as u32),
+        vpp: c["vpp"].as_u64().map(|v| v as u32),
+        order: c["order"].as_str().unwrap_or(mcore_init::topology::DEFAULT_ORDER).to_string(),
+        gtp: u32_or(c, "gtp", 1),
+        egtp: u32_or(c, "egtp", 1),
+        rank_offset: u32_or(c, "rank_offset", 0),
+        local_world_size: Some(u32_or(c, "local_world_size", world)),
+        ..Default::default()
+    };
+    mcore_init::topology::Topology::new(cfg, world).unwrap_or_else(|e| panic!("{c}: {e}"))
+}
+
+/// Check every rank of every case; returns how many ranks were also recomputed from the layout.
+fn set_random_seed_cases(v: &Value, min_cases: usize, min_ranks: usize, min_errors: usize) -> usize {
     let cases = v["set_random_seed"].as_array().unwrap();
-    assert!(cases.len() >= 18);
-    let (mut ranks, mut errors) = (0, 0);
+    assert!(cases.len() >= min_cases);
+    let (mut ranks, mut errors, mut from_layout) = (0, 0, 0);
     for case in cases {
         let id = case["config"]["id"].as_str().unwrap();
         let req = SeedRequest {
@@ -91,7 +140,17 @@ fn set_random_seed_every_rank() {
             positions: vec![],
         };
         let world = case["config"]["world_size"].as_u64().unwrap() as u32;
+        let layout = (v["megatron_tree"] != "v0.16.1").then(|| topology_of(&case["config"]));
         for r in case["ranks"].as_array().unwrap() {
+            if r["pp_rank"].is_object() {
+                // Outside the local world: Megatron fails at the first getter; so do we.
+                let t = layout.as_ref().expect("only 0.19.2 has local worlds");
+                let e = mcore_init::rng::layout::coordinates(t, u32_of(r, "rank")).unwrap_err();
+                assert!(e.to_string().contains("belongs to no group"), "{id}: {e}");
+                assert!(r["result"]["error"].is_object(), "{id}");
+                errors += 1;
+                continue;
+            }
             let coords = RankCoordinates {
                 world_size: world,
                 rank: u32_of(r, "rank"),
@@ -102,8 +161,18 @@ fn set_random_seed_every_rank() {
                 ep_rank: u32_of(r, "ep_rank"),
                 etp_rank: u32_of(r, "etp_rank"),
                 layout_fingerprint: 0,
+                gtp_rank: u32_or(r, "gtp_rank", 0),
+                gtp_size: u32_or(r, "gtp_world", 1),
+                egtp_rank: u32_or(r, "egtp_rank", 0),
+                egtp_size: u32_or(r, "egtp_world", 1),
             };
             let ctx = format!("{id} seed {} dpri {} rank {}", req.seed, req.data_parallel_random_init, coords.rank);
+            if let Some(t) = &layout {
+                let ours = mcore_init::rng::layout::coordinates(t, coords.rank).unwrap();
+                let ours = RankCoordinates { layout_fingerprint: 0, world_size: world, ..ours };
+                assert_eq!(ours, coords, "{ctx}: coordinates from the layout");
+                from_layout += 1;
+            }
             let plan = seed_plan(&req, &coords).unwrap();
             for call in r["cpu_seed_calls"].as_array().unwrap() {
                 assert_eq!(call[1].as_u64().unwrap(), plan.cpu, "{ctx}: {}", call[0]);
@@ -121,7 +190,14 @@ fn set_random_seed_every_rank() {
             match stream_seeds(&req, &coords) {
                 Ok(list) => {
                     let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
-                    assert_eq!(names, ["default", "data-parallel-rng", "model-parallel-rng", "expert-parallel-rng"]);
+                    let mut want = vec!["default", "data-parallel-rng", "model-parallel-rng", "expert-parallel-rng"];
+                    if coords.gtp_size > 1 {
+                        want.push("gtp-remat-rng");
+                    }
+                    if coords.egtp_size > 1 {
+                        want.push("egtp-remat-rng");
+                    }
+                    assert_eq!(names, want, "{ctx}");
                     assert_eq!(&list[1..].iter().map(|(_, s)| *s).collect::<Vec<_>>(), &want_calls[1..], "{ctx}");
                 }
                 Err(e) => {
@@ -132,13 +208,19 @@ fn set_random_seed_every_rank() {
             ranks += 1;
         }
     }
-    assert!(ranks > 1000, "{ranks} ranks checked");
-    assert!(errors >= 4, "the rng0009 collisions ({errors})");
+    assert!(ranks > min_ranks, "{ranks} ranks checked");
+    assert!(errors >= min_errors, "the rng0009 collisions ({errors})");
+    from_layout
 }
 
 #[test]
 fn bad_seeds_rejected_like_the_training_wrapper() {
-    let v = vectors();
+    for v in both() {
+        bad_seed_cases(&v);
+    }
+}
+
+fn bad_seed_cases(v: &Value) {
     for case in v["set_random_seed_bad_seed"].as_array().unwrap() {
         let seed = case["seed"].as_i64();
         let err = check_training_seed(seed).unwrap_err();
@@ -157,7 +239,12 @@ fn bad_seeds_rejected_like_the_training_wrapper() {
 
 #[test]
 fn model_parallel_cuda_manual_seed_direct() {
-    let v = vectors();
+    for v in both() {
+        direct_cases(&v);
+    }
+}
+
+fn direct_cases(v: &Value) {
     let cases = v["model_parallel_cuda_manual_seed_direct"].as_array().unwrap();
     assert!(cases.len() > 100);
     for case in cases {
@@ -186,7 +273,12 @@ fn model_parallel_cuda_manual_seed_direct() {
 
 #[test]
 fn tracker_scenarios_step_by_step() {
-    let v = vectors();
+    for v in both() {
+        tracker_scenarios(&v);
+    }
+}
+
+fn tracker_scenarios(v: &Value) {
     let scenarios = v["tracker_scenarios"].as_array().unwrap();
     assert!(scenarios.len() >= 13);
     let mut steps_checked = 0;

@@ -1,6 +1,7 @@
-//! Conformance of the topology engine with Megatron-Core 0.16.1: every group of every kind, every
-//! per-rank query that maps to our API, and every accept/reject decision, read at test time from
-//! `megatron_groups.json.gz` (see shared/conformance/README.md).
+//! Conformance of the topology engine with Megatron-Core 0.16.1 and 0.19.2: every group of every
+//! kind, every per-rank query that maps to our API, and every accept/reject decision, read at test
+//! time from `tests/data/conformance/{,v0.19.2/}megatron_groups.json.gz` (see docs/conformance.md,
+//! which also lists the documented deviations from 0.19.2's defects checked here).
 
 mod common;
 
@@ -8,19 +9,29 @@ use mcore_init::topology::{GroupKind, Topology, TopologyConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// Which Megatron-Core release a vector file comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Version {
+    V0_16_1,
+    V0_19_2,
+}
+
 /// Config fields outside our scope; a config using any of them is skipped (counted by reason).
-fn out_of_scope(c: &Value) -> Option<&'static str> {
-    if !c["local_world_size"].is_null() {
-        return Some("local_world_size");
-    }
-    if c["rank_offset"].as_i64() != Some(0) {
-        return Some("rank_offset != 0");
+/// 0.19.2's options (gtp, egtp, local world, rank offset) are in scope for its vectors.
+fn out_of_scope(c: &Value, version: Version) -> Option<&'static str> {
+    if version == Version::V0_16_1 {
+        if !c["local_world_size"].is_null() {
+            return Some("local_world_size");
+        }
+        if c["rank_offset"].as_i64() != Some(0) {
+            return Some("rank_offset != 0");
+        }
+        if c["gtp"].as_i64() != Some(1) || c["egtp"].as_i64().unwrap_or(1) != 1 {
+            return Some("gtp");
+        }
     }
     if c["hybrid_cp"].as_bool() == Some(true) {
         return Some("hybrid_cp");
-    }
-    if c["gtp"].as_i64() != Some(1) || c["egtp"].as_i64().unwrap_or(1) != 1 {
-        return Some("gtp");
     }
     if c["use_sharp"].as_bool() == Some(true) || !c["sharp_enabled_group"].is_null() {
         return Some("use_sharp");
@@ -38,7 +49,21 @@ fn u32_of(v: &Value, what: &str) -> u32 {
     v.as_u64().unwrap_or_else(|| panic!("{what}: {v}")) as u32
 }
 
+/// A documented deviation from 0.19.2 (docs/conformance.md): the config and why we differ.
+fn deviation(c: &Value) -> Option<&'static str> {
+    let order = c["order"].as_str().unwrap_or("");
+    if !order.to_lowercase().split('-').any(|t| t == "tp") {
+        return Some("order without tp: 0.19.2 rejects it ('tp' is not in list), we accept it as 0.16.1 does");
+    }
+    let remat = c["gtp"].as_i64().unwrap_or(1) > 1 || c["egtp"].as_i64().unwrap_or(1) > 1;
+    if remat && order != order.to_lowercase() {
+        return Some("upper-case order with gtp: 0.19.2 puts gtp first, we put it after tp as for lower case");
+    }
+    None
+}
+
 fn config_of(c: &Value) -> (TopologyConfig, u32) {
+    let world = u32_of(&c["world_size"], "world_size");
     let cfg = TopologyConfig {
         tp: u32_of(&c["tp"], "tp"),
         pp: u32_of(&c["pp"], "pp"),
@@ -52,9 +77,34 @@ fn config_of(c: &Value) -> (TopologyConfig, u32) {
         etp: c["etp"].as_u64().map(|v| v as u32),
         dist_opt_instances: u32_of(&c["nd"], "nd"),
         order: c["order"].as_str().expect("order").to_string(),
+        gtp: c["gtp"].as_u64().unwrap_or(1) as u32,
+        egtp: c["egtp"].as_u64().unwrap_or(1) as u32,
+        rank_offset: c["rank_offset"].as_u64().unwrap_or(0) as u32,
+        // Megatron's grid is always `local_world_size` (default: the world) ranks of the world.
+        local_world_size: Some(c["local_world_size"].as_u64().map_or(world, |v| v as u32)),
         ..Default::default()
     };
-    (cfg, u32_of(&c["world_size"], "world_size"))
+    (cfg, world)
+}
+
+/// 0.19.2's module globals that only alias groups of our kinds: the intra-partial groups with
+/// gtp are the gtp-inclusive groups when the axis is > 1 (a single optimizer instance is then
+/// required), else the intra-partial groups without it.
+fn alias_global(name: &str, t: &Topology) -> Option<GroupKind> {
+    let s = t.sizes();
+    match name {
+        "_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP_WITH_GTP_REMAT" => Some(if s.gtp > 1 {
+            GroupKind::DataParallelWithCpWithGtpRemat
+        } else {
+            GroupKind::IntraPartialDataParallelWithCp
+        }),
+        "_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP_WITH_GTP_REMAT" => Some(if s.egtp > 1 {
+            GroupKind::ExpertDataParallelWithGtpRemat
+        } else {
+            GroupKind::IntraPartialExpertDataParallel
+        }),
+        _ => None,
+    }
 }
 
 /// DESIGN.md's key for a Megatron module global, or why it is not one of ours.
@@ -105,6 +155,18 @@ fn grank(t: &Topology, kind: GroupKind, rank: u32) -> Answer {
 fn src(t: &Topology, kind: GroupKind, rank: u32) -> Answer {
     Answer::Int(t.group_of(kind, rank).unwrap().map(|g| i64::from(g.first())))
 }
+fn ranks(t: &Topology, kind: GroupKind, rank: u32) -> Answer {
+    t.group_of(kind, rank)
+        .unwrap()
+        .map_or(Answer::Error, |g| Answer::Ints(g.iter().map(i64::from).collect()))
+}
+/// The gtp size/rank getters answer 0 on a rank outside the grid (0.19.2).
+fn or_zero(a: Answer) -> Answer {
+    match a {
+        Answer::Int(None) => Answer::Int(Some(0)),
+        a => a,
+    }
+}
 fn boolean(r: Result<bool, mcore_init::topology::TopologyError>) -> Answer {
     r.map_or(Answer::Error, Answer::Bool)
 }
@@ -122,7 +184,7 @@ fn parse_key(key: &str) -> (&str, BTreeMap<&str, &str>) {
 }
 
 /// Map one query to our API. `Err(reason)` = unmapped.
-fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
+fn answer(t: &Topology, version: Version, rank: u32, key: &str) -> Result<Answer, &'static str> {
     use GroupKind::*;
     let (name, args) = parse_key(key);
     let flag = |k: &str| args.get(k).map(|v| *v == "True");
@@ -156,36 +218,54 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
     } else {
         vp_stage
     };
-    let dp_kind = match (wcp, partial) {
+    // 0.19: `with_gtp_remat` (default True) selects the gtp-inclusive groups when gtp > 1.
+    let gtp = t.sizes().gtp > 1 && flag("with_gtp_remat").unwrap_or(true);
+    let egtp = t.sizes().egtp > 1 && flag("with_gtp_remat").unwrap_or(true);
+    let replicate_dp_kind = match (wcp, partial) {
         (false, false) => Some(DataParallel),
         (true, false) => Some(DataParallelWithCp),
         (true, true) => Some(IntraPartialDataParallelWithCp),
         (false, true) => None,
     };
+    let dp_kind = match (wcp, gtp) {
+        (false, true) if !partial => Some(DataParallelWithGtpRemat),
+        (true, true) => Some(DataParallelWithCpWithGtpRemat),
+        _ => replicate_dp_kind,
+    };
     let dp_kind = || dp_kind.ok_or("partial data parallel without cp is not a group kind");
-    let edp_kind = if flag("partial_expert_data_parallel").unwrap_or(false) {
+    let edp_kind = if egtp {
+        ExpertDataParallelWithGtpRemat
+    } else if flag("partial_expert_data_parallel").unwrap_or(false) {
         IntraPartialExpertDataParallel
     } else {
         ExpertDataParallel
+    };
+    let etmp_kind = if flag("with_egtp_remat").unwrap_or(false) {
+        ExpertTensorModelPipelineParallelWithEgtp
+    } else {
+        ExpertTensorModelPipelineParallel
     };
     let tdp_kind = if wcp {
         TensorAndDataParallelWithCp
     } else {
         TensorAndDataParallel
     };
-    let p = || t.pipeline(rank).unwrap();
+    let pipe = t.pipeline(rank);
+    let p_int = |f: fn(&mcore_init::topology::PipelineView) -> u32| {
+        pipe.as_ref().map_or(Answer::Error, |p| Answer::Int(Some(i64::from(f(p)))))
+    };
     Ok(match name {
         "get_tensor_model_parallel_group" => group(t, TensorModelParallel, rank),
         "get_tensor_model_parallel_world_size" => size(t, TensorModelParallel, rank),
         "get_tensor_model_parallel_rank" => grank(t, TensorModelParallel, rank),
         "get_tensor_model_parallel_src_rank" => src(t, TensorModelParallel, rank),
         "get_pipeline_model_parallel_group" => group(t, PipelineModelParallel, rank),
-        "get_pipeline_model_parallel_world_size" => Answer::Int(Some(i64::from(p().size))),
-        "get_pipeline_model_parallel_rank" => Answer::Int(Some(i64::from(p().rank))),
-        "get_pipeline_model_parallel_first_rank" => Answer::Int(Some(i64::from(p().first))),
-        "get_pipeline_model_parallel_last_rank" => Answer::Int(Some(i64::from(p().last))),
-        "get_pipeline_model_parallel_next_rank" => Answer::Int(Some(i64::from(p().next))),
-        "get_pipeline_model_parallel_prev_rank" => Answer::Int(Some(i64::from(p().prev))),
+        "get_pipeline_model_parallel_world_size" => p_int(|p| p.size),
+        "get_pipeline_model_parallel_rank" => p_int(|p| p.rank),
+        "get_pipeline_model_parallel_first_rank" => p_int(|p| p.first),
+        "get_pipeline_model_parallel_last_rank" => p_int(|p| p.last),
+        "get_pipeline_model_parallel_next_rank" => p_int(|p| p.next),
+        "get_pipeline_model_parallel_prev_rank" => p_int(|p| p.prev),
         "is_pipeline_first_stage" => boolean(t.is_pipeline_first_stage(rank, stage)),
         "is_pipeline_last_stage" => boolean(t.is_pipeline_last_stage(rank, stage)),
         "is_rank_in_embedding_group" => boolean(t.is_rank_in_embedding_group(rank, stage)),
@@ -195,20 +275,17 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
         "get_data_parallel_group" => group(t, dp_kind()?, rank),
         "get_data_parallel_world_size" => size(t, dp_kind()?, rank),
         "get_data_parallel_rank" => grank(t, dp_kind()?, rank),
-        "get_data_parallel_src_rank" => src(t, dp_kind()?, rank),
+        // 0.19.2 answers from the replicate group even with gtp (reproduced; docs/conformance.md).
+        "get_data_parallel_src_rank" => src(t, replicate_dp_kind.ok_or("partial dp without cp")?, rank),
         "get_context_parallel_group" => group(t, ContextParallel, rank),
-        "get_context_parallel_global_ranks" => Answer::Ints(
-            t.group_of(ContextParallel, rank)
-                .unwrap()
-                .unwrap()
-                .iter()
-                .map(i64::from)
-                .collect(),
-        ),
+        "get_context_parallel_global_ranks" => ranks(t, ContextParallel, rank),
         "get_context_parallel_world_size" => size(t, ContextParallel, rank),
         "get_context_parallel_rank" => grank(t, ContextParallel, rank),
         "get_hierarchical_context_parallel_groups" => {
             let levels = t.hierarchical_cp_levels();
+            if !t.in_grid(rank) {
+                return Ok(Answer::Groups(None));
+            }
             Answer::Groups((levels > 0).then(|| {
                 (0..levels)
                     .map(|i| {
@@ -247,13 +324,23 @@ fn answer(t: &Topology, rank: u32, key: &str) -> Result<Answer, &'static str> {
         "get_expert_tensor_and_model_parallel_group" => group(t, ExpertTensorAndModelParallel, rank),
         "get_expert_tensor_and_model_parallel_world_size" => size(t, ExpertTensorAndModelParallel, rank),
         "get_expert_tensor_and_model_parallel_rank" => grank(t, ExpertTensorAndModelParallel, rank),
-        "get_expert_tensor_model_pipeline_parallel_group" => group(t, ExpertTensorModelPipelineParallel, rank),
+        "get_expert_tensor_model_pipeline_parallel_group" => group(t, etmp_kind, rank),
         "get_expert_data_parallel_group" | "get_data_modulo_expert_parallel_group" => group(t, edp_kind, rank),
         "get_expert_data_parallel_world_size" => size(t, edp_kind, rank),
         "get_expert_data_parallel_rank" => grank(t, edp_kind, rank),
         "get_intra_distributed_optimizer_instance_group" => group(t, IntraDistributedOptimizerInstance, rank),
         "get_inter_distributed_optimizer_instance_group" => group(t, InterPartialExpertDataParallel, rank),
-        "get_all_ranks" => Answer::Str(t.rank_view(rank).unwrap().all_ranks_string()),
+        "get_all_ranks" => t.rank_view(rank).map_or(Answer::Error, |v| {
+            Answer::Str(if version == Version::V0_16_1 { v.all_ranks_string_0_16() } else { v.all_ranks_string() })
+        }),
+        "get_gtp_weight_remat_group" => group(t, GtpWeightRemat, rank),
+        "get_gtp_weight_remat_world_size" => or_zero(size(t, GtpWeightRemat, rank)),
+        "get_gtp_weight_remat_rank" => or_zero(grank(t, GtpWeightRemat, rank)),
+        "get_gtp_weight_remat_global_ranks" => ranks(t, GtpWeightRemat, rank),
+        "get_expert_gtp_weight_remat_group" => group(t, ExpertGtpWeightRemat, rank),
+        "get_expert_gtp_weight_remat_world_size" => or_zero(size(t, ExpertGtpWeightRemat, rank)),
+        "get_expert_gtp_weight_remat_rank" => or_zero(grank(t, ExpertGtpWeightRemat, rank)),
+        "get_expert_gtp_weight_remat_global_ranks" => ranks(t, ExpertGtpWeightRemat, rank),
         _ => return Err("unknown query (not in v0.16.1's list when this test was written)"),
     })
 }
@@ -297,13 +384,34 @@ fn matches(ours: &Answer, expected: &Value) -> bool {
 }
 
 #[test]
-fn topology_matches_megatron_core() {
-    let data = common::read_conformance_json("megatron_groups.json.gz");
+fn topology_matches_megatron_core_0_16_1() {
+    check_file("megatron_groups.json.gz", Version::V0_16_1, (200, 20, 10_000, 200_000));
+}
+
+#[test]
+fn topology_matches_megatron_core_0_19_2() {
+    check_file("v0.19.2/megatron_groups.json.gz", Version::V0_19_2, (240, 20, 12_000, 250_000));
+}
+
+/// Whether two layouts have the same groups of every kind.
+fn same_groups(a: &Topology, b: &Topology) -> bool {
+    a.kinds() == b.kinds()
+        && a.kinds().into_iter().all(|k| {
+            a.groups(k).map(|g| g.unwrap().members()).eq(b.groups(k).map(|g| g.unwrap().members()))
+        })
+}
+
+/// Compare every config of one vector file; `min` = (ok configs, rejected configs, groups,
+/// queries) that must at least be compared.
+fn check_file(file: &str, version: Version, min: (usize, usize, usize, usize)) {
+    let data = common::read_conformance_json(file);
     let configs = data["configs"].as_array().expect("configs");
     let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
     let mut unmapped: BTreeMap<&'static str, BTreeMap<String, usize>> = BTreeMap::new();
     let (mut ok_configs, mut err_configs, mut groups_compared, mut queries_compared) = (0, 0, 0usize, 0usize);
     let mut failures = Vec::new();
+    let mut deviations: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut aliases_compared = 0usize;
     for entry in configs {
         let c = &entry["config"];
         let id = c["id"].as_str().unwrap();
@@ -312,11 +420,34 @@ fn topology_matches_megatron_core() {
             *skipped.entry("outcome unsupported".into()).or_default() += 1;
             continue;
         }
-        if let Some(why) = out_of_scope(c) {
+        if let Some(why) = out_of_scope(c, version) {
             *skipped.entry(format!("{outcome} config using {why}")).or_default() += 1;
             continue;
         }
         let (cfg, world) = config_of(c);
+        if version == Version::V0_19_2 {
+            if let Some(why) = deviation(c) {
+                // Check the documented behaviour instead of Megatron's.
+                let built = Topology::new(cfg.clone(), world);
+                if why.starts_with("order without tp") {
+                    let accepts_016 = c["tp"].as_u64() == Some(1);
+                    if built.is_ok() != accepts_016 {
+                        failures.push(format!("{id}: deviation '{why}': ours {:?}", built.err()));
+                    }
+                } else {
+                    let lower = TopologyConfig { order: cfg.order.to_lowercase(), ..cfg.clone() };
+                    let same = match (built, Topology::new(lower, world)) {
+                        (Ok(a), Ok(b)) => same_groups(&a, &b),
+                        _ => false,
+                    };
+                    if !same {
+                        failures.push(format!("{id}: deviation '{why}': groups differ from the lower-case order"));
+                    }
+                }
+                *deviations.entry(why).or_default() += 1;
+                continue;
+            }
+        }
         let built = Topology::new(cfg, world);
         if outcome == "error" {
             err_configs += 1;
@@ -337,6 +468,15 @@ fn topology_matches_megatron_core() {
         // Every group of every kind, in creation order.
         let mut expected_keys = Vec::new();
         for (global, v) in entry["groups_by_global"].as_object().unwrap() {
+            if let Some(kind) = alias_global(global, &t) {
+                let want: Vec<Vec<u32>> = v["ranks"].as_array().unwrap().iter().map(ranks_of).collect();
+                let ours: Vec<Vec<u32>> = t.groups(kind).map(|g| g.unwrap().members()).collect();
+                if ours != want {
+                    failures.push(format!("{id}: {global} (alias of {kind}): ours {ours:?} vs megatron {want:?}"));
+                }
+                aliases_compared += 1;
+                continue;
+            }
             let key = match key_of_global(global) {
                 Ok(k) => k,
                 Err(why) => {
@@ -354,6 +494,9 @@ fn topology_matches_megatron_core() {
             groups_compared += want.len();
         }
         let mut our_kinds = t.kinds();
+        if version == Version::V0_16_1 {
+            our_kinds.retain(|k| !GroupKind::added_in_0_19().contains(k));  // absent from 0.16.1
+        }
         our_kinds.sort();
         expected_keys.sort();
         if our_kinds != expected_keys {
@@ -365,7 +508,7 @@ fn topology_matches_megatron_core() {
         for r in entry["ranks"].as_array().unwrap() {
             let rank = u32_of(&r["rank"], "rank");
             for (key, expected) in r["q"].as_object().unwrap() {
-                match answer(&t, rank, key) {
+                match answer(&t, version, rank, key) {
                     Err(why) => {
                         *unmapped
                             .entry(why)
@@ -383,7 +526,11 @@ fn topology_matches_megatron_core() {
             }
         }
     }
-    println!("configs compared: {ok_configs} ok, {err_configs} rejected");
+    println!("{file} ({version:?}): configs compared: {ok_configs} ok, {err_configs} rejected");
+    println!("alias globals compared: {aliases_compared}");
+    for (why, n) in &deviations {
+        println!("documented deviation on {n} configs: {why}");
+    }
     println!("groups compared: {groups_compared}; per-rank queries compared: {queries_compared}");
     for (why, n) in &skipped {
         println!("skipped {n}: {why}");
@@ -393,12 +540,63 @@ fn topology_matches_megatron_core() {
     }
     assert!(
         failures.is_empty(),
-        "{} mismatches, first 20:\n{}",
+        "{} mismatches, a sample:\n{}",
         failures.len(),
-        failures[..failures.len().min(20)].join("\n")
+        failures.iter().step_by((failures.len() / 40).max(1)).cloned().collect::<Vec<_>>().join("\n")
     );
-    assert!(ok_configs >= 200, "only {ok_configs} ok configs compared");
-    assert!(err_configs >= 20, "only {err_configs} rejected configs compared");
-    assert!(groups_compared >= 10_000, "only {groups_compared} groups compared");
-    assert!(queries_compared >= 200_000, "only {queries_compared} queries compared");
+    assert!(ok_configs >= min.0, "only {ok_configs} ok configs compared");
+    assert!(err_configs >= min.1, "only {err_configs} rejected configs compared");
+    assert!(groups_compared >= min.2, "only {groups_compared} groups compared");
+    assert!(queries_compared >= min.3, "only {queries_compared} queries compared");
+    if version == Version::V0_19_2 {
+        assert!(aliases_compared > 0 && deviations.len() == 2, "{aliases_compared} {deviations:?}");
+    }
+}
+
+/// `megatron_all_gather_groups.json`: what 0.19.2's `create_all_gather_groups()` builds. Our twins
+/// are the dp-cp (and, with ep > 1, expert-dp) groups of the layout itself; where 0.19.2 agrees
+/// (default order, no offset, gtp = egtp = 1) its groups must equal ours, elsewhere its groups
+/// differ from the layout's and that is the documented deviation (docs/conformance.md).
+#[test]
+fn all_gather_twins_match_megatron_core_0_19_2_where_it_is_right() {
+    let data = common::read_conformance_json("v0.19.2/megatron_all_gather_groups.json");
+    let (mut agreed, mut deviations) = (0, 0);
+    for entry in data["configs"].as_array().unwrap() {
+        let c = &entry["config"];
+        let id = c["id"].as_str().unwrap();
+        let (cfg, world) = config_of(c);
+        let t = Topology::new(cfg, world).unwrap();
+        let twins = t.all_gather_twin_kinds();
+        let lists = |k: GroupKind| -> Vec<Vec<u32>> { t.groups(k).map(|g| g.unwrap().members()).collect() };
+        let init = |key: &str| -> Vec<Vec<u32>> { entry[key].as_array().unwrap().iter().map(ranks_of).collect() };
+        // The twins duplicate the groups init created (Megatron's own record of them).
+        assert_eq!(lists(GroupKind::DataParallelWithCp), init("init_DATA_PARALLEL_GROUP_WITH_CP"), "{id}");
+        assert_eq!(lists(GroupKind::ExpertDataParallel), init("init_EXPERT_DATA_PARALLEL_GROUP"), "{id}");
+        assert_eq!(twins.contains(&GroupKind::ExpertDataParallel), c["ep"].as_u64() > Some(1), "{id}");
+        let right_in_megatron = c["order"] == mcore_init::topology::DEFAULT_ORDER
+            && c["rank_offset"].as_u64() == Some(0)
+            && c["gtp"].as_u64() == Some(1)
+            && c["egtp"].as_u64() == Some(1);
+        let created = &entry["created_by_helper"];
+        let megatron_twins: Vec<(GroupKind, Vec<Vec<u32>>)> = [
+            (GroupKind::DataParallelWithCp, "DATA_PARALLEL_GROUP_WITH_CP_AG"),
+            (GroupKind::ExpertDataParallel, "EXPERT_DATA_PARALLEL_GROUP_AG"),
+        ]
+        .into_iter()
+        .filter(|(_, k)| created.get(*k).is_some())
+        .map(|(kind, k)| (kind, created[k].as_array().unwrap().iter().map(ranks_of).collect()))
+        .collect();
+        if right_in_megatron {
+            let ours: Vec<(GroupKind, Vec<Vec<u32>>)> = twins.iter().map(|&k| (k, lists(k))).collect();
+            assert_eq!(ours, megatron_twins, "{id}");
+            agreed += 1;
+        } else {
+            assert!(
+                megatron_twins.iter().any(|(k, g)| *g != lists(*k)) || megatron_twins.len() != twins.len(),
+                "{id}: 0.19.2 builds the right twins here: not a deviation"
+            );
+            deviations += 1;
+        }
+    }
+    assert_eq!((agreed, deviations), (2, 5));
 }

@@ -375,3 +375,66 @@ fn embedding_callback_and_user_data_lifetime() {
         mcore_topology_destroy(t);
     }
 }
+
+/// Megatron-Core 0.19 through C: the appended config fields, the appended kind numbers (older
+/// numbers unchanged), the gtp sizes, and a rank outside a local world reported as in no group.
+#[test]
+fn gtp_and_local_world_through_c() {
+    assert_eq!(kind("inter_partial_expert_data_parallel"), 19, "older numbers stay");
+    let keys = [
+        "gtp_weight_remat",
+        "data_parallel_with_gtp_remat",
+        "data_parallel_with_cp_with_gtp_remat",
+        "expert_gtp_weight_remat",
+        "expert_tensor_model_pipeline_parallel_with_egtp",
+        "expert_data_parallel_with_gtp_remat",
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(kind(key), 20 + i as i32, "{key}");
+    }
+    assert_eq!(mcore_group_kind::ExpertDataParallelWithGtpRemat as i32, 25);
+    let mut c = config();
+    assert_eq!((c.gtp, c.egtp, c.local_world_size), (1, 1, 0));
+    c.tp = 2;
+    c.gtp = 2;
+    c.local_world_size = 8;
+    c.rank_offset = 8;
+    let t = create(&c, 16).unwrap();
+    let engine = Topology::new(
+        TopologyConfig { tp: 2, gtp: 2, local_world_size: Some(8), rank_offset: 8, ..Default::default() },
+        16,
+    )
+    .unwrap();
+    assert_eq!(ranks(t, 9, kind("gtp_weight_remat")), engine.group_of(GroupKind::GtpWeightRemat, 9).unwrap().unwrap().members());
+    assert_eq!(ranks(t, 9, kind("gtp_weight_remat")), vec![9, 11]);
+    unsafe {
+        let (mut g, mut e, mut total, mut local) = (0, 0, 0, 0);
+        assert_eq!(mcore_topology_get_gtp_sizes(t, &mut g, &mut e, &mut total, &mut local), mcore_status::Ok);
+        assert_eq!((g, e, total, local), (2, 1, 16, 8));
+        let mut inside = true;
+        assert_eq!(mcore_topology_rank_in_grid(t, 3, &mut inside), mcore_status::Ok);
+        assert!(!inside);
+        assert_eq!(mcore_topology_rank_in_grid(t, 16, &mut inside), mcore_status::OutOfRange);
+        let mut info = mcore_group_info::default();
+        assert_eq!(mcore_topology_group(t, 3, kind("tensor_model_parallel"), &mut info), mcore_status::NotMember);
+        assert!(last_error().contains("outside the grid (ranks 8..15 of a world of 16)"), "{}", last_error());
+        mcore_topology_destroy(t);
+    }
+    // A caller compiled before the fields were appended: its struct_size ends before them.
+    let mut old = config();
+    old.tp = 2;
+    old.gtp = 4; // beyond the caller's struct: must be ignored
+    old.struct_size = std::mem::offset_of!(mcore_topology_config, gtp);
+    let t = create(&old, 8).unwrap();
+    unsafe {
+        let (mut g, mut e, mut total, mut local) = (0, 0, 0, 0);
+        assert_eq!(mcore_topology_get_gtp_sizes(t, &mut g, &mut e, &mut total, &mut local), mcore_status::Ok);
+        assert_eq!((g, local), (1, 0));
+        mcore_topology_destroy(t);
+    }
+    let mut bad = config();
+    bad.gtp = 0;
+    assert!(create(&bad, 8).unwrap_err().1.contains("gtp"));
+    bad.gtp = 3;
+    assert!(create(&bad, 8).unwrap_err().1.contains("gtp"));
+}

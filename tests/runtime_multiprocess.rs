@@ -110,6 +110,9 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
         // pp=4: the middle stages are in no embedding group and join those splits without a color.
         (8, &["--pp", "4", "--vpp", "2", "--seed", "5", "--comm-strategy", "split"]),
         (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2", "--comm-strategy", "split"]),
+        // Megatron-Core 0.19's weight-rematerialization groups, real (gtp/egtp > 1) and aliased.
+        (8, &["--tp", "2", "--gtp", "2", "--ep", "2", "--egtp", "2"]),
+        (8, &["--tp", "2", "--gtp", "2", "--pp", "2", "--comm-strategy", "split"]),
     ];
     for (n, args) in layouts {
         let lines = assert_all_ok(*n, args);
@@ -124,6 +127,10 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
             // Every group checked the members' seeds against the policy's prediction.
             let streams = if args.contains(&"--seed-policy") { 1 } else { 2 };
             assert!(lines.iter().all(|l| l["rng_streams_verified"] == streams), "{lines:?}");
+        }
+        // The 0.19 kinds are present (as aliases sharing older communicators when their axis is 1).
+        for k in ["gtp_weight_remat", "data_parallel_with_gtp_remat", "expert_data_parallel_with_gtp_remat"] {
+            assert!(kinds.iter().any(|x| x == k), "{args:?}: {k} missing from {kinds:?}");
         }
         if args.contains(&"--dist-opt-instances") {
             assert!(kinds.iter().any(|k| k == "inter_partial_expert_data_parallel"), "{kinds:?}");

@@ -70,6 +70,10 @@ class TopologyConfig(CheckedStructure):
         ("position_embedding_ranks", ctypes.c_void_p),
         ("user_data", ctypes.c_void_p),
         ("user_data_free", ctypes.c_void_p),
+        # appended for Megatron-Core 0.19
+        ("gtp", i32),
+        ("egtp", i32),
+        ("local_world_size", i32),
     ]
 
 
@@ -89,6 +93,7 @@ class InitArgs(CheckedStructure):
         ("comm_config", ctypes.c_char_p),
         ("split_share", ctypes.c_bool),
         ("device", ctypes.c_int32),
+        ("create_all_gather_groups", ctypes.c_bool),
     ]
 
 

@@ -64,12 +64,17 @@ def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_paral
                               expert_tensor_parallel_size=None, num_distributed_optimizer_instances=1,
                               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True,
                               seed=None, seed_policy="megatron", data_parallel_random_init=False,
-                              nccl_communicator_config_path=None, comm_strategy="auto") -> bool:
+                              nccl_communicator_config_path=None, comm_strategy="auto",
+                              gtp_remat_size=1, expert_gtp_remat_size=1, create_all_gather_groups=False) -> bool:
     """Megatron's ``initialize_model_parallel`` arguments → :func:`mcore_init.runtime.initialize`
     (rendezvous from the environment); ``seed`` also seeds the rank's RNG streams
     (:func:`mcore_init.runtime.rng_tracker`); ``nccl_communicator_config_path`` is Megatron's
-    per-group NCCL config YAML. Returns True when it was already up with these settings."""
+    per-group NCCL config YAML; ``gtp_remat_size``/``expert_gtp_remat_size`` are Megatron-Core
+    0.19's weight-rematerialization axes; ``create_all_gather_groups`` does at init what
+    Megatron's post-init helper of that name does (:func:`get_all_gather_group_ranks`). Returns
+    True when it was already up with these settings."""
     return runtime.initialize(
+        gtp=gtp_remat_size, egtp=expert_gtp_remat_size, create_all_gather_groups=create_all_gather_groups,
         tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, vpp=virtual_pipeline_model_parallel_size,
         cp=context_parallel_size, hcp=hierarchical_context_parallel_sizes, ep=expert_model_parallel_size,
         etp=expert_tensor_parallel_size, dist_opt_instances=num_distributed_optimizer_instances, order=order,
@@ -127,15 +132,56 @@ def _dp(base, with_context_parallel):
     return _call(_G[base + ("_with_cp" if with_context_parallel else "")])
 
 
-def get_data_parallel_rank(with_context_parallel=False) -> int:
-    return _dp("get_data_parallel_rank", with_context_parallel)
+def _gtp_group(kind):
+    """This rank's group of a Megatron-Core 0.19 kind, or None when not initialized with that
+    axis > 1 (the getters then use the replicate group, as Megatron's alias does)."""
+    g = runtime.group(kind)
+    return g if g is not None and _remat_size(kind) > 1 else None
 
 
-def get_data_parallel_world_size(with_context_parallel=False) -> int:
-    return _dp("get_data_parallel_world_size", with_context_parallel)
+def _remat_size(kind):
+    axis = "expert_gtp_weight_remat" if kind.startswith("expert") else "gtp_weight_remat"
+    g = runtime.group(axis)
+    return g.size if g is not None else 1
+
+
+def _dp_gtp_kind(with_context_parallel):
+    return "data_parallel_with_cp_with_gtp_remat" if with_context_parallel else "data_parallel_with_gtp_remat"
+
+
+def _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat):
+    """The group a data-parallel getter answers from when it is not the plain (or with-cp) one:
+    the gtp-inclusive group (gtp > 1 and ``with_gtp_remat``, Megatron-Core 0.19), else the
+    intra-partial group; None for the plain one."""
+    if partial_data_parallel and not with_context_parallel:
+        _partial_dp()
+    if with_gtp_remat and (g := _gtp_group(_dp_gtp_kind(with_context_parallel))) is not None:
+        return g
+    return runtime.group("intra_partial_data_parallel_with_cp") if partial_data_parallel else None
+
+
+def get_data_parallel_rank(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
+    """Megatron-Core 0.19: with gtp > 1 and ``with_gtp_remat`` (default), the rank in the
+    gtp-inclusive group; else in the replicate group."""
+    g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
+    return g.rank if g is not None else _dp("get_data_parallel_rank", with_context_parallel)
+
+
+def get_data_parallel_world_size(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
+    g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
+    return g.size if g is not None else _dp("get_data_parallel_world_size", with_context_parallel)
+
+
+def _partial_dp():
+    # Only with cp, as Megatron asserts ("Partial DP for Optimizer needs to include CP").
+    raise McoreError(_INVALID_ARGUMENT, "invalid argument",
+                     "partial_data_parallel=True needs with_context_parallel=True (as in Megatron)")
 
 
 def get_data_parallel_src_rank(with_context_parallel=False) -> int:
+    """The first rank of the replicate data-parallel group, also with gtp > 1: Megatron-Core
+    0.19.2 answers from that group while its default rank and size use the gtp-inclusive one
+    (reproduced on purpose; docs/conformance.md)."""
     return _dp("get_data_parallel_src_rank", with_context_parallel)
 
 
@@ -167,12 +213,47 @@ def get_expert_tensor_parallel_world_size() -> int:
     return _call(_G["get_expert_tensor_parallel_world_size"])
 
 
-def get_expert_data_parallel_rank() -> int:
+def get_expert_data_parallel_rank(partial_expert_data_parallel=False, with_gtp_remat=True) -> int:
+    """Megatron-Core 0.19: with egtp > 1 and ``with_gtp_remat`` (default), the rank in the
+    egtp-inclusive expert data-parallel group."""
+    if with_gtp_remat and (g := _gtp_group("expert_data_parallel_with_gtp_remat")) is not None:
+        return g.rank
+    if partial_expert_data_parallel:
+        return runtime.group("intra_partial_expert_data_parallel").rank
     return _call(_G["get_expert_data_parallel_rank"])
 
 
-def get_expert_data_parallel_world_size() -> int:
+def get_expert_data_parallel_world_size(partial_expert_data_parallel=False, with_gtp_remat=True) -> int:
+    if with_gtp_remat and (g := _gtp_group("expert_data_parallel_with_gtp_remat")) is not None:
+        return g.size
+    if partial_expert_data_parallel:
+        return runtime.group("intra_partial_expert_data_parallel").size
     return _call(_G["get_expert_data_parallel_world_size"])
+
+
+def _remat_getters(prefix, kind):
+    """Megatron-Core 0.19's ``get_[expert_]gtp_weight_remat_{group,world_size,rank,global_ranks}``
+    (groups are rank lists here; size and rank are 0 on a rank in no such group, as Megatron's)."""
+
+    def group() -> List[int]:
+        return _ranks(kind)
+
+    def world_size() -> int:
+        g = runtime.group(kind)
+        return g.size if g is not None else 0
+
+    def rank() -> int:
+        g = runtime.group(kind)
+        return g.rank if g is not None else 0
+
+    fns = {"group": group, "group_ranks": group, "global_ranks": group, "world_size": world_size, "rank": rank}
+    for suffix, fn in fns.items():
+        fn.__name__ = f"get_{prefix}_{suffix}"
+        globals()[fn.__name__] = fn
+
+
+_remat_getters("gtp_weight_remat", "gtp_weight_remat")
+_remat_getters("expert_gtp_weight_remat", "expert_gtp_weight_remat")
 
 
 def get_virtual_pipeline_model_parallel_world_size() -> Optional[int]:
@@ -222,11 +303,13 @@ def get_pipeline_model_parallel_group_ranks() -> List[int]:
     return _ranks("pipeline_model_parallel")
 
 
-def get_data_parallel_group_ranks(with_context_parallel=False, partial_data_parallel=False) -> List[int]:
+def get_data_parallel_group_ranks(with_context_parallel=False, partial_data_parallel=False,
+                                  with_gtp_remat=True) -> List[int]:
+    if partial_data_parallel and not with_context_parallel:
+        _partial_dp()
+    if with_gtp_remat and _gtp_group(_dp_gtp_kind(with_context_parallel)) is not None:
+        return _ranks(_dp_gtp_kind(with_context_parallel))
     if partial_data_parallel:
-        if not with_context_parallel:
-            raise McoreError(_INVALID_ARGUMENT, "invalid argument",
-                             "partial_data_parallel=True needs with_context_parallel=True (as in Megatron)")
         return _ranks("intra_partial_data_parallel_with_cp")
     return _ranks("data_parallel_with_cp" if with_context_parallel else "data_parallel")
 
@@ -268,10 +351,30 @@ def get_expert_tensor_and_model_parallel_group_ranks() -> List[int]:
     return _ranks("expert_tensor_and_model_parallel")
 
 
-def get_expert_data_parallel_group_ranks(partial_expert_data_parallel=False) -> List[int]:
+def get_expert_tensor_model_pipeline_parallel_group_ranks(with_egtp_remat=False) -> List[int]:
+    """``with_egtp_remat``: the group merged with its egtp peers (Megatron-Core 0.19)."""
+    return _ranks("expert_tensor_model_pipeline_parallel_with_egtp" if with_egtp_remat
+                  else "expert_tensor_model_pipeline_parallel")
+
+
+def get_expert_data_parallel_group_ranks(partial_expert_data_parallel=False, with_gtp_remat=True) -> List[int]:
+    if with_gtp_remat and _gtp_group("expert_data_parallel_with_gtp_remat") is not None:
+        return _ranks("expert_data_parallel_with_gtp_remat")
     return _ranks("intra_partial_expert_data_parallel" if partial_expert_data_parallel else "expert_data_parallel")
 
 
 def get_intra_distributed_optimizer_instance_group_ranks() -> List[int]:
     return _ranks("intra_distributed_optimizer_instance")
 
+
+
+def get_all_gather_group_ranks(for_expert_parallelism=False) -> List[int]:
+    """The all-gather twin of the dp-cp group (or, ``for_expert_parallelism``, of the expert-dp
+    group; [] when ep = 1, as Megatron returns None): initialize with ``create_all_gather_groups``."""
+    kind = "expert_data_parallel" if for_expert_parallelism else "data_parallel_with_cp"
+    try:
+        return runtime.all_gather_group_ranks(kind)
+    except McoreError as exc:
+        if exc.status == _NOT_MEMBER:
+            return []
+        raise

@@ -23,6 +23,11 @@ _group_ranks = declare(
     "mcore_runtime_group_ranks", _status, ctypes.c_int32, _P(ctypes.c_uint32), ctypes.c_size_t, _P(ctypes.c_size_t)
 )
 _communicator = declare("mcore_runtime_communicator", _status, ctypes.c_int32, _P(ctypes.c_void_p))
+_ag_ranks = declare(
+    "mcore_runtime_all_gather_group_ranks", _status, ctypes.c_int32, _P(ctypes.c_uint32), ctypes.c_size_t,
+    _P(ctypes.c_size_t),
+)
+_ag_communicator = declare("mcore_runtime_all_gather_communicator", _status, ctypes.c_int32, _P(ctypes.c_void_p))
 _allreduce = declare("mcore_runtime_allreduce_sum_i64", _status, ctypes.c_int32, _P(ctypes.c_int64), ctypes.c_size_t)
 _barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
 _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
@@ -31,7 +36,8 @@ _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p)
 def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
                order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
                seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
-               comm_config=None, comm_config_path=None, split_share=False, device=None) -> bool:
+               comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=1, egtp=1,
+               create_all_gather_groups=False) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -40,11 +46,15 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     "per-group". ``comm_config``: per-group communicator options as Megatron's NCCL config
     (a dict like ``{"tp": {"max_ctas": 8}}`` or its YAML text); ``comm_config_path``: such a
     YAML file; ``split_share``: children of a split share the parent's resources; ``device``:
-    the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``). Returns True
+    the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``); ``gtp``/``egtp``: Megatron-Core
+    0.19's ``gtp_remat_size``/``expert_gtp_remat_size``; ``create_all_gather_groups``: also create
+    the all-gather twins of the dp-cp and (ep > 1) expert-dp groups (:func:`all_gather_group_ranks`).
+    Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
-    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology)
+    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology,
+                            gtp=gtp, egtp=egtp)
     backend_b = backend.encode() if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
@@ -59,6 +69,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     strings = [s.encode() if s is not None else None for s in (comm_strategy, str(comm_config_path) if comm_config_path else None, comm_config)]
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
     args.split_share = bool(split_share)
+    args.create_all_gather_groups = bool(create_all_gather_groups)
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)
@@ -97,6 +108,20 @@ def group_ranks(kind) -> List[int]:
     """The global ranks of this rank's group of ``kind``, ascending."""
     k = kind_value(kind)
     return T.read_two_call(lambda buf, n, out: _group_ranks(k, buf, n, out), ctypes.c_uint32)
+
+
+def all_gather_group_ranks(kind="data_parallel_with_cp") -> List[int]:
+    """The members of this rank's all-gather twin of ``kind`` ("data_parallel_with_cp", or
+    "expert_data_parallel" with ep > 1): initialize with ``create_all_gather_groups=True``."""
+    k = kind_value(kind)
+    return T.read_two_call(lambda buf, n, out: _ag_ranks(k, buf, n, out), ctypes.c_uint32)
+
+
+def all_gather_communicator(kind="data_parallel_with_cp") -> int:
+    """The backend's handle of the twin: a communicator separate from :func:`communicator`'s."""
+    out = ctypes.c_void_p()
+    check(_ag_communicator(kind_value(kind), ctypes.byref(out)))
+    return out.value or 0
 
 
 def communicator(kind) -> int:

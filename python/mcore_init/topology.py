@@ -44,6 +44,22 @@ _in_embedding = declare(
 )
 
 
+_gtp_sizes = declare(
+    "mcore_topology_get_gtp_sizes", _status, c_topo_p, _P(ctypes.c_uint32), _P(ctypes.c_uint32),
+    _P(ctypes.c_uint32), _P(ctypes.c_uint32),
+)
+_in_grid = declare("mcore_topology_rank_in_grid", _status, c_topo_p, ctypes.c_uint32, _P(ctypes.c_bool))
+
+
+class GtpSizes(NamedTuple):
+    """Megatron-Core 0.19's sizes of a layout (1 = axis off; ``local_world_size`` 0 = none given)."""
+
+    gtp: int
+    egtp: int
+    total_world_size: int
+    local_world_size: int
+
+
 class GroupInfo(NamedTuple):
     """A rank's place in one group: the group's index among its kind, the group rank, the size."""
 
@@ -121,7 +137,7 @@ def _size(name, value):
 
 
 def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
-                  order="tp-cp-ep-dp-pp", rank_offset=0, into=None):
+                  order="tp-cp-ep-dp-pp", rank_offset=0, into=None, gtp=1, egtp=1, local_world_size=None):
     """Fill an ``mcore_topology_config`` mirror (``into`` or a new one, via the library's init).
 
     Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
@@ -134,6 +150,10 @@ def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt
     order_b = order.encode() if order is not None else None
     cfg.order = order_b
     cfg.rank_offset = _int_arg("rank_offset", rank_offset, 0, 0xFFFFFFFF)
+    cfg.gtp, cfg.egtp = _size("gtp", gtp), _size("egtp", egtp)
+    cfg.local_world_size = 0 if local_world_size is None else _size("local_world_size", local_world_size)
+    if local_world_size is not None and local_world_size <= 0:
+        raise McoreError(1, "invalid argument", f"local_world_size {local_world_size!r} must be >= 1 (None = the world)")
     hcp_arr = None
     if hcp:
         hcp_arr = (ctypes.c_int32 * len(hcp))(*[_size("hcp", h) for h in hcp])
@@ -150,10 +170,15 @@ class Topology(OwnedHandle):
     _what = "Topology"
 
     def __init__(self, world_size, tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None,
-                 dist_opt_instances=1, order="tp-cp-ep-dp-pp", rank_offset=0):
+                 dist_opt_instances=1, order="tp-cp-ep-dp-pp", rank_offset=0, gtp=1, egtp=1,
+                 local_world_size=None):
+        """``gtp``/``egtp``: Megatron-Core 0.19's ``gtp_remat_size``/``expert_gtp_remat_size``;
+        ``local_world_size``: the grid covers ``rank_offset .. rank_offset + local_world_size`` of a
+        world of ``world_size`` ranks (the others are in no group: :meth:`in_grid`)."""
         self._handle = None
         _int_arg("world_size", world_size, 0, 0xFFFFFFFF)
-        cfg, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, rank_offset)
+        cfg, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, rank_offset,
+                                  gtp=gtp, egtp=egtp, local_world_size=local_world_size)
         handle = c_topo_p()
         check(_create(ctypes.byref(cfg), world_size, ctypes.byref(handle)))
         del keep  # create copied the order string and the hcp sizes
@@ -170,7 +195,22 @@ class Topology(OwnedHandle):
 
     @property
     def world_size(self) -> int:
+        """Ranks of the grid (the local world size when one was given)."""
         return self.sizes.world_size
+
+    @property
+    def gtp_sizes(self) -> GtpSizes:
+        """Megatron-Core 0.19's sizes: gtp, egtp, the whole world, the local world (0 = none)."""
+        out = [ctypes.c_uint32() for _ in range(4)]
+        check(_gtp_sizes(self.handle, *(ctypes.byref(o) for o in out)))
+        return GtpSizes(*(o.value for o in out))
+
+    def in_grid(self, rank) -> bool:
+        """False for a rank of the world outside the grid: it belongs to no group (its
+        :meth:`group` is None, :meth:`pipeline` raises saying so)."""
+        out = ctypes.c_bool()
+        check(_in_grid(self.handle, _rank(rank), ctypes.byref(out)))
+        return out.value
 
     def kinds(self) -> List[str]:
         """The group kinds of this layout (DESIGN.md keys, table order; hierarchical levels included)."""

@@ -12,12 +12,13 @@ REPO = Path(os.environ.get("MCORE_REPO_ROOT", Path(__file__).resolve().parents[2
 
 def conformance_dir() -> Path:
     env = os.environ.get("MCORE_CONFORMANCE_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "conformance"
+    return Path(env) if env else REPO / "tests" / "data" / "conformance"
 
 
 @functools.lru_cache(maxsize=None)
-def megatron_groups():
-    path = conformance_dir() / "megatron_groups.json.gz"
+def megatron_groups(release=""):
+    """The 0.16.1 vectors, or with ``release="v0.19.2"`` those of Megatron-Core 0.19.2."""
+    path = conformance_dir() / release / "megatron_groups.json.gz"
     if not path.exists():
         pytest.skip(f"conformance vectors not found at {path} (set MCORE_CONFORMANCE_DIR)")
     with gzip.open(path, "rt") as f:

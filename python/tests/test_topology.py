@@ -1,4 +1,4 @@
-"""The Topology wrapper against Megatron-Core's own answers (../shared/conformance)."""
+"""The Topology wrapper against Megatron-Core's own answers (tests/data/conformance)."""
 
 import re
 

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
-[--ep N] [--etp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] [--rank R] \
+[--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
+[--local-world-size N] [--rank R] \
 [--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json]";
 
 /// Per-rank seeds to add (`--seed`).
@@ -80,6 +81,8 @@ fn sizes_json(t: &Topology) -> Value {
         "ep": s.ep, "etp": s.etp, "dp": s.dp, "expert_dp": s.expert_dp,
         "dist_opt_instances": s.dist_opt_instances,
         "order": t.config().order, "rank_offset": t.rank_offset(),
+        "gtp": s.gtp, "egtp": s.egtp, "local_world_size": t.config().local_world_size,
+        "total_world_size": t.total_world_size(),
     })
 }
 
@@ -102,8 +105,29 @@ fn layout_json(t: &Topology) -> Result<Map<String, Value>, String> {
     Ok(out)
 }
 
-/// `{"rank", "groups": {key: {"ranks", "rank", "size"}}, "pipeline": {...}}`.
+/// Why `rank` has no view: it is a rank of the world outside the grid (local world size).
+fn outside_grid(t: &Topology, rank: u32) -> Option<String> {
+    (rank < t.total_world_size() && !t.in_grid(rank)).then(|| {
+        format!(
+            "rank {rank} is outside the grid (ranks {}..{} of a world of {}): it belongs to no group",
+            t.rank_offset(),
+            u64::from(t.rank_offset()) + u64::from(t.world_size()) - 1,
+            t.total_world_size()
+        )
+    })
+}
+
+/// `{"rank", "groups": {key: {"ranks", "rank", "size"}}, "pipeline": {...}}`; for a rank outside
+/// the grid `{"rank", "in_grid": false, "groups": {}, "note"}`.
 fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
+    if let Some(note) = outside_grid(t, rank) {
+        let mut out = Map::new();
+        out.insert("rank".into(), json!(rank));
+        out.insert("in_grid".into(), json!(false));
+        out.insert("groups".into(), json!({}));
+        out.insert("note".into(), json!(note));
+        return Ok(out);
+    }
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut groups = Map::new();
     for m in &view.groups {
@@ -117,6 +141,7 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
     let last = t.is_pipeline_last_stage(rank, None).map_err(|e| e.to_string())?;
     let mut out = Map::new();
     out.insert("rank".into(), json!(rank));
+    out.insert("in_grid".into(), json!(true));
     out.insert("groups".into(), Value::Object(groups));
     out.insert(
         "pipeline".into(),
@@ -135,9 +160,13 @@ fn summary(t: &Topology) -> String {
     } else {
         format!("{:?}", s.hierarchical_cp)
     };
+    let local = match t.config().local_world_size {
+        Some(_) => format!(" of a world of {}", t.total_world_size()),
+        None => String::new(),
+    };
     format!(
-        "world size {} (ranks {}..{}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} | dp {} expert dp {} | \
-         dist-opt instances {}\n",
+        "world size {} (ranks {}..{}{local}), order {}\ntp {} pp {} vpp {} cp {} hcp {} ep {} etp {} gtp {} egtp {} | \
+         dp {} expert dp {} | dist-opt instances {}\n",
         s.world_size,
         t.rank_offset(),
         u64::from(t.rank_offset()) + u64::from(s.world_size) - 1,
@@ -149,6 +178,8 @@ fn summary(t: &Topology) -> String {
         hcp,
         s.ep,
         s.etp,
+        s.gtp,
+        s.egtp,
         s.dp,
         s.expert_dp,
         s.dist_opt_instances
@@ -162,14 +193,14 @@ fn list(ranks: &[u32]) -> String {
 
 fn layout_table(t: &Topology) -> Result<String, String> {
     let mut out = summary(t);
-    let _ = writeln!(out, "\n{:<40} {:>8} {:>6}  groups (ranks)", "kind", "count", "size");
+    let _ = writeln!(out, "\n{:<48} {:>8} {:>6}  groups (ranks)", "kind", "count", "size");
     for kind in t.kinds() {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
         let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
         let _ = writeln!(
             out,
-            "{:<40} {:>8} {:>6}  {}",
+            "{:<48} {:>8} {:>6}  {}",
             kind.key(),
             groups.len(),
             size,
@@ -180,18 +211,22 @@ fn layout_table(t: &Topology) -> Result<String, String> {
 }
 
 fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
-    let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut out = summary(t);
+    if let Some(note) = outside_grid(t, rank) {
+        let _ = writeln!(out, "\n{note}");
+        return Ok(out);
+    }
+    let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let _ = writeln!(
         out,
-        "\nrank {rank}\n{:<40} {:>8} {:>11}  ranks",
+        "\nrank {rank}\n{:<48} {:>8} {:>11}  ranks",
         "kind", "group", "rank/size"
     );
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
         let _ = writeln!(
             out,
-            "{:<40} {:>8} {:>11}  {}",
+            "{:<48} {:>8} {:>11}  {}",
             m.kind().key(),
             m.group_index(),
             rs,
@@ -213,6 +248,7 @@ const MAX_LISTED_RANKS: u64 = 1 << 27;
 
 fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
     let listed: u64 = match rank {
+        Some(r) if outside_grid(t, r).is_some() => 0,
         Some(r) => {
             let view = t.rank_view(r).map_err(|e| e.to_string())?;
             view.groups.iter().map(|m| u64::from(m.size())).sum()
@@ -280,6 +316,7 @@ type RankSeeds = (u32, Vec<(String, u64)>);
 /// Named stream seeds of one rank, or of every rank of the layout.
 fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<RankSeeds>, String> {
     let ranks: Vec<u32> = match rank {
+        Some(r) if outside_grid(t, r).is_some() => vec![], // no group, so no seeds
         Some(r) => vec![r],
         None => (0..t.world_size()).map(|r| t.rank_offset() + r).collect(),
     };

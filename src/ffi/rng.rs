@@ -126,6 +126,7 @@ unsafe fn coords_arg(c: *const mcore_rng_coords) -> Result<RankCoordinates, FfiE
         ep_rank: c.ep_rank,
         etp_rank: c.etp_rank,
         layout_fingerprint: c.layout_fingerprint,
+        ..Default::default()
     })
 }
 

@@ -59,6 +59,11 @@ pub struct mcore_init_args {
     /// The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
     /// unset). Differs between ranks by design, so it is not part of the cross-rank check.
     pub device: i32,
+    // Appended for Megatron-Core 0.19 (a caller whose struct_size ends before it gets false).
+    /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
+    /// and (ep > 1) expert-dp groups as separate communicators with the same members (for
+    /// overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
+    pub create_all_gather_groups: bool,
 }
 
 impl Default for mcore_init_args {
@@ -78,6 +83,7 @@ impl Default for mcore_init_args {
             comm_config: std::ptr::null(),
             split_share: false,
             device: -1,
+            create_all_gather_groups: false,
         }
     }
 }
@@ -112,6 +118,28 @@ unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, Ffi
     // SAFETY: copy min(given, ours) bytes from a struct the caller declares to be that large.
     unsafe { std::ptr::copy_nonoverlapping(args.cast::<u8>(), (&mut out as *mut mcore_init_args).cast::<u8>(), given.min(ours)) };
     out.struct_size = ours;
+    // A caller compiled before fields were appended to the nested layout struct has a shorter
+    // `topology`, so its later fields sit earlier: read them from where the caller put them.
+    let topo_given = out.topology.struct_size;
+    let topo_ours = std::mem::size_of::<mcore_topology_config>();
+    if topo_given >= std::mem::size_of::<usize>() && topo_given < topo_ours {
+        let align = std::mem::align_of::<mcore_init_args>();
+        let tail_ours = std::mem::offset_of!(mcore_init_args, backend);
+        let tail_given = std::mem::offset_of!(mcore_init_args, topology) + topo_given.div_ceil(align) * align;
+        let len = given.saturating_sub(tail_given).min(ours - tail_ours);
+        let defaults = mcore_init_args::default();
+        // SAFETY: both ranges lie inside `out`/`defaults` (tail_ours + len <= ours) and inside the
+        // caller's struct (tail_given + len <= given); the structs are plain data.
+        unsafe {
+            let dst = (&mut out as *mut mcore_init_args).cast::<u8>();
+            std::ptr::copy_nonoverlapping(
+                (&defaults as *const mcore_init_args).cast::<u8>().add(tail_ours),
+                dst.add(tail_ours),
+                ours - tail_ours,
+            );
+            std::ptr::copy_nonoverlapping(args.cast::<u8>().add(tail_given), dst.add(tail_ours), len);
+        }
+    }
     // The nested layout struct carries its own struct_size: read it the same careful way.
     // SAFETY: `out.topology` is a whole struct of ours now.
     out.topology = unsafe { read_config(&out.topology) }?;
@@ -181,6 +209,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
                 -1 => None,
                 d => Some(u32::try_from(d).map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?),
             },
+            create_all_gather_groups: c.create_all_gather_groups,
         };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives
@@ -279,6 +308,56 @@ pub unsafe extern "C" fn mcore_runtime_group(kind: i32, out: *mut mcore_group_in
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_group_ranks(kind: i32, buf: *mut u32, len: usize, out_len: *mut usize) -> mcore_status {
     ffi_guard(|| with_rt(|rt| fill_ranks(live_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
+}
+
+/// This rank's all-gather twin of `kind` (`DATA_PARALLEL_WITH_CP`, or `EXPERT_DATA_PARALLEL` with
+/// ep > 1), when initialized with `create_all_gather_groups`: NOT_MEMBER otherwise.
+fn all_gather_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+    let kind = kind_from_c(kind)?;
+    rt.all_gather_group(kind).ok_or_else(|| {
+        FfiError::new(
+            mcore_status::NotMember,
+            format!(
+                "rank {} has no all-gather twin of {}: twins exist for data_parallel_with_cp (and expert_data_parallel \
+                 when ep > 1) after initializing with create_all_gather_groups",
+                rt.env.rank,
+                kind.key()
+            ),
+        )
+    })
+}
+
+/// The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
+/// as `mcore_runtime_group_ranks` does for the group itself.
+///
+/// # Safety
+/// `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_all_gather_group_ranks(
+    kind: i32,
+    buf: *mut u32,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    ffi_guard(|| with_rt(|rt| fill_ranks(all_gather_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
+}
+
+/// The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
+/// separate from the group's own). Owned by the library until `mcore_destroy`.
+///
+/// # Safety
+/// `out_comm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_all_gather_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
+    ffi_guard(|| {
+        let handle = with_rt(|rt| {
+            let g = all_gather_group(rt, kind)?;
+            let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            Ok(comm.raw_handle())
+        })?;
+        *out_ptr(out_comm, "out_comm")? = handle;
+        Ok(())
+    })
 }
 
 /// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
@@ -595,4 +674,38 @@ pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
     stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
+}
+
+#[cfg(test)]
+mod old_layout_tests {
+    use super::*;
+
+    /// A caller compiled before the 0.19 fields were appended to `mcore_topology_config` has its
+    /// later `mcore_init_args` fields earlier; they are read from where it put them.
+    #[test]
+    fn args_from_a_caller_with_the_shorter_layout_struct() {
+        let mut new = mcore_init_args::default();
+        new.timeout_ms = 1234;
+        new.verify = false;
+        new.device = 3;
+        new.topology.tp = 2;
+        let ours = std::mem::size_of::<mcore_init_args>();
+        let topo_off = std::mem::offset_of!(mcore_init_args, topology);
+        let tail = std::mem::offset_of!(mcore_init_args, backend);
+        let topo_old = std::mem::offset_of!(mcore_topology_config, gtp).div_ceil(8) * 8;
+        let given = topo_off + topo_old + (ours - tail);
+        let mut buf = vec![0u64; ours.div_ceil(8) + 2];
+        // SAFETY: plain-data copies within both buffers.
+        let got = unsafe {
+            let src = (&new as *const mcore_init_args).cast::<u8>();
+            let dst = buf.as_mut_ptr().cast::<u8>();
+            std::ptr::copy_nonoverlapping(src, dst, topo_off + topo_old);
+            std::ptr::copy_nonoverlapping(src.add(tail), dst.add(topo_off + topo_old), ours - tail);
+            dst.cast::<usize>().write(given);
+            dst.add(topo_off).cast::<usize>().write(topo_old);
+            read_args(buf.as_ptr().cast::<mcore_init_args>()).unwrap()
+        };
+        assert_eq!((got.timeout_ms, got.verify, got.device, got.topology.tp), (1234, false, 3, 2));
+        assert_eq!((got.topology.gtp, got.topology.egtp, got.topology.local_world_size), (1, 1, 0));
+    }
 }

@@ -43,6 +43,18 @@ pub enum mcore_group_kind {
     ExpertDataParallel = 17,
     IntraPartialExpertDataParallel = 18,
     InterPartialExpertDataParallel = 19,
+    /// Megatron-Core 0.19 (gtp_remat_size): ranks equal in every dense coordinate but gtp.
+    GtpWeightRemat = 20,
+    /// Megatron-Core 0.19: data-parallel with its gtp peers (the data-parallel groups at gtp = 1).
+    DataParallelWithGtpRemat = 21,
+    /// Megatron-Core 0.19: data-parallel with cp and gtp peers.
+    DataParallelWithCpWithGtpRemat = 22,
+    /// Megatron-Core 0.19 (expert_gtp_remat_size): ranks equal in every expert coordinate but egtp.
+    ExpertGtpWeightRemat = 23,
+    /// Megatron-Core 0.19: an etp x ep x pp group merged with its egtp peers.
+    ExpertTensorModelPipelineParallelWithEgtp = 24,
+    /// Megatron-Core 0.19: expert data-parallel with its egtp peers.
+    ExpertDataParallelWithGtpRemat = 25,
     /// Level 0 of hierarchical context parallelism; level i is this value + i.
     HierarchicalContextParallel = 1000,
 }
@@ -121,6 +133,17 @@ pub struct mcore_topology_config {
     pub user_data: *mut c_void,
     /// Called with `user_data` when the topology is destroyed; may be NULL.
     pub user_data_free: mcore_user_data_free_fn,
+    // Fields below were appended for Megatron-Core 0.19; a caller whose `struct_size` ends
+    // before them gets their defaults.
+    /// Megatron-Core 0.19's `gtp_remat_size` (default 1 = off).
+    pub gtp: i32,
+    /// Megatron-Core 0.19's `expert_gtp_remat_size` (default 1 = off).
+    pub egtp: i32,
+    /// Megatron-Core 0.19's `local_world_size`: when > 0, the `world_size` given to create is the
+    /// whole world and the grid covers `rank_offset .. rank_offset + local_world_size` of it
+    /// (other ranks are in no group: NOT_MEMBER, see `mcore_topology_rank_in_grid`). 0 = the grid
+    /// is the given world size (default).
+    pub local_world_size: i32,
 }
 
 impl Default for mcore_topology_config {
@@ -142,6 +165,9 @@ impl Default for mcore_topology_config {
             position_embedding_ranks: None,
             user_data: std::ptr::null_mut(),
             user_data_free: None,
+            gtp: 1,
+            egtp: 1,
+            local_world_size: 0,
         }
     }
 }
@@ -335,6 +361,9 @@ pub(crate) fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig
         rank_offset: c.rank_offset,
         embedding_ranks: None,
         position_embedding_ranks: None,
+        gtp: size_field("gtp", c.gtp)?,
+        egtp: size_field("egtp", c.egtp)?,
+        local_world_size: optional_field("local_world_size", c.local_world_size)?,
     };
     let user = if c.embedding_ranks.is_some() || c.position_embedding_ranks.is_some() || c.user_data_free.is_some() {
         Some(Arc::new(UserData {
@@ -370,6 +399,17 @@ fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
 fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::Membership, FfiError> {
     let kind = kind_from_c(kind)?;
     t.membership(kind, rank)?.ok_or_else(|| {
+        if !t.in_grid(rank) {
+            return FfiError::new(
+                mcore_status::NotMember,
+                format!(
+                    "rank {rank} is outside the grid (ranks {}..{} of a world of {}): it belongs to no group",
+                    t.rank_offset(),
+                    u64::from(t.rank_offset()) + u64::from(t.world_size()) - 1,
+                    t.total_world_size()
+                ),
+            );
+        }
         let why = if t.has_kind(kind) {
             ""
         } else {
@@ -629,6 +669,55 @@ pub unsafe extern "C" fn mcore_topology_group_ranks(
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
         fill_ranks(m.group.iter(), buf, len, out_len)
+    })
+}
+
+/// Megatron-Core 0.19's sizes of a layout (kept out of `mcore_topology_sizes`, whose size is
+/// fixed): gtp and egtp (1 = off), the whole world's size and the local world size (0 when none
+/// was given; the grid is then `mcore_topology_sizes.world_size` ranks).
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_topology_get_gtp_sizes(
+    t: *const mcore_topology,
+    out_gtp: *mut u32,
+    out_egtp: *mut u32,
+    out_total_world_size: *mut u32,
+    out_local_world_size: *mut u32,
+) -> mcore_status {
+    ffi_guard(|| {
+        let t = topo(t)?;
+        let s = t.sizes();
+        *out_ptr(out_gtp, "out_gtp")? = s.gtp;
+        *out_ptr(out_egtp, "out_egtp")? = s.egtp;
+        *out_ptr(out_total_world_size, "out_total_world_size")? = t.total_world_size();
+        *out_ptr(out_local_world_size, "out_local_world_size")? = t.config().local_world_size.unwrap_or(0);
+        Ok(())
+    })
+}
+
+/// Whether `rank` is in the grid: false for a rank of the world outside `rank_offset ..
+/// rank_offset + local_world_size` (it belongs to no group), OUT_OF_RANGE beyond the world.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_topology_rank_in_grid(
+    t: *const mcore_topology,
+    rank: u32,
+    out: *mut bool,
+) -> mcore_status {
+    ffi_guard(|| {
+        let t = topo(t)?;
+        if rank >= t.total_world_size().max(t.rank_offset().saturating_add(t.world_size())) {
+            return Err(FfiError::new(
+                mcore_status::OutOfRange,
+                format!("rank {rank} is outside the world of {} ranks", t.total_world_size()),
+            ));
+        }
+        *out_ptr(out, "out")? = t.in_grid(rank);
+        Ok(())
     })
 }
 

@@ -204,6 +204,7 @@ pub fn decode(blob: &[u8]) -> Result<Snapshot, RngError> {
         ep_rank: v[6],
         etp_rank: v[7],
         layout_fingerprint: r.u64()?,
+        ..Default::default()
     };
     let request = if r.bool()? {
         let policy = r.str()?.parse().map_err(|e| RngError::Corrupt(format!("RNG checkpoint policy: {e}")))?;

@@ -19,14 +19,25 @@ fn group_rank(topology: &Topology, kind: GroupKind, rank: u32) -> Result<u32, Rn
     Ok(topology.membership(kind, rank).map_err(topo_err)?.map(|m| m.rank).unwrap_or(0))
 }
 
-/// The coordinates of `rank` in `topology` (plain data-parallel rank, without CP).
+/// The coordinates of `rank` in `topology` (data-parallel rank with gtp peers, without CP).
+/// A rank outside the grid (local world size) has none: it belongs to no group.
 pub fn coordinates(topology: &Topology, rank: u32) -> Result<RankCoordinates, RngError> {
     use GroupKind::*;
+    topology.pipeline(rank).map_err(topo_err)?;
+    let position = |kind| -> Result<(u32, u32), RngError> {
+        Ok(topology.membership(kind, rank).map_err(topo_err)?.map_or((0, 0), |m| (m.rank, m.size())))
+    };
+    let (gtp_rank, gtp_size) = position(GtpWeightRemat)?;
+    let (egtp_rank, egtp_size) = position(ExpertGtpWeightRemat)?;
     Ok(RankCoordinates {
         world_size: topology.world_size(),
         rank,
+        gtp_rank,
+        gtp_size,
+        egtp_rank,
+        egtp_size,
         pp_rank: group_rank(topology, PipelineModelParallel, rank)?,
-        dp_rank: group_rank(topology, DataParallel, rank)?,
+        dp_rank: group_rank(topology, DataParallelWithGtpRemat, rank)?,
         tp_rank: group_rank(topology, TensorModelParallel, rank)?,
         cp_rank: group_rank(topology, ContextParallel, rank)?,
         ep_rank: group_rank(topology, ExpertModelParallel, rank)?,

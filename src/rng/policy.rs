@@ -3,47 +3,27 @@
 //! * `megatron`: Megatron-Core's training initializer (`s = seed + 100·pp_rank [+ 10·dp_rank]`,
 //!   CPU and default device stream seeded with `s`) followed by `model_parallel_cuda_manual_seed(s)`
 //!   (`data-parallel-rng = s`, `model-parallel-rng = s + 2718 + tp_rank`,
-//!   `expert-parallel-rng = s + 1024 + 100·ep_rank + etp_rank`).
+//!   `expert-parallel-rng = s + 1024 + 100·ep_rank + etp_rank`), and with Megatron-Core 0.19's
+//!   weight rematerialization `gtp-remat-rng = model + 65536·(1 + gtp_rank)` (gtp > 1) and
+//!   `egtp-remat-rng = expert + 32768 + 65536·(1 + egtp_rank)` (egtp > 1); `dp_rank` is then the
+//!   gtp-inclusive data-parallel rank.
 //! * `roll`: the same tracker offsets on the same base seed everywhere (no pipeline or
 //!   data-parallel offset).
 //! * `sharded:<key>,...`: the PyTorch RFC's `manual_seed(seed, sharded_groups=[...])`: seed plus
 //!   this rank's linear index over the listed group kinds, first listed most significant.
 
 pub use super::tracker::DEFAULT_STREAM;
-use super::tracker::{Tracker, DATA_PARALLEL_RNG, EXPERT_PARALLEL_RNG, MODEL_PARALLEL_RNG};
+use super::tracker::{
+    Tracker, DATA_PARALLEL_RNG, EGTP_REMAT_RNG, EXPERT_PARALLEL_RNG, GTP_REMAT_RNG, MODEL_PARALLEL_RNG,
+};
 use super::RngError;
 use std::fmt;
 use std::str::FromStr;
 
-/// Group-kind keys of DESIGN.md (plus `hierarchical_context_parallel_<i>`).
-pub const GROUP_KIND_KEYS: &[&str] = &[
-    "tensor_model_parallel",
-    "pipeline_model_parallel",
-    "data_parallel",
-    "data_parallel_with_cp",
-    "context_parallel",
-    "model_parallel",
-    "tensor_and_data_parallel",
-    "tensor_and_data_parallel_with_cp",
-    "tensor_and_context_parallel",
-    "intra_partial_data_parallel_with_cp",
-    "intra_distributed_optimizer_instance",
-    "embedding",
-    "position_embedding",
-    "expert_model_parallel",
-    "expert_tensor_parallel",
-    "expert_tensor_and_model_parallel",
-    "expert_tensor_model_pipeline_parallel",
-    "expert_data_parallel",
-    "intra_partial_expert_data_parallel",
-    "inter_partial_expert_data_parallel",
-];
-
+/// A group-kind key of the topology engine (`tensor_model_parallel`, ...,
+/// `hierarchical_context_parallel_<i>`).
 fn is_group_kind_key(key: &str) -> bool {
-    GROUP_KIND_KEYS.contains(&key)
-        || key
-            .strip_prefix("hierarchical_context_parallel_")
-            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+    crate::topology::GroupKind::from_key(key).is_some()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +81,8 @@ pub struct RankCoordinates {
     /// Global rank.
     pub rank: u32,
     pub pp_rank: u32,
-    /// Plain data-parallel rank (without context parallelism).
+    /// Data-parallel rank without context parallelism (with Megatron-Core 0.19's gtp peers: the
+    /// rank in `data_parallel_with_gtp_remat`, which is `data_parallel` when gtp = 1).
     pub dp_rank: u32,
     pub tp_rank: u32,
     pub cp_rank: u32,
@@ -109,6 +90,15 @@ pub struct RankCoordinates {
     pub etp_rank: u32,
     /// A caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
     pub layout_fingerprint: u64,
+    /// Rank in the gtp weight-rematerialization group (0.19); used only when `gtp_size > 1`.
+    /// Not stored in RNG checkpoints (the streams' states are; the fingerprint covers gtp).
+    pub gtp_rank: u32,
+    /// Size of the gtp group; 0 or 1 = no `gtp-remat-rng` stream.
+    pub gtp_size: u32,
+    /// Rank in the expert gtp group; used only when `egtp_size > 1`.
+    pub egtp_rank: u32,
+    /// Size of the expert gtp group; 0 or 1 = no `egtp-remat-rng` stream.
+    pub egtp_size: u32,
 }
 
 /// A rank's place in one group: its group rank and the group size.
@@ -164,6 +154,23 @@ pub fn megatron_tracker_seeds(
     Ok(vec![(DATA_PARALLEL_RNG, s), (MODEL_PARALLEL_RNG, model), (EXPERT_PARALLEL_RNG, expert)])
 }
 
+/// The tracker seeds of `model_parallel_cuda_manual_seed(s)` for `coords`: the three of
+/// [`megatron_tracker_seeds`], then Megatron-Core 0.19's `gtp-remat-rng` (gtp > 1) and
+/// `egtp-remat-rng` (egtp > 1).
+pub fn megatron_tracker_seeds_for(s: u64, c: &RankCoordinates) -> Result<Vec<(&'static str, u64)>, RngError> {
+    let mut seeds = megatron_tracker_seeds(s, c.tp_rank, c.ep_rank, c.etp_rank)?;
+    let (model, expert) = (seeds[1].1, seeds[2].1);
+    if c.gtp_size > 1 {
+        let add = 65536 * (1 + u64::from(c.gtp_rank));
+        seeds.push((GTP_REMAT_RNG, model.checked_add(add).ok_or_else(|| overflow("gtp-remat seed"))?));
+    }
+    if c.egtp_size > 1 {
+        let add = 32768 + 65536 * (1 + u64::from(c.egtp_rank));
+        seeds.push((EGTP_REMAT_RNG, expert.checked_add(add).ok_or_else(|| overflow("egtp-remat seed"))?));
+    }
+    Ok(seeds)
+}
+
 /// Linear index of a rank over groups (first most significant); replicas get equal indices.
 pub fn sharded_index(positions: &[GroupPosition]) -> Result<u64, RngError> {
     let mut index: u64 = 0;
@@ -191,12 +198,12 @@ pub fn seed_plan(req: &SeedRequest, coords: &RankCoordinates) -> Result<SeedPlan
             if req.data_parallel_random_init {
                 s = s.checked_add(10 * u64::from(coords.dp_rank)).ok_or_else(|| overflow("seed + 10·dp_rank"))?;
             }
-            let tracker = megatron_tracker_seeds(s, coords.tp_rank, coords.ep_rank, coords.etp_rank)?;
+            let tracker = megatron_tracker_seeds_for(s, coords)?;
             Ok(SeedPlan { cpu: s, default: s, tracker })
         }
         SeedPolicy::Roll => {
             let s = non_negative(req.seed)?;
-            let tracker = megatron_tracker_seeds(s, coords.tp_rank, coords.ep_rank, coords.etp_rank)?;
+            let tracker = megatron_tracker_seeds_for(s, coords)?;
             Ok(SeedPlan { cpu: s, default: s, tracker })
         }
         SeedPolicy::Sharded(keys) => {
@@ -292,9 +299,16 @@ mod tests {
         assert_eq!(seeds[2], ("model-parallel-rng".to_string(), 42 + 2718 + 1));
         let req = SeedRequest { policy: SeedPolicy::Megatron, ..req };
         assert_eq!(stream_seeds(&req, &coords).unwrap()[0].1, 42 + 300 + 20);
-        let big = SeedRequest { seed: i64::MAX, ..req };
+        let big = SeedRequest { seed: i64::MAX, ..req.clone() };
         // i64 seeds plus u32 coordinates never overflow u64: seeds above i64::MAX are reachable
         assert_eq!(stream_seeds(&big, &coords).unwrap()[0].1, i64::MAX as u64 + 320);
+        let remat = RankCoordinates { gtp_rank: 1, gtp_size: 2, egtp_rank: 1, egtp_size: 2, ep_rank: 1, ..coords };
+        let seeds = stream_seeds(&SeedRequest { seed: 1234, data_parallel_random_init: false, ..req.clone() }, &remat)
+            .unwrap();
+        let s = 1234 + 300;
+        let (model, expert) = (s + 2718 + 1, s + 1024 + 100);
+        assert_eq!(seeds[4], ("gtp-remat-rng".to_string(), model + 2 * 65536));
+        assert_eq!(seeds[5], ("egtp-remat-rng".to_string(), expert + 32768 + 2 * 65536));
         let huge = [GroupPosition { rank: 1, size: u32::MAX }; 4];
         assert!(matches!(sharded_index(&huge), Err(RngError::Overflow(_))));
     }

@@ -12,6 +12,10 @@ pub const DEFAULT_STREAM: &str = "default";
 pub const MODEL_PARALLEL_RNG: &str = "model-parallel-rng";
 pub const EXPERT_PARALLEL_RNG: &str = "expert-parallel-rng";
 pub const DATA_PARALLEL_RNG: &str = "data-parallel-rng";
+/// Megatron-Core 0.19's stream for the dense weight-rematerialization axis (only when gtp > 1).
+pub const GTP_REMAT_RNG: &str = "gtp-remat-rng";
+/// Megatron-Core 0.19's stream for the expert weight-rematerialization axis (only when egtp > 1).
+pub const EGTP_REMAT_RNG: &str = "egtp-remat-rng";
 
 /// A Philox generator state: 16 bytes, the layout of a CUDA generator state in PyTorch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -187,6 +187,13 @@ pub const MEGATRON_GROUP_NAMES: &[(&str, &str)] = &[
     ("ep_dp", "expert_data_parallel"),
     ("intra_ep_dp", "intra_partial_expert_data_parallel"),
     ("inter_ep_dp", "inter_partial_expert_data_parallel"),
+    // Megatron-Core 0.19's weight-rematerialization groups.
+    ("gtp_remat", "gtp_weight_remat"),
+    ("gtp_remat_dp", "data_parallel_with_gtp_remat"),
+    ("gtp_remat_dp_cp", "data_parallel_with_cp_with_gtp_remat"),
+    ("expt_gtp_remat", "expert_gtp_weight_remat"),
+    ("tp_ep_gtp_remat_pp", "expert_tensor_model_pipeline_parallel_with_egtp"),
+    ("ep_gtp_remat_dp", "expert_data_parallel_with_gtp_remat"),
 ];
 
 /// The entry that applies to every `hierarchical_context_parallel_<i>` level.
@@ -379,6 +386,29 @@ tensor_and_data_parallel:
         assert_eq!(c.options_for("tensor_and_data_parallel").split_share, Some(true));
         // dp does not configure dp_cp: Megatron configures them separately.
         assert!(c.options_for("data_parallel_with_cp").is_default());
+    }
+
+    #[test]
+    fn megatron_0_19_names_map_to_the_remat_kinds() {
+        let mut c = CommConfig::default();
+        let yaml = "gtp_remat: {max_ctas: 1}\ngtp_remat_dp: {max_ctas: 2}\ngtp_remat_dp_cp: {max_ctas: 3}\n\
+                    expt_gtp_remat: {max_ctas: 4}\ntp_ep_gtp_remat_pp: {max_ctas: 5}\nep_gtp_remat_dp: {max_ctas: 6}\n";
+        c.add_yaml(yaml, "cfg.yaml").unwrap();
+        for (i, kind) in [
+            "gtp_weight_remat",
+            "data_parallel_with_gtp_remat",
+            "data_parallel_with_cp_with_gtp_remat",
+            "expert_gtp_weight_remat",
+            "expert_tensor_model_pipeline_parallel_with_egtp",
+            "expert_data_parallel_with_gtp_remat",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert!(crate::topology::GroupKind::from_key(kind).is_some(), "{kind}");
+            assert_eq!(c.options_for(kind).max_ctas, Some(i as i32 + 1), "{kind}");
+        }
+        assert!(c.options_for("data_parallel").is_default(), "gtp_remat_dp does not configure dp");
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct InitArgs {
     pub comm_config: CommConfig,
     /// The CUDA device of this rank's NCCL communicators (`None`: `LOCAL_RANK`, 0 when unset).
     pub device: Option<u32>,
+    /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the
+    /// dp-cp and (ep > 1) expert-dp groups, separate communicators with the same members (for
+    /// overlapping all-gathers); see [`Runtime::all_gather_group`]. Needs per-group creation.
+    pub create_all_gather_groups: bool,
 }
 
 impl Default for InitArgs {
@@ -66,6 +70,7 @@ impl Default for InitArgs {
             comm_strategy: CommStrategy::Auto,
             comm_config: CommConfig::default(),
             device: None,
+            create_all_gather_groups: false,
         }
     }
 }
@@ -114,6 +119,13 @@ impl Runtime {
         self.groups.iter().find(|g| g.plan.kind == key)
     }
 
+    /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`),
+    /// when initialized with `create_all_gather_groups` and the layout has that twin.
+    pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        let key = all_gather_key(kind);
+        self.groups.iter().find(|g| g.plan.kind == key)
+    }
+
     /// Store requests this process has sent so far (request/response exchanges).
     pub fn store_round_trips(&self) -> u64 {
         self.store.round_trips()
@@ -148,6 +160,9 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("dist_opt_instances", t.dist_opt_instances)
         .with("order", &t.order)
         .with("rank_offset", t.rank_offset)
+        .with("gtp", t.gtp)
+        .with("egtp", t.egtp)
+        .with("local_world_size", opt(&t.local_world_size))
         .with("embedding", if t.embedding_ranks.is_some() { "custom" } else { "default" })
         .with("position_embedding", if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
         .with("backend", &args.backend)
@@ -156,6 +171,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("data_parallel_random_init", args.data_parallel_random_init)
         .with("comm_strategy", args.comm_strategy)
         .with("comm_config", args.comm_config.fingerprint())
+        .with("create_all_gather_groups", args.create_all_gather_groups)
         .with_local("device", opt(&args.device))
 }
 
@@ -172,6 +188,57 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
         world: (first..first + topology.world_size()).collect(),
         kinds: topology.kinds().iter().map(|k| k.key().into_owned()).collect(),
         groups,
+    }
+}
+
+/// Megatron-Core 0.19's kinds whose groups are exactly an earlier kind's with the same
+/// communicator options (e.g. every one of them at gtp = egtp = 1), with that kind: they get no
+/// creation step (no split collective, no communicator) and share its communicators.
+fn aliased_kinds(topology: &Topology, config: &super::CommConfig) -> Vec<(GroupKind, GroupKind)> {
+    topology
+        .kinds()
+        .into_iter()
+        .filter_map(|k| topology.alias_of(k).map(|src| (k, src)))
+        .filter(|(k, src)| config.options_for(&k.key()) == config.options_for(&src.key()))
+        .collect()
+}
+
+/// This rank's groups of the aliased kinds, sharing the communicators of their source kinds.
+fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups: &mut Vec<LiveGroup>) {
+    for (kind, src) in aliases {
+        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == src.key())) else {
+            continue;
+        };
+        let alias = LiveGroup {
+            plan: GroupPlan { kind: kind.key().into_owned(), index: m.group_index() as u32, members: m.members() },
+            group_rank: m.rank,
+            comm_name: shared.comm_name.clone(),
+            comm: shared.comm.clone(),
+            created_in: Duration::ZERO,
+        };
+        groups.push(alias);
+    }
+}
+
+/// The plan key of the all-gather twin of `kind` (`data_parallel_with_cp_all_gather`).
+fn all_gather_key(kind: GroupKind) -> String {
+    format!("{}_all_gather", kind.key())
+}
+
+/// The twins this rank creates: its groups of the layout's twin kinds under their twin keys.
+/// Every kind is listed for every rank (the plan is rank-independent); the twins get the default
+/// communicator options.
+fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> RankPlan {
+    let kinds = topology.all_gather_twin_kinds();
+    RankPlan {
+        rank: main.rank,
+        world: main.world.clone(),
+        kinds: kinds.iter().map(|&k| all_gather_key(k)).collect(),
+        groups: kinds
+            .iter()
+            .filter_map(|&k| view.get(k))
+            .map(|m| GroupPlan { kind: all_gather_key(m.kind()), index: m.group_index() as u32, members: m.members() })
+            .collect(),
     }
 }
 
@@ -235,6 +302,17 @@ fn bring_up(
     }
     // Validate the layout before touching the network: a bad layout fails fast on every rank.
     let topology = Topology::new(args.topology.clone(), env.world_size)?;
+    if topology.rank_offset() != 0 || topology.world_size() != env.world_size {
+        // Every rank knows this: all fail at once instead of waiting for ranks with no group.
+        return Err(RuntimeError::InvalidArgument(format!(
+            "the layout's grid covers ranks {}..{} of a world of {}: the ranks outside it would belong to \
+             no group, and the runtime needs every rank of the world in the grid (launch only the grid's \
+             ranks, or drop local_world_size/rank_offset)",
+            topology.rank_offset(),
+            u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
+            env.world_size
+        )));
+    }
     let view = topology.rank_view(env.rank)?;
     let rng = match args.seed {
         None => None,
@@ -252,7 +330,14 @@ fn bring_up(
             "verification was requested (the default), but {why}: initialize with verify off"
         )));
     }
-    let plan = plan_for(&topology, &view);
+    if args.create_all_gather_groups {
+        resolve_strategy(CommStrategy::PerGroup, backend.as_ref())
+            .map_err(|why| RuntimeError::InvalidArgument(format!("create_all_gather_groups creates its twins per group: {why}")))?;
+    }
+    let mut plan = plan_for(&topology, &view);
+    let aliases = aliased_kinds(&topology, &args.comm_config);
+    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| a.key() == *k));
+    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| a.key() == g.kind));
     backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;
     for kind in &plan.kinds {
         backend.check_options(kind, &args.comm_config.options_for(kind)).map_err(RuntimeError::InvalidArgument)?;
@@ -278,7 +363,7 @@ fn bring_up(
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let host_addr = host.addr.to_string();
-        let created = create_groups(
+        let mut created = create_groups(
             &plan,
             strategy,
             backend.as_ref(),
@@ -288,6 +373,21 @@ fn bring_up(
             left(),
             Some(&host_addr),
         )?;
+        add_alias_groups(&view, &aliases, &mut created.groups);
+        if args.create_all_gather_groups {
+            let twins = all_gather_plan(&topology, &view, &plan);
+            let made = create_groups(
+                &twins,
+                CommStrategy::PerGroup,
+                backend.as_ref(),
+                &group_store,
+                base.as_ref(),
+                &args.comm_config,
+                left(),
+                Some(&host_addr),
+            )?;
+            created.groups.extend(made.groups);
+        }
         let t_groups = start.elapsed();
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank)?

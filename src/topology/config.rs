@@ -39,6 +39,17 @@ pub struct TopologyConfig {
     pub embedding_ranks: Option<EmbeddingRanksFn>,
     /// Custom position-embedding ranks per pipeline group; `None` = first stage.
     pub position_embedding_ranks: Option<EmbeddingRanksFn>,
+    /// Megatron-Core 0.19's `gtp_remat_size`: the dense weight-rematerialization axis (placed
+    /// right after `tp` in the order). dp = local world / (tp·pp·cp·gtp).
+    pub gtp: u32,
+    /// Megatron-Core 0.19's `expert_gtp_remat_size`: the same axis on the expert grid (placed
+    /// after `ep`, else after `tp`, else first). expert dp = local world / (etp·ep·pp·egtp).
+    pub egtp: u32,
+    /// Megatron-Core 0.19's `local_world_size`: the grid covers `rank_offset .. rank_offset +
+    /// local_world_size` of a world of the size given to [`Topology::new`](super::Topology::new);
+    /// the other ranks belong to no group. `None` = the grid is the given world size (with
+    /// `rank_offset` shifting it, this library's form before 0.19).
+    pub local_world_size: Option<u32>,
 }
 
 impl Default for TopologyConfig {
@@ -56,6 +67,9 @@ impl Default for TopologyConfig {
             rank_offset: 0,
             embedding_ranks: None,
             position_embedding_ranks: None,
+            gtp: 1,
+            egtp: 1,
+            local_world_size: None,
         }
     }
 }
@@ -78,6 +92,9 @@ impl fmt::Debug for TopologyConfig {
                 "position_embedding_ranks",
                 &self.position_embedding_ranks.as_ref().map(|_| "custom"),
             )
+            .field("gtp", &self.gtp)
+            .field("egtp", &self.egtp)
+            .field("local_world_size", &self.local_world_size)
             .finish()
     }
 }
@@ -85,6 +102,7 @@ impl fmt::Debug for TopologyConfig {
 /// The sizes of a validated layout, derived ones included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sizes {
+    /// Number of ranks of the grid (the local world size when one is given).
     pub world_size: u32,
     pub tp: u32,
     pub pp: u32,
@@ -94,9 +112,15 @@ pub struct Sizes {
     pub ep: u32,
     /// Effective expert tensor-parallel size (tp when not given).
     pub etp: u32,
-    /// Data-parallel size: world / (tp·pp·cp).
+    /// Data-parallel (replicate) size: world / (tp·pp·cp·gtp).
     pub dp: u32,
-    /// Expert data-parallel size: world / (etp·ep·pp).
+    /// Expert data-parallel (replicate) size: world / (etp·ep·pp·egtp).
     pub expert_dp: u32,
     pub dist_opt_instances: u32,
+    /// Dense weight-rematerialization size (1 = off).
+    pub gtp: u32,
+    /// Expert weight-rematerialization size (1 = off).
+    pub egtp: u32,
+    /// The whole world: equal to `world_size` unless a local world size was given.
+    pub total_world_size: u32,
 }

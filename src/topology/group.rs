@@ -10,7 +10,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grid {
     pub base: u64,
-    pub axes: [(u64, u64); 5],
+    pub axes: [(u64, u64); 6],
     pub naxes: usize,
     pub start: u64,
     pub len: u64,
@@ -20,7 +20,7 @@ impl Grid {
     pub fn new(base: u64) -> Self {
         Grid {
             base,
-            axes: [(0, 1); 5],
+            axes: [(0, 1); 6],
             naxes: 0,
             start: 0,
             len: 1,
@@ -53,7 +53,7 @@ impl Grid {
     /// Enumeration position of `rank` in the whole box, if it is in the box.
     fn box_position(&self, rank: u64) -> Option<u64> {
         let mut rem = rank.checked_sub(self.base)?;
-        let mut digits = [0u64; 5];
+        let mut digits = [0u64; 6];
         for (k, &(stride, count)) in self.axes().iter().enumerate().rev() {
             let m = rem / stride;
             if m >= count {
@@ -158,7 +158,7 @@ impl Group {
     pub fn iter(&self) -> Members<'_> {
         match &self.shape {
             Shape::Grid(g) => {
-                let mut digits = [0u64; 5];
+                let mut digits = [0u64; 6];
                 let mut p = g.start;
                 for (k, &(_, count)) in g.axes().iter().enumerate() {
                     digits[k] = p % count;
@@ -196,7 +196,7 @@ pub struct Members<'a> {
 enum MembersInner<'a> {
     Grid {
         grid: &'a Grid,
-        digits: [u64; 5],
+        digits: [u64; 6],
         next: u64,
         left: u64,
     },

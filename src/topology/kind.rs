@@ -29,13 +29,26 @@ pub enum GroupKind {
     ExpertDataParallel,
     IntraPartialExpertDataParallel,
     InterPartialExpertDataParallel,
+    /// Megatron-Core 0.19: ranks equal in every dense coordinate but gtp (single-rank at gtp=1).
+    GtpWeightRemat,
+    /// Megatron-Core 0.19: data-parallel joined with its gtp peers (the data-parallel groups at gtp=1).
+    DataParallelWithGtpRemat,
+    /// Megatron-Core 0.19: data-parallel with cp joined with its gtp peers.
+    DataParallelWithCpWithGtpRemat,
+    /// Megatron-Core 0.19: ranks equal in every expert coordinate but egtp.
+    ExpertGtpWeightRemat,
+    /// Megatron-Core 0.19: an etp·ep·pp group merged with its egtp peers.
+    ExpertTensorModelPipelineParallelWithEgtp,
+    /// Megatron-Core 0.19: expert data-parallel joined with its egtp peers.
+    ExpertDataParallelWithGtpRemat,
 }
 
 const HCP_PREFIX: &str = "hierarchical_context_parallel_";
 
 impl GroupKind {
     /// Every kind except the hierarchical-CP levels, in DESIGN.md's table order.
-    pub const FIXED: [GroupKind; 20] = [
+    /// The six kinds of Megatron-Core 0.19 come last (appended, so older numbers keep their place).
+    pub const FIXED: [GroupKind; 26] = [
         GroupKind::TensorModelParallel,
         GroupKind::PipelineModelParallel,
         GroupKind::DataParallel,
@@ -56,7 +69,18 @@ impl GroupKind {
         GroupKind::ExpertDataParallel,
         GroupKind::IntraPartialExpertDataParallel,
         GroupKind::InterPartialExpertDataParallel,
+        GroupKind::GtpWeightRemat,
+        GroupKind::DataParallelWithGtpRemat,
+        GroupKind::DataParallelWithCpWithGtpRemat,
+        GroupKind::ExpertGtpWeightRemat,
+        GroupKind::ExpertTensorModelPipelineParallelWithEgtp,
+        GroupKind::ExpertDataParallelWithGtpRemat,
     ];
+
+    /// The six kinds Megatron-Core 0.19 added (the tail of [`GroupKind::FIXED`]).
+    pub fn added_in_0_19() -> &'static [GroupKind] {
+        &GroupKind::FIXED[20..]
+    }
 
     /// The key (`tensor_model_parallel`, `hierarchical_context_parallel_1`, ...).
     pub fn key(self) -> Cow<'static, str> {
@@ -83,6 +107,12 @@ impl GroupKind {
             ExpertDataParallel => "expert_data_parallel",
             IntraPartialExpertDataParallel => "intra_partial_expert_data_parallel",
             InterPartialExpertDataParallel => "inter_partial_expert_data_parallel",
+            GtpWeightRemat => "gtp_weight_remat",
+            DataParallelWithGtpRemat => "data_parallel_with_gtp_remat",
+            DataParallelWithCpWithGtpRemat => "data_parallel_with_cp_with_gtp_remat",
+            ExpertGtpWeightRemat => "expert_gtp_weight_remat",
+            ExpertTensorModelPipelineParallelWithEgtp => "expert_tensor_model_pipeline_parallel_with_egtp",
+            ExpertDataParallelWithGtpRemat => "expert_data_parallel_with_gtp_remat",
         })
     }
 

@@ -3,7 +3,7 @@
 
 use super::config::{Sizes, TopologyConfig};
 use super::error::TopologyError;
-use super::generator::{parse_order, Dim, Generator};
+use super::generator::{parse_order, with_gtp, Dim, Generator};
 use super::group::{Grid, Group, Shape};
 use super::kind::GroupKind;
 use super::validate::validate;
@@ -42,7 +42,8 @@ const PP: u8 = Dim::Pp.bit();
 const DP: u8 = Dim::Dp.bit();
 const EP: u8 = Dim::Ep.bit();
 const CP: u8 = Dim::Cp.bit();
-const ALL: u8 = TP | PP | DP | EP | CP;
+const GTP: u8 = Dim::Gtp.bit();
+const ALL: u8 = TP | PP | DP | EP | CP | GTP;
 
 /// A rank's membership in one group: the group and the rank's index in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,18 +103,29 @@ impl RankView {
         self.groups.iter().find(|m| m.kind() == kind)
     }
 
-    /// Megatron's `get_all_ranks()` string: tp, dp, cp, pp and ep group ranks joined by `_`.
+    /// Megatron-Core 0.19's `get_all_ranks()` string: tp, gtp, gtp-inclusive dp, cp, pp and ep
+    /// group ranks joined by `_` (see [`RankView::all_ranks_string_0_16`] for 0.16's form).
     pub fn all_ranks_string(&self) -> String {
-        let r = |k| self.get(k).map(|m| m.rank).unwrap_or(0);
         use GroupKind::*;
-        format!(
-            "{}_{}_{}_{}_{}",
-            r(TensorModelParallel),
-            r(DataParallel),
-            r(ContextParallel),
-            r(PipelineModelParallel),
-            r(ExpertModelParallel)
-        )
+        self.join_ranks(&[
+            TensorModelParallel,
+            GtpWeightRemat,
+            DataParallelWithGtpRemat,
+            ContextParallel,
+            PipelineModelParallel,
+            ExpertModelParallel,
+        ])
+    }
+
+    /// Megatron-Core 0.16's `get_all_ranks()` string: tp, dp, cp, pp and ep group ranks.
+    pub fn all_ranks_string_0_16(&self) -> String {
+        use GroupKind::*;
+        self.join_ranks(&[TensorModelParallel, DataParallel, ContextParallel, PipelineModelParallel, ExpertModelParallel])
+    }
+
+    fn join_ranks(&self, kinds: &[GroupKind]) -> String {
+        let r = |k| self.get(k).map(|m| m.rank).unwrap_or(0).to_string();
+        kinds.iter().map(|&k| r(k)).collect::<Vec<_>>().join("_")
     }
 }
 
@@ -122,7 +134,10 @@ impl RankView {
 pub struct Topology {
     config: TopologyConfig,
     sizes: Sizes,
+    /// Ranks of the grid (the local world size when one is given).
     world: u64,
+    /// The whole world (ranks outside the grid belong to no group).
+    total: u64,
     offset: u64,
     dense: Generator,
     expert: Generator,
@@ -134,14 +149,20 @@ pub struct Topology {
 impl Topology {
     /// Validate `config` for `world_size` ranks (Megatron-Core's checks plus our own: zero sizes,
     /// bad order tokens, overflow) and build the layout. Costs O(1) in the world size.
+    ///
+    /// With `config.local_world_size`, `world_size` is the whole world and the grid covers
+    /// `rank_offset .. rank_offset + local_world_size` of it; without, the grid has `world_size`
+    /// ranks starting at `rank_offset`.
     pub fn new(config: TopologyConfig, world_size: u32) -> Result<Topology, TopologyError> {
         let sizes = validate(&config, world_size)?;
         let named = parse_order(&config.order)?;
         let s = &sizes;
-        let dense_sizes = [s.tp, s.pp, s.dp, 1, s.cp].map(u64::from);
-        let expert_sizes = [s.etp, s.pp, s.expert_dp, s.ep, 1].map(u64::from);
-        let dense = Generator::new(dense_sizes, &named, &config.order, "dense layout")?;
-        let expert = Generator::new(expert_sizes, &named, &config.order, "expert layout")?;
+        let dense_sizes = [s.tp, s.pp, s.dp, 1, s.cp, s.gtp].map(u64::from);
+        let expert_sizes = [s.etp, s.pp, s.expert_dp, s.ep, 1, s.egtp].map(u64::from);
+        let dense_order = with_gtp(&named, &[Dim::Tp]);
+        let expert_order = with_gtp(&named, &[Dim::Ep, Dim::Tp]);
+        let dense = Generator::new(dense_sizes, &dense_order, &config.order, "dense layout")?;
+        let expert = Generator::new(expert_sizes, &expert_order, &config.order, "expert layout")?;
         super::validate::validate_generators(&config, &sizes, &dense, &expert)?;
         let hcp_inner = sizes
             .hierarchical_cp
@@ -154,7 +175,8 @@ impl Topology {
             .collect();
         Ok(Topology {
             hcp_inner,
-            world: u64::from(world_size),
+            world: u64::from(sizes.world_size),
+            total: u64::from(world_size),
             offset: u64::from(config.rank_offset),
             config,
             sizes,
@@ -171,8 +193,22 @@ impl Topology {
         &self.sizes
     }
 
+    /// Number of ranks of the grid (the local world size when one is given).
     pub fn world_size(&self) -> u32 {
         self.world as u32
+    }
+
+    /// The whole world given to [`Topology::new`]: the grid's size unless a local world size
+    /// was given.
+    pub fn total_world_size(&self) -> u32 {
+        self.total as u32
+    }
+
+    /// Whether `rank` is in the grid (`rank_offset .. rank_offset + world_size()`); other ranks
+    /// of the world belong to no group.
+    pub fn in_grid(&self, rank: u32) -> bool {
+        let r = u64::from(rank);
+        r >= self.offset && r - self.offset < self.world
     }
 
     pub fn rank_offset(&self) -> u32 {
@@ -204,6 +240,44 @@ impl Topology {
             if k == GroupKind::ContextParallel {
                 v.extend((0..self.hierarchical_cp_levels()).map(GroupKind::HierarchicalContextParallel));
             }
+        }
+        v
+    }
+
+    /// For Megatron-Core 0.19's kinds: the first earlier kind of this layout whose groups are
+    /// exactly this kind's (e.g. `data_parallel` for `data_parallel_with_gtp_remat` at gtp = 1,
+    /// any single-rank kind for `gtp_weight_remat` at gtp = 1). Rank-independent; `None` for
+    /// other kinds or when no earlier kind has the same groups.
+    pub fn alias_of(&self, kind: GroupKind) -> Option<GroupKind> {
+        if !GroupKind::added_in_0_19().contains(&kind) || !self.has_kind(kind) {
+            return None;
+        }
+        // The dims of a plain spec that have more than one coordinate: equal on one side means
+        // equal groups; none on either side means single-rank groups on both.
+        let effective = |spec: Spec| match spec {
+            Spec::Plain { side, mask } => {
+                let gen = self.generator(side);
+                let bits = Dim::ALL.iter().filter(|d| mask & d.bit() != 0 && gen.size[**d as usize] > 1);
+                Some((side, bits.fold(0u8, |m, d| m | d.bit())))
+            }
+            _ => None,
+        };
+        let (side, mask) = effective(self.spec(kind))?;
+        self.kinds().into_iter().take_while(|k| *k != kind).find(|&k| match effective(self.spec(k)) {
+            Some((s, m)) => (m == 0 && mask == 0) || (s == side && m == mask),
+            None => false,
+        })
+    }
+
+    /// The kinds whose groups Megatron-Core's post-init helper `create_all_gather_groups`
+    /// duplicates (all-gather twins, separate communicators for overlap): `data_parallel_with_cp`,
+    /// and `expert_data_parallel` when ep > 1. The twins have exactly these kinds' groups, for
+    /// every order, rank offset and gtp (0.19.2 recomputes them with the default order and no
+    /// offset, which differs there: a documented deviation).
+    pub fn all_gather_twin_kinds(&self) -> Vec<GroupKind> {
+        let mut v = vec![GroupKind::DataParallelWithCp];
+        if self.sizes.ep > 1 {
+            v.push(GroupKind::ExpertDataParallel);
         }
         v
     }
@@ -241,9 +315,9 @@ impl Topology {
                     outer,
                 }
             }
-            ModelParallel => plain(Dense, TP | PP),
-            TensorAndDataParallel => plain(Dense, TP | DP),
-            TensorAndDataParallelWithCp => plain(Dense, TP | DP | CP),
+            ModelParallel => plain(Dense, TP | GTP | PP),
+            TensorAndDataParallel => plain(Dense, TP | GTP | DP),
+            TensorAndDataParallelWithCp => plain(Dense, TP | GTP | DP | CP),
             TensorAndContextParallel => plain(Dense, TP | CP),
             IntraPartialDataParallelWithCp => Spec::Slice {
                 side: Dense,
@@ -281,19 +355,45 @@ impl Topology {
                 size: nd,
                 outer: 1,
             },
+            GtpWeightRemat => plain(Dense, GTP),
+            DataParallelWithGtpRemat => plain(Dense, DP | GTP),
+            DataParallelWithCpWithGtpRemat => plain(Dense, DP | CP | GTP),
+            ExpertGtpWeightRemat => plain(Expert, GTP),
+            ExpertTensorModelPipelineParallelWithEgtp => plain(Expert, TP | EP | PP | GTP),
+            ExpertDataParallelWithGtpRemat => plain(Expert, DP | GTP),
         }
     }
 
-    fn local(&self, rank: u32) -> Result<u64, TopologyError> {
+    /// `rank` relative to the grid: `Ok(None)` for a rank of the world outside the grid (with a
+    /// local world size), an error for a rank outside the world.
+    fn local(&self, rank: u32) -> Result<Option<u64>, TopologyError> {
         let r = u64::from(rank);
-        if r < self.offset || r - self.offset >= self.world {
-            return Err(TopologyError::range(format!(
-                "rank {rank} is outside the layout's ranks {}..{}",
-                self.offset,
-                self.offset + self.world - 1
-            )));
+        if self.in_grid(rank) {
+            return Ok(Some(r - self.offset));
         }
-        Ok(r - self.offset)
+        if self.config.local_world_size.is_some() && r < self.total {
+            return Ok(None);
+        }
+        Err(TopologyError::range(format!(
+            "rank {rank} is outside the layout's ranks {}..{}",
+            self.offset,
+            self.offset + self.world - 1
+        )))
+    }
+
+    /// Like `local`, but a rank outside the grid is an error saying it belongs to no group.
+    fn local_in_grid(&self, rank: u32) -> Result<u64, TopologyError> {
+        self.local(rank)?.ok_or_else(|| {
+            TopologyError::range(format!(
+                "rank {rank} is outside the grid: the layout covers ranks {}..{} (local world size {} at \
+                 rank offset {}) of a world of {}, so rank {rank} belongs to no group and has no pipeline",
+                self.offset,
+                self.offset + self.world - 1,
+                self.world,
+                self.offset,
+                self.total
+            ))
+        })
     }
 
     /// Number of groups of `kind` (0 for a kind this layout does not have).
@@ -462,8 +562,11 @@ impl Topology {
     }
 
     /// `rank`'s group of `kind` and its group rank, or `None` when it is in no such group.
+    /// A rank of the world outside the grid (see [`Topology::in_grid`]) is in no group.
     pub fn membership(&self, kind: GroupKind, rank: u32) -> Result<Option<Membership>, TopologyError> {
-        let local = self.local(rank)?;
+        let Some(local) = self.local(rank)? else {
+            return Ok(None);
+        };
         if !self.has_kind(kind) {
             return Ok(None);
         }
@@ -487,7 +590,9 @@ impl Topology {
     }
 
     /// Every group `rank` belongs to, and its pipeline place.
+    /// A rank outside the grid is an error (it belongs to no group and has no pipeline).
     pub fn rank_view(&self, rank: u32) -> Result<RankView, TopologyError> {
+        self.local_in_grid(rank)?;
         let mut groups = Vec::with_capacity(GroupKind::FIXED.len() + self.sizes.hierarchical_cp.len());
         for kind in self.kinds() {
             if let Some(m) = self.membership(kind, rank)? {
@@ -503,6 +608,7 @@ impl Topology {
 
     /// `rank`'s pipeline stage, first/last ranks and ring neighbours.
     pub fn pipeline(&self, rank: u32) -> Result<PipelineView, TopologyError> {
+        self.local_in_grid(rank)?;
         let m = self
             .membership(GroupKind::PipelineModelParallel, rank)?
             .expect("every rank has a pipeline");
@@ -535,17 +641,22 @@ impl Topology {
     /// pipeline, only on virtual stage 0 (`None` ignores virtual stages).
     pub fn is_pipeline_first_stage(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
         self.check_vp_stage(vp_stage)?;
-        let p = self.pipeline(rank)?;
-        Ok(p.rank == 0 && vp_stage.unwrap_or(0) == 0)
+        if vp_stage.unwrap_or(0) != 0 {
+            return Ok(false); // decided before the pipeline (as Megatron: even outside the grid)
+        }
+        Ok(self.pipeline(rank)?.rank == 0)
     }
 
     /// Whether `rank` is on the last pipeline stage; with `vp_stage = Some(k)` and a virtual
     /// pipeline, only on the last virtual stage (`None` ignores virtual stages).
     pub fn is_pipeline_last_stage(&self, rank: u32, vp_stage: Option<u32>) -> Result<bool, TopologyError> {
         self.check_vp_stage(vp_stage)?;
-        let p = self.pipeline(rank)?;
         let last_vp = self.sizes.vpp.unwrap_or(1) - 1;
-        Ok(p.rank == p.size - 1 && vp_stage.map_or(true, |k| k == last_vp))
+        if vp_stage.is_some_and(|k| k != last_vp) {
+            return Ok(false); // decided before the pipeline (as Megatron: even outside the grid)
+        }
+        let p = self.pipeline(rank)?;
+        Ok(p.rank == p.size - 1)
     }
 
     /// Megatron's `is_rank_in_embedding_group`: membership, and with `vp_stage` the first member

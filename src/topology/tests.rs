@@ -207,3 +207,70 @@ fn pipeline_queries() {
     assert!(!t.is_rank_in_embedding_group(13, Some(0)).unwrap());
     assert!(!t.is_rank_in_embedding_group(5, None).unwrap());
 }
+
+#[test]
+fn gtp_layouts_are_consistent() {
+    let mut built = 0;
+    for w in [8u32, 16, 32] {
+        for (tp, pp, cp, ep) in [(1, 1, 1, 1), (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 1, 4)] {
+            for (gtp, egtp) in [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2)] {
+                for order in ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "dp-tp-pp"] {
+                    let mut c = cfg(tp, pp, cp, ep, None, 1, order);
+                    (c.gtp, c.egtp) = (gtp, egtp);
+                    if let Ok(t) = Topology::new(c, w) {
+                        check_consistent(&t);
+                        built += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(built > 40, "{built}");
+    // W=16 tp=2 gtp=2 pp=2: gtp peers tp apart, model parallel spans tp·gtp·pp.
+    let mut c = cfg(2, 2, 1, 1, None, 1, "tp-cp-ep-dp-pp");
+    c.gtp = 2;
+    let t = Topology::new(c.clone(), 16).unwrap();
+    let m = |k, r| t.group_of(k, r).unwrap().unwrap().members();
+    assert_eq!(m(GroupKind::GtpWeightRemat, 1), vec![1, 3]);
+    assert_eq!(m(GroupKind::DataParallel, 1), vec![1, 5]);
+    assert_eq!(m(GroupKind::DataParallelWithGtpRemat, 1), vec![1, 3, 5, 7]);
+    assert_eq!(m(GroupKind::ModelParallel, 1), vec![0, 1, 2, 3, 8, 9, 10, 11]);
+    assert_eq!(t.group_count(GroupKind::IntraDistributedOptimizerInstance), 1);
+    assert_eq!(t.alias_of(GroupKind::GtpWeightRemat), None);
+    assert_eq!(t.alias_of(GroupKind::ExpertGtpWeightRemat), Some(GroupKind::ContextParallel));
+    assert_eq!(t.alias_of(GroupKind::ExpertDataParallelWithGtpRemat), Some(GroupKind::ExpertDataParallel));
+    // At gtp = 1 every 0.19 kind aliases an older one (cp = 1 gives single-rank groups).
+    let t1 = Topology::new(cfg(2, 2, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 16).unwrap();
+    for k in GroupKind::added_in_0_19() {
+        let src = t1.alias_of(*k).unwrap_or_else(|| panic!("{k}"));
+        let members = |k| t1.groups(k).map(|g| g.unwrap().members()).collect::<Vec<_>>();
+        assert_eq!(members(*k), members(src), "{k} vs {src}");
+    }
+    assert_eq!(t1.alias_of(GroupKind::DataParallelWithGtpRemat), Some(GroupKind::DataParallel));
+    assert_eq!(t1.alias_of(GroupKind::DataParallel), None, "only the 0.19 kinds alias");
+    c.dist_opt_instances = 2;
+    let e = Topology::new(c, 16).unwrap_err();
+    assert!(e.message.contains("2 distributed-optimizer instances"), "{e}");
+}
+
+#[test]
+fn local_world_leaves_other_ranks_in_no_group() {
+    let mut c = cfg(2, 1, 1, 1, None, 1, "tp-cp-ep-dp-pp");
+    c.gtp = 2;
+    c.local_world_size = Some(8);
+    c.rank_offset = 8;
+    let t = Topology::new(c.clone(), 16).unwrap();
+    assert_eq!((t.world_size(), t.total_world_size(), t.rank_offset()), (8, 16, 8));
+    check_consistent(&t);
+    assert!(!t.in_grid(3) && t.in_grid(8) && t.in_grid(15));
+    for k in t.kinds() {
+        assert_eq!(t.membership(k, 3).unwrap(), None, "{k}");
+    }
+    let e = t.rank_view(3).unwrap_err();
+    assert!(e.message.contains("belongs to no group"), "{e}");
+    assert!(t.pipeline(7).is_err());
+    assert!(t.membership(GroupKind::TensorModelParallel, 16).is_err(), "rank outside the world");
+    c.rank_offset = 9;
+    let e = Topology::new(c, 16).unwrap_err();
+    assert!(e.message.contains("exceeds the world size 16"), "{e}");
+}

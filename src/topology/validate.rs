@@ -13,8 +13,28 @@ fn positive(name: &str, v: u32) -> Result<u64, TopologyError> {
 }
 
 /// Checks that need no generator; returns the derived sizes.
-pub(crate) fn validate(c: &TopologyConfig, world_size: u32) -> Result<Sizes, TopologyError> {
-    let w = positive("world size", world_size)?;
+pub(crate) fn validate(c: &TopologyConfig, total_world_size: u32) -> Result<Sizes, TopologyError> {
+    positive("world size", total_world_size)?;
+    let world_size = match c.local_world_size {
+        None => total_world_size,
+        Some(l) => {
+            positive("local world size", l)?;
+            if u64::from(c.rank_offset) + u64::from(l) > u64::from(total_world_size) {
+                return Err(TopologyError::config(format!(
+                    "rank offset {} + local world size {l} exceeds the world size {total_world_size}: \
+                     the grid's ranks {}..{} are not all in 0..{}",
+                    c.rank_offset,
+                    c.rank_offset,
+                    u64::from(c.rank_offset) + u64::from(l) - 1,
+                    total_world_size - 1
+                )));
+            }
+            l
+        }
+    };
+    let w = u64::from(world_size);
+    let gtp = positive("gtp_remat_size (gtp)", c.gtp)?;
+    let egtp = positive("expert_gtp_remat_size (egtp)", c.egtp)?;
     let tp = positive("tensor-model-parallel size (tp)", c.tp)?;
     let pp = positive("pipeline-model-parallel size (pp)", c.pp)?;
     let cp = positive("context-parallel size (cp)", c.cp)?;
@@ -38,11 +58,13 @@ pub(crate) fn validate(c: &TopologyConfig, world_size: u32) -> Result<Sizes, Top
         )));
     }
     // Products of three u32 fit in u128; anything above the world size fails divisibility.
-    let dense = u128::from(tp) * u128::from(pp) * u128::from(cp);
+    let dense = u128::from(tp) * u128::from(pp) * u128::from(cp) * u128::from(gtp);
     if u128::from(w) % dense != 0 {
-        return Err(TopologyError::config(format!(
-            "world size {w} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {dense}"
-        )));
+        return Err(TopologyError::config(if gtp == 1 {
+            format!("world size {w} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {dense}")
+        } else {
+            format!("world size {w} is not divisible by tp·pp·cp·gtp = {tp}·{pp}·{cp}·{gtp} = {dense}")
+        }));
     }
     let dp = w / dense as u64;
     if c.vpp.is_some() && pp <= 1 {
@@ -51,10 +73,18 @@ pub(crate) fn validate(c: &TopologyConfig, world_size: u32) -> Result<Sizes, Top
             c.vpp.unwrap_or(0)
         )));
     }
-    let expert = u128::from(etp) * u128::from(ep) * u128::from(pp);
+    let expert = u128::from(etp) * u128::from(ep) * u128::from(pp) * u128::from(egtp);
     if u128::from(w) % expert != 0 {
+        return Err(TopologyError::config(if egtp == 1 {
+            format!("world size {w} is not divisible by etp·ep·pp = {etp}·{ep}·{pp} = {expert}")
+        } else {
+            format!("world size {w} is not divisible by etp·ep·pp·egtp = {etp}·{ep}·{pp}·{egtp} = {expert}")
+        }));
+    }
+    if (gtp > 1 || egtp > 1) && nd > 1 {
         return Err(TopologyError::config(format!(
-            "world size {w} is not divisible by etp·ep·pp = {etp}·{ep}·{pp} = {expert}"
+            "gtp_remat_size {gtp} / expert_gtp_remat_size {egtp} with {nd} distributed-optimizer instances: \
+             weight rematerialization needs a single instance (Megatron-Core 0.19: not yet supported)"
         )));
     }
     let edp = w / expert as u64;
@@ -92,6 +122,9 @@ pub(crate) fn validate(c: &TopologyConfig, world_size: u32) -> Result<Sizes, Top
         dp: dp as u32,
         expert_dp: edp as u32,
         dist_opt_instances: c.dist_opt_instances,
+        gtp: c.gtp,
+        egtp: c.egtp,
+        total_world_size,
     })
 }
 

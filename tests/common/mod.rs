@@ -3,12 +3,13 @@
 
 use std::path::PathBuf;
 
-/// The folder with Megatron-Core's ground-truth vectors: `$MCORE_CONFORMANCE_DIR`, else
-/// `../shared/conformance` beside the repository. Panics with a clear message when absent.
+/// The folder with Megatron-Core's ground-truth vectors: `$MCORE_CONFORMANCE_DIR`, else the
+/// copy in the repository, `tests/data/conformance` (0.16.1 at the top, 0.19.2 in `v0.19.2/`;
+/// see docs/conformance.md). Panics with a clear message when absent.
 pub fn conformance_dir() -> PathBuf {
     let dir = match std::env::var_os("MCORE_CONFORMANCE_DIR") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/conformance"),
     };
     assert!(
         dir.is_dir(),
