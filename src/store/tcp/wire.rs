@@ -214,6 +214,143 @@ impl<R: Read> Decoder<R> {
     }
 }
 
+/// Longest request the server accepts (bytes): more than a COMPARE_SET of two 8 MiB values, and
+/// a bound on what one connection may make the server buffer.
+pub const MAX_REQUEST_LEN: usize = 64 * 1024 * 1024;
+
+/// A request as the server sees it, borrowing keys and values from the receive buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Validate(u32),
+    Ping(u32),
+    Set(&'a [u8], &'a [u8]),
+    CompareSet(&'a [u8], &'a [u8], &'a [u8]),
+    Get(&'a [u8]),
+    Add(&'a [u8], i64),
+    Check(Vec<&'a [u8]>),
+    Wait(Vec<&'a [u8]>),
+    GetNumKeys,
+    DeleteKey(&'a [u8]),
+    Append(&'a [u8], &'a [u8]),
+    MultiGet(Vec<&'a [u8]>),
+    MultiSet(Vec<(&'a [u8], &'a [u8])>),
+    CancelWait,
+}
+
+/// What the start of a receive buffer holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A whole request and its length in bytes.
+    Complete(Request<'a>, usize),
+    /// The start of a request: at least this many bytes (in all) are needed before it can parse.
+    Incomplete(usize),
+}
+
+/// Why a field could not be read from a buffer.
+enum Short {
+    Need(usize),
+    Bad(String),
+}
+
+/// A cursor over a receive buffer that never allocates for a field before it has fully arrived.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Short> {
+        let end = self.pos.checked_add(n).filter(|e| *e <= MAX_REQUEST_LEN).ok_or_else(|| {
+            Short::Bad(format!("request of more than {MAX_REQUEST_LEN} bytes exceeds the server's limit"))
+        })?;
+        if end > self.buf.len() {
+            return Err(Short::Need(end));
+        }
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], Short> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u32(&mut self) -> Result<u32, Short> {
+        self.arr().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, Short> {
+        self.arr().map(u64::from_le_bytes)
+    }
+    fn blob(&mut self, limit: u64, what: &str) -> Result<&'a [u8], Short> {
+        let n = self.u64()?;
+        if n > limit {
+            return Err(Short::Bad(format!("{what} of {n} bytes exceeds the limit of {limit} bytes")));
+        }
+        self.take(n as usize)
+    }
+    fn key(&mut self) -> Result<&'a [u8], Short> {
+        self.blob(MAX_KEY_LEN, "key")
+    }
+    fn value(&mut self) -> Result<&'a [u8], Short> {
+        self.blob(MAX_VALUE_LEN, "value")
+    }
+    fn count(&mut self) -> Result<usize, Short> {
+        let n = self.u64()?;
+        if n > MAX_KEYS {
+            return Err(Short::Bad(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
+        }
+        Ok(n as usize)
+    }
+    fn keys(&mut self) -> Result<Vec<&'a [u8]>, Short> {
+        let n = self.count()?;
+        // No capacity from the peer's count: a short buffer must not reserve 128 K slots.
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(self.key()?);
+        }
+        Ok(v)
+    }
+}
+
+/// Parse the request at the start of `buf` (the server's decoder). A protocol violation (unknown
+/// query type, a field over its limit, a request over [`MAX_REQUEST_LEN`]) is an error; a
+/// request not fully arrived is [`Frame::Incomplete`] with the least total length it needs.
+pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
+    let mut c = Cursor { buf, pos: 0 };
+    let parsed = (|| -> Result<Request<'_>, Short> {
+        let t = c.take(1)?[0];
+        let q = Query::from_u8(t).ok_or_else(|| Short::Bad(format!("unknown query type {t}")))?;
+        Ok(match q {
+            Query::Validate => Request::Validate(c.u32()?),
+            Query::Ping => Request::Ping(c.u32()?),
+            Query::Set => Request::Set(c.key()?, c.value()?),
+            Query::CompareSet => Request::CompareSet(c.key()?, c.value()?, c.value()?),
+            Query::Get => Request::Get(c.key()?),
+            Query::Add => Request::Add(c.key()?, c.u64()? as i64),
+            Query::Check => Request::Check(c.keys()?),
+            Query::Wait => Request::Wait(c.keys()?),
+            Query::GetNumKeys => Request::GetNumKeys,
+            Query::DeleteKey => Request::DeleteKey(c.key()?),
+            Query::Append => Request::Append(c.key()?, c.value()?),
+            Query::MultiGet => Request::MultiGet(c.keys()?),
+            Query::MultiSet => {
+                let n = c.count()?;
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    v.push((c.key()?, c.value()?));
+                }
+                Request::MultiSet(v)
+            }
+            Query::CancelWait => Request::CancelWait,
+        })
+    })();
+    match parsed {
+        Ok(r) => Ok(Frame::Complete(r, c.pos)),
+        Err(Short::Need(n)) => Ok(Frame::Incomplete(n)),
+        Err(Short::Bad(m)) => Err(ReadError::Protocol(m)),
+    }
+}
+
 /// Check a key a caller wants to send against the server's limit.
 pub fn check_key(key: &str) -> Result<(), StoreError> {
     if key.len() as u64 > MAX_KEY_LEN {
