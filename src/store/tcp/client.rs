@@ -4,7 +4,7 @@
 use super::server::TcpStoreServer;
 use super::wire::{self, Decoder, Encoder, Query, ReadError};
 use crate::store::{Store, StoreError};
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -172,8 +172,10 @@ impl TcpStore {
         if e.is_timeout() {
             return StoreError::Io(format!("no reply from {} to {what} within {:.1} s", self.peer, limit.as_secs_f64()));
         }
+        let reset = matches!(&e, ReadError::Io(io) if matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted));
         match e.into_store(&self.peer) {
             StoreError::Closed(m) => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
+            StoreError::Io(m) if reset => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
             other => other,
         }
     }
