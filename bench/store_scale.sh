@@ -80,9 +80,12 @@ done
 python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return f"{statistics.median(xs):.2f}" if xs else "-"
 keys = sorted({(r["workload"], r["clients"]) for r in rows}, key=lambda k: (k[0] != "load", k[1]))
-print("| workload | clients | side | median s (runs) | failed | requests/client mean (max non-root) | server KiB/conn | load1 |")
-print("| --- | ---: | --- | --- | ---: | --- | ---: | --- |")
+print("| workload | clients | side | median s (runs) | server CPU s, median | failed | requests/client mean (max non-root) | server KiB/conn | load1 |")
+print("| --- | ---: | --- | --- | ---: | ---: | --- | ---: | --- |")
 for w, n in keys:
     for side in ("ours", "torch"):
         rs = [r for r in rows if r["workload"] == w and r["clients"] == n and r["side"] == side]
@@ -91,7 +94,7 @@ for w, n in keys:
         secs = [r["seconds"] for r in rs]
         kib = [(r["rss_peak_kb"] - r["rss_before_kb"]) / n for r in rs if r["rss_peak_kb"] is not None]
         print(f"| {w} | {n} | {side} | **{statistics.median(secs):.3f}** ({', '.join(f'{s:.3f}' for s in secs)}) "
-              f"| {sum(r['failed'] for r in rs)} | {statistics.mean(r['requests_mean'] for r in rs):.1f} "
+              f"| {med([r.get('server_cpu_s') for r in rs])} | {sum(r['failed'] for r in rs)} | {statistics.mean(r['requests_mean'] for r in rs):.1f} "
               f"({max(r['requests_max_non_root'] for r in rs)}) | {statistics.median(kib):.1f} "
               f"| {', '.join(str(r['load1']) for r in rs)} |")
 EOF

@@ -285,8 +285,11 @@ fn run_thread(mut clients: Vec<Client>, sh: &Shared) -> Vec<Client> {
     for (i, c) in clients.iter_mut().enumerate() {
         c.connect(&poll, i, sh);
     }
+    // Clients still running are counted on the fly: no scan of all clients per turn.
+    let running = |cs: &[Client]| cs.iter().filter(|c| !c.done && !c.failed).count();
+    let mut left = running(&clients);
+    let mut retrying: Vec<usize> = (0..clients.len()).filter(|&i| clients[i].retry_at.is_some()).collect();
     loop {
-        let left = clients.iter().filter(|c| !c.done && !c.failed).count();
         if left == 0 {
             break;
         }
@@ -299,14 +302,32 @@ fn run_thread(mut clients: Vec<Client>, sh: &Shared) -> Vec<Client> {
         poll.poll(&mut events, Some(Duration::from_millis(5))).unwrap();
         for e in events.iter() {
             let i = e.token().0;
-            clients[i].on_event(&poll, sh);
-        }
-        let now = Instant::now();
-        for (i, c) in clients.iter_mut().enumerate() {
-            if c.retry_at.is_some_and(|t| t <= now) && !c.failed {
-                c.retry_at = None;
-                c.connect(&poll, i, sh);
+            let c = &mut clients[i];
+            let was_running = !c.done && !c.failed;
+            c.on_event(&poll, sh);
+            if was_running && (c.done || c.failed) {
+                left -= 1;
             }
+            if c.retry_at.is_some() {
+                retrying.push(i);
+            }
+        }
+        if !retrying.is_empty() {
+            let now = Instant::now();
+            retrying.sort_unstable();
+            retrying.dedup();
+            retrying.retain(|&i| {
+                let c = &mut clients[i];
+                if c.retry_at.is_some_and(|t| t <= now) && !c.failed {
+                    c.retry_at = None;
+                    c.connect(&poll, i, sh);
+                    if c.failed {
+                        left -= 1;
+                    }
+                    return c.retry_at.is_some();
+                }
+                c.retry_at.is_some() && !c.failed
+            });
         }
     }
     clients
@@ -315,6 +336,15 @@ fn run_thread(mut clients: Vec<Client>, sh: &Shared) -> Vec<Client> {
 fn rss_kb(pid: &str, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// User + system CPU seconds the process has used (`/proc/PID/stat` fields 14 and 15).
+fn cpu_s(pid: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 fn main() {
@@ -332,6 +362,7 @@ fn main() {
             let workload = args[4].as_str();
             let pid = args.get(5).cloned();
             let rss_before = pid.as_deref().and_then(|p| rss_kb(p, "VmRSS:"));
+            let cpu_before = pid.as_deref().and_then(cpu_s);
             let sh = Shared { addr: SocketAddr::from(([127, 0, 0, 1], port)), n, deadline: Instant::now() + DEADLINE };
             let mut parts: Vec<Vec<Client>> = (0..THREADS).map(|_| Vec::new()).collect();
             for r in 0..n {
@@ -357,6 +388,7 @@ fn main() {
             });
             let secs = t.elapsed().as_secs_f64();
             let peak = pid.as_deref().and_then(|p| rss_kb(p, "VmHWM:"));
+            let cpu = pid.as_deref().and_then(cpu_s).zip(cpu_before).map(|(a, b)| a - b);
             let failed = done.iter().filter(|c| !c.done).count();
             let reqs: Vec<u64> = done.iter().filter(|c| c.done).map(|c| c.requests).collect();
             let mean = reqs.iter().sum::<u64>() as f64 / reqs.len().max(1) as f64;
@@ -365,7 +397,8 @@ fn main() {
             println!(
                 "{{\"workload\":\"{workload}\",\"clients\":{n},\"seconds\":{secs:.4},\"failed\":{failed},\
                  \"requests_mean\":{mean:.2},\"requests_max\":{max},\"requests_max_non_root\":{non_root},\
-                 \"rss_before_kb\":{},\"rss_peak_kb\":{}}}",
+                 \"server_cpu_s\":{},\"rss_before_kb\":{},\"rss_peak_kb\":{}}}",
+                cpu.map_or("null".into(), |v| format!("{v:.2}")),
                 rss_before.map_or("null".into(), |v| v.to_string()),
                 peak.map_or("null".into(), |v| v.to_string())
             );

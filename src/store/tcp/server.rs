@@ -161,8 +161,10 @@ impl Drop for TcpStoreServer {
 /// A WAIT parked until its keys exist.
 struct Waiter {
     conn: usize,
-    /// Keys still missing; the waiter is listed under each of them in `State::waiting`.
-    missing: Vec<Vec<u8>>,
+    /// Keys missing when it parked; it is listed under each in `State::waiting` until created.
+    keys: Vec<Vec<u8>>,
+    /// How many of `keys` are still missing.
+    missing: usize,
 }
 
 #[derive(Default)]
@@ -196,8 +198,8 @@ impl State {
         let mut released = Vec::new();
         for id in self.waiting.remove(key).unwrap_or_default() {
             let Some(w) = self.waiters.get_mut(&id) else { continue };
-            w.missing.retain(|k| k != key);
-            if w.missing.is_empty() {
+            w.missing -= 1;
+            if w.missing == 0 {
                 released.push(w.conn);
                 self.waiters.remove(&id);
             }
@@ -215,21 +217,23 @@ impl State {
         }
     }
 
-    /// Park a waiter for `missing` keys (not empty); returns its id.
+    /// Park a waiter for `missing` keys (not empty, no duplicates); returns its id.
     fn park(&mut self, conn: usize, missing: Vec<Vec<u8>>) -> u64 {
         self.next_wait += 1;
         let id = self.next_wait;
         for k in &missing {
             self.waiting.entry(k.clone()).or_default().push(id);
         }
-        self.waiters.insert(id, Waiter { conn, missing });
+        let missing_n = missing.len();
+        self.waiters.insert(id, Waiter { conn, keys: missing, missing: missing_n });
         id
     }
 
     /// Forget waiter `id` (canceled, or its connection closed). Whether it was still parked.
     fn unpark(&mut self, id: u64) -> bool {
         let Some(w) = self.waiters.remove(&id) else { return false };
-        for k in w.missing {
+        // Keys created since have no list left (or a new one without this id).
+        for k in w.keys {
             if let Some(ids) = self.waiting.get_mut(&k) {
                 ids.retain(|i| *i != id);
                 if ids.is_empty() {
@@ -471,6 +475,11 @@ impl EventLoop {
                 Ok(n) => {
                     c.rbuf.extend_from_slice(&scratch[..n]);
                     got += n;
+                    if n < scratch.len() {
+                        // A short read emptied the socket: data arriving later raises a new
+                        // event, so skip the read that would only say WouldBlock.
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
