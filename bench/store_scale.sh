@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # TCPStore servers at scale: our event-driven server against torch's libuv TCPStore server, one
 # load generator (examples/store_scale.rs: non-blocking clients sending this project's client's
-# bytes), same workload, interleaved, 3 repetitions per point, each run in its own loopback-only
-# network namespace (`unshare -n`, lo up) with a fresh server and the open-file limit raised to
-# the hard limit. See docs/benchmarks/store.md.
+# bytes), same workload, interleaved (the side going first alternates), --reps runs per point,
+# each run in its own loopback-only network namespace (`unshare -n`, lo up) with a fresh server
+# and the open-file limit raised to the hard limit. See docs/benchmarks/store.md.
 #
-# Usage: bench/store_scale.sh [--clients "1024 4096 16384"] [--reps 3] [--workloads "load init"]
+# Usage: bench/store_scale.sh [--clients "1024 4096 16384"] [--reps 5] [--workloads "load init"]
 #                             [--sides "ours torch"] [--out target/store-scale]
 # Needs root (unshare -n). torch comes from PyPI into a venv this script creates
 # (target/store-bench-venv, or MCORE_STORE_BENCH_VENV); the CUDA wheel pulls its nvidia
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLIENTS="1024 4096 16384"
-REPS=3
+REPS=5
 WORKLOADS="load init"
 SIDES="ours torch"
 OUT=target/store-scale

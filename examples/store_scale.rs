@@ -24,7 +24,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-const THREADS: usize = 4;
+const THREADS: usize = 2;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, PartialEq)]
