@@ -446,6 +446,9 @@ impl EventLoop {
             }
         }
         if c.wpos == c.wbuf.len() {
+            if c.wbuf.capacity() > READ_BUDGET {
+                c.wbuf = Vec::new();
+            }
             c.wbuf.clear();
             c.wpos = 0;
         } else if c.wpos > c.wbuf.len() / 2 {
@@ -512,6 +515,9 @@ impl EventLoop {
         }
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
         rbuf.drain(..pos);
+        if rbuf.is_empty() && rbuf.capacity() > READ_BUDGET {
+            rbuf = Vec::new(); // a big request is done: do not keep its buffer per connection
+        }
         c.rbuf = rbuf;
         c.need = need;
         if c.eof {

@@ -124,7 +124,8 @@ impl ReadError {
     }
 }
 
-/// Field readers over any byte stream, with limits.
+/// Readers of reply fields over any byte stream, with limits (the client's side; the server
+/// parses whole requests from its buffers with [`parse_request`]).
 pub struct Decoder<R: Read> {
     r: R,
 }
@@ -132,10 +133,6 @@ pub struct Decoder<R: Read> {
 impl<R: Read> Decoder<R> {
     pub fn new(r: R) -> Self {
         Decoder { r }
-    }
-
-    pub fn get_mut(&mut self) -> &mut R {
-        &mut self.r
     }
 
     fn exact(&mut self, buf: &mut [u8]) -> Result<(), ReadError> {
@@ -166,52 +163,21 @@ impl<R: Read> Decoder<R> {
         Ok(i64::from_le_bytes(b))
     }
 
-    fn blob(&mut self, limit: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+    /// A value (≤ 8 MiB): the client's reader of GET, COMPARE_SET and MULTI_GET replies.
+    pub fn value(&mut self) -> Result<Vec<u8>, ReadError> {
         let n = self.u64()?;
-        if n > limit {
-            return Err(ReadError::Protocol(format!("{what} of {n} bytes exceeds the limit of {limit} bytes")));
+        if let Some(m) = over_limit("value", n, MAX_VALUE_LEN) {
+            return Err(ReadError::Protocol(m));
         }
         let mut v = vec![0u8; n as usize];
         self.exact(&mut v)?;
         Ok(v)
     }
+}
 
-    /// A value (≤ 8 MiB).
-    pub fn value(&mut self) -> Result<Vec<u8>, ReadError> {
-        self.blob(MAX_VALUE_LEN, "value")
-    }
-
-    /// A key as raw bytes (≤ 8 KiB), as the server keeps it.
-    pub fn key_bytes(&mut self) -> Result<Vec<u8>, ReadError> {
-        self.blob(MAX_KEY_LEN, "key")
-    }
-
-    /// Raw keys: count + keys.
-    pub fn keys_bytes(&mut self) -> Result<Vec<Vec<u8>>, ReadError> {
-        let n = self.count()?;
-        (0..n).map(|_| self.key_bytes()).collect()
-    }
-
-    /// A key (≤ 8 KiB, UTF-8).
-    pub fn key(&mut self) -> Result<String, ReadError> {
-        let b = self.key_bytes()?;
-        String::from_utf8(b).map_err(|e| ReadError::Protocol(format!("key is not UTF-8: {e}")))
-    }
-
-    /// A key count (≤ 128 K).
-    pub fn count(&mut self) -> Result<usize, ReadError> {
-        let n = self.u64()?;
-        if n > MAX_KEYS {
-            return Err(ReadError::Protocol(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
-        }
-        Ok(n as usize)
-    }
-
-    /// A key list: count + keys.
-    pub fn keys(&mut self) -> Result<Vec<String>, ReadError> {
-        let n = self.count()?;
-        (0..n).map(|_| self.key()).collect()
-    }
+/// The message for a length `n` over `limit`, if it is.
+fn over_limit(what: &str, n: u64, limit: u64) -> Option<String> {
+    (n > limit).then(|| format!("{what} of {n} bytes exceeds the limit of {limit} bytes"))
 }
 
 /// Longest request the server accepts (bytes): more than a COMPARE_SET of two 8 MiB values, and
@@ -283,8 +249,8 @@ impl<'a> Cursor<'a> {
     }
     fn blob(&mut self, limit: u64, what: &str) -> Result<&'a [u8], Short> {
         let n = self.u64()?;
-        if n > limit {
-            return Err(Short::Bad(format!("{what} of {n} bytes exceeds the limit of {limit} bytes")));
+        if let Some(m) = over_limit(what, n, limit) {
+            return Err(Short::Bad(m));
         }
         self.take(n as usize)
     }
@@ -403,14 +369,19 @@ mod tests {
 
     #[test]
     fn decodes_what_it_encodes() {
-        let m = Encoder::default().keys(&["/x", "/yy"]).bytes(b"val").i64(i64::MIN).u32(7).u8(1).finish();
+        let m = Encoder::default().bytes(b"val").i64(i64::MIN).u32(7).u8(1).finish();
         let mut d = Decoder::new(m.as_slice());
-        assert_eq!(d.keys().unwrap(), ["/x", "/yy"]);
         assert_eq!(d.value().unwrap(), b"val");
         assert_eq!(d.i64().unwrap(), i64::MIN);
         assert_eq!(d.u32().unwrap(), 7);
         assert_eq!(d.u8().unwrap(), 1);
         assert!(matches!(d.u8(), Err(ReadError::Eof)));
+        let w = Encoder::query(Query::Wait).keys(&["/x", "/yy"]).finish();
+        match parse_request(&w) {
+            Ok(Frame::Complete(Request::Wait(ks), n)) => assert_eq!((ks, n), (vec![&b"/x"[..], b"/yy"], w.len())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_request(&w[..w.len() - 1]).unwrap(), Frame::Incomplete(w.len()));
     }
 
     #[test]
@@ -424,17 +395,16 @@ mod tests {
 
     #[test]
     fn limits_are_protocol_errors() {
-        let long_key = Encoder::default().u64(MAX_KEY_LEN + 1).finish();
-        match Decoder::new(long_key.as_slice()).key() {
-            Err(ReadError::Protocol(m)) => assert!(m.contains("8193"), "{m}"),
+        let protocol = |m: &[u8]| match parse_request(m) {
+            Err(ReadError::Protocol(m)) => m,
             other => panic!("{other:?}"),
-        }
+        };
+        assert!(protocol(&Encoder::query(Query::Get).u64(MAX_KEY_LEN + 1).finish()).contains("8193"));
+        assert!(protocol(&Encoder::query(Query::Set).bytes(b"/k").u64(MAX_VALUE_LEN + 1).finish()).contains("value"));
+        assert!(protocol(&Encoder::query(Query::Wait).u64(MAX_KEYS + 1).finish()).contains("131073 keys"));
+        assert!(protocol(&[14]).contains("unknown query type 14"));
         let big_value = Encoder::default().u64(MAX_VALUE_LEN + 1).finish();
         assert!(matches!(Decoder::new(big_value.as_slice()).value(), Err(ReadError::Protocol(_))));
-        let many = Encoder::default().u64(MAX_KEYS + 1).finish();
-        assert!(matches!(Decoder::new(many.as_slice()).keys(), Err(ReadError::Protocol(_))));
-        let bad_utf8 = Encoder::default().bytes(&[0xff, 0xfe]).finish();
-        assert!(matches!(Decoder::new(bad_utf8.as_slice()).key(), Err(ReadError::Protocol(_))));
         let e = ReadError::Protocol("x".into()).into_store("h:1");
         assert!(matches!(e, StoreError::Protocol(m) if m.contains("h:1")));
         assert!(check_key(&"k".repeat(8193)).is_err() && check_key(&"k".repeat(8192)).is_ok());
