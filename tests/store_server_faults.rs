@@ -178,3 +178,20 @@ fn waiters_indexed_by_key_are_released_exactly() {
     canceled.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     assert!(canceled.read(&mut b).is_err(), "a canceled wait was answered later");
 }
+
+/// Clients that send a request and close at once: the server must notice every close (a close
+/// arriving together with the data is easy to miss with edge-triggered events), so a server
+/// capped at 2 connections keeps accepting new ones.
+#[test]
+fn every_close_right_after_a_request_frees_its_connection() {
+    let limits = ServerLimits { max_connections: 2, ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
+    let port = server.port();
+    for i in 0..200 {
+        let c = TcpStore::connect("127.0.0.1", port, T).unwrap_or_else(|e| panic!("client {i}: {e}"));
+        c.set(&format!("k{i}"), b"v").unwrap();
+        drop(c);
+    }
+    let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert_eq!(c.num_keys().unwrap(), 200);
+}

@@ -345,11 +345,13 @@ impl EventLoop {
                     self.flush(i);
                 }
                 if e.is_readable() || e.is_read_closed() || e.is_error() {
-                    self.read(i, &mut scratch);
+                    // Stopping at a short read is safe only if the peer's close is not already
+                    // behind this event (a later close raises an event of its own).
+                    self.read(i, &mut scratch, !(e.is_read_closed() || e.is_error()));
                 }
             }
             for i in std::mem::take(&mut self.again) {
-                self.read(i, &mut scratch);
+                self.read(i, &mut scratch, false);
             }
             for i in std::mem::take(&mut self.dirty) {
                 if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
@@ -461,7 +463,8 @@ impl EventLoop {
     }
 
     /// Read what connection `i` has (up to the budget) and serve every complete request.
-    fn read(&mut self, i: usize, scratch: &mut [u8]) {
+    /// `short_ok`: a short read may end the reading (else read until WouldBlock or the end).
+    fn read(&mut self, i: usize, scratch: &mut [u8], short_ok: bool) {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
         if c.queued() >= WRITE_HIGH_WATER {
             return; // resumed by flush once the client reads
@@ -478,7 +481,7 @@ impl EventLoop {
                 Ok(n) => {
                     c.rbuf.extend_from_slice(&scratch[..n]);
                     got += n;
-                    if n < scratch.len() {
+                    if short_ok && n < scratch.len() {
                         // A short read emptied the socket: data arriving later raises a new
                         // event, so skip the read that would only say WouldBlock.
                         break;
