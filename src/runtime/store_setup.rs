@@ -33,8 +33,38 @@ impl StoreHandles {
     }
 }
 
-fn is_loopback(addr: &str) -> bool {
-    matches!(addr, "localhost" | "::1") || addr.starts_with("127.")
+/// Environment variable naming the address rank 0's store server binds (see [`host_server`]).
+pub const STORE_BIND_ENV: &str = "MCORE_INIT_STORE_BIND";
+
+/// Whether `host` resolves to an address of this machine (one a socket can bind).
+fn is_local(host: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    (host, 0).to_socket_addrs().is_ok_and(|mut a| a.any(|a| std::net::TcpListener::bind(a).is_ok()))
+}
+
+/// Host rank 0's store server. Bind policy: `bind` (from `MCORE_INIT_STORE_BIND`) when given,
+/// exactly (`0.0.0.0` or `::` for every interface). Otherwise, when MASTER_ADDR is `localhost`
+/// or an IP address of this machine, that address only: the store listens where the ranks are
+/// told to connect and nowhere else (loopback stays loopback; a cluster-network address is not
+/// also served on other interfaces). Any other MASTER_ADDR (a host name, which other hosts may
+/// resolve differently, e.g. Debian maps the own name to 127.0.1.1; an address behind NAT) binds
+/// every interface, as torch's server always does; for an IP address that is not local the
+/// server says so on stderr.
+pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<TcpStoreServer, StoreError> {
+    if let Some(b) = bind {
+        return TcpStoreServer::bind(b, port);
+    }
+    let literal = master_addr.parse::<std::net::IpAddr>().is_ok();
+    if master_addr == "localhost" || (literal && is_local(master_addr)) {
+        return TcpStoreServer::bind(master_addr, port);
+    }
+    if literal {
+        eprintln!(
+            "mcore_init: MASTER_ADDR={master_addr} is not an address of this host: the rendezvous store binds every \
+             interface (0.0.0.0:{port}); set {STORE_BIND_ENV} to the address to listen on"
+        );
+    }
+    TcpStoreServer::bind("0.0.0.0", port)
 }
 
 /// Open the store this rank rendezvous through (see module docs). `attempt` names this init
@@ -47,8 +77,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     }
     let deadline = Instant::now() + timeout;
     let server = if env.hosts_store() {
-        let bind = if is_loopback(&env.master_addr) { "127.0.0.1" } else { "0.0.0.0" };
-        Some(TcpStoreServer::bind(bind, env.master_port).map_err(|e| {
+        let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
+        Some(host_server(&env.master_addr, env.master_port, bind.as_deref()).map_err(|e| {
             RuntimeError::Store(match e {
                 StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
                     "rank 0 cannot host the rendezvous store on MASTER_PORT={}: {m}",
@@ -95,4 +125,31 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     }
     let tcp = Arc::new(client);
     Ok(StoreHandles { client: tcp.clone(), tcp: Some(tcp), _server: server })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The former policy bound 127.0.0.1 for any loopback MASTER_ADDR and 0.0.0.0 for any other.
+    #[test]
+    fn the_store_binds_master_addr_itself_or_every_interface_when_it_is_not_local() {
+        let s = host_server("127.0.0.2", 0, None).unwrap();
+        assert_eq!(s.local_addr().ip().to_string(), "127.0.0.2");
+        let s = host_server("localhost", 0, None).unwrap();
+        assert!(s.local_addr().ip().is_loopback(), "{}", s.local_addr());
+        // 192.0.2.1 (TEST-NET-1) is no address of this host: nothing is sent, only bound.
+        assert!(!is_local("192.0.2.1"));
+        let s = host_server("192.0.2.1", 0, None).unwrap();
+        assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
+        // A host name may resolve differently elsewhere: every interface.
+        let s = host_server("no-such-host.invalid", 0, None).unwrap();
+        assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
+        let s = host_server("192.0.2.1", 0, Some("127.0.0.3")).unwrap();
+        assert_eq!(s.local_addr().ip().to_string(), "127.0.0.3");
+        match host_server("127.0.0.1", 0, Some("no-such-host.invalid")) {
+            Err(StoreError::InvalidArgument(m)) => assert!(m.contains("no-such-host.invalid"), "{m}"),
+            other => panic!("{:?}", other.map(|s| s.local_addr())),
+        }
+    }
 }

@@ -11,7 +11,7 @@ pub mod tcp;
 
 pub use memory::MemoryStore;
 pub use prefix::PrefixStore;
-pub use tcp::{TcpStore, TcpStoreServer};
+pub use tcp::{ServerLimits, TcpStore, TcpStoreServer};
 
 use std::fmt;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 use super::server::TcpStoreServer;
 use super::wire::{self, Decoder, Encoder, Query, ReadError};
 use crate::store::{Store, StoreError};
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -15,6 +15,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long to wait for WAIT_CANCELED after sending CANCEL_WAIT.
 const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Why a server closes a connection (ours logs which one; the protocol has no error reply).
+const CLOSE_REASONS: &str = "a server closes a connection whose request breaks its limits: an APPEND growing a value \
+     past 8 MiB, the store's memory limit, its connection limit, an ADD to a non-integer; its log names the reason";
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,7 +59,8 @@ fn io_err(peer: &str, what: &str, e: std::io::Error) -> StoreError {
 
 impl TcpStore {
     /// Connect to the server at `host:port`, retrying with exponential backoff and jitter until
-    /// `timeout` has passed; `timeout` is also the store timeout of `get`.
+    /// `timeout` has passed (a refused connection, and one reset or closed during the VALIDATE +
+    /// PING handshake, as torch's client does); `timeout` is also the store timeout of `get`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStore, StoreError> {
         let peer = format!("{host}:{port}");
         let start = Instant::now();
@@ -70,7 +74,14 @@ impl TcpStore {
                     for a in addrs.collect::<Vec<SocketAddr>>() {
                         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
                         match TcpStream::connect_timeout(&a, left) {
-                            Ok(stream) => return Self::handshake(stream, peer, timeout),
+                            // A reset or close during the handshake (a server whose backlog
+                            // overflowed, or at its connection limit) is retried like a refusal.
+                            Ok(stream) => match Self::handshake(stream, peer.clone(), timeout) {
+                                Err(StoreError::Io(m) | StoreError::Closed(m)) => {
+                                    last_err = format!("handshake failed: {m}")
+                                }
+                                other => return other,
+                            },
                             Err(e) => last_err = e.to_string(),
                         }
                     }
@@ -168,7 +179,12 @@ impl TcpStore {
         if e.is_timeout() {
             return StoreError::Io(format!("no reply from {} to {what} within {:.1} s", self.peer, limit.as_secs_f64()));
         }
-        e.into_store(&self.peer)
+        let reset = matches!(&e, ReadError::Io(io) if matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted));
+        match e.into_store(&self.peer) {
+            StoreError::Closed(m) => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
+            StoreError::Io(m) if reset => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
+            other => other,
+        }
     }
 
     /// A request without a reply.
@@ -246,9 +262,7 @@ impl Store for TcpStore {
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         let k = prefixed(key)?;
         self.call(&Encoder::query(Query::Add).bytes(k.as_bytes()).i64(delta).finish(), |d| d.i64()).map_err(|e| match e {
-            StoreError::Closed(m) => StoreError::Closed(format!(
-                "{m} (on ADD to '{key}': the server drops a connection whose ADD hits a non-integer value or overflows)"
-            )),
+            StoreError::Closed(m) => StoreError::Closed(format!("{m} (on ADD {delta} to '{key}')")),
             other => other,
         })
     }

@@ -1,10 +1,10 @@
 //! A store wire-compatible with PyTorch c10d's `TCPStore` (REFERENCE.md §6): the byte format
-//! ([`wire`]), a blocking client ([`TcpStore`]) that also talks to torch's own server, and a
-//! thread-per-connection server ([`TcpStoreServer`]) that torch's client can use.
+//! ([`wire`]), a blocking client ([`TcpStore`]) that also talks to torch's own server, and an
+//! event-driven server ([`TcpStoreServer`], limits in [`ServerLimits`]) that torch's client can use.
 
 pub mod wire;
 mod client;
 mod server;
 
 pub use client::TcpStore;
-pub use server::TcpStoreServer;
+pub use server::{ServerLimits, TcpStoreServer};

@@ -1,87 +1,85 @@
-//! The TCPStore server: one thread accepts, one thread serves each connection. A WAIT whose keys
-//! are missing is parked in the shared state; whoever creates the last missing key answers it
-//! STOP_WAITING (under the state lock, so a later WAIT_CANCELED can never overtake it).
-//! `shutdown` (or drop) stops the accept loop, shuts every connection socket and joins every
-//! thread, so no descriptor or thread outlives the server.
+//! The TCPStore server: one event-loop thread (mio over epoll) serves every connection, as torch's
+//! libuv server does. One descriptor per connection, a listen backlog of at least 4096, reads
+//! buffered per connection, replies queued per connection and written without blocking, so a
+//! client that stops reading only fills its own queue. A WAIT whose keys are missing is indexed
+//! under each missing key: creating a key costs what its own waiters are, not what all are.
+//! Memory is bounded: values (APPEND results included) by [`wire::MAX_VALUE_LEN`], the bytes of
+//! all keys and values by [`ServerLimits::max_store_bytes`], connections by
+//! [`ServerLimits::max_connections`], one request by [`wire::MAX_REQUEST_LEN`]. The protocol has
+//! no error reply, so a refused request closes that client's connection (as torch's server does
+//! for a request over its limits) and the server logs the reason to stderr, naming the client.
+//! `shutdown` (or drop) stops the loop and closes every descriptor.
 
-use super::wire::{self, Decoder, Encoder, Query, ReadError};
+use super::wire::{self, Encoder, Frame, Request};
 use crate::store::StoreError;
-use std::collections::{HashMap, HashSet};
-use std::io::{ErrorKind, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Longest a reply write may block on a client that stopped reading.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Listen backlog asked for; the kernel clamps it to `net.core.somaxconn` (4096 by default on
+/// Linux 5.4 and later). torch's libuv server asks for `somaxconn` too.
+const BACKLOG: i32 = 65_535;
+/// Most bytes read from one connection per turn of the loop (fairness between connections).
+const READ_BUDGET: usize = 256 * 1024;
+/// A connection whose queued replies exceed this is not read until they drain below it: a client
+/// that sends without reading cannot grow the server's memory without bound.
+const WRITE_HIGH_WATER: usize = 16 * 1024 * 1024;
 
-type Writer = Arc<Mutex<TcpStream>>;
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FIRST_CONN: usize = 2;
 
-/// A WAIT parked until its keys exist.
-struct Waiter {
-    conn: u64,
-    missing: HashSet<Vec<u8>>,
-    writer: Writer,
+/// Bounds on what clients can make the server hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Most bytes of keys plus values stored at once (default 4 GiB).
+    pub max_store_bytes: u64,
+    /// Most open client connections (default 262,144); more are accepted and closed at once.
+    pub max_connections: usize,
 }
 
-#[derive(Default)]
-struct State {
-    map: HashMap<Vec<u8>, Vec<u8>>,
-    waiters: Vec<Waiter>,
-}
-
-impl State {
-    /// Record that `key` now exists: answer every waiter whose last missing key it was.
-    fn created(&mut self, key: &[u8]) {
-        let mut i = 0;
-        while i < self.waiters.len() {
-            let w = &mut self.waiters[i];
-            if w.missing.remove(key) && w.missing.is_empty() {
-                let w = self.waiters.swap_remove(i);
-                // A failed write means the client is gone; its own thread will notice.
-                let _ = lock(&w.writer).write_all(&[wire::STOP_WAITING]);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    fn insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        let new = !self.map.contains_key(&key);
-        self.map.insert(key.clone(), value);
-        if new {
-            self.created(&key);
-        }
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits { max_store_bytes: 4 << 30, max_connections: 262_144 }
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-struct Conn {
-    stream: TcpStream,
-    thread: JoinHandle<()>,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    stop: AtomicBool,
-    conns: Mutex<Vec<Conn>>,
-}
-
-/// A TCPStore server, wire-compatible with torch's (REFERENCE.md §6).
+/// A TCPStore server, wire-compatible with torch's (see the module docs).
 pub struct TcpStoreServer {
-    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
     addr: SocketAddr,
-    accept: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn listen(a: &SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(*a), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if a.is_ipv6() {
+        s.set_only_v6(false).or_else(|_| s.set_only_v6(true))?;
+    }
+    s.bind(&(*a).into())?;
+    s.listen(BACKLOG)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 impl TcpStoreServer {
-    /// Listen on `host:port` (port 0: a free port, see [`TcpStoreServer::port`]).
+    /// Listen on `host:port` (port 0: a free port, see [`TcpStoreServer::port`]) with the
+    /// default [`ServerLimits`].
     pub fn bind(host: &str, port: u16) -> Result<TcpStoreServer, StoreError> {
+        Self::bind_with_limits(host, port, ServerLimits::default())
+    }
+
+    /// Listen on `host:port` with the given limits.
+    pub fn bind_with_limits(host: &str, port: u16, limits: ServerLimits) -> Result<TcpStoreServer, StoreError> {
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
             .map_err(|e| StoreError::InvalidArgument(format!("cannot resolve store host '{host}': {e}")))?
@@ -89,7 +87,7 @@ impl TcpStoreServer {
         let mut last = None;
         let mut listener = None;
         for a in &addrs {
-            match TcpListener::bind(a) {
+            match listen(a) {
                 Ok(l) => {
                     listener = Some(l);
                     break;
@@ -107,15 +105,32 @@ impl TcpStoreServer {
             None => StoreError::InvalidArgument(format!("store host '{host}' resolves to no address")),
         })?;
         let addr = listener.local_addr().map_err(|e| StoreError::Io(format!("local address of {host}:{port}: {e}")))?;
-        let shared = Arc::new(Shared { state: Mutex::default(), stop: AtomicBool::new(false), conns: Mutex::default() });
-        let accept = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("store-accept-{}", addr.port()))
-                .spawn(move || accept_loop(listener, shared))
-                .map_err(|e| StoreError::Io(format!("spawn the store accept thread: {e}")))?
+        let io = |what: &str, e: std::io::Error| StoreError::Io(format!("{what} for the store server on {addr}: {e}"));
+        let poll = Poll::new().map_err(|e| io("create the event loop", e))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| io("create the waker", e))?);
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| io("register the listener", e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut ev = EventLoop {
+            poll,
+            listener,
+            stop: stop.clone(),
+            limits,
+            conns: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            state: State::default(),
+            dirty: Vec::new(),
+            again: Vec::new(),
+            log: RateLog::default(),
         };
-        Ok(TcpStoreServer { shared, addr, accept: Some(accept) })
+        let thread = std::thread::Builder::new()
+            .name(format!("store-server-{}", addr.port()))
+            .spawn(move || ev.run())
+            .map_err(|e| io("spawn the thread", e))?;
+        Ok(TcpStoreServer { stop, waker, addr, thread: Some(thread) })
     }
 
     /// The port the server listens on.
@@ -128,28 +143,12 @@ impl TcpStoreServer {
         self.addr
     }
 
-    /// Stop accepting, close every connection and join every thread. Idempotent.
+    /// Stop the loop, close every connection and the listener, and join the thread. Idempotent.
     pub fn shutdown(&mut self) {
-        let Some(accept) = self.accept.take() else { return };
-        self.shared.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => [127, 0, 0, 1].into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(5));
-        let _ = accept.join();
-        let conns = std::mem::take(&mut *lock(&self.shared.conns));
-        for c in &conns {
-            let _ = c.stream.shutdown(Shutdown::Both);
-        }
-        for c in conns {
-            let _ = c.thread.join();
-        }
-        lock(&self.shared.state).waiters.clear();
+        let Some(t) = self.thread.take() else { return };
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+        let _ = t.join();
     }
 }
 
@@ -159,178 +158,538 @@ impl Drop for TcpStoreServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    let mut next_id = 0u64;
-    loop {
-        let accepted = listener.accept();
-        if shared.stop.load(Ordering::SeqCst) {
-            return;
+/// A WAIT parked until its keys exist.
+struct Waiter {
+    conn: usize,
+    /// Keys missing when it parked; it is listed under each in `State::waiting` until created.
+    keys: Vec<Vec<u8>>,
+    /// How many of `keys` are still missing.
+    missing: usize,
+}
+
+#[derive(Default)]
+struct State {
+    map: HashMap<Vec<u8>, Vec<u8>>,
+    /// Bytes of all keys and values in `map`.
+    bytes: u64,
+    waiters: HashMap<u64, Waiter>,
+    /// Missing key -> ids of the waiters waiting for it.
+    waiting: HashMap<Vec<u8>, Vec<u64>>,
+    next_wait: u64,
+}
+
+impl State {
+    /// Bytes the store would hold with `key` set to a value of `len` bytes.
+    fn bytes_with(&self, key: &[u8], len: usize) -> u64 {
+        match self.map.get(key) {
+            Some(v) => self.bytes - v.len() as u64 + len as u64,
+            None => self.bytes + (key.len() + len) as u64,
         }
-        let Ok((stream, _)) = accepted else {
-            // EMFILE and friends: back off a little instead of spinning.
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        let (Ok(keep), Ok(writer)) = (stream.try_clone(), stream.try_clone()) else { continue };
-        next_id += 1;
-        let id = next_id;
-        let sh = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("store-conn-{id}"))
-            .spawn(move || serve(id, stream, Arc::new(Mutex::new(writer)), sh));
-        let mut conns = lock(&shared.conns);
-        // Forget finished connections so a long-lived server does not accumulate them.
-        let (done, live): (Vec<Conn>, Vec<Conn>) =
-            std::mem::take(&mut *conns).into_iter().partition(|c| c.thread.is_finished());
-        *conns = live;
-        for c in done {
-            let _ = c.thread.join();
+    }
+
+    /// Set `key`; returns the connections of the waiters it released.
+    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Vec<usize> {
+        self.bytes = self.bytes_with(key, value.len());
+        if let Some(v) = self.map.get_mut(key) {
+            *v = value;
+            return Vec::new();
         }
-        if let Ok(thread) = spawned {
-            conns.push(Conn { stream: keep, thread });
+        self.map.insert(key.to_vec(), value);
+        let mut released = Vec::new();
+        for id in self.waiting.remove(key).unwrap_or_default() {
+            let Some(w) = self.waiters.get_mut(&id) else { continue };
+            w.missing -= 1;
+            if w.missing == 0 {
+                released.push(w.conn);
+                self.waiters.remove(&id);
+            }
         }
-        // The stop flag may have been set while we spawned: shutdown() handles the rest.
+        released
+    }
+
+    fn remove(&mut self, key: &[u8]) -> bool {
+        match self.map.remove(key) {
+            Some(v) => {
+                self.bytes -= (key.len() + v.len()) as u64;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Park a waiter for `missing` keys (not empty, no duplicates); returns its id.
+    fn park(&mut self, conn: usize, missing: Vec<Vec<u8>>) -> u64 {
+        self.next_wait += 1;
+        let id = self.next_wait;
+        for k in &missing {
+            self.waiting.entry(k.clone()).or_default().push(id);
+        }
+        let missing_n = missing.len();
+        self.waiters.insert(id, Waiter { conn, keys: missing, missing: missing_n });
+        id
+    }
+
+    /// Forget waiter `id` (canceled, or its connection closed). Whether it was still parked.
+    fn unpark(&mut self, id: u64) -> bool {
+        let Some(w) = self.waiters.remove(&id) else { return false };
+        // Keys created since have no list left (or a new one without this id).
+        for k in w.keys {
+            if let Some(ids) = self.waiting.get_mut(&k) {
+                ids.retain(|i| *i != id);
+                if ids.is_empty() {
+                    self.waiting.remove(&k);
+                }
+            }
+        }
+        true
     }
 }
 
-/// Serve one connection until it closes or misbehaves.
-fn serve(id: u64, stream: TcpStream, writer: Writer, shared: Arc<Shared>) {
-    let mut d = Decoder::new(stream);
-    while !shared.stop.load(Ordering::SeqCst) {
-        match handle(id, &mut d, &writer, &shared) {
-            Ok(true) => {}
-            Ok(false) | Err(_) => break,
-        }
-    }
-    lock(&shared.state).waiters.retain(|w| w.conn != id);
-    let _ = d.get_mut().shutdown(Shutdown::Both);
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rbuf: Vec<u8>,
+    /// Least length `rbuf` needs before the next request can parse.
+    need: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Ids of this connection's parked waiters.
+    waits: Vec<u64>,
+    /// The peer closed its side: serve what arrived, then close.
+    eof: bool,
+    in_dirty: bool,
 }
 
-fn reply(writer: &Writer, msg: &[u8]) -> Result<(), ReadError> {
-    lock(writer).write_all(msg).map_err(ReadError::Io)
+impl Conn {
+    fn queued(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+}
+
+/// stderr lines about refused clients, at most one per second per kind (the rest counted).
+#[derive(Default)]
+struct RateLog {
+    last: HashMap<&'static str, (Instant, u64)>,
+}
+
+impl RateLog {
+    fn log(&mut self, kind: &'static str, msg: impl FnOnce() -> String) {
+        let now = Instant::now();
+        let e = self.last.entry(kind).or_insert((now - Duration::from_secs(2), 0));
+        if now.duration_since(e.0) >= Duration::from_secs(1) {
+            let more = if e.1 > 0 { format!(" ({} more like it not shown)", e.1) } else { String::new() };
+            eprintln!("mcore_init store server: {}{more}", msg());
+            *e = (now, 0);
+        } else {
+            e.1 += 1;
+        }
+    }
+}
+
+struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    limits: ServerLimits,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    live: usize,
+    state: State,
+    /// Connections with replies queued since their last flush.
+    dirty: Vec<usize>,
+    /// Connections that may have unread input (read budget spent, or paused for their queue).
+    again: Vec<usize>,
+    log: RateLog,
+}
+
+/// What to do with a connection after a request.
+enum Next {
+    Continue,
+    Close(String),
 }
 
 fn parse_counter(v: &[u8]) -> Option<i64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-/// Handle one request. `Ok(false)`: close the connection (a bad magic, an unknown query).
-fn handle(id: u64, d: &mut Decoder<TcpStream>, writer: &Writer, shared: &Shared) -> Result<bool, ReadError> {
-    let Some(q) = Query::from_u8(d.u8()?) else { return Ok(false) };
-    let state = || lock(&shared.state);
-    match q {
-        Query::Validate => return Ok(d.u32()? == wire::VALIDATE_MAGIC),
-        Query::Ping => {
-            let nonce = d.u32()?;
-            reply(writer, &Encoder::default().u32(nonce).finish())?;
-        }
-        Query::Set => {
-            let (k, v) = (d.key_bytes()?, d.value()?);
-            state().insert(k, v);
-        }
-        Query::CompareSet => {
-            let (k, expected, desired) = (d.key_bytes()?, d.value()?, d.value()?);
-            let now = {
-                let mut s = state();
-                match s.map.get(&k) {
-                    None if expected.is_empty() => {
-                        s.insert(k, desired.clone());
-                        desired
-                    }
-                    None => expected,
-                    Some(cur) if *cur == expected => {
-                        s.insert(k, desired.clone());
-                        desired
-                    }
-                    Some(cur) => cur.clone(),
-                }
-            };
-            reply(writer, &Encoder::default().bytes(&now).finish())?;
-        }
-        Query::Get => {
-            let k = d.key_bytes()?;
-            let v = state().map.get(&k).cloned().unwrap_or_default();
-            reply(writer, &Encoder::default().bytes(&v).finish())?;
-        }
-        Query::Add => {
-            let (k, delta) = (d.key_bytes()?, d.i64()?);
-            let now = {
-                let mut s = state();
-                let cur = match s.map.get(&k) {
-                    None => 0,
-                    // Not a counter, or overflow: no error reply exists; drop the connection.
-                    Some(v) => match parse_counter(v) {
-                        Some(n) => n,
-                        None => return Ok(false),
-                    },
-                };
-                let Some(now) = cur.checked_add(delta) else { return Ok(false) };
-                s.insert(k, now.to_string().into_bytes());
-                now
-            };
-            reply(writer, &Encoder::default().i64(now).finish())?;
-        }
-        Query::Check => {
-            let keys = d.keys_bytes()?;
-            let ready = {
-                let s = state();
-                keys.iter().all(|k| s.map.contains_key(k))
-            };
-            let r = if ready { wire::CHECK_READY } else { wire::CHECK_NOT_READY };
-            reply(writer, &[r])?;
-        }
-        Query::Wait => {
-            let keys = d.keys_bytes()?;
-            let mut s = state();
-            let missing: HashSet<Vec<u8>> = keys.into_iter().filter(|k| !s.map.contains_key(k)).collect();
-            if missing.is_empty() {
-                drop(s);
-                reply(writer, &[wire::STOP_WAITING])?;
+impl EventLoop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(4096);
+        let mut accept_paused = false;
+        let mut scratch = vec![0u8; 64 * 1024];
+        while !self.stop.load(Ordering::SeqCst) {
+            let timeout = if !self.again.is_empty() {
+                Some(Duration::ZERO)
+            } else if accept_paused {
+                Some(Duration::from_millis(10))
             } else {
-                s.waiters.push(Waiter { conn: id, missing, writer: writer.clone() });
-            }
-        }
-        Query::CancelWait => {
-            // Under the state lock: a STOP_WAITING for a wait that fired is already written.
-            let mut s = state();
-            s.waiters.retain(|w| w.conn != id);
-            lock(writer).write_all(&[wire::WAIT_CANCELED]).map_err(ReadError::Io)?;
-        }
-        Query::GetNumKeys => {
-            let n = state().map.len() as i64;
-            reply(writer, &Encoder::default().i64(n).finish())?;
-        }
-        Query::DeleteKey => {
-            let k = d.key_bytes()?;
-            let n = i64::from(state().map.remove(&k).is_some());
-            reply(writer, &Encoder::default().i64(n).finish())?;
-        }
-        Query::Append => {
-            let (k, v) = (d.key_bytes()?, d.value()?);
-            let mut s = state();
-            match s.map.get_mut(&k) {
-                Some(cur) => cur.extend_from_slice(&v),
-                None => s.insert(k, v),
-            }
-        }
-        Query::MultiGet => {
-            let keys = d.keys_bytes()?;
-            let msg = {
-                let s = state();
-                keys.iter().fold(Encoder::default(), |e, k| e.bytes(s.map.get(k).map_or(&[][..], |v| v)))
+                None
             };
-            reply(writer, &msg.finish())?;
-        }
-        Query::MultiSet => {
-            let n = d.count()?;
-            let items = (0..n).map(|_| Ok((d.key_bytes()?, d.value()?))).collect::<Result<Vec<_>, ReadError>>()?;
-            let mut s = state();
-            for (k, v) in items {
-                s.insert(k, v);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("mcore_init store server: event loop failed: {e}; the server stops");
+                return;
+            }
+            if accept_paused || events.iter().any(|e| e.token() == LISTENER) {
+                accept_paused = self.accept();
+            }
+            for e in events.iter() {
+                let t = e.token().0;
+                if t < FIRST_CONN {
+                    continue;
+                }
+                let i = t - FIRST_CONN;
+                if e.is_writable() {
+                    self.flush(i);
+                }
+                if e.is_readable() || e.is_read_closed() || e.is_error() {
+                    // Stopping at a short read is safe only if the peer's close is not already
+                    // behind this event (a later close raises an event of its own).
+                    self.read(i, &mut scratch, !(e.is_read_closed() || e.is_error()));
+                }
+            }
+            for i in std::mem::take(&mut self.again) {
+                self.read(i, &mut scratch, false);
+            }
+            for i in std::mem::take(&mut self.dirty) {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                    c.in_dirty = false;
+                }
+                self.flush(i);
             }
         }
     }
-    Ok(true)
+
+    /// Accept until the backlog is empty. Returns true when out of descriptors (retry soon).
+    fn accept(&mut self) -> bool {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, peer)) => {
+                    if self.live >= self.limits.max_connections {
+                        let max = self.limits.max_connections;
+                        self.log.log("connections", || {
+                            format!("refused client {peer}: at the limit of {max} connections (connection closed)")
+                        });
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let i = self.free.pop().unwrap_or_else(|| {
+                        self.conns.push(None);
+                        self.conns.len() - 1
+                    });
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if let Err(e) = self.poll.registry().register(&mut stream, Token(i + FIRST_CONN), interest) {
+                        self.log.log("register", || format!("cannot serve client {peer}: {e}"));
+                        self.free.push(i);
+                        continue;
+                    }
+                    self.live += 1;
+                    self.conns[i] = Some(Conn {
+                        stream,
+                        peer,
+                        rbuf: Vec::new(),
+                        need: 1,
+                        wbuf: Vec::new(),
+                        wpos: 0,
+                        waits: Vec::new(),
+                        eof: false,
+                        in_dirty: false,
+                    });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: the pending connections wait in the backlog.
+                    self.log.log("accept", || format!("cannot accept connections: {e} (retrying)"));
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, i: usize, why: Option<String>) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        if let Some(why) = why {
+            let peer = c.peer;
+            self.log.log("refused", || format!("closed the connection of client {peer}: {why}"));
+        }
+        for id in c.waits.drain(..) {
+            self.state.unpark(id);
+        }
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        self.live -= 1;
+        self.free.push(i);
+    }
+
+    /// Queue `msg` for connection `i`.
+    fn reply(&mut self, i: usize, msg: &[u8]) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        c.wbuf.extend_from_slice(msg);
+        if !c.in_dirty {
+            c.in_dirty = true;
+            self.dirty.push(i);
+        }
+    }
+
+    /// Write what connection `i` has queued, without blocking.
+    fn flush(&mut self, i: usize) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        let was_full = c.queued() >= WRITE_HIGH_WATER;
+        while c.wpos < c.wbuf.len() {
+            match c.stream.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => return self.close(i, None),
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.close(i, None),
+            }
+        }
+        if c.wpos == c.wbuf.len() {
+            if c.wbuf.capacity() > READ_BUDGET {
+                c.wbuf = Vec::new();
+            }
+            c.wbuf.clear();
+            c.wpos = 0;
+        } else if c.wpos > c.wbuf.len() / 2 {
+            c.wbuf.drain(..c.wpos);
+            c.wpos = 0;
+        }
+        if was_full && c.queued() < WRITE_HIGH_WATER {
+            self.again.push(i);
+        }
+    }
+
+    /// Read what connection `i` has (up to the budget) and serve every complete request.
+    /// `short_ok`: a short read may end the reading (else read until WouldBlock or the end).
+    fn read(&mut self, i: usize, scratch: &mut [u8], short_ok: bool) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        if c.queued() >= WRITE_HIGH_WATER {
+            return; // resumed by flush once the client reads
+        }
+        let mut got = 0;
+        let mut more = false;
+        while !c.eof {
+            if got >= READ_BUDGET {
+                more = true;
+                break;
+            }
+            match c.stream.read(scratch) {
+                Ok(0) => c.eof = true,
+                Ok(n) => {
+                    c.rbuf.extend_from_slice(&scratch[..n]);
+                    got += n;
+                    if short_ok && n < scratch.len() {
+                        // A short read emptied the socket: data arriving later raises a new
+                        // event, so skip the read that would only say WouldBlock.
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.close(i, None),
+            }
+        }
+        let mut rbuf = std::mem::take(&mut c.rbuf);
+        let (mut pos, mut need) = (0, c.need);
+        let mut outcome = Next::Continue;
+        while rbuf.len() - pos >= need {
+            match wire::parse_request(&rbuf[pos..]) {
+                Ok(Frame::Incomplete(n)) => need = n,
+                Ok(Frame::Complete(req, n)) => {
+                    pos += n;
+                    need = 1;
+                    outcome = self.handle(i, req);
+                    let queued = self.conns[i].as_ref().map_or(0, Conn::queued);
+                    if matches!(outcome, Next::Close(_)) || queued >= WRITE_HIGH_WATER {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    outcome = Next::Close(format!("{}", e.into_store("the client")));
+                    break;
+                }
+            }
+        }
+        if let Next::Close(why) = outcome {
+            return self.close(i, Some(why));
+        }
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        rbuf.drain(..pos);
+        if rbuf.is_empty() && rbuf.capacity() > READ_BUDGET {
+            rbuf = Vec::new(); // a big request is done: do not keep its buffer per connection
+        }
+        c.rbuf = rbuf;
+        c.need = need;
+        if c.eof {
+            // Replies to what arrived before the close are flushed first (best effort).
+            self.flush(i);
+            return self.close(i, None);
+        }
+        if more {
+            self.again.push(i);
+        }
+    }
+
+    /// Serve one request of connection `i`.
+    fn handle(&mut self, i: usize, req: Request<'_>) -> Next {
+        let max_bytes = self.limits.max_store_bytes;
+        let over = |what: &str, key: &[u8], total: u64| {
+            Next::Close(format!(
+                "{what} to key '{}' would make the store hold {total} bytes, over its limit of {max_bytes} bytes",
+                String::from_utf8_lossy(key)
+            ))
+        };
+        match req {
+            Request::Validate(m) if m == wire::VALIDATE_MAGIC => {}
+            Request::Validate(m) => return Next::Close(format!("bad VALIDATE magic {m:#x}")),
+            Request::Ping(nonce) => self.reply(i, &nonce.to_le_bytes()),
+            Request::Set(k, v) => {
+                let total = self.state.bytes_with(k, v.len());
+                if total > max_bytes {
+                    return over("SET", k, total);
+                }
+                self.set(k, v.to_vec());
+            }
+            Request::CompareSet(k, expected, desired) => {
+                let now = match self.state.map.get(k) {
+                    None if expected.is_empty() => None,
+                    None => Some(expected.to_vec()),
+                    Some(cur) if cur.as_slice() == expected => None,
+                    Some(cur) => Some(cur.clone()),
+                };
+                let now = match now {
+                    Some(v) => v,
+                    None => {
+                        let total = self.state.bytes_with(k, desired.len());
+                        if total > max_bytes {
+                            return over("COMPARE_SET", k, total);
+                        }
+                        self.set(k, desired.to_vec());
+                        desired.to_vec()
+                    }
+                };
+                self.reply(i, &Encoder::default().bytes(&now).finish());
+            }
+            Request::Get(k) => {
+                let msg = Encoder::default().bytes(self.state.map.get(k).map_or(&[][..], |v| v)).finish();
+                self.reply(i, &msg);
+            }
+            Request::Add(k, delta) => {
+                let cur = match self.state.map.get(k) {
+                    None => 0,
+                    // Not a counter: no error reply exists; close the connection.
+                    Some(v) => match parse_counter(v) {
+                        Some(n) => n,
+                        None => {
+                            return Next::Close(format!(
+                                "ADD to key '{}' whose value is not an integer",
+                                String::from_utf8_lossy(k)
+                            ))
+                        }
+                    },
+                };
+                let Some(now) = cur.checked_add(delta) else {
+                    return Next::Close(format!("ADD {delta} to key '{}' overflows", String::from_utf8_lossy(k)));
+                };
+                let v = now.to_string().into_bytes();
+                let total = self.state.bytes_with(k, v.len());
+                if total > max_bytes {
+                    return over("ADD", k, total);
+                }
+                self.set(k, v);
+                self.reply(i, &now.to_le_bytes());
+            }
+            Request::Check(keys) => {
+                let ready = keys.iter().all(|k| self.state.map.contains_key(*k));
+                self.reply(i, &[if ready { wire::CHECK_READY } else { wire::CHECK_NOT_READY }]);
+            }
+            Request::Wait(keys) => {
+                let mut missing: Vec<Vec<u8>> =
+                    keys.into_iter().filter(|k| !self.state.map.contains_key(*k)).map(<[u8]>::to_vec).collect();
+                missing.sort();
+                missing.dedup();
+                if missing.is_empty() {
+                    self.reply(i, &[wire::STOP_WAITING]);
+                } else {
+                    let id = self.state.park(i, missing);
+                    if let Some(c) = self.conns[i].as_mut() {
+                        c.waits.push(id);
+                    }
+                }
+            }
+            Request::CancelWait => {
+                // In order on this connection: a STOP_WAITING of a wait that fired is queued before.
+                let waits = self.conns[i].as_mut().map(|c| std::mem::take(&mut c.waits)).unwrap_or_default();
+                for id in waits {
+                    self.state.unpark(id);
+                }
+                self.reply(i, &[wire::WAIT_CANCELED]);
+            }
+            Request::GetNumKeys => {
+                let n = self.state.map.len() as i64;
+                self.reply(i, &n.to_le_bytes());
+            }
+            Request::DeleteKey(k) => {
+                let n = i64::from(self.state.remove(k));
+                self.reply(i, &n.to_le_bytes());
+            }
+            Request::Append(k, v) => {
+                let cur = self.state.map.get(k).map_or(0, Vec::len);
+                let len = cur as u64 + v.len() as u64;
+                if len > wire::MAX_VALUE_LEN {
+                    return Next::Close(format!(
+                        "APPEND of {} bytes to key '{}' would grow its value to {len} bytes, over the limit of {} bytes",
+                        v.len(),
+                        String::from_utf8_lossy(k),
+                        wire::MAX_VALUE_LEN
+                    ));
+                }
+                let total = self.state.bytes_with(k, len as usize);
+                if total > max_bytes {
+                    return over("APPEND", k, total);
+                }
+                match self.state.map.get_mut(k) {
+                    Some(cur) => {
+                        cur.extend_from_slice(v);
+                        self.state.bytes += v.len() as u64;
+                    }
+                    None => self.set(k, v.to_vec()),
+                }
+            }
+            Request::MultiGet(keys) => {
+                let e = keys.iter().fold(Encoder::default(), |e, k| e.bytes(self.state.map.get(*k).map_or(&[][..], |v| v)));
+                self.reply(i, &e.finish());
+            }
+            Request::MultiSet(items) => {
+                // All or nothing: check the bytes the whole request would leave first.
+                let mut total = self.state.bytes;
+                for (k, v) in &items {
+                    total = total.saturating_add((k.len() + v.len()) as u64);
+                }
+                if total > max_bytes {
+                    let k = items.first().map_or(&[][..], |x| x.0);
+                    return over("MULTI_SET", k, total);
+                }
+                for (k, v) in items {
+                    self.set(k, v.to_vec());
+                }
+            }
+        }
+        Next::Continue
+    }
+
+    /// Set a key and answer the waiters it releases.
+    fn set(&mut self, k: &[u8], v: Vec<u8>) {
+        for conn in self.state.insert(k, v) {
+            if let Some(c) = self.conns[conn].as_mut() {
+                // The waiter is done: drop its id (at most a few per connection).
+                let state = &self.state;
+                c.waits.retain(|id| state.waiters.contains_key(id));
+            }
+            self.reply(conn, &[wire::STOP_WAITING]);
+        }
+    }
 }

@@ -124,7 +124,8 @@ impl ReadError {
     }
 }
 
-/// Field readers over any byte stream, with limits.
+/// Readers of reply fields over any byte stream, with limits (the client's side; the server
+/// parses whole requests from its buffers with [`parse_request`]).
 pub struct Decoder<R: Read> {
     r: R,
 }
@@ -132,10 +133,6 @@ pub struct Decoder<R: Read> {
 impl<R: Read> Decoder<R> {
     pub fn new(r: R) -> Self {
         Decoder { r }
-    }
-
-    pub fn get_mut(&mut self) -> &mut R {
-        &mut self.r
     }
 
     fn exact(&mut self, buf: &mut [u8]) -> Result<(), ReadError> {
@@ -166,51 +163,157 @@ impl<R: Read> Decoder<R> {
         Ok(i64::from_le_bytes(b))
     }
 
-    fn blob(&mut self, limit: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+    /// A value (≤ 8 MiB): the client's reader of GET, COMPARE_SET and MULTI_GET replies.
+    pub fn value(&mut self) -> Result<Vec<u8>, ReadError> {
         let n = self.u64()?;
-        if n > limit {
-            return Err(ReadError::Protocol(format!("{what} of {n} bytes exceeds the limit of {limit} bytes")));
+        if let Some(m) = over_limit("value", n, MAX_VALUE_LEN) {
+            return Err(ReadError::Protocol(m));
         }
         let mut v = vec![0u8; n as usize];
         self.exact(&mut v)?;
         Ok(v)
     }
+}
 
-    /// A value (≤ 8 MiB).
-    pub fn value(&mut self) -> Result<Vec<u8>, ReadError> {
-        self.blob(MAX_VALUE_LEN, "value")
+/// The message for a length `n` over `limit`, if it is.
+fn over_limit(what: &str, n: u64, limit: u64) -> Option<String> {
+    (n > limit).then(|| format!("{what} of {n} bytes exceeds the limit of {limit} bytes"))
+}
+
+/// Longest request the server accepts (bytes): more than a COMPARE_SET of two 8 MiB values, and
+/// a bound on what one connection may make the server buffer.
+pub const MAX_REQUEST_LEN: usize = 64 * 1024 * 1024;
+
+/// A request as the server sees it, borrowing keys and values from the receive buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Validate(u32),
+    Ping(u32),
+    Set(&'a [u8], &'a [u8]),
+    CompareSet(&'a [u8], &'a [u8], &'a [u8]),
+    Get(&'a [u8]),
+    Add(&'a [u8], i64),
+    Check(Vec<&'a [u8]>),
+    Wait(Vec<&'a [u8]>),
+    GetNumKeys,
+    DeleteKey(&'a [u8]),
+    Append(&'a [u8], &'a [u8]),
+    MultiGet(Vec<&'a [u8]>),
+    MultiSet(Vec<(&'a [u8], &'a [u8])>),
+    CancelWait,
+}
+
+/// What the start of a receive buffer holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A whole request and its length in bytes.
+    Complete(Request<'a>, usize),
+    /// The start of a request: at least this many bytes (in all) are needed before it can parse.
+    Incomplete(usize),
+}
+
+/// Why a field could not be read from a buffer.
+enum Short {
+    Need(usize),
+    Bad(String),
+}
+
+/// A cursor over a receive buffer that never allocates for a field before it has fully arrived.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Short> {
+        let end = self.pos.checked_add(n).filter(|e| *e <= MAX_REQUEST_LEN).ok_or_else(|| {
+            Short::Bad(format!("request of more than {MAX_REQUEST_LEN} bytes exceeds the server's limit"))
+        })?;
+        if end > self.buf.len() {
+            return Err(Short::Need(end));
+        }
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
     }
-
-    /// A key as raw bytes (≤ 8 KiB), as the server keeps it.
-    pub fn key_bytes(&mut self) -> Result<Vec<u8>, ReadError> {
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], Short> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u32(&mut self) -> Result<u32, Short> {
+        self.arr().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, Short> {
+        self.arr().map(u64::from_le_bytes)
+    }
+    fn blob(&mut self, limit: u64, what: &str) -> Result<&'a [u8], Short> {
+        let n = self.u64()?;
+        if let Some(m) = over_limit(what, n, limit) {
+            return Err(Short::Bad(m));
+        }
+        self.take(n as usize)
+    }
+    fn key(&mut self) -> Result<&'a [u8], Short> {
         self.blob(MAX_KEY_LEN, "key")
     }
-
-    /// Raw keys: count + keys.
-    pub fn keys_bytes(&mut self) -> Result<Vec<Vec<u8>>, ReadError> {
-        let n = self.count()?;
-        (0..n).map(|_| self.key_bytes()).collect()
+    fn value(&mut self) -> Result<&'a [u8], Short> {
+        self.blob(MAX_VALUE_LEN, "value")
     }
-
-    /// A key (≤ 8 KiB, UTF-8).
-    pub fn key(&mut self) -> Result<String, ReadError> {
-        let b = self.key_bytes()?;
-        String::from_utf8(b).map_err(|e| ReadError::Protocol(format!("key is not UTF-8: {e}")))
-    }
-
-    /// A key count (≤ 128 K).
-    pub fn count(&mut self) -> Result<usize, ReadError> {
+    fn count(&mut self) -> Result<usize, Short> {
         let n = self.u64()?;
         if n > MAX_KEYS {
-            return Err(ReadError::Protocol(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
+            return Err(Short::Bad(format!("{n} keys in one request exceed the limit of {MAX_KEYS}")));
         }
         Ok(n as usize)
     }
-
-    /// A key list: count + keys.
-    pub fn keys(&mut self) -> Result<Vec<String>, ReadError> {
+    fn keys(&mut self) -> Result<Vec<&'a [u8]>, Short> {
         let n = self.count()?;
-        (0..n).map(|_| self.key()).collect()
+        // No capacity from the peer's count: a short buffer must not reserve 128 K slots.
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(self.key()?);
+        }
+        Ok(v)
+    }
+}
+
+/// Parse the request at the start of `buf` (the server's decoder). A protocol violation (unknown
+/// query type, a field over its limit, a request over [`MAX_REQUEST_LEN`]) is an error; a
+/// request not fully arrived is [`Frame::Incomplete`] with the least total length it needs.
+pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
+    let mut c = Cursor { buf, pos: 0 };
+    let parsed = (|| -> Result<Request<'_>, Short> {
+        let t = c.take(1)?[0];
+        let q = Query::from_u8(t).ok_or_else(|| Short::Bad(format!("unknown query type {t}")))?;
+        Ok(match q {
+            Query::Validate => Request::Validate(c.u32()?),
+            Query::Ping => Request::Ping(c.u32()?),
+            Query::Set => Request::Set(c.key()?, c.value()?),
+            Query::CompareSet => Request::CompareSet(c.key()?, c.value()?, c.value()?),
+            Query::Get => Request::Get(c.key()?),
+            Query::Add => Request::Add(c.key()?, c.u64()? as i64),
+            Query::Check => Request::Check(c.keys()?),
+            Query::Wait => Request::Wait(c.keys()?),
+            Query::GetNumKeys => Request::GetNumKeys,
+            Query::DeleteKey => Request::DeleteKey(c.key()?),
+            Query::Append => Request::Append(c.key()?, c.value()?),
+            Query::MultiGet => Request::MultiGet(c.keys()?),
+            Query::MultiSet => {
+                let n = c.count()?;
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    v.push((c.key()?, c.value()?));
+                }
+                Request::MultiSet(v)
+            }
+            Query::CancelWait => Request::CancelWait,
+        })
+    })();
+    match parsed {
+        Ok(r) => Ok(Frame::Complete(r, c.pos)),
+        Err(Short::Need(n)) => Ok(Frame::Incomplete(n)),
+        Err(Short::Bad(m)) => Err(ReadError::Protocol(m)),
     }
 }
 
@@ -266,14 +369,19 @@ mod tests {
 
     #[test]
     fn decodes_what_it_encodes() {
-        let m = Encoder::default().keys(&["/x", "/yy"]).bytes(b"val").i64(i64::MIN).u32(7).u8(1).finish();
+        let m = Encoder::default().bytes(b"val").i64(i64::MIN).u32(7).u8(1).finish();
         let mut d = Decoder::new(m.as_slice());
-        assert_eq!(d.keys().unwrap(), ["/x", "/yy"]);
         assert_eq!(d.value().unwrap(), b"val");
         assert_eq!(d.i64().unwrap(), i64::MIN);
         assert_eq!(d.u32().unwrap(), 7);
         assert_eq!(d.u8().unwrap(), 1);
         assert!(matches!(d.u8(), Err(ReadError::Eof)));
+        let w = Encoder::query(Query::Wait).keys(&["/x", "/yy"]).finish();
+        match parse_request(&w) {
+            Ok(Frame::Complete(Request::Wait(ks), n)) => assert_eq!((ks, n), (vec![&b"/x"[..], b"/yy"], w.len())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_request(&w[..w.len() - 1]).unwrap(), Frame::Incomplete(w.len()));
     }
 
     #[test]
@@ -287,17 +395,16 @@ mod tests {
 
     #[test]
     fn limits_are_protocol_errors() {
-        let long_key = Encoder::default().u64(MAX_KEY_LEN + 1).finish();
-        match Decoder::new(long_key.as_slice()).key() {
-            Err(ReadError::Protocol(m)) => assert!(m.contains("8193"), "{m}"),
+        let protocol = |m: &[u8]| match parse_request(m) {
+            Err(ReadError::Protocol(m)) => m,
             other => panic!("{other:?}"),
-        }
+        };
+        assert!(protocol(&Encoder::query(Query::Get).u64(MAX_KEY_LEN + 1).finish()).contains("8193"));
+        assert!(protocol(&Encoder::query(Query::Set).bytes(b"/k").u64(MAX_VALUE_LEN + 1).finish()).contains("value"));
+        assert!(protocol(&Encoder::query(Query::Wait).u64(MAX_KEYS + 1).finish()).contains("131073 keys"));
+        assert!(protocol(&[14]).contains("unknown query type 14"));
         let big_value = Encoder::default().u64(MAX_VALUE_LEN + 1).finish();
         assert!(matches!(Decoder::new(big_value.as_slice()).value(), Err(ReadError::Protocol(_))));
-        let many = Encoder::default().u64(MAX_KEYS + 1).finish();
-        assert!(matches!(Decoder::new(many.as_slice()).keys(), Err(ReadError::Protocol(_))));
-        let bad_utf8 = Encoder::default().bytes(&[0xff, 0xfe]).finish();
-        assert!(matches!(Decoder::new(bad_utf8.as_slice()).key(), Err(ReadError::Protocol(_))));
         let e = ReadError::Protocol("x".into()).into_store("h:1");
         assert!(matches!(e, StoreError::Protocol(m) if m.contains("h:1")));
         assert!(check_key(&"k".repeat(8193)).is_err() && check_key(&"k".repeat(8192)).is_ok());
