@@ -8,6 +8,9 @@
 //! `MCORE_STATUS_PANIC` status), and the tool must exit 0 or 2. `MCORE_FUZZ_SEED` picks another
 //! seed, `MCORE_FUZZ_SCALE` multiplies the number of cases (for longer local runs).
 
+mod common;
+
+use common::Rng;
 use mcore_init::cli::{is_layout_flag, layout_flag, number, utf8_args, Flags};
 use mcore_init::ffi::status::mcore_status;
 use mcore_init::ffi::topology::*;
@@ -17,27 +20,6 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 fn seed() -> u64 {
     std::env::var("MCORE_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_2026)

@@ -13,6 +13,9 @@
 //! `MCORE_STORE_FUZZ_SEED` the seed. A failing input is written to
 //! `target/store-wire-fuzz-failure.bin`: add it to the corpus once fixed.
 
+mod common;
+
+use common::Rng;
 use mcore_init::store::tcp::wire::{
     parse_request, Encoder, Frame, Request, MAX_KEYS, MAX_KEY_LEN, MAX_REQUEST_LEN, MAX_VALUE_LEN, VALIDATE_MAGIC,
 };
@@ -50,20 +53,6 @@ fn encode(r: &Request<'_>) -> Vec<u8> {
             items.iter().fold(Encoder::query(Q::MultiSet).u64(items.len() as u64), |e, (k, v)| e.bytes(k).bytes(v)).finish()
         }
         Request::CancelWait => Encoder::query(Q::CancelWait).finish(),
-    }
-}
-
-/// xorshift64*: reproducible, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }
 

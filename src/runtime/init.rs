@@ -363,29 +363,15 @@ fn bring_up(
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let host_addr = host.addr.to_string();
-        let mut created = create_groups(
-            &plan,
-            strategy,
-            backend.as_ref(),
-            &group_store,
-            base.as_ref(),
-            &args.comm_config,
-            left(),
-            Some(&host_addr),
-        )?;
+        // Every creation shares the one deadline (what is left of it) and this rank's address.
+        let create = |plan: &RankPlan, strategy: CommStrategy| {
+            let (store, config) = (base.as_ref(), &args.comm_config);
+            create_groups(plan, strategy, backend.as_ref(), &group_store, store, config, left(), Some(&host_addr))
+        };
+        let mut created = create(&plan, strategy)?;
         add_alias_groups(&view, &aliases, &mut created.groups);
         if args.create_all_gather_groups {
-            let twins = all_gather_plan(&topology, &view, &plan);
-            let made = create_groups(
-                &twins,
-                CommStrategy::PerGroup,
-                backend.as_ref(),
-                &group_store,
-                base.as_ref(),
-                &args.comm_config,
-                left(),
-                Some(&host_addr),
-            )?;
+            let made = create(&all_gather_plan(&topology, &view, &plan), CommStrategy::PerGroup)?;
             created.groups.extend(made.groups);
         }
         let t_groups = start.elapsed();
