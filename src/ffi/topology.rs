@@ -59,7 +59,7 @@ pub(crate) fn kind_from_c(kind: i32) -> Result<GroupKind, FfiError> {
         .ok_or_else(|| FfiError::invalid_arg(format!("unknown group kind {kind} (see mcore_group_kind)")))
 }
 
-fn kind_to_c(kind: GroupKind) -> i32 {
+pub(crate) fn kind_to_c(kind: GroupKind) -> i32 {
     match kind {
         GroupKind::HierarchicalContextParallel(i) => HCP_BASE.saturating_add(i as i32),
         k => GroupKind::FIXED.iter().position(|f| *f == k).expect("fixed kind") as i32,
@@ -358,7 +358,7 @@ struct Handle {
     _user: Option<Arc<UserData>>,
 }
 
-fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
+pub(crate) fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     if t.is_null() {
         return Err(FfiError::invalid_arg("topology is NULL"));
     }
