@@ -59,7 +59,7 @@ run() {
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   echo "-- $name: $nproc rank(s): $*"
   if env "${envs[@]}" ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
-       ./target/release/mcore-selftest --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
+       ./target/release/mcore-selftest --json --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
      && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$nproc" ]; then
     sed -n 's/^[^{]*\]: \({.*}\)$/\1/p' "$out/$name.log" >"$out/$name.jsonl"
     pass=$((pass+1))

@@ -38,7 +38,7 @@ fn wait_bounded(mut child: Child, limit: Duration) -> Output {
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
     let plugin = plugin().unwrap();
     let mut cmd = Command::new(LAUNCH);
-    cmd.args(["--nproc", &n.to_string(), "--timeout", "240", "--", SELFTEST, "--backend", &plugin])
+    cmd.args(["--nproc", &n.to_string(), "--timeout", "240", "--", SELFTEST, "--json", "--backend", &plugin])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -57,7 +57,7 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
 /// Start `mcore-selftest` directly as rank `rank` of `world` (no launcher), rendezvousing on `port`.
 fn spawn_rank(plugin: &str, rank: u32, world: u32, port: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(SELFTEST);
-    cmd.args(["--backend", plugin])
+    cmd.args(["--json", "--backend", plugin])
         .args(args)
         .env("RANK", rank.to_string())
         .env("WORLD_SIZE", world.to_string())
@@ -259,4 +259,34 @@ fn timeouts_of_2_pow_63_ms_and_more_mean_no_limit_even_in_gloo() {
     assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
     let (out, lines) = launch(2, &["--tp", "2", "--comm-strategy", "split"], &[("MCORE_INIT_TIMEOUT", "none")]);
     assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
+}
+
+/// Without `--json` each rank prints one readable line (under 200 characters, its coordinates,
+/// communicators and times) and rank 0 a per-kind creation table: the whole output of 8 ranks
+/// fits on one screen.
+#[test]
+fn human_output_of_8_ranks_fits_one_screen() {
+    let Some(plugin) = plugin() else { return };
+    let mut cmd = Command::new(LAUNCH);
+    cmd.args(["--nproc", "8", "--timeout", "240", "--", SELFTEST, "--backend", &plugin])
+        .args(["--tp", "2", "--pp", "2", "--cp", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() <= 24, "{} lines:\n{stdout}", lines.len());
+    for l in &lines {
+        assert!(l.chars().count() < 200, "{} characters: {l}", l.chars().count());
+        assert!(!l.contains('{'), "JSON without --json: {l}");
+    }
+    for r in 0..8 {
+        let mine: Vec<&&str> = lines.iter().filter(|l| l.contains(&format!("]: rank {r}/8 ok tp "))).collect();
+        assert_eq!(mine.len(), 1, "rank {r}:\n{stdout}");
+        assert!(mine[0].contains(" comms | init ") && mine[0].contains("store trips"), "{}", mine[0]);
+    }
+    assert!(stdout.contains("rank 5/8 ok tp 1/2 pp 1/2 cp 0/2 dp 0/1"), "{stdout}");
+    assert!(stdout.contains("communicator creation per kind (rank 0"), "{stdout}");
+    assert!(stdout.contains("tensor_model_parallel"), "{stdout}");
 }

@@ -2,8 +2,10 @@
 //!
 //! A worker: initializes from the launcher's environment (mcore-launch or torchrun), verifies
 //! every communicator of every group kind with an all-reduce whose result the layout predicts,
-//! checks that a second initialize with the same settings is a no-op, prints one JSON line
-//! (`{"rank", "ok", "groups", "init_seconds", ...}`) and exits non-zero on any failure.
+//! checks that a second initialize with the same settings is a no-op, prints one line for a
+//! person (coordinates, communicators, times; rank 0 adds a per-kind table of creation times) or
+//! with `--json` one JSON line (`{"rank", "ok", "groups", "init_seconds", ..., "line"}`), and
+//! exits non-zero on any failure.
 
 use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use mcore_init::ffi::os::seconds_since_process_start;
@@ -19,7 +21,7 @@ fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
-         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N]"
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json]"
     )
 }
 
@@ -32,11 +34,14 @@ struct Options {
     /// init → verify → destroy this many times; open fds and threads are compared between the
     /// end of the first and of the last cycle.
     cycles: u32,
+    /// One JSON line instead of the human one.
+    json: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
+    let mut json = false;
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -60,6 +65,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.comm_config.add_yaml_file(std::path::Path::new(path)).map_err(|e| format!("--comm-config: {e}"))?;
             }
             "--split-share" => init.comm_config.default.split_share = Some(true),
+            "--json" if inline.is_some() => return Err("--json takes no value".into()),
+            "--json" => json = true,
             "--device" => init.device = Some(mcore_init::cli::number(flag, flags.value(flag, inline)?)?),
             "--cycles" => {
                 cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
@@ -76,7 +83,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    Ok(Some(Options { init, cycles }))
+    Ok(Some(Options { init, cycles, json }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -179,6 +186,7 @@ fn cycle(args: &InitArgs) -> Result<Value, String> {
         let rng_streams = verify_rng(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
+        line["line"] = json!(human::rank_line(rt, &line));
         Ok::<_, String>(line)
     })
     .map_err(|e| e.to_string())??;
@@ -228,15 +236,105 @@ fn main() -> ExitCode {
         }
     };
     match run(&opts) {
-        Ok(line) => {
+        Ok(line) if opts.json => {
             println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Ok(line) => {
+            println!("{}", line["line"].as_str().unwrap_or_default());
+            if line["rank"] == 0 {
+                print!("{}", human::create_table(&line));
+            }
             ExitCode::SUCCESS
         }
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
-            println!("{}", json!({"rank": rank, "ok": false, "error": msg}));
+            if opts.json {
+                println!("{}", json!({"rank": rank, "ok": false, "error": msg}));
+            } else {
+                let who = rank.map_or("rank ?".to_string(), |r| format!("rank {r}"));
+                println!("{who} FAILED: {}", human::shorten(&msg, 180));
+            }
             eprintln!("mcore-selftest: {msg}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The human output: one line per rank, rank 0's per-kind creation-time table.
+mod human {
+    use mcore_init::runtime::Runtime;
+    use mcore_init::topology::GroupKind;
+    use serde_json::Value;
+    use std::fmt::Write as _;
+
+    /// `text` cut to at most `max` characters (an ellipsis marks the cut).
+    pub fn shorten(text: &str, max: usize) -> String {
+        if text.chars().count() <= max {
+            return text.to_string();
+        }
+        let mut s: String = text.chars().take(max.saturating_sub(3)).collect();
+        s.push_str("...");
+        s
+    }
+
+    fn secs(v: &Value) -> f64 {
+        v.as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// `rank 3/8 ok  tp 1/2 pp 1/2 cp 0/2 dp 0/1 ep 0/1 | gloo split: 20 groups, 9 comms |
+    /// init 0.412 s (store .. checkin .. groups .. verify ..) ready 0.501 s, 34 store trips`
+    /// (under 200 characters).
+    pub fn rank_line(rt: &Runtime, j: &Value) -> String {
+        let rank = rt.env.rank;
+        let mut coords = String::new();
+        use GroupKind::*;
+        for (name, kind) in [
+            ("tp", TensorModelParallel),
+            ("pp", PipelineModelParallel),
+            ("cp", ContextParallel),
+            ("dp", DataParallel),
+            ("ep", ExpertModelParallel),
+        ] {
+            if let Ok(Some(m)) = rt.topology.membership(kind, rank) {
+                let _ = write!(coords, " {name} {}/{}", m.rank, m.size());
+            }
+        }
+        let p = &j["phases_s"];
+        let line = format!(
+            "rank {rank}/{} ok{coords} | {} {}: {} groups, {} comms | init {:.3} s (store {:.3} checkin {:.3} \
+             groups {:.3} verify {:.3}) ready {:.3} s, {} store trips",
+            rt.env.world_size,
+            j["backend"].as_str().unwrap_or("?"),
+            j["strategy"].as_str().unwrap_or("?"),
+            j["groups"],
+            j["communicators"],
+            secs(&j["init_seconds"]),
+            secs(&p["store"]),
+            secs(&p["checkin"]),
+            secs(&p["groups"]),
+            secs(&p["verify"]),
+            secs(&j["ready_since_process_start_s"]),
+            j["store_round_trips"],
+        );
+        shorten(&line, 199)
+    }
+
+    /// Creation time per kind of this rank's communicators, slowest first, three to a line.
+    pub fn create_table(j: &Value) -> String {
+        let Some(map) = j["create_s"].as_object() else { return String::new() };
+        // Kinds that reuse another kind's communicator take no measurable time: counted, not listed.
+        let mut rows: Vec<(&String, f64)> = map.iter().map(|(k, v)| (k, secs(v))).filter(|r| r.1 >= 5e-5).collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut out = format!(
+            "communicator creation per kind (rank {}, ms, slowest first; {} more kinds reuse one):\n",
+            j["rank"],
+            map.len() - rows.len()
+        );
+        for chunk in rows.chunks(3) {
+            let cells: Vec<String> = chunk.iter().map(|(k, s)| format!("{:<36}{:>7.1}", shorten(k, 36), s * 1e3)).collect();
+            let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
+        }
+        out
     }
 }
