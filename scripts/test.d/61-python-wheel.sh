@@ -47,10 +47,5 @@ env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHON
   PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" \
   "$work/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests >"$log" 2>&1
 rc=$?
-tail -n 20 "$log"
-summary=$(tail -n 1 "$log")
-passed=$(grep -o '[0-9]\+ passed' <<<"$summary" | grep -o '[0-9]\+' || echo 0)
-failed=$(( $(grep -o '[0-9]\+ failed' <<<"$summary" | grep -o '[0-9]\+' || echo 0) + $(grep -o '[0-9]\+ error' <<<"$summary" | grep -o '[0-9]\+' || echo 0) ))
-if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-echo "python-wheel: $passed passed, $failed failed ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"
-[ "$rc" -eq 0 ]
+. "$root/scripts/lib/pytest-summary.sh"
+pytest_summary python-wheel "$log" "$rc" "$(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB"

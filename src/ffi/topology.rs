@@ -3,7 +3,7 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::{fill_ranks, opt_str_arg, out_ptr};
+use super::args::{fill_ranks, fill_str, opt_str_arg, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -528,27 +528,7 @@ pub unsafe extern "C" fn mcore_group_kind_name(
     out_len: *mut usize,
 ) -> mcore_status {
     ffi_guard(|| {
-        let key = kind_from_c(kind)?.key();
-        let bytes = key.as_bytes();
-        let out_len = out_ptr(out_len, "out_len")?;
-        let need = bytes.len() + 1;
-        if len < need {
-            *out_len = need;
-            return Err(FfiError::new(
-                mcore_status::BufferTooSmall,
-                format!("name needs {need} bytes, buffer has {len}"),
-            ));
-        }
-        if buf.is_null() {
-            return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
-        }
-        // SAFETY: the caller declares room for len >= need bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
-            *buf.add(bytes.len()) = 0;
-        }
-        *out_len = need;
-        Ok(())
+        fill_str(&kind_from_c(kind)?.key(), buf, len, out_len, "name")
     })
 }
 

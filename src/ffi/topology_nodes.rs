@@ -4,7 +4,7 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::out_ptr;
+use super::args::{fill_str, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -108,7 +108,6 @@ pub unsafe extern "C" fn mcore_topology_node_warning(
     ffi_guard(|| {
         let t = topo(t)?;
         let out_kind = out_ptr(out_kind, "out_kind")?;
-        let out_len = out_ptr(out_len, "out_len")?;
         let p = node_placement(t, gpus_per_node)?;
         let w = p.warnings.get(index).ok_or_else(|| {
             FfiError::new(
@@ -116,24 +115,7 @@ pub unsafe extern "C" fn mcore_topology_node_warning(
                 format!("warning index {index} out of range: {} warnings", p.warnings.len()),
             )
         })?;
-        let bytes = w.message.as_bytes();
-        let need = bytes.len() + 1;
-        if len < need {
-            *out_len = need;
-            return Err(FfiError::new(
-                mcore_status::BufferTooSmall,
-                format!("warning needs {need} bytes, buffer has {len}"),
-            ));
-        }
-        if buf.is_null() {
-            return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
-        }
-        // SAFETY: the caller declares room for len >= need bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
-            *buf.add(bytes.len()) = 0;
-        }
-        *out_len = need;
+        fill_str(&w.message, buf, len, out_len, "warning")?;
         *out_kind = kind_to_c(w.kind);
         Ok(())
     })
