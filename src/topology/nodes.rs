@@ -23,6 +23,10 @@ use super::layout::Topology;
 /// Most groups one call examines (over all kinds); bigger layouts are refused with an error.
 pub const MAX_PLACEMENT_GROUPS: u64 = 1 << 24;
 
+/// Most groups the search for a better order examines (over all candidate orders); beyond
+/// that the warnings name no order.
+const MAX_ORDER_SEARCH: u64 = 1 << 26;
+
 /// The kinds whose groups should not cross nodes.
 pub const NODE_LOCAL_KINDS: [GroupKind; 3] = [
     GroupKind::TensorModelParallel,
@@ -165,6 +169,10 @@ fn order_distance(a: &[Dim], b: &[Dim]) -> usize {
 /// kinds (tensor-parallel first), closest to the current order on ties; `None` when none is
 /// better than the current one.
 fn best_order(t: &Topology, gpn: u32, current: [u64; 3]) -> Result<Option<(String, [u64; 3])>, TopologyError> {
+    let work: u64 = NODE_LOCAL_KINDS.iter().map(|&k| t.group_count(k)).sum();
+    if work.saturating_mul(all_orders().len() as u64) > MAX_ORDER_SEARCH {
+        return Ok(None);
+    }
     let here = parse_order(&t.config().order)?;
     let mut best: Option<(([u64; 3], usize), String)> = None;
     for order in all_orders() {
