@@ -290,3 +290,24 @@ fn human_output_of_8_ranks_fits_one_screen() {
     assert!(stdout.contains("communicator creation per kind (rank 0"), "{stdout}");
     assert!(stdout.contains("tensor_model_parallel"), "{stdout}");
 }
+
+/// Rank 0 of a large world prints a live progress line on stderr (the threshold lowered to 4
+/// here): with ranks 1..3 started late, it reports rank 0 alone checked in, then the world.
+#[test]
+fn rank_0_prints_live_progress_while_others_are_missing() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let env = [("MCORE_SELFTEST_PROGRESS_MIN", "4")];
+    let first = spawn_rank(&plugin, 0, 4, &port, &["--timeout", "60"], &env);
+    std::thread::sleep(Duration::from_millis(2500));
+    let rest: Vec<Child> = (1..4).map(|r| spawn_rank(&plugin, r, 4, &port, &["--timeout", "60"], &env)).collect();
+    let out0 = wait_bounded(first, Duration::from_secs(90));
+    for c in rest {
+        let o = wait_bounded(c, Duration::from_secs(90));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("ranks checked in"), "only rank 0 reports progress");
+    }
+    assert!(out0.status.success(), "{}", text(&out0.stderr));
+    let err = text(&out0.stderr);
+    assert!(err.contains(": 1/4 ranks checked in"), "{err}");
+}
