@@ -182,7 +182,7 @@ fn best_order(t: &Topology, gpn: u32, current: [u64; 3]) -> Result<Option<(Strin
             continue;
         };
         let score = (local_kind_crossings(&cand, gpn)?, order_distance(&here, &parse_order(&order)?));
-        if best.as_ref().is_none_or(|(s, _)| score < *s) {
+        if best.as_ref().map_or(true, |(s, _)| score < *s) {
             best = Some((score, order));
         }
     }
