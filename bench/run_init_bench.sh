@@ -63,7 +63,7 @@ ours_world() {
     local world="$1" log="$2"
     LD_LIBRARY_PATH="$PWD/$GLOO_PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     timeout "$RUN_TIMEOUT_S" target/release/mcore-launch --nproc "$world" -- \
-        target/release/mcore-selftest --tp $TP --pp $PP --cp $CP --backend gloo > "$log" 2> "$log.err"
+        target/release/mcore-selftest --json --tp $TP --pp $PP --cp $CP --backend gloo > "$log" 2> "$log.err"
 }
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -34,6 +34,11 @@
 #define MCORE_TIMEOUT_MAX_MS 2147483648000
 
 /**
+ * `first_crossing` of a kind none of whose groups cross nodes.
+ */
+#define MCORE_NO_GROUP UINT64_MAX
+
+/**
  * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
  */
 #define MCORE_ABI_VERSION 1
@@ -530,6 +535,36 @@ typedef struct mcore_pipeline_info {
   uint32_t next;
   uint32_t prev;
 } mcore_pipeline_info;
+
+/**
+ * How the groups of one kind sit on nodes.
+ */
+typedef struct mcore_kind_placement {
+  /**
+   * The kind (`mcore_group_kind` value).
+   */
+  int32_t kind;
+  /**
+   * Number of groups of the kind.
+   */
+  uint64_t groups;
+  /**
+   * Groups whose members all sit on one node.
+   */
+  uint64_t local;
+  /**
+   * Groups spanning more than one node.
+   */
+  uint64_t crossing;
+  /**
+   * Index of the first crossing group, `MCORE_NO_GROUP` when none crosses.
+   */
+  uint64_t first_crossing;
+  /**
+   * Most nodes one group of the kind spans.
+   */
+  uint64_t max_nodes;
+} mcore_kind_placement;
 
 /**
  * One group a backend is asked to create a communicator for.
@@ -1634,6 +1669,41 @@ mcore_status mcore_topology_is_rank_in_embedding_group(const struct mcore_topolo
                                                        uint32_t rank,
                                                        int32_t vp_stage,
                                                        bool *out);
+
+/**
+ * The placement of every kind of the layout on nodes of `gpus_per_node` GPUs (global rank r on
+ * node r / gpus_per_node), one entry per kind in `mcore_topology_kind_at` order, into `buf` of
+ * `len` entries; `*out_len` = entries (also the size needed on BUFFER_TOO_SMALL).
+ * `out_warnings` (may be NULL) receives the number of warnings (`mcore_topology_node_warning`).
+ * INVALID_CONFIG for `gpus_per_node` 0; OUT_OF_RANGE for a layout with more than 2^24 groups.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT, except `out_warnings`) or valid as
+ * described above.
+ */
+mcore_status mcore_topology_node_placement(const struct mcore_topology *t,
+                                           uint32_t gpus_per_node,
+                                           struct mcore_kind_placement *buf,
+                                           size_t len,
+                                           size_t *out_len,
+                                           size_t *out_warnings);
+
+/**
+ * Warning `index` of the node placement on nodes of `gpus_per_node` GPUs: its kind and its
+ * text (NUL-terminated, naming an `--order` or sizes that keep the groups inside nodes when
+ * one exists) in `buf`; `*out_len` = bytes needed including the NUL (also on
+ * BUFFER_TOO_SMALL). OUT_OF_RANGE when `index` >= the number of warnings.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_node_warning(const struct mcore_topology *t,
+                                         uint32_t gpus_per_node,
+                                         size_t index,
+                                         int32_t *out_kind,
+                                         char *buf,
+                                         size_t len,
+                                         size_t *out_len);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).

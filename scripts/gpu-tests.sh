@@ -135,7 +135,7 @@ run() {
   fi
   echo "-- $name: $nproc rank(s): ${envs[*]} $*"
   if env ${envs[@]+"${envs[@]}"} ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
-       "${prog[@]}" --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
+       "${prog[@]}" --json --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
      && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$nproc" ]; then
     sed -n 's/^[^{]*\]: \({.*}\)$/\1/p' "$out/$name.log" >"$out/$name.jsonl"
     pass=$((pass+1))

@@ -11,15 +11,31 @@ plugin_dir=target/gloo-plugin
 cmake -S backends/gloo -B "$plugin_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$plugin_dir" -j 2 >/dev/null
 export LD_LIBRARY_PATH="$PWD/$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "== mcore-launch --nproc 8 -- mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo"
+echo "== mcore-launch --nproc 8 -- mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo --json"
 log=$(mktemp)
 status=0
+# The JSON lines go to the log; one readable line per rank (the "line" field) is printed below.
 ./target/release/mcore-launch --nproc 8 --timeout 300 -- \
-  ./target/release/mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo | tee "$log" || status=$?
+  ./target/release/mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo --json >"$log" || status=$?
 python3 - "$log" "$status" <<'PY'
 import json, sys
-lines = [json.loads(l.split("]: ", 1)[1]) for l in open(sys.argv[1]) if "]: {" in l]
+raw = open(sys.argv[1]).read().splitlines()
+lines = [json.loads(l.split("]: ", 1)[1]) for l in raw if "]: {" in l]
+for l in sorted(lines, key=lambda l: (l.get("rank") is None, l.get("rank") or 0)):
+    print("  " + (l.get("line") or f"rank {l.get('rank')} FAILED: {str(l.get('error'))[:180]}"))
+for l in raw:
+    if "]: {" not in l:
+        print("  " + l[:200])
 ok = [l for l in lines if l.get("ok")]
+if ok:
+    kinds = {}
+    for l in ok:
+        for k, s in l.get("create_s", {}).items():
+            kinds[k] = max(kinds.get(k, 0.0), s)
+    slow = sorted(((k, s) for k, s in kinds.items() if s >= 5e-5), key=lambda kv: -kv[1])
+    print(f"== communicator creation per kind (slowest rank, ms; {len(kinds) - len(slow)} more kinds reuse one):")
+    for i in range(0, len(slow), 3):
+        print("  " + "  ".join(f"{k[:36]:<36}{s * 1e3:>7.1f}" for k, s in slow[i:i + 3]))
 print(f"== summary: {len(ok)}/8 ranks ok", end="")
 if ok:
     groups = sum(l["groups"] for l in ok)

@@ -9,7 +9,7 @@ cargo build --release --locked --bins --quiet
 [ -f target/gloo-plugin/libmcore_init_gloo.so ] || { cmake -S backends/gloo -B target/gloo-plugin >/dev/null && cmake --build target/gloo-plugin -j 2 >/dev/null; }
 out=$(mktemp)
 LD_LIBRARY_PATH="$PWD/target/gloo-plugin" "$venv/bin/torchrun" --nproc-per-node "${NPROC:-8}" --no-python \
-  "$PWD/target/release/mcore-selftest" --tp 2 --pp 2 --cp 2 --backend gloo --seed 1234 >"$out" 2>&1
+  "$PWD/target/release/mcore-selftest" --json --tp 2 --pp 2 --cp 2 --backend gloo --seed 1234 >"$out" 2>&1
 ok=$(grep -c '"ok":true' "$out" || true)
 echo "torchrun $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null): $ok/${NPROC:-8} ranks ok"
 [ "$ok" -eq "${NPROC:-8}" ]

@@ -135,11 +135,11 @@ fn json_lines(stdout: &[u8]) -> impl Iterator<Item = Value> + '_ {
         .filter_map(|l| l.find('{').and_then(|i| serde_json::from_str::<Value>(&l[i..]).ok()))
 }
 
-/// `mcore-launch --nproc n -- mcore-selftest --backend nccl <args>` (which stops every rank once
+/// `mcore-launch --nproc n -- mcore-selftest --json --backend nccl <args>` (which stops every rank once
 /// one fails).
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
     let rv = Rendezvous::new("launch");
-    let mut all = vec!["--nproc".to_string(), n.to_string(), "--timeout".into(), "120".into(), "--".into(), selftest(), "--backend".into(), "nccl".into()];
+    let mut all = vec!["--nproc".to_string(), n.to_string(), "--timeout".into(), "120".into(), "--".into(), selftest(), "--json".into(), "--backend".into(), "nccl".into()];
     all.extend(args.iter().map(|a| a.to_string()));
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let start = Instant::now();
@@ -148,12 +148,12 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
     Run { out, lines, elapsed: start.elapsed() }
 }
 
-/// `n` ranks of `mcore-selftest --backend nccl <args>` started directly, so that each ends on its
+/// `n` ranks of `mcore-selftest --json --backend nccl <args>` started directly, so that each ends on its
 /// own; the outputs concatenated.
 fn spawn_world(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
     let rv = Rendezvous::new("world");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let mut all = vec!["--backend", "nccl"];
+    let mut all = vec!["--json", "--backend", "nccl"];
     all.extend(args);
     let start = Instant::now();
     let children: Vec<Child> = (0..n)

@@ -38,7 +38,7 @@ fn wait_bounded(mut child: Child, limit: Duration) -> Output {
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
     let plugin = plugin().unwrap();
     let mut cmd = Command::new(LAUNCH);
-    cmd.args(["--nproc", &n.to_string(), "--timeout", "240", "--", SELFTEST, "--backend", &plugin])
+    cmd.args(["--nproc", &n.to_string(), "--timeout", "240", "--", SELFTEST, "--json", "--backend", &plugin])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -57,7 +57,7 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
 /// Start `mcore-selftest` directly as rank `rank` of `world` (no launcher), rendezvousing on `port`.
 fn spawn_rank(plugin: &str, rank: u32, world: u32, port: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(SELFTEST);
-    cmd.args(["--backend", plugin])
+    cmd.args(["--json", "--backend", plugin])
         .args(args)
         .env("RANK", rank.to_string())
         .env("WORLD_SIZE", world.to_string())
@@ -266,4 +266,58 @@ fn timeouts_of_2_pow_63_ms_and_more_mean_no_limit_even_in_gloo() {
     assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
     let (out, lines) = launch(2, &["--tp", "2", "--comm-strategy", "split"], &[("MCORE_INIT_TIMEOUT", "none")]);
     assert!(out.status.success() && lines.len() == 2, "{}\n{}", text(&out.stdout), text(&out.stderr));
+}
+
+/// Without `--json` each rank prints one readable line (under 200 characters, its host,
+/// coordinates, communicators and times) and rank 0 a per-kind creation table: the whole output of 8 ranks
+/// fits on one screen.
+#[test]
+fn human_output_of_8_ranks_fits_one_screen() {
+    let Some(plugin) = plugin() else { return };
+    let mut cmd = Command::new(LAUNCH);
+    cmd.args(["--nproc", "8", "--timeout", "240", "--", SELFTEST, "--backend", &plugin])
+        .args(["--tp", "2", "--pp", "2", "--cp", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() <= 24, "{} lines:\n{stdout}", lines.len());
+    for l in &lines {
+        assert!(l.chars().count() < 200, "{} characters: {l}", l.chars().count());
+        assert!(!l.contains('{'), "JSON without --json: {l}");
+    }
+    for r in 0..8 {
+        // Each rank names its host (`@name/address`); here every rank is on loopback.
+        let mine: Vec<&&str> = lines.iter().filter(|l| l.contains(&format!("]: rank {r}/8 @")) && l.contains("/127.0.0.1 ok tp ")).collect();
+        assert_eq!(mine.len(), 1, "rank {r}:\n{stdout}");
+        assert!(mine[0].contains(" comms | init ") && mine[0].contains("store trips"), "{}", mine[0]);
+    }
+    // Coordinates of size-1 axes (dp, ep here) are left out.
+    assert!(stdout.contains("/127.0.0.1 ok tp 1/2 pp 1/2 cp 0/2 | "), "{stdout}");
+    assert!(stdout.lines().any(|l| l.contains("]: rank 5/8 @") && l.contains(" ok tp 1/2 pp 1/2 cp 0/2 | ")), "{stdout}");
+    assert!(stdout.contains("communicator creation per kind (rank 0"), "{stdout}");
+    assert!(stdout.contains("tensor_model_parallel"), "{stdout}");
+}
+
+/// Rank 0 of a large world prints a live progress line on stderr (the threshold lowered to 4
+/// here): with ranks 1..3 started late, it reports rank 0 alone checked in, then the world.
+#[test]
+fn rank_0_prints_live_progress_while_others_are_missing() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let env = [("MCORE_SELFTEST_PROGRESS_MIN", "4")];
+    let first = spawn_rank(&plugin, 0, 4, &port, &["--timeout", "60"], &env);
+    std::thread::sleep(Duration::from_millis(2500));
+    let rest: Vec<Child> = (1..4).map(|r| spawn_rank(&plugin, r, 4, &port, &["--timeout", "60"], &env)).collect();
+    let out0 = wait_bounded(first, Duration::from_secs(90));
+    for c in rest {
+        let o = wait_bounded(c, Duration::from_secs(90));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("ranks checked in"), "only rank 0 reports progress");
+    }
+    assert!(out0.status.success(), "{}", text(&out0.stderr));
+    let err = text(&out0.stderr);
+    assert!(err.contains(": 1/4 ranks checked in"), "{err}");
 }

@@ -53,6 +53,19 @@ def _load():
 
 lib = _load()
 
+#: Where a wheel puts the native libraries it carries (scripts/build-wheel.sh).
+NATIVE_DIR = Path(__file__).resolve().parent / "_native"
+
+
+def bundled_backend(name):
+    """``name`` as given, or the path of the plugin this package carries for that backend
+    (wheels carry the Gloo plugin as ``_native/libmcore_init_gloo.so``) when the name is a bare
+    backend name and ``MCORE_BACKEND_PLUGIN`` is unset."""
+    if not name or "/" in name or ".so" in name or os.environ.get("MCORE_BACKEND_PLUGIN"):
+        return name
+    path = NATIVE_DIR / f"libmcore_init_{name}.so"
+    return str(path) if path.is_file() else name
+
 
 #: Every function declared so far, by name (the tests check nothing is used undeclared).
 DECLARED = {}

@@ -7,6 +7,7 @@ import ctypes
 import json
 from typing import List, Optional, Sequence, Tuple
 
+from . import _lib
 from . import _types as T
 from ._lib import check, declare
 from .topology import GroupInfo, config_struct, kind_value
@@ -55,7 +56,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     args = T.new_init_args()
     _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology,
                             gtp=gtp, egtp=egtp)
-    backend_b = backend.encode() if backend is not None else None
+    backend_b = _lib.bundled_backend(backend).encode() if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
         args.timeout_ms = T.timeout_ms(timeout)

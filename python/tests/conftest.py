@@ -29,6 +29,10 @@ def gloo_plugin():
     """The Gloo backend plugin, or skip the test with the reason."""
     env = os.environ.get("MCORE_GLOO_PLUGIN")
     path = Path(env) if env else REPO / "target" / "gloo-plugin" / "libmcore_init_gloo.so"
+    if not env and not path.is_file():
+        import mcore_init._lib as lib  # an installed wheel carries the plugin
+
+        path = lib.NATIVE_DIR / "libmcore_init_gloo.so"
     if not path.is_file():
         pytest.skip(f"Gloo plugin not built at {path} (cmake -S backends/gloo -B target/gloo-plugin && "
                     "cmake --build target/gloo-plugin, or set MCORE_GLOO_PLUGIN)")

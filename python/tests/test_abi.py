@@ -31,11 +31,13 @@ def test_every_function_of_every_module_is_declared():
     import mcore_init.parallel_state
     import mcore_init.rng
     import mcore_init.runtime
+    import mcore_init.nodes
     import mcore_init.topology
     from mcore_init import _types
 
     seen = 0
-    for mod in (_lib, _types, mcore_init.topology, mcore_init.rng, mcore_init.runtime, mcore_init.parallel_state):
+    for mod in (_lib, _types, mcore_init.topology, mcore_init.rng, mcore_init.runtime, mcore_init.parallel_state,
+                mcore_init.nodes):
         values = list(vars(mod).values())
         values += [v for d in values if isinstance(d, dict) for v in d.values()]
         for fn in values:

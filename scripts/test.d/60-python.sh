@@ -20,10 +20,5 @@ export MCORE_REPO_ROOT=$root
 log=$root/target/py-pytest.log
 (cd python && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests) >"$log" 2>&1
 rc=$?
-tail -n 40 "$log"
-summary=$(tail -n 1 "$log")
-passed=$(grep -o '[0-9]\+ passed' <<<"$summary" | grep -o '[0-9]\+' || echo 0)
-failed=$(( $(grep -o '[0-9]\+ failed' <<<"$summary" | grep -o '[0-9]\+' || echo 0) + $(grep -o '[0-9]\+ error' <<<"$summary" | grep -o '[0-9]\+' || echo 0) ))
-if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-echo "python: $passed passed, $failed failed"
-[ "$rc" -eq 0 ]
+. scripts/lib/pytest-summary.sh
+pytest_summary python "$log" "$rc"

@@ -59,7 +59,7 @@ export LD_LIBRARY_PATH="$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 unset MCORE_GLOO_HOSTNAME GLOO_SOCKET_IFNAME MASTER_ADDR MASTER_PORT RANK WORLD_SIZE
 selftest="$PWD/target/release/mcore-selftest"
 launch="$PWD/target/release/mcore-launch"
-layout=(--tp 2 --pp 2 --backend gloo)
+layout=(--json --tp 2 --pp 2 --backend gloo)
 ns_of() { if [ "$1" = "$a0" ]; then echo "$h0"; else echo "$h1"; fi; }
 
 # Scenarios 1 and 2: mcore-launch on each host; node 0 (rank 0, the store) on the host of `$1`.

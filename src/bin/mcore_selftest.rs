@@ -2,8 +2,10 @@
 //!
 //! A worker: initializes from the launcher's environment (mcore-launch or torchrun), verifies
 //! every communicator of every group kind with an all-reduce whose result the layout predicts,
-//! checks that a second initialize with the same settings is a no-op, prints one JSON line
-//! (`{"rank", "host", "ok", "groups", "init_seconds", ...}`) and exits non-zero on any failure.
+//! checks that a second initialize with the same settings is a no-op, prints one line for a
+//! person (coordinates, host, communicators, times; rank 0 adds a per-kind table of creation
+//! times) or with `--json` one JSON line (`{"rank", "host", "ok", "groups", "init_seconds", ...,
+//! "line"}`), and exits non-zero on any failure.
 
 use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use mcore_init::ffi::os::seconds_since_process_start;
@@ -19,7 +21,7 @@ fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
-         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N]"
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json]"
     )
 }
 
@@ -32,11 +34,14 @@ struct Options {
     /// init → verify → destroy this many times; open fds and threads are compared between the
     /// end of the first and of the last cycle.
     cycles: u32,
+    /// One JSON line instead of the human one.
+    json: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
+    let mut json = false;
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -60,6 +65,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.comm_config.add_yaml_file(std::path::Path::new(path)).map_err(|e| format!("--comm-config: {e}"))?;
             }
             "--split-share" => init.comm_config.default.split_share = Some(true),
+            "--json" if inline.is_some() => return Err("--json takes no value".into()),
+            "--json" => json = true,
             "--device" => init.device = Some(mcore_init::cli::number(flag, flags.value(flag, inline)?)?),
             "--cycles" => {
                 cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
@@ -76,7 +83,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    Ok(Some(Options { init, cycles }))
+    Ok(Some(Options { init, cycles, json }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -181,6 +188,7 @@ fn cycle(args: &InitArgs) -> Result<Value, String> {
         let rng_streams = verify_rng(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
+        line["line"] = json!(human::rank_line(rt, &line));
         Ok::<_, String>(line)
     })
     .map_err(|e| e.to_string())??;
@@ -189,7 +197,10 @@ fn cycle(args: &InitArgs) -> Result<Value, String> {
 }
 
 fn run(opts: &Options) -> Result<Value, String> {
-    let mut line = cycle(&opts.init)?;
+    let watcher = progress::start();
+    let first = cycle(&opts.init);
+    drop(watcher);
+    let mut line = first?;
     if opts.cycles > 1 {
         let first = fds_and_threads();
         for _ in 1..opts.cycles {
@@ -230,15 +241,206 @@ fn main() -> ExitCode {
         }
     };
     match run(&opts) {
-        Ok(line) => {
+        Ok(line) if opts.json => {
             println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Ok(line) => {
+            println!("{}", line["line"].as_str().unwrap_or_default());
+            if line["rank"] == 0 {
+                print!("{}", human::create_table(&line));
+            }
             ExitCode::SUCCESS
         }
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
-            println!("{}", json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg}));
+            if opts.json {
+                println!("{}", json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg}));
+            } else {
+                let who = rank.map_or("rank ?".to_string(), |r| format!("rank {r}"));
+                println!("{who} FAILED: {}", human::shorten(&msg, 180));
+            }
             eprintln!("mcore-selftest: {msg}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// The human output: one line per rank, rank 0's per-kind creation-time table.
+mod human {
+    use mcore_init::runtime::Runtime;
+    use mcore_init::topology::GroupKind;
+    use serde_json::Value;
+    use std::fmt::Write as _;
+
+    /// `text` cut to at most `max` characters (an ellipsis marks the cut).
+    pub fn shorten(text: &str, max: usize) -> String {
+        if text.chars().count() <= max {
+            return text.to_string();
+        }
+        let mut s: String = text.chars().take(max.saturating_sub(3)).collect();
+        s.push_str("...");
+        s
+    }
+
+    fn secs(v: &Value) -> f64 {
+        v.as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// `rank 3/8 ok  tp 1/2 pp 1/2 cp 0/2 dp 0/1 ep 0/1 | gloo split: 20 groups, 9 comms |
+    /// init 0.412 s (store .. checkin .. groups .. verify ..) ready 0.501 s, 34 store trips`
+    /// (under 200 characters).
+    pub fn rank_line(rt: &Runtime, j: &Value) -> String {
+        let rank = rt.env.rank;
+        let mut coords = String::new();
+        use GroupKind::*;
+        for (name, kind) in [
+            ("tp", TensorModelParallel),
+            ("pp", PipelineModelParallel),
+            ("cp", ContextParallel),
+            ("dp", DataParallel),
+            ("ep", ExpertModelParallel),
+        ] {
+            // A coordinate of a size-1 axis says nothing: left out, to keep the line short.
+            if let Ok(Some(m)) = rt.topology.membership(kind, rank).map(|m| m.filter(|m| m.size() > 1)) {
+                let _ = write!(coords, " {name} {}/{}", m.rank, m.size());
+            }
+        }
+        let p = &j["phases_s"];
+        let line = format!(
+            "rank {rank}/{} @{}/{} ok{coords} | {} {}: {} groups, {} comms | init {:.3} s (store {:.3} checkin \
+             {:.3} groups {:.3} verify {:.3}) ready {:.3} s, {} store trips",
+            rt.env.world_size,
+            rt.host.hostname,
+            rt.host.addr,
+            j["backend"].as_str().unwrap_or("?"),
+            j["strategy"].as_str().unwrap_or("?"),
+            j["groups"],
+            j["communicators"],
+            secs(&j["init_seconds"]),
+            secs(&p["store"]),
+            secs(&p["checkin"]),
+            secs(&p["groups"]),
+            secs(&p["verify"]),
+            secs(&j["ready_since_process_start_s"]),
+            j["store_round_trips"],
+        );
+        // Room for the launcher's `[rank N]: ` prefix within 200 characters.
+        shorten(&line, 185)
+    }
+
+    /// Creation time per kind of this rank's communicators, slowest first, three to a line.
+    pub fn create_table(j: &Value) -> String {
+        let Some(map) = j["create_s"].as_object() else { return String::new() };
+        // Kinds that reuse another kind's communicator take no measurable time: counted, not listed.
+        let mut rows: Vec<(&String, f64)> = map.iter().map(|(k, v)| (k, secs(v))).filter(|r| r.1 >= 5e-5).collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut out = format!(
+            "communicator creation per kind (rank {}, ms, slowest first; {} more kinds reuse one):\n",
+            j["rank"],
+            map.len() - rows.len()
+        );
+        for chunk in rows.chunks(3) {
+            let cells: Vec<String> = chunk.iter().map(|(k, s)| format!("{:<36}{:>7.1}", shorten(k, 36), s * 1e3)).collect();
+            let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
+        }
+        out
+    }
+}
+
+/// The live progress line of a large world: rank 0 reads every rank's check-in and
+/// communicator-creation marks from the rendezvous store once a second (its own client
+/// connection) and prints `init 3.0 s: 812/1024 ranks checked in; groups: step 2..5 (n ranks
+/// done)` on stderr: rewritten in place on a terminal, a new line when it changes otherwise.
+mod progress {
+    use mcore_init::runtime::LaunchEnv;
+    use mcore_init::store::{Store, TcpStore};
+    use std::io::{IsTerminal, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    /// Worlds at least this large get the line (`MCORE_SELFTEST_PROGRESS_MIN` overrides).
+    const DEFAULT_MIN_WORLD: u32 = 64;
+    /// Most ranks one poll reads (two store requests each).
+    const MAX_POLLED: u32 = 4096;
+
+    pub struct Watcher {
+        stop: Arc<AtomicBool>,
+        handle: Option<JoinHandle<()>>,
+    }
+
+    impl Drop for Watcher {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(h) = self.handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    pub fn start() -> Option<Watcher> {
+        let env = LaunchEnv::from_process().ok()?;
+        let min = std::env::var("MCORE_SELFTEST_PROGRESS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_WORLD);
+        if env.rank != 0 || env.world_size < min {
+            return None;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new().name("selftest-progress".into()).spawn(move || watch(&env, &flag)).ok()?;
+        Some(Watcher { stop, handle: Some(handle) })
+    }
+
+    fn sleep_unless(stop: &AtomicBool, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            if stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !stop.load(Ordering::SeqCst)
+    }
+
+    fn watch(env: &LaunchEnv, stop: &AtomicBool) {
+        let start = Instant::now();
+        // The first initialization of this process (epoch 0), as the runtime names its keys.
+        let prefix = format!("mcore_init/{}/{}/0", env.run_id, env.restart_count);
+        let tty = std::io::stderr().is_terminal();
+        let mut store = None;
+        let mut last = String::new();
+        let mut first = true;
+        while std::mem::take(&mut first) || sleep_unless(stop, Duration::from_secs(1)) {
+            if store.is_none() {
+                store = TcpStore::connect(&env.master_addr, env.master_port, Duration::from_secs(1)).ok();
+            }
+            let Some(s) = &store else { continue };
+            let n = env.world_size.min(MAX_POLLED);
+            let (mut checked, mut steps) = (0u32, Vec::new());
+            for r in 0..n {
+                if s.check(&[&format!("{prefix}/checkin/rank/{r}")]).unwrap_or(false) {
+                    checked += 1;
+                }
+                steps.push(s.add(&format!("{prefix}/progress/{r}"), 0).unwrap_or(0));
+            }
+            let (lo, hi) = (steps.iter().min().copied().unwrap_or(0), steps.iter().max().copied().unwrap_or(0));
+            let sampled = if n < env.world_size { format!(" (first {n})") } else { String::new() };
+            let text = format!(
+                "init {:.0} s: {checked}/{n}{sampled} ranks checked in; communicators: creation step {lo}..{hi}",
+                start.elapsed().as_secs_f64()
+            );
+            let body = text.split_once(": ").map_or("", |(_, b)| b).to_string();
+            let mut err = std::io::stderr().lock();
+            if tty {
+                let _ = write!(err, "\r{text}\x1b[K");
+            } else if body != last {
+                let _ = writeln!(err, "{text}");
+            }
+            last = body;
+        }
+        if tty && !last.is_empty() {
+            let _ = writeln!(std::io::stderr());
         }
     }
 }

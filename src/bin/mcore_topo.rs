@@ -6,6 +6,7 @@ use mcore_init::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
+use mcore_init::topology::{layout_svg, node_placement, NodeFix, NodePlacement, PictureOptions};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -13,7 +14,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
 [--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
 [--local-world-size N] [--rank R] \
-[--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json]";
+[--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json] \
+[--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]]";
 
 /// Per-rank seeds to add (`--seed`).
 struct SeedOptions {
@@ -29,6 +31,7 @@ struct Options {
     rank: Option<u32>,
     json: bool,
     seeds: Option<SeedOptions>,
+    nodes: NodeOptions,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -36,6 +39,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let (mut world_size, mut rank, mut json) = (None, None, false);
     let (mut seed, mut policy, mut dp_random_init) = (None, None, false);
     let mut flags = Flags::new(args);
+    let mut nodes = NodeOptions::default();
     while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
@@ -58,6 +62,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut config, flag, flags.value(flag, inline)?)?;
             }
+            _ if node_flag(&mut nodes, flag, inline, &mut flags)? => {}
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
@@ -71,7 +76,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         (None, None, false) => None,
         (None, _, _) => return Err("--seed-policy and --data-parallel-random-init need --seed S".into()),
     };
-    Ok(Some(Options { world_size, config, rank, json, seeds }))
+    nodes.check()?;
+    Ok(Some(Options { world_size, config, rank, json, seeds, nodes }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -274,6 +280,7 @@ fn run(args: &[String]) -> Result<String, String> {
     };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
     check_output_size(&t, opts.rank)?;
+    let placement = node_report(&t, &opts.nodes, opts.rank)?;
     let seeds = match &opts.seeds {
         Some(s) => Some(rng_seeds(&t, opts.rank, s)?),
         None => None,
@@ -293,6 +300,9 @@ fn run(args: &[String]) -> Result<String, String> {
                 .collect();
             obj.insert("rng".into(), Value::Array(list));
         }
+        if let Some(p) = &placement {
+            obj.insert("nodes".into(), placement_json(p));
+        }
         return Ok(format!("{}\n", Value::Object(obj)));
     }
     let mut out = match opts.rank {
@@ -306,6 +316,9 @@ fn run(args: &[String]) -> Result<String, String> {
             let text: Vec<String> = streams.iter().map(|(n, s)| format!("{n}={s}")).collect();
             let _ = writeln!(out, "  rank {rank:>6}: {}", text.join(" "));
         }
+    }
+    if let Some(p) = &placement {
+        out.push_str(&placement_table(p));
     }
     Ok(out)
 }
@@ -344,4 +357,119 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `--gpus-per-node`, `--strict`, `--svg`, `--color-by`: where the ranks sit on nodes.
+#[derive(Default)]
+struct NodeOptions {
+    gpus_per_node: Option<u32>,
+    strict: bool,
+    svg: Option<String>,
+    color_by: Option<GroupKind>,
+}
+
+impl NodeOptions {
+    fn check(&self) -> Result<(), String> {
+        if self.strict && self.gpus_per_node.is_none() {
+            return Err("--strict needs --gpus-per-node N".into());
+        }
+        if self.color_by.is_some() && self.svg.is_none() {
+            return Err("--color-by needs --svg FILE".into());
+        }
+        Ok(())
+    }
+}
+
+/// Apply one node flag; `Ok(false)` when `flag` is not one.
+fn node_flag<'a>(
+    o: &mut NodeOptions,
+    flag: &str,
+    inline: Option<&'a str>,
+    flags: &mut Flags<'a>,
+) -> Result<bool, String> {
+    match flag {
+        "--gpus-per-node" => {
+            let n = number(flag, flags.value(flag, inline)?)?;
+            if n == 0 {
+                return Err("--gpus-per-node: 0 (a node needs at least one GPU)".into());
+            }
+            o.gpus_per_node = Some(n);
+        }
+        "--strict" if inline.is_some() => return Err("--strict takes no value".into()),
+        "--strict" => o.strict = true,
+        "--svg" => {
+            let v = flags.value(flag, inline)?;
+            if v.is_empty() {
+                return Err("--svg: empty file name".into());
+            }
+            o.svg = Some(v.to_string());
+        }
+        "--color-by" => {
+            let v = flags.value(flag, inline)?;
+            o.color_by = Some(v.parse::<GroupKind>().map_err(|e| format!("--color-by: {e}"))?);
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Node placement (warnings on stderr, errors with `--strict`) and the picture (`--svg`).
+fn node_report(t: &Topology, n: &NodeOptions, rank: Option<u32>) -> Result<Option<NodePlacement>, String> {
+    if let Some(path) = &n.svg {
+        let pic = PictureOptions {
+            gpus_per_node: n.gpus_per_node.unwrap_or(8),
+            color_by: n.color_by.unwrap_or(GroupKind::TensorModelParallel),
+            rank,
+        };
+        let svg = layout_svg(t, &pic).map_err(|e| format!("--svg: {e}"))?;
+        std::fs::write(path, svg).map_err(|e| format!("--svg: cannot write '{path}': {e}"))?;
+    }
+    let Some(gpn) = n.gpus_per_node else {
+        return Ok(None);
+    };
+    let p = node_placement(t, gpn).map_err(|e| format!("--gpus-per-node {gpn}: {e}"))?;
+    if n.strict && !p.warnings.is_empty() {
+        let all: Vec<&str> = p.warnings.iter().map(|w| w.message.as_str()).collect();
+        return Err(format!("--strict: {}", all.join(" | ")));
+    }
+    for w in &p.warnings {
+        eprintln!("mcore-topo: warning: {}", w.message);
+    }
+    Ok(Some(p))
+}
+
+fn placement_json(p: &NodePlacement) -> Value {
+    let kinds: Map<String, Value> = p
+        .kinds
+        .iter()
+        .map(|k| {
+            (
+                k.kind.key().into_owned(),
+                json!({"groups": k.groups, "local": k.local, "crossing": k.crossing,
+                       "first_crossing": k.first_crossing, "max_nodes": k.max_nodes}),
+            )
+        })
+        .collect();
+    let warnings: Vec<Value> = p
+        .warnings
+        .iter()
+        .map(|w| {
+            let (order, layout) = match &w.fix {
+                Some(NodeFix::Order(o)) => (Some(o.as_str()), None),
+                Some(NodeFix::Layout(l)) => (None, Some(l.as_str())),
+                None => (None, None),
+            };
+            json!({"kind": w.kind.key(), "crossing": w.crossing, "groups": w.groups,
+                   "suggested_order": order, "suggested_layout": layout, "message": w.message})
+        })
+        .collect();
+    json!({"gpus_per_node": p.gpus_per_node, "nodes": p.nodes, "kinds": kinds, "warnings": warnings})
+}
+
+fn placement_table(p: &NodePlacement) -> String {
+    let mut out = format!("\nnodes: {} of {} GPUs\n{:<40} {:>8} {:>8} {:>8}\n", p.nodes, p.gpus_per_node, "kind", "groups", "in-node", "crossing");
+    for k in &p.kinds {
+        let _ = writeln!(out, "{:<40} {:>8} {:>8} {:>8}", k.kind.key(), k.groups, k.local, k.crossing);
+    }
+    out
 }

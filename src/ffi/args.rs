@@ -95,3 +95,28 @@ pub(crate) fn fill_ranks(
     *out_len = need;
     Ok(())
 }
+
+/// Copy `text` and a NUL into the caller's buffer of `len` bytes; `*out_len` = bytes needed
+/// including the NUL (also on `MCORE_STATUS_BUFFER_TOO_SMALL`). `what` names the text.
+pub(crate) fn fill_str(text: &str, buf: *mut c_char, len: usize, out_len: *mut usize, what: &str) -> Result<(), FfiError> {
+    let bytes = text.as_bytes();
+    let out_len = out_ptr(out_len, "out_len")?;
+    let need = bytes.len() + 1;
+    if len < need {
+        *out_len = need;
+        return Err(FfiError::new(
+            mcore_status::BufferTooSmall,
+            format!("{what} needs {need} bytes, buffer has {len}"),
+        ));
+    }
+    if buf.is_null() {
+        return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
+    }
+    // SAFETY: the caller declares room for len >= need bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+        *buf.add(bytes.len()) = 0;
+    }
+    *out_len = need;
+    Ok(())
+}

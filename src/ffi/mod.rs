@@ -13,6 +13,7 @@ pub mod store;
 pub mod os;
 pub mod runtime;
 pub mod topology;
+pub mod topology_nodes;
 pub mod version;
 pub mod backend;
 

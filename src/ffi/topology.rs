@@ -3,7 +3,7 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::{fill_ranks, opt_str_arg, out_ptr};
+use super::args::{fill_ranks, fill_str, opt_str_arg, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -71,7 +71,7 @@ pub(crate) fn kind_from_c(kind: i32) -> Result<GroupKind, FfiError> {
         .ok_or_else(|| FfiError::invalid_arg(format!("unknown group kind {kind} (see mcore_group_kind)")))
 }
 
-fn kind_to_c(kind: GroupKind) -> i32 {
+pub(crate) fn kind_to_c(kind: GroupKind) -> i32 {
     match kind {
         GroupKind::HierarchicalContextParallel(i) => HCP_BASE.saturating_add(i as i32),
         k => GroupKind::FIXED.iter().position(|f| *f == k).expect("fixed kind") as i32,
@@ -387,7 +387,7 @@ struct Handle {
     _user: Option<Arc<UserData>>,
 }
 
-fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
+pub(crate) fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     if t.is_null() {
         return Err(FfiError::invalid_arg("topology is NULL"));
     }
@@ -568,27 +568,7 @@ pub unsafe extern "C" fn mcore_group_kind_name(
     out_len: *mut usize,
 ) -> mcore_status {
     ffi_guard(|| {
-        let key = kind_from_c(kind)?.key();
-        let bytes = key.as_bytes();
-        let out_len = out_ptr(out_len, "out_len")?;
-        let need = bytes.len() + 1;
-        if len < need {
-            *out_len = need;
-            return Err(FfiError::new(
-                mcore_status::BufferTooSmall,
-                format!("name needs {need} bytes, buffer has {len}"),
-            ));
-        }
-        if buf.is_null() {
-            return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
-        }
-        // SAFETY: the caller declares room for len >= need bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
-            *buf.add(bytes.len()) = 0;
-        }
-        *out_len = need;
-        Ok(())
+        fill_str(&kind_from_c(kind)?.key(), buf, len, out_len, "name")
     })
 }
 

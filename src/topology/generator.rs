@@ -21,13 +21,15 @@ impl Dim {
     /// The sequence in which Megatron visits the names (also the append order of absent ones).
     /// `Gtp` comes last: it is always placed explicitly (see [`with_gtp`]), never appended.
     pub const ALL: [Dim; 6] = [Dim::Tp, Dim::Pp, Dim::Dp, Dim::Ep, Dim::Cp, Dim::Gtp];
+    /// The dims a user's order string may name (`Gtp` is placed by the layout, not named).
+    pub const ORDER: [Dim; 5] = [Dim::Tp, Dim::Pp, Dim::Dp, Dim::Ep, Dim::Cp];
 
     pub fn name(self) -> &'static str {
         ["tp", "pp", "dp", "ep", "cp", "gtp_remat"][self as usize]
     }
 
     fn from_token(t: &str) -> Option<Dim> {
-        Dim::ALL[..5].iter().copied().find(|d| d.name() == t)
+        Dim::ORDER.iter().copied().find(|d| d.name() == t)
     }
 
     /// A one-bit mask for this dimension.

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# mcore-topo --svg renders in a real browser: headless Chromium (Debian's, installed here when
+# missing) takes a screenshot of the picture, and the PNG must show the group colours of the
+# layout (four tensor-parallel groups -> four palette colours, a fifth absent) and the highlight.
+# When Chromium cannot be installed the suite says SKIPPED loudly.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+if ! command -v chromium >/dev/null; then
+  echo "== installing chromium (apt) for the picture test"
+  (apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 ||
+    { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }) || true
+fi
+if ! command -v chromium >/dev/null; then
+  echo "!!!!!!!! topo-picture: SKIPPED: chromium could not be installed; the SVG was NOT checked in a browser !!!!!!!!"
+  exit 0
+fi
+cargo build --release --locked --bin mcore-topo >/dev/null 2>&1 || { echo "topo-picture: 0 passed, 1 failed (cannot build mcore-topo)"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$root/target/release/mcore-topo" --world-size 32 --tp 8 --pp 2 --gpus-per-node 4 --svg "$work/out.svg" \
+  --color-by tensor_model_parallel --rank 5 >/dev/null 2>"$work/warn.txt" || { echo "topo-picture: 0 passed, 1 failed (mcore-topo)"; exit 1; }
+size=$(sed -n '1s/.* width="\([0-9]*\)" height="\([0-9]*\)".*/\1,\2/p' "$work/out.svg")
+timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
+  --user-data-dir="$work/profile" --window-size="$size" --screenshot="$work/out.png" "file://$work/out.svg" \
+  >"$work/chromium.log" 2>&1
+if [ ! -s "$work/out.png" ]; then
+  tail -n 20 "$work/chromium.log"
+  echo "topo-picture: 0 passed, 1 failed (no screenshot)"
+  exit 1
+fi
+python3 - "$work/out.png" "$size" <<'PY'
+import json, subprocess, sys
+palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1"]
+r = json.loads(subprocess.check_output([sys.executable, "scripts/lib/png_colours.py", sys.argv[1], *palette, "#000000"]))
+w, h = map(int, sys.argv[2].split(","))
+fails = []
+if (r["width"], r["height"]) != (w, h):
+    fails.append(f"screenshot {r['width']}x{r['height']}, want {w}x{h}")
+if r["distinct"] < 20:
+    fails.append(f"only {r['distinct']} distinct colours: blank picture?")
+c = r["counts"]
+for col in palette[:4]:
+    if c[col] < 8 * 1500:  # 8 GPUs per tensor-parallel group, most of each cell filled
+        fails.append(f"{col}: {c[col]} pixels, want >= 12000")
+if c[palette[4]] != 0:
+    fails.append(f"a fifth group colour {palette[4]} appears ({c[palette[4]]} pixels)")
+if c["#000000"] < 500:
+    fails.append(f"highlight/text black: {c['#000000']} pixels")
+print("png:", r)
+print("topo-picture:", "0 passed, 1 failed: " + "; ".join(fails) if fails else "1 passed, 0 failed")
+sys.exit(1 if fails else 0)
+PY
