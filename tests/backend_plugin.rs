@@ -1051,6 +1051,12 @@ unsafe extern "C" fn slow_create(
     0
 }
 
+/// Its own destroy, so that the counters of the solo backend's tests stay theirs.
+unsafe extern "C" fn slow_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    0
+}
+
 #[test]
 fn a_backend_flagged_concurrent_creates_a_ranks_groups_on_threads_at_once() {
     use mcore_init::runtime::comm::CommFactory;
@@ -1058,6 +1064,7 @@ fn a_backend_flagged_concurrent_creates_a_ranks_groups_on_threads_at_once() {
     let mut vt = solo_vtable(c"solo-concurrent");
     vt.finalize = None;
     vt.create_group = Some(slow_create);
+    vt.destroy_comm = Some(slow_destroy);
     vt.flags = MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
     assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
     let b = backend::get("solo-concurrent").unwrap();
