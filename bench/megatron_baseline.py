@@ -5,7 +5,7 @@ Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the 
 It times, from the moment the kernel created this process:
 
   import torch + megatron.core.parallel_state -> init_process_group("gloo") ->
-  megatron.core.parallel_state.initialize_model_parallel(tp, pp, cp) -> barrier()
+  megatron.core.parallel_state.initialize_model_parallel(tp, pp, cp, ep) -> barrier()
 
 and prints one JSON line. With --count-store the rendezvous TCPStore is wrapped in a Python
 Store that counts the operations torch, Gloo and Megatron send to it (see ROUND TRIP RULE
@@ -175,6 +175,7 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--cp", type=int, default=2)
+    p.add_argument("--ep", type=int, default=1, help="expert_model_parallel_size")
     p.add_argument("--count-store", action="store_true",
                    help="wrap the TCPStore in a counting Python store (slower; for round trips)")
     p.add_argument("--agent-store", action="store_true",
@@ -198,6 +199,7 @@ def main() -> None:
         tensor_model_parallel_size=a.tp,
         pipeline_model_parallel_size=a.pp,
         context_parallel_size=a.cp,
+        expert_model_parallel_size=a.ep,
         distributed_timeout_minutes=max(1, int(a.timeout_s // 60)),
     )
     t2 = _boottime()
@@ -208,7 +210,7 @@ def main() -> None:
     record = {
         "rank": rank,
         "world_size": world,
-        "tp": a.tp, "pp": a.pp, "cp": a.cp,
+        "tp": a.tp, "pp": a.pp, "cp": a.cp, "ep": a.ep,
         "dp": parallel_state.get_data_parallel_world_size(),
         "ready_since_process_start_s": round(t3 - START, 4),
         "import_s": round(T_IMPORTED - START, 4),

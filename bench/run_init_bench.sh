@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Init benchmark: time from process start to "all Megatron groups ready" and store round trips
 # per rank, Megatron-Core (initialize_model_parallel on torch Gloo) against ours
-# (mcore-launch + mcore-selftest), at tp=2 pp=2 cp=2 on 8 ranks (dp=1) and 16 ranks (dp=2).
+# (mcore-launch + mcore-selftest), at tp=2 pp=2 cp=2 ep=2 on 8 ranks (dp=1) and 16 ranks (dp=2).
 #
-# Usage: bench/run_init_bench.sh [--reps N] [--worlds "8 16"] [--sides "megatron ours"] [--out DIR]
-# Env:   MCORE_BENCH_VENV  venv with torch + megatron-core (default /work/venv-bench);
-#                          bench/README.md has the exact pip commands to create it.
+# Usage: bench/run_init_bench.sh [--reps N] [--worlds "8 16"] [--sides "megatron ours"] [--out DIR] [--ep N]
+# Env:   MCORE_BENCH_VENV  venv with torch (default target/init-bench-venv); created with
+#                          torch==2.15.0 from PyPI when it has no torch (about 5.4 GB).
+#        MCORE_BENCH_SITE  optional folder for megatron-core (pip --target, put on PYTHONPATH),
+#                          for a venv that must stay untouched; default: inside the venv.
+#        MCORE_BENCH_MEGATRON  megatron-core version (default 0.19.2; 0.16.1 on Python < 3.12,
+#                          which 0.17+ requires); installed with --no-deps + numpy, packaging.
 # Results: DIR (default target/init-bench/<UTC time>) holds one log per run, one summary JSON
 # per side and world, and table.md (also printed).
 set -euo pipefail
@@ -15,9 +19,10 @@ REPS=5
 WORLDS="8 16"
 SIDES="megatron ours"
 OUT="target/init-bench/$(date -u +%Y%m%dT%H%M%SZ)"
-TP=2 PP=2 CP=2
+TP=2 PP=2 CP=2 EP=2
 RUN_TIMEOUT_S=600
-VENV="${MCORE_BENCH_VENV:-/work/venv-bench}"
+VENV="${MCORE_BENCH_VENV:-$PWD/target/init-bench-venv}"
+SITE="${MCORE_BENCH_SITE:-}"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -25,7 +30,8 @@ while [ $# -gt 0 ]; do
         --worlds) WORLDS="$2"; shift 2 ;;
         --sides) SIDES="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        --ep) EP="$2"; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "run_init_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -48,7 +54,7 @@ megatron_world() {
         RANK=$r LOCAL_RANK=$r WORLD_SIZE=$world LOCAL_WORLD_SIZE=$world \
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
             timeout "$RUN_TIMEOUT_S" "$PY" bench/megatron_baseline.py \
-                --tp $TP --pp $PP --cp $CP "$@" > "$log.rank$r" 2> "$log.rank$r.err" &
+                --tp $TP --pp $PP --cp $CP --ep $EP "$@" > "$log.rank$r" 2> "$log.rank$r.err" &
         pids+=($!)
     done
     for r in "${!pids[@]}"; do
@@ -59,11 +65,34 @@ megatron_world() {
 }
 
 GLOO_PLUGIN_DIR=target/gloo-plugin   # where scripts/test.d/20-gloo-plugin.sh builds it
+# mcore-selftest prints JSON by default, or only with --json once its help mentions that flag.
+SELFTEST_JSON=()
 ours_world() {
     local world="$1" log="$2"
     LD_LIBRARY_PATH="$PWD/$GLOO_PLUGIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     timeout "$RUN_TIMEOUT_S" target/release/mcore-launch --nproc "$world" -- \
-        target/release/mcore-selftest --json --tp $TP --pp $PP --cp $CP --backend gloo > "$log" 2> "$log.err"
+        target/release/mcore-selftest --tp $TP --pp $PP --cp $CP --ep $EP --backend gloo "${SELFTEST_JSON[@]}" \
+        > "$log" 2> "$log.err"
+}
+
+# The Megatron side's Python: a venv with torch (created when missing) and megatron-core (in the
+# venv, or in $SITE on PYTHONPATH).
+setup_megatron() {
+    if [ ! -x "$PY" ] || ! "$PY" -c 'import torch' 2>/dev/null; then
+        echo "== creating $VENV with torch==2.15.0 from PyPI (about 5.4 GB; see bench/README.md)" >&2
+        python3 -m venv "$VENV" && "$PY" -m pip install --quiet --upgrade pip \
+            && "$PY" -m pip install --quiet --no-cache-dir torch==2.15.0 || return 1
+    fi
+    if [ -n "$SITE" ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
+    if ! "$PY" -c 'import megatron.core' 2>/dev/null; then
+        local version="${MCORE_BENCH_MEGATRON:-}"
+        if [ -z "$version" ]; then
+            if "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then version=0.19.2; else version=0.16.1; fi
+        fi
+        echo "== installing megatron-core==$version (--no-deps; numpy, packaging) into ${SITE:-$VENV}" >&2
+        local target=(); [ -n "$SITE" ] && target=(--target "$SITE")
+        "$PY" -m pip install --quiet --no-deps "${target[@]}" "megatron-core==$version" numpy packaging || return 1
+    fi
 }
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -72,8 +101,8 @@ sides=()
 for side in $SIDES; do
     case "$side" in
         megatron)
-            if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, megatron.core' 2>/dev/null; then
-                echo "megatron side skipped: no torch + megatron-core in $VENV (MCORE_BENCH_VENV); see bench/README.md" >&2
+            if ! setup_megatron || ! "$PY" -c 'import torch, megatron.core' 2>/dev/null; then
+                echo "megatron side skipped: could not set up torch + megatron-core in $VENV (MCORE_BENCH_VENV); see bench/README.md" >&2
                 continue
             fi
             "$PY" -c 'import sys, torch, megatron.core as m; print(f"versions: python {sys.version.split()[0]}, torch {torch.__version__}, megatron-core {m.__version__}")' 2>/dev/null | tee "$OUT/versions.txt"
@@ -87,6 +116,7 @@ for side in $SIDES; do
                 echo "our side skipped: no Gloo plugin in $GLOO_PLUGIN_DIR (cmake -S backends/gloo -B $GLOO_PLUGIN_DIR && cmake --build $GLOO_PLUGIN_DIR)" >&2
                 continue
             fi
+            if target/release/mcore-selftest --help 2>&1 | grep -q -- '--json'; then SELFTEST_JSON=(--json); fi
             ;;
         *) echo "run_init_bench.sh: unknown side '$side' (megatron or ours)" >&2; exit 2 ;;
     esac
@@ -99,14 +129,14 @@ fi
 
 one_world() { # $1 side, $2 world, $3 log, rest: extra worker flags (megatron only)
     local side="$1" world="$2" log="$3"; shift 3
-    echo "load $(loadavg)" > "$log.load"
+    { echo "load $(loadavg)"; uptime; } > "$log.load"
     if [ "$side" = megatron ]; then megatron_world "$world" "$log" "$@"; else ours_world "$world" "$log"; fi
 }
 
 summaries=()
 for world in $WORLDS; do
     dp=$((world / (TP * PP * CP)))
-    config="tp=$TP pp=$PP cp=$CP dp=$dp"
+    config="tp=$TP pp=$PP cp=$CP ep=$EP dp=$dp"
     for side in "${sides[@]}"; do
         # One untimed warm-up world per side fills the page cache, so every timed run starts alike.
         echo "== $side world=$world ($config): warm-up (load $(loadavg))" >&2

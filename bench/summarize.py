@@ -171,6 +171,11 @@ def cmd_table(a):
         for key, label in (("ready_max_s", "ready max"), ("round_trips_mean", "round trips")):
             if m.get(key) and o.get(key) and o[key]["median"] > 0:
                 parts.append(f"{label} x{m[key]['median'] / o[key]['median']:.2f}")
+        # Imports left out of Megatron's side: from its slowest rank's imports done to all ready,
+        # against our slowest rank's whole life (process start to ready, verification included).
+        after, ours_ready = m.get("after_import_span_s"), o.get("ready_max_s")
+        if after and ours_ready and ours_ready["median"] > 0:
+            parts.append(f"megatron after import / ours ready max x{after['median'] / ours_ready['median']:.2f}")
         lines.append(f"- world {w}: megatron/ours " + ", ".join(parts))
     if lines:
         print("\nRatios (median over runs; >1 means ours is lower):")

@@ -64,6 +64,16 @@
 #define MCORE_BACKEND_FLAG_PREFER_PER_GROUP 1
 
 /**
+ * `mcore_backend_v1.flags`: `create_group` may run on several threads at once, each for a
+ * different group with its own store. The per-group strategy then creates all of a rank's
+ * communicators concurrently (one thread each; their store calls never queue behind each
+ * other's waits) instead of one after another. Every member of a group must be able to reach
+ * the same group while its other groups are still being created. The library then also runs
+ * the verification all-reduces of a rank's communicators on several threads at once.
+ */
+#define MCORE_BACKEND_FLAG_CONCURRENT_CREATE 2
+
+/**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
  * `mcore_last_error_message()` on the calling thread.
  */

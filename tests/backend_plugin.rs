@@ -1029,3 +1029,61 @@ fn the_runtime_refuses_verification_without_allreduce_before_any_rendezvous() {
     assert!(!runtime::is_initialized());
     backend::unregister("solo-noreduce").unwrap();
 }
+
+// ---- MCORE_BACKEND_FLAG_CONCURRENT_CREATE: create_group on several threads at once ----
+
+static IN_CREATE: AtomicUsize = AtomicUsize::new(0);
+static MOST_IN_CREATE: AtomicUsize = AtomicUsize::new(0);
+
+/// A single-rank create_group that stays inside the call for 300 ms and records how many calls
+/// were inside at once.
+unsafe extern "C" fn slow_create(
+    _ud: *mut c_void,
+    _group: *const mcore_backend_group_info,
+    _store: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    let now = IN_CREATE.fetch_add(1, Ordering::SeqCst) + 1;
+    MOST_IN_CREATE.fetch_max(now, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    IN_CREATE.fetch_sub(1, Ordering::SeqCst);
+    unsafe { *out = Box::into_raw(Box::new(0i64)).cast() };
+    0
+}
+
+/// Its own destroy, so that the counters of the solo backend's tests stay theirs.
+unsafe extern "C" fn slow_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    0
+}
+
+#[test]
+fn a_backend_flagged_concurrent_creates_a_ranks_groups_on_threads_at_once() {
+    use mcore_init::runtime::comm::CommFactory;
+    use mcore_init::runtime::CommOptions;
+    let mut vt = solo_vtable(c"solo-concurrent");
+    vt.finalize = None;
+    vt.create_group = Some(slow_create);
+    vt.destroy_comm = Some(slow_destroy);
+    vt.flags = MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
+    assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-concurrent").unwrap();
+    assert!(b.creates_together() && b.verifies_concurrently());
+    let infos: Vec<GroupInfo> =
+        (0..3).map(|i| GroupInfo::new(format!("g{i}"), vec![0], 0, Duration::from_secs(5)).unwrap()).collect();
+    let options = CommOptions::default();
+    let store: Arc<dyn Store> = Arc::new(mcore_init::store::MemoryStore::new(Duration::from_secs(5)));
+    let requests: Vec<_> = infos.iter().map(|g| (g, &options, store.clone())).collect();
+    let comms = b.create_groups_together(&requests).map_err(|(i, e)| format!("group {i}: {e}")).unwrap();
+    assert_eq!(comms.len(), 3);
+    assert_eq!(MOST_IN_CREATE.load(Ordering::SeqCst), 3, "the three create_group calls did not overlap");
+    drop(comms);
+    backend::unregister("solo-concurrent").unwrap();
+    // Without the flag the same backend creates groups one by one.
+    let mut plain = solo_vtable(c"solo-not-concurrent");
+    plain.finalize = None;
+    assert_eq!(register(&plain), mcore_status::Ok, "{}", last_error());
+    let p = backend::get("solo-not-concurrent").unwrap();
+    assert!(!p.creates_together() && !p.verifies_concurrently());
+    backend::unregister("solo-not-concurrent").unwrap();
+}

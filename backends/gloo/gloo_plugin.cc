@@ -550,7 +550,10 @@ mcore_backend_v1 make_vtable() {
   vt.last_error = &gloo_last_error;
   vt.finalize = &gloo_finalize;
   // Gloo has no native split: each split is a full mesh like create_group, plus the world mesh.
-  vt.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP;
+  // Contexts are independent (own pairs, own listening sockets; the shared device is created
+  // under a lock and its event loop takes registrations from any thread), so create_group may
+  // run for several groups at once: the library then connects a rank's meshes concurrently.
+  vt.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP | MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
   return vt;
 }
 

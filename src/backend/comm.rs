@@ -45,6 +45,11 @@ impl Backend {
         self.vt.prefers_per_group()
     }
 
+    /// Whether `create_group` may run on several threads at once (`MCORE_BACKEND_FLAG_CONCURRENT_CREATE`).
+    pub fn creates_concurrently(&self) -> bool {
+        self.vt.creates_concurrently()
+    }
+
     /// Whether its communicators can all-reduce (`allreduce_sum_i64`), which verification needs.
     pub fn supports_allreduce(&self) -> bool {
         self.vt.has_allreduce()

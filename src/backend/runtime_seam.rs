@@ -2,7 +2,7 @@
 //! itself and splits.
 
 use super::{Backend, Comm, GroupInfo};
-use crate::runtime::comm::{CommFactory, Communicator};
+use crate::runtime::comm::{CommFactory, Communicator, GroupRequest};
 use crate::runtime::comm_config::CommOptions;
 use crate::store::Store;
 use std::ffi::c_void;
@@ -31,6 +31,31 @@ impl CommFactory for Backend {
 
     fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
         Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
+    }
+
+    /// A backend whose `create_group` may run on several threads creates a rank's groups together.
+    fn creates_together(&self) -> bool {
+        self.creates_concurrently() && self.supports_create_group()
+    }
+
+    fn verifies_concurrently(&self) -> bool {
+        self.creates_concurrently()
+    }
+
+    /// One thread per group, each calling `create_group`; the communicators come back ready.
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+        let results: Vec<_> = std::thread::scope(|s| {
+            let threads: Vec<_> = groups
+                .iter()
+                .map(|(group, options, store)| s.spawn(move || CommFactory::create_group(self, group, options, store.clone())))
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap_or_else(|_| Err("a communicator creation thread panicked".into())))
+                .collect()
+        });
+        // The first failure in plan order names its group; the communicators made are dropped.
+        results.into_iter().enumerate().map(|(i, r)| r.map_err(|e| (i, e))).collect()
     }
 
     fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {

@@ -53,6 +53,12 @@ pub trait CommFactory: Send + Sync {
     fn prefers_per_group(&self) -> bool {
         false
     }
+    /// Whether a rank's communicators may run a collective each on several threads at once
+    /// (independent of each other, as Gloo contexts are; NCCL's on one device are not), so
+    /// verification all-reduces them concurrently.
+    fn verifies_concurrently(&self) -> bool {
+        false
+    }
     /// Why the communicators cannot verify themselves with an all-reduce (`None`: they can).
     fn verify_unavailable(&self) -> Option<String> {
         None

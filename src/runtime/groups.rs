@@ -310,9 +310,32 @@ pub fn distinct_communicators(groups: &[LiveGroup]) -> Vec<&LiveGroup> {
 }
 
 /// Verify every distinct communicator once (see [`verify_group`]); how many were verified.
-pub fn verify_groups(groups: &[LiveGroup], rank: u32) -> Result<usize, GroupError> {
+/// `concurrently` (a backend whose communicators are independent of each other, see
+/// [`CommFactory::verifies_concurrently`]): one thread per communicator, so the all-reduces
+/// overlap; the first failure in plan order is reported.
+pub fn verify_groups(groups: &[LiveGroup], rank: u32, concurrently: bool) -> Result<usize, GroupError> {
     let distinct = distinct_communicators(groups);
-    distinct.iter().try_for_each(|g| verify_group(g, rank))?;
+    if concurrently && distinct.len() > 1 {
+        let results: Vec<Result<(), GroupError>> = std::thread::scope(|s| {
+            let threads: Vec<_> = distinct.iter().map(|g| s.spawn(move || verify_group(g, rank))).collect();
+            threads
+                .into_iter()
+                .zip(&distinct)
+                .map(|(t, g)| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(GroupError {
+                            group: format!("{}/{}", g.plan.kind, g.plan.index),
+                            members: g.plan.members.clone(),
+                            message: "the verification thread panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    } else {
+        distinct.iter().try_for_each(|g| verify_group(g, rank))?;
+    }
     Ok(distinct.len())
 }
 
@@ -470,7 +493,7 @@ mod tests {
                     assert_eq!(created.world.is_some(), strategy == CommStrategy::Split);
                     let groups = created.groups;
                     let names = groups.iter().map(|g| g.comm_name.clone()).collect();
-                    let verified = verify_groups(&groups, rank);
+                    let verified = verify_groups(&groups, rank, rank % 2 == 0);
                     let created = f.created.lock().unwrap().clone();
                     let splits = f.splits.lock().unwrap().clone();
                     let waited = f.waited.lock().unwrap().clone();

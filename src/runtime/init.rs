@@ -376,7 +376,7 @@ fn bring_up(
         }
         let t_groups = start.elapsed();
         let communicators = if args.verify {
-            verify_groups(&created.groups, env.rank)?
+            verify_groups(&created.groups, env.rank, backend.verifies_concurrently())?
         } else {
             distinct_communicators(&created.groups).len()
         };

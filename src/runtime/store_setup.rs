@@ -4,7 +4,7 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStoreServer};
+use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub struct StoreHandles {
     client: Arc<dyn Store>,
     tcp: Option<Arc<TcpStore>>,
+    pool: Option<Arc<TcpStorePool>>,
     _server: Option<TcpStoreServer>,
 }
 
@@ -29,7 +30,7 @@ impl StoreHandles {
 
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
     pub fn round_trips(&self) -> u64 {
-        self.tcp.as_ref().map(|t| t.round_trips()).unwrap_or(0)
+        self.pool.as_ref().map(|p| p.round_trips()).unwrap_or(0)
     }
 }
 
@@ -73,7 +74,7 @@ pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<T
 /// server of a previous attempt that is still shutting down.
 pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<StoreHandles, RuntimeError> {
     if env.world_size == 1 && !env.use_agent_store {
-        return Ok(StoreHandles { client: Arc::new(MemoryStore::new(timeout)), tcp: None, _server: None });
+        return Ok(StoreHandles { client: Arc::new(MemoryStore::new(timeout)), tcp: None, pool: None, _server: None });
     }
     let deadline = Instant::now() + timeout;
     let server = if env.hosts_store() {
@@ -123,8 +124,11 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             }
         }
     }
+    // A pool, so that threads creating communicators together never queue behind another
+    // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    Ok(StoreHandles { client: tcp.clone(), tcp: Some(tcp), _server: server })
+    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port));
+    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), _server: server })
 }
 
 #[cfg(test)]

@@ -189,6 +189,11 @@ impl Vtable {
         self.raw.flags & super::MCORE_BACKEND_FLAG_PREFER_PER_GROUP != 0
     }
 
+    /// Whether `create_group` may run on several threads at once (`MCORE_BACKEND_FLAG_CONCURRENT_CREATE`).
+    pub fn creates_concurrently(&self) -> bool {
+        self.raw.flags & super::MCORE_BACKEND_FLAG_CONCURRENT_CREATE != 0
+    }
+
     /// Whether it verifies communicators (`allreduce_sum_i64`).
     pub fn has_allreduce(&self) -> bool {
         self.raw.allreduce_sum_i64.is_some()

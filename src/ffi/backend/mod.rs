@@ -230,6 +230,14 @@ pub struct mcore_backend_v1 {
 /// available on request.
 pub const MCORE_BACKEND_FLAG_PREFER_PER_GROUP: u32 = 1;
 
+/// `mcore_backend_v1.flags`: `create_group` may run on several threads at once, each for a
+/// different group with its own store. The per-group strategy then creates all of a rank's
+/// communicators concurrently (one thread each; their store calls never queue behind each
+/// other's waits) instead of one after another. Every member of a group must be able to reach
+/// the same group while its other groups are still being created. The library then also runs
+/// the verification all-reduces of a rank's communicators on several threads at once.
+pub const MCORE_BACKEND_FLAG_CONCURRENT_CREATE: u32 = 2;
+
 /// Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
 /// vtable (static storage; the library copies it), or NULL on failure.
 pub type mcore_backend_plugin_v1_fn = unsafe extern "C" fn() -> *const mcore_backend_v1;

@@ -4,7 +4,7 @@
 use super::server::TcpStoreServer;
 use super::wire::{self, Decoder, Encoder, Query, ReadError};
 use crate::store::{Store, StoreError};
-use std::io::{ErrorKind, Write};
+use std::io::{BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -23,7 +23,11 @@ const CLOSE_REASONS: &str = "a server closes a connection whose request breaks i
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Conn {
-    stream: TcpStream,
+    /// Replies are read through a buffer (a reply's fields are many small reads); requests are
+    /// written to the stream itself.
+    stream: BufReader<TcpStream>,
+    /// The socket's read timeout now, so that it is set only when it changes.
+    read_timeout: Option<Duration>,
     /// Set when the stream is out of step with the server (a reply never came): every later
     /// call fails with this text instead of reading someone else's reply.
     broken: Option<String>,
@@ -113,7 +117,7 @@ impl TcpStore {
     fn handshake(stream: TcpStream, peer: String, timeout: Duration) -> Result<TcpStore, StoreError> {
         stream.set_nodelay(true).map_err(|e| io_err(&peer, "set TCP_NODELAY on", e))?;
         let store = TcpStore {
-            conn: Mutex::new(Conn { stream, broken: None }),
+            conn: Mutex::new(Conn { stream: BufReader::new(stream), read_timeout: None, broken: None }),
             peer,
             timeout,
             round_trips: AtomicU64::new(0),
@@ -139,7 +143,7 @@ impl TcpStore {
     /// interface that routes to the store, which peers on other hosts can normally reach.
     pub fn local_addr(&self) -> Result<SocketAddr, StoreError> {
         let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        c.stream.local_addr().map_err(|e| io_err(&self.peer, "reading the local address of the connection to", e))
+        c.stream.get_ref().local_addr().map_err(|e| io_err(&self.peer, "reading the local address of the connection to", e))
     }
 
     /// Request/response exchanges so far (a request without a reply counts as one).
@@ -157,7 +161,7 @@ impl TcpStore {
 
     fn write(&self, c: &mut Conn, msg: &[u8]) -> Result<(), StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        c.stream.write_all(msg).map_err(|e| {
+        c.stream.get_ref().write_all(msg).map_err(|e| {
             c.broken = Some(format!("write failed: {e}"));
             io_err(&self.peer, "writing to", e)
         })
@@ -168,10 +172,15 @@ impl TcpStore {
         &self,
         c: &mut Conn,
         limit: Duration,
-        f: impl FnOnce(&mut Decoder<&TcpStream>) -> Result<T, ReadError>,
+        f: impl FnOnce(&mut Decoder<&mut BufReader<TcpStream>>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
-        c.stream.set_read_timeout(Some(limit.max(Duration::from_millis(1)))).map_err(ReadError::Io)?;
-        f(&mut Decoder::new(&c.stream))
+        // One setsockopt only when the limit changes (most calls share the store timeout).
+        let limit = limit.max(Duration::from_millis(1));
+        if c.read_timeout != Some(limit) {
+            c.stream.get_ref().set_read_timeout(Some(limit)).map_err(ReadError::Io)?;
+            c.read_timeout = Some(limit);
+        }
+        f(&mut Decoder::new(&mut c.stream))
     }
 
     fn fail(&self, c: &mut Conn, e: ReadError, what: &str, limit: Duration) -> StoreError {
@@ -194,7 +203,7 @@ impl TcpStore {
     }
 
     /// A request and its reply.
-    fn call<T>(&self, msg: &[u8], f: impl FnOnce(&mut Decoder<&TcpStream>) -> Result<T, ReadError>) -> Result<T, StoreError> {
+    fn call<T>(&self, msg: &[u8], f: impl FnOnce(&mut Decoder<&mut BufReader<TcpStream>>) -> Result<T, ReadError>) -> Result<T, StoreError> {
         let mut c = self.lock()?;
         self.write(&mut c, msg)?;
         let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));

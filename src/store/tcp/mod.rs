@@ -4,7 +4,9 @@
 
 pub mod wire;
 mod client;
+mod pool;
 mod server;
 
 pub use client::TcpStore;
+pub use pool::TcpStorePool;
 pub use server::{ServerLimits, TcpStoreServer};

@@ -1,0 +1,128 @@
+//! A TCP store client that several threads can block in at once: each call borrows an idle
+//! connection, or opens one more when every connection is busy (one blocked in a WAIT, say).
+//!
+//! The wire is strictly request/reply per connection, so one [`TcpStore`] serialises its
+//! callers, and a thread waiting for a key holds the connection until the key appears. Threads
+//! that create communicators concurrently each wait for their own group's keys while other
+//! threads must still publish theirs: over one connection that would wait in a cycle across
+//! ranks. The pool grows to the number of calls in flight at once (one connection while calls
+//! come one by one).
+
+use super::TcpStore;
+use crate::store::{Store, StoreError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A pool of connections to one store server; implements [`Store`] like a single connection.
+pub struct TcpStorePool {
+    host: String,
+    port: u16,
+    timeout: Duration,
+    idle: Mutex<Vec<Arc<TcpStore>>>,
+    all: Mutex<Vec<Arc<TcpStore>>>,
+}
+
+impl TcpStorePool {
+    /// A pool starting with `first`, connected to `host:port`; later connections get the same
+    /// store timeout as `first`.
+    pub fn new(first: Arc<TcpStore>, host: &str, port: u16) -> TcpStorePool {
+        let timeout = first.timeout();
+        TcpStorePool {
+            host: host.to_string(),
+            port,
+            timeout,
+            idle: Mutex::new(vec![first.clone()]),
+            all: Mutex::new(vec![first]),
+        }
+    }
+
+    /// Request/response exchanges over every connection of the pool so far.
+    pub fn round_trips(&self) -> u64 {
+        self.all.lock().map_or(0, |all| all.iter().map(|c| c.round_trips()).sum())
+    }
+
+    /// Connections opened so far (the first included).
+    pub fn connections(&self) -> usize {
+        self.all.lock().map_or(0, |all| all.len())
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&TcpStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let lock_err = || StoreError::Io("store connection pool lock poisoned".into());
+        let idle = self.idle.lock().map_err(|_| lock_err())?.pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(TcpStore::connect(&self.host, self.port, self.timeout)?);
+                self.all.lock().map_err(|_| lock_err())?.push(c.clone());
+                c
+            }
+        };
+        let result = f(&conn);
+        self.idle.lock().map_err(|_| lock_err())?.push(conn);
+        result
+    }
+}
+
+impl Store for TcpStorePool {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.with(|c| c.set(key, value))
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        self.with(|c| c.get(key))
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.with(|c| c.add(key, delta))
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.with(|c| c.compare_set(key, expected, desired))
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        self.with(|c| c.check(keys))
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        self.with(|c| c.wait(keys, timeout))
+    }
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        self.with(|c| c.delete_key(key))
+    }
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.with(|c| c.num_keys())
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.with(|c| c.multi_get(keys))
+    }
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        self.with(|c| c.multi_set(items))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::TcpStoreServer;
+
+    /// Real server and connections: a thread blocked in a WAIT does not hold up another
+    /// thread's SET on the same pool (one connection would wait for ever, here until timeout).
+    #[test]
+    fn a_blocked_wait_does_not_hold_up_other_calls() {
+        let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+        let t = Duration::from_secs(10);
+        let first = Arc::new(TcpStore::connect("127.0.0.1", server.port(), t).unwrap());
+        let pool = Arc::new(TcpStorePool::new(first, "127.0.0.1", server.port()));
+        let waiter = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.get("b"))
+        };
+        // Give the waiter time to block in its WAIT (were it late, the test passes trivially).
+        std::thread::sleep(Duration::from_millis(200));
+        let start = std::time::Instant::now();
+        pool.set("b", b"x").unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "the set waited behind the get");
+        assert_eq!(waiter.join().unwrap().unwrap(), b"x");
+        assert!(pool.connections() <= 2);
+        assert!(pool.round_trips() >= 2);
+    }
+}
