@@ -4,7 +4,7 @@
 # (mcore-launch + mcore-selftest), at tp=2 pp=2 cp=2 ep=2 on 8 ranks (dp=1) and 16 ranks (dp=2).
 #
 # Usage: bench/run_init_bench.sh [--reps N] [--worlds "8 16"] [--sides "megatron ours"] [--out DIR] [--ep N]
-# Env:   MCORE_BENCH_VENV  venv with torch (default target/init-bench-venv); created with
+# Env:   MCORE_BENCH_VENV  venv with torch (default target/torchrun-venv, made by scripts/torchrun-venv.sh); created with
 #                          torch==2.15.0 from PyPI when it has no torch (about 5.4 GB).
 #        MCORE_BENCH_SITE  optional folder for megatron-core (pip --target, put on PYTHONPATH),
 #                          for a venv that must stay untouched; default: inside the venv.
@@ -21,7 +21,7 @@ SIDES="megatron ours"
 OUT="target/init-bench/$(date -u +%Y%m%dT%H%M%SZ)"
 TP=2 PP=2 CP=2 EP=2
 RUN_TIMEOUT_S=600
-VENV="${MCORE_BENCH_VENV:-$PWD/target/init-bench-venv}"
+VENV="${MCORE_BENCH_VENV:-$PWD/target/torchrun-venv}"
 SITE="${MCORE_BENCH_SITE:-}"
 
 while [ $# -gt 0 ]; do
@@ -78,11 +78,8 @@ ours_world() {
 # The Megatron side's Python: a venv with torch (created when missing) and megatron-core (in the
 # venv, or in $SITE on PYTHONPATH).
 setup_megatron() {
-    if [ ! -x "$PY" ] || ! "$PY" -c 'import torch' 2>/dev/null; then
-        echo "== creating $VENV with torch==2.15.0 from PyPI (about 5.4 GB; see bench/README.md)" >&2
-        python3 -m venv "$VENV" && "$PY" -m pip install --quiet --upgrade pip \
-            && "$PY" -m pip install --quiet --no-cache-dir torch==2.15.0 || return 1
-    fi
+    # The project's one pinned torch venv (made when missing; see scripts/torchrun-venv.sh).
+    scripts/torchrun-venv.sh "$VENV" || return 1
     if [ -n "$SITE" ]; then export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"; fi
     if ! "$PY" -c 'import megatron.core' 2>/dev/null; then
         local version="${MCORE_BENCH_MEGATRON:-}"

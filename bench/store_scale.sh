@@ -8,7 +8,7 @@
 # Usage: bench/store_scale.sh [--clients "1024 4096 16384"] [--reps 5] [--workloads "load init"]
 #                             [--sides "ours torch"] [--out target/store-scale]
 # Needs root (unshare -n). torch comes from PyPI into a venv this script creates
-# (target/store-bench-venv, or MCORE_STORE_BENCH_VENV); the CUDA wheel pulls its nvidia
+# (target/torchrun-venv made by scripts/torchrun-venv.sh, or MCORE_STORE_BENCH_VENV); the CUDA wheel pulls its nvidia
 # packages (several GB): `pip install --no-deps torch` cannot import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +27,9 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-VENV="${MCORE_STORE_BENCH_VENV:-target/store-bench-venv}"
-if [[ " $SIDES " == *" torch "* ]] && ! "$VENV/bin/python" -c 'import torch.distributed' 2>/dev/null; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q torch
+VENV="${MCORE_STORE_BENCH_VENV:-target/torchrun-venv}"
+if [[ " $SIDES " == *" torch "* ]]; then
+  scripts/torchrun-venv.sh "$VENV"  # the project's one pinned torch venv (made when missing)
 fi
 cargo build --release --example store_scale
 BIN=target/release/examples/store_scale
