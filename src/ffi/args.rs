@@ -70,30 +70,39 @@ pub(crate) fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T, FfiErro
     unsafe { p.as_mut() }.ok_or_else(|| null(name))
 }
 
-/// Copy `ranks` into the caller's buffer of `len`; when it is too small, set `*out_len` to the
-/// size needed and fail with `MCORE_STATUS_BUFFER_TOO_SMALL`.
+/// Copy `items` into the caller's buffer of `len`; when it is too small, set `*out_len` to the
+/// size needed and fail with `MCORE_STATUS_BUFFER_TOO_SMALL`, with `too_small(len, need)` as
+/// the message. `buf` may be NULL only when nothing is needed.
+pub(crate) fn fill_items<T>(
+    items: impl ExactSizeIterator<Item = T>,
+    buf: *mut T,
+    len: usize,
+    out_len: *mut usize,
+    too_small: impl FnOnce(usize, usize) -> String,
+) -> Result<(), FfiError> {
+    let out_len = out_ptr(out_len, "out_len")?;
+    let need = items.len();
+    if len < need {
+        *out_len = need;
+        return Err(FfiError::new(mcore_status::BufferTooSmall, too_small(len, need)));
+    }
+    // SAFETY: the caller declares room for len >= need items (NULL only when need is 0).
+    let dst = unsafe { slice_out(buf, need, "buffer") }?;
+    for (d, item) in dst.iter_mut().zip(items) {
+        *d = item;
+    }
+    *out_len = need;
+    Ok(())
+}
+
+/// [`fill_items`] for a group's ranks.
 pub(crate) fn fill_ranks(
     ranks: impl ExactSizeIterator<Item = u32>,
     buf: *mut u32,
     len: usize,
     out_len: *mut usize,
 ) -> Result<(), FfiError> {
-    let out_len = out_ptr(out_len, "out_len")?;
-    let need = ranks.len();
-    if len < need {
-        *out_len = need;
-        return Err(FfiError::new(
-            mcore_status::BufferTooSmall,
-            format!("buffer holds {len} ranks, the group has {need}"),
-        ));
-    }
-    // SAFETY: the caller declares room for len >= need ranks (NULL only when need is 0).
-    let dst = unsafe { slice_out(buf, need, "buffer") }?;
-    for (d, r) in dst.iter_mut().zip(ranks) {
-        *d = r;
-    }
-    *out_len = need;
-    Ok(())
+    fill_items(ranks, buf, len, out_len, |len, need| format!("buffer holds {len} ranks, the group has {need}"))
 }
 
 /// Copy `text` and a NUL into the caller's buffer of `len` bytes; `*out_len` = bytes needed

@@ -4,7 +4,7 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::{fill_str, out_ptr};
+use super::args::{fill_items, fill_str, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
 use super::status::mcore_status;
@@ -53,33 +53,18 @@ pub unsafe extern "C" fn mcore_topology_node_placement(
 ) -> mcore_status {
     ffi_guard(|| {
         let t = topo(t)?;
-        let out_len = out_ptr(out_len, "out_len")?;
         let p = node_placement(t, gpus_per_node)?;
-        let need = p.kinds.len();
-        if len < need {
-            *out_len = need;
-            return Err(FfiError::new(
-                mcore_status::BufferTooSmall,
-                format!("buffer holds {len} entries, the layout has {need} kinds"),
-            ));
-        }
-        if buf.is_null() {
-            return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
-        }
-        for (i, k) in p.kinds.iter().enumerate() {
-            // SAFETY: the caller declares room for len >= need entries.
-            unsafe {
-                *buf.add(i) = mcore_kind_placement {
-                    kind: kind_to_c(k.kind),
-                    groups: k.groups,
-                    local: k.local,
-                    crossing: k.crossing,
-                    first_crossing: k.first_crossing.unwrap_or(MCORE_NO_GROUP),
-                    max_nodes: k.max_nodes,
-                }
-            };
-        }
-        *out_len = need;
+        let entries = p.kinds.iter().map(|k| mcore_kind_placement {
+            kind: kind_to_c(k.kind),
+            groups: k.groups,
+            local: k.local,
+            crossing: k.crossing,
+            first_crossing: k.first_crossing.unwrap_or(MCORE_NO_GROUP),
+            max_nodes: k.max_nodes,
+        });
+        fill_items(entries, buf, len, out_len, |len, need| {
+            format!("buffer holds {len} entries, the layout has {need} kinds")
+        })?;
         // SAFETY: NULL or writable per the contract.
         if let Some(w) = unsafe { out_warnings.as_mut() } {
             *w = p.warnings.len();
