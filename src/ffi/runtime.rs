@@ -349,15 +349,7 @@ pub unsafe extern "C" fn mcore_runtime_all_gather_group_ranks(
 /// `out_comm` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_all_gather_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
-    ffi_guard(|| {
-        let handle = with_rt(|rt| {
-            let g = all_gather_group(rt, kind)?;
-            let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            Ok(comm.raw_handle())
-        })?;
-        *out_ptr(out_comm, "out_comm")? = handle;
-        Ok(())
-    })
+    ffi_guard(|| write_handle(out_comm, |rt| all_gather_group(rt, kind)))
 }
 
 /// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
@@ -367,15 +359,20 @@ pub unsafe extern "C" fn mcore_runtime_all_gather_communicator(kind: i32, out_co
 /// `out_comm` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
-    ffi_guard(|| {
-        let handle = with_rt(|rt| {
-            let g = live_group(rt, kind)?;
-            let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            Ok(comm.raw_handle())
-        })?;
-        *out_ptr(out_comm, "out_comm")? = handle;
-        Ok(())
-    })
+    ffi_guard(|| write_handle(out_comm, |rt| live_group(rt, kind)))
+}
+
+/// Write the backend handle of the group `find` picks into `*out_comm`.
+fn write_handle(
+    out_comm: *mut *mut c_void,
+    find: impl FnOnce(&Runtime) -> Result<&LiveGroup, FfiError>,
+) -> Result<(), FfiError> {
+    let handle = with_rt(|rt| {
+        let comm = find(rt)?.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+        Ok(comm.raw_handle())
+    })?;
+    *out_ptr(out_comm, "out_comm")? = handle;
+    Ok(())
 }
 
 /// Sum `count` int64 values element-wise over this rank's group of `kind`, in place.
