@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdbool.h>
+#include "mcore_backend.h"
 
 #define MCORE_VERSION_MAJOR 0
 #define MCORE_VERSION_MINOR 1
@@ -39,145 +40,10 @@
 #define MCORE_NO_GROUP UINT64_MAX
 
 /**
- * ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
+ * ABI version of the public API: bumped on incompatible changes (CHANGELOG.md says what changed).
+ * The plugin ABI has its own version (`MCORE_BACKEND_ABI_VERSION_V1`).
  */
-#define MCORE_ABI_VERSION 1
-
-/**
- * `abi_version` of [`mcore_backend_v1`].
- */
-#define MCORE_BACKEND_ABI_VERSION_V1 1
-
-/**
- * Smallest `struct_size` accepted for a [`mcore_backend_v1`]: the size of its first release
- * (every slot up to `finalize`). Slots appended later are optional and read as NULL when a
- * plugin's `struct_size` does not cover them.
- */
-#define MCORE_BACKEND_V1_MIN_SIZE 88
-
-/**
- * `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
- * `create_world` and `split` are filled, because this backend's split costs no less than
- * `create_group` (the Gloo plugin's split is a new full mesh per group). `split` stays
- * available on request.
- */
-#define MCORE_BACKEND_FLAG_PREFER_PER_GROUP 1
-
-/**
- * `mcore_backend_v1.flags`: `create_group` may run on several threads at once, each for a
- * different group with its own store. The per-group strategy then creates all of a rank's
- * communicators concurrently (one thread each; their store calls never queue behind each
- * other's waits) instead of one after another. Every member of a group must be able to reach
- * the same group while its other groups are still being created. The library then also runs
- * the verification all-reduces of a rank's communicators on several threads at once.
- */
-#define MCORE_BACKEND_FLAG_CONCURRENT_CREATE 2
-
-/**
- * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
- * `mcore_last_error_message()` on the calling thread.
- */
-enum mcore_status
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  /**
-   * Success.
-   */
-  MCORE_STATUS_OK = 0,
-  /**
-   * A NULL pointer, a bad length, a malformed string or an out-of-domain argument value.
-   */
-  MCORE_STATUS_INVALID_ARGUMENT = 1,
-  /**
-   * A parallel layout that cannot exist (sizes, order string, divisibility).
-   */
-  MCORE_STATUS_INVALID_CONFIG = 2,
-  /**
-   * A rank, index or stage outside its range.
-   */
-  MCORE_STATUS_OUT_OF_RANGE = 3,
-  /**
-   * A named thing (group kind, RNG stream, store key, symbol) does not exist.
-   */
-  MCORE_STATUS_NOT_FOUND = 4,
-  /**
-   * A named thing (RNG stream, seed, backend) exists already.
-   */
-  MCORE_STATUS_ALREADY_EXISTS = 5,
-  /**
-   * The call needs an initialized runtime (or object) and there is none.
-   */
-  MCORE_STATUS_NOT_INITIALIZED = 6,
-  /**
-   * Initialize was called again with a different configuration.
-   */
-  MCORE_STATUS_ALREADY_INITIALIZED = 7,
-  /**
-   * Ranks were started with different configurations.
-   */
-  MCORE_STATUS_CONFIG_MISMATCH = 8,
-  /**
-   * A wait ran out of time; the message names what it waited for.
-   */
-  MCORE_STATUS_TIMEOUT = 9,
-  /**
-   * An operating-system I/O error (socket, file).
-   */
-  MCORE_STATUS_IO = 10,
-  /**
-   * A peer spoke a protocol we do not understand.
-   */
-  MCORE_STATUS_PROTOCOL = 11,
-  /**
-   * A communicator backend reported an error.
-   */
-  MCORE_STATUS_BACKEND = 12,
-  /**
-   * The operation is not supported by this backend, library version or build.
-   */
-  MCORE_STATUS_UNSUPPORTED = 13,
-  /**
-   * A shared library could not be loaded or lacks a symbol.
-   */
-  MCORE_STATUS_LIBRARY_LOAD = 14,
-  /**
-   * A loaded library is older than a feature needs; the message names the version.
-   */
-  MCORE_STATUS_VERSION_TOO_OLD = 15,
-  /**
-   * An output buffer is too small; `out_len` holds the size needed.
-   */
-  MCORE_STATUS_BUFFER_TOO_SMALL = 16,
-  /**
-   * A serialized blob is corrupt, truncated or of an unknown version.
-   */
-  MCORE_STATUS_CORRUPT = 17,
-  /**
-   * The blob or request belongs to another rank or layout.
-   */
-  MCORE_STATUS_WRONG_RANK = 18,
-  /**
-   * A peer process failed or disconnected.
-   */
-  MCORE_STATUS_PEER_FAILED = 19,
-  /**
-   * This rank is not a member of the requested group.
-   */
-  MCORE_STATUS_NOT_MEMBER = 20,
-  /**
-   * A Rust panic was caught at the boundary (a bug: please report the message).
-   */
-  MCORE_STATUS_PANIC = 99,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum mcore_status mcore_status;
-#else
-typedef int32_t mcore_status;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
+#define MCORE_ABI_VERSION 2
 
 /**
  * The kinds of process group. Functions take a kind as `int32_t` holding one of these values;
@@ -339,7 +205,7 @@ typedef struct mcore_topology_config {
   /**
    * `sizeof(mcore_topology_config)` as compiled by the caller (set by the init function).
    */
-  size_t struct_size;
+  uint32_t struct_size;
   /**
    * Tensor-model-parallel size (default 1).
    */
@@ -422,11 +288,14 @@ typedef struct mcore_init_args {
   /**
    * `sizeof(mcore_init_args)` as compiled by the caller (set by the init function).
    */
-  size_t struct_size;
+  uint32_t struct_size;
   /**
-   * The parallel layout; the world size comes from the environment (RANK, WORLD_SIZE, ...).
+   * The parallel layout (a config filled by `mcore_topology_config_init`), read during the
+   * call; NULL = every size 1. A pointer, not a nested struct, so that fields appended to the
+   * layout config never move a field of this struct. The world size comes from the
+   * environment (RANK, WORLD_SIZE, ...).
    */
-  struct mcore_topology_config topology;
+  const struct mcore_topology_config *topology;
   /**
    * Backend: "gloo" (default when NULL), "nccl", a registered name, or a plugin `.so` path.
    */
@@ -576,275 +445,50 @@ typedef struct mcore_kind_placement {
   uint64_t max_nodes;
 } mcore_kind_placement;
 
-/**
- * One group a backend is asked to create a communicator for.
- *
- * Pointers are valid only during the call that receives the struct; copy what you keep.
- */
-typedef struct mcore_backend_group_info {
-  /**
-   * `sizeof(mcore_backend_group_info)` as the library was built; fields are only appended.
-   */
-  uint32_t struct_size;
-  /**
-   * This process's rank inside the group (its index in `global_ranks`).
-   */
-  uint32_t group_rank;
-  /**
-   * Number of ranks in the group (`global_ranks` has this many entries).
-   */
-  uint32_t group_size;
-  /**
-   * This process's global rank.
-   */
-  uint32_t global_rank;
-  /**
-   * Unique group name, NUL-terminated, e.g. `"tensor_model_parallel/3"`; equal on all members.
-   */
-  const char *name;
-  /**
-   * The group's global ranks in ascending order; `group_size` entries.
-   */
-  const uint32_t *global_ranks;
-  /**
-   * Upper bound for rendezvous and collectives of this group, in milliseconds: what is left
-   * of the init deadline when the group's creation starts.
-   */
-  uint64_t timeout_ms;
-  /**
-   * The address this process advertises to peers on other hosts, NUL-terminated text such as
-   * `"10.0.0.7"`: the local address of its connection to the rendezvous store. NULL when the
-   * library has none. A backend that publishes an address for peers to connect to should
-   * bind there unless its own settings say otherwise. Appended in 0.1: read it only when
-   * `struct_size` covers it.
-   */
-  const char *host_addr;
-} mcore_backend_group_info;
-
-/**
- * Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
- */
-typedef int32_t (*mcore_backend_store_set_fn)(void *ctx,
-                                              const char *key,
-                                              const uint8_t *value,
-                                              size_t len);
-
-/**
- * Store `get`: wait (up to the store timeout) for `key`, write its length to `*out_len`, and
- * copy it into `buf` when `buf_len` suffices; otherwise return `MCORE_STATUS_BUFFER_TOO_SMALL`
- * (`buf` may be NULL when `buf_len` is 0) and call again with a buffer of `*out_len` bytes.
- */
-typedef int32_t (*mcore_backend_store_get_fn)(void *ctx,
-                                              const char *key,
-                                              uint8_t *buf,
-                                              size_t buf_len,
-                                              size_t *out_len);
-
-/**
- * Store `wait`: wait until all `n` keys exist, up to `timeout_ms` (0 = the store's timeout).
- * `MCORE_STATUS_TIMEOUT` on expiry; `error_message` then names the missing keys.
- */
-typedef int32_t (*mcore_backend_store_wait_fn)(void *ctx,
-                                               const char *const *keys,
-                                               size_t n,
-                                               uint64_t timeout_ms);
-
-/**
- * Store `add`: add `delta` to the integer counter under `key` (missing = 0); new value in `*out`.
- */
-typedef int32_t (*mcore_backend_store_add_fn)(void *ctx,
-                                              const char *key,
-                                              int64_t delta,
-                                              int64_t *out);
-
-/**
- * Message of the last failed call on this store from the calling thread's point of view
- * (never NULL; valid until the next call on the store).
- */
-typedef const char *(*mcore_backend_store_error_message_fn)(void *ctx);
-
-/**
- * Store `multi_get`: wait for all `n` keys (store timeout), then write their values one after
- * the other into `buf` and each length into `lens[i]` (n entries), in one store round trip.
- * When `buf_len` is smaller than the total, returns BUFFER_TOO_SMALL with `lens` filled: call
- * again with the same keys and a buffer of the sum (served without another round trip).
- */
-typedef int32_t (*mcore_backend_store_multi_get_fn)(void *ctx,
-                                                    const char *const *keys,
-                                                    size_t n,
-                                                    uint8_t *buf,
-                                                    size_t buf_len,
-                                                    size_t *lens);
-
-/**
- * The rendezvous store handed to a backend's `create_world`/`create_group`: a key space already
- * private to the group (keys need no group prefix). Implemented by the library over its own
- * stores, so a plugin need not link libmcore_init. Every callback takes `ctx` first and returns
- * an `mcore_status` code as `int32_t`; callbacks may be called from any thread.
- *
- * Lifetime: the store passed to `create_group` is valid only during that call. The store passed
- * to `create_world` stays valid until that world communicator is destroyed (its `destroy_comm`
- * returned), so a backend may keep the pointer and rendezvous its splits through it (under key
- * prefixes of its own, one per split). A relaxation added in 0.1: plugins that do not keep the
- * pointer are unaffected.
- */
-typedef struct mcore_backend_store {
-  /**
-   * `sizeof(mcore_backend_store)` as the library was built; callbacks are only appended.
-   */
-  uint32_t struct_size;
-  /**
-   * Passed as the first argument of every callback.
-   */
-  void *ctx;
-  /**
-   * Write a key (see `mcore_backend_store_set_fn`).
-   */
-  mcore_backend_store_set_fn set;
-  /**
-   * Read a key, waiting for it; two-call pattern (see `mcore_backend_store_get_fn`).
-   */
-  mcore_backend_store_get_fn get;
-  /**
-   * Wait for keys with a timeout (see `mcore_backend_store_wait_fn`).
-   */
-  mcore_backend_store_wait_fn wait;
-  /**
-   * Atomic counter (see `mcore_backend_store_add_fn`).
-   */
-  mcore_backend_store_add_fn add;
-  /**
-   * Text of the last failed callback (see `mcore_backend_store_error_message_fn`).
-   */
-  mcore_backend_store_error_message_fn error_message;
-  /**
-   * Several keys in one round trip (appended in 0.1; check `struct_size` before use).
-   */
-  mcore_backend_store_multi_get_fn multi_get;
-} mcore_backend_store;
-
-/**
- * `create_world` / `create_group`: create this rank's communicator for `group`, rendezvousing
- * through `store`; on success write it to `*out_comm` (non-NULL). `store` lives until the
- * communicator is destroyed for `create_world`, only during the call for `create_group` (see
- * `mcore_backend_store`).
- */
-typedef int32_t (*mcore_backend_create_fn)(void *user_data,
-                                           const struct mcore_backend_group_info *group,
-                                           const struct mcore_backend_store *store,
-                                           void **out_comm);
-
-/**
- * `split`: collective over all ranks of `parent_comm`. `color` -1 = this rank joins no group
- * (`group` is NULL, `*out_comm` gets NULL); otherwise ranks with equal color form one group,
- * ordered by `key` (the library passes the group rank), described by `group`. The parent
- * (the world communicator) must live until the split returned; the child does not depend on
- * it afterwards unless the backend documents otherwise.
- */
-typedef int32_t (*mcore_backend_split_fn)(void *user_data,
-                                          void *parent_comm,
-                                          int32_t color,
-                                          int32_t key,
-                                          const struct mcore_backend_group_info *group,
-                                          void **out_comm);
-
-/**
- * `allreduce_sum_i64`: in-place sum of `count` int64 values over the communicator's ranks.
- */
-typedef int32_t (*mcore_backend_allreduce_sum_i64_fn)(void *user_data,
-                                                      void *comm,
-                                                      int64_t *inout,
-                                                      size_t count);
-
-/**
- * `barrier` and `destroy_comm`: an operation on one communicator.
- */
-typedef int32_t (*mcore_backend_comm_fn)(void *user_data, void *comm);
-
-/**
- * `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
- */
-typedef const char *(*mcore_backend_last_error_fn)(void *user_data);
-
-/**
- * `finalize`: the library is done with this vtable and `user_data`.
- */
-typedef void (*mcore_backend_finalize_fn)(void *user_data);
-
-/**
- * A communicator backend, version 1. Fill it in (zero what you do not support), then register
- * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
- * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
- * A backend offers at least one creation strategy: `create_group` (per group, rendezvous
- * through the store), or `create_world` + `split` (one world communicator, then one split per
- * group kind). `destroy_comm` is required.
- */
-typedef struct mcore_backend_v1 {
-  /**
-   * `sizeof(mcore_backend_v1)` as the plugin was built (at least `MCORE_BACKEND_V1_MIN_SIZE`).
-   */
-  uint32_t struct_size;
-  /**
-   * `MCORE_BACKEND_ABI_VERSION_V1`.
-   */
-  uint32_t abi_version;
-  /**
-   * Unique backend name, NUL-terminated (e.g. `"gloo"`); how users select it.
-   */
-  const char *name;
-  /**
-   * Passed as the first argument of every slot; released by `finalize`.
-   */
-  void *user_data;
-  /**
-   * Optional: create the world communicator (split strategy). Its store stays valid until
-   * this communicator's `destroy_comm` returned.
-   */
-  mcore_backend_create_fn create_world;
-  /**
-   * Optional: split a communicator (split strategy).
-   */
-  mcore_backend_split_fn split;
-  /**
-   * Optional: create one group's communicator directly (per-group strategy).
-   */
-  mcore_backend_create_fn create_group;
-  /**
-   * Optional: in-place int64 sum; the library verifies each communicator with it.
-   */
-  mcore_backend_allreduce_sum_i64_fn allreduce_sum_i64;
-  /**
-   * Optional: block until every rank of the communicator arrives.
-   */
-  mcore_backend_comm_fn barrier;
-  /**
-   * Required: release a communicator.
-   */
-  mcore_backend_comm_fn destroy_comm;
-  /**
-   * Optional: message of the last failure on this thread.
-   */
-  mcore_backend_last_error_fn last_error;
-  /**
-   * Optional: called once when the backend is unregistered and its last communicator is gone.
-   */
-  mcore_backend_finalize_fn finalize;
-  /**
-   * `MCORE_BACKEND_FLAG_*` bits (appended after `finalize`: 0 when `struct_size` does not cover
-   * it; unknown bits are ignored).
-   */
-  uint32_t flags;
-} mcore_backend_v1;
-
-/**
- * Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
- * vtable (static storage; the library copies it), or NULL on failure.
- */
-typedef const struct mcore_backend_v1 *(*mcore_backend_plugin_v1_fn)(void);
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Register a backend by pointer. The vtable is copied (up to its `struct_size`) and its name
+ * too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
+ * Errors: other `abi_version` → UNSUPPORTED; NULL, a `struct_size` that is no released layout
+ * (or larger with slots beyond ours set), NULL name, no creation strategy, no `destroy_comm` →
+ * INVALID_ARGUMENT;
+ * a backend of that name exists → ALREADY_EXISTS (the rejected copy is not finalized).
+ *
+ * # Safety
+ * `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`.
+ */
+mcore_status mcore_backend_register(const mcore_backend_v1 *vtable);
+
+/**
+ * Load a backend plugin `.so` (a path, or a bare file name looked up by the dynamic loader),
+ * call its `mcore_backend_plugin_v1()` and register the vtable it returns. Loading the same
+ * file again is a no-op. The backend's name is written like every string out of the library
+ * (`name_buf` of `name_buf_len` bytes, `*out_name_len` = bytes needed with the NUL, also on
+ * BUFFER_TOO_SMALL; see docs/abi.md): pass NULL, 0, NULL to skip it. If `name_buf` is too small
+ * the plugin is still loaded and BUFFER_TOO_SMALL is returned; call again.
+ * Errors: missing file, no entry symbol, entry returned NULL → LIBRARY_LOAD; bad vtable as in
+ * `mcore_backend_register`; another backend has the name → ALREADY_EXISTS.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `name_buf` is NULL or has `name_buf_len` writable bytes;
+ * `out_name_len` is NULL or writable.
+ */
+mcore_status mcore_backend_load_plugin(const char *path,
+                                       char *name_buf,
+                                       size_t name_buf_len,
+                                       size_t *out_name_len);
+
+/**
+ * Remove a registered backend. Its `finalize` runs once its last communicator is destroyed.
+ * Unknown name → NOT_FOUND.
+ *
+ * # Safety
+ * `name` is a NUL-terminated string.
+ */
+mcore_status mcore_backend_unregister(const char *name);
 
 /**
  * The message of the last failed `mcore_*` call on this thread: the bad value, the group, the
@@ -852,6 +496,192 @@ extern "C" {
  * until the next `mcore_*` call on the same thread.
  */
 const char *mcore_last_error_message(void);
+
+/**
+ * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
+ */
+const char *mcore_status_str(int32_t code);
+
+/**
+ * This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_tensor_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `tensor_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_tensor_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `tensor_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_tensor_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `pipeline_model_parallel` group (Megatron's `get_pipeline_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_pipeline_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `pipeline_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_first_rank(void);
+
+/**
+ * This rank's index in its `data_parallel` group (Megatron's `get_data_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_data_parallel_rank(void);
+
+/**
+ * Size of this rank's `data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `data_parallel_with_cp` group (Megatron's `get_data_parallel_rank_with_cp`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_data_parallel_rank_with_cp(void);
+
+/**
+ * Size of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_world_size_with_cp(void);
+
+/**
+ * Global rank of the first member of this rank's `data_parallel_with_cp` group; -1 when not initialized.
+ */
+int32_t mcore_get_data_parallel_src_rank_with_cp(void);
+
+/**
+ * This rank's index in its `context_parallel` group (Megatron's `get_context_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_context_parallel_rank(void);
+
+/**
+ * Size of this rank's `context_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_context_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `context_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_context_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `model_parallel` group (Megatron's `get_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_model_parallel` group (Megatron's `get_expert_model_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_model_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_model_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_model_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_model_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_tensor_parallel` group (Megatron's `get_expert_tensor_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_tensor_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_tensor_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_tensor_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_tensor_parallel_src_rank(void);
+
+/**
+ * This rank's index in its `expert_data_parallel` group (Megatron's `get_expert_data_parallel_rank`); -1 when not
+ * initialized or not a member (see `mcore_last_error_message`).
+ */
+int32_t mcore_get_expert_data_parallel_rank(void);
+
+/**
+ * Size of this rank's `expert_data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_data_parallel_world_size(void);
+
+/**
+ * Global rank of the first member of this rank's `expert_data_parallel` group; -1 when not initialized.
+ */
+int32_t mcore_get_expert_data_parallel_src_rank(void);
+
+/**
+ * Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_last_rank(void);
+
+/**
+ * Global rank of the next pipeline stage (wraps around); -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_next_rank(void);
+
+/**
+ * Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
+ */
+int32_t mcore_get_pipeline_model_parallel_prev_rank(void);
+
+/**
+ * Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
+ */
+int32_t mcore_get_virtual_pipeline_model_parallel_world_size(void);
+
+/**
+ * Whether this rank is on the first pipeline stage (and on virtual stage 0 when `vp_stage` is
+ * given): 1, 0, or -1 on error.
+ */
+int32_t mcore_is_pipeline_first_stage(int32_t vp_stage);
+
+/**
+ * Whether this rank is on the last pipeline stage (and on the last virtual stage when
+ * `vp_stage` is given): 1, 0, or -1 on error.
+ */
+int32_t mcore_is_pipeline_last_stage(int32_t vp_stage);
+
+/**
+ * Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
+ */
+int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
 
 /**
  * Fills `*out` with defaults (all zero) and `struct_size`.
@@ -1047,9 +877,117 @@ mcore_status mcore_rng_philox_fill_uniform(uint64_t seed,
                                            size_t n);
 
 /**
- * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
+ * Fill `args` with defaults (layout all ones, Gloo, default timeout, verification on).
+ *
+ * # Safety
+ * `args` is NULL or writable for `sizeof(mcore_init_args)` bytes.
  */
-const char *mcore_status_str(int32_t code);
+mcore_status mcore_init_args_init(struct mcore_init_args *args);
+
+/**
+ * Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
+ * every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
+ * ranks), create one communicator per group this rank is in, verify them.
+ * Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
+ * true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
+ *
+ * # Safety
+ * `args` points to an `mcore_init_args` filled by `mcore_init_args_init`; `out_already` is
+ * NULL or writable.
+ */
+mcore_status mcore_initialize(const struct mcore_init_args *args, bool *out_already);
+
+/**
+ * Tear down communicators, the store client and (on rank 0) the store server. Succeeds when
+ * nothing is initialized. Afterwards `mcore_initialize` works again.
+ */
+mcore_status mcore_destroy(void);
+
+/**
+ * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+ */
+bool mcore_is_initialized(void);
+
+/**
+ * A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every
+ * `mcore_rng_tracker_*` call on it (fork the `model-parallel-rng` stream, save, restore) and
+ * release it with `mcore_rng_tracker_destroy`; it stays valid after `mcore_destroy`.
+ * `MCORE_STATUS_NOT_INITIALIZED` when the runtime was initialized without `seed_rng`.
+ *
+ * # Safety
+ * `out_tracker` is writable.
+ */
+mcore_status mcore_runtime_rng_tracker(struct mcore_rng_tracker **out_tracker);
+
+/**
+ * This process's global rank and the world size.
+ *
+ * # Safety
+ * The out-pointers are writable.
+ */
+mcore_status mcore_runtime_world(uint32_t *out_rank, uint32_t *out_world_size);
+
+/**
+ * This rank's group of `kind` (an `mcore_group_kind` value): index, group rank, size.
+ * `MCORE_STATUS_NOT_MEMBER` when the rank is in no group of that kind (e.g. embedding).
+ *
+ * # Safety
+ * `out` is writable.
+ */
+mcore_status mcore_runtime_group(int32_t kind, struct mcore_group_info *out);
+
+/**
+ * The global ranks of this rank's group of `kind`, ascending, into `buf` (`len` entries);
+ * `*out_len` = the group size (also when the buffer is too small: BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_group_ranks(int32_t kind, uint32_t *buf, size_t len, size_t *out_len);
+
+/**
+ * The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
+ * as `mcore_runtime_group_ranks` does for the group itself.
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
+                                                  uint32_t *buf,
+                                                  size_t len,
+                                                  size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
+ * separate from the group's own). Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `out_comm` is writable.
+ */
+mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
+
+/**
+ * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
+ * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `out_comm` is writable.
+ */
+mcore_status mcore_runtime_communicator(int32_t kind, void **out_comm);
+
+/**
+ * Sum `count` int64 values element-wise over this rank's group of `kind`, in place.
+ *
+ * # Safety
+ * `values` is writable for `count` entries.
+ */
+mcore_status mcore_runtime_allreduce_sum_i64(int32_t kind, int64_t *values, size_t count);
+
+/**
+ * Wait until every member of this rank's group of `kind` arrives.
+ */
+mcore_status mcore_runtime_barrier(int32_t kind);
 
 /**
  * Creates a TCP store (wire-compatible with PyTorch's `TCPStore`) on `host:port`. With
@@ -1196,309 +1134,6 @@ mcore_status mcore_store_delete_key(struct mcore_store *store, const char *key, 
 mcore_status mcore_store_num_keys(struct mcore_store *store, int64_t *out_count);
 
 /**
- * Fill `args` with defaults (layout all ones, Gloo, default timeout, verification on).
- *
- * # Safety
- * `args` is NULL or writable for `sizeof(mcore_init_args)` bytes.
- */
-mcore_status mcore_init_args_init(struct mcore_init_args *args);
-
-/**
- * Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
- * MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
- * every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
- * ranks), create one communicator per group this rank is in, verify them.
- * Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
- * true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
- *
- * # Safety
- * `args` points to an `mcore_init_args` filled by `mcore_init_args_init`; `out_already` is
- * NULL or writable.
- */
-mcore_status mcore_initialize(const struct mcore_init_args *args, bool *out_already);
-
-/**
- * Tear down communicators, the store client and (on rank 0) the store server. Succeeds when
- * nothing is initialized. Afterwards `mcore_initialize` works again.
- */
-mcore_status mcore_destroy(void);
-
-/**
- * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
- */
-bool mcore_is_initialized(void);
-
-/**
- * A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every
- * `mcore_rng_tracker_*` call on it (fork the `model-parallel-rng` stream, save, restore) and
- * release it with `mcore_rng_tracker_destroy`; it stays valid after `mcore_destroy`.
- * `MCORE_STATUS_NOT_INITIALIZED` when the runtime was initialized without `seed_rng`.
- *
- * # Safety
- * `out_tracker` is writable.
- */
-mcore_status mcore_runtime_rng_tracker(struct mcore_rng_tracker **out_tracker);
-
-/**
- * This process's global rank and the world size.
- *
- * # Safety
- * The out-pointers are writable.
- */
-mcore_status mcore_runtime_world(uint32_t *out_rank, uint32_t *out_world_size);
-
-/**
- * This rank's group of `kind` (an `mcore_group_kind` value): index, group rank, size.
- * `MCORE_STATUS_NOT_MEMBER` when the rank is in no group of that kind (e.g. embedding).
- *
- * # Safety
- * `out` is writable.
- */
-mcore_status mcore_runtime_group(int32_t kind, struct mcore_group_info *out);
-
-/**
- * The global ranks of this rank's group of `kind`, ascending, into `buf` (`len` entries);
- * `*out_len` = the group size (also when the buffer is too small: BUFFER_TOO_SMALL).
- *
- * # Safety
- * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
- */
-mcore_status mcore_runtime_group_ranks(int32_t kind, uint32_t *buf, size_t len, size_t *out_len);
-
-/**
- * The global ranks of this rank's all-gather twin of `kind` (the members of its group of `kind`),
- * as `mcore_runtime_group_ranks` does for the group itself.
- *
- * # Safety
- * `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
- */
-mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
-                                                  uint32_t *buf,
-                                                  size_t len,
-                                                  size_t *out_len);
-
-/**
- * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
- * separate from the group's own). Owned by the library until `mcore_destroy`.
- *
- * # Safety
- * `out_comm` is writable.
- */
-mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
-
-/**
- * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
- * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
- *
- * # Safety
- * `out_comm` is writable.
- */
-mcore_status mcore_runtime_communicator(int32_t kind, void **out_comm);
-
-/**
- * Sum `count` int64 values element-wise over this rank's group of `kind`, in place.
- *
- * # Safety
- * `values` is writable for `count` entries.
- */
-mcore_status mcore_runtime_allreduce_sum_i64(int32_t kind, int64_t *values, size_t count);
-
-/**
- * Wait until every member of this rank's group of `kind` arrives.
- */
-mcore_status mcore_runtime_barrier(int32_t kind);
-
-/**
- * This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_tensor_model_parallel_rank(void);
-
-/**
- * Size of this rank's `tensor_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_tensor_model_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `tensor_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_tensor_model_parallel_src_rank(void);
-
-/**
- * This rank's index in its `pipeline_model_parallel` group (Megatron's `get_pipeline_model_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_pipeline_model_parallel_rank(void);
-
-/**
- * Size of this rank's `pipeline_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_pipeline_model_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `pipeline_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_pipeline_model_parallel_first_rank(void);
-
-/**
- * This rank's index in its `data_parallel` group (Megatron's `get_data_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_data_parallel_rank(void);
-
-/**
- * Size of this rank's `data_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_data_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `data_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_data_parallel_src_rank(void);
-
-/**
- * This rank's index in its `data_parallel_with_cp` group (Megatron's `get_data_parallel_rank_with_cp`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_data_parallel_rank_with_cp(void);
-
-/**
- * Size of this rank's `data_parallel_with_cp` group; -1 when not initialized.
- */
-int32_t mcore_get_data_parallel_world_size_with_cp(void);
-
-/**
- * Global rank of the first member of this rank's `data_parallel_with_cp` group; -1 when not initialized.
- */
-int32_t mcore_get_data_parallel_src_rank_with_cp(void);
-
-/**
- * This rank's index in its `context_parallel` group (Megatron's `get_context_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_context_parallel_rank(void);
-
-/**
- * Size of this rank's `context_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_context_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `context_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_context_parallel_src_rank(void);
-
-/**
- * This rank's index in its `model_parallel` group (Megatron's `get_model_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_model_parallel_rank(void);
-
-/**
- * Size of this rank's `model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_model_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_model_parallel_src_rank(void);
-
-/**
- * This rank's index in its `expert_model_parallel` group (Megatron's `get_expert_model_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_expert_model_parallel_rank(void);
-
-/**
- * Size of this rank's `expert_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_model_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `expert_model_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_model_parallel_src_rank(void);
-
-/**
- * This rank's index in its `expert_tensor_parallel` group (Megatron's `get_expert_tensor_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_expert_tensor_parallel_rank(void);
-
-/**
- * Size of this rank's `expert_tensor_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_tensor_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `expert_tensor_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_tensor_parallel_src_rank(void);
-
-/**
- * This rank's index in its `expert_data_parallel` group (Megatron's `get_expert_data_parallel_rank`); -1 when not
- * initialized or not a member (see `mcore_last_error_message`).
- */
-int32_t mcore_get_expert_data_parallel_rank(void);
-
-/**
- * Size of this rank's `expert_data_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_data_parallel_world_size(void);
-
-/**
- * Global rank of the first member of this rank's `expert_data_parallel` group; -1 when not initialized.
- */
-int32_t mcore_get_expert_data_parallel_src_rank(void);
-
-/**
- * Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
- */
-int32_t mcore_get_pipeline_model_parallel_last_rank(void);
-
-/**
- * Global rank of the next pipeline stage (wraps around); -1 when not initialized.
- */
-int32_t mcore_get_pipeline_model_parallel_next_rank(void);
-
-/**
- * Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
- */
-int32_t mcore_get_pipeline_model_parallel_prev_rank(void);
-
-/**
- * Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
- */
-int32_t mcore_get_virtual_pipeline_model_parallel_world_size(void);
-
-/**
- * Whether this rank is on the first pipeline stage (and on virtual stage 0 when `vp_stage` is
- * given): 1, 0, or -1 on error.
- */
-int32_t mcore_is_pipeline_first_stage(int32_t vp_stage);
-
-/**
- * Whether this rank is on the last pipeline stage (and on the last virtual stage when
- * `vp_stage` is given): 1, 0, or -1 on error.
- */
-int32_t mcore_is_pipeline_last_stage(int32_t vp_stage);
-
-/**
- * Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
- */
-int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
-
-/**
- * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
- * set its `struct_size`.
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_topology_config_init(struct mcore_topology_config *cfg);
-
-/**
  * Validate `cfg` for `world_size` ranks and create the layout. On failure the status and
  * `mcore_last_error_message()` name the offending values and `*out` is untouched.
  *
@@ -1527,24 +1162,6 @@ mcore_status mcore_topology_get_sizes(const struct mcore_topology *t,
                                       struct mcore_topology_sizes *out);
 
 /**
- * The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
- * NOT_FOUND for an unknown key.
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_group_kind_from_name(const char *name, int32_t *out_kind);
-
-/**
- * Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
- * NUL (also on BUFFER_TOO_SMALL).
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *out_len);
-
-/**
  * Number of group kinds this layout has (hierarchical levels included).
  *
  * # Safety
@@ -1553,7 +1170,7 @@ mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *
 mcore_status mcore_topology_kind_count(const struct mcore_topology *t, size_t *out_count);
 
 /**
- * The `index`-th kind of this layout (DESIGN.md table order).
+ * The `index`-th kind of this layout, in the layout's kind order (the order groups are created in).
  *
  * # Safety
  * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
@@ -1681,6 +1298,33 @@ mcore_status mcore_topology_is_rank_in_embedding_group(const struct mcore_topolo
                                                        bool *out);
 
 /**
+ * Fill `cfg` with the defaults (sizes 1, no virtual pipeline, default order, no callbacks) and
+ * set its `struct_size`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_topology_config_init(struct mcore_topology_config *cfg);
+
+/**
+ * The kind for a key such as "data_parallel_with_cp" or "hierarchical_context_parallel_1";
+ * NOT_FOUND for an unknown key.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_from_name(const char *name, int32_t *out_kind);
+
+/**
+ * Write the key of `kind` (NUL-terminated) into `buf`; `*out_len` = bytes needed including the
+ * NUL (also on BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *out_len);
+
+/**
  * The placement of every kind of the layout on nodes of `gpus_per_node` GPUs (global rank r on
  * node r / gpus_per_node), one entry per kind in `mcore_topology_kind_at` order, into `buf` of
  * `len` entries; `*out_len` = entries (also the size needed on BUFFER_TOO_SMALL).
@@ -1724,45 +1368,6 @@ uint32_t mcore_abi_version(void);
  * The library version, e.g. "0.1.0". Static, never NULL.
  */
 const char *mcore_version_string(void);
-
-/**
- * Register a backend by pointer. The vtable is copied (`min(struct_size, sizeof)` bytes) and its
- * name too, so the caller's struct may go away; `user_data` stays the caller's until `finalize`.
- * Errors: NULL → INVALID_ARGUMENT; other `abi_version` or too small `struct_size` →
- * UNSUPPORTED; NULL name, no creation strategy, no `destroy_comm` → INVALID_ARGUMENT;
- * a backend of that name exists → ALREADY_EXISTS (the rejected copy is not finalized).
- *
- * # Safety
- * `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`.
- */
-mcore_status mcore_backend_register(const struct mcore_backend_v1 *vtable);
-
-/**
- * Load a backend plugin `.so` (a path, or a bare file name looked up by the dynamic loader),
- * call its `mcore_backend_plugin_v1()` and register the vtable it returns. Loading the same
- * file again is a no-op. The backend's name is copied NUL-terminated into `name_buf` when it
- * is not NULL; `out_name_len` (optional) receives its length including the NUL. If `name_buf`
- * is too small the plugin is still loaded and BUFFER_TOO_SMALL is returned; call again.
- * Errors: missing file, no entry symbol, entry returned NULL → LIBRARY_LOAD; bad vtable as in
- * `mcore_backend_register`; another backend has the name → ALREADY_EXISTS.
- *
- * # Safety
- * `path` is a NUL-terminated string; `name_buf` is NULL or has `name_buf_len` writable bytes;
- * `out_name_len` is NULL or writable.
- */
-mcore_status mcore_backend_load_plugin(const char *path,
-                                       char *name_buf,
-                                       size_t name_buf_len,
-                                       size_t *out_name_len);
-
-/**
- * Remove a registered backend. Its `finalize` runs once its last communicator is destroyed.
- * Unknown name → NOT_FOUND.
- *
- * # Safety
- * `name` is a NUL-terminated string.
- */
-mcore_status mcore_backend_unregister(const char *name);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,13 +1,18 @@
 //! mcore_init: what a distributed trainer does before step one, behind a C ABI.
 //!
+//! Layers, each importing only those above it in this list (docs/architecture.md):
+//!
+//! * [`abi`]: the C types shared by the public API and the plugin ABI (a leaf).
 //! * [`topology`]: Megatron-Core-exact process-group layout (pure, no I/O).
 //! * [`rng`]: reproducible per-rank seeds, named Philox states, CPU streams (pure).
 //! * [`store`]: rendezvous key-value stores (torch-compatible TCP store, prefix, file).
-//! * [`backend`]: communicator backends (NCCL built in, C vtable plugins).
+//! * [`backend`]: the seam communicator backends satisfy, NCCL built in, the plugin host, the registry.
 //! * [`runtime`]: the idempotent initializer.
-//! * [`ffi`]: the only place with `extern "C"`, handles, status codes and the panic boundary.
+//! * [`ffi`]: the only place with `extern "C"` exports, handles, the status map and the panic
+//!   boundary; nothing imports it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod abi;
 pub mod backend;
 pub mod cli;
 pub mod ffi;

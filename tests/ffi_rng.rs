@@ -139,7 +139,7 @@ fn error_paths_name_the_bad_value() {
     let mut small = coords(0, 0);
     small.struct_size = 8;
     assert!(unsafe { mcore_rng_tracker_create(&small) }.is_null());
-    assert!(last_error().contains("struct_size is 8"), "{}", last_error());
+    assert!(last_error().contains("mcore_rng_coords struct_size 8 "), "{}", last_error());
     unsafe { mcore_rng_tracker_destroy(null_mut()) };
 }
 

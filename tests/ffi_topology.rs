@@ -2,7 +2,7 @@
 //! the embedding callback with its user data, and every error path.
 
 use mcore_init::ffi::error::mcore_last_error_message;
-use mcore_init::ffi::status::mcore_status;
+use mcore_init::abi::mcore_status;
 use mcore_init::ffi::topology::*;
 use mcore_init::topology::{GroupKind, Topology, TopologyConfig};
 use std::ffi::{c_void, CStr, CString};
@@ -420,18 +420,13 @@ fn gtp_and_local_world_through_c() {
         assert!(last_error().contains("outside the grid (ranks 8..15 of a world of 16)"), "{}", last_error());
         mcore_topology_destroy(t);
     }
-    // A caller compiled before the fields were appended: its struct_size ends before them.
+    // A struct_size that is no released layout (ABI 2 has one) is refused, naming both sizes.
     let mut old = config();
-    old.tp = 2;
-    old.gtp = 4; // beyond the caller's struct: must be ignored
-    old.struct_size = std::mem::offset_of!(mcore_topology_config, gtp);
-    let t = create(&old, 8).unwrap();
-    unsafe {
-        let (mut g, mut e, mut total, mut local) = (0, 0, 0, 0);
-        assert_eq!(mcore_topology_get_gtp_sizes(t, &mut g, &mut e, &mut total, &mut local), mcore_status::Ok);
-        assert_eq!((g, local), (1, 0));
-        mcore_topology_destroy(t);
-    }
+    old.struct_size = std::mem::offset_of!(mcore_topology_config, gtp) as u32;
+    let (status, message) = create(&old, 8).unwrap_err();
+    assert_eq!(status, mcore_status::InvalidArgument);
+    let ours = std::mem::size_of::<mcore_topology_config>();
+    assert!(message.contains(&format!("struct_size {} ", old.struct_size)) && message.contains(&ours.to_string()), "{message}");
     let mut bad = config();
     bad.gtp = 0;
     assert!(create(&bad, 8).unwrap_err().1.contains("gtp"));

@@ -2,7 +2,7 @@
 //! as C would, compared with the Rust function, and its error paths.
 
 use mcore_init::ffi::error::mcore_last_error_message;
-use mcore_init::ffi::status::mcore_status;
+use mcore_init::abi::mcore_status;
 use mcore_init::ffi::topology::*;
 use mcore_init::ffi::topology_nodes::*;
 use std::ffi::CStr;

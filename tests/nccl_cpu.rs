@@ -134,7 +134,7 @@ fn a_member_without_a_root_times_out_naming_the_group_and_key() {
     let err = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "expert_data_parallel/2", Duration::from_millis(200)).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("expert_data_parallel/2") && text.contains("'nccl_unique_id'"), "{text}");
-    assert_eq!(mcore_init::ffi::FfiError::from(err).status, mcore_init::ffi::mcore_status::Timeout);
+    assert_eq!(mcore_init::backend::CommError::from(err).kind, mcore_init::backend::CommErrorKind::Timeout);
     // A value of the wrong size is named, not used.
     store.set(UNIQUE_ID_KEY, b"short").unwrap();
     let text = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "g", Duration::from_secs(1)).unwrap_err().to_string();
@@ -272,7 +272,7 @@ fn library_is_found_through_the_python3_on_path_and_virtual_env() {
 fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gpu() {
     use mcore_init::backend::nccl::NcclFactory;
     use mcore_init::backend::GroupInfo;
-    use mcore_init::runtime::comm::CommFactory;
+    use mcore_init::backend::CommFactory;
     let Some(lib) = library() else { return };
     if has_cuda_driver() {
         eprintln!("SKIP: this machine has a CUDA driver");
@@ -282,7 +282,7 @@ fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gp
     assert_eq!(factory.name(), "nccl");
     let store = std::sync::Arc::new(MemoryStore::new(Duration::from_secs(5)));
     let g = GroupInfo::new("tensor_model_parallel/1", vec![2, 3], 2, Duration::from_secs(5)).unwrap();
-    let err = factory.create_group(&g, &Default::default(), store.clone()).err().expect("no GPU here");
+    let err = factory.create_group(&g, &Default::default(), store.clone()).err().expect("no GPU here").to_string();
     assert!(err.contains("tensor_model_parallel/1") && err.contains("libcuda.so.1"), "{err}");
     // As group rank 0 it published the id for the other member before failing.
     assert_eq!(store.get(UNIQUE_ID_KEY).unwrap().len(), 128);
@@ -291,19 +291,20 @@ fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gp
 #[test]
 fn the_factory_offers_split_on_2_18_and_names_bad_per_kind_options() {
     use mcore_init::backend::nccl::NcclFactory;
-    use mcore_init::runtime::comm::CommFactory;
-    use mcore_init::runtime::CommOptions;
+    use mcore_init::backend::CommFactory;
+    use mcore_init::backend::CommOptions;
     let Some(lib) = library() else { return };
     let factory = NcclFactory::new(lib, Device::Ordinal(0), NcclConfig::default());
     // The wheel's NCCL is >= 2.18 (checked above), so ncclCommSplit is there.
     assert_eq!(factory.split_unavailable(), None, "NCCL {}", lib.version());
     let ok = CommOptions { cga_cluster_size: Some(4), min_ctas: Some(1), max_ctas: Some(8), net_name: Some("Socket".into()), split_share: Some(true) };
-    assert_eq!(factory.check_options("data_parallel", &ok), Ok(()));
+    assert_eq!(factory.check_options(&ok), Ok(()));
     let bad = CommOptions { cga_cluster_size: Some(9), ..Default::default() };
-    let e = factory.check_options("tensor_model_parallel", &bad).unwrap_err();
-    assert!(e.contains("tensor_model_parallel") && e.contains("cga_cluster_size 9"), "{e}");
-    let e = factory.check_options("pipeline_model_parallel", &CommOptions { min_ctas: Some(16), max_ctas: Some(4), ..Default::default() }).unwrap_err();
-    assert!(e.contains("pipeline_model_parallel") && e.contains("min_ctas 16 is larger than max_ctas 4"), "{e}");
+    let e = factory.check_options(&bad).unwrap_err();
+    assert_eq!(e.kind, mcore_init::backend::CommErrorKind::InvalidArgument);
+    assert!(e.message.contains("cga_cluster_size 9"), "{e}");
+    let e = factory.check_options(&CommOptions { min_ctas: Some(16), max_ctas: Some(4), ..Default::default() }).unwrap_err();
+    assert!(e.message.contains("min_ctas 16 is larger than max_ctas 4"), "{e}");
 }
 
 /// `mcore-selftest --backend nccl` as a world of one on this machine (no GPU): its stderr.

@@ -82,7 +82,7 @@ fn shared_gpu_env(lib: &NcclLibrary, rank: u32) -> Vec<(&'static str, String)> {
 #[ignore = "needs a GPU"]
 fn runtime_factory_creates_and_verifies_a_group() {
     use mcore_init::backend::GroupInfo;
-    use mcore_init::runtime::comm::CommFactory;
+    use mcore_init::backend::CommFactory;
     let factory = mcore_init::backend::nccl::NcclFactory::new(lib(), Device::Ordinal(0), NcclConfig::default());
     let store = std::sync::Arc::new(mcore_init::store::MemoryStore::new(TIMEOUT));
     let g = GroupInfo::new("data_parallel/0", vec![0], 0, TIMEOUT).unwrap();

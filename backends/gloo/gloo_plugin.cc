@@ -30,7 +30,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
-#include <mcore_init.h>
+#include <mcore_backend.h>
 
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>

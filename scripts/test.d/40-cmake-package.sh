@@ -14,7 +14,7 @@ rm -rf "$stage" "$build"
 check install bash -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release -DMCORE_CARGO_TARGET_DIR='$root/target' \
   && cmake --build '$build' && cmake --install '$build' --prefix '$stage'"
 check layout bash -c "test -f '$stage/lib/libmcore_init.so.0.1.0' && test -L '$stage/lib/libmcore_init.so.0.1' \
-  && test -L '$stage/lib/libmcore_init.so' && test -f '$stage/include/mcore_init.h' \
+  && test -L '$stage/lib/libmcore_init.so' && test -f '$stage/include/mcore_init.h' && test -f '$stage/include/mcore_backend.h' \
   && test -f '$stage/lib/cmake/McoreInit/McoreInitConfigVersion.cmake' && test -f '$stage/lib/libmcore_init_gloo.so' && test -f '$stage/lib/pkgconfig/mcore_init.pc' \
   && readelf -d '$stage/lib/libmcore_init.so.0.1.0' | grep -q 'SONAME.*libmcore_init.so.0.1'"
 check find-package bash -c "cmake -S examples/cmake-consumer -B '$build-consumer' -DCMAKE_PREFIX_PATH='$stage' \

@@ -1,7 +1,7 @@
 //! Safe handles over a registered backend and the communicators it creates.
 
 use super::{BackendError, GroupInfo};
-use crate::ffi::backend::{RawComm, Vtable};
+use super::plugin::{RawComm, Vtable};
 use crate::store::Store;
 use std::sync::Arc;
 

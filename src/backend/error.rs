@@ -1,6 +1,6 @@
 //! The one error type of the backend module.
 
-use crate::ffi::mcore_status;
+use crate::abi::{mcore_status, SizedStructError};
 use std::fmt;
 
 /// What went wrong registering, loading or using a backend. Every variant names the backend,
@@ -9,8 +9,10 @@ use std::fmt;
 pub enum BackendError {
     /// A plugin file could not be loaded or lacks its entry symbol.
     Load { path: String, reason: String },
-    /// A vtable of another ABI version or too small a `struct_size`.
+    /// A vtable of another ABI version.
     Abi(String),
+    /// A vtable whose `struct_size` is no layout this library reads; `origin` says whose.
+    StructSize { origin: String, error: SizedStructError },
     /// A vtable that is malformed otherwise (NULL name, no creation strategy, ...).
     InvalidVtable(String),
     /// A backend of this name is registered already.
@@ -40,6 +42,7 @@ impl fmt::Display for BackendError {
             BackendError::Abi(m) | BackendError::InvalidVtable(m) | BackendError::InvalidArgument(m) => {
                 f.write_str(m)
             }
+            BackendError::StructSize { origin, error } => write!(f, "{origin}: {error}"),
             BackendError::AlreadyExists(name) => {
                 write!(f, "a backend named '{name}' is registered already (unregister it first)")
             }
@@ -64,27 +67,3 @@ impl fmt::Display for BackendError {
 }
 
 impl std::error::Error for BackendError {}
-
-impl BackendError {
-    /// The status this error has at the C boundary.
-    pub fn status(&self) -> mcore_status {
-        match self {
-            BackendError::Load { .. } => mcore_status::LibraryLoad,
-            BackendError::Abi(_) => mcore_status::Unsupported,
-            BackendError::InvalidVtable(_) | BackendError::InvalidArgument(_) => {
-                mcore_status::InvalidArgument
-            }
-            BackendError::AlreadyExists(_) => mcore_status::AlreadyExists,
-            BackendError::NotFound { .. } => mcore_status::NotFound,
-            BackendError::Unsupported { .. } => mcore_status::Unsupported,
-            BackendError::NotMember { .. } => mcore_status::NotMember,
-            BackendError::Plugin { status, .. } => *status,
-        }
-    }
-}
-
-impl From<BackendError> for crate::ffi::FfiError {
-    fn from(e: BackendError) -> Self {
-        crate::ffi::FfiError::new(e.status(), e.to_string())
-    }
-}

@@ -1,21 +1,25 @@
-//! Communicator backends: a registry of backends by name, each a validated copy of a C vtable
-//! (`mcore_backend_v1`, see `ffi::backend` and docs/backends.md) registered by pointer or loaded
-//! from a plugin `.so`, and the safe handles the runtime uses: [`Backend`] creates a [`Comm`]
-//! per group; a `Comm` runs the verification collectives and is destroyed on drop.
+//! Communicator backends: the seam every backend satisfies ([`seam`]: a factory of
+//! communicators per group or by splitting a world communicator), the built-in NCCL backend,
+//! the host side of the C plugin ABI ([`plugin`]), and the registry that resolves a backend by
+//! name, pointer or plugin file. A [`Backend`] is a validated copy of a C vtable; it creates a
+//! [`Comm`] per group, which verifies itself and is destroyed on drop.
 //!
-//! `unsafe` is confined to the dynamic loader ([`plugin_loader`]) and `ffi::backend`.
+//! `unsafe` is confined to [`plugin`] and the NCCL loader.
 #![deny(unsafe_code)]
 
 mod comm;
 mod error;
 mod group;
 pub mod nccl;
-pub mod plugin_loader;
+pub mod options;
+pub mod plugin;
 pub mod registry;
-mod runtime_seam;
+pub mod seam;
+mod vtable_seam;
 
 pub use comm::{Backend, Comm};
 pub use error::BackendError;
 pub use group::GroupInfo;
-pub use plugin_loader::{load_plugin, load_plugins_from_env, PLUGIN_ENV};
-pub use registry::{get, names, resolve, unregister};
+pub use options::CommOptions;
+pub use registry::{get, load_plugin, load_plugins_from_env, names, register_vtable, resolve, unregister, PLUGIN_ENV};
+pub use seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};

@@ -1,7 +1,8 @@
 //! The process-wide registry of backends by name.
 
-use super::{plugin_loader, Backend, BackendError};
-use crate::ffi::backend::Vtable;
+use super::plugin::loader::open_plugin;
+use super::plugin::Vtable;
+use super::{Backend, BackendError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -92,11 +93,11 @@ pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
         return Ok(b);
     }
     if spec.contains('/') || spec.ends_with(".so") || spec.contains(".so.") {
-        return plugin_loader::load_plugin(Path::new(spec));
+        return load_plugin(Path::new(spec));
     }
     let not_found = get(spec).unwrap_err();
     let guess = format!("libmcore_init_{spec}.so");
-    match plugin_loader::load_plugin(Path::new(&guess)) {
+    match load_plugin(Path::new(&guess)) {
         Ok(b) if b.name() == spec => Ok(b),
         Ok(b) => Err(BackendError::InvalidVtable(format!(
             "{guess} registers backend '{}', not '{spec}'",
@@ -105,4 +106,37 @@ pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
         Err(BackendError::Load { .. }) => Err(not_found),
         Err(e) => Err(e),
     }
+}
+
+/// Environment variable naming plugin files to load (`:`-separated).
+pub const PLUGIN_ENV: &str = "MCORE_BACKEND_PLUGIN";
+
+/// Register the vtable at `vtable` (by pointer: `mcore_backend_register`, or a Rust caller that
+/// fills an `mcore_backend_v1` with `extern "C"` functions) and return the backend.
+///
+/// # Safety
+/// `vtable` is NULL or points to `struct_size` readable bytes laid out as `mcore_backend_v1`
+/// whose name is NUL-terminated and whose slots follow the vtable contract.
+#[allow(unsafe_code)]
+pub unsafe fn register_vtable(vtable: *const crate::abi::backend::mcore_backend_v1) -> Result<Backend, BackendError> {
+    // SAFETY: caller contract.
+    let vt = unsafe { Vtable::from_ptr(vtable, "mcore_backend_register") }?;
+    insert(vt, Origin::Pointer)
+}
+
+/// Load the plugin at `path`, register its backend and return it. Loading the same file again
+/// returns the backend it registered.
+pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
+    let (vt, vtable_addr) = open_plugin(path)?;
+    insert(vt, Origin::Plugin { vtable_addr })
+}
+
+/// Load every plugin listed in `MCORE_BACKEND_PLUGIN` (`:`-separated paths); the backends loaded
+/// (empty when the variable is unset or empty).
+pub fn load_plugins_from_env() -> Result<Vec<Backend>, BackendError> {
+    let Some(value) = std::env::var_os(PLUGIN_ENV) else {
+        return Ok(Vec::new());
+    };
+    let value = value.to_string_lossy().into_owned();
+    value.split(':').filter(|p| !p.is_empty()).map(|p| load_plugin(Path::new(p))).collect()
 }

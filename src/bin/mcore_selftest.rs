@@ -163,8 +163,8 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
             "groups": t.groups.as_secs_f64(), "world": t.world.as_secs_f64(), "verify": t.verify.as_secs_f64(),
         },
         // Per kind: the time this rank spent creating its communicator (split collective or init).
-        "create_s": rt.groups.iter().map(|g| (g.plan.kind.clone(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
-        "kinds": rt.groups.iter().map(|g| g.plan.kind.clone()).collect::<Vec<_>>(),
+        "create_s": rt.groups.iter().map(|g| (g.plan.kind.to_string(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
+        "kinds": rt.groups.iter().map(|g| g.plan.kind.to_string()).collect::<Vec<_>>(),
     })
 }
 

@@ -2,7 +2,7 @@
 //! "fill a caller buffer or report the size needed" pattern. Each error names the argument.
 
 use super::error::FfiError;
-use super::status::mcore_status;
+use crate::abi::mcore_status;
 use std::ffi::{c_char, CStr};
 
 pub(crate) fn null(what: &str) -> FfiError {

@@ -3,7 +3,7 @@
 //! `Err` becomes its status with the message recorded.
 
 use super::error::{clear_last_error, set_last_error, FfiError};
-use super::status::mcore_status;
+use crate::abi::mcore_status;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {

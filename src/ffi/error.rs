@@ -1,6 +1,6 @@
 //! The error carried to the C boundary and the thread-local last-error message.
 
-use super::status::mcore_status;
+use crate::abi::mcore_status;
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 
@@ -54,4 +54,30 @@ pub extern "C" fn mcore_last_error_message() -> *const c_char {
         Some(c) => c.as_ptr(),
         None => c"".as_ptr(),
     })
+}
+
+/// Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
+#[no_mangle]
+pub extern "C" fn mcore_status_str(code: i32) -> *const c_char {
+    match mcore_status::from_code(code) {
+        Some(s) => s.c_text().as_ptr(),
+        None => c"unknown status code".as_ptr(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_text_for_every_code() {
+        for code in -1..=100 {
+            // SAFETY: never NULL, static storage.
+            let text = unsafe { std::ffi::CStr::from_ptr(mcore_status_str(code)) }.to_str().unwrap();
+            match mcore_status::from_code(code) {
+                Some(s) => assert_eq!(text, s.as_str(), "code {code}"),
+                None => assert_eq!(text, "unknown status code"),
+            }
+        }
+    }
 }

@@ -1,22 +1,25 @@
-//! The C ABI. Everything `extern "C"` lives under this module: status codes, the thread-local
-//! last-error message, the panic boundary, and one file per exported object.
+//! The C ABI: every `extern "C"` export of the public API, the handles, the checked views of C
+//! arguments, the one map from typed errors to `mcore_status`, the thread-local last error and
+//! the panic boundary. The top layer: nothing else in the crate imports it.
 //!
-//! Conventions (STYLE.md): object first, inputs, then out-params; out-params are written only on
-//! success; destroy functions accept NULL; no panic crosses the boundary.
+//! Conventions (docs/abi.md): object first, inputs, then out-params; out-params are written only
+//! on success; destroy functions accept NULL; no panic crosses the boundary.
 
 pub(crate) mod args;
+pub mod backend;
 mod boundary;
 pub mod error;
-pub mod rng;
-pub mod status;
-pub mod store;
+mod handle;
+pub mod megatron;
 pub mod os;
+pub mod rng;
 pub mod runtime;
+mod status_map;
+pub mod store;
 pub mod topology;
 pub mod topology_nodes;
 pub mod version;
-pub mod backend;
 
+pub use crate::abi::mcore_status;
 pub use boundary::{ffi_guard, ffi_guard_ptr};
 pub use error::FfiError;
-pub use status::mcore_status;

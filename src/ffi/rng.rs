@@ -5,8 +5,9 @@
 
 use super::args::{null, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, ffi_guard_ptr, mcore_status, FfiError};
+use crate::abi::read_sized;
 use crate::rng::{
-    philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, RngError, SeedPolicy,
+    philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, SeedPolicy,
     SeedRequest,
 };
 use std::ffi::c_char;
@@ -70,33 +71,33 @@ pub struct mcore_rng_tracker {
 
 /// A new handle on `rng` (the runtime's streams); destroyed with `mcore_rng_tracker_destroy`.
 pub(crate) fn tracker_handle(rng: Arc<Mutex<RankRng>>) -> *mut mcore_rng_tracker {
-    Box::into_raw(Box::new(mcore_rng_tracker { inner: rng }))
+    super::handle::into_raw(mcore_rng_tracker { inner: rng })
 }
-
-impl From<RngError> for FfiError {
-    fn from(e: RngError) -> Self {
-        let status = match &e {
-            RngError::BadSeed(_) | RngError::ForkOrder { .. } | RngError::Invalid(_) => mcore_status::InvalidArgument,
-            RngError::SeedExists(_) | RngError::NameExists(_) => mcore_status::AlreadyExists,
-            RngError::NotAdded(_) => mcore_status::NotFound,
-            RngError::Overflow(_) => mcore_status::OutOfRange,
-            RngError::Corrupt(_) => mcore_status::Corrupt,
-            RngError::WrongRank { .. } | RngError::LayoutChanged(_) => mcore_status::WrongRank,
-        };
-        FfiError::new(status, e.to_string())
-    }
-}
-
-
-
-
 
 /// # Safety
 /// `t` is NULL or a live handle from `mcore_rng_tracker_create`.
 unsafe fn lock<'a>(t: *const mcore_rng_tracker) -> Result<MutexGuard<'a, RankRng>, FfiError> {
     // SAFETY: a live handle per the contract.
-    let t = unsafe { t.as_ref() }.ok_or_else(|| null("tracker"))?;
+    let t = unsafe { super::handle::borrow(t, "tracker") }?;
     Ok(t.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+}
+
+/// The `struct_size` of every released layout of `mcore_rng_coords` (see `crate::abi::sized`).
+const COORDS_RELEASES: &[u32] = &[std::mem::size_of::<mcore_rng_coords>() as u32];
+
+fn coords_default() -> mcore_rng_coords {
+    mcore_rng_coords {
+        struct_size: std::mem::size_of::<mcore_rng_coords>() as u32,
+        world_size: 0,
+        rank: 0,
+        pp_rank: 0,
+        dp_rank: 0,
+        tp_rank: 0,
+        cp_rank: 0,
+        ep_rank: 0,
+        etp_rank: 0,
+        layout_fingerprint: 0,
+    }
 }
 
 /// # Safety
@@ -105,17 +106,8 @@ unsafe fn coords_arg(c: *const mcore_rng_coords) -> Result<RankCoordinates, FfiE
     if c.is_null() {
         return Err(null("coords"));
     }
-    // SAFETY: the first field is readable per the contract.
-    let size = unsafe { (*c).struct_size } as usize;
-    let ours = std::mem::size_of::<mcore_rng_coords>();
-    if size < ours {
-        return Err(FfiError::new(
-            mcore_status::VersionTooOld,
-            format!("coords.struct_size is {size}, expected {ours}: fill it with mcore_rng_coords_default"),
-        ));
-    }
-    // SAFETY: at least `ours` bytes readable.
-    let c = unsafe { &*c };
+    // SAFETY: readable for its struct_size bytes per the contract.
+    let c = unsafe { read_sized(c, "mcore_rng_coords", COORDS_RELEASES, coords_default()) }?;
     Ok(RankCoordinates {
         world_size: c.world_size,
         rank: c.rank,
@@ -158,18 +150,7 @@ pub unsafe extern "C" fn mcore_rng_coords_default(out: *mut mcore_rng_coords) ->
     ffi_guard(|| {
         // SAFETY: writable per the contract.
         let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        *out = mcore_rng_coords {
-            struct_size: std::mem::size_of::<mcore_rng_coords>() as u32,
-            world_size: 0,
-            rank: 0,
-            pp_rank: 0,
-            dp_rank: 0,
-            tp_rank: 0,
-            cp_rank: 0,
-            ep_rank: 0,
-            etp_rank: 0,
-            layout_fingerprint: 0,
-        };
+        *out = coords_default();
         Ok(())
     })
 }
@@ -195,10 +176,8 @@ pub unsafe extern "C" fn mcore_rng_tracker_create(coords: *const mcore_rng_coord
 #[no_mangle]
 pub unsafe extern "C" fn mcore_rng_tracker_destroy(tracker: *mut mcore_rng_tracker) {
     let _ = ffi_guard(|| {
-        if !tracker.is_null() {
-            // SAFETY: created by Box::into_raw in mcore_rng_tracker_create, destroyed once.
-            drop(unsafe { Box::from_raw(tracker) });
-        }
+        // SAFETY: NULL or a handle from mcore_rng_tracker_create, destroyed once (the contract).
+        unsafe { super::handle::destroy(tracker) };
         Ok(())
     });
 }

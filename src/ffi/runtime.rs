@@ -3,11 +3,12 @@
 
 use super::args::{fill_ranks, opt_str_arg, out_ptr, slice_out};
 use super::rng::{mcore_rng_tracker, tracker_handle};
-use super::topology::{config_from_c, kind_from_c, mcore_group_info, mcore_topology_config, read_config, UserData};
+use super::topology::config::{config_from_c, mcore_topology_config, read_config, UserData};
+use super::topology::{kind_from_c, mcore_group_info};
+use crate::abi::read_sized;
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::rng::SeedPolicy;
 use crate::runtime::{self, CommConfig, CommStrategy, InitArgs, InitOutcome, LiveGroup, Runtime};
-use crate::topology::GroupKind;
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +24,12 @@ pub const MCORE_TIMEOUT_MAX_MS: u64 = 2_147_483_648_000;
 #[derive(Debug, Clone, Copy)]
 pub struct mcore_init_args {
     /// `sizeof(mcore_init_args)` as compiled by the caller (set by the init function).
-    pub struct_size: usize,
-    /// The parallel layout; the world size comes from the environment (RANK, WORLD_SIZE, ...).
-    pub topology: mcore_topology_config,
+    pub struct_size: u32,
+    /// The parallel layout (a config filled by `mcore_topology_config_init`), read during the
+    /// call; NULL = every size 1. A pointer, not a nested struct, so that fields appended to the
+    /// layout config never move a field of this struct. The world size comes from the
+    /// environment (RANK, WORLD_SIZE, ...).
+    pub topology: *const mcore_topology_config,
     /// Backend: "gloo" (default when NULL), "nccl", a registered name, or a plugin `.so` path.
     pub backend: *const c_char,
     /// Bound of every wait during initialization, in ms; 0 = `$MCORE_INIT_TIMEOUT` seconds, else
@@ -59,7 +63,6 @@ pub struct mcore_init_args {
     /// The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
     /// unset). Differs between ranks by design, so it is not part of the cross-rank check.
     pub device: i32,
-    // Appended for Megatron-Core 0.19 (a caller whose struct_size ends before it gets false).
     /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
     /// and (ep > 1) expert-dp groups as separate communicators with the same members (for
     /// overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
@@ -69,8 +72,8 @@ pub struct mcore_init_args {
 impl Default for mcore_init_args {
     fn default() -> Self {
         mcore_init_args {
-            struct_size: std::mem::size_of::<Self>(),
-            topology: mcore_topology_config::default(),
+            struct_size: std::mem::size_of::<Self>() as u32,
+            topology: std::ptr::null(),
             backend: std::ptr::null(),
             timeout_ms: 0,
             verify: true,
@@ -100,50 +103,27 @@ pub unsafe extern "C" fn mcore_init_args_init(args: *mut mcore_init_args) -> mco
     })
 }
 
-/// Copy the caller's struct (of its `struct_size`) over our defaults.
-unsafe fn read_args(args: *const mcore_init_args) -> Result<mcore_init_args, FfiError> {
+/// The `struct_size` of every released layout of `mcore_init_args` (see `crate::abi::sized`;
+/// ABI 2 restarted the list).
+const ARGS_RELEASES: &[u32] = &[std::mem::size_of::<mcore_init_args>() as u32];
+
+/// The caller's args and their layout config, each read under the one `struct_size` rule.
+///
+/// # Safety
+/// `args` is NULL or readable for its `struct_size` bytes; its `topology` is NULL or likewise.
+unsafe fn read_args(args: *const mcore_init_args) -> Result<(mcore_init_args, mcore_topology_config), FfiError> {
     if args.is_null() {
         return Err(FfiError::invalid_arg("args is NULL"));
     }
-    // SAFETY: struct_size is the first field of a struct the caller declares readable.
-    let given = unsafe { std::ptr::read_unaligned(args.cast::<usize>()) };
-    let ours = std::mem::size_of::<mcore_init_args>();
-    let min = std::mem::offset_of!(mcore_init_args, backend);
-    if given < min {
-        return Err(FfiError::invalid_arg(format!(
-            "args struct_size {given} is too small (at least {min}): fill the struct with mcore_init_args_init"
-        )));
-    }
-    let mut out = mcore_init_args::default();
-    // SAFETY: copy min(given, ours) bytes from a struct the caller declares to be that large.
-    unsafe { std::ptr::copy_nonoverlapping(args.cast::<u8>(), (&mut out as *mut mcore_init_args).cast::<u8>(), given.min(ours)) };
-    out.struct_size = ours;
-    // A caller compiled before fields were appended to the nested layout struct has a shorter
-    // `topology`, so its later fields sit earlier: read them from where the caller put them.
-    let topo_given = out.topology.struct_size;
-    let topo_ours = std::mem::size_of::<mcore_topology_config>();
-    if topo_given >= std::mem::size_of::<usize>() && topo_given < topo_ours {
-        let align = std::mem::align_of::<mcore_init_args>();
-        let tail_ours = std::mem::offset_of!(mcore_init_args, backend);
-        let tail_given = std::mem::offset_of!(mcore_init_args, topology) + topo_given.div_ceil(align) * align;
-        let len = given.saturating_sub(tail_given).min(ours - tail_ours);
-        let defaults = mcore_init_args::default();
-        // SAFETY: both ranges lie inside `out`/`defaults` (tail_ours + len <= ours) and inside the
-        // caller's struct (tail_given + len <= given); the structs are plain data.
-        unsafe {
-            let dst = (&mut out as *mut mcore_init_args).cast::<u8>();
-            std::ptr::copy_nonoverlapping(
-                (&defaults as *const mcore_init_args).cast::<u8>().add(tail_ours),
-                dst.add(tail_ours),
-                ours - tail_ours,
-            );
-            std::ptr::copy_nonoverlapping(args.cast::<u8>().add(tail_given), dst.add(tail_ours), len);
-        }
-    }
-    // The nested layout struct carries its own struct_size: read it the same careful way.
-    // SAFETY: `out.topology` is a whole struct of ours now.
-    out.topology = unsafe { read_config(&out.topology) }?;
-    Ok(out)
+    // SAFETY: non-NULL, readable per the contract.
+    let out = unsafe { read_sized(args, "mcore_init_args", ARGS_RELEASES, mcore_init_args::default()) }?;
+    let topology = if out.topology.is_null() {
+        mcore_topology_config::default()
+    } else {
+        // SAFETY: non-NULL, readable per the contract.
+        unsafe { read_config(out.topology, "args->topology") }?
+    };
+    Ok((out, topology))
 }
 
 /// The communicator options of `c`: the file's entries, then the text's, `split_share` as default.
@@ -184,8 +164,8 @@ fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
 pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_already: *mut bool) -> mcore_status {
     ffi_guard(|| {
         // SAFETY: per the contract above.
-        let c = unsafe { read_args(args) }?;
-        let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&c.topology)?;
+        let (c, layout) = unsafe { read_args(args) }?;
+        let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&layout)?;
         // SAFETY (each opt_str_arg): the string fields are NULL or NUL-terminated, per the struct's contract.
         let backend = unsafe { opt_str_arg(c.backend, "backend") }?.unwrap_or("gloo").to_string();
         let seed_policy = match unsafe { opt_str_arg(c.seed_policy, "seed_policy") }? {
@@ -233,7 +213,7 @@ pub extern "C" fn mcore_is_initialized() -> bool {
     runtime::is_initialized()
 }
 
-fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Result<R, FfiError> {
+pub(crate) fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Result<R, FfiError> {
     runtime::with_runtime(f)?
 }
 
@@ -387,8 +367,7 @@ pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut
         with_rt(|rt| {
             let g = live_group(rt, kind)?;
             let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            comm.allreduce_sum_i64(values)
-                .map_err(|e| FfiError::new(mcore_status::Backend, format!("all-reduce over {}: {e}", g.comm_name)))
+            comm.allreduce_sum_i64(values).map_err(|e| e.context(format!("all-reduce over {}", g.comm_name)).into())
         })
     })
 }
@@ -400,309 +379,36 @@ pub extern "C" fn mcore_runtime_barrier(kind: i32) -> mcore_status {
         with_rt(|rt| {
             let g = live_group(rt, kind)?;
             let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            comm.barrier().map_err(|e| FfiError::new(mcore_status::Backend, format!("barrier over {}: {e}", g.comm_name)))
+            comm.barrier().map_err(|e| e.context(format!("barrier over {}", g.comm_name)).into())
         })
     })
-}
-
-/// Run a getter: its value, or -1 with the last error set (not initialized, not a member).
-fn getter(f: impl FnOnce(&Runtime) -> Result<i64, FfiError>) -> i32 {
-    let mut value = -1i32;
-    let status = ffi_guard(|| {
-        value = with_rt(f)? as i32;
-        Ok(())
-    });
-    if status == mcore_status::Ok {
-        value
-    } else {
-        -1
-    }
-}
-
-fn member(rt: &Runtime, kind: GroupKind) -> Result<&LiveGroup, FfiError> {
-    rt.group(kind).ok_or_else(|| {
-        FfiError::new(mcore_status::NotMember, format!("rank {} is not a member of any {} group", rt.env.rank, kind.key()))
-    })
-}
-
-/// Which number of a rank's group a getter returns.
-enum GroupField {
-    Rank,
-    Size,
-    First,
-}
-
-/// One Megatron-style getter: the field of this rank's group of `kind`, or -1 (last error set).
-fn group_getter(kind: GroupKind, field: GroupField) -> i32 {
-    getter(|rt| {
-        let g = member(rt, kind)?;
-        Ok(match field {
-            GroupField::Rank => g.group_rank as i64,
-            GroupField::Size => g.plan.members.len() as i64,
-            GroupField::First => g.plan.members[0] as i64,
-        })
-    })
-}
-
-// Written out one by one (not by a macro) so that cbindgen puts every getter in the header.
-/// This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_tensor_model_parallel_rank() -> i32 {
-    group_getter(GroupKind::TensorModelParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `tensor_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_tensor_model_parallel_world_size() -> i32 {
-    group_getter(GroupKind::TensorModelParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `tensor_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_tensor_model_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::TensorModelParallel, GroupField::First)
-}
-
-/// This rank's index in its `pipeline_model_parallel` group (Megatron's `get_pipeline_model_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_rank() -> i32 {
-    group_getter(GroupKind::PipelineModelParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `pipeline_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_world_size() -> i32 {
-    group_getter(GroupKind::PipelineModelParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `pipeline_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_first_rank() -> i32 {
-    group_getter(GroupKind::PipelineModelParallel, GroupField::First)
-}
-
-/// This rank's index in its `data_parallel` group (Megatron's `get_data_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_rank() -> i32 {
-    group_getter(GroupKind::DataParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `data_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_world_size() -> i32 {
-    group_getter(GroupKind::DataParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `data_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::DataParallel, GroupField::First)
-}
-
-/// This rank's index in its `data_parallel_with_cp` group (Megatron's `get_data_parallel_rank_with_cp`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_rank_with_cp() -> i32 {
-    group_getter(GroupKind::DataParallelWithCp, GroupField::Rank)
-}
-
-/// Size of this rank's `data_parallel_with_cp` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_world_size_with_cp() -> i32 {
-    group_getter(GroupKind::DataParallelWithCp, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `data_parallel_with_cp` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_data_parallel_src_rank_with_cp() -> i32 {
-    group_getter(GroupKind::DataParallelWithCp, GroupField::First)
-}
-
-/// This rank's index in its `context_parallel` group (Megatron's `get_context_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_context_parallel_rank() -> i32 {
-    group_getter(GroupKind::ContextParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `context_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_context_parallel_world_size() -> i32 {
-    group_getter(GroupKind::ContextParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `context_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_context_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::ContextParallel, GroupField::First)
-}
-
-/// This rank's index in its `model_parallel` group (Megatron's `get_model_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_model_parallel_rank() -> i32 {
-    group_getter(GroupKind::ModelParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_model_parallel_world_size() -> i32 {
-    group_getter(GroupKind::ModelParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_model_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::ModelParallel, GroupField::First)
-}
-
-/// This rank's index in its `expert_model_parallel` group (Megatron's `get_expert_model_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_model_parallel_rank() -> i32 {
-    group_getter(GroupKind::ExpertModelParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `expert_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_model_parallel_world_size() -> i32 {
-    group_getter(GroupKind::ExpertModelParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `expert_model_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_model_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::ExpertModelParallel, GroupField::First)
-}
-
-/// This rank's index in its `expert_tensor_parallel` group (Megatron's `get_expert_tensor_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_tensor_parallel_rank() -> i32 {
-    group_getter(GroupKind::ExpertTensorParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `expert_tensor_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_tensor_parallel_world_size() -> i32 {
-    group_getter(GroupKind::ExpertTensorParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `expert_tensor_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_tensor_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::ExpertTensorParallel, GroupField::First)
-}
-
-/// This rank's index in its `expert_data_parallel` group (Megatron's `get_expert_data_parallel_rank`); -1 when not
-/// initialized or not a member (see `mcore_last_error_message`).
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_data_parallel_rank() -> i32 {
-    group_getter(GroupKind::ExpertDataParallel, GroupField::Rank)
-}
-
-/// Size of this rank's `expert_data_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_data_parallel_world_size() -> i32 {
-    group_getter(GroupKind::ExpertDataParallel, GroupField::Size)
-}
-
-/// Global rank of the first member of this rank's `expert_data_parallel` group; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_expert_data_parallel_src_rank() -> i32 {
-    group_getter(GroupKind::ExpertDataParallel, GroupField::First)
-}
-
-/// Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_last_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.last as i64))
-}
-
-/// Global rank of the next pipeline stage (wraps around); -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_next_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.next as i64))
-}
-
-/// Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_pipeline_model_parallel_prev_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.prev as i64))
-}
-
-/// Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
-#[no_mangle]
-pub extern "C" fn mcore_get_virtual_pipeline_model_parallel_world_size() -> i32 {
-    getter(|rt| Ok(rt.topology.sizes().vpp.unwrap_or(0) as i64))
-}
-
-/// Stage tests of this rank: `vp_stage` -1 ignores virtual stages (Megatron's
-/// `ignore_virtual=True`); otherwise the virtual stage to test. 1 = yes, 0 = no, -1 = error.
-fn stage_test(f: impl FnOnce(&Runtime, Option<u32>) -> Result<bool, crate::topology::TopologyError>, vp_stage: i32) -> i32 {
-    getter(|rt| {
-        let vp = match vp_stage {
-            -1 => None,
-            v if v >= 0 => Some(v as u32),
-            v => return Err(FfiError::invalid_arg(format!("vp_stage {v} must be -1 (ignore) or >= 0"))),
-        };
-        Ok(f(rt, vp)? as i64)
-    })
-}
-
-/// Whether this rank is on the first pipeline stage (and on virtual stage 0 when `vp_stage` is
-/// given): 1, 0, or -1 on error.
-#[no_mangle]
-pub extern "C" fn mcore_is_pipeline_first_stage(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_pipeline_first_stage(rt.env.rank, vp), vp_stage)
-}
-
-/// Whether this rank is on the last pipeline stage (and on the last virtual stage when
-/// `vp_stage` is given): 1, 0, or -1 on error.
-#[no_mangle]
-pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_pipeline_last_stage(rt.env.rank, vp), vp_stage)
-}
-
-/// Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
-#[no_mangle]
-pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
 }
 
 #[cfg(test)]
-mod old_layout_tests {
+mod tests {
     use super::*;
 
-    /// A caller compiled before the 0.19 fields were appended to `mcore_topology_config` has its
-    /// later `mcore_init_args` fields earlier; they are read from where it put them.
+    /// The layout config is behind a pointer: its size never moves a field of the args, and an
+    /// args struct of another size is refused by name.
     #[test]
-    fn args_from_a_caller_with_the_shorter_layout_struct() {
-        let mut new = mcore_init_args::default();
-        new.timeout_ms = 1234;
-        new.verify = false;
-        new.device = 3;
-        new.topology.tp = 2;
-        let ours = std::mem::size_of::<mcore_init_args>();
-        let topo_off = std::mem::offset_of!(mcore_init_args, topology);
-        let tail = std::mem::offset_of!(mcore_init_args, backend);
-        let topo_old = std::mem::offset_of!(mcore_topology_config, gtp).div_ceil(8) * 8;
-        let given = topo_off + topo_old + (ours - tail);
-        let mut buf = vec![0u64; ours.div_ceil(8) + 2];
-        // SAFETY: plain-data copies within both buffers.
-        let got = unsafe {
-            let src = (&new as *const mcore_init_args).cast::<u8>();
-            let dst = buf.as_mut_ptr().cast::<u8>();
-            std::ptr::copy_nonoverlapping(src, dst, topo_off + topo_old);
-            std::ptr::copy_nonoverlapping(src.add(tail), dst.add(topo_off + topo_old), ours - tail);
-            dst.cast::<usize>().write(given);
-            dst.add(topo_off).cast::<usize>().write(topo_old);
-            read_args(buf.as_ptr().cast::<mcore_init_args>()).unwrap()
-        };
-        assert_eq!((got.timeout_ms, got.verify, got.device, got.topology.tp), (1234, false, 3, 2));
-        assert_eq!((got.topology.gtp, got.topology.egtp, got.topology.local_world_size), (1, 1, 0));
+    fn args_and_their_layout_are_read_separately() {
+        let mut layout = mcore_topology_config::default();
+        layout.tp = 2;
+        let mut args = mcore_init_args::default();
+        args.topology = &layout;
+        args.timeout_ms = 1234;
+        args.device = 3;
+        // SAFETY: both structs are ours and whole.
+        let (got, topo) = unsafe { read_args(&args) }.unwrap();
+        assert_eq!((got.timeout_ms, got.device, topo.tp, topo.gtp), (1234, 3, 2, 1));
+        args.topology = std::ptr::null();
+        // SAFETY: as above.
+        let (_, topo) = unsafe { read_args(&args) }.unwrap();
+        assert_eq!(topo.tp, 1, "NULL layout = every size 1");
+        args.struct_size -= 8;
+        // SAFETY: as above (a smaller declared size).
+        let e = unsafe { read_args(&args) }.unwrap_err();
+        assert_eq!(e.status, mcore_status::InvalidArgument);
+        assert!(e.message.contains("mcore_init_args struct_size"), "{}", e.message);
     }
 }

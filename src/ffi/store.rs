@@ -3,9 +3,9 @@
 
 #![allow(non_camel_case_types)]
 
-use super::args::{null, out_ptr, slice_arg, slice_out, str_arg};
+use super::args::{out_ptr, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, mcore_status, FfiError};
-use crate::store::{PrefixStore, Store, StoreError, TcpStore, TcpStoreServer};
+use crate::store::{PrefixStore, Store, TcpStore, TcpStoreServer};
 use std::ffi::c_char;
 use std::sync::Arc;
 
@@ -19,44 +19,11 @@ pub struct mcore_store {
     server: Option<Arc<TcpStoreServer>>,
 }
 
-/// The status of a store failure: the one mapping every C-facing path uses.
-pub(crate) fn store_status(e: &StoreError) -> mcore_status {
-    match e {
-        StoreError::Timeout { .. } => mcore_status::Timeout,
-        StoreError::Io(_) => mcore_status::Io,
-        StoreError::Protocol(_) => mcore_status::Protocol,
-        StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
-        StoreError::Closed(_) => mcore_status::PeerFailed,
-    }
-}
-
-impl From<StoreError> for FfiError {
-    fn from(e: StoreError) -> Self {
-        FfiError::new(store_status(&e), e.to_string())
-    }
-}
-
-/// A new handle owning `store` (for other ffi code that builds stores).
-#[allow(dead_code)] // for the runtime's ffi code
-pub(crate) fn store_into_raw(store: Arc<dyn Store>) -> *mut mcore_store {
-    Box::into_raw(Box::new(mcore_store { store, tcp_port: None, server: None }))
-}
-
-/// The store behind a handle (for other ffi code).
-#[allow(dead_code)] // for the runtime's ffi code
-///
-/// # Safety
-/// `p` is NULL or a live handle from an `mcore_store_*_create` call.
-pub(crate) unsafe fn store_arg(p: *const mcore_store) -> Result<Arc<dyn Store>, FfiError> {
-    // SAFETY: live handle per the contract.
-    Ok(unsafe { handle(p) }?.store.clone())
-}
-
 /// # Safety
 /// `p` is NULL or a live handle.
 unsafe fn handle<'a>(p: *const mcore_store) -> Result<&'a mcore_store, FfiError> {
     // SAFETY: live handle per the contract.
-    unsafe { p.as_ref() }.ok_or_else(|| null("store"))
+    unsafe { super::handle::borrow(p, "store") }
 }
 
 /// # Safety
@@ -103,7 +70,7 @@ pub unsafe extern "C" fn mcore_store_tcp_create(
         } else {
             mcore_store { store: Arc::new(TcpStore::connect(host, port, timeout)?), tcp_port: Some(port), server: None }
         };
-        *out = Box::into_raw(Box::new(h));
+        *out = super::handle::into_raw(h);
         Ok(())
     })
 }
@@ -144,7 +111,7 @@ pub unsafe extern "C" fn mcore_store_prefix_create(
             tcp_port: b.tcp_port,
             server: b.server.clone(),
         };
-        *out = Box::into_raw(Box::new(view));
+        *out = super::handle::into_raw(view);
         Ok(())
     })
 }
@@ -156,10 +123,8 @@ pub unsafe extern "C" fn mcore_store_prefix_create(
 #[no_mangle]
 pub unsafe extern "C" fn mcore_store_destroy(store: *mut mcore_store) {
     let _ = ffi_guard(|| {
-        if !store.is_null() {
-            // SAFETY: created by Box::into_raw, destroyed once per the contract.
-            drop(unsafe { Box::from_raw(store) });
-        }
+        // SAFETY: NULL or a handle from an mcore_store_*_create call, destroyed once (the contract).
+        unsafe { super::handle::destroy(store) };
         Ok(())
     });
 }
@@ -371,7 +336,7 @@ pub unsafe extern "C" fn mcore_store_num_keys(store: *mut mcore_store, out_count
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::store::{MemoryStore, StoreError};
     use std::time::Duration;
 
     #[test]
@@ -383,8 +348,8 @@ mod tests {
         assert_eq!(FfiError::from(StoreError::Protocol("x".into())).status, mcore_status::Protocol);
         assert_eq!(FfiError::from(StoreError::InvalidArgument("x".into())).status, mcore_status::InvalidArgument);
         assert_eq!(FfiError::from(StoreError::Closed("x".into())).status, mcore_status::PeerFailed);
-        let raw = store_into_raw(Arc::new(MemoryStore::default()));
-        let s = unsafe { store_arg(raw) }.unwrap();
+        let raw = super::super::handle::into_raw(mcore_store { store: Arc::new(MemoryStore::default()), tcp_port: None, server: None });
+        let s = unsafe { handle(raw) }.unwrap().store.clone();
         s.set("k", b"v").unwrap();
         let mut port = 0u16;
         assert_eq!(unsafe { mcore_store_tcp_port(raw, &mut port) }, mcore_status::InvalidArgument);
@@ -392,6 +357,6 @@ mod tests {
         assert_eq!(unsafe { mcore_store_num_keys(raw, &mut n) }, mcore_status::Ok);
         assert_eq!(n, 1);
         unsafe { mcore_store_destroy(raw) };
-        assert!(unsafe { store_arg(std::ptr::null()) }.is_err());
+        assert!(unsafe { handle(std::ptr::null()) }.is_err());
     }
 }

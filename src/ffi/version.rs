@@ -3,8 +3,9 @@
 
 use std::ffi::c_char;
 
-/// ABI version of this library: structs and vtables carry it; bumped on incompatible changes.
-pub const MCORE_ABI_VERSION: u32 = 1;
+/// ABI version of the public API: bumped on incompatible changes (CHANGELOG.md says what changed).
+/// The plugin ABI has its own version (`MCORE_BACKEND_ABI_VERSION_V1`).
+pub const MCORE_ABI_VERSION: u32 = 2;
 
 /// The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).
 #[no_mangle]

@@ -8,6 +8,8 @@
 //! Megatron's `is_high_priority_stream` is a torch stream setting with no communicator
 //! equivalent: it is accepted and ignored.
 
+pub use crate::backend::CommOptions;
+use crate::topology::GroupKind;
 use std::collections::BTreeMap;
 use std::fmt;
 use yaml_rust2::parser::{Event, Parser};
@@ -106,144 +108,71 @@ impl fmt::Display for CommStrategy {
     }
 }
 
-/// Options of one kind's communicators; `None` leaves the backend's default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct CommOptions {
-    pub cga_cluster_size: Option<i32>,
-    pub min_ctas: Option<i32>,
-    pub max_ctas: Option<i32>,
-    /// The network plugin, e.g. "IB" or "Socket".
-    pub net_name: Option<String>,
-    /// Children of a split share the parent's resources (NCCL `splitShare`; off by default, so
-    /// that aborting one communicator does not break the others).
-    pub split_share: Option<bool>,
+/// What an entry of the config file configures: one kind, or every hierarchical
+/// context-parallel level (Megatron's `hcp`, our `hierarchical_context_parallel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Entry {
+    Kind(GroupKind),
+    EveryHierarchicalCpLevel,
 }
-
-impl CommOptions {
-    /// Whether every option is left at the backend's default.
-    pub fn is_default(&self) -> bool {
-        *self == CommOptions::default()
-    }
-
-    /// `self` with the options `over` sets replacing ours.
-    pub fn merged(&self, over: &CommOptions) -> CommOptions {
-        CommOptions {
-            cga_cluster_size: over.cga_cluster_size.or(self.cga_cluster_size),
-            min_ctas: over.min_ctas.or(self.min_ctas),
-            max_ctas: over.max_ctas.or(self.max_ctas),
-            net_name: over.net_name.clone().or_else(|| self.net_name.clone()),
-            split_share: over.split_share.or(self.split_share),
-        }
-    }
-}
-
-impl fmt::Display for CommOptions {
-    /// The options set, `name=value` joined by commas (`-` when none): messages and fingerprints.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        let mut num = |name: &str, v: Option<i32>| {
-            if let Some(v) = v {
-                parts.push(format!("{name}={v}"));
-            }
-        };
-        num("cga_cluster_size", self.cga_cluster_size);
-        num("min_ctas", self.min_ctas);
-        num("max_ctas", self.max_ctas);
-        if let Some(n) = &self.net_name {
-            parts.push(format!("net_name={n}"));
-        }
-        if let Some(s) = self.split_share {
-            parts.push(format!("split_share={s}"));
-        }
-        if parts.is_empty() {
-            f.write_str("-")
-        } else {
-            f.write_str(&parts.join(","))
-        }
-    }
-}
-
-/// Megatron-Core's process-group names in its NCCL config file, and the kind each names.
-/// `hcp` names every hierarchical context-parallel level.
-pub const MEGATRON_GROUP_NAMES: &[(&str, &str)] = &[
-    ("tp", "tensor_model_parallel"),
-    ("pp", "pipeline_model_parallel"),
-    ("dp", "data_parallel"),
-    ("dp_cp", "data_parallel_with_cp"),
-    ("cp", "context_parallel"),
-    ("hcp", HIERARCHICAL_CP),
-    ("mp", "model_parallel"),
-    ("tp_dp", "tensor_and_data_parallel"),
-    ("tp_dp_cp", "tensor_and_data_parallel_with_cp"),
-    ("tp_cp", "tensor_and_context_parallel"),
-    ("intra_dp_cp", "intra_partial_data_parallel_with_cp"),
-    ("intra_dist_opt_instance", "intra_distributed_optimizer_instance"),
-    ("embd", "embedding"),
-    ("pos_embd", "position_embedding"),
-    ("ep", "expert_model_parallel"),
-    ("ep_tp", "expert_tensor_parallel"),
-    ("tp_ep_mp", "expert_tensor_and_model_parallel"),
-    ("tp_ep_pp", "expert_tensor_model_pipeline_parallel"),
-    ("ep_dp", "expert_data_parallel"),
-    ("intra_ep_dp", "intra_partial_expert_data_parallel"),
-    ("inter_ep_dp", "inter_partial_expert_data_parallel"),
-    // Megatron-Core 0.19's weight-rematerialization groups.
-    ("gtp_remat", "gtp_weight_remat"),
-    ("gtp_remat_dp", "data_parallel_with_gtp_remat"),
-    ("gtp_remat_dp_cp", "data_parallel_with_cp_with_gtp_remat"),
-    ("expt_gtp_remat", "expert_gtp_weight_remat"),
-    ("tp_ep_gtp_remat_pp", "expert_tensor_model_pipeline_parallel_with_egtp"),
-    ("ep_gtp_remat_dp", "expert_data_parallel_with_gtp_remat"),
-];
 
 /// The entry that applies to every `hierarchical_context_parallel_<i>` level.
 const HIERARCHICAL_CP: &str = "hierarchical_context_parallel";
 
-/// The kind key an entry name means: a Megatron short name, a kind key, or
-/// `hierarchical_context_parallel` (every level).
-fn kind_of_entry(name: &str) -> Option<String> {
-    if let Some((_, kind)) = MEGATRON_GROUP_NAMES.iter().find(|(short, _)| *short == name) {
-        return Some(kind.to_string());
+/// The entry an entry name means: a Megatron short name ([`GroupKind::megatron_name`]), a kind
+/// key, or `hierarchical_context_parallel` (every level).
+fn entry_of(name: &str) -> Option<Entry> {
+    if name == HIERARCHICAL_CP || name == GroupKind::HierarchicalContextParallel(0).megatron_name() {
+        return Some(Entry::EveryHierarchicalCpLevel);
     }
-    let is_kind = MEGATRON_GROUP_NAMES.iter().any(|(_, kind)| *kind == name)
-        || name.strip_prefix("hierarchical_context_parallel_").is_some_and(|i| i.parse::<u32>().is_ok());
-    is_kind.then(|| name.to_string())
+    GroupKind::FIXED
+        .into_iter()
+        .find(|k| k.megatron_name() == name)
+        .or_else(|| GroupKind::from_key(name))
+        .map(Entry::Kind)
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entry::Kind(k) => write!(f, "{k}"),
+            Entry::EveryHierarchicalCpLevel => f.write_str(HIERARCHICAL_CP),
+        }
+    }
 }
 
 /// Communicator options: a default for every kind, and per-kind entries over it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommConfig {
     pub default: CommOptions,
-    per_kind: BTreeMap<String, CommOptions>,
+    per_kind: BTreeMap<Entry, CommOptions>,
 }
 
 impl CommConfig {
     /// Set the options of `name` (a Megatron short name or a kind key); the error names it.
     pub fn set(&mut self, name: &str, options: CommOptions) -> Result<(), String> {
-        let kind = kind_of_entry(name).ok_or_else(|| {
+        let entry = entry_of(name).ok_or_else(|| {
+            let mut names: Vec<&str> = GroupKind::FIXED.iter().map(|k| k.megatron_name()).collect();
+            names.push(GroupKind::HierarchicalContextParallel(0).megatron_name());
             format!(
                 "communicator config: '{name}' is neither a group kind nor one of Megatron's group names ({})",
-                MEGATRON_GROUP_NAMES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+                names.join(", ")
             )
         })?;
-        self.per_kind.insert(kind, options);
+        self.per_kind.insert(entry, options);
         Ok(())
     }
 
-    /// The options of `kind` (a kind key): its entry over the default.
-    pub fn options_for(&self, kind: &str) -> CommOptions {
-        let entry = self.per_kind.get(kind).or_else(|| {
-            kind.strip_prefix("hierarchical_context_parallel_").and_then(|_| self.per_kind.get(HIERARCHICAL_CP))
+    /// The options of `kind`: its entry over the default.
+    pub fn options_for(&self, kind: GroupKind) -> CommOptions {
+        let entry = self.per_kind.get(&Entry::Kind(kind)).or_else(|| match kind {
+            GroupKind::HierarchicalContextParallel(_) => self.per_kind.get(&Entry::EveryHierarchicalCpLevel),
+            _ => None,
         });
         match entry {
             Some(o) => self.default.merged(o),
             None => self.default.clone(),
         }
-    }
-
-    /// The per-kind entries (kind key, options), in key order.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &CommOptions)> {
-        self.per_kind.iter().map(|(k, o)| (k.as_str(), o))
     }
 
     /// Whether nothing is set.
@@ -362,6 +291,10 @@ fn describe(v: &Yaml) -> String {
 mod tests {
     use super::*;
 
+    fn k(key: &str) -> GroupKind {
+        GroupKind::from_key(key).unwrap()
+    }
+
     const MEGATRON_STYLE: &str = "\
 # per-communicator tuning
 dp:
@@ -379,13 +312,13 @@ tensor_and_data_parallel:
     fn megatron_names_and_kind_keys_map_to_kinds() {
         let mut c = CommConfig::default();
         c.add_yaml(MEGATRON_STYLE, "cfg.yaml").unwrap();
-        let dp = c.options_for("data_parallel");
+        let dp = c.options_for(k("data_parallel"));
         assert_eq!((dp.cga_cluster_size, dp.max_ctas, dp.min_ctas), (Some(4), Some(4), Some(1)));
-        assert_eq!(c.options_for("tensor_model_parallel").net_name.as_deref(), Some("Socket"));
-        assert_eq!(c.options_for("hierarchical_context_parallel_1").max_ctas, Some(2));
-        assert_eq!(c.options_for("tensor_and_data_parallel").split_share, Some(true));
+        assert_eq!(c.options_for(k("tensor_model_parallel")).net_name.as_deref(), Some("Socket"));
+        assert_eq!(c.options_for(k("hierarchical_context_parallel_1")).max_ctas, Some(2));
+        assert_eq!(c.options_for(k("tensor_and_data_parallel")).split_share, Some(true));
         // dp does not configure dp_cp: Megatron configures them separately.
-        assert!(c.options_for("data_parallel_with_cp").is_default());
+        assert!(c.options_for(k("data_parallel_with_cp")).is_default());
     }
 
     #[test]
@@ -406,17 +339,17 @@ tensor_and_data_parallel:
         .enumerate()
         {
             assert!(crate::topology::GroupKind::from_key(kind).is_some(), "{kind}");
-            assert_eq!(c.options_for(kind).max_ctas, Some(i as i32 + 1), "{kind}");
+            assert_eq!(c.options_for(k(kind)).max_ctas, Some(i as i32 + 1), "{kind}");
         }
-        assert!(c.options_for("data_parallel").is_default(), "gtp_remat_dp does not configure dp");
+        assert!(c.options_for(k("data_parallel")).is_default(), "gtp_remat_dp does not configure dp");
     }
 
     #[test]
     fn the_default_applies_under_entries() {
         let mut c = CommConfig { default: CommOptions { split_share: Some(true), max_ctas: Some(8), ..Default::default() }, ..Default::default() };
         c.set("pp", CommOptions { max_ctas: Some(2), ..Default::default() }).unwrap();
-        assert_eq!(c.options_for("pipeline_model_parallel"), CommOptions { max_ctas: Some(2), split_share: Some(true), ..Default::default() });
-        assert_eq!(c.options_for("context_parallel").max_ctas, Some(8));
+        assert_eq!(c.options_for(k("pipeline_model_parallel")), CommOptions { max_ctas: Some(2), split_share: Some(true), ..Default::default() });
+        assert_eq!(c.options_for(k("context_parallel")).max_ctas, Some(8));
     }
 
     #[test]
@@ -486,8 +419,8 @@ tensor_and_data_parallel:
     fn a_shared_options_block_through_an_alias_still_works() {
         let mut c = CommConfig::default();
         c.add_yaml("tp: &o {max_ctas: 4, net_name: Socket}\ndp: *o\n", "x").unwrap();
-        assert_eq!(c.options_for("data_parallel"), c.options_for("tensor_model_parallel"));
-        assert_eq!(c.options_for("data_parallel").max_ctas, Some(4));
+        assert_eq!(c.options_for(k("data_parallel")), c.options_for(k("tensor_model_parallel")));
+        assert_eq!(c.options_for(k("data_parallel")).max_ctas, Some(4));
     }
 
     #[test]

@@ -1,12 +1,9 @@
-//! The one error type of the runtime, and its mapping to C status codes.
+//! The one error type of the runtime (its C status is decided in `crate::ffi`'s status map).
 
 use super::checkin::CheckinError;
 use super::env::EnvError;
 use super::groups::GroupError;
-use crate::backend::nccl::NcclError;
-use crate::backend::BackendError;
-use crate::ffi::store::store_status;
-use crate::ffi::{mcore_status, FfiError};
+use crate::backend::{BackendError, CommError};
 use crate::rng::RngError;
 use crate::store::StoreError;
 use crate::topology::TopologyError;
@@ -27,8 +24,8 @@ pub enum RuntimeError {
     Checkin(CheckinError),
     /// The backend could not be resolved or loaded.
     Backend(BackendError),
-    /// The built-in NCCL backend could not be loaded or used.
-    Nccl(NcclError),
+    /// A backend operation outside one group failed (loading NCCL, checking options).
+    Comm(CommError),
     /// Creating or verifying one group failed.
     Group(GroupError),
     /// Seeding the RNG streams failed (bad seed, seed collision).
@@ -50,7 +47,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::StoreConnect { what, source } => write!(f, "cannot reach {what}: {source}"),
             RuntimeError::Checkin(e) => write!(f, "{e}"),
             RuntimeError::Backend(e) => write!(f, "{e}"),
-            RuntimeError::Nccl(e) => write!(f, "{e}"),
+            RuntimeError::Comm(e) => write!(f, "{e}"),
             RuntimeError::Group(e) => write!(f, "{e}"),
             RuntimeError::Rng(e) => write!(f, "{e}"),
             RuntimeError::AlreadyInitialized(diff) => write!(
@@ -76,31 +73,4 @@ macro_rules! from_error {
     };
 }
 from_error!(EnvError => Env, TopologyError => Topology, StoreError => Store, CheckinError => Checkin,
-            BackendError => Backend, NcclError => Nccl, GroupError => Group, RngError => Rng);
-
-
-impl RuntimeError {
-    pub fn status(&self) -> mcore_status {
-        match self {
-            RuntimeError::Env(_) | RuntimeError::InvalidArgument(_) => mcore_status::InvalidArgument,
-            RuntimeError::Topology(e) => FfiError::from(e.clone()).status,
-            RuntimeError::Store(e) | RuntimeError::StoreConnect { source: e, .. } => store_status(e),
-            RuntimeError::Checkin(CheckinError::Missing { .. }) => mcore_status::Timeout,
-            RuntimeError::Checkin(CheckinError::Mismatch(_)) => mcore_status::ConfigMismatch,
-            RuntimeError::Checkin(CheckinError::Store(e)) => store_status(e),
-            RuntimeError::Backend(e) => e.status(),
-            RuntimeError::Nccl(e) => FfiError::from(e.clone()).status,
-            RuntimeError::Group(g) if g.message.contains("timed out") => mcore_status::Timeout,
-            RuntimeError::Group(_) => mcore_status::Backend,
-            RuntimeError::Rng(e) => FfiError::from(e.clone()).status,
-            RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,
-            RuntimeError::NotInitialized => mcore_status::NotInitialized,
-        }
-    }
-}
-
-impl From<RuntimeError> for FfiError {
-    fn from(e: RuntimeError) -> Self {
-        FfiError::new(e.status(), e.to_string())
-    }
-}
+            BackendError => Backend, CommError => Comm, GroupError => Group, RngError => Rng);

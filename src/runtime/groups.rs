@@ -15,24 +15,70 @@
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
 
-use super::comm::{CommFactory, Communicator};
-use super::comm_config::{CommConfig, CommOptions, CommStrategy};
+use super::comm_config::{CommConfig, CommStrategy};
 use super::progress;
-use crate::backend::GroupInfo;
+use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
+use crate::topology::GroupKind;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What a planned communicator is: a group of a kind, or the all-gather twin of one (Megatron's
+/// `create_all_gather_groups`: the same members, a communicator of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlanKind {
+    Group(GroupKind),
+    AllGatherTwin(GroupKind),
+}
+
+impl PlanKind {
+    /// The group kind whose members this has.
+    pub fn group_kind(self) -> GroupKind {
+        match self {
+            PlanKind::Group(k) | PlanKind::AllGatherTwin(k) => k,
+        }
+    }
+
+    /// The communicator options: the kind's; a twin gets the default (Megatron configures none).
+    pub fn options(self, config: &CommConfig) -> CommOptions {
+        match self {
+            PlanKind::Group(k) => config.options_for(k),
+            PlanKind::AllGatherTwin(_) => config.default.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for PlanKind {
+    /// The kind's key; a twin's is `<key>_all_gather`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanKind::Group(k) => write!(f, "{k}"),
+            PlanKind::AllGatherTwin(k) => write!(f, "{k}_all_gather"),
+        }
+    }
+}
+
 /// One group of this rank, as the topology lays it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
-    /// Group-kind key (DESIGN.md), e.g. `tensor_model_parallel`.
-    pub kind: String,
+    /// What it is, e.g. the `tensor_model_parallel` kind.
+    pub kind: PlanKind,
     /// Index of the group among the groups of its kind (rank-independent).
     pub index: u32,
     /// Members in communicator order (ascending).
     pub members: Vec<u32>,
+}
+
+impl GroupPlan {
+    /// The communicator's name, `<kind>/<index>`, equal on every member.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.kind, self.index)
+    }
+}
+
+fn poisoned() -> CommError {
+    CommError::new(CommErrorKind::Backend, "communicator lock poisoned")
 }
 
 /// What one rank creates.
@@ -43,7 +89,7 @@ pub struct RankPlan {
     /// The world's global ranks, ascending (the split strategy's parent communicator).
     pub world: Vec<u32>,
     /// Every group kind of the layout, in its rank-independent order: the order of the splits.
-    pub kinds: Vec<String>,
+    pub kinds: Vec<PlanKind>,
     /// This rank's groups, in the order of `kinds` (kinds it is in no group of are absent).
     pub groups: Vec<GroupPlan>,
 }
@@ -94,12 +140,18 @@ pub struct CreatedGroups {
     pub world_time: Duration,
 }
 
-/// Why creating or verifying a group failed; names the group.
+/// Why creating or verifying a group failed; names the group and keeps the backend's typed error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupError {
     pub group: String,
     pub members: Vec<u32>,
-    pub message: String,
+    pub error: CommError,
+}
+
+impl GroupError {
+    fn new(group: impl Into<String>, members: &[u32], error: CommError) -> Self {
+        GroupError { group: group.into(), members: members.to_vec(), error }
+    }
 }
 
 impl std::fmt::Display for GroupError {
@@ -109,7 +161,7 @@ impl std::fmt::Display for GroupError {
             "group {} (ranks {}): {}",
             self.group,
             super::checkin::format_ranks(&self.members),
-            self.message
+            self.error
         )
     }
 }
@@ -140,18 +192,18 @@ pub fn create_groups(
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         GroupInfo::new(name, members.to_vec(), rank, left)
             .map(|g| g.with_host_addr(host_addr))
-            .map_err(|e| GroupError { group: name.to_string(), members: members.to_vec(), message: e.to_string() })
+            .map_err(|e| GroupError::new(name, members, e.into()))
     };
     // Step 1 is the world communicator, step k + 2 the k-th kind.
     let mark = |step: u64, group: &str, members: &[u32]| {
         progress::mark(progress_store, rank, step)
-            .map_err(|message| GroupError { group: group.to_string(), members: members.to_vec(), message })
+            .map_err(|message| GroupError::new(group, members, CommError::new(CommErrorKind::Store, message)))
     };
-    let failed = |step: u64, group: &str, members: &[u32], message: String| GroupError {
-        group: group.to_string(),
-        members: members.to_vec(),
-        message: progress::explain(progress_store, rank, members, step, message),
+    let explained = |step: u64, waited_for: &[u32], e: CommError| CommError {
+        kind: e.kind,
+        message: progress::explain(progress_store, rank, waited_for, step, e.message),
     };
+    let failed = |step: u64, group: &str, members: &[u32], e: CommError| GroupError::new(group, members, explained(step, members, e));
     let mut world = match strategy {
         CommStrategy::Split => {
             let start = Instant::now();
@@ -159,7 +211,7 @@ pub fn create_groups(
             mark(1, "world", &plan.world)?;
             let comm = factory
                 .create_world(&info, &config.default, store_for("world"))
-                .map_err(|message| failed(1, "world", &plan.world, message))?;
+                .map_err(|e| failed(1, "world", &plan.world, e))?;
             Some((comm, start.elapsed()))
         }
         _ => None,
@@ -172,14 +224,14 @@ pub fn create_groups(
     if together {
         let mut distinct: Vec<(u64, &GroupPlan, CommOptions)> = Vec::new();
         for (step, kind) in (2u64..).zip(&plan.kinds) {
-            let options = config.options_for(kind);
-            if let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) {
+            let options = kind.options(config);
+            if let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) {
                 if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
                     distinct.push((step, p, options));
                 }
             }
         }
-        let names: Vec<String> = distinct.iter().map(|(_, p, _)| format!("{}/{}", p.kind, p.index)).collect();
+        let names: Vec<String> = distinct.iter().map(|(_, p, _)| p.name()).collect();
         let infos = names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
         let requests: Vec<_> = infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
         if let Some(last) = distinct.last() {
@@ -187,10 +239,10 @@ pub fn create_groups(
         }
         let comms = factory
             .create_groups_together(&requests)
-            .map_err(|(i, message)| failed(distinct[i].0, &names[i], &distinct[i].1.members, message))?;
+            .map_err(|(i, e)| failed(distinct[i].0, &names[i], &distinct[i].1.members, e))?;
         if comms.len() != names.len() {
             let message = format!("backend '{}' returned {} communicators for {} groups", factory.name(), comms.len(), names.len());
-            return Err(failed(distinct[0].0, &names[0], &distinct[0].1.members, message));
+            return Err(failed(distinct[0].0, &names[0], &distinct[0].1.members, CommError::new(CommErrorKind::Backend, message)));
         }
         started = names.into_iter().zip(comms).collect();
     }
@@ -199,20 +251,20 @@ pub fn create_groups(
     // (index into `live`, step) of each communicator this rank created, to wait for.
     let mut created: Vec<(usize, u64)> = Vec::new();
     for (step, kind) in (2u64..).zip(&plan.kinds) {
-        let options = config.options_for(kind);
+        let options = kind.options(config);
         let start = if together { t_together } else { Instant::now() };
         // Split collectives are over the whole world: a rank that creates nothing joins without a color.
         let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
             let Some((w, _)) = world.as_mut() else { return Ok(()) };
             let what = format!("{kind} (split, joined without a group)");
             mark(step, &what, &plan.world)?;
-            w.split(0, None, &options).map(drop).map_err(|message| failed(step, &what, &plan.world, message))
+            w.split(0, None, &options).map(drop).map_err(|e| failed(step, &what, &plan.world, e))
         };
-        let Some(p) = plan.groups.iter().find(|g| &g.kind == kind) else {
+        let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) else {
             join_without_color(&mut world)?;
             continue;
         };
-        let name = format!("{}/{}", p.kind, p.index);
+        let name = p.name();
         let info = info_of(&name, &p.members)?;
         let key = (p.members.clone(), options.clone());
         let (comm_name, comm) = match by_key.get(&key) {
@@ -226,18 +278,14 @@ pub fn create_groups(
             None => {
                 // A split waits for the whole world, a group's own creation for its members.
                 let waited_for = if world.is_some() { &plan.world } else { &p.members };
-                let fail = |message: String| GroupError {
-                    group: name.clone(),
-                    members: p.members.clone(),
-                    message: progress::explain(progress_store, rank, waited_for, step, message),
-                };
+                let fail = |e: CommError| GroupError::new(&name, &p.members, explained(step, waited_for, e));
                 let comm = match (world.as_mut(), started.remove(&name)) {
                     (_, Some(comm)) => comm,
                     (Some((w, _)), None) => {
                         mark(step, &name, &p.members)?;
                         w.split(p.index, Some(&info), &options)
                             .map_err(&fail)?
-                            .ok_or_else(|| fail("the split gave this member no communicator".into()))?
+                            .ok_or_else(|| fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator")))?
                     }
                     (None, None) => {
                         mark(step, &name, &p.members)?;
@@ -257,13 +305,9 @@ pub fn create_groups(
     for (i, step) in created {
         let waiting = Instant::now();
         let g = &mut live[i];
-        let ready = g.comm.lock().map_err(|_| "communicator lock poisoned".to_string()).and_then(|mut c| c.wait_ready());
-        if let Err(message) = ready {
-            return Err(GroupError {
-                group: g.comm_name.clone(),
-                members: g.plan.members.clone(),
-                message: progress::explain(progress_store, rank, &g.plan.members, step, message),
-            });
+        let ready = g.comm.lock().map_err(|_| poisoned()).and_then(|mut c| c.wait_ready());
+        if let Err(e) = ready {
+            return Err(GroupError::new(&g.comm_name, &g.plan.members, explained(step, &g.plan.members, e)));
         }
         g.created_in += waiting.elapsed();
     }
@@ -277,18 +321,17 @@ pub fn create_groups(
 /// Verify one group's communicator with an all-reduce of `[global rank, 1]`, whose result the
 /// plan predicts: `[sum of members, number of members]`. Errors name the group (`<kind>/<index>`).
 pub fn verify_group(g: &LiveGroup, rank: u32) -> Result<(), GroupError> {
-    let fail = |message: String| GroupError {
-        group: format!("{}/{}", g.plan.kind, g.plan.index),
-        members: g.plan.members.clone(),
-        message,
-    };
+    let fail = |error: CommError| GroupError::new(g.plan.name(), &g.plan.members, error);
     let mut values = [rank as i64, 1];
-    let mut comm = g.comm.lock().map_err(|_| fail("communicator lock poisoned".into()))?;
-    comm.allreduce_sum_i64(&mut values).map_err(|e| fail(format!("all-reduce failed: {e}")))?;
+    let mut comm = g.comm.lock().map_err(|_| fail(poisoned()))?;
+    comm.allreduce_sum_i64(&mut values).map_err(|e| fail(CommError { kind: e.kind, message: format!("all-reduce failed: {e}") }))?;
     let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
     if values != want {
-        return Err(fail(format!(
-            "all-reduce of [rank, 1] gave {values:?}, the layout predicts {want:?}: the communicator's members differ from the plan"
+        return Err(fail(CommError::new(
+            CommErrorKind::Backend,
+            format!(
+                "all-reduce of [rank, 1] gave {values:?}, the layout predicts {want:?}: the communicator's members differ from the plan"
+            ),
         )));
     }
     Ok(())
@@ -323,11 +366,11 @@ pub fn verify_groups(groups: &[LiveGroup], rank: u32, concurrently: bool) -> Res
                 .zip(&distinct)
                 .map(|(t, g)| {
                     t.join().unwrap_or_else(|_| {
-                        Err(GroupError {
-                            group: format!("{}/{}", g.plan.kind, g.plan.index),
-                            members: g.plan.members.clone(),
-                            message: "the verification thread panicked".into(),
-                        })
+                        Err(GroupError::new(
+                            g.plan.name(),
+                            &g.plan.members,
+                            CommError::new(CommErrorKind::Backend, "the verification thread panicked"),
+                        ))
                     })
                 })
                 .collect()
@@ -342,6 +385,14 @@ pub fn verify_groups(groups: &[LiveGroup], rank: u32, concurrently: bool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan_kind(key: &str) -> PlanKind {
+        PlanKind::Group(GroupKind::from_key(key).unwrap())
+    }
+
+    fn store_err(e: crate::store::StoreError) -> CommError {
+        CommError::new(CommErrorKind::Store, e.to_string())
+    }
     use crate::store::{MemoryStore, PrefixStore};
     use std::ffi::c_void;
 
@@ -362,14 +413,14 @@ mod tests {
     }
 
     impl Communicator for StoreComm {
-        fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), String> {
+        fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), CommError> {
             self.round += 1;
             let key = |r: u32| format!("ar{}/{}", self.round, r);
             let enc: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            self.store.set(&key(self.group.group_rank), &enc).map_err(|e| e.to_string())?;
+            self.store.set(&key(self.group.group_rank), &enc).map_err(store_err)?;
             values.iter_mut().for_each(|v| *v = 0);
             for r in 0..self.group.size() {
-                let got = self.store.get(&key(r)).map_err(|e| e.to_string())?;
+                let got = self.store.get(&key(r)).map_err(store_err)?;
                 for (v, chunk) in values.iter_mut().zip(got.chunks(8)) {
                     *v += i64::from_le_bytes(chunk.try_into().unwrap());
                 }
@@ -377,17 +428,17 @@ mod tests {
             values[0] += self.bias;
             Ok(())
         }
-        fn barrier(&mut self) -> Result<(), String> {
+        fn barrier(&mut self) -> Result<(), CommError> {
             self.allreduce_sum_i64(&mut [0]).map(|_| ())
         }
         fn raw_handle(&self) -> *mut c_void {
             std::ptr::null_mut()
         }
-        fn wait_ready(&mut self) -> Result<(), String> {
+        fn wait_ready(&mut self) -> Result<(), CommError> {
             self.waited.lock().unwrap().push(self.group.name.clone());
             Ok(())
         }
-        fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+        fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
             self.splits.lock().unwrap().push((group.map(|_| color), options.clone()));
             Ok(group.map(|g| {
                 let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
@@ -415,13 +466,13 @@ mod tests {
         fn split_unavailable(&self) -> Option<String> {
             None
         }
-        fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
             self.created.lock().unwrap().push(group.name.clone());
             if let Some(t) = self.rendezvous {
-                store.set(&format!("here/{}", group.group_rank), b"").map_err(|e| e.to_string())?;
+                store.set(&format!("here/{}", group.group_rank), b"").map_err(store_err)?;
                 let keys: Vec<String> = (0..group.size()).map(|r| format!("here/{r}")).collect();
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                store.wait(&keys, t).map_err(|e| e.to_string())?;
+                store.wait(&keys, t).map_err(store_err)?;
             }
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
@@ -430,11 +481,11 @@ mod tests {
         fn creates_together(&self) -> bool {
             self.together
         }
-        fn create_groups_together(&self, groups: &[super::super::comm::GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+        fn create_groups_together(&self, groups: &[crate::backend::GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
             self.created.lock().unwrap().push("(together)".into());
             groups.iter().enumerate().map(|(i, (g, o, store))| self.create_group(g, o, store.clone()).map_err(|e| (i, e))).collect()
         }
-        fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+        fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
             Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone(), waited: self.waited.clone() }))
         }
     }
@@ -446,14 +497,14 @@ mod tests {
         let dp = rank % 2;
         let mut groups = vec![
             // Aliases not adjacent: sharing must not depend on plan order.
-            GroupPlan { kind: "data_parallel_with_cp".into(), index: dp, members: vec![dp, dp + 2] },
-            GroupPlan { kind: "tensor_model_parallel".into(), index: tp, members: vec![2 * tp, 2 * tp + 1] },
-            GroupPlan { kind: "data_parallel".into(), index: dp, members: vec![dp, dp + 2] },
+            GroupPlan { kind: plan_kind("data_parallel_with_cp"), index: dp, members: vec![dp, dp + 2] },
+            GroupPlan { kind: plan_kind("tensor_model_parallel"), index: tp, members: vec![2 * tp, 2 * tp + 1] },
+            GroupPlan { kind: plan_kind("data_parallel"), index: dp, members: vec![dp, dp + 2] },
         ];
         if rank == 0 || rank == 3 {
-            groups.push(GroupPlan { kind: "embedding".into(), index: 0, members: vec![0, 3] });
+            groups.push(GroupPlan { kind: plan_kind("embedding"), index: 0, members: vec![0, 3] });
         }
-        let kinds = ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(String::from).to_vec();
+        let kinds = ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(plan_kind).to_vec();
         RankPlan { rank, world: vec![0, 1, 2, 3], kinds, groups }
     }
 
@@ -643,8 +694,8 @@ mod tests {
             fn name(&self) -> &str {
                 "nosplit"
             }
-            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-                Err("unused".into())
+            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+                Err(CommError::new(CommErrorKind::Unsupported, "unused"))
             }
         }
         assert_eq!(resolve_strategy(CommStrategy::Auto, &NoSplit), Ok(CommStrategy::PerGroup));
@@ -659,8 +710,8 @@ mod tests {
             fn prefers_per_group(&self) -> bool {
                 true
             }
-            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-                Err("unused".into())
+            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+                Err(CommError::new(CommErrorKind::Unsupported, "unused"))
             }
         }
         assert_eq!(resolve_strategy(CommStrategy::Auto, &Prefers), Ok(CommStrategy::PerGroup));

@@ -5,14 +5,14 @@
 //! (communicators, store client, store server) so that `initialize` works again.
 
 use super::checkin::{check_in, CheckinError};
-use super::comm::CommFactory;
 use super::comm_config::{CommConfig, CommStrategy};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::host::{self, HostInfo};
-use super::groups::{create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup, RankPlan, SharedComm};
+use super::groups::{PlanKind, create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup, RankPlan, SharedComm};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
+use crate::backend::{CommError, CommFactory};
 use crate::store::{PrefixStore, Store};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::{RankRng, SeedPolicy};
@@ -115,15 +115,13 @@ pub struct Runtime {
 impl Runtime {
     /// This rank's group of `kind`, if it is a member.
     pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
-        let key = kind.key();
-        self.groups.iter().find(|g| g.plan.kind == key)
+        self.groups.iter().find(|g| g.plan.kind == PlanKind::Group(kind))
     }
 
     /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`),
     /// when initialized with `create_all_gather_groups` and the layout has that twin.
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
-        let key = all_gather_key(kind);
-        self.groups.iter().find(|g| g.plan.kind == key)
+        self.groups.iter().find(|g| g.plan.kind == PlanKind::AllGatherTwin(kind))
     }
 
     /// Store requests this process has sent so far (request/response exchanges).
@@ -180,13 +178,13 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
     let groups = view
         .groups
         .iter()
-        .map(|m| GroupPlan { kind: m.kind().key().into_owned(), index: m.group_index() as u32, members: m.members() })
+        .map(|m| GroupPlan { kind: PlanKind::Group(m.kind()), index: m.group_index() as u32, members: m.members() })
         .collect();
     let first = topology.rank_offset();
     RankPlan {
         rank: view.rank,
         world: (first..first + topology.world_size()).collect(),
-        kinds: topology.kinds().iter().map(|k| k.key().into_owned()).collect(),
+        kinds: topology.kinds().into_iter().map(PlanKind::Group).collect(),
         groups,
     }
 }
@@ -199,18 +197,18 @@ fn aliased_kinds(topology: &Topology, config: &super::CommConfig) -> Vec<(GroupK
         .kinds()
         .into_iter()
         .filter_map(|k| topology.alias_of(k).map(|src| (k, src)))
-        .filter(|(k, src)| config.options_for(&k.key()) == config.options_for(&src.key()))
+        .filter(|(k, src)| config.options_for(*k) == config.options_for(*src))
         .collect()
 }
 
 /// This rank's groups of the aliased kinds, sharing the communicators of their source kinds.
 fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups: &mut Vec<LiveGroup>) {
     for (kind, src) in aliases {
-        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == src.key())) else {
+        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == PlanKind::Group(*src))) else {
             continue;
         };
         let alias = LiveGroup {
-            plan: GroupPlan { kind: kind.key().into_owned(), index: m.group_index() as u32, members: m.members() },
+            plan: GroupPlan { kind: PlanKind::Group(*kind), index: m.group_index() as u32, members: m.members() },
             group_rank: m.rank,
             comm_name: shared.comm_name.clone(),
             comm: shared.comm.clone(),
@@ -218,11 +216,6 @@ fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups:
         };
         groups.push(alias);
     }
-}
-
-/// The plan key of the all-gather twin of `kind` (`data_parallel_with_cp_all_gather`).
-fn all_gather_key(kind: GroupKind) -> String {
-    format!("{}_all_gather", kind.key())
 }
 
 /// The twins this rank creates: its groups of the layout's twin kinds under their twin keys.
@@ -233,11 +226,11 @@ fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> Ran
     RankPlan {
         rank: main.rank,
         world: main.world.clone(),
-        kinds: kinds.iter().map(|&k| all_gather_key(k)).collect(),
+        kinds: kinds.iter().map(|&k| PlanKind::AllGatherTwin(k)).collect(),
         groups: kinds
             .iter()
             .filter_map(|&k| view.get(k))
-            .map(|m| GroupPlan { kind: all_gather_key(m.kind()), index: m.group_index() as u32, members: m.members() })
+            .map(|m| GroupPlan { kind: PlanKind::AllGatherTwin(m.kind()), index: m.group_index() as u32, members: m.members() })
             .collect(),
     }
 }
@@ -257,7 +250,7 @@ pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
 pub fn default_factory(args: &InitArgs) -> Result<Arc<dyn CommFactory>, RuntimeError> {
     crate::backend::load_plugins_from_env()?;
     if args.backend == "nccl" && crate::backend::get("nccl").is_err() {
-        return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env(args.device)?));
+        return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env(args.device).map_err(CommError::from)?));
     }
     if let Some(d) = args.device {
         return Err(RuntimeError::InvalidArgument(format!(
@@ -336,11 +329,12 @@ fn bring_up(
     }
     let mut plan = plan_for(&topology, &view);
     let aliases = aliased_kinds(&topology, &args.comm_config);
-    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| a.key() == *k));
-    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| a.key() == g.kind));
-    backend.check_options("the default communicator options", &args.comm_config.default).map_err(RuntimeError::InvalidArgument)?;
+    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == *k));
+    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == g.kind));
+    let options_error = |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
+    backend.check_options(&args.comm_config.default).map_err(options_error("every kind (the default)".into()))?;
     for kind in &plan.kinds {
-        backend.check_options(kind, &args.comm_config.options_for(kind)).map_err(RuntimeError::InvalidArgument)?;
+        backend.check_options(&kind.options(&args.comm_config)).map_err(options_error(kind.to_string()))?;
     }
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);

@@ -1,8 +1,8 @@
-//! The runtime: the launcher environment, rendezvous, and the idempotent initializer.
+//! The runtime: the launcher environment, rendezvous, group creation through the backend seam,
+//! and the idempotent initializer.
 #![forbid(unsafe_code)]
 
 pub mod checkin;
-pub mod comm;
 pub mod comm_config;
 pub mod env;
 pub mod error;
@@ -16,7 +16,7 @@ mod store_setup;
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
-pub use groups::{GroupPlan, LiveGroup, RankPlan};
+pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{
     default_factory, destroy, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
     with_runtime, BackendResolver, InitArgs, InitTimings, Runtime, DEFAULT_INIT_TIMEOUT,

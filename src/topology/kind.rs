@@ -1,4 +1,5 @@
-//! Group kinds: the process groups Megatron-Core creates, keyed as in DESIGN.md.
+//! Group kinds: the process groups Megatron-Core creates, with their keys and Megatron's short
+//! names (docs/architecture.md lists them).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -116,6 +117,42 @@ impl GroupKind {
         })
     }
 
+    /// Megatron-Core's short name of the kind's process group, as its per-group NCCL communicator
+    /// config file spells it (`tp`, `dp_cp`, `ep_dp`, ...). Every hierarchical context-parallel
+    /// level is `hcp`.
+    pub fn megatron_name(self) -> &'static str {
+        use GroupKind::*;
+        match self {
+            TensorModelParallel => "tp",
+            PipelineModelParallel => "pp",
+            DataParallel => "dp",
+            DataParallelWithCp => "dp_cp",
+            ContextParallel => "cp",
+            HierarchicalContextParallel(_) => "hcp",
+            ModelParallel => "mp",
+            TensorAndDataParallel => "tp_dp",
+            TensorAndDataParallelWithCp => "tp_dp_cp",
+            TensorAndContextParallel => "tp_cp",
+            IntraPartialDataParallelWithCp => "intra_dp_cp",
+            IntraDistributedOptimizerInstance => "intra_dist_opt_instance",
+            Embedding => "embd",
+            PositionEmbedding => "pos_embd",
+            ExpertModelParallel => "ep",
+            ExpertTensorParallel => "ep_tp",
+            ExpertTensorAndModelParallel => "tp_ep_mp",
+            ExpertTensorModelPipelineParallel => "tp_ep_pp",
+            ExpertDataParallel => "ep_dp",
+            IntraPartialExpertDataParallel => "intra_ep_dp",
+            InterPartialExpertDataParallel => "inter_ep_dp",
+            GtpWeightRemat => "gtp_remat",
+            DataParallelWithGtpRemat => "gtp_remat_dp",
+            DataParallelWithCpWithGtpRemat => "gtp_remat_dp_cp",
+            ExpertGtpWeightRemat => "expt_gtp_remat",
+            ExpertTensorModelPipelineParallelWithEgtp => "tp_ep_gtp_remat_pp",
+            ExpertDataParallelWithGtpRemat => "ep_gtp_remat_dp",
+        }
+    }
+
     /// The kind for a key; `None` for an unknown key. Hierarchical levels are
     /// `hierarchical_context_parallel_<i>` with `i` in decimal without leading zeros.
     pub fn from_key(key: &str) -> Option<GroupKind> {
@@ -175,5 +212,15 @@ mod tests {
         ] {
             assert_eq!(GroupKind::from_key(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn megatron_names_are_distinct() {
+        let mut names: Vec<_> = GroupKind::FIXED.iter().map(|k| k.megatron_name()).collect();
+        names.push(GroupKind::HierarchicalContextParallel(0).megatron_name());
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "two kinds share a short name");
     }
 }

@@ -2,7 +2,7 @@
 // per group from root info exchanged through the library's store, and sub-communicators of a
 // world communicator with HcclCreateSubCommConfig. The device is the caller's (aclrtSetDevice
 // before initializing). No verification collective yet (allreduce_sum_i64 / barrier are NULL).
-#include <mcore_init.h>
+#include <mcore_backend.h>
 
 #include <cstring>
 #include <exception>

@@ -1,7 +1,6 @@
 //! The one error type of the NCCL backend, and its mapping to the C ABI's status codes.
 #![forbid(unsafe_code)]
 
-use crate::ffi::{mcore_status, FfiError};
 use crate::store::StoreError;
 use std::fmt;
 use std::time::Duration;
@@ -66,21 +65,6 @@ impl fmt::Display for NcclError {
 
 impl std::error::Error for NcclError {}
 
-impl From<NcclError> for FfiError {
-    fn from(e: NcclError) -> Self {
-        let status = match &e {
-            NcclError::LibraryNotFound { .. } | NcclError::MissingSymbol { .. } => mcore_status::LibraryLoad,
-            NcclError::VersionTooOld { .. } => mcore_status::VersionTooOld,
-            NcclError::Call { .. } => mcore_status::Backend,
-            NcclError::Timeout { .. } => mcore_status::Timeout,
-            NcclError::InvalidArgument(_) => mcore_status::InvalidArgument,
-            NcclError::Store { error: StoreError::Timeout { .. }, .. } => mcore_status::Timeout,
-            NcclError::Store { .. } => mcore_status::Io,
-        };
-        FfiError::new(status, e.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,13 +79,12 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("/a/libnccl.so.2: no such file"), "{text}");
         assert!(text.contains("libnccl.so.2: not on the loader path"), "{text}");
-        assert_eq!(FfiError::from(e).status, mcore_status::LibraryLoad);
+        assert!(matches!(e, NcclError::LibraryNotFound { .. }));
     }
 
     #[test]
     fn timeout_names_what_and_deadline() {
         let e = NcclError::Timeout { what: "group tp/0".into(), deadline: Duration::from_millis(1500) };
         assert_eq!(e.to_string(), "timed out after 1.500 s waiting for group tp/0");
-        assert_eq!(FfiError::from(e).status, mcore_status::Timeout);
     }
 }

@@ -16,8 +16,8 @@ use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::version::Feature;
 use crate::backend::GroupInfo;
-use crate::runtime::comm::{CommFactory, Communicator, GroupRequest};
-use crate::runtime::comm_config::CommOptions;
+use crate::backend::seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
+use crate::backend::CommOptions;
 use crate::store::Store;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -125,10 +125,10 @@ impl CommFactory for NcclFactory {
         self.lib.require(Feature::CommSplit).err().map(|e| e.to_string())
     }
 
-    fn check_options(&self, kind: &str, options: &CommOptions) -> Result<(), String> {
+    fn check_options(&self, options: &CommOptions) -> Result<(), CommError> {
         with_options(&self.config, options).validate().map_err(|e| match e {
-            NcclError::InvalidArgument(m) => format!("communicator options of {kind}: {m}"),
-            other => format!("communicator options of {kind}: {other}"),
+            NcclError::InvalidArgument(m) => CommError::new(CommErrorKind::InvalidArgument, m),
+            other => other.into(),
         })
     }
 
@@ -136,32 +136,32 @@ impl CommFactory for NcclFactory {
         self.concurrent
     }
 
-    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
         self.create_together(groups)
             .map(|comms| comms.into_iter().map(|c| Box::new(c) as Box<dyn Communicator>).collect())
-            .map_err(|(i, e)| (i, e.to_string()))
+            .map_err(|(i, e)| (i, e.into()))
     }
 
-    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
         let config = with_options(&self.config, options);
-        self.create_with(group, &config, store.as_ref()).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
+        self.create_with(group, &config, store.as_ref()).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
     }
 
-    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
+    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
         self.create_group(world, options, store)
     }
 }
 
 impl Communicator for NcclComm {
-    fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), String> {
+    fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), CommError> {
         let t = self.op_timeout();
-        NcclComm::allreduce_sum_i64(self, values, t).map_err(|e| e.to_string())
+        NcclComm::allreduce_sum_i64(self, values, t).map_err(CommError::from)
     }
 
     /// NCCL has no barrier: a one-element allreduce.
-    fn barrier(&mut self) -> Result<(), String> {
+    fn barrier(&mut self) -> Result<(), CommError> {
         let t = self.op_timeout();
-        NcclComm::allreduce_sum_i64(self, &mut [0], t).map_err(|e| e.to_string())
+        NcclComm::allreduce_sum_i64(self, &mut [0], t).map_err(CommError::from)
     }
 
     fn raw_handle(&self) -> *mut c_void {
@@ -172,23 +172,23 @@ impl Communicator for NcclComm {
     /// does), non-members passing `NCCL_SPLIT_NOCOLOR`; the child's config is this one's with the
     /// kind's options. With concurrent creation the child comes back still initializing; its size
     /// and rank are checked against `group` once it is ready.
-    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let config = with_options(self.config(), options);
         let timeout = group.map_or(self.op_timeout(), |g| g.timeout);
         let name = group.map_or_else(|| format!("(no group of this kind, split of {})", self.group()), |g| g.name.clone());
         let child = NcclComm::split_start(self, &name, group.map(|_| color), group.map_or(0, |g| g.group_rank), Some(&config), timeout)
-            .map_err(|e| e.to_string())?;
+            .map_err(CommError::from)?;
         let Some(mut child) = child else { return Ok(None) };
         if let Some(g) = group {
             child.expect_size_rank(g.size(), g.group_rank);
         }
         if !self.split_together() {
-            child.wait_ready().map_err(|e| e.to_string())?;
+            child.wait_ready().map_err(CommError::from)?;
         }
         Ok(Some(Box::new(child)))
     }
 
-    fn wait_ready(&mut self) -> Result<(), String> {
-        NcclComm::wait_ready(self).map_err(|e| e.to_string())
+    fn wait_ready(&mut self) -> Result<(), CommError> {
+        NcclComm::wait_ready(self).map_err(CommError::from)
     }
 }

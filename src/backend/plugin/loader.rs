@@ -1,17 +1,13 @@
-//! Loading backend plugins: `dlopen` a `.so`, find its entry symbol `mcore_backend_plugin_v1`,
-//! validate the vtable it returns and register it. Plugins are never unloaded (communicators
-//! and `user_data` may outlive a registry entry). The only `unsafe` of the backend module.
-#![allow(unsafe_code)]
+//! Opening backend plugins: `dlopen` a `.so`, find its entry symbol `mcore_backend_plugin_v1`
+//! and validate the vtable it returns (registering it is `crate::backend::registry`'s job).
+//! Plugins are never unloaded (communicators and `user_data` may outlive a registry entry).
 
-use super::registry::{self, Origin};
-use super::{Backend, BackendError};
-use crate::ffi::backend::{mcore_backend_plugin_v1_fn, Vtable, PLUGIN_ENTRY_SYMBOL};
+use super::Vtable;
+use crate::abi::backend::{mcore_backend_plugin_v1_fn, PLUGIN_ENTRY_SYMBOL};
+use crate::backend::BackendError;
 use std::ffi::{CStr, CString};
 use std::path::Path;
 use std::sync::Mutex;
-
-/// Environment variable naming plugin files to load (`:`-separated).
-pub const PLUGIN_ENV: &str = "MCORE_BACKEND_PLUGIN";
 
 /// Serializes `dlopen`/`dlerror` pairs so the error text belongs to our call.
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
@@ -27,10 +23,10 @@ fn dl_error() -> String {
     }
 }
 
-/// Load the plugin at `path`, register its backend and return it. A path without `/` is looked
-/// up by the dynamic loader (`LD_LIBRARY_PATH`, rpath, system directories). Loading the same
-/// file again returns the backend it registered.
-pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
+/// Open the plugin at `path` and return its validated vtable and the address its entry returned
+/// (which identifies the loaded file however it was named). A path without `/` is looked up by
+/// the dynamic loader (`LD_LIBRARY_PATH`, rpath, system directories).
+pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
     let shown = path.display().to_string();
     let load_err = |reason: String| BackendError::Load {
         path: shown.clone(),
@@ -74,24 +70,5 @@ pub fn load_plugin(path: &Path) -> Result<Backend, BackendError> {
     }
     // SAFETY: a non-NULL vtable from the entry point, laid out as mcore_backend_v1.
     let vt = unsafe { Vtable::from_ptr(ptr, &origin) }?;
-    registry::insert(
-        vt,
-        Origin::Plugin {
-            vtable_addr: ptr as usize,
-        },
-    )
-}
-
-/// Load every plugin listed in `MCORE_BACKEND_PLUGIN` (`:`-separated paths); the backends loaded
-/// (empty when the variable is unset or empty).
-pub fn load_plugins_from_env() -> Result<Vec<Backend>, BackendError> {
-    let Some(value) = std::env::var_os(PLUGIN_ENV) else {
-        return Ok(Vec::new());
-    };
-    let value = value.to_string_lossy().into_owned();
-    value
-        .split(':')
-        .filter(|p| !p.is_empty())
-        .map(|p| load_plugin(Path::new(p)))
-        .collect()
+    Ok((vt, ptr as usize))
 }

@@ -2,9 +2,8 @@
 //! crosses back into the plugin; failures return a status and leave a message for
 //! `error_message`.
 
-use crate::ffi::store::store_status;
-use super::mcore_backend_store;
-use crate::ffi::mcore_status;
+use crate::abi::backend::mcore_backend_store;
+use crate::abi::mcore_status;
 use crate::store::{Store, StoreError};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -97,7 +96,19 @@ unsafe fn with_bridge(
 }
 
 fn from_store(e: StoreError) -> (mcore_status, String) {
-    (store_status(&e), e.to_string())
+    (store_error_status(&e), e.to_string())
+}
+
+/// The status a store failure has in the plugin ABI's store callbacks. The C API reports store
+/// failures with the same statuses: `crate::ffi`'s status map calls this for `StoreError`.
+pub fn store_error_status(e: &StoreError) -> mcore_status {
+    match e {
+        StoreError::Timeout { .. } => mcore_status::Timeout,
+        StoreError::Io(_) => mcore_status::Io,
+        StoreError::Protocol(_) => mcore_status::Protocol,
+        StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
+        StoreError::Closed(_) => mcore_status::PeerFailed,
+    }
 }
 
 /// A NUL-terminated UTF-8 key, named in the error when it is not one.

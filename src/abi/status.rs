@@ -1,6 +1,6 @@
 //! The one status enum of the C ABI. Numbers are never reused; retired values stay as comments.
 
-use std::ffi::c_char;
+use std::ffi::CStr;
 
 /// Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
 /// `mcore_last_error_message()` on the calling thread.
@@ -61,7 +61,11 @@ impl mcore_status {
         &t[..t.len() - 1]
     }
 
-    /// The same text, NUL-terminated for C.
+    /// The same text as a C string (static storage).
+    pub fn c_text(self) -> &'static CStr {
+        CStr::from_bytes_with_nul(self.text_nul().as_bytes()).expect("NUL-terminated literal")
+    }
+
     fn text_nul(self) -> &'static str {
         use mcore_status::*;
         match self {
@@ -103,28 +107,16 @@ impl mcore_status {
     }
 }
 
-/// Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
-#[no_mangle]
-pub extern "C" fn mcore_status_str(code: i32) -> *const c_char {
-    let text = match mcore_status::from_code(code) {
-        Some(s) => s.text_nul(),
-        None => "unknown status code\0",
-    };
-    text.as_ptr().cast()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn static_text_matches_as_str_for_every_code() {
+    fn c_text_matches_as_str_and_codes_round_trip() {
         for code in -1..=100 {
-            let p = mcore_status_str(code);
-            let text = unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
-            match mcore_status::from_code(code) {
-                Some(s) => assert_eq!(text, s.as_str(), "code {code}"),
-                None => assert_eq!(text, "unknown status code"),
+            if let Some(s) = mcore_status::from_code(code) {
+                assert_eq!(s as i32, code);
+                assert_eq!(s.c_text().to_str().unwrap(), s.as_str(), "code {code}");
             }
         }
     }

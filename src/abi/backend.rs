@@ -1,22 +1,14 @@
 //! The backend plugin ABI, version 1: the vtable a communicator backend fills in
 //! ([`mcore_backend_v1`]), the group description it receives ([`mcore_backend_group_info`]), the
-//! store callbacks it rendezvous through ([`mcore_backend_store`]), and the exports that register
-//! a vtable by pointer or load one from a plugin `.so`.
+//! store callbacks it rendezvous through ([`mcore_backend_store`]) and the plugin entry point.
+//! Plain C types only: the host side (validating and calling a vtable, the store callbacks) is
+//! `crate::backend::plugin`; the exports that register one are `crate::ffi::backend`.
 //!
-//! Versioning (STYLE.md §7): `struct_size` first, then `abi_version`; new slots only at the end;
+//! Versioning (docs/abi.md): `struct_size` first, then `abi_version`; new slots only at the end;
 //! a NULL slot means "not supported"; registration copies `min(struct_size, ours)` bytes, so a
 //! plugin built against an older, shorter v1 keeps working. A breaking change is a new
 //! `mcore_backend_v2` type, v1 kept through an adapter. See docs/backends.md.
 #![allow(non_camel_case_types)]
-
-mod calls;
-mod exports;
-mod store_bridge;
-
-pub use calls::{RawComm, Vtable};
-pub use exports::{
-    mcore_backend_load_plugin, mcore_backend_register, mcore_backend_unregister, register_vtable,
-};
 
 use std::ffi::{c_char, c_void};
 
@@ -27,6 +19,11 @@ pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
 /// (every slot up to `finalize`). Slots appended later are optional and read as NULL when a
 /// plugin's `struct_size` does not cover them.
 pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
+
+/// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
+/// release (up to `finalize`), then `flags`. A vtable must have one of these sizes, or be larger
+/// with every slot beyond ours NULL (see `crate::abi::sized`).
+pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96];
 
 /// One group a backend is asked to create a communicator for.
 ///
@@ -249,3 +246,4 @@ const _: () = assert!(
     std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
         == MCORE_BACKEND_V1_MIN_SIZE as usize
 );
+const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 96);

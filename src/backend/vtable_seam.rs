@@ -1,9 +1,8 @@
-//! Backends as the runtime sees them: a `Backend` creates communicators, a `Comm` verifies
-//! itself and splits.
+//! Vtable backends behind the seam: a `Backend` is a [`CommFactory`], a `Comm` a
+//! [`Communicator`].
 
-use super::{Backend, Comm, GroupInfo};
-use crate::runtime::comm::{CommFactory, Communicator, GroupRequest};
-use crate::runtime::comm_config::CommOptions;
+use super::seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
+use super::{Backend, Comm, CommOptions, GroupInfo};
 use crate::store::Store;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -29,8 +28,8 @@ impl CommFactory for Backend {
         (!self.supports_allreduce()).then(|| format!("backend '{}' fills no allreduce_sum_i64 slot", self.name()))
     }
 
-    fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-        Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
+    fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+        Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
     }
 
     /// A backend whose `create_group` may run on several threads creates a rank's groups together.
@@ -43,7 +42,7 @@ impl CommFactory for Backend {
     }
 
     /// One thread per group, each calling `create_group`; the communicators come back ready.
-    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, String)> {
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
         let results: Vec<_> = std::thread::scope(|s| {
             let threads: Vec<_> = groups
                 .iter()
@@ -51,25 +50,25 @@ impl CommFactory for Backend {
                 .collect();
             threads
                 .into_iter()
-                .map(|t| t.join().unwrap_or_else(|_| Err("a communicator creation thread panicked".into())))
+                .map(|t| t.join().unwrap_or_else(|_| Err(CommError::new(CommErrorKind::Backend, "a communicator creation thread panicked"))))
                 .collect()
         });
         // The first failure in plan order names its group; the communicators made are dropped.
         results.into_iter().enumerate().map(|(i, r)| r.map_err(|e| (i, e))).collect()
     }
 
-    fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, String> {
-        Backend::create_world(self, world, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(|e| e.to_string())
+    fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+        Backend::create_world(self, world, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
     }
 }
 
 impl Communicator for Comm {
-    fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), String> {
-        Comm::allreduce_sum_i64(self, values).map_err(|e| e.to_string())
+    fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), CommError> {
+        Comm::allreduce_sum_i64(self, values).map_err(CommError::from)
     }
 
-    fn barrier(&mut self) -> Result<(), String> {
-        Comm::barrier(self).map_err(|e| e.to_string())
+    fn barrier(&mut self) -> Result<(), CommError> {
+        Comm::barrier(self).map_err(CommError::from)
     }
 
     fn raw_handle(&self) -> *mut c_void {
@@ -77,10 +76,10 @@ impl Communicator for Comm {
     }
 
     /// The key is the member's group rank, so the child orders ranks as `group` does.
-    fn split(&mut self, color: u32, group: Option<&GroupInfo>, _: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
+    fn split(&mut self, color: u32, group: Option<&GroupInfo>, _: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let key = group.map_or(0, |g| g.group_rank as i32);
         Comm::split(self, color, key, group)
             .map(|c| c.map(|c| Box::new(c) as Box<dyn Communicator>))
-            .map_err(|e| e.to_string())
+            .map_err(CommError::from)
     }
 }

@@ -3,12 +3,9 @@
 //! fetches the plugin's `last_error` (or the store's message) for the error.
 
 use super::store_bridge::StoreBridge;
-use super::{
-    mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1,
-    MCORE_BACKEND_V1_MIN_SIZE,
-};
+use crate::abi::backend::{mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1, MCORE_BACKEND_V1_RELEASES};
+use crate::abi::{mcore_status, read_sized};
 use crate::backend::{BackendError, GroupInfo};
-use crate::ffi::mcore_status;
 use crate::store::Store;
 use std::ffi::{c_void, CStr, CString};
 use std::mem::size_of;
@@ -108,28 +105,18 @@ impl Vtable {
             )));
         }
         // SAFETY: the caller guarantees the two leading u32 fields are readable.
-        let (struct_size, abi_version) = unsafe { ((*ptr).struct_size, (*ptr).abi_version) };
+        let abi_version = unsafe { (*ptr).abi_version };
         if abi_version != MCORE_BACKEND_ABI_VERSION_V1 {
             return Err(BackendError::Abi(format!(
                 "{origin}: backend vtable has abi_version {abi_version}; this library speaks mcore_backend_v1 \
                  (abi_version {MCORE_BACKEND_ABI_VERSION_V1}); rebuild the backend against this mcore_init.h"
             )));
         }
-        if struct_size < MCORE_BACKEND_V1_MIN_SIZE {
-            return Err(BackendError::Abi(format!(
-                "{origin}: backend vtable struct_size {struct_size} is smaller than the smallest mcore_backend_v1 \
-                 ({MCORE_BACKEND_V1_MIN_SIZE} bytes); set struct_size = sizeof(mcore_backend_v1)"
-            )));
-        }
-        // Copy min(struct_size, ours): slots a shorter (older) vtable lacks stay NULL.
-        let n = (struct_size as usize).min(size_of::<mcore_backend_v1>());
-        let mut raw = std::mem::MaybeUninit::<mcore_backend_v1>::zeroed();
-        // SAFETY: `n` bytes are readable at `ptr` (caller) and writable in `raw`; an all-zero
-        // `mcore_backend_v1` is valid (NULL pointers, `None` slots).
-        let raw = unsafe {
-            std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), raw.as_mut_ptr().cast::<u8>(), n);
-            raw.assume_init()
-        };
+        // SAFETY: an all-zero `mcore_backend_v1` is valid (NULL pointers, `None` slots).
+        let zeroed = unsafe { std::mem::MaybeUninit::<mcore_backend_v1>::zeroed().assume_init() };
+        // SAFETY: `struct_size` readable bytes at `ptr` (caller); slots an older vtable lacks stay NULL.
+        let raw = unsafe { read_sized(ptr, "mcore_backend_v1", MCORE_BACKEND_V1_RELEASES, zeroed) }
+            .map_err(|error| BackendError::StructSize { origin: origin.to_string(), error })?;
         if raw.name.is_null() {
             return Err(BackendError::InvalidVtable(format!(
                 "{origin}: backend vtable has a NULL name"
@@ -186,12 +173,12 @@ impl Vtable {
 
     /// Whether the backend asks for the per-group strategy under `auto`.
     pub fn prefers_per_group(&self) -> bool {
-        self.raw.flags & super::MCORE_BACKEND_FLAG_PREFER_PER_GROUP != 0
+        self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_PREFER_PER_GROUP != 0
     }
 
     /// Whether `create_group` may run on several threads at once (`MCORE_BACKEND_FLAG_CONCURRENT_CREATE`).
     pub fn creates_concurrently(&self) -> bool {
-        self.raw.flags & super::MCORE_BACKEND_FLAG_CONCURRENT_CREATE != 0
+        self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_CONCURRENT_CREATE != 0
     }
 
     /// Whether it verifies communicators (`allreduce_sum_i64`).
@@ -261,7 +248,7 @@ impl Vtable {
     /// otherwise the bridge is valid only during the call (`create_group`).
     fn create_with(
         &self,
-        slot: super::mcore_backend_create_fn,
+        slot: crate::abi::backend::mcore_backend_create_fn,
         op: &'static str,
         group: &GroupInfo,
         store: Arc<dyn Store>,

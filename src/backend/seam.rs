@@ -1,0 +1,195 @@
+//! The seam every communicator backend satisfies and the runtime drives: a factory creates one
+//! communicator per group (per-group strategy) or a world communicator that splits (split
+//! strategy); a communicator can verify itself with a collective. Errors cross it typed
+//! ([`CommError`]: a kind and a message), so the runtime never reads a status out of a text.
+
+use super::{BackendError, CommOptions, GroupInfo};
+use crate::backend::nccl::NcclError;
+use crate::store::{Store, StoreError};
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+/// What kind of failure a [`CommError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommErrorKind {
+    /// A bad argument or option value, named in the message.
+    InvalidArgument,
+    /// The backend cannot do what was asked (a NULL slot, no split, no options).
+    Unsupported,
+    /// A deadline passed; the message names what was waited for.
+    Timeout,
+    /// A peer failed or went away.
+    PeerFailed,
+    /// The rendezvous store failed (I/O, protocol).
+    Store,
+    /// A library could not be loaded or lacks a symbol.
+    LibraryLoad,
+    /// A loaded library is too old for a feature; the message names the versions.
+    VersionTooOld,
+    /// This rank is not in the group it asked for.
+    NotMember,
+    /// The backend reported any other failure.
+    Backend,
+}
+
+/// A failure of a backend operation: its kind and the message naming the group and values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommError {
+    pub kind: CommErrorKind,
+    pub message: String,
+}
+
+impl CommError {
+    pub fn new(kind: CommErrorKind, message: impl Into<String>) -> Self {
+        CommError { kind, message: message.into() }
+    }
+
+    /// The same error with `context` (e.g. the group) put before its message.
+    pub fn context(self, context: impl fmt::Display) -> Self {
+        CommError { kind: self.kind, message: format!("{context}: {}", self.message) }
+    }
+}
+
+impl fmt::Display for CommError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CommError {}
+
+impl From<BackendError> for CommError {
+    fn from(e: BackendError) -> Self {
+        use crate::abi::mcore_status as S;
+        let kind = match &e {
+            BackendError::Load { .. } => CommErrorKind::LibraryLoad,
+            BackendError::Abi(_) | BackendError::Unsupported { .. } => CommErrorKind::Unsupported,
+            BackendError::StructSize { .. } | BackendError::InvalidVtable(_) | BackendError::InvalidArgument(_) => {
+                CommErrorKind::InvalidArgument
+            }
+            BackendError::AlreadyExists(_) | BackendError::NotFound { .. } => CommErrorKind::InvalidArgument,
+            BackendError::NotMember { .. } => CommErrorKind::NotMember,
+            // A plugin's own status says what kind of failure it was.
+            BackendError::Plugin { status, .. } => match status {
+                S::Timeout => CommErrorKind::Timeout,
+                S::PeerFailed => CommErrorKind::PeerFailed,
+                S::Io | S::Protocol => CommErrorKind::Store,
+                S::InvalidArgument | S::InvalidConfig | S::OutOfRange => CommErrorKind::InvalidArgument,
+                S::Unsupported => CommErrorKind::Unsupported,
+                S::LibraryLoad => CommErrorKind::LibraryLoad,
+                S::VersionTooOld => CommErrorKind::VersionTooOld,
+                S::NotMember => CommErrorKind::NotMember,
+                _ => CommErrorKind::Backend,
+            },
+        };
+        CommError::new(kind, e.to_string())
+    }
+}
+
+impl From<NcclError> for CommError {
+    fn from(e: NcclError) -> Self {
+        let kind = match &e {
+            NcclError::LibraryNotFound { .. } | NcclError::MissingSymbol { .. } => CommErrorKind::LibraryLoad,
+            NcclError::VersionTooOld { .. } => CommErrorKind::VersionTooOld,
+            NcclError::Call { .. } => CommErrorKind::Backend,
+            NcclError::Timeout { .. } | NcclError::Store { error: StoreError::Timeout { .. }, .. } => CommErrorKind::Timeout,
+            NcclError::InvalidArgument(_) => CommErrorKind::InvalidArgument,
+            NcclError::Store { .. } => CommErrorKind::Store,
+        };
+        CommError::new(kind, e.to_string())
+    }
+}
+
+/// A communicator of one group.
+pub trait Communicator: Send {
+    /// Sum `values` element-wise over the group, in place.
+    fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), CommError>;
+    /// Wait until every member arrives.
+    fn barrier(&mut self) -> Result<(), CommError>;
+    /// The backend's own handle (`ncclComm_t`, a Gloo context, ...), for users of the C API.
+    fn raw_handle(&self) -> *mut c_void;
+    /// Split strategy: a collective over every rank of this communicator. A member passes its
+    /// group (ranks ordered as in `group`) and `color`, the group's index among its kind; a
+    /// non-member passes `None` and gets `Ok(None)`.
+    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
+        let _ = (color, group, options);
+        Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot be split"))
+    }
+    /// Wait until the communicator is usable: a backend that creates communicators together may
+    /// hand them out still initializing (see [`CommFactory::create_groups_together`]); the error
+    /// says why creation failed (the deadline is the backend's). A no-op for everyone else.
+    fn wait_ready(&mut self) -> Result<(), CommError> {
+        Ok(())
+    }
+}
+
+/// One group of [`CommFactory::create_groups_together`]: its description, the options of its
+/// kind, and its private store.
+pub type GroupRequest<'a> = (&'a GroupInfo, &'a CommOptions, Arc<dyn Store>);
+
+/// Creates communicators. `store` is private to the group (already prefixed).
+pub trait CommFactory: Send + Sync {
+    /// Backend name for messages and the config fingerprint ("gloo", "nccl", ...).
+    fn name(&self) -> &str;
+    /// Why the split strategy is unavailable (`None`: [`CommFactory::create_world`] and
+    /// [`Communicator::split`] work).
+    fn split_unavailable(&self) -> Option<String> {
+        Some(format!("backend '{}' does not split communicators", self.name()))
+    }
+    /// Why the per-group strategy is unavailable (`None`: [`CommFactory::create_group`] works).
+    fn per_group_unavailable(&self) -> Option<String> {
+        None
+    }
+    /// Whether `auto` should create groups one by one even though the backend can split (its
+    /// split costs no less than a group's own creation).
+    fn prefers_per_group(&self) -> bool {
+        false
+    }
+    /// Whether a rank's communicators may run a collective each on several threads at once
+    /// (independent of each other, as Gloo contexts are; NCCL's on one device are not), so
+    /// verification all-reduces them concurrently.
+    fn verifies_concurrently(&self) -> bool {
+        false
+    }
+    /// Why the communicators cannot verify themselves with an all-reduce (`None`: they can).
+    fn verify_unavailable(&self) -> Option<String> {
+        None
+    }
+    /// Check communicator options before anything is created; the error names the bad value
+    /// (the runtime names the kind). Backends without communicator options refuse any.
+    fn check_options(&self, options: &CommOptions) -> Result<(), CommError> {
+        if options.is_default() {
+            Ok(())
+        } else {
+            Err(CommError::new(
+                CommErrorKind::InvalidArgument,
+                format!(
+                    "backend '{}' takes no communicator options, but {options} are set: they are NCCL's \
+                     (use the nccl backend, or drop them)",
+                    self.name()
+                ),
+            ))
+        }
+    }
+    /// Per-group strategy: this rank's communicator of `group`.
+    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError>;
+    /// Whether the per-group strategy creates all of a rank's groups at once
+    /// ([`CommFactory::create_groups_together`]) instead of one by one ([`CommFactory::create_group`]).
+    fn creates_together(&self) -> bool {
+        false
+    }
+    /// Per-group strategy, all at once: this rank's communicators of `groups`, started together
+    /// and returned possibly still initializing ([`Communicator::wait_ready`]), in order. An error
+    /// comes with the index of the group it concerns.
+    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+        let _ = groups;
+        Err((0, CommError::new(CommErrorKind::Unsupported, format!("backend '{}' creates groups one by one", self.name()))))
+    }
+    /// Split strategy: the world communicator, which the groups are split from.
+    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+        let _ = (world, options, store);
+        let why = self.split_unavailable().unwrap_or_else(|| format!("backend '{}' has no world communicator", self.name()));
+        Err(CommError::new(CommErrorKind::Unsupported, why))
+    }
+}
