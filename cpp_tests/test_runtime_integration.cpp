@@ -136,9 +136,12 @@ TEST(RuntimeIntegrationChild, Rank) {
     for (size_t cycle = 0; cycle < ports.size(); ++cycle) {
         SCOPED_TRACE("cycle " + std::to_string(cycle));
         ::setenv("MASTER_PORT", ports[cycle].c_str(), 1);
+        mcore_topology_config layout;
+        ASSERT_EQ(mcore_topology_config_init(&layout), MCORE_STATUS_OK);
+        layout.tp = 2;
         mcore_init_args args;
         ASSERT_EQ(mcore_init_args_init(&args), MCORE_STATUS_OK);
-        args.topology.tp = 2;
+        args.topology = &layout;
         args.backend = MCORE_TEST_GLOO_PLUGIN;
         args.timeout_ms = 60000;
         bool already = true;
@@ -178,8 +181,10 @@ TEST(RuntimeIntegrationChild, Rank) {
         ASSERT_EQ(mcore_initialize(&args, &already), MCORE_STATUS_OK) << last_error();
         EXPECT_TRUE(already);
         // Other settings while initialized: refused, naming what differs; the state stays.
+        mcore_topology_config other_layout = layout;
+        other_layout.tp = 4;
         mcore_init_args other = args;
-        other.topology.tp = 4;
+        other.topology = &other_layout;
         EXPECT_EQ(mcore_initialize(&other, &already), MCORE_STATUS_ALREADY_INITIALIZED);
         EXPECT_NE(last_error().find("tp"), std::string::npos) << last_error();
         EXPECT_TRUE(mcore_is_initialized());

@@ -56,10 +56,13 @@ uint32_t group_rank(int32_t kind, uint32_t *size) {
 }
 
 int train(const Options &opt) {
+    mcore_topology_config layout;
+    if (!check(mcore_topology_config_init(&layout), "mcore_topology_config_init")) return 1;
+    layout.tp = opt.tp;
+    layout.pp = opt.pp;
     mcore_init_args args;
     if (!check(mcore_init_args_init(&args), "mcore_init_args_init")) return 1;
-    args.topology.tp = opt.tp;
-    args.topology.pp = opt.pp;
+    args.topology = &layout;
     args.backend = opt.backend;
     args.seed_rng = true;  // the runtime seeds this rank's streams Megatron's way
     args.seed = opt.seed;

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 #: The ABI version these bindings were written for (``MCORE_ABI_VERSION`` in the header).
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 c_status = ctypes.c_int32
 

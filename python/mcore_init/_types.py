@@ -54,7 +54,7 @@ def int_array(ctype, values, what):
 
 class TopologyConfig(CheckedStructure):
     _fields_ = [
-        ("struct_size", c_size_t),
+        ("struct_size", u32),
         ("tp", i32),
         ("pp", i32),
         ("vpp", i32),
@@ -70,7 +70,6 @@ class TopologyConfig(CheckedStructure):
         ("position_embedding_ranks", ctypes.c_void_p),
         ("user_data", ctypes.c_void_p),
         ("user_data_free", ctypes.c_void_p),
-        # appended for Megatron-Core 0.19
         ("gtp", i32),
         ("egtp", i32),
         ("local_world_size", i32),
@@ -79,8 +78,8 @@ class TopologyConfig(CheckedStructure):
 
 class InitArgs(CheckedStructure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("topology", TopologyConfig),
+        ("struct_size", u32),
+        ("topology", ctypes.POINTER(TopologyConfig)),
         ("backend", ctypes.c_char_p),
         ("timeout_ms", u64),
         ("verify", ctypes.c_bool),
@@ -146,8 +145,8 @@ def _recorded_size(init, mirror, size_type):
 
 
 for _init, _mirror, _size_type in (
-    (mcore_topology_config_init, TopologyConfig, c_size_t),
-    (mcore_init_args_init, InitArgs, c_size_t),
+    (mcore_topology_config_init, TopologyConfig, u32),
+    (mcore_init_args_init, InitArgs, u32),
     (mcore_rng_coords_default, RngCoords, u32),
 ):
     _size = _recorded_size(_init, _mirror, _size_type)

@@ -54,8 +54,8 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
-    _, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, into=args.topology,
-                            gtp=gtp, egtp=egtp)
+    layout, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, gtp=gtp, egtp=egtp)
+    args.topology = ctypes.pointer(layout)
     backend_b = _lib.bundled_backend(backend).encode() if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
@@ -75,7 +75,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
         args.device = device
     already = ctypes.c_bool(False)
     check(_initialize(ctypes.byref(args), ctypes.byref(already)))
-    del keep, backend_b, policy_b, strings
+    del layout, keep, backend_b, policy_b, strings
     return already.value
 
 

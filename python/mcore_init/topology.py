@@ -137,12 +137,12 @@ def _size(name, value):
 
 
 def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
-                  order="tp-cp-ep-dp-pp", rank_offset=0, into=None, gtp=1, egtp=1, local_world_size=None):
-    """Fill an ``mcore_topology_config`` mirror (``into`` or a new one, via the library's init).
+                  order="tp-cp-ep-dp-pp", rank_offset=0, gtp=1, egtp=1, local_world_size=None):
+    """A new ``mcore_topology_config`` mirror (filled by the library's init), set as given.
 
     Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
     """
-    cfg = into if into is not None else T.new_topology_config()  # `into` was filled by its own init
+    cfg = T.new_topology_config()
     cfg.tp, cfg.pp, cfg.cp, cfg.ep = _size("tp", tp), _size("pp", pp), _size("cp", cp), _size("ep", ep)
     cfg.vpp = 0 if vpp is None else _size("vpp", vpp)
     cfg.etp = 0 if etp is None else _size("etp", etp)

@@ -220,7 +220,8 @@ def test_communicator_options_are_checked_before_any_rendezvous():
     for name, (status, message, up) in o.items():
         assert status == "invalid argument" and up is False, (name, message)
     assert "takes no communicator options" in o["gloo_with_options"][1]
-    assert "tensor_model_parallel sets max_ctas=4" in o["gloo_with_options"][1]
+    assert "communicator options of tensor_model_parallel" in o["gloo_with_options"][1]
+    assert "max_ctas=4" in o["gloo_with_options"][1]
     assert "'diagonal'" in o["bad_strategy"][1]
     assert "max_ctas must be an integer, got 'four'" in o["bad_yaml"][1]
     assert "/nonexistent/nccl.yaml" in o["missing_file"][1]
