@@ -89,7 +89,6 @@ mod tests {
         assert_eq!(from_millis(1 << 63), NO_LIMIT);
         assert_eq!(NO_LIMIT.as_millis(), u128::from(NO_LIMIT_MS));
         assert!(i64::try_from(NO_LIMIT.as_nanos()).is_ok());
-        assert_eq!(crate::ffi::runtime::MCORE_TIMEOUT_MAX_MS, NO_LIMIT_MS);
         assert_eq!(describe(from_millis(u64::MAX)), "no limit");
         assert_eq!(describe(Duration::from_millis(1500)), "1.500 s");
     }

@@ -18,6 +18,7 @@ pub const MCORE_TIMEOUT_NONE: u64 = u64::MAX;
 
 /// The longest timeout in ms (2^31 s, about 68 years); longer timeouts are clamped to it: no limit.
 pub const MCORE_TIMEOUT_MAX_MS: u64 = 2_147_483_648_000;
+const _: () = assert!(MCORE_TIMEOUT_MAX_MS == crate::timeout::NO_LIMIT_MS, "the C constant is the runtime's limit");
 
 /// What `mcore_initialize` brings up. Fill with `mcore_init_args_init`, then set what differs.
 #[repr(C)]

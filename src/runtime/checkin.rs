@@ -5,6 +5,7 @@
 //! Store cost per rank is constant (set, wait, get), whatever the world size; rank 0 reads all
 //! fingerprints in one multi-get.
 
+use super::host::format_ranks;
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,21 +52,6 @@ impl From<StoreError> for CheckinError {
     fn from(e: StoreError) -> Self {
         CheckinError::Store(e)
     }
-}
-
-/// `[0, 1, 2, 5]` → "0-2, 5": short even for large worlds.
-pub fn format_ranks(ranks: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
-        i = j + 1;
-    }
-    out.join(", ")
 }
 
 /// Ranks whose check-in key is absent now (one CHECK per rank: used only on the failure path).

@@ -160,7 +160,7 @@ impl std::fmt::Display for GroupError {
             f,
             "group {} (ranks {}): {}",
             self.group,
-            super::checkin::format_ranks(&self.members),
+            super::host::format_ranks(&self.members),
             self.error
         )
     }

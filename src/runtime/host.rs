@@ -13,7 +13,6 @@
 //! checked in published nothing: they are named by node instead (rank / LOCAL_WORLD_SIZE, the
 //! numbering of torchrun and mcore-launch).
 
-use super::checkin::format_ranks;
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -113,6 +112,21 @@ pub fn nodes_of(ranks: &[u32], world_size: u32, local_world_size: u32) -> String
         })
         .collect();
     format!(" = {} by LOCAL_WORLD_SIZE={local_world_size}", parts.join(", "))
+}
+
+/// `[0, 1, 2, 5]` → "0-2, 5": short even for large worlds.
+pub fn format_ranks(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 #[cfg(test)]
