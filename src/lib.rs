@@ -9,7 +9,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
-pub mod cli;
 pub mod ffi;
 pub mod rng;
 pub mod runtime;

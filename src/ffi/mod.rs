@@ -10,7 +10,6 @@ pub mod error;
 pub mod rng;
 pub mod status;
 pub mod store;
-pub mod os;
 pub mod runtime;
 pub mod topology;
 pub mod topology_nodes;

@@ -56,3 +56,33 @@ impl Rng {
         self.below(one_in) == 0
     }
 }
+
+/// The `mcore-backend-probe` test worker (tests/support/mcore_backend_probe.rs), a Cargo example
+/// so that it is never installed: `target/<profile>/examples/mcore-backend-probe`, next to the
+/// `deps/` folder this test runs from. `cargo test` and `cargo build --all-targets` build it;
+/// when only one test target was built, it is built here with the same profile and target folder.
+pub fn backend_probe() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    let probe = profile_dir.join("examples/mcore-backend-probe");
+    if probe.is_file() {
+        return probe;
+    }
+    let profile = profile_dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
+    let target_dir = profile_dir.parent().expect("target folder");
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "--quiet", "--example", "mcore-backend-probe", "--profile"])
+        .arg(if profile == "debug" { "dev" } else { profile })
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let status = cmd.status();
+    assert!(
+        matches!(status, Ok(s) if s.success()) && probe.is_file(),
+        "the test worker {} is missing and building it failed ({status:?}): run \
+         `cargo build --example mcore-backend-probe` with this test's profile",
+        probe.display()
+    );
+    probe
+}
