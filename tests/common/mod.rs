@@ -13,7 +13,8 @@ pub fn conformance_dir() -> PathBuf {
     };
     assert!(
         dir.is_dir(),
-        "conformance vectors not found at {}: set MCORE_CONFORMANCE_DIR",
+        "conformance vectors not found at {}: the repository's copy is tests/data/conformance \
+         (docs/conformance.md); MCORE_CONFORMANCE_DIR overrides it",
         dir.display()
     );
     dir
@@ -23,15 +24,23 @@ pub fn conformance_dir() -> PathBuf {
 pub fn read_conformance_json(name: &str) -> serde_json::Value {
     use std::io::Read;
     let path = conformance_dir().join(name);
-    let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let raw = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "conformance vector file {} cannot be read ({e}): the repository's copy is \
+             tests/data/conformance (docs/conformance.md); MCORE_CONFORMANCE_DIR overrides it",
+            path.display()
+        )
+    });
     let text = if name.ends_with(".gz") {
         let mut s = String::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_string(&mut s).expect("gunzip");
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_string(&mut s)
+            .unwrap_or_else(|e| panic!("{}: not a gzip of UTF-8 text ({e})", path.display()));
         s
     } else {
-        String::from_utf8(raw).expect("utf-8")
+        String::from_utf8(raw).unwrap_or_else(|e| panic!("{}: not UTF-8 ({e})", path.display()))
     };
-    serde_json::from_str(&text).expect("valid JSON")
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not valid JSON ({e})", path.display()))
 }
 
 /// xorshift64*: a small, seeded, reproducible generator for the bounded fuzz tests (no
