@@ -1553,7 +1553,7 @@ mcore_status mcore_group_kind_name(int32_t kind, char *buf, size_t len, size_t *
 mcore_status mcore_topology_kind_count(const struct mcore_topology *t, size_t *out_count);
 
 /**
- * The `index`-th kind of this layout (DESIGN.md table order).
+ * The `index`-th kind of this layout (table order: docs/topology.md, "Group kinds").
  *
  * # Safety
  * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.

@@ -1,4 +1,4 @@
-//! The committed header must equal a fresh cbindgen generation (STYLE.md §8).
+//! The committed header must equal a fresh cbindgen generation (docs/abi.md, "The header").
 //! `MCORE_UPDATE_HEADER=1 cargo test --test header_drift` (scripts/gen-header.sh) rewrites it.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! `mcore-topo`: print a Megatron-Core parallel layout (DESIGN.md "Command-line tools").
+//! `mcore-topo`: print a Megatron-Core parallel layout (README.md, "Tools").
 //!
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 

@@ -1,7 +1,7 @@
 //! The C ABI. Everything `extern "C"` lives under this module: status codes, the thread-local
 //! last-error message, the panic boundary, and one file per exported object.
 //!
-//! Conventions (STYLE.md): object first, inputs, then out-params; out-params are written only on
+//! Conventions (docs/abi.md): object first, inputs, then out-params; out-params are written only on
 //! success; destroy functions accept NULL; no panic crosses the boundary.
 
 pub(crate) mod args;

@@ -585,7 +585,7 @@ pub unsafe extern "C" fn mcore_topology_kind_count(t: *const mcore_topology, out
     })
 }
 
-/// The `index`-th kind of this layout (DESIGN.md table order).
+/// The `index`-th kind of this layout (table order: docs/topology.md, "Group kinds").
 ///
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.

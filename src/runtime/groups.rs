@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// One group of this rank, as the topology lays it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
-    /// Group-kind key (DESIGN.md), e.g. `tensor_model_parallel`.
+    /// Group-kind key (docs/topology.md, "Group kinds"), e.g. `tensor_model_parallel`.
     pub kind: String,
     /// Index of the group among the groups of its kind (rank-independent).
     pub index: u32,

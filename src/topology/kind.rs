@@ -1,4 +1,5 @@
-//! Group kinds: the process groups Megatron-Core creates, keyed as in DESIGN.md.
+//! Group kinds: the process groups Megatron-Core creates, keyed as docs/topology.md ("Group kinds")
+//! describes.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -46,7 +47,7 @@ pub enum GroupKind {
 const HCP_PREFIX: &str = "hierarchical_context_parallel_";
 
 impl GroupKind {
-    /// Every kind except the hierarchical-CP levels, in DESIGN.md's table order.
+    /// Every kind except the hierarchical-CP levels, in table order (docs/topology.md, "Group kinds").
     /// The six kinds of Megatron-Core 0.19 come last (appended, so older numbers keep their place).
     pub const FIXED: [GroupKind; 26] = [
         GroupKind::TensorModelParallel,

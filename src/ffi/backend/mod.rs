@@ -3,9 +3,9 @@
 //! store callbacks it rendezvous through ([`mcore_backend_store`]), and the exports that register
 //! a vtable by pointer or load one from a plugin `.so`.
 //!
-//! Versioning (STYLE.md §7): `struct_size` first, then `abi_version`; new slots only at the end;
-//! a NULL slot means "not supported"; registration copies `min(struct_size, ours)` bytes, so a
-//! plugin built against an older, shorter v1 keeps working. A breaking change is a new
+//! Versioning (docs/abi.md, "Backend plugin vtables"): `struct_size` first, then `abi_version`;
+//! new slots only at the end; a NULL slot means "not supported"; registration copies
+//! `min(struct_size, ours)` bytes, so a plugin built against an older, shorter v1 keeps working. A breaking change is a new
 //! `mcore_backend_v2` type, v1 kept through an adapter. See docs/backends.md.
 #![allow(non_camel_case_types)]
 
