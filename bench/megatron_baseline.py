@@ -51,7 +51,7 @@ from megatron.core import parallel_state  # noqa: E402
 T_IMPORTED = _boottime()
 
 # ROUND TRIP RULE: one round trip = one request on the TCPStore wire whose reply the client
-# waits for (torch 2.15 TCPStore client, shared/REFERENCE.md section 6). get and multi_get send
+# waits for (torch 2.15 TCPStore client, docs/wire-protocol.md). get and multi_get send
 # WAIT then GET/MULTI_GET and wait for both replies: 2. add, check, wait, compare_set,
 # delete_key, num_keys, list_keys, queue_len, queue_pop, barrier: 1. set, multi_set, append,
 # queue_push are fire-and-forget (no reply): 0 round trips, but they are counted as requests.

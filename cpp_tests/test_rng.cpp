@@ -1,4 +1,4 @@
-// Per-rank RNG through the C ABI: Megatron policy seeds (NOTES.md §10), the named tracker,
+// Per-rank RNG through the C ABI: Megatron policy seeds (docs/topology.md, "RNG seeds"), the named tracker,
 // checkpoint round trip, corrupt blobs, Philox determinism.
 #include "test_util.h"
 

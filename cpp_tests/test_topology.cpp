@@ -1,6 +1,6 @@
 // Topology through the C ABI: groups, enumeration, pipeline and embedding queries, the
 // BUFFER_TOO_SMALL two-call pattern and error paths. Expected lists are derived by hand from
-// the rank generator (NOTES.md §1: first token of "tp-cp-ep-dp-pp" varies fastest).
+// the rank generator (docs/topology.md, "The rank generator": first token of "tp-cp-ep-dp-pp" varies fastest).
 #include "test_util.h"
 
 #include <atomic>

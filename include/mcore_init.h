@@ -318,7 +318,7 @@ typedef struct mcore_init_args {
    */
   int64_t seed;
   /**
-   * "megatron" (default when NULL), "roll", or "sharded:<group kind>,<group kind>...".
+   * "megatron" (default when NULL), "roll", or `sharded:<group kind>,<group kind>...`.
    */
   const char *seed_policy;
   /**

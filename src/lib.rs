@@ -14,7 +14,6 @@
 
 pub mod abi;
 pub mod backend;
-pub mod cli;
 pub mod ffi;
 pub mod rng;
 pub mod runtime;

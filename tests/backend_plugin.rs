@@ -5,6 +5,8 @@
 //! The Gloo part needs `MCORE_GLOO_PLUGIN` (set by scripts/test.d/20-gloo-plugin.sh) or a build
 //! at target/gloo-plugin/libmcore_init_gloo.so; otherwise it prints why and skips.
 
+mod common;
+
 use mcore_init::backend::{self, BackendError, GroupInfo};
 use mcore_init::abi::backend::*;
 use mcore_init::backend::register_vtable;
@@ -568,7 +570,7 @@ fn gloo_plugin() -> Option<PathBuf> {
 }
 
 fn spawn_probe(plugin: &PathBuf, dir: &PathBuf, rank: u32, world: u32, timeout_ms: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mcore-backend-probe"))
+    Command::new(common::backend_probe())
         .arg("--backend")
         .arg(plugin)
         .arg("--store-dir")
@@ -745,7 +747,7 @@ fn mcore_backend_plugin_env_is_honoured_and_a_bad_path_is_named() {
     let Some(plugin) = gloo_plugin() else { return };
     let dir = temp_dir("gloo-env");
     let probe = |plugin_env: &std::ffi::OsStr| {
-        Command::new(env!("CARGO_BIN_EXE_mcore-backend-probe"))
+        Command::new(common::backend_probe())
             .env("MCORE_BACKEND_PLUGIN", plugin_env)
             .arg("--store-dir")
             .arg(&dir)

@@ -2,6 +2,8 @@
 //! Each run must end with a clean exit (0, or 2 with one line naming the value), never a panic
 //! (exit 101) or a signal.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
@@ -35,12 +37,12 @@ fn assert_clean(out: &Output, code: i32, needle: &str) {
 const TOPO: &str = env!("CARGO_BIN_EXE_mcore-topo");
 const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
 const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
-const PROBE: &str = env!("CARGO_BIN_EXE_mcore-backend-probe");
 
 #[test]
 fn non_utf8_arguments_are_named_not_a_panic() {
     let bad = OsStr::from_bytes(b"--tp=\xff2");
-    for bin in [TOPO, SELFTEST, LAUNCH, PROBE] {
+    let probe = common::backend_probe();
+    for bin in [TOPO, SELFTEST, LAUNCH, probe.to_str().expect("UTF-8 target path")] {
         let out = run(bin, &[bad, s("--world-size"), s("4")], &[]);
         assert_clean(&out, 2, "argument 1 ('--tp=\u{fffd}2') is not valid UTF-8");
     }

@@ -411,3 +411,12 @@ fn inference_tracker() {
     assert!(!t.is_inference());
     check_tracker(&t, &second["tracker"], "kept regular tracker");
 }
+
+/// A vector file that is not there fails the test naming the file and where the copy lives,
+/// not with a bare I/O panic.
+#[test]
+fn a_missing_vector_file_is_named() {
+    let err = std::panic::catch_unwind(|| common::read_conformance_json("no_such_vectors.json")).unwrap_err();
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("no_such_vectors.json") && msg.contains("tests/data/conformance"), "{msg}");
+}

@@ -107,7 +107,7 @@ fn alias_global(name: &str, t: &Topology) -> Option<GroupKind> {
     }
 }
 
-/// DESIGN.md's key for a Megatron module global, or why it is not one of ours.
+/// The group-kind key (docs/topology.md) for a Megatron module global, or why it is not one of ours.
 fn key_of_global(name: &str) -> Result<String, &'static str> {
     if name.ends_with("_GLOO") || name.contains("_GLOO_") {
         return Err("gloo twin");

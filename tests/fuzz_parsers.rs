@@ -9,9 +9,13 @@
 //! seed, `MCORE_FUZZ_SCALE` multiplies the number of cases (for longer local runs).
 
 mod common;
+// The tools' argument parsing (no part of the library), included by path.
+#[allow(dead_code)]
+#[path = "../src/bin/common/cli.rs"]
+mod cli;
 
 use common::Rng;
-use mcore_init::cli::{is_layout_flag, layout_flag, number, utf8_args, Flags};
+use cli::{is_layout_flag, layout_flag, number, utf8_args, Flags};
 use mcore_init::abi::mcore_status;
 use mcore_init::ffi::topology::*;
 use mcore_init::runtime::CommConfig;

@@ -13,7 +13,7 @@ int main(void) {
     mcore_topology *topo = NULL;
     CHECK(mcore_topology_create(&cfg, 16, &topo));
 
-    /* Rank 5's data-parallel group is [5, 7] (NOTES §1 docstring example); rank 5 is its rank 0. */
+    /* Rank 5's data-parallel group is [5, 7] (the example of docs/topology.md, "The rank generator"); rank 5 is its rank 0. */
     uint32_t ranks[16];
     size_t n = 0;
     CHECK(mcore_topology_group_ranks(topo, 5, MCORE_GROUP_KIND_DATA_PARALLEL, ranks, 16, &n));

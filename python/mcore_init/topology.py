@@ -97,7 +97,7 @@ class Sizes(NamedTuple):
 
 
 def kind_value(kind):
-    """The ``mcore_group_kind`` number of a DESIGN.md key such as "data_parallel_with_cp" (an int passes)."""
+    """The ``mcore_group_kind`` number of a group-kind key (docs/topology.md) such as "data_parallel_with_cp" (an int passes)."""
     if isinstance(kind, int):
         return kind
     out = ctypes.c_int32()
@@ -106,7 +106,7 @@ def kind_value(kind):
 
 
 def kind_name(kind):
-    """The DESIGN.md key of a group kind number (a key string is checked and returned)."""
+    """The group-kind key (docs/topology.md) of a group kind number (a key string is checked and returned)."""
     value = kind_value(kind)
     raw = T.read_two_call(lambda buf, n, out: _kind_name(value, buf, n, out), ctypes.c_char, 64)
     return raw.rstrip(b"\0").decode()
@@ -213,7 +213,7 @@ class Topology(OwnedHandle):
         return out.value
 
     def kinds(self) -> List[str]:
-        """The group kinds of this layout (DESIGN.md keys, table order; hierarchical levels included)."""
+        """The group kinds of this layout (keys in table order, docs/topology.md; hierarchical levels included)."""
         count = ctypes.c_size_t()
         check(_kind_count(self.handle, ctypes.byref(count)))
         names = []

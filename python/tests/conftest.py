@@ -15,12 +15,22 @@ def conformance_dir() -> Path:
     return Path(env) if env else REPO / "tests" / "data" / "conformance"
 
 
+def conformance_file(name: str) -> Path:
+    """A file of the conformance vectors; fails the test, naming the path, when it is missing
+    (the vectors are part of the repository: tests/data/conformance, see docs/conformance.md)."""
+    path = conformance_dir() / name
+    if not path.is_file():
+        pytest.fail(
+            f"conformance vector file {path} is missing: the repository's copy is "
+            "tests/data/conformance (docs/conformance.md); MCORE_CONFORMANCE_DIR overrides it"
+        )
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def megatron_groups(release=""):
     """The 0.16.1 vectors, or with ``release="v0.19.2"`` those of Megatron-Core 0.19.2."""
-    path = conformance_dir() / release / "megatron_groups.json.gz"
-    if not path.exists():
-        pytest.skip(f"conformance vectors not found at {path} (set MCORE_CONFORMANCE_DIR)")
+    path = conformance_file(f"{release}/megatron_groups.json.gz" if release else "megatron_groups.json.gz")
     with gzip.open(path, "rt") as f:
         return json.load(f)
 

@@ -8,7 +8,7 @@ from mcore_init import McoreError
 from mcore_init.rng import Tracker, coordinates, philox_fill_u32, philox_fill_uniform, policy_seeds, stream_seeds
 from mcore_init.topology import Topology
 
-from conftest import conformance_dir
+from conftest import conformance_file
 
 RFC_POLICY = "sharded:pipeline_model_parallel,tensor_model_parallel"
 
@@ -32,10 +32,7 @@ def test_explicit_positions_match_topology_positions():
 
 
 def _megatron_cases():
-    path = conformance_dir() / "megatron_rng_seeds.json"
-    if not path.exists():
-        pytest.skip(f"{path} missing (set MCORE_CONFORMANCE_DIR)")
-    with open(path) as f:
+    with open(conformance_file("megatron_rng_seeds.json")) as f:
         return json.load(f)["set_random_seed"]
 
 

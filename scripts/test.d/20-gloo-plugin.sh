@@ -22,8 +22,8 @@ else
 fi
 # `--backend gloo` finds libmcore_init_gloo.so through the dynamic loader's search path.
 store=$(mktemp -d)
-probe=target/release/mcore-backend-probe
-[ -x "$probe" ] || cargo build --release --quiet --bin mcore-backend-probe
+probe=target/release/examples/mcore-backend-probe   # a test worker, not an installed tool
+cargo build --release --quiet --example mcore-backend-probe
 pids=()
 for r in 0 1; do
   LD_LIBRARY_PATH="$PWD/$out" timeout 60 "$probe" --backend gloo --store-dir "$store" --rank $r \

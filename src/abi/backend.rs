@@ -4,9 +4,11 @@
 //! Plain C types only: the host side (validating and calling a vtable, the store callbacks) is
 //! `crate::backend::plugin`; the exports that register one are `crate::ffi::backend`.
 //!
-//! Versioning (docs/abi.md): `struct_size` first, then `abi_version`; new slots only at the end;
-//! a NULL slot means "not supported"; registration copies `min(struct_size, ours)` bytes, so a
-//! plugin built against an older, shorter v1 keeps working. A breaking change is a new
+//! Versioning (docs/abi.md, "Backend plugin vtables"): `struct_size` first, then `abi_version`;
+//! new slots only at the end; a NULL slot means "not supported". A vtable's `struct_size` must be
+//! one of [`MCORE_BACKEND_V1_RELEASES`] (a plugin built against an older, shorter v1 keeps
+//! working, its missing slots NULL), or larger with every slot beyond ours NULL (the one rule of
+//! `crate::abi::sized`). A breaking change is a new
 //! `mcore_backend_v2` type, v1 kept through an adapter. See docs/backends.md.
 #![allow(non_camel_case_types)]
 

@@ -12,7 +12,9 @@
 //! node's `--node-rank`. Node K runs global ranks K*N .. K*N+N-1. Each launcher watches only its
 //! own ranks; ranks on other nodes fail by their init timeout when one of them is gone.
 
-use mcore_init::ffi::os::{signal_process_group, SIGKILL, SIGTERM};
+mod common;
+
+use common::os::{signal_process_group, SIGKILL, SIGTERM};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -45,7 +47,7 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
     let mut timeout = None;
     let mut i = 0;
     while i < argv.len() {
-        let flag = mcore_init::cli::utf8_arg(i + 1, &argv[i])?;
+        let flag = common::cli::utf8_arg(i + 1, &argv[i])?;
         if flag == "--" {
             let program = argv[i + 1..].to_vec();
             if program.is_empty() {
@@ -72,7 +74,7 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
             return Err(format!("unexpected argument '{flag}': missing '--' before the program to launch"));
         }
         let value = argv.get(i + 1).ok_or_else(|| format!("{flag} needs a value"))?;
-        let value = mcore_init::cli::utf8_arg(i + 2, value)?;
+        let value = common::cli::utf8_arg(i + 2, value)?;
         match flag {
             "--nproc" | "--nproc-per-node" => {
                 nproc = Some(value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {

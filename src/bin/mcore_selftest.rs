@@ -7,8 +7,10 @@
 //! times) or with `--json` one JSON line (`{"rank", "host", "ok", "groups", "init_seconds", ...,
 //! "line"}`), and exits non-zero on any failure.
 
-use mcore_init::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
-use mcore_init::ffi::os::seconds_since_process_start;
+mod common;
+
+use common::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
+use common::os::seconds_since_process_start;
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
 use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
@@ -67,9 +69,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "--split-share" => init.comm_config.default.split_share = Some(true),
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
-            "--device" => init.device = Some(mcore_init::cli::number(flag, flags.value(flag, inline)?)?),
+            "--device" => init.device = Some(common::cli::number(flag, flags.value(flag, inline)?)?),
             "--cycles" => {
-                cycles = mcore_init::cli::number(flag, flags.value(flag, inline)?)?;
+                cycles = common::cli::number(flag, flags.value(flag, inline)?)?;
                 if cycles == 0 {
                     return Err("--cycles: must be at least 1".into());
                 }
@@ -229,7 +231,7 @@ fn run(opts: &Options) -> Result<Value, String> {
 }
 
 fn main() -> ExitCode {
-    let opts = match mcore_init::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
+    let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
         Ok(Some(a)) => a,
         Ok(None) => {
             println!("{}", usage());

@@ -1,8 +1,10 @@
-//! `mcore-topo`: print a Megatron-Core parallel layout (DESIGN.md "Command-line tools").
+//! `mcore-topo`: print a Megatron-Core parallel layout (README.md, "Tools").
 //!
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 
-use mcore_init::cli::{is_layout_flag, layout_flag, number, Flags};
+mod common;
+
+use common::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
@@ -344,7 +346,7 @@ fn rng_seeds(t: &Topology, rank: Option<u32>, s: &SeedOptions) -> Result<Vec<Ran
 }
 
 fn main() -> ExitCode {
-    match mcore_init::cli::utf8_args(std::env::args_os().skip(1)).and_then(|args| run(&args)) {
+    match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|args| run(&args)) {
         Ok(text) => {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();

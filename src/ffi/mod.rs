@@ -11,7 +11,6 @@ mod boundary;
 pub mod error;
 mod handle;
 pub mod megatron;
-pub mod os;
 pub mod rng;
 pub mod runtime;
 mod status_map;

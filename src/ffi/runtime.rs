@@ -42,7 +42,7 @@ pub struct mcore_init_args {
     pub seed_rng: bool,
     /// The base seed (Megatron's training seed; must be > 0 for the megatron policy).
     pub seed: i64,
-    /// "megatron" (default when NULL), "roll", or "sharded:<group kind>,<group kind>...".
+    /// "megatron" (default when NULL), "roll", or `sharded:<group kind>,<group kind>...`.
     pub seed_policy: *const c_char,
     /// Megatron's `data_parallel_random_init`: add 10 x data-parallel rank (megatron policy).
     pub data_parallel_random_init: bool,

@@ -1,4 +1,5 @@
-//! The named stream tracker with Megatron-Core's `CudaRNGStatesTracker` semantics (NOTES.md §10),
+//! The named stream tracker with Megatron-Core's `CudaRNGStatesTracker` semantics (docs/topology.md,
+//! "The named tracker"),
 //! plus the "current device generator" it forks, modelled as a `(seed, offset)` pair.
 
 use super::RngError;

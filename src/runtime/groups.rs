@@ -171,7 +171,7 @@ impl std::error::Error for GroupError {}
 /// Create this rank's communicators of `plan` with `strategy` (resolved: split or per group).
 /// `store_for(name)` gives the store private to the communicator called `name` (`world` for the
 /// split strategy's parent); `progress_store` holds every rank's progress marks (see
-/// [`progress`]), so a failure names the members that never arrived; `config` gives each kind's
+/// `runtime::progress`), so a failure names the members that never arrived; `config` gives each kind's
 /// options. Kinds whose groups have the same members and options share one communicator.
 /// `timeout` bounds the whole creation: each group gets what is left of it. `host_addr` is the
 /// address this rank advertises to peers (handed to the backend with each group).

@@ -7,7 +7,7 @@
 //! `GLOO_SOCKET_IFNAME`) still override it. A world on the in-process store (one process) has
 //! no connection and advertises 127.0.0.1.
 //!
-//! Each rank publishes `host/<rank>` = "<hostname> <address>" before check-in, so a failure can
+//! Each rank publishes `host/<rank>` = `"<hostname> <address>"` before check-in, so a failure can
 //! name the hosts of the ranks it waited for. Simulated hosts (network namespaces) and
 //! containers often share a host name, so the address is part of the name. Ranks that never
 //! checked in published nothing: they are named by node instead (rank / LOCAL_WORLD_SIZE, the

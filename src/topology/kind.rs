@@ -1,5 +1,5 @@
 //! Group kinds: the process groups Megatron-Core creates, with their keys and Megatron's short
-//! names (docs/architecture.md lists them).
+//! names (docs/topology.md, "Group kinds").
 
 use std::borrow::Cow;
 use std::fmt;
@@ -47,7 +47,7 @@ pub enum GroupKind {
 const HCP_PREFIX: &str = "hierarchical_context_parallel_";
 
 impl GroupKind {
-    /// Every kind except the hierarchical-CP levels, in DESIGN.md's table order.
+    /// Every kind except the hierarchical-CP levels, in table order (docs/topology.md, "Group kinds").
     /// The six kinds of Megatron-Core 0.19 come last (appended, so older numbers keep their place).
     pub const FIXED: [GroupKind; 26] = [
         GroupKind::TensorModelParallel,

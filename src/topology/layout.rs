@@ -16,7 +16,8 @@ enum Side {
     Expert,
 }
 
-/// How the groups of a kind derive from a generator (see NOTES §1, §4, §6, §7).
+/// How the groups of a kind derive from a generator (docs/topology.md: "The rank generator",
+/// "Hierarchical context parallelism", "Embedding groups", "Distributed-optimizer instances").
 #[derive(Debug, Clone, Copy)]
 enum Spec {
     /// All ranks sharing the coordinates outside `mask`.
@@ -230,7 +231,7 @@ impl Topology {
         }
     }
 
-    /// The kinds of this layout in DESIGN.md's table order.
+    /// The kinds of this layout in table order (docs/topology.md, "Group kinds").
     pub fn kinds(&self) -> Vec<GroupKind> {
         let mut v = Vec::with_capacity(GroupKind::FIXED.len() + self.sizes.hierarchical_cp.len());
         for k in GroupKind::FIXED {

@@ -1,5 +1,6 @@
-//! Validation of a layout: every configuration Megatron-Core rejects (NOTES §8) plus what it
-//! leaves unchecked (zero sizes, overflow, ranks beyond u32). Messages name the offending values.
+//! Validation of a layout: every configuration Megatron-Core rejects (docs/topology.md,
+//! "Validation") plus what it leaves unchecked (zero sizes, overflow, ranks beyond u32).
+//! Messages name the offending values.
 
 use super::config::{Sizes, TopologyConfig};
 use super::error::TopologyError;
@@ -128,7 +129,7 @@ pub(crate) fn validate(c: &TopologyConfig, total_world_size: u32) -> Result<Size
     })
 }
 
-/// Checks between the dense and the expert generator (NOTES §2, §8 items 9 and 10).
+/// Checks between the dense and the expert generator (docs/topology.md, "Dense and expert generators").
 pub(crate) fn validate_generators(
     c: &TopologyConfig,
     s: &Sizes,

@@ -13,7 +13,8 @@ pub fn conformance_dir() -> PathBuf {
     };
     assert!(
         dir.is_dir(),
-        "conformance vectors not found at {}: set MCORE_CONFORMANCE_DIR",
+        "conformance vectors not found at {}: the repository's copy is tests/data/conformance \
+         (docs/conformance.md); MCORE_CONFORMANCE_DIR overrides it",
         dir.display()
     );
     dir
@@ -23,15 +24,23 @@ pub fn conformance_dir() -> PathBuf {
 pub fn read_conformance_json(name: &str) -> serde_json::Value {
     use std::io::Read;
     let path = conformance_dir().join(name);
-    let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let raw = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "conformance vector file {} cannot be read ({e}): the repository's copy is \
+             tests/data/conformance (docs/conformance.md); MCORE_CONFORMANCE_DIR overrides it",
+            path.display()
+        )
+    });
     let text = if name.ends_with(".gz") {
         let mut s = String::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_string(&mut s).expect("gunzip");
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_string(&mut s)
+            .unwrap_or_else(|e| panic!("{}: not a gzip of UTF-8 text ({e})", path.display()));
         s
     } else {
-        String::from_utf8(raw).expect("utf-8")
+        String::from_utf8(raw).unwrap_or_else(|e| panic!("{}: not UTF-8 ({e})", path.display()))
     };
-    serde_json::from_str(&text).expect("valid JSON")
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not valid JSON ({e})", path.display()))
 }
 
 /// xorshift64*: a small, seeded, reproducible generator for the bounded fuzz tests (no
@@ -55,4 +64,34 @@ impl Rng {
     pub fn chance(&mut self, one_in: usize) -> bool {
         self.below(one_in) == 0
     }
+}
+
+/// The `mcore-backend-probe` test worker (tests/support/mcore_backend_probe.rs), a Cargo example
+/// so that it is never installed: `target/<profile>/examples/mcore-backend-probe`, next to the
+/// `deps/` folder this test runs from. `cargo test` and `cargo build --all-targets` build it;
+/// when only one test target was built, it is built here with the same profile and target folder.
+pub fn backend_probe() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    let probe = profile_dir.join("examples/mcore-backend-probe");
+    if probe.is_file() {
+        return probe;
+    }
+    let profile = profile_dir.file_name().and_then(|p| p.to_str()).unwrap_or("debug");
+    let target_dir = profile_dir.parent().expect("target folder");
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "--quiet", "--example", "mcore-backend-probe", "--profile"])
+        .arg(if profile == "debug" { "dev" } else { profile })
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let status = cmd.status();
+    assert!(
+        matches!(status, Ok(s) if s.success()) && probe.is_file(),
+        "the test worker {} is missing and building it failed ({status:?}): run \
+         `cargo build --example mcore-backend-probe` with this test's profile",
+        probe.display()
+    );
+    probe
 }

@@ -133,7 +133,7 @@ fn venv_site_dirs(venv: &Path) -> Vec<PathBuf> {
 }
 
 /// The site-packages folders (system and user) of the `python3` on `PATH`; empty when there is
-/// none or it does not answer within [`PYTHON_TIMEOUT`].
+/// none or it does not answer within `PYTHON_TIMEOUT`.
 pub fn python_site_dirs() -> Vec<PathBuf> {
     let script = "import site\nfor p in site.getsitepackages() + [site.getusersitepackages()]: print(p)";
     let Ok(mut child) = Command::new("python3")

@@ -1,4 +1,4 @@
-//! A store wire-compatible with PyTorch c10d's `TCPStore` (REFERENCE.md §6): the byte format
+//! A store wire-compatible with PyTorch c10d's `TCPStore` (docs/wire-protocol.md): the byte format
 //! ([`wire`]), a blocking client ([`TcpStore`]) that also talks to torch's own server, and an
 //! event-driven server ([`TcpStoreServer`], limits in [`ServerLimits`]) that torch's client can use.
 

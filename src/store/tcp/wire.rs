@@ -1,4 +1,4 @@
-//! The byte format of PyTorch c10d's TCPStore (REFERENCE.md §6): a `u8` query type followed by
+//! The byte format of PyTorch c10d's TCPStore (docs/wire-protocol.md): a `u8` query type followed by
 //! fields in host (little-endian) byte order; strings and blobs are `u64` length + bytes.
 //! Decoding enforces the libuv server's limits so a hostile peer cannot make us allocate freely.
 

@@ -1,4 +1,4 @@
-//! Thin safe wrappers over the few OS calls the tools need (the unsafe stays here).
+//! Thin safe wrappers over the few OS calls the tools need (the tools' only `unsafe` stays here).
 
 /// Send `signal` (e.g. `libc::SIGTERM`) to every process of process group `pgid`.
 pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
@@ -15,6 +15,7 @@ pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
     }
 }
 
+#[allow(unused_imports)] // not every tool signals processes
 pub use libc::{SIGKILL, SIGTERM};
 
 /// Seconds from this process's start to now (from /proc: start time in clock ticks since boot

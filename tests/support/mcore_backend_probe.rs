@@ -1,4 +1,5 @@
-//! `mcore-backend-probe`: a test worker for communicator backends. One process per rank; each
+//! `mcore-backend-probe`: a test worker for communicator backends (a Cargo example, never
+//! installed; tests find it under `target/<profile>/examples/`). One process per rank; each
 //! rendezvous through a file store directory, creates a communicator for every listed group it
 //! belongs to (plus `world`), checks an allreduce of its global rank against the sum the
 //! membership predicts, runs a barrier, destroys, and prints one JSON line. Exit 1 on any error.
@@ -8,6 +9,11 @@
 //!                     [--timeout-ms T] [--group NAME=0,1 ...]
 //! ```
 //! Without `--backend`, the first plugin of `MCORE_BACKEND_PLUGIN` is used.
+
+// The tools' argument helpers, included by path: this worker is no part of the library.
+#[allow(dead_code)]
+#[path = "../../src/bin/common/cli.rs"]
+mod cli;
 
 use mcore_init::backend::{self, BackendError, GroupInfo};
 use mcore_init::store::{FileStore, Store};
@@ -34,7 +40,7 @@ fn parse_ranks(name: &str, text: &str) -> Result<Vec<u32>, String> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut it = mcore_init::cli::utf8_args(std::env::args_os().skip(1))?.into_iter();
+    let mut it = cli::utf8_args(std::env::args_os().skip(1))?.into_iter();
     let (mut backend, mut store_dir, mut rank, mut world, mut timeout_ms) =
         (None, None, None, None, 30_000u64);
     let mut groups = Vec::new();

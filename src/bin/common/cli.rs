@@ -3,7 +3,7 @@
 //! --rank-offset`). Errors are one line naming the flag and the bad value.
 #![forbid(unsafe_code)]
 
-use crate::topology::TopologyConfig;
+use mcore_init::topology::TopologyConfig;
 
 /// Usage text of the layout flags.
 pub const LAYOUT_USAGE: &str = "[--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] [--ep N] [--etp N] \
