@@ -110,7 +110,7 @@ fn init_script(r: usize, n: usize) -> Vec<Step> {
         if r == leader {
             s.push(set(&k, &[7u8; 128]));
         } else {
-            s.push(wait(&[k.clone()]));
+            s.push(wait(std::slice::from_ref(&k)));
             s.extend(get(&k));
         }
     }

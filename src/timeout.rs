@@ -38,8 +38,8 @@ pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
     }
     let bad = || format!("{what}: '{text}' is not a positive number of seconds (or 'none' for no limit)");
     let secs: f64 = t.parse().map_err(|_| bad())?;
-    // NaN fails both comparisons; +inf is no limit.
-    if !(secs > 0.0) {
+    // NaN is neither positive nor anything else; +inf is no limit.
+    if secs.is_nan() || secs <= 0.0 {
         return Err(bad());
     }
     if secs >= NO_LIMIT.as_secs_f64() {

@@ -36,7 +36,7 @@ fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
                 stack.push(path);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") || rel == Path::new("lib.rs") {
+            if path.extension().map_or(true, |e| e != "rs") || rel == Path::new("lib.rs") {
                 continue;
             }
             let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();

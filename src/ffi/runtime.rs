@@ -393,12 +393,8 @@ mod tests {
     /// args struct of another size is refused by name.
     #[test]
     fn args_and_their_layout_are_read_separately() {
-        let mut layout = mcore_topology_config::default();
-        layout.tp = 2;
-        let mut args = mcore_init_args::default();
-        args.topology = &layout;
-        args.timeout_ms = 1234;
-        args.device = 3;
+        let layout = mcore_topology_config { tp: 2, ..Default::default() };
+        let mut args = mcore_init_args { topology: &layout, timeout_ms: 1234, device: 3, ..Default::default() };
         // SAFETY: both structs are ours and whole.
         let (got, topo) = unsafe { read_args(&args) }.unwrap();
         assert_eq!((got.timeout_ms, got.device, topo.tp, topo.gtp), (1234, 3, 2, 1));
