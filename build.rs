@@ -14,8 +14,5 @@ fn main() {
 }
 
 fn env_num(name: &str) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("build.rs: {name} is not a number"))
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("build.rs: {name} is not a number"))
 }

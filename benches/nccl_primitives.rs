@@ -9,7 +9,10 @@ fn main() {
     let t = Instant::now();
     let search = LibrarySearch::from_lookup(|_| None, Vec::new);
     let n = search.python_candidates().len();
-    println!("asking python3 for its site-packages (last resort of the search): {:.1} ms, {n} candidates", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "asking python3 for its site-packages (last resort of the search): {:.1} ms, {n} candidates",
+        t.elapsed().as_secs_f64() * 1e3
+    );
 
     let t = Instant::now();
     let lib = match NcclLibrary::global() {
@@ -19,7 +22,11 @@ fn main() {
             return;
         }
     };
-    println!("first load (dlopen + dlsym + ncclGetVersion) of NCCL {}: {:.1} ms", lib.version(), t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "first load (dlopen + dlsym + ncclGetVersion) of NCCL {}: {:.1} ms",
+        lib.version(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
 
     let n = 100;
     let _ = lib.unique_id().unwrap(); // first call initializes NCCL's bootstrap network

@@ -42,9 +42,7 @@ fn peak_rss_kib() -> u64 {
 
 /// A cheap deterministic spread of ranks.
 fn sample_ranks(world: u32, n: u32) -> Vec<u32> {
-    (0..n)
-        .map(|i| ((u64::from(i) * 2_654_435_761) % u64::from(world)) as u32)
-        .collect()
+    (0..n).map(|i| ((u64::from(i) * 2_654_435_761) % u64::from(world)) as u32).collect()
 }
 
 fn main() {
@@ -55,15 +53,8 @@ fn main() {
     );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for world in [1u32 << 10, 1 << 16, 1 << 20] {
-        let cfg = TopologyConfig {
-            tp: 8,
-            pp: 16,
-            cp: 2,
-            ep: 8,
-            etp: Some(1),
-            dist_opt_instances: 2,
-            ..Default::default()
-        };
+        let cfg =
+            TopologyConfig { tp: 8, pp: 16, cp: 2, ep: 8, etp: Some(1), dist_opt_instances: 2, ..Default::default() };
         let t = Topology::new(cfg, world).expect("valid layout");
 
         // One rank's view: its group (index, rank, size) in every kind.

@@ -128,7 +128,10 @@ fn a_caller_with_a_grown_layout_config_reads_right_and_init_args_do_not_move() {
     std::fs::remove_dir_all(&dir).unwrap();
 
     let line = |out: &str, prefix: &str| {
-        out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no '{prefix}' line in:\n{out}")).to_string()
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{out}"))
+            .to_string()
     };
     // Growing the layout config moves no field of the init args.
     assert_eq!(line(&ours, "args "), line(&newer, "args "));
@@ -141,5 +144,10 @@ fn a_caller_with_a_grown_layout_config_reads_right_and_init_args_do_not_move() {
     }
     // A set field this library does not know is refused by name.
     let refused = line(&newer, "newer ");
-    assert!(refused.starts_with("newer 1 ") && refused.contains("mcore_topology_config") && refused.contains("newer header"), "{refused}");
+    assert!(
+        refused.starts_with("newer 1 ")
+            && refused.contains("mcore_topology_config")
+            && refused.contains("newer header"),
+        "{refused}"
+    );
 }

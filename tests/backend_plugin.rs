@@ -7,9 +7,9 @@
 
 mod common;
 
-use mcore_init::backend::{self, BackendError, GroupInfo};
 use mcore_init::abi::backend::*;
 use mcore_init::backend::register_vtable;
+use mcore_init::backend::{self, BackendError, GroupInfo};
 use mcore_init::ffi::backend::*;
 
 /// The C status a backend error has at the boundary.
@@ -48,33 +48,13 @@ fn load(path: &str) -> mcore_status {
 
 #[test]
 fn loading_a_missing_file_names_the_path() {
-    assert_eq!(
-        load("/nonexistent/dir/libmcore_init_nothing.so"),
-        mcore_status::LibraryLoad
-    );
+    assert_eq!(load("/nonexistent/dir/libmcore_init_nothing.so"), mcore_status::LibraryLoad);
     let msg = last_error();
-    assert!(
-        msg.contains("/nonexistent/dir/libmcore_init_nothing.so") && msg.contains("no such file"),
-        "{msg}"
-    );
+    assert!(msg.contains("/nonexistent/dir/libmcore_init_nothing.so") && msg.contains("no such file"), "{msg}");
     // A bare name the dynamic loader cannot find.
-    assert_eq!(
-        load("libmcore_init_does_not_exist.so"),
-        mcore_status::LibraryLoad
-    );
-    assert!(
-        last_error().contains("libmcore_init_does_not_exist.so"),
-        "{}",
-        last_error()
-    );
-    let st = unsafe {
-        mcore_backend_load_plugin(
-            std::ptr::null(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-        )
-    };
+    assert_eq!(load("libmcore_init_does_not_exist.so"), mcore_status::LibraryLoad);
+    assert!(last_error().contains("libmcore_init_does_not_exist.so"), "{}", last_error());
+    let st = unsafe { mcore_backend_load_plugin(std::ptr::null(), std::ptr::null_mut(), 0, std::ptr::null_mut()) };
     assert_eq!(st, mcore_status::InvalidArgument);
 }
 
@@ -82,10 +62,7 @@ fn loading_a_missing_file_names_the_path() {
 fn loading_a_library_without_the_entry_symbol_names_the_symbol() {
     assert_eq!(load("libm.so.6"), mcore_status::LibraryLoad);
     let msg = last_error();
-    assert!(
-        msg.contains("libm.so.6") && msg.contains("mcore_backend_plugin_v1"),
-        "{msg}"
-    );
+    assert!(msg.contains("libm.so.6") && msg.contains("mcore_backend_plugin_v1"), "{msg}");
 }
 
 // ---- a small backend registered by pointer: single-rank groups, counters for every slot ----
@@ -108,11 +85,7 @@ unsafe extern "C" fn solo_create(
     let name = unsafe { CStr::from_ptr(g.name) }.to_string_lossy().into_owned();
     HOST_ADDRS.lock().unwrap().push((name, addr));
     if g.group_size != 1 {
-        return if g.group_size == 99 {
-            12345
-        } else {
-            mcore_status::Unsupported as i32
-        };
+        return if g.group_size == 99 { 12345 } else { mcore_status::Unsupported as i32 };
     }
     // Use the store the way a plugin does: set, get with the two-call pattern, add.
     unsafe {
@@ -124,10 +97,7 @@ unsafe extern "C" fn solo_create(
             mcore_status::BufferTooSmall as i32
         );
         let mut buf = vec![0u8; len];
-        assert_eq!(
-            (s.get.unwrap())(s.ctx, c"addr".as_ptr(), buf.as_mut_ptr(), len, &mut len),
-            0
-        );
+        assert_eq!((s.get.unwrap())(s.ctx, c"addr".as_ptr(), buf.as_mut_ptr(), len, &mut len), 0);
         assert_eq!(buf, b"here");
         let mut n = 0;
         assert_eq!((s.add.unwrap())(s.ctx, c"joined".as_ptr(), 1, &mut n), 0);
@@ -138,12 +108,7 @@ unsafe extern "C" fn solo_create(
     0
 }
 
-unsafe extern "C" fn solo_allreduce(
-    _ud: *mut c_void,
-    comm: *mut c_void,
-    data: *mut i64,
-    n: usize,
-) -> i32 {
+unsafe extern "C" fn solo_allreduce(_ud: *mut c_void, comm: *mut c_void, data: *mut i64, n: usize) -> i32 {
     // A sum over one rank is the identity: only check the arguments.
     if comm.is_null() || (data.is_null() && n != 0) {
         return mcore_status::InvalidArgument as i32;
@@ -208,34 +173,23 @@ fn bad_vtables_are_rejected_with_the_bad_value_named() {
     vt.create_group = None;
     vt.create_world = Some(solo_create);
     assert_eq!(register(&vt), mcore_status::InvalidArgument);
-    assert!(
-        last_error().contains("no creation strategy"),
-        "{}",
-        last_error()
-    );
+    assert!(last_error().contains("no creation strategy"), "{}", last_error());
 
     let mut vt = solo_vtable(c"x");
     vt.name = std::ptr::null();
     assert_eq!(register(&vt), mcore_status::InvalidArgument);
     assert!(last_error().contains("NULL name"), "{}", last_error());
 
-    assert_eq!(
-        unsafe { mcore_backend_register(std::ptr::null()) },
-        mcore_status::InvalidArgument
-    );
+    assert_eq!(unsafe { mcore_backend_register(std::ptr::null()) }, mcore_status::InvalidArgument);
     for name in ["bad-abi", "too-small", "no-destroy", "no-strategy"] {
-        assert!(
-            !backend::names().contains(&name.to_string()),
-            "{name} must not be registered"
-        );
+        assert!(!backend::names().contains(&name.to_string()), "{name} must not be registered");
     }
 }
 
 #[test]
 fn register_by_pointer_round_trip() {
     let dir = temp_dir("solo");
-    let store =
-        || -> Arc<dyn Store> { Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap()) };
+    let store = || -> Arc<dyn Store> { Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap()) };
     let vt = solo_vtable(c"solo");
     assert_eq!(register(&vt), mcore_status::Ok);
     // A duplicate name is refused, and the refused copy is not finalized.
@@ -251,14 +205,12 @@ fn register_by_pointer_round_trip() {
     let mut comm = b.create_group(&g, group_store.clone()).unwrap();
     // The store lent to create_group is released when the call returns.
     assert_eq!(Arc::strong_count(&group_store), 1);
-    assert_eq!(
-        (comm.group_name(), comm.rank(), comm.size()),
-        ("data_parallel/7", 0, 1)
-    );
+    assert_eq!((comm.group_name(), comm.rank(), comm.size()), ("data_parallel/7", 0, 1));
     // The raw handle is the backend's own: here a cell holding group rank + the store counter.
     assert_eq!(unsafe { *(comm.raw_handle() as *const i64) }, 1);
     // The advertised address reaches the plugin as text, NULL when there is none.
-    let with_addr = GroupInfo::new("data_parallel/8", vec![7], 7, Duration::from_secs(5)).unwrap().with_host_addr(Some("10.9.8.7"));
+    let with_addr =
+        GroupInfo::new("data_parallel/8", vec![7], 7, Duration::from_secs(5)).unwrap().with_host_addr(Some("10.9.8.7"));
     drop(b.create_group(&with_addr, store()).unwrap());
     let seen = HOST_ADDRS.lock().unwrap().clone();
     assert!(seen.contains(&("data_parallel/7".into(), None)), "{seen:?}");
@@ -271,20 +223,11 @@ fn register_by_pointer_round_trip() {
     assert_eq!(status_of(&e), mcore_status::Unsupported);
     assert!(e.to_string().contains("barrier"), "{e}");
     // The plugin's status and last_error come back with the group named.
-    let g2 = GroupInfo::new(
-        "tensor_model_parallel/0",
-        vec![0, 1],
-        1,
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let g2 = GroupInfo::new("tensor_model_parallel/0", vec![0, 1], 1, Duration::from_secs(5)).unwrap();
     let e = b.create_group(&g2, store()).unwrap_err();
     assert_eq!(status_of(&e), mcore_status::Unsupported);
     let text = e.to_string();
-    assert!(
-        text.contains("tensor_model_parallel/0") && text.contains("only groups of size 1"),
-        "{text}"
-    );
+    assert!(text.contains("tensor_model_parallel/0") && text.contains("only groups of size 1"), "{text}");
     // An unknown status code is never trusted as the enum.
     let g99 = GroupInfo::new("big", (0..99).collect(), 0, Duration::from_secs(5)).unwrap();
     let e = b.create_group(&g99, store()).unwrap_err();
@@ -293,24 +236,15 @@ fn register_by_pointer_round_trip() {
 
     // Unregister while a communicator lives: finalize waits for it.
     let name = CString::new("solo").unwrap();
-    assert_eq!(
-        unsafe { mcore_backend_unregister(name.as_ptr()) },
-        mcore_status::Ok
-    );
-    assert!(matches!(
-        backend::get("solo"),
-        Err(BackendError::NotFound { .. })
-    ));
+    assert_eq!(unsafe { mcore_backend_unregister(name.as_ptr()) }, mcore_status::Ok);
+    assert!(matches!(backend::get("solo"), Err(BackendError::NotFound { .. })));
     assert_eq!(FINALIZED.load(Ordering::SeqCst), 0);
     drop(b);
     let created = CREATED.load(Ordering::SeqCst);
     comm.destroy().unwrap();
     assert_eq!(DESTROYED.load(Ordering::SeqCst), created);
     assert_eq!(FINALIZED.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        unsafe { mcore_backend_unregister(name.as_ptr()) },
-        mcore_status::NotFound
-    );
+    assert_eq!(unsafe { mcore_backend_unregister(name.as_ptr()) }, mcore_status::NotFound);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -322,21 +256,13 @@ fn a_longer_vtable_from_a_newer_plugin_is_accepted_when_its_new_slots_are_null()
         future_slot: usize,
     }
     // A slot this library does not know is set: refused, not silently ignored.
-    let mut newer = Newer {
-        v1: solo_vtable(c"solo-newer"),
-        future_slot: 0xdead,
-    };
+    let mut newer = Newer { v1: solo_vtable(c"solo-newer"), future_slot: 0xdead };
     newer.v1.struct_size = std::mem::size_of::<Newer>() as u32;
     newer.v1.finalize = None;
     assert_eq!(unsafe { mcore_backend_register(&newer.v1) }, mcore_status::InvalidArgument);
     assert!(last_error().contains("newer header"), "{}", last_error());
     newer.future_slot = 0;
-    assert_eq!(
-        unsafe { mcore_backend_register(&newer.v1) },
-        mcore_status::Ok,
-        "{}",
-        last_error()
-    );
+    assert_eq!(unsafe { mcore_backend_register(&newer.v1) }, mcore_status::Ok, "{}", last_error());
     assert_eq!(backend::get("solo-newer").unwrap().name(), "solo-newer");
     backend::unregister("solo-newer").unwrap();
 }
@@ -399,12 +325,7 @@ unsafe extern "C" fn split_split(
     0
 }
 
-unsafe extern "C" fn split_allreduce(
-    _ud: *mut c_void,
-    comm: *mut c_void,
-    data: *mut i64,
-    n: usize,
-) -> i32 {
+unsafe extern "C" fn split_allreduce(_ud: *mut c_void, comm: *mut c_void, data: *mut i64, n: usize) -> i32 {
     // Adds the communicator's remembered value to each element (a test-only "sum").
     let v = unsafe { *(comm as *const i64) };
     for i in 0..n {
@@ -435,22 +356,12 @@ fn split_strategy_members_get_a_communicator_and_others_none() {
     let dir = temp_dir("split");
     let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap());
     let t = Duration::from_secs(5);
-    let e = b
-        .create_group(&GroupInfo::new("g", vec![0], 0, t).unwrap(), store.clone())
-        .unwrap_err();
+    let e = b.create_group(&GroupInfo::new("g", vec![0], 0, t).unwrap(), store.clone()).unwrap_err();
     assert_eq!(status_of(&e), mcore_status::Unsupported);
-    let mut world = b
-        .create_world(&GroupInfo::new("world", vec![0], 0, t).unwrap(), store)
-        .unwrap();
+    let mut world = b.create_world(&GroupInfo::new("world", vec![0], 0, t).unwrap(), store).unwrap();
     let g = GroupInfo::new("expert_model_parallel/3", vec![0], 0, t).unwrap();
-    let mut comm = b
-        .split(&mut world, 3, 7, Some(&g))
-        .unwrap()
-        .expect("a member gets a communicator");
-    assert_eq!(
-        (comm.group_name(), comm.rank(), comm.size()),
-        ("expert_model_parallel/3", 0, 1)
-    );
+    let mut comm = b.split(&mut world, 3, 7, Some(&g)).unwrap().expect("a member gets a communicator");
+    assert_eq!((comm.group_name(), comm.rank(), comm.size()), ("expert_model_parallel/3", 0, 1));
     let mut data = [0i64];
     comm.allreduce_sum_i64(&mut data).unwrap();
     assert_eq!(data, [3007], "color and key reach the backend");
@@ -502,9 +413,7 @@ unsafe extern "C" fn keep_split(
     if rc != 0 {
         return rc;
     }
-    let child = KeepComm {
-        store: std::ptr::null(),
-    };
+    let child = KeepComm { store: std::ptr::null() };
     unsafe { *out = Box::into_raw(Box::new(child)).cast() };
     0
 }
@@ -560,8 +469,7 @@ fn gloo_plugin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MCORE_GLOO_PLUGIN") {
         return Some(PathBuf::from(p));
     }
-    let built =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gloo-plugin/libmcore_init_gloo.so");
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gloo-plugin/libmcore_init_gloo.so");
     if built.exists() {
         return Some(built);
     }
@@ -575,21 +483,9 @@ fn spawn_probe(plugin: &PathBuf, dir: &PathBuf, rank: u32, world: u32, timeout_m
         .arg(plugin)
         .arg("--store-dir")
         .arg(dir)
-        .args([
-            "--rank",
-            &rank.to_string(),
-            "--world-size",
-            &world.to_string(),
-        ])
+        .args(["--rank", &rank.to_string(), "--world-size", &world.to_string()])
         .args(["--timeout-ms", &timeout_ms.to_string()])
-        .args([
-            "--group",
-            "pair/0=0,1",
-            "--group",
-            "pair/1=2,3",
-            "--group",
-            "evens=0,2",
-        ])
+        .args(["--group", "pair/0=0,1", "--group", "pair/1=2,3", "--group", "evens=0,2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -601,10 +497,7 @@ fn collect(children: Vec<Child>, deadline: Duration) -> Vec<(bool, String, Strin
     let start = Instant::now();
     let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     loop {
-        let all_done = children
-            .iter_mut()
-            .flatten()
-            .all(|c| c.try_wait().ok().flatten().is_some());
+        let all_done = children.iter_mut().flatten().all(|c| c.try_wait().ok().flatten().is_some());
         if all_done {
             break;
         }
@@ -635,35 +528,19 @@ fn gloo_plugin_loads_through_the_c_api_with_its_name() {
     let path = CString::new(plugin.to_str().unwrap()).unwrap();
     let mut small = [0 as c_char; 3];
     let mut len = 0usize;
-    let st = unsafe {
-        mcore_backend_load_plugin(path.as_ptr(), small.as_mut_ptr(), small.len(), &mut len)
-    };
+    let st = unsafe { mcore_backend_load_plugin(path.as_ptr(), small.as_mut_ptr(), small.len(), &mut len) };
     assert_eq!(st, mcore_status::BufferTooSmall, "{}", last_error());
     assert_eq!(len, "gloo".len() + 1);
     let mut buf = [0 as c_char; 16];
-    let st =
-        unsafe { mcore_backend_load_plugin(path.as_ptr(), buf.as_mut_ptr(), buf.len(), &mut len) };
-    assert_eq!(
-        st,
-        mcore_status::Ok,
-        "loading again is idempotent: {}",
-        last_error()
-    );
-    assert_eq!(
-        unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
-        "gloo"
-    );
+    let st = unsafe { mcore_backend_load_plugin(path.as_ptr(), buf.as_mut_ptr(), buf.len(), &mut len) };
+    assert_eq!(st, mcore_status::Ok, "loading again is idempotent: {}", last_error());
+    assert_eq!(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(), "gloo");
     // The same library reached through another path is the same backend, not a duplicate.
     let link_dir = temp_dir("gloo-link");
     std::fs::create_dir_all(&link_dir).unwrap();
     let link = link_dir.join("libmcore_init_gloo_alias.so");
     std::os::unix::fs::symlink(&plugin, &link).unwrap();
-    assert_eq!(
-        load(link.to_str().unwrap()),
-        mcore_status::Ok,
-        "{}",
-        last_error()
-    );
+    assert_eq!(load(link.to_str().unwrap()), mcore_status::Ok, "{}", last_error());
     std::fs::remove_dir_all(link_dir).unwrap();
     let b = backend::get("gloo").unwrap();
     assert!(b.supports_create_group() && b.supports_split());
@@ -684,16 +561,10 @@ fn gloo_plugin_loads_through_the_c_api_with_its_name() {
 fn gloo_groups_across_four_real_processes_sum_their_members() {
     let Some(plugin) = gloo_plugin() else { return };
     let dir = temp_dir("gloo4");
-    let kids = (0..4)
-        .map(|r| spawn_probe(&plugin, &dir, r, 4, 30_000))
-        .collect();
+    let kids = (0..4).map(|r| spawn_probe(&plugin, &dir, r, 4, 30_000)).collect();
     let results = collect(kids, Duration::from_secs(90));
-    let groups = [
-        ("world", vec![0u32, 1, 2, 3]),
-        ("pair/0", vec![0, 1]),
-        ("pair/1", vec![2, 3]),
-        ("evens", vec![0, 2]),
-    ];
+    let groups =
+        [("world", vec![0u32, 1, 2, 3]), ("pair/0", vec![0, 1]), ("pair/1", vec![2, 3]), ("evens", vec![0, 2])];
     for (rank, (ok, out, err)) in results.iter().enumerate() {
         assert!(ok, "rank {rank} failed: {err}");
         let v: serde_json::Value =
@@ -706,11 +577,7 @@ fn gloo_groups_across_four_real_processes_sum_their_members() {
                 Some(idx) => {
                     assert_eq!(g["size"], members.len() as u64, "rank {rank} group {name}");
                     assert_eq!(g["rank"], idx as u64, "rank {rank} group {name}");
-                    assert_eq!(
-                        g["sum"],
-                        members.iter().sum::<u32>() as u64,
-                        "rank {rank} group {name}"
-                    );
+                    assert_eq!(g["sum"], members.iter().sum::<u32>() as u64, "rank {rank} group {name}");
                 }
                 None => assert!(g.is_null(), "rank {rank} must not be in {name}: {out}"),
             }
@@ -724,20 +591,12 @@ fn gloo_ranks_fail_within_the_timeout_naming_a_rank_that_never_started() {
     let Some(plugin) = gloo_plugin() else { return };
     let dir = temp_dir("gloo-missing");
     // World of 4, rank 3 never starts.
-    let kids = (0..3)
-        .map(|r| spawn_probe(&plugin, &dir, r, 4, 1_500))
-        .collect();
+    let kids = (0..3).map(|r| spawn_probe(&plugin, &dir, r, 4, 1_500)).collect();
     let results = collect(kids, Duration::from_secs(60));
     for (rank, (ok, _out, err)) in results.iter().enumerate() {
         assert!(!ok, "rank {rank} must fail when rank 3 is missing");
-        assert!(
-            err.contains("group 'world'") && err.contains("timed out"),
-            "rank {rank}: {err}"
-        );
-        assert!(
-            err.contains("global rank 3"),
-            "rank {rank} should name the missing rank: {err}"
-        );
+        assert!(err.contains("group 'world'") && err.contains("timed out"), "rank {rank}: {err}");
+        assert!(err.contains("global rank 3"), "rank {rank} should name the missing rank: {err}");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -757,21 +616,14 @@ fn mcore_backend_plugin_env_is_honoured_and_a_bad_path_is_named() {
     };
     let out = probe(plugin.as_os_str());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["groups"]["world"]["sum"], 0);
     assert_eq!(v["groups"]["world"]["size"], 1);
     let out = probe(std::ffi::OsStr::new("/nonexistent/libmcore_init_gloo.so"));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("/nonexistent/libmcore_init_gloo.so") && err.contains("no such file"),
-        "{err}"
-    );
+    assert!(err.contains("/nonexistent/libmcore_init_gloo.so") && err.contains("no such file"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -785,12 +637,7 @@ fn check_sum(comm: &mut backend::Comm, rank: u32, members: &[u32]) {
     comm.allreduce_sum_i64(&mut data)
         .unwrap_or_else(|e| panic!("rank {rank}: allreduce on {}: {e}", comm.group_name()));
     let sum: u32 = members.iter().sum();
-    assert_eq!(
-        data,
-        [i64::from(sum), members.len() as i64],
-        "rank {rank} group {}",
-        comm.group_name()
-    );
+    assert_eq!(data, [i64::from(sum), members.len() as i64], "rank {rank} group {}", comm.group_name());
 }
 
 /// A store that counts the reads of split keys (`split/...`): single `get`s and `multi_get`s.
@@ -898,9 +745,8 @@ fn gloo_split_child() {
     let pair_color = rank / 2;
     let pair: Vec<u32> = vec![2 * pair_color, 2 * pair_color + 1];
     let pair_name = format!("pair/{pair_color}");
-    let mut a = split(&mut world, &pair_name, pair_color, Some(pair.clone()), t)
-        .unwrap()
-        .expect("every rank is in a pair");
+    let mut a =
+        split(&mut world, &pair_name, pair_color, Some(pair.clone()), t).unwrap().expect("every rank is in a pair");
     assert_eq!((a.rank(), a.size()), (rank % 2, 2));
     let evens = [0u32, 2];
     let is_even = rank % 2 == 0;
@@ -911,9 +757,7 @@ fn gloo_split_child() {
         check_sum(c, rank, &evens);
     }
     // The same group name split again off the same world gets keys of its own.
-    let mut again = split(&mut world, &pair_name, pair_color, Some(pair.clone()), t)
-        .unwrap()
-        .unwrap();
+    let mut again = split(&mut world, &pair_name, pair_color, Some(pair.clone()), t).unwrap().unwrap();
     check_sum(&mut again, rank, &pair);
     again.destroy().unwrap();
     // Every peer key of the splits was read through the plugin's multi_get prefetch.
@@ -955,10 +799,7 @@ fn run_split_children(case: &str, world: u32) {
         })
         .collect();
     for (rank, (ok, out, err)) in collect(kids, Duration::from_secs(120)).iter().enumerate() {
-        assert!(
-            *ok && out.contains(&format!("CHILD-OK rank={rank}")),
-            "{case} rank {rank}: {out}{err}"
-        );
+        assert!(*ok && out.contains(&format!("CHILD-OK rank={rank}")), "{case} rank {rank}: {out}{err}");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -988,8 +829,7 @@ fn gloo_split_errors_name_the_cause() {
     assert_eq!(status_of(&e), mcore_status::InvalidArgument);
     let text = e.to_string();
     assert!(
-        text.contains("splits need a world communicator from create_world")
-            && text.contains("'data_parallel/0'"),
+        text.contains("splits need a world communicator from create_world") && text.contains("'data_parallel/0'"),
         "{text}"
     );
     group.destroy().unwrap();
@@ -1035,9 +875,10 @@ fn the_runtime_refuses_verification_without_allreduce_before_any_rendezvous() {
     })
     .unwrap();
     let resolver = move |_: &InitArgs| -> Result<Arc<dyn CommFactory>, RuntimeError> { Ok(Arc::new(b.clone())) };
-    let err = runtime::initialize_with(InitArgs { backend: "solo-noreduce".into(), ..InitArgs::default() }, env, &resolver)
-        .unwrap_err()
-        .to_string();
+    let err =
+        runtime::initialize_with(InitArgs { backend: "solo-noreduce".into(), ..InitArgs::default() }, env, &resolver)
+            .unwrap_err()
+            .to_string();
     assert!(err.contains("fills no allreduce_sum_i64 slot") && err.contains("verify off"), "{err}");
     assert!(!runtime::is_initialized());
     backend::unregister("solo-noreduce").unwrap();

@@ -46,13 +46,26 @@ fn non_utf8_arguments_are_named_not_a_panic() {
         let out = run(bin, &[bad, s("--world-size"), s("4")], &[]);
         assert_clean(&out, 2, "argument 1 ('--tp=\u{fffd}2') is not valid UTF-8");
     }
-    let out = run(LAUNCH, &[s("--nproc"), s("2"), s("--master-addr"), OsStr::from_bytes(b"\xfe"), s("--"), s("true")], &[]);
+    let out =
+        run(LAUNCH, &[s("--nproc"), s("2"), s("--master-addr"), OsStr::from_bytes(b"\xfe"), s("--"), s("true")], &[]);
     assert_clean(&out, 2, "argument 4 ('\u{fffd}') is not valid UTF-8");
     // A launcher variable that is not UTF-8 is named, not taken for unset.
     let out = run(SELFTEST, &[], &[("RANK", OsStr::from_bytes(b"\xff")), ("WORLD_SIZE", s("2"))]);
     assert_clean(&out, 1, "RANK='\u{fffd}' is not a non-negative integer");
     // mcore-launch passes its program's arguments on as they are: they need not be UTF-8.
-    let out = run(LAUNCH, &[s("--nproc"), s("1"), s("--"), s("/bin/sh"), s("-c"), s("test \"$0\" = \"$(printf 'a\\377')\""), OsStr::from_bytes(b"a\xff")], &[]);
+    let out = run(
+        LAUNCH,
+        &[
+            s("--nproc"),
+            s("1"),
+            s("--"),
+            s("/bin/sh"),
+            s("-c"),
+            s("test \"$0\" = \"$(printf 'a\\377')\""),
+            OsStr::from_bytes(b"a\xff"),
+        ],
+        &[],
+    );
     assert_clean(&out, 0, "");
 }
 

@@ -17,8 +17,14 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn sets_torchrun_environment_and_prefixes_output() {
     let (out, _) = launch(&[
-        "--nproc", "4", "--master-port", "29777", "--",
-        "sh", "-c", "echo env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT; echo oops >&2",
+        "--nproc",
+        "4",
+        "--master-port",
+        "29777",
+        "--",
+        "sh",
+        "-c",
+        "echo env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT; echo oops >&2",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -59,7 +65,8 @@ fn one_failing_rank_stops_the_others_and_sets_the_exit_status() {
 
 #[test]
 fn timeout_names_the_ranks_still_running() {
-    let (out, _) = launch(&["--nproc", "2", "--timeout", "0.3", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 0; fi; sleep 600"]);
+    let (out, _) =
+        launch(&["--nproc", "2", "--timeout", "0.3", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 0; fi; sleep 600"]);
     assert_eq!(out.status.code(), Some(124));
     let err = text(&out.stderr);
     assert!(err.contains("still running: 1;"), "{err}");

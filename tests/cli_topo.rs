@@ -6,10 +6,7 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 fn topo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mcore-topo"))
-        .args(args)
-        .output()
-        .expect("run mcore-topo")
+    Command::new(env!("CARGO_BIN_EXE_mcore-topo")).args(args).output().expect("run mcore-topo")
 }
 
 fn stdout_json(out: &Output) -> Value {
@@ -18,15 +15,7 @@ fn stdout_json(out: &Output) -> Value {
 }
 
 fn engine() -> Topology {
-    let cfg = TopologyConfig {
-        tp: 2,
-        pp: 2,
-        cp: 2,
-        ep: 2,
-        etp: Some(1),
-        dist_opt_instances: 2,
-        ..Default::default()
-    };
+    let cfg = TopologyConfig { tp: 2, pp: 2, cp: 2, ep: 2, etp: Some(1), dist_opt_instances: 2, ..Default::default() };
     Topology::new(cfg, 32).unwrap()
 }
 
@@ -76,10 +65,7 @@ fn json_rank_view_matches_the_engine() {
         let g = &groups[&*m.kind().key()];
         assert_eq!(g["rank"], m.rank);
         assert_eq!(g["size"], m.size());
-        assert_eq!(
-            serde_json::from_value::<Vec<u32>>(g["ranks"].clone()).unwrap(),
-            m.members()
-        );
+        assert_eq!(serde_json::from_value::<Vec<u32>>(g["ranks"].clone()).unwrap(), m.members());
     }
     let p = &v["pipeline"];
     assert_eq!((p["rank"].as_u64(), p["next"].as_u64()), (Some(0), Some(29)));
@@ -93,18 +79,12 @@ fn table_output_is_readable() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("tp 2 pp 4"), "{text}");
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("pipeline_model_parallel "))
-        .expect("pp line");
+    let line = text.lines().find(|l| l.starts_with("pipeline_model_parallel ")).expect("pp line");
     assert!(line.contains("[0,4,8,12] [1,5,9,13]"), "{line}");
     let out = topo(&["--world-size", "16", "--tp", "2", "--pp", "4", "--rank", "5"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("next 9"), "{text}");
-    assert!(
-        !text.lines().any(|l| l.starts_with("embedding ")),
-        "middle stage in no embedding group: {text}"
-    );
+    assert!(!text.lines().any(|l| l.starts_with("embedding ")), "middle stage in no embedding group: {text}");
     let line = text.lines().find(|l| l.starts_with("data_parallel ")).unwrap();
     assert!(line.ends_with("[5,7]"), "{line}");
     // hcp levels appear as keys.
@@ -173,7 +153,9 @@ fn gtp_kinds_streams_and_local_world() {
     let local = ["--world-size", "16", "--tp", "2", "--local-world-size", "8", "--rank-offset", "8", "--rank", "3"];
     let out = topo(&local);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8(out.stdout).unwrap().contains("rank 3 is outside the grid (ranks 8..15 of a world of 16)"));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("rank 3 is outside the grid (ranks 8..15 of a world of 16)"));
     let out = topo(&["--world-size", "16", "--local-world-size", "8", "--rank-offset", "9"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("exceeds the world size 16"));

@@ -73,7 +73,10 @@ fn bad_node_flags_are_named() {
         (vec!["--world-size", "8", "--color-by", "data_parallel"], "--color-by needs --svg"),
         (vec!["--world-size", "8", "--svg", "/nonexistent-dir/x.svg"], "cannot write '/nonexistent-dir/x.svg'"),
         (vec!["--world-size", "8192", "--svg", "x.svg"], "at most 4096 ranks"),
-        (vec!["--world-size", "8", "--tp", "2", "--svg", "x.svg", "--color-by", "expert_data_parallel_x"], "unknown group kind"),
+        (
+            vec!["--world-size", "8", "--tp", "2", "--svg", "x.svg", "--color-by", "expert_data_parallel_x"],
+            "unknown group kind",
+        ),
     ] {
         let o = topo(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -87,8 +90,22 @@ fn svg_file_has_every_rank_coloured_by_the_chosen_kind() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("out.svg");
     let p = path.to_str().unwrap();
-    let o = topo(&["--world-size", "16", "--tp", "2", "--pp", "2", "--gpus-per-node", "8", "--svg", p, "--color-by",
-        "pipeline_model_parallel", "--rank", "3"]);
+    let o = topo(&[
+        "--world-size",
+        "16",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--svg",
+        p,
+        "--color-by",
+        "pipeline_model_parallel",
+        "--rank",
+        "3",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let svg = std::fs::read_to_string(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();

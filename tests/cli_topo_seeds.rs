@@ -10,7 +10,9 @@ use std::process::Command;
 
 fn layout_args(cfg: &Value) -> Vec<String> {
     let mut args = vec!["--world-size".to_string(), cfg["world_size"].to_string()];
-    for (flag, key) in [("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--etp", "etp"), ("--vpp", "vpp")] {
+    for (flag, key) in
+        [("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--etp", "etp"), ("--vpp", "vpp")]
+    {
         if let Some(v) = cfg[key].as_u64() {
             args.extend([flag.to_string(), v.to_string()]);
         }

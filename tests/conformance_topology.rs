@@ -69,10 +69,7 @@ fn config_of(c: &Value) -> (TopologyConfig, u32) {
         pp: u32_of(&c["pp"], "pp"),
         vpp: c["vpp"].as_u64().map(|v| v as u32),
         cp: u32_of(&c["cp"], "cp"),
-        hierarchical_cp: c["hcp"]
-            .as_array()
-            .map(|a| a.iter().map(|v| u32_of(v, "hcp")).collect())
-            .unwrap_or_default(),
+        hierarchical_cp: c["hcp"].as_array().map(|a| a.iter().map(|v| u32_of(v, "hcp")).collect()).unwrap_or_default(),
         ep: u32_of(&c["ep"], "ep"),
         etp: c["etp"].as_u64().map(|v| v as u32),
         dist_opt_instances: u32_of(&c["nd"], "nd"),
@@ -121,10 +118,7 @@ fn key_of_global(name: &str) -> Result<String, &'static str> {
     if let Some(level) = name.strip_prefix("_HIERARCHICAL_CONTEXT_PARALLEL_GROUPS[") {
         return Ok(format!("hierarchical_context_parallel_{}", level.trim_end_matches(']')));
     }
-    let base = name
-        .strip_prefix('_')
-        .expect("leading underscore")
-        .replacen("_GROUP", "", 1);
+    let base = name.strip_prefix('_').expect("leading underscore").replacen("_GROUP", "", 1);
     Ok(base.to_lowercase())
 }
 
@@ -156,9 +150,7 @@ fn src(t: &Topology, kind: GroupKind, rank: u32) -> Answer {
     Answer::Int(t.group_of(kind, rank).unwrap().map(|g| i64::from(g.first())))
 }
 fn ranks(t: &Topology, kind: GroupKind, rank: u32) -> Answer {
-    t.group_of(kind, rank)
-        .unwrap()
-        .map_or(Answer::Error, |g| Answer::Ints(g.iter().map(i64::from).collect()))
+    t.group_of(kind, rank).unwrap().map_or(Answer::Error, |g| Answer::Ints(g.iter().map(i64::from).collect()))
 }
 /// The gtp size/rank getters answer 0 on a rank outside the grid (0.19.2).
 fn or_zero(a: Answer) -> Answer {
@@ -201,10 +193,7 @@ fn answer(t: &Topology, version: Version, rank: u32, key: &str) -> Result<Answer
     if name.starts_with("get_hybrid") {
         return Err("hybrid dp-cp groups are out of scope");
     }
-    if matches!(
-        name,
-        "is_initialized" | "is_unitialized" | "model_parallel_is_initialized"
-    ) {
+    if matches!(name, "is_initialized" | "is_unitialized" | "model_parallel_is_initialized") {
         return Err("runtime lifecycle, not layout");
     }
     if name == "get_virtual_pipeline_model_parallel_rank" {
@@ -245,11 +234,7 @@ fn answer(t: &Topology, version: Version, rank: u32, key: &str) -> Result<Answer
     } else {
         ExpertTensorModelPipelineParallel
     };
-    let tdp_kind = if wcp {
-        TensorAndDataParallelWithCp
-    } else {
-        TensorAndDataParallel
-    };
+    let tdp_kind = if wcp { TensorAndDataParallelWithCp } else { TensorAndDataParallel };
     let pipe = t.pipeline(rank);
     let p_int = |f: fn(&mcore_init::topology::PipelineView) -> u32| {
         pipe.as_ref().map_or(Answer::Error, |p| Answer::Int(Some(i64::from(f(p)))))
@@ -288,12 +273,7 @@ fn answer(t: &Topology, version: Version, rank: u32, key: &str) -> Result<Answer
             }
             Answer::Groups((levels > 0).then(|| {
                 (0..levels)
-                    .map(|i| {
-                        t.group_of(HierarchicalContextParallel(i), rank)
-                            .unwrap()
-                            .unwrap()
-                            .members()
-                    })
+                    .map(|i| t.group_of(HierarchicalContextParallel(i), rank).unwrap().unwrap().members())
                     .collect()
             }))
         }
@@ -346,11 +326,7 @@ fn answer(t: &Topology, version: Version, rank: u32, key: &str) -> Result<Answer
 }
 
 fn ranks_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("rank list")
-        .iter()
-        .map(|r| u32_of(r, "rank"))
-        .collect()
+    v.as_array().expect("rank list").iter().map(|r| u32_of(r, "rank")).collect()
 }
 
 /// Whether our answer matches Megatron's RESULT.
@@ -363,10 +339,7 @@ fn matches(ours: &Answer, expected: &Value) -> bool {
         return *ours == Answer::Groups(Some(lists));
     }
     if expected.get("error").is_some() {
-        return matches!(
-            ours,
-            Answer::Error | Answer::Group(None) | Answer::Groups(None) | Answer::Int(None)
-        );
+        return matches!(ours, Answer::Error | Answer::Group(None) | Answer::Groups(None) | Answer::Int(None));
     }
     let v = &expected["ok"];
     match ours {
@@ -375,9 +348,7 @@ fn matches(ours: &Answer, expected: &Value) -> bool {
         Answer::Bool(b) => v.as_bool() == Some(*b),
         Answer::Str(s) => v.as_str() == Some(s.as_str()),
         Answer::Ints(l) => {
-            v.as_array()
-                .map(|a| a.iter().filter_map(Value::as_i64).collect::<Vec<_>>())
-                == Some(l.clone())
+            v.as_array().map(|a| a.iter().filter_map(Value::as_i64).collect::<Vec<_>>()) == Some(l.clone())
         }
         _ => false,
     }
@@ -396,9 +367,9 @@ fn topology_matches_megatron_core_0_19_2() {
 /// Whether two layouts have the same groups of every kind.
 fn same_groups(a: &Topology, b: &Topology) -> bool {
     a.kinds() == b.kinds()
-        && a.kinds().into_iter().all(|k| {
-            a.groups(k).map(|g| g.unwrap().members()).eq(b.groups(k).map(|g| g.unwrap().members()))
-        })
+        && a.kinds()
+            .into_iter()
+            .all(|k| a.groups(k).map(|g| g.unwrap().members()).eq(b.groups(k).map(|g| g.unwrap().members())))
 }
 
 /// Compare every config of one vector file; `min` = (ok configs, rejected configs, groups,
@@ -495,14 +466,12 @@ fn check_file(file: &str, version: Version, min: (usize, usize, usize, usize)) {
         }
         let mut our_kinds = t.kinds();
         if version == Version::V0_16_1 {
-            our_kinds.retain(|k| !GroupKind::added_in_0_19().contains(k));  // absent from 0.16.1
+            our_kinds.retain(|k| !GroupKind::added_in_0_19().contains(k)); // absent from 0.16.1
         }
         our_kinds.sort();
         expected_keys.sort();
         if our_kinds != expected_keys {
-            failures.push(format!(
-                "{id}: kinds differ: ours {our_kinds:?} vs megatron {expected_keys:?}"
-            ));
+            failures.push(format!("{id}: kinds differ: ours {our_kinds:?} vs megatron {expected_keys:?}"));
         }
         // Every per-rank query that maps to our API.
         for r in entry["ranks"].as_array().unwrap() {
@@ -510,11 +479,7 @@ fn check_file(file: &str, version: Version, min: (usize, usize, usize, usize)) {
             for (key, expected) in r["q"].as_object().unwrap() {
                 match answer(&t, version, rank, key) {
                     Err(why) => {
-                        *unmapped
-                            .entry(why)
-                            .or_default()
-                            .entry(parse_key(key).0.to_string())
-                            .or_default() += 1;
+                        *unmapped.entry(why).or_default().entry(parse_key(key).0.to_string()).or_default() += 1;
                     }
                     Ok(ours) => {
                         queries_compared += 1;

@@ -43,7 +43,12 @@ fn port_of(h: &Handle) -> u16 {
 }
 
 fn set(h: &Handle, key: &str, v: &[u8]) {
-    assert_eq!(unsafe { mcore_store_set(h.0, c(key).as_ptr(), v.as_ptr(), v.len()) }, mcore_status::Ok, "{}", last_error());
+    assert_eq!(
+        unsafe { mcore_store_set(h.0, c(key).as_ptr(), v.as_ptr(), v.len()) },
+        mcore_status::Ok,
+        "{}",
+        last_error()
+    );
 }
 
 fn get(h: &Handle, key: &str) -> Result<Vec<u8>, (mcore_status, String)> {
@@ -265,9 +270,16 @@ fn compare_set_swaps_reports_the_stored_value_and_sizes_the_buffer() {
     let inv = mcore_status::InvalidArgument;
     let mut len = 0usize;
     let mut b = [0u8; 4];
-    let call = |store: *mut mcore_store, key: *const c_char, e: *const u8, el: usize, d: *const u8, dl: usize, buf: *mut u8, bl: usize, out: *mut usize| unsafe {
-        mcore_store_compare_set(store, key, e, el, d, dl, buf, bl, out)
-    };
+    let call =
+        |store: *mut mcore_store,
+         key: *const c_char,
+         e: *const u8,
+         el: usize,
+         d: *const u8,
+         dl: usize,
+         buf: *mut u8,
+         bl: usize,
+         out: *mut usize| unsafe { mcore_store_compare_set(store, key, e, el, d, dl, buf, bl, out) };
     let k = c("cas");
     assert_eq!(call(null_mut(), k.as_ptr(), null(), 0, null(), 0, b.as_mut_ptr(), 4, &mut len), inv);
     assert_eq!(call(client.0, null(), null(), 0, null(), 0, b.as_mut_ptr(), 4, &mut len), inv);

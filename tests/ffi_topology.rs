@@ -1,8 +1,8 @@
 //! The topology C API called as C would: create, queries for any rank and kind, enumeration,
 //! the embedding callback with its user data, and every error path.
 
-use mcore_init::ffi::error::mcore_last_error_message;
 use mcore_init::abi::mcore_status;
+use mcore_init::ffi::error::mcore_last_error_message;
 use mcore_init::ffi::topology::*;
 use mcore_init::topology::{GroupKind, Topology, TopologyConfig};
 use std::ffi::{c_void, CStr, CString};
@@ -10,9 +10,7 @@ use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn last_error() -> String {
-    unsafe { CStr::from_ptr(mcore_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(mcore_last_error_message()) }.to_string_lossy().into_owned()
 }
 
 fn config() -> mcore_topology_config {
@@ -40,11 +38,7 @@ fn kind(name: &str) -> i32 {
     unsafe {
         let mut k = -1;
         let c = CString::new(name).unwrap();
-        assert_eq!(
-            mcore_group_kind_from_name(c.as_ptr(), &mut k),
-            mcore_status::Ok,
-            "{name}"
-        );
+        assert_eq!(mcore_group_kind_from_name(c.as_ptr(), &mut k), mcore_status::Ok, "{name}");
         k
     }
 }
@@ -56,10 +50,7 @@ fn ranks(t: *const mcore_topology, rank: u32, kind: i32) -> Vec<u32> {
         assert_eq!(s, mcore_status::BufferTooSmall);
         let mut buf = vec![0u32; need];
         let mut n = 0usize;
-        assert_eq!(
-            mcore_topology_group_ranks(t, rank, kind, buf.as_mut_ptr(), buf.len(), &mut n),
-            mcore_status::Ok
-        );
+        assert_eq!(mcore_topology_group_ranks(t, rank, kind, buf.as_mut_ptr(), buf.len(), &mut n), mcore_status::Ok);
         assert_eq!(n, need);
         buf
     }
@@ -108,26 +99,17 @@ fn queries_agree_with_the_engine_for_every_rank_and_kind() {
             assert_eq!(ck, kind(&k.key()));
             let mut buf = [0u8; 64];
             let mut n = 0;
-            assert_eq!(
-                mcore_group_kind_name(ck, buf.as_mut_ptr().cast(), buf.len(), &mut n),
-                mcore_status::Ok
-            );
+            assert_eq!(mcore_group_kind_name(ck, buf.as_mut_ptr().cast(), buf.len(), &mut n), mcore_status::Ok);
             assert_eq!(CStr::from_bytes_with_nul(&buf[..n]).unwrap().to_str().unwrap(), k.key());
             let mut count = 0u64;
             assert_eq!(mcore_topology_group_count(t, ck, &mut count), mcore_status::Ok);
             assert_eq!(count, engine.group_count(k));
             for idx in 0..count {
                 let mut need = 0usize;
-                assert_eq!(
-                    mcore_topology_group_at(t, ck, idx, null_mut(), 0, &mut need),
-                    mcore_status::BufferTooSmall
-                );
+                assert_eq!(mcore_topology_group_at(t, ck, idx, null_mut(), 0, &mut need), mcore_status::BufferTooSmall);
                 let mut g = vec![0u32; need];
                 let mut n = 0usize;
-                assert_eq!(
-                    mcore_topology_group_at(t, ck, idx, g.as_mut_ptr(), g.len(), &mut n),
-                    mcore_status::Ok
-                );
+                assert_eq!(mcore_topology_group_at(t, ck, idx, g.as_mut_ptr(), g.len(), &mut n), mcore_status::Ok);
                 assert_eq!(g, engine.group(k, idx).unwrap().members());
             }
             for rank in 0..64 {
@@ -154,18 +136,9 @@ fn queries_agree_with_the_engine_for_every_rank_and_kind() {
                 (e.rank, e.size, e.first, e.last, e.next, e.prev)
             );
             let (mut first, mut last, mut emb) = (false, false, false);
-            assert_eq!(
-                mcore_topology_is_pipeline_first_stage(t, rank, -1, &mut first),
-                mcore_status::Ok
-            );
-            assert_eq!(
-                mcore_topology_is_pipeline_last_stage(t, rank, 0, &mut last),
-                mcore_status::Ok
-            );
-            assert_eq!(
-                mcore_topology_is_rank_in_embedding_group(t, rank, -1, &mut emb),
-                mcore_status::Ok
-            );
+            assert_eq!(mcore_topology_is_pipeline_first_stage(t, rank, -1, &mut first), mcore_status::Ok);
+            assert_eq!(mcore_topology_is_pipeline_last_stage(t, rank, 0, &mut last), mcore_status::Ok);
+            assert_eq!(mcore_topology_is_rank_in_embedding_group(t, rank, -1, &mut emb), mcore_status::Ok);
             assert_eq!((first, last), (e.rank == 0, e.rank == 1));
             assert_eq!(emb, engine.group_of(GroupKind::Embedding, rank).unwrap().is_some());
         }
@@ -188,20 +161,10 @@ fn bad_configs_and_arguments_are_named() {
         bad(&|c| c.tp = 3, 8, mcore_status::InvalidConfig, "world size 8");
         bad(&|c| c.vpp = 2, 8, mcore_status::InvalidConfig, "pp = 1");
         bad(&|c| c.hcp_len = 2, 8, mcore_status::InvalidArgument, "hcp is NULL");
-        bad(
-            &|c| c.struct_size = 0,
-            8,
-            mcore_status::InvalidArgument,
-            "struct_size 0",
-        );
+        bad(&|c| c.struct_size = 0, 8, mcore_status::InvalidArgument, "struct_size 0");
         let order = CString::new("tp-xx-dp-pp").unwrap();
         let p = order.as_ptr() as usize;
-        bad(
-            &move |c| c.order = p as *const _,
-            8,
-            mcore_status::InvalidConfig,
-            "'xx'",
-        );
+        bad(&move |c| c.order = p as *const _, 8, mcore_status::InvalidConfig, "'xx'");
         bad(&|_| {}, 0, mcore_status::InvalidConfig, "world size");
 
         let mut t = null_mut();
@@ -213,10 +176,7 @@ fn bad_configs_and_arguments_are_named() {
 
         let t = create(&c, 8).unwrap();
         let mut info = mcore_group_info::default();
-        assert_eq!(
-            mcore_topology_group(null(), 0, 0, &mut info),
-            mcore_status::InvalidArgument
-        );
+        assert_eq!(mcore_topology_group(null(), 0, 0, &mut info), mcore_status::InvalidArgument);
         assert!(last_error().contains("topology is NULL"));
         assert_eq!(mcore_topology_group(t, 0, 0, null_mut()), mcore_status::InvalidArgument);
         assert_eq!(mcore_topology_group(t, 0, 57, &mut info), mcore_status::InvalidArgument);
@@ -236,43 +196,19 @@ fn bad_configs_and_arguments_are_named() {
         assert_eq!(count, 0);
         let mut buf = [0u32; 1];
         let mut n = 0usize;
-        assert_eq!(
-            mcore_topology_group_at(t, 0, 8, buf.as_mut_ptr(), 1, &mut n),
-            mcore_status::OutOfRange
-        );
-        assert_eq!(
-            mcore_topology_group_at(t, 0, 0, buf.as_mut_ptr(), 1, null_mut()),
-            mcore_status::InvalidArgument
-        );
-        assert_eq!(
-            mcore_topology_group_ranks(t, 0, 2, null_mut(), 8, &mut n),
-            mcore_status::InvalidArgument
-        );
+        assert_eq!(mcore_topology_group_at(t, 0, 8, buf.as_mut_ptr(), 1, &mut n), mcore_status::OutOfRange);
+        assert_eq!(mcore_topology_group_at(t, 0, 0, buf.as_mut_ptr(), 1, null_mut()), mcore_status::InvalidArgument);
+        assert_eq!(mcore_topology_group_ranks(t, 0, 2, null_mut(), 8, &mut n), mcore_status::InvalidArgument);
         let mut b = false;
-        assert_eq!(
-            mcore_topology_is_pipeline_first_stage(t, 0, 1, &mut b),
-            mcore_status::OutOfRange
-        );
-        assert_eq!(
-            mcore_topology_is_pipeline_first_stage(t, 0, -7, &mut b),
-            mcore_status::InvalidArgument
-        );
+        assert_eq!(mcore_topology_is_pipeline_first_stage(t, 0, 1, &mut b), mcore_status::OutOfRange);
+        assert_eq!(mcore_topology_is_pipeline_first_stage(t, 0, -7, &mut b), mcore_status::InvalidArgument);
         let mut k = 0;
         let name = CString::new("no_such_kind").unwrap();
-        assert_eq!(
-            mcore_group_kind_from_name(name.as_ptr(), &mut k),
-            mcore_status::NotFound
-        );
+        assert_eq!(mcore_group_kind_from_name(name.as_ptr(), &mut k), mcore_status::NotFound);
         assert!(last_error().contains("no_such_kind"));
-        assert_eq!(
-            mcore_group_kind_from_name(null(), &mut k),
-            mcore_status::InvalidArgument
-        );
+        assert_eq!(mcore_group_kind_from_name(null(), &mut k), mcore_status::InvalidArgument);
         let mut small = [0i8; 4];
-        assert_eq!(
-            mcore_group_kind_name(0, small.as_mut_ptr().cast(), 4, &mut n),
-            mcore_status::BufferTooSmall
-        );
+        assert_eq!(mcore_group_kind_name(0, small.as_mut_ptr().cast(), 4, &mut n), mcore_status::BufferTooSmall);
         assert_eq!(n, "tensor_model_parallel".len() + 1);
         let mut kk = 0;
         assert_eq!(mcore_topology_kind_at(t, 99, &mut kk), mcore_status::OutOfRange);
@@ -328,14 +264,8 @@ fn embedding_callback_and_user_data_lifetime() {
         // pp groups [0,2,4,6] and [1,3,5,7]: embedding [2,6] and [3,7].
         assert_eq!(ranks(t, 6, mcore_group_kind::Embedding as i32), vec![2, 6]);
         let mut info = mcore_group_info::default();
-        assert_eq!(
-            mcore_topology_group(t, 0, mcore_group_kind::Embedding as i32, &mut info),
-            mcore_status::NotMember
-        );
-        assert_eq!(
-            mcore_topology_group(t, 7, mcore_group_kind::Embedding as i32, &mut info),
-            mcore_status::Ok
-        );
+        assert_eq!(mcore_topology_group(t, 0, mcore_group_kind::Embedding as i32, &mut info), mcore_status::NotMember);
+        assert_eq!(mcore_topology_group(t, 7, mcore_group_kind::Embedding as i32, &mut info), mcore_status::Ok);
         assert_eq!((info.index, info.rank, info.size), (1, 1, 2));
         assert!((*calls).load(Ordering::SeqCst) > 0);
         // Position embedding keeps the default (first stage).
@@ -358,20 +288,9 @@ fn embedding_callback_and_user_data_lifetime() {
         c.position_embedding_ranks = Some(failing);
         let t = create(&c, 4).unwrap();
         let mut need = 0usize;
-        let s = mcore_topology_group_ranks(
-            t,
-            0,
-            mcore_group_kind::PositionEmbedding as i32,
-            null_mut(),
-            0,
-            &mut need,
-        );
+        let s = mcore_topology_group_ranks(t, 0, mcore_group_kind::PositionEmbedding as i32, null_mut(), 0, &mut need);
         assert_eq!(s, mcore_status::InvalidConfig);
-        assert!(
-            last_error().contains("returned 7") && last_error().contains("[0, 2]"),
-            "{}",
-            last_error()
-        );
+        assert!(last_error().contains("returned 7") && last_error().contains("[0, 2]"), "{}", last_error());
         mcore_topology_destroy(t);
     }
 }
@@ -405,7 +324,10 @@ fn gtp_and_local_world_through_c() {
         16,
     )
     .unwrap();
-    assert_eq!(ranks(t, 9, kind("gtp_weight_remat")), engine.group_of(GroupKind::GtpWeightRemat, 9).unwrap().unwrap().members());
+    assert_eq!(
+        ranks(t, 9, kind("gtp_weight_remat")),
+        engine.group_of(GroupKind::GtpWeightRemat, 9).unwrap().unwrap().members()
+    );
     assert_eq!(ranks(t, 9, kind("gtp_weight_remat")), vec![9, 11]);
     unsafe {
         let (mut g, mut e, mut total, mut local) = (0, 0, 0, 0);
@@ -426,7 +348,10 @@ fn gtp_and_local_world_through_c() {
     let (status, message) = create(&old, 8).unwrap_err();
     assert_eq!(status, mcore_status::InvalidArgument);
     let ours = std::mem::size_of::<mcore_topology_config>();
-    assert!(message.contains(&format!("struct_size {} ", old.struct_size)) && message.contains(&ours.to_string()), "{message}");
+    assert!(
+        message.contains(&format!("struct_size {} ", old.struct_size)) && message.contains(&ours.to_string()),
+        "{message}"
+    );
     let mut bad = config();
     bad.gtp = 0;
     assert!(create(&bad, 8).unwrap_err().1.contains("gtp"));

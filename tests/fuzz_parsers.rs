@@ -14,8 +14,8 @@ mod common;
 #[path = "../src/bin/common/cli.rs"]
 mod cli;
 
-use common::Rng;
 use cli::{is_layout_flag, layout_flag, number, utf8_args, Flags};
+use common::Rng;
 use mcore_init::abi::mcore_status;
 use mcore_init::ffi::topology::*;
 use mcore_init::runtime::CommConfig;
@@ -54,13 +54,61 @@ fn split_args(bytes: &[u8]) -> Vec<Vec<u8>> {
 }
 
 const FLAGS: &[&str] = &[
-    "--world-size", "--tp", "--pp", "--vpp", "--cp", "--hcp", "--ep", "--etp", "--dist-opt-instances", "--order",
-    "--rank-offset", "--rank", "--timeout", "--json", "--seed", "--seed-policy", "--data-parallel-random-init", "--bogus", "-h",
+    "--world-size",
+    "--tp",
+    "--pp",
+    "--vpp",
+    "--cp",
+    "--hcp",
+    "--ep",
+    "--etp",
+    "--dist-opt-instances",
+    "--order",
+    "--rank-offset",
+    "--rank",
+    "--timeout",
+    "--json",
+    "--seed",
+    "--seed-policy",
+    "--data-parallel-random-init",
+    "--bogus",
+    "-h",
 ];
 const VALUES: &[&str] = &[
-    "0", "1", "2", "3", "4", "8", "16", "-1", "4294967295", "4294967296", "2147483647", "-2147483648", "1e300", "inf", "nan",
-    "none", "0.5", "2,2", "2,,2", "1,1,1,1", "", " ", "tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "pp-dp", "tp-tp", "x",
-    "18446744073709551616", "-0", "+3", "0x10", "sharded:tensor_model_parallel", "roll", "megatron",
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "8",
+    "16",
+    "-1",
+    "4294967295",
+    "4294967296",
+    "2147483647",
+    "-2147483648",
+    "1e300",
+    "inf",
+    "nan",
+    "none",
+    "0.5",
+    "2,2",
+    "2,,2",
+    "1,1,1,1",
+    "",
+    " ",
+    "tp-cp-ep-dp-pp",
+    "tp-cp-ep-pp-dp",
+    "pp-dp",
+    "tp-tp",
+    "x",
+    "18446744073709551616",
+    "-0",
+    "+3",
+    "0x10",
+    "sharded:tensor_model_parallel",
+    "roll",
+    "megatron",
 ];
 
 fn mutate_bytes(rng: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
@@ -85,7 +133,9 @@ fn random_args(rng: &mut Rng, seeds: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
     let mut args = if rng.chance(2) {
         rng.pick(seeds).clone()
     } else {
-        (0..rng.below(12)).map(|_| if rng.chance(2) { rng.pick(FLAGS) } else { rng.pick(VALUES) }.as_bytes().to_vec()).collect()
+        (0..rng.below(12))
+            .map(|_| if rng.chance(2) { rng.pick(FLAGS) } else { rng.pick(VALUES) }.as_bytes().to_vec())
+            .collect()
     };
     for _ in 0..rng.below(5) {
         let n = args.len();
@@ -180,7 +230,16 @@ fn mcore_topo_exits_0_or_2_on_the_corpus_and_mutants() {
 }
 
 const INTS: &[i32] = &[0, 1, 2, 3, 4, 8, 16, -1, -2, i32::MAX, i32::MIN, 1 << 16, 1 << 30];
-const ORDERS: &[&[u8]] = &[b"tp-cp-ep-dp-pp", b"tp-cp-ep-pp-dp", b"tp-pp-dp", b"", b"tp-tp-cp-ep-dp-pp", b"\xff\xfe", b"pp-dp-ep-cp-tp", b"tp cp"];
+const ORDERS: &[&[u8]] = &[
+    b"tp-cp-ep-dp-pp",
+    b"tp-cp-ep-pp-dp",
+    b"tp-pp-dp",
+    b"",
+    b"tp-tp-cp-ep-dp-pp",
+    b"\xff\xfe",
+    b"pp-dp-ep-cp-tp",
+    b"tp cp",
+];
 
 fn int(rng: &mut Rng) -> i32 {
     if rng.chance(3) {
@@ -200,12 +259,21 @@ fn the_c_layout_config_never_panics() {
         assert_eq!(unsafe { mcore_topology_config_init(cfg.as_mut_ptr()) }, mcore_status::Ok);
         // SAFETY: filled by init.
         let mut cfg = unsafe { cfg.assume_init() };
-        for field in [&mut cfg.tp, &mut cfg.pp, &mut cfg.vpp, &mut cfg.cp, &mut cfg.ep, &mut cfg.etp, &mut cfg.dist_opt_instances] {
+        for field in [
+            &mut cfg.tp,
+            &mut cfg.pp,
+            &mut cfg.vpp,
+            &mut cfg.cp,
+            &mut cfg.ep,
+            &mut cfg.etp,
+            &mut cfg.dist_opt_instances,
+        ] {
             if rng.chance(2) {
                 *field = int(&mut rng);
             }
         }
-        let hcp: Vec<i32> = (0..rng.below(5)).map(|_| if rng.chance(2) { *rng.pick(&[1, 2, 4]) } else { int(&mut rng) }).collect();
+        let hcp: Vec<i32> =
+            (0..rng.below(5)).map(|_| if rng.chance(2) { *rng.pick(&[1, 2, 4]) } else { int(&mut rng) }).collect();
         if !hcp.is_empty() {
             cfg.hcp = hcp.as_ptr();
             cfg.hcp_len = hcp.len();
@@ -242,7 +310,8 @@ fn the_c_layout_config_never_panics() {
         }
         for _ in 0..4 {
             let kind = if rng.chance(2) { rng.below(40) as i32 - 2 } else { int(&mut rng) };
-            let rank = if rng.chance(2) { cfg.rank_offset.wrapping_add(rng.below(64) as u32) } else { rng.next() as u32 };
+            let rank =
+                if rng.chance(2) { cfg.rank_offset.wrapping_add(rng.below(64) as u32) } else { rng.next() as u32 };
             let mut info = std::mem::MaybeUninit::<mcore_group_info>::uninit();
             let mut buf = [0u32; 64];
             let (mut n, mut count) = (0usize, 0u64);
@@ -263,10 +332,58 @@ fn the_c_layout_config_never_panics() {
 }
 
 const YAML_TOKENS: &[&str] = &[
-    "tp", "dp", "pp", "ep_dp", "hcp", "hierarchical_context_parallel_2", "tensor_model_parallel", "bogus", "max_ctas", "min_ctas",
-    "cga_cluster_size", "net_name", "split_share", "is_high_priority_stream", ": ", ":", "\n", "\n  ", "\n    ", "{", "}", "[",
-    "]", ", ", "- ", "&a ", "*a", "&b ", "*b", "---\n", "...\n", "? ", "!!str ", "!!int ", "'", "\"", "# c\n", "4", "-1",
-    "99999999999", "true", "no", "~", "Socket", "0x1f", "1e3", "|\n  x\n", ">\n  y\n", "%YAML 1.2\n", "\t", "\\u0000", "\u{feff}",
+    "tp",
+    "dp",
+    "pp",
+    "ep_dp",
+    "hcp",
+    "hierarchical_context_parallel_2",
+    "tensor_model_parallel",
+    "bogus",
+    "max_ctas",
+    "min_ctas",
+    "cga_cluster_size",
+    "net_name",
+    "split_share",
+    "is_high_priority_stream",
+    ": ",
+    ":",
+    "\n",
+    "\n  ",
+    "\n    ",
+    "{",
+    "}",
+    "[",
+    "]",
+    ", ",
+    "- ",
+    "&a ",
+    "*a",
+    "&b ",
+    "*b",
+    "---\n",
+    "...\n",
+    "? ",
+    "!!str ",
+    "!!int ",
+    "'",
+    "\"",
+    "# c\n",
+    "4",
+    "-1",
+    "99999999999",
+    "true",
+    "no",
+    "~",
+    "Socket",
+    "0x1f",
+    "1e3",
+    "|\n  x\n",
+    ">\n  y\n",
+    "%YAML 1.2\n",
+    "\t",
+    "\\u0000",
+    "\u{feff}",
 ];
 
 #[test]

@@ -144,9 +144,14 @@ fn the_check_sees_a_wrong_way_import() {
     let mut modules = BTreeMap::new();
     modules.insert(vec!["ffi".to_string()], PathBuf::from("ffi/mod.rs"));
     modules.insert(vec!["backend".to_string(), "x".to_string()], PathBuf::from("backend/x.rs"));
-    let refs = references("use crate::ffi::FfiError; // crate::runtime in a comment", &["backend".into(), "x".into()], false);
+    let refs =
+        references("use crate::ffi::FfiError; // crate::runtime in a comment", &["backend".into(), "x".into()], false);
     assert_eq!(refs, vec![vec!["ffi".to_string(), "FfiError".to_string()]]);
     assert_eq!(resolve(&refs[0], &modules), Some(&vec!["ffi".to_string()]));
-    let sup = references("use super::super::abi::mcore_status;", &["backend".into(), "plugin".into(), "vtable".into()], false);
+    let sup = references(
+        "use super::super::abi::mcore_status;",
+        &["backend".into(), "plugin".into(), "vtable".into()],
+        false,
+    );
     assert_eq!(sup, vec![vec!["backend".to_string(), "abi".to_string(), "mcore_status".to_string()]]);
 }

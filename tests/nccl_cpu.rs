@@ -131,7 +131,8 @@ fn unique_id_reaches_every_process() {
 fn a_member_without_a_root_times_out_naming_the_group_and_key() {
     let Some(lib) = library() else { return };
     let store = MemoryStore::new(Duration::from_secs(5));
-    let err = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "expert_data_parallel/2", Duration::from_millis(200)).unwrap_err();
+    let err = share_unique_id(lib, &store, UNIQUE_ID_KEY, false, "expert_data_parallel/2", Duration::from_millis(200))
+        .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("expert_data_parallel/2") && text.contains("'nccl_unique_id'"), "{text}");
     assert_eq!(mcore_init::backend::CommError::from(err).kind, mcore_init::backend::CommErrorKind::Timeout);
@@ -154,8 +155,17 @@ fn init_on_a_device_without_a_driver_fails_fast_naming_the_driver_and_group() {
     }
     let id = lib.unique_id().unwrap();
     let start = Instant::now();
-    let err = NcclComm::init_rank(lib, "tensor_model_parallel/0", &id, 1, 0, Device::Ordinal(0), &NcclConfig::default(), Duration::from_secs(20))
-        .unwrap_err();
+    let err = NcclComm::init_rank(
+        lib,
+        "tensor_model_parallel/0",
+        &id,
+        1,
+        0,
+        Device::Ordinal(0),
+        &NcclConfig::default(),
+        Duration::from_secs(20),
+    )
+    .unwrap_err();
     let text = err.to_string();
     eprintln!("{text}");
     assert!(matches!(err, NcclError::LibraryNotFound { .. }), "{err:?}");
@@ -175,7 +185,8 @@ fn init_with_no_gpu_returns_nccls_error_within_the_deadline() {
     let deadline = Duration::from_secs(20);
     let start = Instant::now();
     // Device::Current: NCCL itself finds no device.
-    let err = NcclComm::init_rank(lib, "data_parallel/1", &id, 1, 0, Device::Current, &NcclConfig::default(), deadline).unwrap_err();
+    let err = NcclComm::init_rank(lib, "data_parallel/1", &id, 1, 0, Device::Current, &NcclConfig::default(), deadline)
+        .unwrap_err();
     let text = err.to_string();
     eprintln!("{text}");
     assert!(start.elapsed() <= deadline + Duration::from_secs(5), "took {:?}", start.elapsed());
@@ -187,7 +198,9 @@ fn init_with_no_gpu_returns_nccls_error_within_the_deadline() {
 fn invalid_rank_is_named_before_nccl_is_called() {
     let Some(lib) = library() else { return };
     let id = lib.unique_id().unwrap();
-    let err = NcclComm::init_rank(lib, "pp/0", &id, 2, 2, Device::Current, &NcclConfig::default(), Duration::from_secs(1)).unwrap_err();
+    let err =
+        NcclComm::init_rank(lib, "pp/0", &id, 2, 2, Device::Current, &NcclConfig::default(), Duration::from_secs(1))
+            .unwrap_err();
     assert!(err.to_string().contains("group pp/0: rank 2 is outside 0..2"), "{err}");
 }
 
@@ -200,10 +213,8 @@ fn a_missing_library_lists_the_paths_tried() {
     assert!(text.contains("MCORE_NCCL_LIBRARY"), "{text}");
 
     let site = std::env::temp_dir().join(format!("mcore-empty-site-{}", std::process::id()));
-    let search = LibrarySearch::from_lookup(
-        |k| (k == "MCORE_NCCL_PYTHON_SITE").then(|| site.display().to_string()),
-        Vec::new,
-    );
+    let search =
+        LibrarySearch::from_lookup(|k| (k == "MCORE_NCCL_PYTHON_SITE").then(|| site.display().to_string()), Vec::new);
     if let Err(err) = NcclLibrary::load(&search) {
         let text = err.to_string();
         assert!(text.contains(&format!("{}/nvidia/nccl/lib/libnccl.so.2: no such file", site.display())), "{text}");
@@ -251,7 +262,9 @@ fn found_by_search(env: &[(&str, String)]) -> String {
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text.lines().find_map(|l| l.find("FOUND ").map(|at| l[at + 6..].to_string())).unwrap_or_else(|| panic!("no FOUND in {text}"))
+    text.lines()
+        .find_map(|l| l.find("FOUND ").map(|at| l[at + 6..].to_string()))
+        .unwrap_or_else(|| panic!("no FOUND in {text}"))
 }
 
 #[test]
@@ -271,8 +284,8 @@ fn library_is_found_through_the_python3_on_path_and_virtual_env() {
 #[test]
 fn the_runtime_factory_publishes_the_id_then_fails_naming_the_group_without_a_gpu() {
     use mcore_init::backend::nccl::NcclFactory;
-    use mcore_init::backend::GroupInfo;
     use mcore_init::backend::CommFactory;
+    use mcore_init::backend::GroupInfo;
     let Some(lib) = library() else { return };
     if has_cuda_driver() {
         eprintln!("SKIP: this machine has a CUDA driver");
@@ -297,13 +310,21 @@ fn the_factory_offers_split_on_2_18_and_names_bad_per_kind_options() {
     let factory = NcclFactory::new(lib, Device::Ordinal(0), NcclConfig::default());
     // The wheel's NCCL is >= 2.18 (checked above), so ncclCommSplit is there.
     assert_eq!(factory.split_unavailable(), None, "NCCL {}", lib.version());
-    let ok = CommOptions { cga_cluster_size: Some(4), min_ctas: Some(1), max_ctas: Some(8), net_name: Some("Socket".into()), split_share: Some(true) };
+    let ok = CommOptions {
+        cga_cluster_size: Some(4),
+        min_ctas: Some(1),
+        max_ctas: Some(8),
+        net_name: Some("Socket".into()),
+        split_share: Some(true),
+    };
     assert_eq!(factory.check_options(&ok), Ok(()));
     let bad = CommOptions { cga_cluster_size: Some(9), ..Default::default() };
     let e = factory.check_options(&bad).unwrap_err();
     assert_eq!(e.kind, mcore_init::backend::CommErrorKind::InvalidArgument);
     assert!(e.message.contains("cga_cluster_size 9"), "{e}");
-    let e = factory.check_options(&CommOptions { min_ctas: Some(16), max_ctas: Some(4), ..Default::default() }).unwrap_err();
+    let e = factory
+        .check_options(&CommOptions { min_ctas: Some(16), max_ctas: Some(4), ..Default::default() })
+        .unwrap_err();
     assert!(e.message.contains("min_ctas 16 is larger than max_ctas 4"), "{e}");
 }
 

@@ -46,7 +46,9 @@ fn double_dir() -> &'static Path {
         std::fs::create_dir_all(&dir).unwrap();
         let lib = dir.join("libnccl_double.so");
         let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-        cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"]).arg(&lib).arg(SOURCE);
+        cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"])
+            .arg(&lib)
+            .arg(SOURCE);
         if asan() {
             cc.arg("-fsanitize=address");
         }
@@ -139,7 +141,17 @@ fn json_lines(stdout: &[u8]) -> impl Iterator<Item = Value> + '_ {
 /// one fails).
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
     let rv = Rendezvous::new("launch");
-    let mut all = vec!["--nproc".to_string(), n.to_string(), "--timeout".into(), "120".into(), "--".into(), selftest(), "--json".into(), "--backend".into(), "nccl".into()];
+    let mut all = vec![
+        "--nproc".to_string(),
+        n.to_string(),
+        "--timeout".into(),
+        "120".into(),
+        "--".into(),
+        selftest(),
+        "--json".into(),
+        "--backend".into(),
+        "nccl".into(),
+    ];
     all.extend(args.iter().map(|a| a.to_string()));
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let start = Instant::now();
@@ -160,21 +172,28 @@ fn spawn_world(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
         .map(|r| {
             let mut cmd = command(&selftest(), &all, &rv, env);
             let r = r.to_string();
-            cmd.env("RANK", &r).env("LOCAL_RANK", &r).env("WORLD_SIZE", n.to_string()).env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", &port);
+            cmd.env("RANK", &r)
+                .env("LOCAL_RANK", &r)
+                .env("WORLD_SIZE", n.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port);
             cmd.spawn().unwrap()
         })
         .collect();
     let outs: Vec<Output> = children.into_iter().map(finish).collect();
     let elapsed = start.elapsed();
     let lines = outs.iter().flat_map(|o| json_lines(&o.stdout)).collect();
-    let out = outs.into_iter().reduce(|mut a, b| {
-        a.stdout.extend(b.stdout);
-        a.stderr.extend(b.stderr);
-        if !b.status.success() {
-            a.status = b.status;
-        }
-        a
-    }).unwrap();
+    let out = outs
+        .into_iter()
+        .reduce(|mut a, b| {
+            a.stdout.extend(b.stdout);
+            a.stderr.extend(b.stderr);
+            if !b.status.success() {
+                a.status = b.status;
+            }
+            a
+        })
+        .unwrap();
     Run { out, lines, elapsed }
 }
 
@@ -270,17 +289,25 @@ fn errors(run: &Run) -> Vec<(u64, String)> {
 
 #[test]
 fn a_failed_split_names_the_group_and_its_ranks() {
-    let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_SPLIT", "fail")]);
+    let run = launch(
+        2,
+        &["--tp", "2", "--comm-strategy", "split", "--timeout", "30"],
+        &[("MCORE_NCCL_DOUBLE_SPLIT", "fail")],
+    );
     let errs = errors(&run);
     for (rank, e) in errs {
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): "), "rank {rank}: {e}");
-        assert!(e.contains("ncclCommSplit") && e.contains("ncclSystemError") && e.contains("failed as asked"), "rank {rank}: {e}");
+        assert!(
+            e.contains("ncclCommSplit") && e.contains("ncclSystemError") && e.contains("failed as asked"),
+            "rank {rank}: {e}"
+        );
     }
 }
 
 #[test]
 fn a_split_that_never_completes_ends_at_the_deadline_naming_the_group() {
-    let run = launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "3"], &[("MCORE_NCCL_DOUBLE_SPLIT", "hang")]);
+    let run =
+        launch(2, &["--tp", "2", "--comm-strategy", "split", "--timeout", "3"], &[("MCORE_NCCL_DOUBLE_SPLIT", "hang")]);
     let errs = errors(&run);
     for (rank, e) in errs {
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1): timed out after "), "rank {rank}: {e}");
@@ -293,7 +320,8 @@ fn a_split_that_never_completes_ends_at_the_deadline_naming_the_group() {
 fn an_init_that_never_completes_ends_at_the_deadline_naming_the_missing_ranks() {
     // One by one, rank 3's first init (tensor group {2, 3}) never completes: rank 2 times out in
     // that group, rank 1 in its data-parallel group {1, 3}, which rank 3 never reached.
-    let env = [("MCORE_NCCL_CONCURRENT", "0"), ("MCORE_NCCL_DOUBLE_INIT", "hang"), ("MCORE_NCCL_DOUBLE_HANG_RANKS", "3")];
+    let env =
+        [("MCORE_NCCL_CONCURRENT", "0"), ("MCORE_NCCL_DOUBLE_INIT", "hang"), ("MCORE_NCCL_DOUBLE_HANG_RANKS", "3")];
     let run = spawn_world(4, &["--tp", "2", "--comm-strategy", "per-group", "--timeout", "3"], &env);
     let text = run.text();
     let errs = errors(&run);

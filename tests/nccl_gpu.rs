@@ -24,7 +24,8 @@ fn world_of_one_inits_reduces_splits_and_destroys() {
     let lib = lib();
     eprintln!("NCCL {} from {}", lib.version(), lib.path());
     let id = lib.unique_id().unwrap();
-    let mut comm = NcclComm::init_rank(lib, "world", &id, 1, 0, Device::Ordinal(0), &NcclConfig::default(), TIMEOUT).unwrap();
+    let mut comm =
+        NcclComm::init_rank(lib, "world", &id, 1, 0, Device::Ordinal(0), &NcclConfig::default(), TIMEOUT).unwrap();
     assert_eq!((comm.size(), comm.rank()), (1, 0));
     assert!(!comm.raw_handle().is_null());
     let mut v = vec![1i64, -2, 3 << 40];
@@ -46,9 +47,17 @@ fn several_communicators_start_together_and_splits_run_ahead_of_their_inits() {
     let lib = lib();
     let specs: Vec<InitSpec> = ["a/0", "b/0", "c/0"]
         .iter()
-        .map(|g| InitSpec { group: g.to_string(), id: lib.unique_id().unwrap(), nranks: 1, rank: 0, config: NcclConfig::default(), timeout: TIMEOUT })
+        .map(|g| InitSpec {
+            group: g.to_string(),
+            id: lib.unique_id().unwrap(),
+            nranks: 1,
+            rank: 0,
+            config: NcclConfig::default(),
+            timeout: TIMEOUT,
+        })
         .collect();
-    let mut comms = NcclComm::init_together(lib, &specs, Device::Ordinal(0)).map_err(|(i, e)| format!("spec {i}: {e}")).unwrap();
+    let mut comms =
+        NcclComm::init_together(lib, &specs, Device::Ordinal(0)).map_err(|(i, e)| format!("spec {i}: {e}")).unwrap();
     for c in &mut comms {
         c.wait_ready().unwrap();
         let mut v = vec![2i64];
@@ -57,8 +66,9 @@ fn several_communicators_start_together_and_splits_run_ahead_of_their_inits() {
     }
     // Two splits in a row on one parent, their children waited for afterwards.
     let parent = &comms[0];
-    let mut kids: Vec<NcclComm> =
-        (0..2).map(|k| parent.split_start(&format!("a/child{k}"), Some(0), 0, None, TIMEOUT).unwrap().expect("member")).collect();
+    let mut kids: Vec<NcclComm> = (0..2)
+        .map(|k| parent.split_start(&format!("a/child{k}"), Some(0), 0, None, TIMEOUT).unwrap().expect("member"))
+        .collect();
     for k in &mut kids {
         k.expect_size_rank(1, 0);
         k.wait_ready().unwrap();
@@ -81,8 +91,8 @@ fn shared_gpu_env(lib: &NcclLibrary, rank: u32) -> Vec<(&'static str, String)> {
 #[test]
 #[ignore = "needs a GPU"]
 fn runtime_factory_creates_and_verifies_a_group() {
-    use mcore_init::backend::GroupInfo;
     use mcore_init::backend::CommFactory;
+    use mcore_init::backend::GroupInfo;
     let factory = mcore_init::backend::nccl::NcclFactory::new(lib(), Device::Ordinal(0), NcclConfig::default());
     let store = std::sync::Arc::new(mcore_init::store::MemoryStore::new(TIMEOUT));
     let g = GroupInfo::new("data_parallel/0", vec![0], 0, TIMEOUT).unwrap();
@@ -114,7 +124,8 @@ fn init_times_out_and_aborts_when_a_peer_never_joins() {
     let id = lib.unique_id().unwrap();
     let deadline = Duration::from_secs(5);
     let start = Instant::now();
-    let err = NcclComm::init_rank(lib, "lonely/0", &id, 2, 0, Device::Ordinal(0), &NcclConfig::default(), deadline).unwrap_err();
+    let err = NcclComm::init_rank(lib, "lonely/0", &id, 2, 0, Device::Ordinal(0), &NcclConfig::default(), deadline)
+        .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("lonely/0"), "{text}");
     assert!(text.contains("timed out after 5.000 s"), "{text}");
@@ -131,7 +142,8 @@ fn gpu_rank_child() {
     let id = NcclUniqueId::from_bytes(&bytes).unwrap();
     let lib = lib();
     let group = "shared_gpu";
-    let mut comm = NcclComm::init_rank(lib, group, &id, 2, rank, Device::Ordinal(0), &NcclConfig::default(), TIMEOUT).unwrap();
+    let mut comm =
+        NcclComm::init_rank(lib, group, &id, 2, rank, Device::Ordinal(0), &NcclConfig::default(), TIMEOUT).unwrap();
     let mut v = vec![rank as i64 + 1, 10];
     comm.allreduce_sum_i64(&mut v, TIMEOUT).unwrap();
     // Rank 0 joins color 0 alone; rank 1 is not a member (NCCL_SPLIT_NOCOLOR).

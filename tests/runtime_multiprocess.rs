@@ -15,7 +15,9 @@ const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
 fn plugin() -> Option<String> {
     let p = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists());
     if p.is_none() {
-        eprintln!("skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/25-runtime.sh)");
+        eprintln!(
+            "skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/25-runtime.sh)"
+        );
     }
     p
 }
@@ -104,12 +106,40 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
         (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2"]),
         (16, &["--tp", "2", "--pp", "2", "--order", "tp-cp-ep-pp-dp"]),
         (8, &["--tp", "2", "--pp", "2", "--seed", "1234", "--data-parallel-random-init"]),
-        (8, &["--tp", "2", "--pp", "2", "--seed", "7", "--seed-policy", "sharded:pipeline_model_parallel,tensor_model_parallel"]),
+        (
+            8,
+            &[
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--seed",
+                "7",
+                "--seed-policy",
+                "sharded:pipeline_model_parallel,tensor_model_parallel",
+            ],
+        ),
         // The split strategy: a world communicator, one split per kind joined by every rank.
         (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "split"]),
         // pp=4: the middle stages are in no embedding group and join those splits without a color.
         (8, &["--pp", "4", "--vpp", "2", "--seed", "5", "--comm-strategy", "split"]),
-        (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2", "--comm-strategy", "split"]),
+        (
+            16,
+            &[
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--cp",
+                "2",
+                "--ep",
+                "2",
+                "--dist-opt-instances",
+                "2",
+                "--comm-strategy",
+                "split",
+            ],
+        ),
         // Megatron-Core 0.19's weight-rematerialization groups, real (gtp/egtp > 1) and aliased.
         (8, &["--tp", "2", "--gtp", "2", "--ep", "2", "--egtp", "2"]),
         (8, &["--tp", "2", "--gtp", "2", "--pp", "2", "--comm-strategy", "split"]),
@@ -213,7 +243,13 @@ fn four_ranks_one_differing(plugin: &str, odd: u32, args: &[&str], odd_args: &[&
 fn mismatched_configs_are_an_error_naming_the_ranks() {
     let Some(plugin) = plugin() else { return };
     for err in four_ranks_one_differing(&plugin, 3, &["--tp", "2"], &["--tp", "4"]) {
-        assert!(err.contains("different configurations") && err.contains("rank(s) 3 on host '") && err.contains("(127.0.0.1) have") && err.contains("tp=4"), "{err}");
+        assert!(
+            err.contains("different configurations")
+                && err.contains("rank(s) 3 on host '")
+                && err.contains("(127.0.0.1) have")
+                && err.contains("tp=4"),
+            "{err}"
+        );
     }
 }
 
@@ -222,7 +258,12 @@ fn ranks_asking_for_different_strategies_are_a_config_mismatch() {
     let Some(plugin) = plugin() else { return };
     let base = ["--tp", "2", "--comm-strategy", "per-group"];
     for err in four_ranks_one_differing(&plugin, 2, &base, &["--tp", "2", "--comm-strategy", "split"]) {
-        assert!(err.contains("rank(s) 2 on host '") && err.contains("(127.0.0.1) have") && err.contains("comm_strategy=split"), "{err}");
+        assert!(
+            err.contains("rank(s) 2 on host '")
+                && err.contains("(127.0.0.1) have")
+                && err.contains("comm_strategy=split"),
+            "{err}"
+        );
     }
 }
 
@@ -290,13 +331,19 @@ fn human_output_of_8_ranks_fits_one_screen() {
     }
     for r in 0..8 {
         // Each rank names its host (`@name/address`); here every rank is on loopback.
-        let mine: Vec<&&str> = lines.iter().filter(|l| l.contains(&format!("]: rank {r}/8 @")) && l.contains("/127.0.0.1 ok tp ")).collect();
+        let mine: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains(&format!("]: rank {r}/8 @")) && l.contains("/127.0.0.1 ok tp "))
+            .collect();
         assert_eq!(mine.len(), 1, "rank {r}:\n{stdout}");
         assert!(mine[0].contains(" comms | init ") && mine[0].contains("store trips"), "{}", mine[0]);
     }
     // Coordinates of size-1 axes (dp, ep here) are left out.
     assert!(stdout.contains("/127.0.0.1 ok tp 1/2 pp 1/2 cp 0/2 | "), "{stdout}");
-    assert!(stdout.lines().any(|l| l.contains("]: rank 5/8 @") && l.contains(" ok tp 1/2 pp 1/2 cp 0/2 | ")), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.contains("]: rank 5/8 @") && l.contains(" ok tp 1/2 pp 1/2 cp 0/2 | ")),
+        "{stdout}"
+    );
     assert!(stdout.contains("communicator creation per kind (rank 0"), "{stdout}");
     assert!(stdout.contains("tensor_model_parallel"), "{stdout}");
 }

@@ -155,8 +155,11 @@ fn child_process_worker() {
     let s = TcpStore::connect("127.0.0.1", port.parse().unwrap(), T).unwrap();
     let n = s.add("counter", 1).unwrap();
     let go = s.get("go").unwrap();
-    s.set(&format!("result/{rank}"), format!("{}:{}:{n}", std::process::id(), String::from_utf8(go).unwrap()).as_bytes())
-        .unwrap();
+    s.set(
+        &format!("result/{rank}"),
+        format!("{}:{}:{n}", std::process::id(), String::from_utf8(go).unwrap()).as_bytes(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -321,7 +324,7 @@ fn no_descriptor_or_thread_outlives_a_server() {
             std::thread::spawn(move || c.wait(&["never"], Duration::from_secs(20)))
         };
         std::thread::sleep(Duration::from_millis(20)); // (usually) let the WAIT reach the server
-        // The server goes first, its connection threads still blocked reading from live clients.
+                                                       // The server goes first, its connection threads still blocked reading from live clients.
         drop(server);
         match waiter.join().unwrap() {
             Err(StoreError::Closed(_) | StoreError::Io(_)) => {}

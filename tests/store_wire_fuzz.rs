@@ -28,7 +28,8 @@ fn corpus() -> Vec<Vec<u8>> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/store_wire_corpus");
     let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    let c: Vec<Vec<u8>> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "bin")).map(|p| std::fs::read(p).unwrap()).collect();
+    let c: Vec<Vec<u8>> =
+        files.iter().filter(|p| p.extension().is_some_and(|e| e == "bin")).map(|p| std::fs::read(p).unwrap()).collect();
     assert!(c.len() >= 40, "corpus of {} inputs in {dir}", c.len());
     c
 }
@@ -49,9 +50,10 @@ fn encode(r: &Request<'_>) -> Vec<u8> {
         Request::DeleteKey(k) => Encoder::query(Q::DeleteKey).bytes(k).finish(),
         Request::Append(k, v) => Encoder::query(Q::Append).bytes(k).bytes(v).finish(),
         Request::MultiGet(ks) => keys(Q::MultiGet, ks),
-        Request::MultiSet(items) => {
-            items.iter().fold(Encoder::query(Q::MultiSet).u64(items.len() as u64), |e, (k, v)| e.bytes(k).bytes(v)).finish()
-        }
+        Request::MultiSet(items) => items
+            .iter()
+            .fold(Encoder::query(Q::MultiSet).u64(items.len() as u64), |e, (k, v)| e.bytes(k).bytes(v))
+            .finish(),
         Request::CancelWait => Encoder::query(Q::CancelWait).finish(),
     }
 }
@@ -148,7 +150,9 @@ fn the_wire_decoder_survives_mutated_requests() {
             Err(_) => refused += 1,
         }
     }
-    eprintln!("{iters} mutated inputs (seed {seed:#x}): {complete} complete, {incomplete} incomplete, {refused} refused");
+    eprintln!(
+        "{iters} mutated inputs (seed {seed:#x}): {complete} complete, {incomplete} incomplete, {refused} refused"
+    );
     // The generator must exercise all three outcomes, or the test proves little.
     assert!(iters < 1000 || (complete > iters / 20 && incomplete > iters / 20 && refused > iters / 20));
 }

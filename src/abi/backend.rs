@@ -58,9 +58,8 @@ pub struct mcore_backend_group_info {
 }
 
 /// Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
-pub type mcore_backend_store_set_fn = Option<
-    unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, value: *const u8, len: usize) -> i32,
->;
+pub type mcore_backend_store_set_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, value: *const u8, len: usize) -> i32>;
 /// Store `get`: wait (up to the store timeout) for `key`, write its length to `*out_len`, and
 /// copy it into `buf` when `buf_len` suffices; otherwise return `MCORE_STATUS_BUFFER_TOO_SMALL`
 /// (`buf` may be NULL when `buf_len` is 0) and call again with a buffer of `*out_len` bytes.
@@ -75,22 +74,14 @@ pub type mcore_backend_store_get_fn = Option<
 >;
 /// Store `wait`: wait until all `n` keys exist, up to `timeout_ms` (0 = the store's timeout).
 /// `MCORE_STATUS_TIMEOUT` on expiry; `error_message` then names the missing keys.
-pub type mcore_backend_store_wait_fn = Option<
-    unsafe extern "C" fn(
-        ctx: *mut c_void,
-        keys: *const *const c_char,
-        n: usize,
-        timeout_ms: u64,
-    ) -> i32,
->;
+pub type mcore_backend_store_wait_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, keys: *const *const c_char, n: usize, timeout_ms: u64) -> i32>;
 /// Store `add`: add `delta` to the integer counter under `key` (missing = 0); new value in `*out`.
-pub type mcore_backend_store_add_fn = Option<
-    unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, delta: i64, out: *mut i64) -> i32,
->;
+pub type mcore_backend_store_add_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, key: *const c_char, delta: i64, out: *mut i64) -> i32>;
 /// Message of the last failed call on this store from the calling thread's point of view
 /// (never NULL; valid until the next call on the store).
-pub type mcore_backend_store_error_message_fn =
-    Option<unsafe extern "C" fn(ctx: *mut c_void) -> *const c_char>;
+pub type mcore_backend_store_error_message_fn = Option<unsafe extern "C" fn(ctx: *mut c_void) -> *const c_char>;
 /// Store `multi_get`: wait for all `n` keys (store timeout), then write their values one after
 /// the other into `buf` and each length into `lens[i]` (n entries), in one store round trip.
 /// When `buf_len` is smaller than the total, returns BUFFER_TOO_SMALL with `lens` filled: call
@@ -166,20 +157,12 @@ pub type mcore_backend_split_fn = Option<
     ) -> i32,
 >;
 /// `allreduce_sum_i64`: in-place sum of `count` int64 values over the communicator's ranks.
-pub type mcore_backend_allreduce_sum_i64_fn = Option<
-    unsafe extern "C" fn(
-        user_data: *mut c_void,
-        comm: *mut c_void,
-        inout: *mut i64,
-        count: usize,
-    ) -> i32,
->;
+pub type mcore_backend_allreduce_sum_i64_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void, inout: *mut i64, count: usize) -> i32>;
 /// `barrier` and `destroy_comm`: an operation on one communicator.
-pub type mcore_backend_comm_fn =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void) -> i32>;
+pub type mcore_backend_comm_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void) -> i32>;
 /// `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
-pub type mcore_backend_last_error_fn =
-    Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
+pub type mcore_backend_last_error_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
 /// `finalize`: the library is done with this vtable and `user_data`.
 pub type mcore_backend_finalize_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 

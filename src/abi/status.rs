@@ -98,9 +98,27 @@ impl mcore_status {
     pub fn from_code(code: i32) -> Option<Self> {
         use mcore_status::*;
         const ALL: [mcore_status; 22] = [
-            Ok, InvalidArgument, InvalidConfig, OutOfRange, NotFound, AlreadyExists, NotInitialized,
-            AlreadyInitialized, ConfigMismatch, Timeout, Io, Protocol, Backend, Unsupported,
-            LibraryLoad, VersionTooOld, BufferTooSmall, Corrupt, WrongRank, PeerFailed, NotMember,
+            Ok,
+            InvalidArgument,
+            InvalidConfig,
+            OutOfRange,
+            NotFound,
+            AlreadyExists,
+            NotInitialized,
+            AlreadyInitialized,
+            ConfigMismatch,
+            Timeout,
+            Io,
+            Protocol,
+            Backend,
+            Unsupported,
+            LibraryLoad,
+            VersionTooOld,
+            BufferTooSmall,
+            Corrupt,
+            WrongRank,
+            PeerFailed,
+            NotMember,
             Panic,
         ];
         ALL.into_iter().find(|s| *s as i32 == code)

@@ -1,7 +1,7 @@
 //! Safe handles over a registered backend and the communicators it creates.
 
-use super::{BackendError, GroupInfo};
 use super::plugin::{RawComm, Vtable};
+use super::{BackendError, GroupInfo};
 use crate::store::Store;
 use std::sync::Arc;
 
@@ -14,9 +14,7 @@ pub struct Backend {
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backend")
-            .field("name", &self.name())
-            .finish()
+        f.debug_struct("Backend").field("name", &self.name()).finish()
     }
 }
 
@@ -61,21 +59,13 @@ impl Backend {
 
     /// This rank's communicator for `group` (per-group strategy). `store` must be a key space
     /// private to the group (a prefix store); every member calls this with an equal `group.name`.
-    pub fn create_group(
-        &self,
-        group: &GroupInfo,
-        store: Arc<dyn Store>,
-    ) -> Result<Comm, BackendError> {
+    pub fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<Comm, BackendError> {
         let raw = self.vt.create_group(group, store)?;
         Ok(self.wrap(raw, group))
     }
 
     /// The world communicator (split strategy).
-    pub fn create_world(
-        &self,
-        world: &GroupInfo,
-        store: Arc<dyn Store>,
-    ) -> Result<Comm, BackendError> {
+    pub fn create_world(&self, world: &GroupInfo, store: Arc<dyn Store>) -> Result<Comm, BackendError> {
         let raw = self.vt.create_world(world, store)?;
         Ok(self.wrap(raw, world))
     }
@@ -129,9 +119,9 @@ impl Comm {
 
     fn raw_mut(&mut self) -> Result<&mut RawComm, BackendError> {
         let group = &self.group;
-        self.raw.as_mut().ok_or_else(|| {
-            BackendError::InvalidArgument(format!("communicator of group '{group}' was destroyed"))
-        })
+        self.raw
+            .as_mut()
+            .ok_or_else(|| BackendError::InvalidArgument(format!("communicator of group '{group}' was destroyed")))
     }
 
     /// Split this communicator with its own backend (collective over all its ranks): `group`
@@ -170,9 +160,7 @@ impl Comm {
     /// The backend's own communicator handle (what its `create_*` slot returned), or NULL once
     /// destroyed. Valid until [`Comm::destroy`] or drop.
     pub fn raw_handle(&self) -> *mut std::ffi::c_void {
-        self.raw
-            .as_ref()
-            .map_or(std::ptr::null_mut(), RawComm::as_ptr)
+        self.raw.as_ref().map_or(std::ptr::null_mut(), RawComm::as_ptr)
     }
 
     /// The backend's name.

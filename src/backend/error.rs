@@ -26,22 +26,14 @@ pub enum BackendError {
     /// This rank is not in the group it asked for.
     NotMember { group: String, rank: u32 },
     /// The backend returned a failure status; `message` is its `last_error` (or the store's).
-    Plugin {
-        backend: String,
-        op: &'static str,
-        group: String,
-        status: mcore_status,
-        message: String,
-    },
+    Plugin { backend: String, op: &'static str, group: String, status: mcore_status, message: String },
 }
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BackendError::Load { path, reason } => write!(f, "cannot load backend plugin '{path}': {reason}"),
-            BackendError::Abi(m) | BackendError::InvalidVtable(m) | BackendError::InvalidArgument(m) => {
-                f.write_str(m)
-            }
+            BackendError::Abi(m) | BackendError::InvalidVtable(m) | BackendError::InvalidArgument(m) => f.write_str(m),
             BackendError::StructSize { origin, error } => write!(f, "{origin}: {error}"),
             BackendError::AlreadyExists(name) => {
                 write!(f, "a backend named '{name}' is registered already (unregister it first)")
@@ -57,11 +49,9 @@ impl fmt::Display for BackendError {
             BackendError::NotMember { group, rank } => {
                 write!(f, "global rank {rank} is not a member of group '{group}'")
             }
-            BackendError::Plugin { backend, op, group, status, message } => write!(
-                f,
-                "backend '{backend}' {op} failed for group '{group}' ({}): {message}",
-                status.as_str()
-            ),
+            BackendError::Plugin { backend, op, group, status, message } => {
+                write!(f, "backend '{backend}' {op} failed for group '{group}' ({}): {message}", status.as_str())
+            }
         }
     }
 }

@@ -37,9 +37,7 @@ impl GroupInfo {
             )));
         }
         if global_ranks.is_empty() {
-            return Err(BackendError::InvalidArgument(format!(
-                "group '{name}' has no ranks"
-            )));
+            return Err(BackendError::InvalidArgument(format!("group '{name}' has no ranks")));
         }
         if let Some(w) = global_ranks.windows(2).find(|w| w[0] >= w[1]) {
             return Err(BackendError::InvalidArgument(format!(
@@ -47,14 +45,10 @@ impl GroupInfo {
                 w[0], w[1]
             )));
         }
-        let group_rank =
-            global_ranks
-                .iter()
-                .position(|&r| r == global_rank)
-                .ok_or(BackendError::NotMember {
-                    group: name.clone(),
-                    rank: global_rank,
-                })?;
+        let group_rank = global_ranks
+            .iter()
+            .position(|&r| r == global_rank)
+            .ok_or(BackendError::NotMember { group: name.clone(), rank: global_rank })?;
         Ok(GroupInfo {
             name,
             group_rank: group_rank as u32,
@@ -88,13 +82,7 @@ mod tests {
         let g = GroupInfo::new("tp/1", vec![2, 3, 7], 7, t).unwrap();
         assert_eq!((g.group_rank, g.size()), (2, 3));
         let e = GroupInfo::new("tp/1", vec![2, 3], 5, t).unwrap_err();
-        assert_eq!(
-            e,
-            BackendError::NotMember {
-                group: "tp/1".into(),
-                rank: 5
-            }
-        );
+        assert_eq!(e, BackendError::NotMember { group: "tp/1".into(), rank: 5 });
         let e = GroupInfo::new("dp/0", vec![3, 2], 2, t).unwrap_err();
         assert!(e.to_string().contains("3 before 2"), "{e}");
         assert!(GroupInfo::new("", vec![0], 0, t).is_err());

@@ -59,4 +59,3 @@ impl fmt::Display for CommOptions {
         }
     }
 }
-

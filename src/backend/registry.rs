@@ -50,13 +50,7 @@ pub(crate) fn insert(vt: Vtable, origin: Origin) -> Result<Backend, BackendError
     }
     let name = vt.name().to_string();
     let backend = Backend::new(Arc::new(vt));
-    map.insert(
-        name,
-        Entry {
-            backend: backend.clone(),
-            origin,
-        },
-    );
+    map.insert(name, Entry { backend: backend.clone(), origin });
     Ok(backend)
 }
 
@@ -65,10 +59,7 @@ pub fn get(name: &str) -> Result<Backend, BackendError> {
     let map = registry();
     map.get(name)
         .map(|e| e.backend.clone())
-        .ok_or_else(|| BackendError::NotFound {
-            name: name.to_string(),
-            known: map.keys().cloned().collect(),
-        })
+        .ok_or_else(|| BackendError::NotFound { name: name.to_string(), known: map.keys().cloned().collect() })
 }
 
 /// Names of all registered backends, sorted.
@@ -80,10 +71,7 @@ pub fn names() -> Vec<String> {
 /// A plugin file stays mapped (it is never unloaded).
 pub fn unregister(name: &str) -> Result<(), BackendError> {
     let removed = registry().remove(name);
-    removed.map(drop).ok_or_else(|| BackendError::NotFound {
-        name: name.to_string(),
-        known: names(),
-    })
+    removed.map(drop).ok_or_else(|| BackendError::NotFound { name: name.to_string(), known: names() })
 }
 
 /// The backend a user named: a registered name, else a plugin path (contains `/` or ends in
@@ -99,10 +87,7 @@ pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
     let guess = format!("libmcore_init_{spec}.so");
     match load_plugin(Path::new(&guess)) {
         Ok(b) if b.name() == spec => Ok(b),
-        Ok(b) => Err(BackendError::InvalidVtable(format!(
-            "{guess} registers backend '{}', not '{spec}'",
-            b.name()
-        ))),
+        Ok(b) => Err(BackendError::InvalidVtable(format!("{guess} registers backend '{}', not '{spec}'", b.name()))),
         Err(BackendError::Load { .. }) => Err(not_found),
         Err(e) => Err(e),
     }

@@ -93,7 +93,9 @@ impl From<NcclError> for CommError {
             NcclError::LibraryNotFound { .. } | NcclError::MissingSymbol { .. } => CommErrorKind::LibraryLoad,
             NcclError::VersionTooOld { .. } => CommErrorKind::VersionTooOld,
             NcclError::Call { .. } => CommErrorKind::Backend,
-            NcclError::Timeout { .. } | NcclError::Store { error: StoreError::Timeout { .. }, .. } => CommErrorKind::Timeout,
+            NcclError::Timeout { .. } | NcclError::Store { error: StoreError::Timeout { .. }, .. } => {
+                CommErrorKind::Timeout
+            }
             NcclError::InvalidArgument(_) => CommErrorKind::InvalidArgument,
             NcclError::Store { .. } => CommErrorKind::Store,
         };
@@ -112,7 +114,12 @@ pub trait Communicator: Send {
     /// Split strategy: a collective over every rank of this communicator. A member passes its
     /// group (ranks ordered as in `group`) and `color`, the group's index among its kind; a
     /// non-member passes `None` and gets `Ok(None)`.
-    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
+    fn split(
+        &mut self,
+        color: u32,
+        group: Option<&GroupInfo>,
+        options: &CommOptions,
+    ) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let _ = (color, group, options);
         Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot be split"))
     }
@@ -173,7 +180,12 @@ pub trait CommFactory: Send + Sync {
         }
     }
     /// Per-group strategy: this rank's communicator of `group`.
-    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError>;
+    fn create_group(
+        &self,
+        group: &GroupInfo,
+        options: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError>;
     /// Whether the per-group strategy creates all of a rank's groups at once
     /// ([`CommFactory::create_groups_together`]) instead of one by one ([`CommFactory::create_group`]).
     fn creates_together(&self) -> bool {
@@ -182,14 +194,26 @@ pub trait CommFactory: Send + Sync {
     /// Per-group strategy, all at once: this rank's communicators of `groups`, started together
     /// and returned possibly still initializing ([`Communicator::wait_ready`]), in order. An error
     /// comes with the index of the group it concerns.
-    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+    fn create_groups_together(
+        &self,
+        groups: &[GroupRequest<'_>],
+    ) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
         let _ = groups;
-        Err((0, CommError::new(CommErrorKind::Unsupported, format!("backend '{}' creates groups one by one", self.name()))))
+        Err((
+            0,
+            CommError::new(CommErrorKind::Unsupported, format!("backend '{}' creates groups one by one", self.name())),
+        ))
     }
     /// Split strategy: the world communicator, which the groups are split from.
-    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+    fn create_world(
+        &self,
+        world: &GroupInfo,
+        options: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError> {
         let _ = (world, options, store);
-        let why = self.split_unavailable().unwrap_or_else(|| format!("backend '{}' has no world communicator", self.name()));
+        let why =
+            self.split_unavailable().unwrap_or_else(|| format!("backend '{}' has no world communicator", self.name()));
         Err(CommError::new(CommErrorKind::Unsupported, why))
     }
 }

@@ -28,7 +28,12 @@ impl CommFactory for Backend {
         (!self.supports_allreduce()).then(|| format!("backend '{}' fills no allreduce_sum_i64 slot", self.name()))
     }
 
-    fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+    fn create_group(
+        &self,
+        group: &GroupInfo,
+        _: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError> {
         Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
     }
 
@@ -42,22 +47,36 @@ impl CommFactory for Backend {
     }
 
     /// One thread per group, each calling `create_group`; the communicators come back ready.
-    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+    fn create_groups_together(
+        &self,
+        groups: &[GroupRequest<'_>],
+    ) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
         let results: Vec<_> = std::thread::scope(|s| {
             let threads: Vec<_> = groups
                 .iter()
-                .map(|(group, options, store)| s.spawn(move || CommFactory::create_group(self, group, options, store.clone())))
+                .map(|(group, options, store)| {
+                    s.spawn(move || CommFactory::create_group(self, group, options, store.clone()))
+                })
                 .collect();
             threads
                 .into_iter()
-                .map(|t| t.join().unwrap_or_else(|_| Err(CommError::new(CommErrorKind::Backend, "a communicator creation thread panicked"))))
+                .map(|t| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(CommError::new(CommErrorKind::Backend, "a communicator creation thread panicked"))
+                    })
+                })
                 .collect()
         });
         // The first failure in plan order names its group; the communicators made are dropped.
         results.into_iter().enumerate().map(|(i, r)| r.map_err(|e| (i, e))).collect()
     }
 
-    fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+    fn create_world(
+        &self,
+        world: &GroupInfo,
+        _: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError> {
         Backend::create_world(self, world, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
     }
 }
@@ -76,7 +95,12 @@ impl Communicator for Comm {
     }
 
     /// The key is the member's group rank, so the child orders ranks as `group` does.
-    fn split(&mut self, color: u32, group: Option<&GroupInfo>, _: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
+    fn split(
+        &mut self,
+        color: u32,
+        group: Option<&GroupInfo>,
+        _: &CommOptions,
+    ) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let key = group.map_or(0, |g| g.group_rank as i32);
         Comm::split(self, color, key, group)
             .map(|c| c.map(|c| Box::new(c) as Box<dyn Communicator>))

@@ -77,9 +77,13 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
         let value = common::cli::utf8_arg(i + 2, value)?;
         match flag {
             "--nproc" | "--nproc-per-node" => {
-                nproc = Some(value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    format!("--nproc must be a whole number >= 1, got '{value}'")
-                })?)
+                nproc = Some(
+                    value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| format!("--nproc must be a whole number >= 1, got '{value}'"))?,
+                )
             }
             "--nnodes" => {
                 nnodes = value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
@@ -95,9 +99,13 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
             }
             "--master-addr" | "--master_addr" => master_addr = value.to_string(),
             "--master-port" | "--master_port" => {
-                master_port = Some(value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                    format!("--master-port must be a port number 1-65535, got '{value}'")
-                })?)
+                master_port = Some(
+                    value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| format!("--master-port must be a port number 1-65535, got '{value}'"))?,
+                )
             }
             "--timeout" => timeout = Some(mcore_init::timeout::parse_seconds("--timeout", value)?),
             other => return Err(format!("unknown option '{other}'")),

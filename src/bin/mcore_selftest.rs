@@ -64,7 +64,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--comm-config" => {
                 let path = flags.value(flag, inline)?;
-                init.comm_config.add_yaml_file(std::path::Path::new(path)).map_err(|e| format!("--comm-config: {e}"))?;
+                init.comm_config
+                    .add_yaml_file(std::path::Path::new(path))
+                    .map_err(|e| format!("--comm-config: {e}"))?;
             }
             "--split-share" => init.comm_config.default.split_share = Some(true),
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
@@ -257,7 +259,10 @@ fn main() -> ExitCode {
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
             if opts.json {
-                println!("{}", json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg}));
+                println!(
+                    "{}",
+                    json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg})
+                );
             } else {
                 let who = rank.map_or("rank ?".to_string(), |r| format!("rank {r}"));
                 println!("{who} FAILED: {}", human::shorten(&msg, 180));
@@ -343,7 +348,8 @@ mod human {
             map.len() - rows.len()
         );
         for chunk in rows.chunks(3) {
-            let cells: Vec<String> = chunk.iter().map(|(k, s)| format!("{:<36}{:>7.1}", shorten(k, 36), s * 1e3)).collect();
+            let cells: Vec<String> =
+                chunk.iter().map(|(k, s)| format!("{:<36}{:>7.1}", shorten(k, 36), s * 1e3)).collect();
             let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
         }
         out
@@ -384,13 +390,15 @@ mod progress {
 
     pub fn start() -> Option<Watcher> {
         let env = LaunchEnv::from_process().ok()?;
-        let min = std::env::var("MCORE_SELFTEST_PROGRESS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_WORLD);
+        let min =
+            std::env::var("MCORE_SELFTEST_PROGRESS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_WORLD);
         if env.rank != 0 || env.world_size < min {
             return None;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let handle = std::thread::Builder::new().name("selftest-progress".into()).spawn(move || watch(&env, &flag)).ok()?;
+        let handle =
+            std::thread::Builder::new().name("selftest-progress".into()).spawn(move || watch(&env, &flag)).ok()?;
         Some(Watcher { stop, handle: Some(handle) })
     }
 

@@ -7,8 +7,8 @@ mod common;
 use common::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
-use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use mcore_init::topology::{layout_svg, node_placement, NodeFix, NodePlacement, PictureOptions};
+use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -70,11 +70,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     }
     let world_size = world_size.ok_or("--world-size is required")?;
     let seeds = match (seed, policy, dp_random_init) {
-        (Some(seed), policy, data_parallel_random_init) => Some(SeedOptions {
-            seed,
-            policy: policy.unwrap_or(SeedPolicy::Megatron),
-            data_parallel_random_init,
-        }),
+        (Some(seed), policy, data_parallel_random_init) => {
+            Some(SeedOptions { seed, policy: policy.unwrap_or(SeedPolicy::Megatron), data_parallel_random_init })
+        }
         (None, None, false) => None,
         (None, _, _) => return Err("--seed-policy and --data-parallel-random-init need --seed S".into()),
     };
@@ -163,11 +161,7 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
 fn summary(t: &Topology) -> String {
     let s = t.sizes();
     let vpp = s.vpp.map_or("-".to_string(), |v| v.to_string());
-    let hcp = if s.hierarchical_cp.is_empty() {
-        "-".to_string()
-    } else {
-        format!("{:?}", s.hierarchical_cp)
-    };
+    let hcp = if s.hierarchical_cp.is_empty() { "-".to_string() } else { format!("{:?}", s.hierarchical_cp) };
     let local = match t.config().local_world_size {
         Some(_) => format!(" of a world of {}", t.total_world_size()),
         None => String::new(),
@@ -206,14 +200,7 @@ fn layout_table(t: &Topology) -> Result<String, String> {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
         let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(
-            out,
-            "{:<48} {:>8} {:>6}  {}",
-            kind.key(),
-            groups.len(),
-            size,
-            lists.join(" ")
-        );
+        let _ = writeln!(out, "{:<48} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
     }
     Ok(out)
 }
@@ -225,21 +212,10 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
         return Ok(out);
     }
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
-    let _ = writeln!(
-        out,
-        "\nrank {rank}\n{:<48} {:>8} {:>11}  ranks",
-        "kind", "group", "rank/size"
-    );
+    let _ = writeln!(out, "\nrank {rank}\n{:<48} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
-        let _ = writeln!(
-            out,
-            "{:<48} {:>8} {:>11}  {}",
-            m.kind().key(),
-            m.group_index(),
-            rs,
-            list(&m.members())
-        );
+        let _ = writeln!(out, "{:<48} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
     }
     let p = view.pipeline;
     let _ = writeln!(
@@ -264,11 +240,7 @@ fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
         None => u64::from(t.world_size()) * t.kinds().len() as u64,
     };
     if listed > MAX_LISTED_RANKS {
-        let hint = if rank.is_some() {
-            ""
-        } else {
-            "; use --rank R for one rank's view"
-        };
+        let hint = if rank.is_some() { "" } else { "; use --rank R for one rank's view" };
         return Err(format!(
             "output would list {listed} ranks, more than the {MAX_LISTED_RANKS} this tool prints{hint}"
         ));
@@ -469,7 +441,10 @@ fn placement_json(p: &NodePlacement) -> Value {
 }
 
 fn placement_table(p: &NodePlacement) -> String {
-    let mut out = format!("\nnodes: {} of {} GPUs\n{:<40} {:>8} {:>8} {:>8}\n", p.nodes, p.gpus_per_node, "kind", "groups", "in-node", "crossing");
+    let mut out = format!(
+        "\nnodes: {} of {} GPUs\n{:<40} {:>8} {:>8} {:>8}\n",
+        p.nodes, p.gpus_per_node, "kind", "groups", "in-node", "crossing"
+    );
     for k in &p.kinds {
         let _ = writeln!(out, "{:<40} {:>8} {:>8} {:>8}", k.kind.key(), k.groups, k.local, k.crossing);
     }

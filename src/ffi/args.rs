@@ -107,7 +107,13 @@ pub(crate) fn fill_ranks(
 
 /// Copy `text` and a NUL into the caller's buffer of `len` bytes; `*out_len` = bytes needed
 /// including the NUL (also on `MCORE_STATUS_BUFFER_TOO_SMALL`). `what` names the text.
-pub(crate) fn fill_str(text: &str, buf: *mut c_char, len: usize, out_len: *mut usize, what: &str) -> Result<(), FfiError> {
+pub(crate) fn fill_str(
+    text: &str,
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+    what: &str,
+) -> Result<(), FfiError> {
     let bytes = text.as_bytes();
     let out_len = out_ptr(out_len, "out_len")?;
     let need = bytes.len() + 1;

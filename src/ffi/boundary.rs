@@ -19,10 +19,9 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 fn run<T>(body: impl FnOnce() -> Result<T, FfiError>) -> Result<T, FfiError> {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => r,
-        Err(payload) => Err(FfiError::new(
-            mcore_status::Panic,
-            format!("internal panic: {}", panic_text(payload.as_ref())),
-        )),
+        Err(payload) => {
+            Err(FfiError::new(mcore_status::Panic, format!("internal panic: {}", panic_text(payload.as_ref()))))
+        }
     }
 }
 

@@ -23,7 +23,10 @@ fn getter(f: impl FnOnce(&Runtime) -> Result<i64, FfiError>) -> i32 {
 
 fn member(rt: &Runtime, kind: GroupKind) -> Result<&LiveGroup, FfiError> {
     rt.group(kind).ok_or_else(|| {
-        FfiError::new(mcore_status::NotMember, format!("rank {} is not a member of any {} group", rt.env.rank, kind.key()))
+        FfiError::new(
+            mcore_status::NotMember,
+            format!("rank {} is not a member of any {} group", rt.env.rank, kind.key()),
+        )
     })
 }
 
@@ -244,7 +247,10 @@ pub extern "C" fn mcore_get_virtual_pipeline_model_parallel_world_size() -> i32 
 
 /// Stage tests of this rank: `vp_stage` -1 ignores virtual stages (Megatron's
 /// `ignore_virtual=True`); otherwise the virtual stage to test. 1 = yes, 0 = no, -1 = error.
-fn stage_test(f: impl FnOnce(&Runtime, Option<u32>) -> Result<bool, crate::topology::TopologyError>, vp_stage: i32) -> i32 {
+fn stage_test(
+    f: impl FnOnce(&Runtime, Option<u32>) -> Result<bool, crate::topology::TopologyError>,
+    vp_stage: i32,
+) -> i32 {
     getter(|rt| {
         let vp = match vp_stage {
             -1 => None,
@@ -274,4 +280,3 @@ pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
 pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
     stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
 }
-

@@ -7,8 +7,7 @@ use super::args::{null, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, ffi_guard_ptr, mcore_status, FfiError};
 use crate::abi::read_sized;
 use crate::rng::{
-    philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, SeedPolicy,
-    SeedRequest,
+    philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, SeedPolicy, SeedRequest,
 };
 use std::ffi::c_char;
 use std::sync::{Arc, Mutex, MutexGuard};

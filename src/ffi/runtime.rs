@@ -5,8 +5,8 @@ use super::args::{fill_ranks, opt_str_arg, out_ptr, slice_out};
 use super::rng::{mcore_rng_tracker, tracker_handle};
 use super::topology::config::{config_from_c, mcore_topology_config, read_config, UserData};
 use super::topology::{kind_from_c, mcore_group_info};
-use crate::abi::read_sized;
 use super::{ffi_guard, mcore_status, FfiError};
+use crate::abi::read_sized;
 use crate::rng::SeedPolicy;
 use crate::runtime::{self, CommConfig, CommStrategy, InitArgs, InitOutcome, LiveGroup, Runtime};
 use std::ffi::{c_char, c_void};
@@ -188,7 +188,10 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             comm_config: unsafe { comm_config_from_c(&c) }?,
             device: match c.device {
                 -1 => None,
-                d => Some(u32::try_from(d).map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?),
+                d => Some(
+                    u32::try_from(d)
+                        .map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?,
+                ),
             },
             create_all_gather_groups: c.create_all_gather_groups,
         };
@@ -241,7 +244,10 @@ pub unsafe extern "C" fn mcore_runtime_rng_tracker(out_tracker: *mut *mut mcore_
         let out = out_ptr(out_tracker, "out_tracker")?;
         let rng = with_rt(|rt| {
             rt.rng.clone().ok_or_else(|| {
-                FfiError::new(mcore_status::NotInitialized, "the runtime was initialized without seed_rng: no RNG streams")
+                FfiError::new(
+                    mcore_status::NotInitialized,
+                    "the runtime was initialized without seed_rng: no RNG streams",
+                )
             })
         })?;
         *out = tracker_handle(rng);
@@ -287,7 +293,12 @@ pub unsafe extern "C" fn mcore_runtime_group(kind: i32, out: *mut mcore_group_in
 /// # Safety
 /// `buf` is NULL (with `len` 0) or writable for `len` entries; `out_len` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn mcore_runtime_group_ranks(kind: i32, buf: *mut u32, len: usize, out_len: *mut usize) -> mcore_status {
+pub unsafe extern "C" fn mcore_runtime_group_ranks(
+    kind: i32,
+    buf: *mut u32,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
     ffi_guard(|| with_rt(|rt| fill_ranks(live_group(rt, kind)?.plan.members.iter().copied(), buf, len, out_len)))
 }
 
@@ -349,7 +360,8 @@ fn write_handle(
     find: impl FnOnce(&Runtime) -> Result<&LiveGroup, FfiError>,
 ) -> Result<(), FfiError> {
     let handle = with_rt(|rt| {
-        let comm = find(rt)?.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+        let comm =
+            find(rt)?.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
         Ok(comm.raw_handle())
     })?;
     *out_ptr(out_comm, "out_comm")? = handle;
@@ -367,7 +379,8 @@ pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut
         let values = unsafe { slice_out(values, count, "values") }?;
         with_rt(|rt| {
             let g = live_group(rt, kind)?;
-            let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            let mut comm =
+                g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
             comm.allreduce_sum_i64(values).map_err(|e| e.context(format!("all-reduce over {}", g.comm_name)).into())
         })
     })
@@ -379,7 +392,8 @@ pub extern "C" fn mcore_runtime_barrier(kind: i32) -> mcore_status {
     ffi_guard(|| {
         with_rt(|rt| {
             let g = live_group(rt, kind)?;
-            let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            let mut comm =
+                g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
             comm.barrier().map_err(|e| e.context(format!("barrier over {}", g.comm_name)).into())
         })
     })

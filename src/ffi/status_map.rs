@@ -113,7 +113,10 @@ mod tests {
         };
         // A timeout worded without "timed out", and a failure that mentions it.
         assert_eq!(FfiError::from(group(CommErrorKind::Timeout, "deadline passed")).status, mcore_status::Timeout);
-        assert_eq!(FfiError::from(group(CommErrorKind::Backend, "peer timed out earlier")).status, mcore_status::Backend);
+        assert_eq!(
+            FfiError::from(group(CommErrorKind::Backend, "peer timed out earlier")).status,
+            mcore_status::Backend
+        );
         assert_eq!(
             FfiError::from(group(CommErrorKind::VersionTooOld, "needs NCCL 2.18")).status,
             mcore_status::VersionTooOld

@@ -63,7 +63,8 @@ pub unsafe extern "C" fn mcore_store_tcp_create(
         if !is_server && port == 0 {
             return Err(FfiError::invalid_arg("port 0 is only allowed with is_server (a free port)"));
         }
-        let timeout = if timeout_ms == 0 { crate::store::DEFAULT_TIMEOUT } else { crate::timeout::from_millis(timeout_ms) };
+        let timeout =
+            if timeout_ms == 0 { crate::store::DEFAULT_TIMEOUT } else { crate::timeout::from_millis(timeout_ms) };
         let h = if is_server {
             let (server, client) = TcpStore::host(host, port, timeout)?;
             mcore_store { store: Arc::new(client), tcp_port: Some(server.port()), server: Some(Arc::new(server)) }
@@ -348,7 +349,11 @@ mod tests {
         assert_eq!(FfiError::from(StoreError::Protocol("x".into())).status, mcore_status::Protocol);
         assert_eq!(FfiError::from(StoreError::InvalidArgument("x".into())).status, mcore_status::InvalidArgument);
         assert_eq!(FfiError::from(StoreError::Closed("x".into())).status, mcore_status::PeerFailed);
-        let raw = super::super::handle::into_raw(mcore_store { store: Arc::new(MemoryStore::default()), tcp_port: None, server: None });
+        let raw = super::super::handle::into_raw(mcore_store {
+            store: Arc::new(MemoryStore::default()),
+            tcp_port: None,
+            server: None,
+        });
         let s = unsafe { handle(raw) }.unwrap().store.clone();
         s.set("k", b"v").unwrap();
         let mut port = 0u16;

@@ -7,8 +7,8 @@
 use super::args::{fill_items, fill_str, out_ptr};
 use super::error::FfiError;
 use super::ffi_guard;
-use crate::abi::mcore_status;
 use super::topology::{kind_to_c, mcore_topology, topo};
+use crate::abi::mcore_status;
 use crate::topology::node_placement;
 use std::ffi::c_char;
 

@@ -303,8 +303,8 @@ mod tests {
         // i64 seeds plus u32 coordinates never overflow u64: seeds above i64::MAX are reachable
         assert_eq!(stream_seeds(&big, &coords).unwrap()[0].1, i64::MAX as u64 + 320);
         let remat = RankCoordinates { gtp_rank: 1, gtp_size: 2, egtp_rank: 1, egtp_size: 2, ep_rank: 1, ..coords };
-        let seeds = stream_seeds(&SeedRequest { seed: 1234, data_parallel_random_init: false, ..req.clone() }, &remat)
-            .unwrap();
+        let seeds =
+            stream_seeds(&SeedRequest { seed: 1234, data_parallel_random_init: false, ..req.clone() }, &remat).unwrap();
         let s = 1234 + 300;
         let (model, expert) = (s + 2718 + 1, s + 1024 + 100);
         assert_eq!(seeds[4], ("gtp-remat-rng".to_string(), model + 2 * 65536));

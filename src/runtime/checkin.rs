@@ -130,7 +130,8 @@ pub fn check_in(
         Ok(()) => {}
         // Rank 0 may have started waiting a little later: its verdict (the same list for every
         // rank) is preferred for a short grace; after that this rank names who is absent now.
-        Err(StoreError::Timeout { .. }) => match store.wait(&[VERDICT_KEY], super::progress::RECORD_GRACE.min(timeout)) {
+        Err(StoreError::Timeout { .. }) => match store.wait(&[VERDICT_KEY], super::progress::RECORD_GRACE.min(timeout))
+        {
             Ok(()) => {}
             Err(StoreError::Timeout { .. }) => return Err(missing(store)?),
             Err(e) => return Err(e.into()),
@@ -165,7 +166,9 @@ mod tests {
             .enumerate()
             .map(|(r, fp)| {
                 let store = store.clone();
-                fp.map(|fp| std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, n, fp.as_bytes(), timeout)))
+                fp.map(|fp| {
+                    std::thread::spawn(move || check_in(store.as_ref(), r as u32, n, n, fp.as_bytes(), timeout))
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.map(|h| h.join().unwrap())).collect()
@@ -199,7 +202,8 @@ mod tests {
 
     #[test]
     fn mismatching_ranks_are_named_with_their_values() {
-        let out = run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
+        let out =
+            run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
         for r in out.into_iter().flatten() {
             let e = r.unwrap_err().to_string();
             assert!(e.contains("rank 0 has 'tp=2'"), "{e}");

@@ -28,7 +28,10 @@ pub const MAX_YAML_NODES: u64 = 100_000;
 /// can neither exhaust memory through aliases nor the stack through nesting.
 fn check_yaml_limits(text: &str, source: &str) -> Result<(), String> {
     if text.len() > MAX_YAML_BYTES {
-        return Err(format!("{source}: {} bytes is more than the {MAX_YAML_BYTES} a communicator config may have", text.len()));
+        return Err(format!(
+            "{source}: {} bytes is more than the {MAX_YAML_BYTES} a communicator config may have",
+            text.len()
+        ));
     }
     let mut parser = Parser::new_from_str(text);
     // Per open mapping or list: its anchor id and the node count when it started.
@@ -218,7 +221,11 @@ impl CommConfig {
             ));
         }
         let text = String::from_utf8(bytes).map_err(|e| {
-            format!("communicator config file {}: not UTF-8 text (byte {})", path.display(), e.utf8_error().valid_up_to())
+            format!(
+                "communicator config file {}: not UTF-8 text (byte {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            )
         })?;
         self.add_yaml(&text, &path.display().to_string())
     }
@@ -254,21 +261,24 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
             "min_ctas" => o.min_ctas = Some(int()?),
             "max_ctas" => o.max_ctas = Some(int()?),
             "net_name" => {
-                let v = value.as_str().ok_or_else(|| format!("{at}: net_name must be a string, got {}", describe(value)))?;
+                let v = value
+                    .as_str()
+                    .ok_or_else(|| format!("{at}: net_name must be a string, got {}", describe(value)))?;
                 o.net_name = Some(v.to_string());
             }
             "split_share" => {
-                o.split_share =
-                    Some(value.as_bool().ok_or_else(|| format!("{at}: split_share must be true or false, got {}", describe(value)))?)
+                o.split_share = Some(
+                    value
+                        .as_bool()
+                        .ok_or_else(|| format!("{at}: split_share must be true or false, got {}", describe(value)))?,
+                )
             }
             // A torch stream priority (Megatron passes it to ProcessGroupNCCL.Options): no
             // communicator option corresponds; the caller chooses its streams' priorities.
             "is_high_priority_stream" => {}
-            other => {
-                return Err(format!(
-                    "{at}: unknown option '{other}' (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)"
-                ))
-            }
+            other => return Err(format!(
+                "{at}: unknown option '{other}' (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)"
+            )),
         }
     }
     Ok(o)
@@ -346,9 +356,15 @@ tensor_and_data_parallel:
 
     #[test]
     fn the_default_applies_under_entries() {
-        let mut c = CommConfig { default: CommOptions { split_share: Some(true), max_ctas: Some(8), ..Default::default() }, ..Default::default() };
+        let mut c = CommConfig {
+            default: CommOptions { split_share: Some(true), max_ctas: Some(8), ..Default::default() },
+            ..Default::default()
+        };
         c.set("pp", CommOptions { max_ctas: Some(2), ..Default::default() }).unwrap();
-        assert_eq!(c.options_for(k("pipeline_model_parallel")), CommOptions { max_ctas: Some(2), split_share: Some(true), ..Default::default() });
+        assert_eq!(
+            c.options_for(k("pipeline_model_parallel")),
+            CommOptions { max_ctas: Some(2), split_share: Some(true), ..Default::default() }
+        );
         assert_eq!(c.options_for(k("context_parallel")).max_ctas, Some(8));
     }
 
@@ -376,14 +392,21 @@ tensor_and_data_parallel:
         assert!(err("- tp").contains("expected a mapping from group name"));
         assert!(err("tp: {max_ctas: 4").contains("not valid YAML"));
         assert!(err("tp: {max_ctas: 99999999999}").contains("must be an integer, got 99999999999"));
-        assert!(CommConfig::default().add_yaml_file(std::path::Path::new("/nonexistent/cfg.yaml")).unwrap_err().contains("/nonexistent/cfg.yaml"));
+        assert!(CommConfig::default()
+            .add_yaml_file(std::path::Path::new("/nonexistent/cfg.yaml"))
+            .unwrap_err()
+            .contains("/nonexistent/cfg.yaml"));
     }
 
     /// The 368-byte alias bomb that aborted the process: nine levels of nine aliases each.
     fn alias_bomb() -> String {
         let mut text = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
-        for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"].iter().zip(["b", "c", "d", "e", "f", "g", "h", "i"]) {
-            text.push_str(&format!("{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        for (prev, name) in
+            ["a", "b", "c", "d", "e", "f", "g", "h"].iter().zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+        {
+            text.push_str(&format!(
+                "{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
         }
         text
     }

@@ -49,9 +49,10 @@ impl fmt::Display for EnvError {
 impl std::error::Error for EnvError {}
 
 fn parse_u32(var: &str, value: &str) -> Result<u32, EnvError> {
-    value.trim().parse::<u32>().map_err(|_| {
-        EnvError(format!("environment variable {var}='{value}' is not a non-negative integer"))
-    })
+    value
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| EnvError(format!("environment variable {var}='{value}' is not a non-negative integer")))
 }
 
 struct RankVars {
@@ -69,7 +70,12 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
         (LauncherKind::Slurm, ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
         (
             LauncherKind::OpenMpi,
-            ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"],
+            [
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            ],
         ),
     ];
     for (launcher, [rank_v, size_v, local_v, local_size_v]) in CONVENTIONS {
@@ -190,9 +196,14 @@ mod tests {
     #[test]
     fn torchrun_variables_with_agent_store() {
         let e = env(&[
-            ("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "3"), ("LOCAL_WORLD_SIZE", "4"),
-            ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29512"),
-            ("TORCHELASTIC_USE_AGENT_STORE", "True"), ("TORCHELASTIC_RUN_ID", "job7"),
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "3"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29512"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            ("TORCHELASTIC_RUN_ID", "job7"),
             ("TORCHELASTIC_RESTART_COUNT", "2"),
         ])
         .unwrap();
@@ -214,15 +225,20 @@ mod tests {
     #[test]
     fn slurm_and_openmpi_fallbacks() {
         let s = env(&[
-            ("SLURM_PROCID", "5"), ("SLURM_NTASKS", "8"), ("SLURM_LOCALID", "1"),
-            ("SLURM_NTASKS_PER_NODE", "4(x2)"), ("MASTER_ADDR", "10.0.0.1"),
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS_PER_NODE", "4(x2)"),
+            ("MASTER_ADDR", "10.0.0.1"),
         ])
         .unwrap();
         assert_eq!((s.rank, s.world_size, s.local_rank, s.local_world_size), (5, 8, 1, 4));
         assert_eq!(s.launcher, LauncherKind::Slurm);
         let o = env(&[
-            ("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4"),
-            ("OMPI_COMM_WORLD_LOCAL_RANK", "0"), ("MASTER_ADDR", "h"),
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+            ("MASTER_ADDR", "h"),
         ])
         .unwrap();
         assert_eq!((o.rank, o.world_size, o.local_rank), (2, 4, 0));

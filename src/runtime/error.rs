@@ -50,11 +50,9 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Comm(e) => write!(f, "{e}"),
             RuntimeError::Group(e) => write!(f, "{e}"),
             RuntimeError::Rng(e) => write!(f, "{e}"),
-            RuntimeError::AlreadyInitialized(diff) => write!(
-                f,
-                "already initialized with different settings ({}); call destroy first",
-                diff.join(", ")
-            ),
+            RuntimeError::AlreadyInitialized(diff) => {
+                write!(f, "already initialized with different settings ({}); call destroy first", diff.join(", "))
+            }
             RuntimeError::NotInitialized => f.write_str("not initialized: call initialize first"),
             RuntimeError::InvalidArgument(m) => f.write_str(m),
         }

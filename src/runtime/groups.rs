@@ -18,8 +18,8 @@
 use super::comm_config::{CommConfig, CommStrategy};
 use super::progress;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
-use crate::topology::GroupKind;
 use crate::store::Store;
+use crate::topology::GroupKind;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -156,13 +156,7 @@ impl GroupError {
 
 impl std::fmt::Display for GroupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "group {} (ranks {}): {}",
-            self.group,
-            super::host::format_ranks(&self.members),
-            self.error
-        )
+        write!(f, "group {} (ranks {}): {}", self.group, super::host::format_ranks(&self.members), self.error)
     }
 }
 
@@ -203,7 +197,9 @@ pub fn create_groups(
         kind: e.kind,
         message: progress::explain(progress_store, rank, waited_for, step, e.message),
     };
-    let failed = |step: u64, group: &str, members: &[u32], e: CommError| GroupError::new(group, members, explained(step, members, e));
+    let failed = |step: u64, group: &str, members: &[u32], e: CommError| {
+        GroupError::new(group, members, explained(step, members, e))
+    };
     let mut world = match strategy {
         CommStrategy::Split => {
             let start = Instant::now();
@@ -232,8 +228,10 @@ pub fn create_groups(
             }
         }
         let names: Vec<String> = distinct.iter().map(|(_, p, _)| p.name()).collect();
-        let infos = names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
-        let requests: Vec<_> = infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
+        let infos =
+            names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
+        let requests: Vec<_> =
+            infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
         if let Some(last) = distinct.last() {
             mark(last.0, &names[names.len() - 1], &last.1.members)?;
         }
@@ -241,8 +239,18 @@ pub fn create_groups(
             .create_groups_together(&requests)
             .map_err(|(i, e)| failed(distinct[i].0, &names[i], &distinct[i].1.members, e))?;
         if comms.len() != names.len() {
-            let message = format!("backend '{}' returned {} communicators for {} groups", factory.name(), comms.len(), names.len());
-            return Err(failed(distinct[0].0, &names[0], &distinct[0].1.members, CommError::new(CommErrorKind::Backend, message)));
+            let message = format!(
+                "backend '{}' returned {} communicators for {} groups",
+                factory.name(),
+                comms.len(),
+                names.len()
+            );
+            return Err(failed(
+                distinct[0].0,
+                &names[0],
+                &distinct[0].1.members,
+                CommError::new(CommErrorKind::Backend, message),
+            ));
         }
         started = names.into_iter().zip(comms).collect();
     }
@@ -272,7 +280,13 @@ pub fn create_groups(
                 join_without_color(&mut world)?;
                 let shared = shared.clone();
                 let created_in = if together { Duration::ZERO } else { start.elapsed() };
-                live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name: shared.0, comm: shared.1, created_in });
+                live.push(LiveGroup {
+                    plan: p.clone(),
+                    group_rank: info.group_rank,
+                    comm_name: shared.0,
+                    comm: shared.1,
+                    created_in,
+                });
                 continue;
             }
             None => {
@@ -283,9 +297,9 @@ pub fn create_groups(
                     (_, Some(comm)) => comm,
                     (Some((w, _)), None) => {
                         mark(step, &name, &p.members)?;
-                        w.split(p.index, Some(&info), &options)
-                            .map_err(&fail)?
-                            .ok_or_else(|| fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator")))?
+                        w.split(p.index, Some(&info), &options).map_err(&fail)?.ok_or_else(|| {
+                            fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator"))
+                        })?
                     }
                     (None, None) => {
                         mark(step, &name, &p.members)?;
@@ -298,7 +312,13 @@ pub fn create_groups(
                 shared
             }
         };
-        live.push(LiveGroup { plan: p.clone(), group_rank: info.group_rank, comm_name, comm, created_in: start.elapsed() });
+        live.push(LiveGroup {
+            plan: p.clone(),
+            group_rank: info.group_rank,
+            comm_name,
+            comm,
+            created_in: start.elapsed(),
+        });
     }
     // Communicators created together may still be initializing: wait for each (its deadline is
     // the backend's); a kind's time is what this rank spent creating it plus waiting for it.
@@ -324,7 +344,8 @@ pub fn verify_group(g: &LiveGroup, rank: u32) -> Result<(), GroupError> {
     let fail = |error: CommError| GroupError::new(g.plan.name(), &g.plan.members, error);
     let mut values = [rank as i64, 1];
     let mut comm = g.comm.lock().map_err(|_| fail(poisoned()))?;
-    comm.allreduce_sum_i64(&mut values).map_err(|e| fail(CommError { kind: e.kind, message: format!("all-reduce failed: {e}") }))?;
+    comm.allreduce_sum_i64(&mut values)
+        .map_err(|e| fail(CommError { kind: e.kind, message: format!("all-reduce failed: {e}") }))?;
     let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
     if values != want {
         return Err(fail(CommError::new(
@@ -438,11 +459,24 @@ mod tests {
             self.waited.lock().unwrap().push(self.group.name.clone());
             Ok(())
         }
-        fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
+        fn split(
+            &mut self,
+            color: u32,
+            group: Option<&GroupInfo>,
+            options: &CommOptions,
+        ) -> Result<Option<Box<dyn Communicator>>, CommError> {
             self.splits.lock().unwrap().push((group.map(|_| color), options.clone()));
             Ok(group.map(|g| {
-                let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
-                Box::new(StoreComm { store, group: g.clone(), round: 0, bias: 0, splits: Arc::default(), waited: self.waited.clone() }) as Box<dyn Communicator>
+                let store: Arc<dyn Store> =
+                    Arc::new(PrefixStore::new(&format!("split/{}", g.name), self.store.clone()));
+                Box::new(StoreComm {
+                    store,
+                    group: g.clone(),
+                    round: 0,
+                    bias: 0,
+                    splits: Arc::default(),
+                    waited: self.waited.clone(),
+                }) as Box<dyn Communicator>
             }))
         }
     }
@@ -466,7 +500,12 @@ mod tests {
         fn split_unavailable(&self) -> Option<String> {
             None
         }
-        fn create_group(&self, group: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+        fn create_group(
+            &self,
+            group: &GroupInfo,
+            _: &CommOptions,
+            store: Arc<dyn Store>,
+        ) -> Result<Box<dyn Communicator>, CommError> {
             self.created.lock().unwrap().push(group.name.clone());
             if let Some(t) = self.rendezvous {
                 store.set(&format!("here/{}", group.group_rank), b"").map_err(store_err)?;
@@ -476,17 +515,43 @@ mod tests {
             }
             // A "wrong" communicator: its sums include a foreign member of rank 99.
             let bias = if self.lie_about.as_deref() == Some(group.name.as_str()) { 99 } else { 0 };
-            Ok(Box::new(StoreComm { store, group: group.clone(), round: 0, bias, splits: Arc::default(), waited: self.waited.clone() }))
+            Ok(Box::new(StoreComm {
+                store,
+                group: group.clone(),
+                round: 0,
+                bias,
+                splits: Arc::default(),
+                waited: self.waited.clone(),
+            }))
         }
         fn creates_together(&self) -> bool {
             self.together
         }
-        fn create_groups_together(&self, groups: &[crate::backend::GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+        fn create_groups_together(
+            &self,
+            groups: &[crate::backend::GroupRequest<'_>],
+        ) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
             self.created.lock().unwrap().push("(together)".into());
-            groups.iter().enumerate().map(|(i, (g, o, store))| self.create_group(g, o, store.clone()).map_err(|e| (i, e))).collect()
+            groups
+                .iter()
+                .enumerate()
+                .map(|(i, (g, o, store))| self.create_group(g, o, store.clone()).map_err(|e| (i, e)))
+                .collect()
         }
-        fn create_world(&self, world: &GroupInfo, _: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
-            Ok(Box::new(StoreComm { store, group: world.clone(), round: 0, bias: 0, splits: self.splits.clone(), waited: self.waited.clone() }))
+        fn create_world(
+            &self,
+            world: &GroupInfo,
+            _: &CommOptions,
+            store: Arc<dyn Store>,
+        ) -> Result<Box<dyn Communicator>, CommError> {
+            Ok(Box::new(StoreComm {
+                store,
+                group: world.clone(),
+                round: 0,
+                bias: 0,
+                splits: self.splits.clone(),
+                waited: self.waited.clone(),
+            }))
         }
     }
 
@@ -504,7 +569,8 @@ mod tests {
         if rank == 0 || rank == 3 {
             groups.push(GroupPlan { kind: plan_kind("embedding"), index: 0, members: vec![0, 3] });
         }
-        let kinds = ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(plan_kind).to_vec();
+        let kinds =
+            ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(plan_kind).to_vec();
         RankPlan { rank, world: vec![0, 1, 2, 3], kinds, groups }
     }
 
@@ -539,8 +605,17 @@ mod tests {
                             .clone()
                     };
                     let progress = store_for("progress");
-                    let created =
-                        create_groups(&plan_for(rank), strategy, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(10), None).unwrap();
+                    let created = create_groups(
+                        &plan_for(rank),
+                        strategy,
+                        &f,
+                        &store_for,
+                        progress.as_ref(),
+                        &config,
+                        Duration::from_secs(10),
+                        None,
+                    )
+                    .unwrap();
                     assert_eq!(created.world.is_some(), strategy == CommStrategy::Split);
                     let groups = created.groups;
                     let names = groups.iter().map(|g| g.comm_name.clone()).collect();
@@ -578,7 +653,11 @@ mod tests {
             let in_embedding = rank == 0 || rank == 3;
             assert_eq!(o.verified.unwrap(), 2 + in_embedding as usize, "rank {rank}");
             let (dp, tp) = (rank % 2, rank / 2);
-            let mut want = vec!["(together)".to_string(), format!("data_parallel_with_cp/{dp}"), format!("tensor_model_parallel/{tp}")];
+            let mut want = vec![
+                "(together)".to_string(),
+                format!("data_parallel_with_cp/{dp}"),
+                format!("tensor_model_parallel/{tp}"),
+            ];
             if in_embedding {
                 want.push("embedding/0".into());
             }
@@ -635,12 +714,23 @@ mod tests {
                     let f = Factory { rendezvous: Some(Duration::from_millis(500)), ..Default::default() };
                     let store_for = |name: &str| -> Arc<dyn Store> {
                         let mut m = stores.lock().unwrap();
-                        m.entry(name.to_string()).or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10)))).clone()
+                        m.entry(name.to_string())
+                            .or_insert_with(|| Arc::new(MemoryStore::new(Duration::from_secs(10))))
+                            .clone()
                     };
                     let progress = store_for("progress");
                     let config = CommConfig::default();
-                    create_groups(&plan(rank), CommStrategy::PerGroup, &f, &store_for, progress.as_ref(), &config, Duration::from_secs(1), None)
-                        .map(|c| c.groups.len())
+                    create_groups(
+                        &plan(rank),
+                        CommStrategy::PerGroup,
+                        &f,
+                        &store_for,
+                        progress.as_ref(),
+                        &config,
+                        Duration::from_secs(1),
+                        None,
+                    )
+                    .map(|c| c.groups.len())
                 })
             })
             .collect();
@@ -674,10 +764,22 @@ mod tests {
     /// in tensor_model_parallel {0, 1}: rank 0 must blame rank 3, not the live rank 1.
     #[test]
     fn a_live_member_stuck_behind_a_dead_rank_is_not_blamed() {
-        let out: Vec<String> =
-            run_with_rendezvous(3, plan_for).into_iter().map(|r| r.expect_err("every rank fails").to_string()).collect();
-        assert!(out[1].starts_with("group data_parallel_with_cp/1 (ranks 1, 3)") && out[1].ends_with("rank(s) 3 never arrived at this group"), "{}", out[1]);
-        assert!(out[2].starts_with("group tensor_model_parallel/1 (ranks 2-3)") && out[2].ends_with("rank(s) 3 never arrived at this group"), "{}", out[2]);
+        let out: Vec<String> = run_with_rendezvous(3, plan_for)
+            .into_iter()
+            .map(|r| r.expect_err("every rank fails").to_string())
+            .collect();
+        assert!(
+            out[1].starts_with("group data_parallel_with_cp/1 (ranks 1, 3)")
+                && out[1].ends_with("rank(s) 3 never arrived at this group"),
+            "{}",
+            out[1]
+        );
+        assert!(
+            out[2].starts_with("group tensor_model_parallel/1 (ranks 2-3)")
+                && out[2].ends_with("rank(s) 3 never arrived at this group"),
+            "{}",
+            out[2]
+        );
         let e = &out[0];
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1)"), "{e}");
         assert!(!e.contains("rank(s) 1 never arrived"), "blames the live rank 1: {e}");
@@ -694,7 +796,12 @@ mod tests {
             fn name(&self) -> &str {
                 "nosplit"
             }
-            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+            fn create_group(
+                &self,
+                _: &GroupInfo,
+                _: &CommOptions,
+                _: Arc<dyn Store>,
+            ) -> Result<Box<dyn Communicator>, CommError> {
                 Err(CommError::new(CommErrorKind::Unsupported, "unused"))
             }
         }
@@ -710,7 +817,12 @@ mod tests {
             fn prefers_per_group(&self) -> bool {
                 true
             }
-            fn create_group(&self, _: &GroupInfo, _: &CommOptions, _: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+            fn create_group(
+                &self,
+                _: &GroupInfo,
+                _: &CommOptions,
+                _: Arc<dyn Store>,
+            ) -> Result<Box<dyn Communicator>, CommError> {
                 Err(CommError::new(CommErrorKind::Unsupported, "unused"))
             }
         }

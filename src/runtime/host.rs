@@ -96,7 +96,8 @@ pub fn describe(store: &dyn Store, ranks: &[u32]) -> String {
 /// mcore-launch number them), e.g. " = node 1 of 2 (ranks 4-7, by LOCAL_WORLD_SIZE=4)"; empty
 /// when the world is one node or not evenly split.
 pub fn nodes_of(ranks: &[u32], world_size: u32, local_world_size: u32) -> String {
-    if ranks.is_empty() || local_world_size == 0 || local_world_size >= world_size || world_size % local_world_size != 0 {
+    if ranks.is_empty() || local_world_size == 0 || local_world_size >= world_size || world_size % local_world_size != 0
+    {
         return String::new();
     }
     let nodes = world_size / local_world_size;

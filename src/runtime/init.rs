@@ -8,14 +8,17 @@ use super::checkin::{check_in, CheckinError};
 use super::comm_config::{CommConfig, CommStrategy};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
+use super::groups::{
+    create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup,
+    PlanKind, RankPlan, SharedComm,
+};
 use super::host::{self, HostInfo};
-use super::groups::{PlanKind, create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup, RankPlan, SharedComm};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
 use crate::backend::{CommError, CommFactory};
-use crate::store::{PrefixStore, Store};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::{RankRng, SeedPolicy};
+use crate::store::{PrefixStore, Store};
 use crate::topology::{GroupKind, RankView, Topology, TopologyConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -204,7 +207,8 @@ fn aliased_kinds(topology: &Topology, config: &super::CommConfig) -> Vec<(GroupK
 /// This rank's groups of the aliased kinds, sharing the communicators of their source kinds.
 fn add_alias_groups(view: &RankView, aliases: &[(GroupKind, GroupKind)], groups: &mut Vec<LiveGroup>) {
     for (kind, src) in aliases {
-        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == PlanKind::Group(*src))) else {
+        let (Some(m), Some(shared)) = (view.get(*kind), groups.iter().find(|g| g.plan.kind == PlanKind::Group(*src)))
+        else {
             continue;
         };
         let alias = LiveGroup {
@@ -230,7 +234,11 @@ fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> Ran
         groups: kinds
             .iter()
             .filter_map(|&k| view.get(k))
-            .map(|m| GroupPlan { kind: PlanKind::AllGatherTwin(m.kind()), index: m.group_index() as u32, members: m.members() })
+            .map(|m| GroupPlan {
+                kind: PlanKind::AllGatherTwin(m.kind()),
+                index: m.group_index() as u32,
+                members: m.members(),
+            })
             .collect(),
     }
 }
@@ -240,7 +248,8 @@ fn all_gather_plan(topology: &Topology, view: &RankView, main: &RankPlan) -> Ran
 pub fn timeout_from_env() -> Result<Duration, RuntimeError> {
     match std::env::var_os("MCORE_INIT_TIMEOUT") {
         None => Ok(DEFAULT_INIT_TIMEOUT),
-        Some(v) => crate::timeout::parse_seconds("MCORE_INIT_TIMEOUT", &v.to_string_lossy()).map_err(RuntimeError::InvalidArgument),
+        Some(v) => crate::timeout::parse_seconds("MCORE_INIT_TIMEOUT", &v.to_string_lossy())
+            .map_err(RuntimeError::InvalidArgument),
     }
 }
 
@@ -268,19 +277,13 @@ pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
 }
 
 /// Initialize with an explicit environment and backend resolution (tests, embedders).
-pub fn initialize_with(
-    args: InitArgs,
-    env: LaunchEnv,
-    factory: &BackendResolver,
-) -> Result<InitOutcome, RuntimeError> {
+pub fn initialize_with(args: InitArgs, env: LaunchEnv, factory: &BackendResolver) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
-    RUNTIME
-        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory))
-        .map_err(|e| match e {
-            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
-            SlotError::BringUp(e) => e,
-        })
+    RUNTIME.init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory)).map_err(|e| match e {
+        SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+        SlotError::BringUp(e) => e,
+    })
 }
 
 fn bring_up(
@@ -324,14 +327,16 @@ fn bring_up(
         )));
     }
     if args.create_all_gather_groups {
-        resolve_strategy(CommStrategy::PerGroup, backend.as_ref())
-            .map_err(|why| RuntimeError::InvalidArgument(format!("create_all_gather_groups creates its twins per group: {why}")))?;
+        resolve_strategy(CommStrategy::PerGroup, backend.as_ref()).map_err(|why| {
+            RuntimeError::InvalidArgument(format!("create_all_gather_groups creates its twins per group: {why}"))
+        })?;
     }
     let mut plan = plan_for(&topology, &view);
     let aliases = aliased_kinds(&topology, &args.comm_config);
     plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == *k));
     plan.groups.retain(|g| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == g.kind));
-    let options_error = |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
+    let options_error =
+        |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
     backend.check_options(&args.comm_config.default).map_err(options_error("every kind (the default)".into()))?;
     for kind in &plan.kinds {
         backend.check_options(&kind.options(&args.comm_config)).map_err(options_error(kind.to_string()))?;

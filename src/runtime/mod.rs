@@ -13,9 +13,9 @@ mod progress;
 pub mod settings;
 mod store_setup;
 
+pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
-pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{
     default_factory, destroy, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,

@@ -105,7 +105,8 @@ pub fn explain(store: &dyn Store, rank: u32, members: &[u32], step: u64, message
     }
     record(&mut never.iter().chain(&waited_on).collect::<BTreeSet<_>>().into_iter());
     let mut out = message;
-    let scope = if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
+    let scope =
+        if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
     if !never.is_empty() {
         out.push_str(&format!("; rank(s) {} never arrived at this group{scope}", describe(store, &never)));
     }
@@ -145,9 +146,16 @@ mod tests {
         assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
         assert_eq!(explain(&s, 2, &[0, 2], 3, "failed".into()), "failed");
         // A member that published its host is named with it.
-        let host = crate::runtime::host::HostInfo { hostname: "n1".into(), addr: "10.0.0.2".parse().unwrap(), why: String::new() };
+        let host = crate::runtime::host::HostInfo {
+            hostname: "n1".into(),
+            addr: "10.0.0.2".parse().unwrap(),
+            why: String::new(),
+        };
         crate::runtime::host::publish(&s, 3, &host).unwrap();
-        assert_eq!(explain(&s, 0, &[1, 3], 3, "x".into()), "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group");
+        assert_eq!(
+            explain(&s, 0, &[1, 3], 3, "x".into()),
+            "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group"
+        );
         // All arrived: the members' hosts are named.
         mark(&s, 3, 3).unwrap();
         assert_eq!(explain(&s, 0, &[0, 3], 3, "y".into()), "y; the group's ranks are 0; 3 on host 'n1' (10.0.0.2)");

@@ -112,7 +112,11 @@ impl<T> IdempotentSlot<T> {
     }
 
     /// Bring the state up with `bring_up` unless it is up already (see type docs).
-    pub fn init<E>(&self, settings: Settings, bring_up: impl FnOnce() -> Result<T, E>) -> Result<InitOutcome, SlotError<E>> {
+    pub fn init<E>(
+        &self,
+        settings: Settings,
+        bring_up: impl FnOnce() -> Result<T, E>,
+    ) -> Result<InitOutcome, SlotError<E>> {
         let mut slot = self.lock();
         if let Some((current, _)) = slot.as_ref() {
             let diff = current.diff(&settings);
@@ -161,8 +165,20 @@ mod tests {
     fn same_again_is_a_noop_other_is_an_error_destroy_allows_reinit() {
         let slot: IdempotentSlot<u32> = IdempotentSlot::new();
         let mut calls = 0;
-        assert_eq!(slot.init::<()>(s(2, 2), || { calls += 1; Ok(7) }), Ok(InitOutcome::Created));
-        assert_eq!(slot.init::<()>(s(2, 2), || { calls += 1; Ok(8) }), Ok(InitOutcome::AlreadyUp));
+        assert_eq!(
+            slot.init::<()>(s(2, 2), || {
+                calls += 1;
+                Ok(7)
+            }),
+            Ok(InitOutcome::Created)
+        );
+        assert_eq!(
+            slot.init::<()>(s(2, 2), || {
+                calls += 1;
+                Ok(8)
+            }),
+            Ok(InitOutcome::AlreadyUp)
+        );
         assert_eq!(calls, 1);
         assert_eq!(slot.init::<()>(s(2, 4), || Ok(9)), Err(SlotError::DifferentSettings(vec!["pp: 2 -> 4".into()])));
         assert_eq!(slot.with(|_, v| *v), Some(7));

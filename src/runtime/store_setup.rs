@@ -93,7 +93,10 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     };
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let unreachable = |source| RuntimeError::StoreConnect {
-        what: format!("the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT)", env.master_addr, env.master_port),
+        what: format!(
+            "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT)",
+            env.master_addr, env.master_port
+        ),
         source,
     };
     let open_key = format!("{attempt}/open");

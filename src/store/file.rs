@@ -30,9 +30,8 @@ impl FileStore {
     /// A store in `dir` (created if missing) whose `get` waits up to `timeout`.
     pub fn new(dir: impl Into<PathBuf>, timeout: Duration) -> Result<Self, StoreError> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(|e| {
-            StoreError::Io(format!("create store directory {}: {e}", dir.display()))
-        })?;
+        fs::create_dir_all(&dir)
+            .map_err(|e| StoreError::Io(format!("create store directory {}: {e}", dir.display())))?;
         Ok(FileStore { dir, timeout })
     }
 
@@ -80,11 +79,8 @@ impl FileStore {
 
     /// Write `value` to `path` atomically (temporary file + rename).
     fn write(&self, path: &Path, value: &[u8]) -> Result<(), StoreError> {
-        let tmp = self.dir.join(format!(
-            ".tmp.{}.{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let tmp =
+            self.dir.join(format!(".tmp.{}.{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
         let result = (|| {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(value)?;
@@ -98,12 +94,7 @@ impl FileStore {
     }
 
     /// Run `body` holding the lock file of `path`, waiting up to the store timeout for it.
-    fn locked<T>(
-        &self,
-        key: &str,
-        path: &Path,
-        body: impl FnOnce() -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn locked<T>(&self, key: &str, path: &Path, body: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut lock = path.as_os_str().to_owned();
         lock.push(".lock");
         let lock = PathBuf::from(lock);
@@ -148,26 +139,19 @@ fn remove_if_stale(lock: &Path) {
     }
     // Rename away first so that only one process removes it.
     let Some(dir) = lock.parent() else { return };
-    let aside = dir.join(format!(
-        ".stale.{}.{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let aside = dir.join(format!(".stale.{}.{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
     if fs::rename(lock, &aside).is_ok() {
         let _ = fs::remove_file(aside);
     }
 }
 
 fn parse_counter(key: &str, bytes: &[u8]) -> Result<i64, StoreError> {
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .ok_or_else(|| {
-            StoreError::InvalidArgument(format!(
-                "store key '{key}' holds {:?}, not an integer counter",
-                String::from_utf8_lossy(bytes)
-            ))
-        })
+    std::str::from_utf8(bytes).ok().and_then(|s| s.trim().parse::<i64>().ok()).ok_or_else(|| {
+        StoreError::InvalidArgument(format!(
+            "store key '{key}' holds {:?}, not an integer counter",
+            String::from_utf8_lossy(bytes)
+        ))
+    })
 }
 
 impl Store for FileStore {
@@ -180,10 +164,7 @@ impl Store for FileStore {
         self.wait(&[key], self.timeout)?;
         let path = self.key_path(key)?;
         // A concurrent delete between the wait and the read reads as a timeout-free miss.
-        self.read(&path)?.ok_or_else(|| StoreError::Timeout {
-            keys: vec![key.to_string()],
-            waited: self.timeout,
-        })
+        self.read(&path)?.ok_or_else(|| StoreError::Timeout { keys: vec![key.to_string()], waited: self.timeout })
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
@@ -194,21 +175,14 @@ impl Store for FileStore {
                 None => 0,
             };
             let next = current.checked_add(delta).ok_or_else(|| {
-                StoreError::InvalidArgument(format!(
-                    "store counter '{key}' overflows: {current} + {delta}"
-                ))
+                StoreError::InvalidArgument(format!("store counter '{key}' overflows: {current} + {delta}"))
             })?;
             self.write(&path, next.to_string().as_bytes())?;
             Ok(next)
         })
     }
 
-    fn compare_set(
-        &self,
-        key: &str,
-        expected: &[u8],
-        desired: &[u8],
-    ) -> Result<Vec<u8>, StoreError> {
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
         let path = self.key_path(key)?;
         self.locked(key, &path, || match self.read(&path)? {
             None if expected.is_empty() => {
@@ -234,28 +208,18 @@ impl Store for FileStore {
     }
 
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        let paths = keys
-            .iter()
-            .map(|k| self.key_path(k))
-            .collect::<Result<Vec<_>, _>>()?;
+        let paths = keys.iter().map(|k| self.key_path(k)).collect::<Result<Vec<_>, _>>()?;
         let start = Instant::now();
         let mut pause = Duration::from_micros(500);
         loop {
-            let missing: Vec<String> = keys
-                .iter()
-                .zip(&paths)
-                .filter(|(_, p)| !p.exists())
-                .map(|(k, _)| k.to_string())
-                .collect();
+            let missing: Vec<String> =
+                keys.iter().zip(&paths).filter(|(_, p)| !p.exists()).map(|(k, _)| k.to_string()).collect();
             if missing.is_empty() {
                 return Ok(());
             }
             let waited = start.elapsed();
             if waited >= timeout {
-                return Err(StoreError::Timeout {
-                    keys: missing,
-                    waited,
-                });
+                return Err(StoreError::Timeout { keys: missing, waited });
             }
             std::thread::sleep(pause.min(timeout - waited));
             pause = (pause * 2).min(MAX_POLL);
@@ -357,14 +321,8 @@ mod tests {
         }
         let err = s.get("absent").unwrap_err();
         assert!(err.to_string().contains("'absent'"), "{err}");
-        assert!(matches!(
-            s.set("", b"x"),
-            Err(StoreError::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            s.set(&"k".repeat(300), b"x"),
-            Err(StoreError::InvalidArgument(_))
-        ));
+        assert!(matches!(s.set("", b"x"), Err(StoreError::InvalidArgument(_))));
+        assert!(matches!(s.set(&"k".repeat(300), b"x"), Err(StoreError::InvalidArgument(_))));
         fs::remove_dir_all(dir).unwrap();
     }
 
@@ -425,12 +383,7 @@ mod tests {
         let mut kids: Vec<_> = (0..CHILDREN)
             .map(|_| {
                 Command::new(&exe)
-                    .args([
-                        "--exact",
-                        "store::file::tests::multi_process_child_entry",
-                        "--test-threads=1",
-                        "--quiet",
-                    ])
+                    .args(["--exact", "store::file::tests::multi_process_child_entry", "--test-threads=1", "--quiet"])
                     .env(CHILD_ENV, &dir)
                     .stdout(std::process::Stdio::null())
                     .spawn()
@@ -453,17 +406,10 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        assert_eq!(
-            s.get("counter").unwrap(),
-            (CHILDREN as i64 * ADDS_PER_CHILD).to_string().as_bytes()
-        );
+        assert_eq!(s.get("counter").unwrap(), (CHILDREN as i64 * ADDS_PER_CHILD).to_string().as_bytes());
         let winner = s.get("winner").unwrap();
         for kid in &kids {
-            assert_eq!(
-                s.get(&format!("done/{}", kid.id())).unwrap(),
-                winner,
-                "every child saw the same winner"
-            );
+            assert_eq!(s.get(&format!("done/{}", kid.id())).unwrap(), winner, "every child saw the same winner");
         }
         let winner: u32 = String::from_utf8(winner).unwrap().parse().unwrap();
         assert!(kids.iter().any(|k| k.id() == winner));

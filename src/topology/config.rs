@@ -88,10 +88,7 @@ impl fmt::Debug for TopologyConfig {
             .field("order", &self.order)
             .field("rank_offset", &self.rank_offset)
             .field("embedding_ranks", &self.embedding_ranks.as_ref().map(|_| "custom"))
-            .field(
-                "position_embedding_ranks",
-                &self.position_embedding_ranks.as_ref().map(|_| "custom"),
-            )
+            .field("position_embedding_ranks", &self.position_embedding_ranks.as_ref().map(|_| "custom"))
             .field("gtp", &self.gtp)
             .field("egtp", &self.egtp)
             .field("local_world_size", &self.local_world_size)

@@ -24,28 +24,16 @@ pub struct TopologyError {
 
 impl TopologyError {
     pub(crate) fn config(message: impl Into<String>) -> Self {
-        TopologyError {
-            kind: TopologyErrorKind::InvalidConfig,
-            message: message.into(),
-        }
+        TopologyError { kind: TopologyErrorKind::InvalidConfig, message: message.into() }
     }
     pub(crate) fn range(message: impl Into<String>) -> Self {
-        TopologyError {
-            kind: TopologyErrorKind::OutOfRange,
-            message: message.into(),
-        }
+        TopologyError { kind: TopologyErrorKind::OutOfRange, message: message.into() }
     }
     pub(crate) fn unknown_kind(message: impl Into<String>) -> Self {
-        TopologyError {
-            kind: TopologyErrorKind::UnknownKind,
-            message: message.into(),
-        }
+        TopologyError { kind: TopologyErrorKind::UnknownKind, message: message.into() }
     }
     pub(crate) fn callback(message: impl Into<String>) -> Self {
-        TopologyError {
-            kind: TopologyErrorKind::Callback,
-            message: message.into(),
-        }
+        TopologyError { kind: TopologyErrorKind::Callback, message: message.into() }
     }
 }
 

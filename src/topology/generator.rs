@@ -50,9 +50,7 @@ pub fn parse_order(order: &str) -> Result<Vec<Dim>, TopologyError> {
             ))
         })?;
         if dims.contains(&dim) {
-            return Err(TopologyError::config(format!(
-                "order '{order}': token '{token}' appears twice"
-            )));
+            return Err(TopologyError::config(format!("order '{order}': token '{token}' appears twice")));
         }
         dims.push(dim);
     }
@@ -65,10 +63,7 @@ pub fn parse_order(order: &str) -> Result<Vec<Dim>, TopologyError> {
 /// it case-sensitively and puts the axis first for upper-case orders: a documented deviation).
 pub fn with_gtp(named: &[Dim], after: &[Dim]) -> Vec<Dim> {
     let mut v = named.to_vec();
-    let at = after
-        .iter()
-        .find_map(|a| named.iter().position(|d| d == a).map(|i| i + 1))
-        .unwrap_or(0);
+    let at = after.iter().find_map(|a| named.iter().position(|d| d == a).map(|i| i + 1)).unwrap_or(0);
     v.insert(at, Dim::Gtp);
     v
 }
@@ -108,11 +103,7 @@ impl Generator {
             stride[d as usize] = s;
             s *= sizes[d as usize];
         }
-        Ok(Generator {
-            order: order.try_into().expect("six dims"),
-            size: sizes,
-            stride,
-        })
+        Ok(Generator { order: order.try_into().expect("six dims"), size: sizes, stride })
     }
 
     /// Coordinate of a local rank (global rank minus offset) along `dim`.
@@ -123,11 +114,7 @@ impl Generator {
 
     /// Product of the sizes of the dims in `mask`.
     pub fn masked_size(&self, mask: u8) -> u64 {
-        Dim::ALL
-            .iter()
-            .filter(|d| mask & d.bit() != 0)
-            .map(|d| self.size[*d as usize])
-            .product()
+        Dim::ALL.iter().filter(|d| mask & d.bit() != 0).map(|d| self.size[*d as usize]).product()
     }
 
     /// Index of the group (over the dims in `mask`) that holds `local`: the unmasked coordinates
@@ -194,7 +181,8 @@ mod tests {
         let o = parse_order("TP-DP-PP").unwrap();
         assert_eq!(with_gtp(&o, &[Ep, Tp]), vec![Tp, Gtp, Dp, Pp]);
         // W=16 tp=2 gtp=2 pp=2: gtp peers are tp apart, pipelines 8 apart.
-        let g = Generator::new([2, 2, 2, 1, 1, 2], &with_gtp(&parse_order("tp-cp-ep-dp-pp").unwrap(), &[Tp]), "", "").unwrap();
+        let g = Generator::new([2, 2, 2, 1, 1, 2], &with_gtp(&parse_order("tp-cp-ep-dp-pp").unwrap(), &[Tp]), "", "")
+            .unwrap();
         assert_eq!((g.stride[Gtp as usize], g.stride[Dp as usize], g.stride[Pp as usize]), (2, 4, 8));
     }
 }

@@ -18,13 +18,7 @@ pub(crate) struct Grid {
 
 impl Grid {
     pub fn new(base: u64) -> Self {
-        Grid {
-            base,
-            axes: [(0, 1); 6],
-            naxes: 0,
-            start: 0,
-            len: 1,
-        }
+        Grid { base, axes: [(0, 1); 6], naxes: 0, start: 0, len: 1 }
     }
 
     /// Add an axis (callers add them in ascending stride order); size-1 axes are dropped.
@@ -164,18 +158,9 @@ impl Group {
                     digits[k] = p % count;
                     p /= count;
                 }
-                Members {
-                    inner: MembersInner::Grid {
-                        grid: g,
-                        digits,
-                        next: g.at_box(g.start),
-                        left: g.len,
-                    },
-                }
+                Members { inner: MembersInner::Grid { grid: g, digits, next: g.at_box(g.start), left: g.len } }
             }
-            Shape::List(l) => Members {
-                inner: MembersInner::List(l.iter()),
-            },
+            Shape::List(l) => Members { inner: MembersInner::List(l.iter()) },
         }
     }
 }
@@ -194,12 +179,7 @@ pub struct Members<'a> {
 }
 
 enum MembersInner<'a> {
-    Grid {
-        grid: &'a Grid,
-        digits: [u64; 6],
-        next: u64,
-        left: u64,
-    },
+    Grid { grid: &'a Grid, digits: [u64; 6], next: u64, left: u64 },
     List(std::slice::Iter<'a, u32>),
 }
 
@@ -210,12 +190,7 @@ impl Iterator for Members<'_> {
     fn next(&mut self) -> Option<u32> {
         match &mut self.inner {
             MembersInner::List(it) => it.next().copied(),
-            MembersInner::Grid {
-                grid,
-                digits,
-                next,
-                left,
-            } => {
+            MembersInner::Grid { grid, digits, next, left } => {
                 if *left == 0 {
                     return None;
                 }
@@ -254,11 +229,7 @@ mod tests {
     use super::*;
 
     fn grid_group(grid: Grid) -> Group {
-        Group {
-            kind: GroupKind::DataParallel,
-            index: 0,
-            shape: Shape::Grid(grid),
-        }
+        Group { kind: GroupKind::DataParallel, index: 0, shape: Shape::Grid(grid) }
     }
 
     #[test]

@@ -160,11 +160,7 @@ impl GroupKind {
             let canonical = !level.is_empty()
                 && level.bytes().all(|b| b.is_ascii_digit())
                 && (level == "0" || !level.starts_with('0'));
-            return if canonical {
-                level.parse().ok().map(GroupKind::HierarchicalContextParallel)
-            } else {
-                None
-            };
+            return if canonical { level.parse().ok().map(GroupKind::HierarchicalContextParallel) } else { None };
         }
         GroupKind::FIXED.into_iter().find(|k| k.key() == key)
     }

@@ -24,14 +24,7 @@ enum Spec {
     Plain { side: Side, mask: u8 },
     /// Each `mask` group with dim `dim` cut as `inner · size · outer`: groups of `size` members at
     /// stride `inner` inside blocks of `inner·size` coordinates; numbered group, block, offset.
-    Split {
-        side: Side,
-        mask: u8,
-        dim: Dim,
-        inner: u64,
-        size: u64,
-        outer: u64,
-    },
+    Split { side: Side, mask: u8, dim: Dim, inner: u64, size: u64, outer: u64 },
     /// Each `mask` group cut into `parts` contiguous slices of its (ascending) member list.
     Slice { side: Side, mask: u8, parts: u64 },
     /// One group per pipeline group (defaults or user callback).
@@ -121,7 +114,13 @@ impl RankView {
     /// Megatron-Core 0.16's `get_all_ranks()` string: tp, dp, cp, pp and ep group ranks.
     pub fn all_ranks_string_0_16(&self) -> String {
         use GroupKind::*;
-        self.join_ranks(&[TensorModelParallel, DataParallel, ContextParallel, PipelineModelParallel, ExpertModelParallel])
+        self.join_ranks(&[
+            TensorModelParallel,
+            DataParallel,
+            ContextParallel,
+            PipelineModelParallel,
+            ExpertModelParallel,
+        ])
     }
 
     fn join_ranks(&self, kinds: &[GroupKind]) -> String {
@@ -307,32 +306,16 @@ impl Topology {
                 let inner = self.hcp_inner[i as usize];
                 let size = u64::from(hcp[i as usize]);
                 let outer = u64::from(self.sizes.cp) / (inner * size);
-                Spec::Split {
-                    side: Dense,
-                    mask: CP,
-                    dim: Dim::Cp,
-                    inner,
-                    size,
-                    outer,
-                }
+                Spec::Split { side: Dense, mask: CP, dim: Dim::Cp, inner, size, outer }
             }
             ModelParallel => plain(Dense, TP | GTP | PP),
             TensorAndDataParallel => plain(Dense, TP | GTP | DP),
             TensorAndDataParallelWithCp => plain(Dense, TP | GTP | DP | CP),
             TensorAndContextParallel => plain(Dense, TP | CP),
-            IntraPartialDataParallelWithCp => Spec::Slice {
-                side: Dense,
-                mask: DP | CP,
-                parts: nd,
-            },
-            IntraDistributedOptimizerInstance => Spec::Split {
-                side: Expert,
-                mask: ALL,
-                dim: Dim::Dp,
-                inner: 1,
-                size: edp / nd,
-                outer: nd,
-            },
+            IntraPartialDataParallelWithCp => Spec::Slice { side: Dense, mask: DP | CP, parts: nd },
+            IntraDistributedOptimizerInstance => {
+                Spec::Split { side: Expert, mask: ALL, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
+            }
             Embedding => Spec::Embedding { position: false },
             PositionEmbedding => Spec::Embedding { position: true },
             ExpertModelParallel => plain(Expert, EP),
@@ -340,22 +323,12 @@ impl Topology {
             ExpertTensorAndModelParallel => plain(Expert, TP | EP),
             ExpertTensorModelPipelineParallel => plain(Expert, TP | EP | PP),
             ExpertDataParallel => plain(Expert, DP),
-            IntraPartialExpertDataParallel => Spec::Split {
-                side: Expert,
-                mask: DP,
-                dim: Dim::Dp,
-                inner: 1,
-                size: edp / nd,
-                outer: nd,
-            },
-            InterPartialExpertDataParallel => Spec::Split {
-                side: Expert,
-                mask: DP,
-                dim: Dim::Dp,
-                inner: edp / nd,
-                size: nd,
-                outer: 1,
-            },
+            IntraPartialExpertDataParallel => {
+                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: 1, size: edp / nd, outer: nd }
+            }
+            InterPartialExpertDataParallel => {
+                Spec::Split { side: Expert, mask: DP, dim: Dim::Dp, inner: edp / nd, size: nd, outer: 1 }
+            }
             GtpWeightRemat => plain(Dense, GTP),
             DataParallelWithGtpRemat => plain(Dense, DP | GTP),
             DataParallelWithCpWithGtpRemat => plain(Dense, DP | CP | GTP),
@@ -404,13 +377,9 @@ impl Topology {
         }
         match self.spec(kind) {
             Spec::Plain { side, mask } => self.world / self.generator(side).masked_size(mask),
-            Spec::Split {
-                side,
-                mask,
-                inner,
-                outer,
-                ..
-            } => self.world / self.generator(side).masked_size(mask) * outer * inner,
+            Spec::Split { side, mask, inner, outer, .. } => {
+                self.world / self.generator(side).masked_size(mask) * outer * inner
+            }
             Spec::Slice { side, mask, parts } => self.world / self.generator(side).masked_size(mask) * parts,
             Spec::Embedding { .. } => self.world / u64::from(self.sizes.pp),
         }
@@ -451,14 +420,7 @@ impl Topology {
         }
         let shape = match self.spec(kind) {
             Spec::Plain { side, mask } => Shape::Grid(self.grid(side, mask, index, None)),
-            Spec::Split {
-                side,
-                mask,
-                dim,
-                inner,
-                size,
-                outer,
-            } => {
+            Spec::Split { side, mask, dim, inner, size, outer } => {
                 let o = index % inner;
                 let b = (index / inner) % outer;
                 let parent = index / inner / outer;
@@ -482,21 +444,12 @@ impl Topology {
     }
 
     fn embedding_shape(&self, position: bool, pp_group: u64) -> Result<Shape, TopologyError> {
-        let custom = if position {
-            &self.config.position_embedding_ranks
-        } else {
-            &self.config.embedding_ranks
-        };
+        let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
         let pp = u64::from(self.sizes.pp);
         match custom {
             None => {
                 let (step, count) = if position || pp == 1 { (1, 1) } else { (pp - 1, 2) };
-                Ok(Shape::Grid(self.grid(
-                    Side::Dense,
-                    PP,
-                    pp_group,
-                    Some((Dim::Pp, 0, step, count)),
-                )))
+                Ok(Shape::Grid(self.grid(Side::Dense, PP, pp_group, Some((Dim::Pp, 0, step, count)))))
             }
             Some(f) => {
                 let pipeline = self.group(GroupKind::PipelineModelParallel, pp_group)?.members();
@@ -530,14 +483,7 @@ impl Topology {
     fn locate(&self, spec: Spec, local: u64) -> u64 {
         match spec {
             Spec::Plain { side, mask } => self.generator(side).group_index(mask, local),
-            Spec::Split {
-                side,
-                mask,
-                dim,
-                inner,
-                size,
-                outer,
-            } => {
+            Spec::Split { side, mask, dim, inner, size, outer } => {
                 let gen = self.generator(side);
                 let c = gen.coord(local, dim);
                 (gen.group_index(mask, local) * outer + c / (inner * size)) * inner + c % inner
@@ -573,11 +519,7 @@ impl Topology {
         }
         let spec = self.spec(kind);
         if let Spec::Embedding { position } = spec {
-            let custom = if position {
-                &self.config.position_embedding_ranks
-            } else {
-                &self.config.embedding_ranks
-            };
+            let custom = if position { &self.config.position_embedding_ranks } else { &self.config.embedding_ranks };
             if custom.is_none() {
                 let stage = self.dense.coord(local, Dim::Pp);
                 let last = u64::from(self.sizes.pp) - 1;
@@ -600,19 +542,13 @@ impl Topology {
                 groups.push(m);
             }
         }
-        Ok(RankView {
-            rank,
-            groups,
-            pipeline: self.pipeline(rank)?,
-        })
+        Ok(RankView { rank, groups, pipeline: self.pipeline(rank)? })
     }
 
     /// `rank`'s pipeline stage, first/last ranks and ring neighbours.
     pub fn pipeline(&self, rank: u32) -> Result<PipelineView, TopologyError> {
         self.local_in_grid(rank)?;
-        let m = self
-            .membership(GroupKind::PipelineModelParallel, rank)?
-            .expect("every rank has a pipeline");
+        let m = self.membership(GroupKind::PipelineModelParallel, rank)?.expect("every rank has a pipeline");
         let size = m.size();
         let at = |i: u32| m.group.member(i).expect("stage in range");
         Ok(PipelineView {
@@ -630,9 +566,7 @@ impl Topology {
         match vp_stage {
             Some(k) if k >= vpp => Err(TopologyError::range(format!(
                 "virtual pipeline stage {k} out of range: virtual pipeline size is {}",
-                self.sizes
-                    .vpp
-                    .map_or("not set (only stage 0)".to_string(), |v| v.to_string())
+                self.sizes.vpp.map_or("not set (only stage 0)".to_string(), |v| v.to_string())
             ))),
             _ => Ok(()),
         }

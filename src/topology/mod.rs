@@ -28,10 +28,10 @@ pub use error::{TopologyError, TopologyErrorKind};
 pub use group::{Group, Members};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
-pub use picture::{layout_svg, PictureOptions, MAX_PICTURE_RANKS, PALETTE};
 pub use nodes::{
     node_placement, KindPlacement, NodeFix, NodePlacement, NodeWarning, MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
 };
+pub use picture::{layout_svg, PictureOptions, MAX_PICTURE_RANKS, PALETTE};
 
 #[cfg(test)]
 mod tests;

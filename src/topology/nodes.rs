@@ -28,11 +28,8 @@ pub const MAX_PLACEMENT_GROUPS: u64 = 1 << 24;
 const MAX_ORDER_SEARCH: u64 = 1 << 26;
 
 /// The kinds whose groups should not cross nodes.
-pub const NODE_LOCAL_KINDS: [GroupKind; 3] = [
-    GroupKind::TensorModelParallel,
-    GroupKind::ContextParallel,
-    GroupKind::ExpertTensorParallel,
-];
+pub const NODE_LOCAL_KINDS: [GroupKind; 3] =
+    [GroupKind::TensorModelParallel, GroupKind::ContextParallel, GroupKind::ExpertTensorParallel];
 
 /// How the groups of one kind sit on nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,14 +93,7 @@ fn node_of(rank: u32, gpn: u32) -> u64 {
 }
 
 fn place_kind(t: &Topology, kind: GroupKind, gpn: u32) -> Result<KindPlacement, TopologyError> {
-    let mut p = KindPlacement {
-        kind,
-        groups: 0,
-        local: 0,
-        crossing: 0,
-        first_crossing: None,
-        max_nodes: 0,
-    };
+    let mut p = KindPlacement { kind, groups: 0, local: 0, crossing: 0, first_crossing: None, max_nodes: 0 };
     for g in t.groups(kind) {
         let g = g?;
         // Members are ascending and nodes are contiguous rank ranges: the first and the last
@@ -218,18 +208,10 @@ pub fn node_placement(t: &Topology, gpus_per_node: u32) -> Result<NodePlacement,
             "the layout has {total} groups, more than the {MAX_PLACEMENT_GROUPS} a node placement examines"
         )));
     }
-    let placed = kinds
-        .iter()
-        .map(|&k| place_kind(t, k, gpus_per_node))
-        .collect::<Result<Vec<_>, _>>()?;
+    let placed = kinds.iter().map(|&k| place_kind(t, k, gpus_per_node)).collect::<Result<Vec<_>, _>>()?;
     let first = u64::from(t.rank_offset()) / u64::from(gpus_per_node);
     let last = (u64::from(t.rank_offset()) + u64::from(t.world_size()) - 1) / u64::from(gpus_per_node);
-    let mut out = NodePlacement {
-        gpus_per_node,
-        nodes: last - first + 1,
-        kinds: placed,
-        warnings: Vec::new(),
-    };
+    let mut out = NodePlacement { gpus_per_node, nodes: last - first + 1, kinds: placed, warnings: Vec::new() };
     let current = local_kind_crossings(t, gpus_per_node)?;
     if current == [0; 3] {
         return Ok(out);
@@ -255,10 +237,7 @@ pub fn node_placement(t: &Topology, gpus_per_node: u32) -> Result<NodePlacement,
                 } else {
                     String::new()
                 };
-                Some(NodeFix::Layout(format!(
-                    "{} {fits}{keep} or nodes of at least {size} GPUs",
-                    size_flag(kind)
-                )))
+                Some(NodeFix::Layout(format!("{} {fits}{keep} or nodes of at least {size} GPUs", size_flag(kind))))
             }
             _ => None,
         };

@@ -14,8 +14,8 @@ pub const MAX_PICTURE_RANKS: u32 = 4096;
 
 /// Fill colours, group `i` of the coloured kind gets `PALETTE[i % len]`.
 pub const PALETTE: [&str; 12] = [
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
-    "#bab0ac", "#1f3b73", "#8cd17d",
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac",
+    "#1f3b73", "#8cd17d",
 ];
 
 /// What to draw.
@@ -52,10 +52,7 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     }
     let placement = node_placement(t, gpn)?;
     if !t.has_kind(opts.color_by) {
-        return Err(TopologyError::unknown_kind(format!(
-            "color-by {}: this layout has no such groups",
-            opts.color_by
-        )));
+        return Err(TopologyError::unknown_kind(format!("color-by {}: this layout has no such groups", opts.color_by)));
     }
     let offset = t.rank_offset();
     let highlight = match opts.rank {
@@ -66,7 +63,10 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     let nodes = placement.nodes as u32;
     let cols = gpn.min(world);
     let grid_w = cols * (CELL_W + GAP);
-    let legend_lines = 3 + placement.kinds.len() as u32 / 4 + highlight.as_ref().map_or(0, |v| v.groups.len() as u32 + 1) + placement.warnings.len() as u32;
+    let legend_lines = 3
+        + placement.kinds.len() as u32 / 4
+        + highlight.as_ref().map_or(0, |v| v.groups.len() as u32 + 1)
+        + placement.warnings.len() as u32;
     let width = (LEFT + grid_w + 20).max(720);
     let height = TOP + nodes * (CELL_H + GAP) + 20 + legend_lines * 16 + 10;
     let s = t.sizes();
@@ -93,12 +93,8 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
         "<text x=\"10\" y=\"36\">colour: {} group; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
         opts.color_by
     );
-    let in_rank_group = |r: u32| {
-        highlight
-            .as_ref()
-            .and_then(|v| v.get(opts.color_by))
-            .is_some_and(|m| m.group.contains(r))
-    };
+    let in_rank_group =
+        |r: u32| highlight.as_ref().and_then(|v| v.get(opts.color_by)).is_some_and(|m| m.group.contains(r));
     for n in 0..nodes {
         let y = TOP + n * (CELL_H + GAP);
         let _ = writeln!(

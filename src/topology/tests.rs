@@ -4,16 +4,7 @@ use super::*;
 use std::collections::HashSet;
 
 fn cfg(tp: u32, pp: u32, cp: u32, ep: u32, etp: Option<u32>, nd: u32, order: &str) -> TopologyConfig {
-    TopologyConfig {
-        tp,
-        pp,
-        cp,
-        ep,
-        etp,
-        dist_opt_instances: nd,
-        order: order.into(),
-        ..Default::default()
-    }
+    TopologyConfig { tp, pp, cp, ep, etp, dist_opt_instances: nd, order: order.into(), ..Default::default() }
 }
 
 fn check_consistent(topo: &Topology) {
@@ -26,18 +17,12 @@ fn check_consistent(topo: &Topology) {
             let g = g.unwrap();
             assert_eq!(g.index(), i as u64);
             let m = g.members();
-            assert!(
-                m.windows(2).all(|p| p[0] < p[1]),
-                "{kind} group {i} not ascending: {m:?}"
-            );
+            assert!(m.windows(2).all(|p| p[0] < p[1]), "{kind} group {i} not ascending: {m:?}");
             assert_eq!(m.len() as u32, g.len());
             for (j, &r) in m.iter().enumerate() {
                 assert!(r >= off && r < off + w);
                 assert!(seen.insert(r), "{kind}: rank {r} in two groups");
-                let mem = topo
-                    .membership(kind, r)
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("{kind} {r}"));
+                let mem = topo.membership(kind, r).unwrap().unwrap_or_else(|| panic!("{kind} {r}"));
                 assert_eq!(mem.group, g, "{kind} rank {r}");
                 assert_eq!(mem.rank, j as u32);
                 assert_eq!(g.member(j as u32), Some(r));
@@ -58,13 +43,7 @@ fn check_consistent(topo: &Topology) {
 
 #[test]
 fn every_kind_is_consistent_over_many_layouts() {
-    let orders = [
-        "tp-cp-ep-dp-pp",
-        "tp-cp-ep-pp-dp",
-        "tp-pp-dp",
-        "pp-tp-dp",
-        "cp-tp-ep-dp-pp",
-    ];
+    let orders = ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "tp-pp-dp", "pp-tp-dp", "cp-tp-ep-dp-pp"];
     let mut built = 0;
     for w in [1u32, 8, 16, 24, 48] {
         for tp in [1, 2, 3] {
@@ -99,10 +78,7 @@ fn hierarchical_and_offset_layouts() {
     assert_eq!(t.hierarchical_cp_levels(), 3);
     check_consistent(&t);
     // Level 1 of cp group [100,102,...,114] pairs positions at stride 2.
-    let g = t
-        .group_of(GroupKind::HierarchicalContextParallel(1), 100)
-        .unwrap()
-        .unwrap();
+    let g = t.group_of(GroupKind::HierarchicalContextParallel(1), 100).unwrap().unwrap();
     assert_eq!(g.members(), vec![100, 104]);
     assert!(t.rank_view(99).is_err());
     assert!(t.rank_view(164).is_err());
@@ -114,10 +90,7 @@ fn custom_embedding_callback() {
     c.embedding_ranks = Some(std::sync::Arc::new(|p: &[u32]| Ok(vec![p[1], p[0]])));
     let t = Topology::new(c.clone(), 8).unwrap();
     check_consistent(&t);
-    assert_eq!(
-        t.group_of(GroupKind::Embedding, 3).unwrap().unwrap().members(),
-        vec![1, 3]
-    );
+    assert_eq!(t.group_of(GroupKind::Embedding, 3).unwrap().unwrap().members(), vec![1, 3]);
     assert!(t.group_of(GroupKind::Embedding, 5).unwrap().is_none());
     c.embedding_ranks = Some(std::sync::Arc::new(|_: &[u32]| Ok(vec![7, 7])));
     let t = Topology::new(c.clone(), 8).unwrap();
@@ -139,54 +112,12 @@ fn rejections_name_the_values() {
     bad(cfg(4, 1, 1, 1, None, 1, "tp-cp-ep-dp-pp"), 6, "world size 6");
     bad(cfg(2, 1, 1, 1, None, 1, "tp-xx-dp-pp"), 4, "'xx'");
     bad(cfg(2, 1, 1, 1, None, 1, "tp-tp-dp-pp"), 4, "twice");
-    bad(
-        cfg(u32::MAX, u32::MAX, u32::MAX, 1, None, 1, "tp-cp-ep-dp-pp"),
-        4,
-        "4294967295",
-    );
-    bad(
-        TopologyConfig {
-            vpp: Some(0),
-            pp: 2,
-            ..Default::default()
-        },
-        4,
-        "vpp",
-    );
-    bad(
-        TopologyConfig {
-            vpp: Some(2),
-            ..Default::default()
-        },
-        4,
-        "pp = 1",
-    );
-    bad(
-        TopologyConfig {
-            cp: 4,
-            hierarchical_cp: vec![2, 0],
-            ..Default::default()
-        },
-        4,
-        "#1",
-    );
-    bad(
-        TopologyConfig {
-            cp: 4,
-            hierarchical_cp: vec![2, 3],
-            ..Default::default()
-        },
-        4,
-        "[2, 3]",
-    );
-    bad(
-        TopologyConfig {
-            rank_offset: u32::MAX,
-            ..Default::default()
-        },
-        2,
-        "rank offset",
-    );
+    bad(cfg(u32::MAX, u32::MAX, u32::MAX, 1, None, 1, "tp-cp-ep-dp-pp"), 4, "4294967295");
+    bad(TopologyConfig { vpp: Some(0), pp: 2, ..Default::default() }, 4, "vpp");
+    bad(TopologyConfig { vpp: Some(2), ..Default::default() }, 4, "pp = 1");
+    bad(TopologyConfig { cp: 4, hierarchical_cp: vec![2, 0], ..Default::default() }, 4, "#1");
+    bad(TopologyConfig { cp: 4, hierarchical_cp: vec![2, 3], ..Default::default() }, 4, "[2, 3]");
+    bad(TopologyConfig { rank_offset: u32::MAX, ..Default::default() }, 2, "rank offset");
     bad(cfg(2, 2, 2, 1, None, 1, "tp-cp-ep-pp-dp"), 16, "expert dp");
 }
 

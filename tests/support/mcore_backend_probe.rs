@@ -30,47 +30,24 @@ struct Args {
 }
 
 fn parse_ranks(name: &str, text: &str) -> Result<Vec<u32>, String> {
-    text.split(',')
-        .map(|r| {
-            r.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("--group {name}: bad rank '{r}'"))
-        })
-        .collect()
+    text.split(',').map(|r| r.trim().parse::<u32>().map_err(|_| format!("--group {name}: bad rank '{r}'"))).collect()
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = cli::utf8_args(std::env::args_os().skip(1))?.into_iter();
-    let (mut backend, mut store_dir, mut rank, mut world, mut timeout_ms) =
-        (None, None, None, None, 30_000u64);
+    let (mut backend, mut store_dir, mut rank, mut world, mut timeout_ms) = (None, None, None, None, 30_000u64);
     let mut groups = Vec::new();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--backend" => backend = Some(value()?),
             "--store-dir" => store_dir = Some(value()?),
-            "--rank" => {
-                rank = Some(
-                    value()?
-                        .parse::<u32>()
-                        .map_err(|e| format!("--rank: {e}"))?,
-                )
-            }
-            "--world-size" => {
-                world = Some(
-                    value()?
-                        .parse::<u32>()
-                        .map_err(|e| format!("--world-size: {e}"))?,
-                )
-            }
-            "--timeout-ms" => {
-                timeout_ms = value()?.parse().map_err(|e| format!("--timeout-ms: {e}"))?
-            }
+            "--rank" => rank = Some(value()?.parse::<u32>().map_err(|e| format!("--rank: {e}"))?),
+            "--world-size" => world = Some(value()?.parse::<u32>().map_err(|e| format!("--world-size: {e}"))?),
+            "--timeout-ms" => timeout_ms = value()?.parse().map_err(|e| format!("--timeout-ms: {e}"))?,
             "--group" => {
                 let v = value()?;
-                let (name, ranks) = v
-                    .split_once('=')
-                    .ok_or(format!("--group wants NAME=r,r,...; got '{v}'"))?;
+                let (name, ranks) = v.split_once('=').ok_or(format!("--group wants NAME=r,r,...; got '{v}'"))?;
                 groups.push((name.to_string(), parse_ranks(name, ranks)?));
             }
             other => return Err(format!("unknown argument '{other}'")),
@@ -79,9 +56,7 @@ fn parse_args() -> Result<Args, String> {
     let world_size = world.ok_or("--world-size is required")?;
     let rank = rank.ok_or("--rank is required")?;
     if rank >= world_size {
-        return Err(format!(
-            "--rank {rank} must be below --world-size {world_size}"
-        ));
+        return Err(format!("--rank {rank} must be below --world-size {world_size}"));
     }
     groups.insert(0, ("world".to_string(), (0..world_size).collect()));
     Ok(Args {
@@ -97,15 +72,9 @@ fn parse_args() -> Result<Args, String> {
 fn run(a: &Args) -> Result<Vec<String>, BackendError> {
     let backend = match &a.backend {
         Some(spec) => backend::resolve(spec)?,
-        None => backend::load_plugins_from_env()?
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                BackendError::InvalidArgument(format!(
-                    "no --backend given and {} is empty",
-                    backend::PLUGIN_ENV
-                ))
-            })?,
+        None => backend::load_plugins_from_env()?.into_iter().next().ok_or_else(|| {
+            BackendError::InvalidArgument(format!("no --backend given and {} is empty", backend::PLUGIN_ENV))
+        })?,
     };
     let mut report = Vec::new();
     let mut comms = Vec::new();
@@ -123,10 +92,7 @@ fn run(a: &Args) -> Result<Vec<String>, BackendError> {
         let mut comm = backend.create_group(&info, store)?;
         let mut data = [i64::from(a.rank), 1];
         comm.allreduce_sum_i64(&mut data)?;
-        let want = [
-            ranks.iter().map(|&r| i64::from(r)).sum::<i64>(),
-            ranks.len() as i64,
-        ];
+        let want = [ranks.iter().map(|&r| i64::from(r)).sum::<i64>(), ranks.len() as i64];
         if data != want {
             return Err(BackendError::InvalidArgument(format!(
                 "group '{name}': allreduce gave {data:?}, membership predicts {want:?}"

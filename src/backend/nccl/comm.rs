@@ -78,7 +78,14 @@ fn select(device: Device) -> Result<(), NcclError> {
 /// One look at `comm`'s state: `Ok(true)` once it left `ncclInProgress` successfully, `Ok(false)`
 /// while it is in progress within `timeout` of `start`, else the error naming `what` (the caller
 /// decides what to abort).
-fn poll_state(lib: &NcclLibrary, comm: &RawComm, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<bool, NcclError> {
+fn poll_state(
+    lib: &NcclLibrary,
+    comm: &RawComm,
+    what: &str,
+    call: &str,
+    timeout: Duration,
+    start: Instant,
+) -> Result<bool, NcclError> {
     match lib.comm_async_error(comm) {
         Ok(NCCL_SUCCESS) => Ok(true),
         Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => Ok(false),
@@ -90,7 +97,14 @@ fn poll_state(lib: &NcclLibrary, comm: &RawComm, what: &str, call: &str, timeout
 
 /// Wait until `comm` leaves `ncclInProgress` or `timeout` passes; on error or expiry the
 /// communicator is aborted and the error names `what`.
-fn wait_ready(lib: &'static NcclLibrary, comm: RawComm, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<RawComm, NcclError> {
+fn wait_ready(
+    lib: &'static NcclLibrary,
+    comm: RawComm,
+    what: &str,
+    call: &str,
+    timeout: Duration,
+    start: Instant,
+) -> Result<RawComm, NcclError> {
     let mut step = Duration::from_micros(100);
     loop {
         match poll_state(lib, &comm, what, call, timeout, start) {
@@ -99,7 +113,9 @@ fn wait_ready(lib: &'static NcclLibrary, comm: RawComm, what: &str, call: &str, 
             Err(e) => {
                 lib.comm_abort(comm);
                 return Err(match e {
-                    NcclError::Timeout { what, deadline } => NcclError::Timeout { what: format!("{what} (communicator aborted)"), deadline },
+                    NcclError::Timeout { what, deadline } => {
+                        NcclError::Timeout { what: format!("{what} (communicator aborted)"), deadline }
+                    }
                     other => other,
                 });
             }
@@ -110,7 +126,15 @@ fn wait_ready(lib: &'static NcclLibrary, comm: RawComm, what: &str, call: &str, 
 /// The communicator a creating call wrote into `slot`, waiting (within the deadline) for NCCL to
 /// write it when the call returned before doing so. An error code ends it at once; a slot never
 /// written is left to leak (see `CommSlot`).
-fn written_comm(lib: &NcclLibrary, rc: c_int, mut slot: CommSlot, what: &str, call: &str, timeout: Duration, start: Instant) -> Result<RawComm, NcclError> {
+fn written_comm(
+    lib: &NcclLibrary,
+    rc: c_int,
+    mut slot: CommSlot,
+    what: &str,
+    call: &str,
+    timeout: Duration,
+    start: Instant,
+) -> Result<RawComm, NcclError> {
     if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
         let comm = slot.take_written().ok();
         let e = lib.call_error(&format!("{call} for {what}"), rc, comm.as_ref());
@@ -126,7 +150,10 @@ fn written_comm(lib: &NcclLibrary, rc: c_int, mut slot: CommSlot, what: &str, ca
             Err(pending) => pending,
         };
         if start.elapsed() >= timeout {
-            return Err(NcclError::Timeout { what: format!("{call} to hand out the communicator of {what}"), deadline: timeout });
+            return Err(NcclError::Timeout {
+                what: format!("{call} to hand out the communicator of {what}"),
+                deadline: timeout,
+            });
         }
         backoff(&mut step);
     }
@@ -164,7 +191,10 @@ impl InitSpec {
 
     fn check(&self) -> Result<(c_int, c_int), NcclError> {
         if self.nranks == 0 || self.rank >= self.nranks {
-            return Err(NcclError::invalid(format!("group {}: rank {} is outside 0..{}", self.group, self.rank, self.nranks)));
+            return Err(NcclError::invalid(format!(
+                "group {}: rank {} is outside 0..{}",
+                self.group, self.rank, self.nranks
+            )));
         }
         Ok((to_c_int(self.nranks, "nranks")?, to_c_int(self.rank, "rank")?))
     }
@@ -185,7 +215,10 @@ impl NcclComm {
         timeout: Duration,
     ) -> Result<NcclComm, NcclError> {
         let spec = InitSpec { group: group.to_string(), id: *id, nranks, rank, config: config.clone(), timeout };
-        let mut comm = Self::init_together(lib, std::slice::from_ref(&spec), device).map_err(|(_, e)| e)?.pop().expect("one spec, one communicator");
+        let mut comm = Self::init_together(lib, std::slice::from_ref(&spec), device)
+            .map_err(|(_, e)| e)?
+            .pop()
+            .expect("one spec, one communicator");
         comm.wait_ready()?;
         Ok(comm)
     }
@@ -195,7 +228,11 @@ impl NcclComm {
     /// back still initializing (non-blocking configs): [`NcclComm::wait_ready`] each. An error
     /// comes with the index of the spec it concerns; every communicator already handed out is
     /// aborted then.
-    pub fn init_together(lib: &'static NcclLibrary, specs: &[InitSpec], device: Device) -> Result<Vec<NcclComm>, (usize, NcclError)> {
+    pub fn init_together(
+        lib: &'static NcclLibrary,
+        specs: &[InitSpec],
+        device: Device,
+    ) -> Result<Vec<NcclComm>, (usize, NcclError)> {
         let start = Instant::now();
         let mut raw = Vec::with_capacity(specs.len());
         for (i, s) in specs.iter().enumerate() {
@@ -231,7 +268,9 @@ impl NcclComm {
         let end = lib.group_end();
         let mut out: Vec<NcclComm> = Vec::with_capacity(specs.len());
         let failure = match first_error {
-            Some((i, rc)) => Some((i, lib.call_error(&format!("ncclCommInitRankConfig for {}", specs[i].what()), rc, None))),
+            Some((i, rc)) => {
+                Some((i, lib.call_error(&format!("ncclCommInitRankConfig for {}", specs[i].what()), rc, None)))
+            }
             None if end != NCCL_SUCCESS && end != NCCL_IN_PROGRESS => {
                 let names: Vec<&str> = specs.iter().map(|s| s.group.as_str()).collect();
                 Some((0, lib.call_error(&format!("ncclGroupEnd starting groups {}", names.join(", ")), end, None)))
@@ -244,7 +283,8 @@ impl NcclComm {
         }
         for (i, (s, (rc, slot))) in specs.iter().zip(started).enumerate() {
             let what = s.what();
-            let comm = written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start).map_err(|e| (i, e))?;
+            let comm =
+                written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start).map_err(|e| (i, e))?;
             out.push(NcclComm {
                 lib,
                 raw: Some(comm),
@@ -254,7 +294,13 @@ impl NcclComm {
                 device,
                 config: s.config.clone(),
                 op_timeout: s.timeout,
-                pending: Some(Pending { call: "ncclCommInitRankConfig", what, start, timeout: s.timeout, expect: None }),
+                pending: Some(Pending {
+                    call: "ncclCommInitRankConfig",
+                    what,
+                    start,
+                    timeout: s.timeout,
+                    expect: None,
+                }),
                 split_together: false,
             });
         }
@@ -264,7 +310,14 @@ impl NcclComm {
     /// `ncclCommSplit`, collective over this whole communicator: members pass `Some(color)`,
     /// non-members `None` (`NCCL_SPLIT_NOCOLOR`) and get `Ok(None)`. `key` orders the child's ranks.
     /// `config` `None` inherits this communicator's config. Waits until the child is ready.
-    pub fn split(&self, group: &str, color: Option<u32>, key: u32, config: Option<&NcclConfig>, timeout: Duration) -> Result<Option<NcclComm>, NcclError> {
+    pub fn split(
+        &self,
+        group: &str,
+        color: Option<u32>,
+        key: u32,
+        config: Option<&NcclConfig>,
+        timeout: Duration,
+    ) -> Result<Option<NcclComm>, NcclError> {
         let Some(mut child) = self.split_start(group, color, key, config, timeout)? else { return Ok(None) };
         child.wait_ready()?;
         Ok(Some(child))
@@ -275,7 +328,14 @@ impl NcclComm {
     /// next split can start while it does. The child handle is read only after the parent left
     /// `ncclInProgress`: with a non-blocking parent NCCL returns `ncclSuccess` first and writes
     /// the child later from its own thread.
-    pub fn split_start(&self, group: &str, color: Option<u32>, key: u32, config: Option<&NcclConfig>, timeout: Duration) -> Result<Option<NcclComm>, NcclError> {
+    pub fn split_start(
+        &self,
+        group: &str,
+        color: Option<u32>,
+        key: u32,
+        config: Option<&NcclConfig>,
+        timeout: Duration,
+    ) -> Result<Option<NcclComm>, NcclError> {
         let start = Instant::now();
         let parent = self.raw()?;
         let c = match color {
@@ -309,7 +369,9 @@ impl NcclComm {
                 return Err(NcclError::invalid(format!("ncclCommSplit gave a communicator to a non-member of {what}")));
             }
             (None, Some(_)) => {
-                return Err(NcclError::invalid(format!("ncclCommSplit for {what} completed but gave this member no communicator")))
+                return Err(NcclError::invalid(format!(
+                    "ncclCommSplit for {what} completed but gave this member no communicator"
+                )))
             }
         };
         Ok(Some(NcclComm {
@@ -338,7 +400,9 @@ impl NcclComm {
     /// expiry it is aborted and the error names the group. A no-op once ready.
     pub fn wait_ready(&mut self) -> Result<(), NcclError> {
         let Some(p) = self.pending.take() else { return Ok(()) };
-        let comm = self.raw.take().ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))?;
+        let comm = self.raw.take().ok_or_else(|| {
+            NcclError::invalid(format!("the communicator of group {} was already released", self.group))
+        })?;
         let comm = wait_ready(self.lib, comm, &p.what, p.call, p.timeout, p.start)?;
         if self.size == 0 {
             let sized = self.lib.comm_size_rank(&comm);
@@ -364,7 +428,9 @@ impl NcclComm {
     }
 
     fn raw(&self) -> Result<&RawComm, NcclError> {
-        self.raw.as_ref().ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))
+        self.raw
+            .as_ref()
+            .ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))
     }
 
     /// Whether the runtime seam's splits leave children initializing ([`NcclComm::split_start`])
@@ -454,12 +520,10 @@ impl NcclComm {
         let driver = CudaDriver::global()?;
         let device = match self.device {
             Device::Ordinal(d) => d,
-            Device::Current => {
-                return Err(NcclError::invalid(format!(
-                    "group {}: allreduce_sum_i64 needs the communicator's device ordinal (created with Device::Current)",
-                    self.group
-                )))
-            }
+            Device::Current => return Err(NcclError::invalid(format!(
+                "group {}: allreduce_sum_i64 needs the communicator's device ordinal (created with Device::Current)",
+                self.group
+            ))),
         };
         driver.set_device(device)?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
@@ -488,7 +552,10 @@ impl NcclComm {
                 }
             }
             if start.elapsed() >= timeout {
-                return Err(NcclError::Timeout { what: format!("{what} to complete on device {device}"), deadline: timeout });
+                return Err(NcclError::Timeout {
+                    what: format!("{what} to complete on device {device}"),
+                    deadline: timeout,
+                });
             }
             backoff(&mut step);
         }
@@ -513,7 +580,9 @@ impl Drop for NcclComm {
 fn prefix(group: &str, e: NcclError) -> NcclError {
     match e {
         NcclError::InvalidArgument(m) => NcclError::InvalidArgument(format!("group {group}: {m}")),
-        NcclError::Call { call, code, name, detail } => NcclError::Call { call: format!("{call} (for group {group})"), code, name, detail },
+        NcclError::Call { call, code, name, detail } => {
+            NcclError::Call { call: format!("{call} (for group {group})"), code, name, detail }
+        }
         NcclError::LibraryNotFound { library, tried, hint } => {
             NcclError::LibraryNotFound { library: format!("{library}, needed by group {group},"), tried, hint }
         }

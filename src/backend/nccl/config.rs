@@ -117,9 +117,19 @@ mod tests {
 
     #[test]
     fn set_values_reach_the_raw_struct() {
-        let cfg = NcclConfig { blocking: true, cga_cluster_size: Some(4), min_ctas: Some(2), max_ctas: Some(16), net_name: Some("Socket".into()), split_share: true };
+        let cfg = NcclConfig {
+            blocking: true,
+            cga_cluster_size: Some(4),
+            min_ctas: Some(2),
+            max_ctas: Some(16),
+            net_name: Some("Socket".into()),
+            split_share: true,
+        };
         let rc = cfg.to_raw().unwrap();
-        assert_eq!((rc.raw.blocking, rc.raw.cgaClusterSize, rc.raw.minCTAs, rc.raw.maxCTAs, rc.raw.splitShare), (1, 4, 2, 16, 1));
+        assert_eq!(
+            (rc.raw.blocking, rc.raw.cgaClusterSize, rc.raw.minCTAs, rc.raw.maxCTAs, rc.raw.splitShare),
+            (1, 4, 2, 16, 1)
+        );
         let name = std::ffi::CStr::from_bytes_until_nul(rc._net_name.as_ref().unwrap().as_bytes_with_nul()).unwrap();
         assert_eq!(name.to_str().unwrap(), "Socket");
         assert_eq!(rc.raw.netName, rc._net_name.as_ref().unwrap().as_ptr());
@@ -130,7 +140,8 @@ mod tests {
         let bad = |c: NcclConfig| c.to_raw().err().unwrap().to_string();
         assert!(bad(NcclConfig { cga_cluster_size: Some(9), ..Default::default() }).contains("cga_cluster_size 9"));
         assert!(bad(NcclConfig { min_ctas: Some(0), ..Default::default() }).contains("min_ctas 0"));
-        assert!(bad(NcclConfig { min_ctas: Some(8), max_ctas: Some(4), ..Default::default() }).contains("min_ctas 8 is larger than max_ctas 4"));
+        assert!(bad(NcclConfig { min_ctas: Some(8), max_ctas: Some(4), ..Default::default() })
+            .contains("min_ctas 8 is larger than max_ctas 4"));
         assert!(bad(NcclConfig { net_name: Some("a\0b".into()), ..Default::default() }).contains("net_name"));
     }
 }

@@ -73,7 +73,10 @@ mod tests {
     fn not_found_lists_every_path_tried() {
         let e = NcclError::LibraryNotFound {
             library: "NCCL".into(),
-            tried: vec![("/a/libnccl.so.2".into(), "no such file".into()), ("libnccl.so.2".into(), "not on the loader path".into())],
+            tried: vec![
+                ("/a/libnccl.so.2".into(), "no such file".into()),
+                ("libnccl.so.2".into(), "not on the loader path".into()),
+            ],
             hint: "set MCORE_NCCL_LIBRARY".into(),
         };
         let text = e.to_string();

@@ -15,9 +15,9 @@ use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::version::Feature;
-use crate::backend::GroupInfo;
 use crate::backend::seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
 use crate::backend::CommOptions;
+use crate::backend::GroupInfo;
 use crate::store::Store;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -56,8 +56,13 @@ impl NcclFactory {
     /// (0 when unset).
     pub fn from_env(device: Option<u32>) -> Result<Self, NcclError> {
         let ordinal = match (device, std::env::var("LOCAL_RANK")) {
-            (Some(d), _) => i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?,
-            (None, Ok(v)) => v.trim().parse::<i32>().map_err(|_| NcclError::invalid(format!("LOCAL_RANK={v:?} is not a device ordinal")))?,
+            (Some(d), _) => {
+                i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?
+            }
+            (None, Ok(v)) => v
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| NcclError::invalid(format!("LOCAL_RANK={v:?} is not a device ordinal")))?,
             (None, Err(_)) => 0,
         };
         Ok(Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default()))
@@ -71,7 +76,16 @@ impl NcclFactory {
 
     fn create_with(&self, group: &GroupInfo, config: &NcclConfig, store: &dyn Store) -> Result<NcclComm, NcclError> {
         let id = share_unique_id(self.lib, store, UNIQUE_ID_KEY, group.group_rank == 0, &group.name, group.timeout)?;
-        let mut comm = NcclComm::init_rank(self.lib, &group.name, &id, group.size(), group.group_rank, self.device, config, group.timeout)?;
+        let mut comm = NcclComm::init_rank(
+            self.lib,
+            &group.name,
+            &id,
+            group.size(),
+            group.group_rank,
+            self.device,
+            config,
+            group.timeout,
+        )?;
         comm.set_op_timeout(group.timeout);
         comm.set_split_together(self.concurrent);
         Ok(comm)
@@ -81,10 +95,13 @@ impl NcclFactory {
     /// no two ranks wait on each other), then all inits inside one NCCL group.
     fn create_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<NcclComm>, (usize, NcclError)> {
         let mut ids = vec![None; groups.len()];
-        let roots_first = (0..groups.len()).filter(|&i| groups[i].0.group_rank == 0).chain((0..groups.len()).filter(|&i| groups[i].0.group_rank != 0));
+        let roots_first = (0..groups.len())
+            .filter(|&i| groups[i].0.group_rank == 0)
+            .chain((0..groups.len()).filter(|&i| groups[i].0.group_rank != 0));
         for i in roots_first {
             let (g, _, store) = &groups[i];
-            let id = share_unique_id(self.lib, store.as_ref(), UNIQUE_ID_KEY, g.group_rank == 0, &g.name, g.timeout).map_err(|e| (i, e))?;
+            let id = share_unique_id(self.lib, store.as_ref(), UNIQUE_ID_KEY, g.group_rank == 0, &g.name, g.timeout)
+                .map_err(|e| (i, e))?;
             ids[i] = Some(id);
         }
         let specs: Vec<InitSpec> = groups
@@ -136,18 +153,33 @@ impl CommFactory for NcclFactory {
         self.concurrent
     }
 
-    fn create_groups_together(&self, groups: &[GroupRequest<'_>]) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+    fn create_groups_together(
+        &self,
+        groups: &[GroupRequest<'_>],
+    ) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
         self.create_together(groups)
             .map(|comms| comms.into_iter().map(|c| Box::new(c) as Box<dyn Communicator>).collect())
             .map_err(|(i, e)| (i, e.into()))
     }
 
-    fn create_group(&self, group: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+    fn create_group(
+        &self,
+        group: &GroupInfo,
+        options: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError> {
         let config = with_options(&self.config, options);
-        self.create_with(group, &config, store.as_ref()).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
+        self.create_with(group, &config, store.as_ref())
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
     }
 
-    fn create_world(&self, world: &GroupInfo, options: &CommOptions, store: Arc<dyn Store>) -> Result<Box<dyn Communicator>, CommError> {
+    fn create_world(
+        &self,
+        world: &GroupInfo,
+        options: &CommOptions,
+        store: Arc<dyn Store>,
+    ) -> Result<Box<dyn Communicator>, CommError> {
         self.create_group(world, options, store)
     }
 }
@@ -172,12 +204,25 @@ impl Communicator for NcclComm {
     /// does), non-members passing `NCCL_SPLIT_NOCOLOR`; the child's config is this one's with the
     /// kind's options. With concurrent creation the child comes back still initializing; its size
     /// and rank are checked against `group` once it is ready.
-    fn split(&mut self, color: u32, group: Option<&GroupInfo>, options: &CommOptions) -> Result<Option<Box<dyn Communicator>>, CommError> {
+    fn split(
+        &mut self,
+        color: u32,
+        group: Option<&GroupInfo>,
+        options: &CommOptions,
+    ) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let config = with_options(self.config(), options);
         let timeout = group.map_or(self.op_timeout(), |g| g.timeout);
-        let name = group.map_or_else(|| format!("(no group of this kind, split of {})", self.group()), |g| g.name.clone());
-        let child = NcclComm::split_start(self, &name, group.map(|_| color), group.map_or(0, |g| g.group_rank), Some(&config), timeout)
-            .map_err(CommError::from)?;
+        let name =
+            group.map_or_else(|| format!("(no group of this kind, split of {})", self.group()), |g| g.name.clone());
+        let child = NcclComm::split_start(
+            self,
+            &name,
+            group.map(|_| color),
+            group.map_or(0, |g| g.group_rank),
+            Some(&config),
+            timeout,
+        )
+        .map_err(CommError::from)?;
         let Some(mut child) = child else { return Ok(None) };
         if let Some(g) = group {
             child.expect_size_rank(g.size(), g.group_rank);

@@ -188,9 +188,10 @@ mod tests {
 
     #[test]
     fn loader_name_first_then_sites_in_order_without_duplicates() {
-        let s = LibrarySearch::from_lookup(lookup(&[("MCORE_NCCL_PYTHON_SITE", "/s1::/s2"), ("MCORE_NCCL_LIBRARY", "")]), || {
-            vec!["/s2".into(), "/py".into()]
-        });
+        let s = LibrarySearch::from_lookup(
+            lookup(&[("MCORE_NCCL_PYTHON_SITE", "/s1::/s2"), ("MCORE_NCCL_LIBRARY", "")]),
+            || vec!["/s2".into(), "/py".into()],
+        );
         let shown: Vec<String> = s.candidates.iter().map(|c| c.display()).collect();
         assert_eq!(
             shown,

@@ -28,17 +28,13 @@ fn dl_error() -> String {
 /// the dynamic loader (`LD_LIBRARY_PATH`, rpath, system directories).
 pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
     let shown = path.display().to_string();
-    let load_err = |reason: String| BackendError::Load {
-        path: shown.clone(),
-        reason,
-    };
+    let load_err = |reason: String| BackendError::Load { path: shown.clone(), reason };
     let has_dir = path.components().count() > 1 || path.is_absolute();
     if has_dir && !path.exists() {
         return Err(load_err("no such file".into()));
     }
-    let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
-        BackendError::InvalidArgument(format!("plugin path {shown:?} contains a NUL byte"))
-    })?;
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| BackendError::InvalidArgument(format!("plugin path {shown:?} contains a NUL byte")))?;
     let guard = LOAD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: a valid C string; loading runs the library's initializers (trusted plugin).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -64,9 +60,7 @@ pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
     let ptr = unsafe { entry() };
     let origin = format!("plugin '{shown}'");
     if ptr.is_null() {
-        return Err(load_err(format!(
-            "{PLUGIN_ENTRY_SYMBOL}() returned NULL (the plugin failed to initialize)"
-        )));
+        return Err(load_err(format!("{PLUGIN_ENTRY_SYMBOL}() returned NULL (the plugin failed to initialize)")));
     }
     // SAFETY: a non-NULL vtable from the entry point, laid out as mcore_backend_v1.
     let vt = unsafe { Vtable::from_ptr(ptr, &origin) }?;

@@ -23,7 +23,6 @@ pub(crate) struct StoreBridge {
     c: mcore_backend_store,
 }
 
-
 impl StoreBridge {
     pub(crate) fn new(store: Arc<dyn Store>) -> Box<StoreBridge> {
         let mut b = Box::new(StoreBridge {
@@ -52,10 +51,7 @@ impl StoreBridge {
 
     /// The message of the last failed callback ("" if none).
     pub(crate) fn last_error(&self) -> String {
-        self.last_error
-            .lock()
-            .map(|m| m.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        self.last_error.lock().map(|m| m.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
     /// Forget the last failure (before a new call whose failure alone should be reported).
@@ -74,10 +70,7 @@ impl StoreBridge {
 }
 
 /// Run one callback body against the bridge behind `ctx`, turning errors and panics into codes.
-unsafe fn with_bridge(
-    ctx: *mut c_void,
-    body: impl FnOnce(&StoreBridge) -> Result<(), (mcore_status, String)>,
-) -> i32 {
+unsafe fn with_bridge(ctx: *mut c_void, body: impl FnOnce(&StoreBridge) -> Result<(), (mcore_status, String)>) -> i32 {
     if ctx.is_null() {
         return mcore_status::InvalidArgument as i32;
     }
@@ -88,10 +81,7 @@ unsafe fn with_bridge(
     match catch_unwind(AssertUnwindSafe(|| body(bridge))) {
         Ok(Ok(())) => mcore_status::Ok as i32,
         Ok(Err((status, message))) => bridge.fail(status, message),
-        Err(_) => bridge.fail(
-            mcore_status::Panic,
-            "internal panic in a store callback (bug)".into(),
-        ),
+        Err(_) => bridge.fail(mcore_status::Panic, "internal panic in a store callback (bug)".into()),
     }
 }
 
@@ -114,36 +104,22 @@ pub fn store_error_status(e: &StoreError) -> mcore_status {
 /// A NUL-terminated UTF-8 key, named in the error when it is not one.
 unsafe fn key_arg<'a>(key: *const c_char, what: &str) -> Result<&'a str, (mcore_status, String)> {
     if key.is_null() {
-        return Err((
-            mcore_status::InvalidArgument,
-            format!("store {what}: key is NULL"),
-        ));
+        return Err((mcore_status::InvalidArgument, format!("store {what}: key is NULL")));
     }
     // SAFETY: the plugin passes a NUL-terminated string (the callback contract).
-    unsafe { CStr::from_ptr(key) }.to_str().map_err(|_| {
-        (
-            mcore_status::InvalidArgument,
-            format!("store {what}: key is not UTF-8"),
-        )
-    })
+    unsafe { CStr::from_ptr(key) }
+        .to_str()
+        .map_err(|_| (mcore_status::InvalidArgument, format!("store {what}: key is not UTF-8")))
 }
 
-unsafe extern "C" fn bridge_set(
-    ctx: *mut c_void,
-    key: *const c_char,
-    value: *const u8,
-    len: usize,
-) -> i32 {
+unsafe extern "C" fn bridge_set(ctx: *mut c_void, key: *const c_char, value: *const u8, len: usize) -> i32 {
     unsafe {
         with_bridge(ctx, |b| {
             let key = key_arg(key, "set")?;
             let value: &[u8] = if len == 0 {
                 &[]
             } else if value.is_null() {
-                return Err((
-                    mcore_status::InvalidArgument,
-                    format!("store set '{key}': value is NULL, len {len}"),
-                ));
+                return Err((mcore_status::InvalidArgument, format!("store set '{key}': value is NULL, len {len}")));
             } else {
                 // SAFETY: the plugin passes `len` readable bytes at `value`.
                 std::slice::from_raw_parts(value, len)
@@ -164,10 +140,7 @@ unsafe extern "C" fn bridge_get(
         with_bridge(ctx, |b| {
             let key = key_arg(key, "get")?;
             if out_len.is_null() {
-                return Err((
-                    mcore_status::InvalidArgument,
-                    format!("store get '{key}': out_len is NULL"),
-                ));
+                return Err((mcore_status::InvalidArgument, format!("store get '{key}': out_len is NULL")));
             }
             if buf.is_null() && buf_len != 0 {
                 return Err((
@@ -180,10 +153,7 @@ unsafe extern "C" fn bridge_get(
             if value.len() > buf_len {
                 return Err((
                     mcore_status::BufferTooSmall,
-                    format!(
-                        "store get '{key}': value has {} bytes, buffer {buf_len}",
-                        value.len()
-                    ),
+                    format!("store get '{key}': value has {} bytes, buffer {buf_len}", value.len()),
                 ));
             }
             if !value.is_empty() {
@@ -195,30 +165,18 @@ unsafe extern "C" fn bridge_get(
     }
 }
 
-unsafe extern "C" fn bridge_wait(
-    ctx: *mut c_void,
-    keys: *const *const c_char,
-    n: usize,
-    timeout_ms: u64,
-) -> i32 {
+unsafe extern "C" fn bridge_wait(ctx: *mut c_void, keys: *const *const c_char, n: usize, timeout_ms: u64) -> i32 {
     unsafe {
         with_bridge(ctx, |b| {
             if keys.is_null() && n != 0 {
-                return Err((
-                    mcore_status::InvalidArgument,
-                    format!("store wait: keys is NULL, n {n}"),
-                ));
+                return Err((mcore_status::InvalidArgument, format!("store wait: keys is NULL, n {n}")));
             }
             let mut owned = Vec::with_capacity(n);
             for i in 0..n {
                 // SAFETY: `keys` has `n` entries (the callback contract).
                 owned.push(key_arg(*keys.add(i), "wait")?);
             }
-            let timeout = if timeout_ms == 0 {
-                b.store.timeout()
-            } else {
-                crate::timeout::from_millis(timeout_ms)
-            };
+            let timeout = if timeout_ms == 0 { b.store.timeout() } else { crate::timeout::from_millis(timeout_ms) };
             b.store.wait(&owned, timeout).map_err(from_store)
         })
     }
@@ -287,20 +245,12 @@ unsafe extern "C" fn bridge_multi_get(
     }
 }
 
-unsafe extern "C" fn bridge_add(
-    ctx: *mut c_void,
-    key: *const c_char,
-    delta: i64,
-    out: *mut i64,
-) -> i32 {
+unsafe extern "C" fn bridge_add(ctx: *mut c_void, key: *const c_char, delta: i64, out: *mut i64) -> i32 {
     unsafe {
         with_bridge(ctx, |b| {
             let key = key_arg(key, "add")?;
             if out.is_null() {
-                return Err((
-                    mcore_status::InvalidArgument,
-                    format!("store add '{key}': out is NULL"),
-                ));
+                return Err((mcore_status::InvalidArgument, format!("store add '{key}': out is NULL")));
             }
             *out = b.store.add(key, delta).map_err(from_store)?;
             Ok(())
@@ -315,11 +265,7 @@ unsafe extern "C" fn bridge_error_message(ctx: *mut c_void) -> *const c_char {
     // SAFETY: as in `with_bridge`.
     let bridge = unsafe { &*(ctx as *const StoreBridge) };
     // The CString's heap buffer stays put until the next failure replaces it.
-    bridge
-        .last_error
-        .lock()
-        .map(|m| m.as_ptr())
-        .unwrap_or(c"store error message unavailable".as_ptr())
+    bridge.last_error.lock().map(|m| m.as_ptr()).unwrap_or(c"store error message unavailable".as_ptr())
 }
 
 #[cfg(test)]
@@ -331,37 +277,24 @@ mod tests {
     #[test]
     fn callbacks_round_trip_and_report_errors() {
         let dir = std::env::temp_dir().join(format!("mcore-bridge-{}", std::process::id()));
-        let store: Arc<dyn Store> =
-            Arc::new(FileStore::new(&dir, Duration::from_millis(100)).unwrap());
+        let store: Arc<dyn Store> = Arc::new(FileStore::new(&dir, Duration::from_millis(100)).unwrap());
         let bridge = StoreBridge::new(store);
         let c = unsafe { &*bridge.as_c() };
         unsafe {
-            assert_eq!(
-                (c.set.unwrap())(c.ctx, c"k".as_ptr(), b"hello".as_ptr(), 5),
-                0
-            );
+            assert_eq!((c.set.unwrap())(c.ctx, c"k".as_ptr(), b"hello".as_ptr(), 5), 0);
             let mut len = 0usize;
             let rc = (c.get.unwrap())(c.ctx, c"k".as_ptr(), std::ptr::null_mut(), 0, &mut len);
             assert_eq!(rc, mcore_status::BufferTooSmall as i32);
             assert_eq!(len, 5);
             let mut buf = vec![0u8; len];
-            assert_eq!(
-                (c.get.unwrap())(c.ctx, c"k".as_ptr(), buf.as_mut_ptr(), buf.len(), &mut len),
-                0
-            );
+            assert_eq!((c.get.unwrap())(c.ctx, c"k".as_ptr(), buf.as_mut_ptr(), buf.len(), &mut len), 0);
             assert_eq!(&buf, b"hello");
             let mut v = 0i64;
             assert_eq!((c.add.unwrap())(c.ctx, c"n".as_ptr(), 3, &mut v), 0);
             assert_eq!(v, 3);
             let keys = [c"k".as_ptr(), c"missing/7".as_ptr()];
-            assert_eq!(
-                (c.wait.unwrap())(c.ctx, keys.as_ptr(), 2, 20),
-                mcore_status::Timeout as i32
-            );
-            let msg = CStr::from_ptr((c.error_message.unwrap())(c.ctx))
-                .to_str()
-                .unwrap()
-                .to_string();
+            assert_eq!((c.wait.unwrap())(c.ctx, keys.as_ptr(), 2, 20), mcore_status::Timeout as i32);
+            let msg = CStr::from_ptr((c.error_message.unwrap())(c.ctx)).to_str().unwrap().to_string();
             assert!(msg.contains("'missing/7'") && !msg.contains("'k'"), "{msg}");
             assert_eq!(
                 (c.set.unwrap())(c.ctx, std::ptr::null(), b"x".as_ptr(), 1),

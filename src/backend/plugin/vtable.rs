@@ -3,7 +3,9 @@
 //! fetches the plugin's `last_error` (or the store's message) for the error.
 
 use super::store_bridge::StoreBridge;
-use crate::abi::backend::{mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1, MCORE_BACKEND_V1_RELEASES};
+use crate::abi::backend::{
+    mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1, MCORE_BACKEND_V1_RELEASES,
+};
 use crate::abi::{mcore_status, read_sized};
 use crate::backend::{BackendError, GroupInfo};
 use crate::store::Store;
@@ -43,10 +45,7 @@ unsafe impl Send for RawComm {}
 
 impl std::fmt::Debug for RawComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawComm")
-            .field("ptr", &self.ptr)
-            .field("keeps_store", &self.store.is_some())
-            .finish()
+        f.debug_struct("RawComm").field("ptr", &self.ptr).field("keeps_store", &self.store.is_some()).finish()
     }
 }
 
@@ -66,13 +65,13 @@ struct CGroup {
 
 impl CGroup {
     fn new(g: &GroupInfo) -> Result<Self, BackendError> {
-        let name = CString::new(g.name.as_str()).map_err(|_| {
-            BackendError::InvalidArgument(format!("group name {:?} contains NUL", g.name))
-        })?;
+        let name = CString::new(g.name.as_str())
+            .map_err(|_| BackendError::InvalidArgument(format!("group name {:?} contains NUL", g.name)))?;
         let host_addr = match &g.host_addr {
-            Some(a) => Some(CString::new(a.as_str()).map_err(|_| {
-                BackendError::InvalidArgument(format!("host address {a:?} contains NUL"))
-            })?),
+            Some(a) => Some(
+                CString::new(a.as_str())
+                    .map_err(|_| BackendError::InvalidArgument(format!("host address {a:?} contains NUL")))?,
+            ),
             None => None,
         };
         let c = mcore_backend_group_info {
@@ -95,14 +94,9 @@ impl Vtable {
     /// # Safety
     /// `ptr` is NULL or points to at least `struct_size` readable bytes laid out as
     /// `mcore_backend_v1` (its first 8 bytes at least), with `name` NULL or NUL-terminated.
-    pub unsafe fn from_ptr(
-        ptr: *const mcore_backend_v1,
-        origin: &str,
-    ) -> Result<Vtable, BackendError> {
+    pub unsafe fn from_ptr(ptr: *const mcore_backend_v1, origin: &str) -> Result<Vtable, BackendError> {
         if ptr.is_null() {
-            return Err(BackendError::InvalidVtable(format!(
-                "{origin}: the backend vtable pointer is NULL"
-            )));
+            return Err(BackendError::InvalidVtable(format!("{origin}: the backend vtable pointer is NULL")));
         }
         // SAFETY: the caller guarantees the two leading u32 fields are readable.
         let abi_version = unsafe { (*ptr).abi_version };
@@ -118,18 +112,12 @@ impl Vtable {
         let raw = unsafe { read_sized(ptr, "mcore_backend_v1", MCORE_BACKEND_V1_RELEASES, zeroed) }
             .map_err(|error| BackendError::StructSize { origin: origin.to_string(), error })?;
         if raw.name.is_null() {
-            return Err(BackendError::InvalidVtable(format!(
-                "{origin}: backend vtable has a NULL name"
-            )));
+            return Err(BackendError::InvalidVtable(format!("{origin}: backend vtable has a NULL name")));
         }
         // SAFETY: non-NULL `name` is NUL-terminated (caller).
         let name = match unsafe { CStr::from_ptr(raw.name) }.to_str() {
             Ok(s) if !s.is_empty() => s.to_string(),
-            _ => {
-                return Err(BackendError::InvalidVtable(format!(
-                    "{origin}: backend name must be non-empty UTF-8"
-                )))
-            }
+            _ => return Err(BackendError::InvalidVtable(format!("{origin}: backend name must be non-empty UTF-8"))),
         };
         if raw.create_group.is_none() && (raw.create_world.is_none() || raw.split.is_none()) {
             return Err(BackendError::InvalidVtable(format!(
@@ -137,18 +125,12 @@ impl Vtable {
             )));
         }
         if raw.destroy_comm.is_none() {
-            return Err(BackendError::InvalidVtable(format!(
-                "{origin}: backend '{name}' has no destroy_comm slot"
-            )));
+            return Err(BackendError::InvalidVtable(format!("{origin}: backend '{name}' has no destroy_comm slot")));
         }
         let c_name = CString::new(name.as_str()).expect("from a C string: no interior NUL");
         let mut raw = raw;
         raw.name = c_name.as_ptr();
-        Ok(Vtable {
-            raw,
-            name,
-            _c_name: c_name,
-        })
+        Ok(Vtable { raw, name, _c_name: c_name })
     }
 
     /// Drop this copy without calling `finalize` (a rejected duplicate registration).
@@ -187,10 +169,7 @@ impl Vtable {
     }
 
     fn unsupported(&self, op: &'static str) -> BackendError {
-        BackendError::Unsupported {
-            backend: self.name.clone(),
-            op,
-        }
+        BackendError::Unsupported { backend: self.name.clone(), op }
     }
 
     /// Turn a returned code into a result, with the plugin's (or the store's) message.
@@ -209,11 +188,7 @@ impl Vtable {
         let mut message = self.plugin_message();
         if let Some(store_msg) = bridge.map(|b| b.last_error()).filter(|m| !m.is_empty()) {
             if !message.contains(&store_msg) {
-                message = if message.is_empty() {
-                    store_msg
-                } else {
-                    format!("{message} (store: {store_msg})")
-                };
+                message = if message.is_empty() { store_msg } else { format!("{message} (store: {store_msg})") };
             }
         }
         if message.is_empty() {
@@ -221,13 +196,7 @@ impl Vtable {
         } else if mcore_status::from_code(code).is_none() {
             message = format!("{message} (unknown status code {code})");
         }
-        Err(BackendError::Plugin {
-            backend: self.name.clone(),
-            op,
-            group: group.to_string(),
-            status,
-            message,
-        })
+        Err(BackendError::Plugin { backend: self.name.clone(), op, group: group.to_string(), status, message })
     }
 
     fn plugin_message(&self) -> String {
@@ -270,29 +239,18 @@ impl Vtable {
                 message: "returned success but no communicator".into(),
             });
         }
-        Ok(RawComm {
-            ptr: out,
-            store: keep_store.then_some(bridge),
-        })
+        Ok(RawComm { ptr: out, store: keep_store.then_some(bridge) })
     }
 
     /// Per-group strategy: this rank's communicator for `group`, rendezvous through `store`
     /// (a key space private to the group).
-    pub fn create_group(
-        &self,
-        group: &GroupInfo,
-        store: Arc<dyn Store>,
-    ) -> Result<RawComm, BackendError> {
+    pub fn create_group(&self, group: &GroupInfo, store: Arc<dyn Store>) -> Result<RawComm, BackendError> {
         self.create_with(self.raw.create_group, "create_group", group, store, false)
     }
 
     /// Split strategy, step one: the world communicator. It keeps `store` (lent to the plugin)
     /// until it is destroyed, so the backend may rendezvous its splits through it.
-    pub fn create_world(
-        &self,
-        world: &GroupInfo,
-        store: Arc<dyn Store>,
-    ) -> Result<RawComm, BackendError> {
+    pub fn create_world(&self, world: &GroupInfo, store: Arc<dyn Store>) -> Result<RawComm, BackendError> {
         self.create_with(self.raw.create_world, "create_world", world, store, true)
     }
 
@@ -309,9 +267,8 @@ impl Vtable {
         let f = self.raw.split.ok_or_else(|| self.unsupported("split"))?;
         let (color, cg) = match group {
             Some(g) => {
-                let color = i32::try_from(color).map_err(|_| {
-                    BackendError::InvalidArgument(format!("split color {color} exceeds i32"))
-                })?;
+                let color = i32::try_from(color)
+                    .map_err(|_| BackendError::InvalidArgument(format!("split color {color} exceeds i32")))?;
                 (color, Some(CGroup::new(g)?))
             }
             None => (-1, None),
@@ -327,23 +284,12 @@ impl Vtable {
         let code = unsafe { f(self.raw.user_data, parent.ptr, color, key, info, &mut out) };
         let name = group.map_or(parent_name, |g| g.name.as_str());
         self.check(code, "split", name, bridge)?;
-        Ok((!out.is_null()).then_some(RawComm {
-            ptr: out,
-            store: None,
-        }))
+        Ok((!out.is_null()).then_some(RawComm { ptr: out, store: None }))
     }
 
     /// In-place sum over the communicator.
-    pub fn allreduce_sum_i64(
-        &self,
-        comm: &mut RawComm,
-        group: &str,
-        data: &mut [i64],
-    ) -> Result<(), BackendError> {
-        let f = self
-            .raw
-            .allreduce_sum_i64
-            .ok_or_else(|| self.unsupported("allreduce_sum_i64"))?;
+    pub fn allreduce_sum_i64(&self, comm: &mut RawComm, group: &str, data: &mut [i64]) -> Result<(), BackendError> {
+        let f = self.raw.allreduce_sum_i64.ok_or_else(|| self.unsupported("allreduce_sum_i64"))?;
         // SAFETY: `data` is valid for `len` elements; `comm` came from this backend.
         let code = unsafe { f(self.raw.user_data, comm.ptr, data.as_mut_ptr(), data.len()) };
         self.check(code, "allreduce_sum_i64", group, None)
@@ -351,10 +297,7 @@ impl Vtable {
 
     /// Block until every rank of the communicator arrives.
     pub fn barrier(&self, comm: &mut RawComm, group: &str) -> Result<(), BackendError> {
-        let f = self
-            .raw
-            .barrier
-            .ok_or_else(|| self.unsupported("barrier"))?;
+        let f = self.raw.barrier.ok_or_else(|| self.unsupported("barrier"))?;
         // SAFETY: `comm` came from this backend.
         let code = unsafe { f(self.raw.user_data, comm.ptr) };
         self.check(code, "barrier", group, None)
@@ -363,10 +306,7 @@ impl Vtable {
     /// Release a communicator; a world communicator's store bridge goes only after the slot
     /// returned (the plugin may use the store until then).
     pub fn destroy_comm(&self, comm: RawComm, group: &str) -> Result<(), BackendError> {
-        let f = self
-            .raw
-            .destroy_comm
-            .ok_or_else(|| self.unsupported("destroy_comm"))?;
+        let f = self.raw.destroy_comm.ok_or_else(|| self.unsupported("destroy_comm"))?;
         let RawComm { ptr, store } = comm;
         if let Some(b) = &store {
             b.clear_error();

@@ -129,24 +129,12 @@ fn c_callback(f: mcore_embedding_ranks_fn, user: &Arc<UserData>) -> Option<Embed
         let mut out = vec![0u32; pipeline.len()];
         let mut n = 0usize;
         // SAFETY: both buffers are valid for their stated lengths for the duration of the call.
-        let rc = unsafe {
-            f(
-                user.ptr,
-                pipeline.as_ptr(),
-                pipeline.len(),
-                out.as_mut_ptr(),
-                out.len(),
-                &mut n,
-            )
-        };
+        let rc = unsafe { f(user.ptr, pipeline.as_ptr(), pipeline.len(), out.as_mut_ptr(), out.len(), &mut n) };
         if rc != 0 {
             return Err(format!("callback returned {rc}"));
         }
         if n > out.len() {
-            return Err(format!(
-                "callback reported {n} ranks, more than the capacity {}",
-                out.len()
-            ));
+            return Err(format!("callback reported {n} ranks, more than the capacity {}", out.len()));
         }
         out.truncate(n);
         Ok(out)
@@ -169,7 +157,10 @@ const CONFIG_RELEASES: &[u32] = &[std::mem::size_of::<mcore_topology_config>() a
 ///
 /// # Safety
 /// `cfg` is NULL or readable for its `struct_size` bytes.
-pub(crate) unsafe fn read_config(cfg: *const mcore_topology_config, what: &str) -> Result<mcore_topology_config, FfiError> {
+pub(crate) unsafe fn read_config(
+    cfg: *const mcore_topology_config,
+    what: &str,
+) -> Result<mcore_topology_config, FfiError> {
     if cfg.is_null() {
         return Err(FfiError::invalid_arg(format!("{what} is NULL")));
     }
@@ -206,10 +197,7 @@ pub(crate) fn config_from_c(c: &mcore_topology_config) -> Result<(TopologyConfig
         local_world_size: optional_field("local_world_size", c.local_world_size)?,
     };
     let user = if c.embedding_ranks.is_some() || c.position_embedding_ranks.is_some() || c.user_data_free.is_some() {
-        Some(Arc::new(UserData {
-            ptr: c.user_data,
-            free: c.user_data_free,
-        }))
+        Some(Arc::new(UserData { ptr: c.user_data, free: c.user_data_free }))
     } else {
         None
     };
@@ -232,4 +220,3 @@ pub unsafe extern "C" fn mcore_topology_config_init(cfg: *mut mcore_topology_con
         Ok(())
     })
 }
-

@@ -158,10 +158,7 @@ pub unsafe extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kin
         let kind: GroupKind = unsafe { str_arg(name, "name") }?.parse()?;
         if let GroupKind::HierarchicalContextParallel(i) = kind {
             if i64::from(HCP_BASE) + i64::from(i) > i64::from(i32::MAX) {
-                return Err(FfiError::new(
-                    mcore_status::NotFound,
-                    format!("hierarchical level {i} is too large"),
-                ));
+                return Err(FfiError::new(mcore_status::NotFound, format!("hierarchical level {i} is too large")));
             }
         }
         *out = kind_to_c(kind);
@@ -181,11 +178,8 @@ pub unsafe extern "C" fn mcore_group_kind_name(
     len: usize,
     out_len: *mut usize,
 ) -> mcore_status {
-    ffi_guard(|| {
-        fill_str(&kind_from_c(kind)?.key(), buf, len, out_len, "name")
-    })
+    ffi_guard(|| fill_str(&kind_from_c(kind)?.key(), buf, len, out_len, "name"))
 }
-
 
 #[cfg(test)]
 mod tests {

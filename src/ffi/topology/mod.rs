@@ -12,9 +12,11 @@ use super::handle;
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::topology::Topology;
 use config::{config_from_c, read_config, UserData};
-pub use config::{mcore_embedding_ranks_fn, mcore_topology_config, mcore_topology_config_init, mcore_user_data_free_fn};
-pub use kind::{mcore_group_kind, mcore_group_kind_from_name, mcore_group_kind_name};
+pub use config::{
+    mcore_embedding_ranks_fn, mcore_topology_config, mcore_topology_config_init, mcore_user_data_free_fn,
+};
 pub(crate) use kind::{kind_from_c, kind_to_c};
+pub use kind::{mcore_group_kind, mcore_group_kind_from_name, mcore_group_kind_name};
 use std::sync::Arc;
 
 /// A layout (opaque). Immutable after creation: queries may run from several threads at once
@@ -89,15 +91,8 @@ fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::M
                 ),
             );
         }
-        let why = if t.has_kind(kind) {
-            ""
-        } else {
-            " (this layout has no such groups)"
-        };
-        FfiError::new(
-            mcore_status::NotMember,
-            format!("rank {rank} is in no {kind} group{why}"),
-        )
+        let why = if t.has_kind(kind) { "" } else { " (this layout has no such groups)" };
+        FfiError::new(mcore_status::NotMember, format!("rank {rank} is in no {kind} group{why}"))
     })
 }
 
@@ -105,9 +100,7 @@ fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::M
 fn vp_stage_from_c(vp_stage: i32) -> Result<Option<u32>, FfiError> {
     match vp_stage {
         -1 => Ok(None),
-        v if v < 0 => Err(FfiError::invalid_arg(format!(
-            "vp_stage {v}: use -1 to ignore virtual stages"
-        ))),
+        v if v < 0 => Err(FfiError::invalid_arg(format!("vp_stage {v}: use -1 to ignore virtual stages"))),
         v => Ok(Some(v as u32)),
     }
 }
@@ -215,10 +208,7 @@ pub unsafe extern "C" fn mcore_topology_kind_at(
         let kinds = topo(t)?.kinds();
         let out = out_ptr(out_kind, "out_kind")?;
         let k = kinds.get(index).ok_or_else(|| {
-            FfiError::new(
-                mcore_status::OutOfRange,
-                format!("kind index {index} out of range: {} kinds", kinds.len()),
-            )
+            FfiError::new(mcore_status::OutOfRange, format!("kind index {index} out of range: {} kinds", kinds.len()))
         })?;
         *out = kind_to_c(*k);
         Ok(())
@@ -239,11 +229,7 @@ pub unsafe extern "C" fn mcore_topology_group(
 ) -> mcore_status {
     ffi_guard(|| {
         let m = member_group(topo(t)?, rank, kind)?;
-        *out_ptr(out, "out")? = mcore_group_info {
-            index: m.group_index(),
-            rank: m.rank,
-            size: m.size(),
-        };
+        *out_ptr(out, "out")? = mcore_group_info { index: m.group_index(), rank: m.rank, size: m.size() };
         Ok(())
     })
 }

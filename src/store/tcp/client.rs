@@ -143,7 +143,10 @@ impl TcpStore {
     /// interface that routes to the store, which peers on other hosts can normally reach.
     pub fn local_addr(&self) -> Result<SocketAddr, StoreError> {
         let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        c.stream.get_ref().local_addr().map_err(|e| io_err(&self.peer, "reading the local address of the connection to", e))
+        c.stream
+            .get_ref()
+            .local_addr()
+            .map_err(|e| io_err(&self.peer, "reading the local address of the connection to", e))
     }
 
     /// Request/response exchanges so far (a request without a reply counts as one).
@@ -186,12 +189,18 @@ impl TcpStore {
     fn fail(&self, c: &mut Conn, e: ReadError, what: &str, limit: Duration) -> StoreError {
         c.broken = Some(format!("no complete reply to {what}"));
         if e.is_timeout() {
-            return StoreError::Io(format!("no reply from {} to {what} within {:.1} s", self.peer, limit.as_secs_f64()));
+            return StoreError::Io(format!(
+                "no reply from {} to {what} within {:.1} s",
+                self.peer,
+                limit.as_secs_f64()
+            ));
         }
         let reset = matches!(&e, ReadError::Io(io) if matches!(io.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted));
         match e.into_store(&self.peer) {
             StoreError::Closed(m) => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
-            StoreError::Io(m) if reset => StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})")),
+            StoreError::Io(m) if reset => {
+                StoreError::Closed(format!("{m} before it answered {what} ({CLOSE_REASONS})"))
+            }
             other => other,
         }
     }
@@ -203,7 +212,11 @@ impl TcpStore {
     }
 
     /// A request and its reply.
-    fn call<T>(&self, msg: &[u8], f: impl FnOnce(&mut Decoder<&mut BufReader<TcpStream>>) -> Result<T, ReadError>) -> Result<T, StoreError> {
+    fn call<T>(
+        &self,
+        msg: &[u8],
+        f: impl FnOnce(&mut Decoder<&mut BufReader<TcpStream>>) -> Result<T, ReadError>,
+    ) -> Result<T, StoreError> {
         let mut c = self.lock()?;
         self.write(&mut c, msg)?;
         let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));
@@ -270,7 +283,8 @@ impl Store for TcpStore {
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         let k = prefixed(key)?;
-        self.call(&Encoder::query(Query::Add).bytes(k.as_bytes()).i64(delta).finish(), |d| d.i64()).map_err(|e| match e {
+        self.call(&Encoder::query(Query::Add).bytes(k.as_bytes()).i64(delta).finish(), |d| d.i64()).map_err(|e| match e
+        {
             StoreError::Closed(m) => StoreError::Closed(format!("{m} (on ADD {delta} to '{key}')")),
             other => other,
         })

@@ -2,10 +2,10 @@
 //! ([`wire`]), a blocking client ([`TcpStore`]) that also talks to torch's own server, and an
 //! event-driven server ([`TcpStoreServer`], limits in [`ServerLimits`]) that torch's client can use.
 
-pub mod wire;
 mod client;
 mod pool;
 mod server;
+pub mod wire;
 
 pub use client::TcpStore;
 pub use pool::TcpStorePool;

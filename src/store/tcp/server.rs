@@ -660,7 +660,8 @@ impl EventLoop {
                 }
             }
             Request::MultiGet(keys) => {
-                let e = keys.iter().fold(Encoder::default(), |e, k| e.bytes(self.state.map.get(*k).map_or(&[][..], |v| v)));
+                let e =
+                    keys.iter().fold(Encoder::default(), |e, k| e.bytes(self.state.map.get(*k).map_or(&[][..], |v| v)));
                 self.reply(i, &e.finish());
             }
             Request::MultiSet(items) => {

@@ -211,7 +211,11 @@ impl DeviceBuffer {
     /// Copy `src` to the start of the buffer (synchronous).
     pub fn copy_from_host(&mut self, src: &[u8]) -> Result<(), NcclError> {
         if src.len() > self.bytes {
-            return Err(NcclError::invalid(format!("{} bytes do not fit a {}-byte device buffer", src.len(), self.bytes)));
+            return Err(NcclError::invalid(format!(
+                "{} bytes do not fit a {}-byte device buffer",
+                src.len(),
+                self.bytes
+            )));
         }
         // SAFETY: `src.len()` bytes are readable and fit the allocation.
         self.driver.check("cuMemcpyHtoD", unsafe { (self.driver.fns.htod)(self.ptr, src.as_ptr().cast(), src.len()) })
@@ -223,7 +227,8 @@ impl DeviceBuffer {
             return Err(NcclError::invalid(format!("{} bytes exceed a {}-byte device buffer", dst.len(), self.bytes)));
         }
         // SAFETY: `dst.len()` bytes are writable and within the allocation.
-        self.driver.check("cuMemcpyDtoH", unsafe { (self.driver.fns.dtoh)(dst.as_mut_ptr().cast(), self.ptr, dst.len()) })
+        self.driver
+            .check("cuMemcpyDtoH", unsafe { (self.driver.fns.dtoh)(dst.as_mut_ptr().cast(), self.ptr, dst.len()) })
     }
 }
 

@@ -26,7 +26,8 @@ type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueIdFn = unsafe extern "C" fn(*mut sys::ncclUniqueId) -> c_int;
 type InitRankConfigFn =
     unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut sys::ncclConfig_t) -> c_int;
-type SplitFn = unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
+type SplitFn =
+    unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
 type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
 type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
@@ -214,7 +215,11 @@ impl NcclLibrary {
             detail: format!("returned version code {code}"),
         })?;
         if version.major < 2 {
-            return Err(NcclError::VersionTooOld { feature: "this library".into(), needed: "2.0".into(), found: version.to_string() });
+            return Err(NcclError::VersionTooOld {
+                feature: "this library".into(),
+                needed: "2.0".into(),
+                found: version.to_string(),
+            });
         }
         Ok(NcclLibrary { lib, fns, version })
     }
@@ -404,9 +409,18 @@ impl NcclLibrary {
     }
 
     /// In-place `ncclAllReduce(sum, int64)` of `count` values in `buf` on `stream` (enqueued only).
-    pub fn all_reduce_sum_i64(&self, comm: &RawComm, buf: &DeviceBuffer, count: usize, stream: &Stream) -> Result<c_int, NcclError> {
+    pub fn all_reduce_sum_i64(
+        &self,
+        comm: &RawComm,
+        buf: &DeviceBuffer,
+        count: usize,
+        stream: &Stream,
+    ) -> Result<c_int, NcclError> {
         if count * 8 > buf.bytes() {
-            return Err(NcclError::invalid(format!("{count} int64 values do not fit a {}-byte device buffer", buf.bytes())));
+            return Err(NcclError::invalid(format!(
+                "{count} int64 values do not fit a {}-byte device buffer",
+                buf.bytes()
+            )));
         }
         let p = buf.device_ptr() as *mut c_void;
         // SAFETY: `buf` holds `count` int64 values on the communicator's device; `stream` is live.
