@@ -276,9 +276,11 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
             // A torch stream priority (Megatron passes it to ProcessGroupNCCL.Options): no
             // communicator option corresponds; the caller chooses its streams' priorities.
             "is_high_priority_stream" => {}
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "{at}: unknown option '{other}' (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)"
-            )),
+            ))
+            }
         }
     }
     Ok(o)

@@ -520,10 +520,12 @@ impl NcclComm {
         let driver = CudaDriver::global()?;
         let device = match self.device {
             Device::Ordinal(d) => d,
-            Device::Current => return Err(NcclError::invalid(format!(
+            Device::Current => {
+                return Err(NcclError::invalid(format!(
                 "group {}: allreduce_sum_i64 needs the communicator's device ordinal (created with Device::Current)",
                 self.group
-            ))),
+            )))
+            }
         };
         driver.set_device(device)?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
