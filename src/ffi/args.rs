@@ -105,8 +105,9 @@ pub(crate) fn fill_ranks(
     fill_items(ranks, buf, len, out_len, |len, need| format!("buffer holds {len} ranks, the group has {need}"))
 }
 
-/// Copy `text` and a NUL into the caller's buffer of `len` bytes; `*out_len` = bytes needed
-/// including the NUL (also on `MCORE_STATUS_BUFFER_TOO_SMALL`). `what` names the text.
+/// [`fill_items`] for a string: `text` and a NUL into the caller's buffer of `len` bytes;
+/// `*out_len` = bytes needed including the NUL (also on `MCORE_STATUS_BUFFER_TOO_SMALL`). `what`
+/// names the text.
 pub(crate) fn fill_str(
     text: &str,
     buf: *mut c_char,
@@ -114,24 +115,6 @@ pub(crate) fn fill_str(
     out_len: *mut usize,
     what: &str,
 ) -> Result<(), FfiError> {
-    let bytes = text.as_bytes();
-    let out_len = out_ptr(out_len, "out_len")?;
-    let need = bytes.len() + 1;
-    if len < need {
-        *out_len = need;
-        return Err(FfiError::new(
-            mcore_status::BufferTooSmall,
-            format!("{what} needs {need} bytes, buffer has {len}"),
-        ));
-    }
-    if buf.is_null() {
-        return Err(FfiError::invalid_arg(format!("buf is NULL but len is {len}")));
-    }
-    // SAFETY: the caller declares room for len >= need bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
-        *buf.add(bytes.len()) = 0;
-    }
-    *out_len = need;
-    Ok(())
+    let bytes: Vec<c_char> = text.bytes().chain([0]).map(|b| b as c_char).collect();
+    fill_items(bytes.into_iter(), buf, len, out_len, |len, need| format!("{what} needs {need} bytes, buffer has {len}"))
 }
