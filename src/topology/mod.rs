@@ -21,6 +21,7 @@ mod kind;
 mod layout;
 mod nodes;
 mod picture;
+mod recovery;
 mod validate;
 
 pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
@@ -28,6 +29,7 @@ pub use error::{TopologyError, TopologyErrorKind};
 pub use group::{Group, Members};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
+pub use recovery::{plan_recovery, RecoveryPlan};
 pub use picture::{layout_svg, PictureOptions, MAX_PICTURE_RANKS, PALETTE};
 pub use nodes::{
     node_placement, KindPlacement, NodeFix, NodePlacement, NodeWarning, MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
