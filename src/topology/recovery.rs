@@ -15,7 +15,6 @@
 //!   failed ranks; replicas with the fewest failures are repaired first.
 //! - When no replica would remain, the plan is refused with a message naming the failed ranks.
 
-use super::config::TopologyConfig;
 use super::error::TopologyError;
 use super::kind::GroupKind;
 use super::layout::Topology;
@@ -278,6 +277,7 @@ pub fn plan_recovery(topo: &Topology, failed: &[u32], spares: &[u32]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::TopologyConfig;
 
     fn cfg(tp: u32, pp: u32, cp: u32, ep: u32, etp: Option<u32>, nd: u32, order: &str) -> TopologyConfig {
         TopologyConfig { tp, pp, cp, ep, etp, dist_opt_instances: nd, order: order.into(), ..Default::default() }
