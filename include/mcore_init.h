@@ -577,6 +577,13 @@ typedef struct mcore_kind_placement {
 } mcore_kind_placement;
 
 /**
+ * A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
+ */
+typedef struct mcore_recovery_plan {
+  uint8_t _private[0];
+} mcore_recovery_plan;
+
+/**
  * One group a backend is asked to create a communicator for.
  *
  * Pointers are valid only during the call that receives the struct; copy what you keep.
@@ -1714,6 +1721,81 @@ mcore_status mcore_topology_node_warning(const struct mcore_topology *t,
                                          char *buf,
                                          size_t len,
                                          size_t *out_len);
+
+/**
+ * Plan the next layout of `t` without the `n_failed` ranks of `failed`, with the `n_spares`
+ * ranks of `spares` (ranks from the layout's end on, outside it) taking failed ranks' places
+ * where they repair a whole data-parallel replica. Policy: a failed rank's whole data-parallel
+ * and expert-data-parallel replicas leave; tp, pp, cp, ep, etp and the order are kept.
+ * `failed`/`spares` may be NULL when their count is 0. When no valid layout remains the status
+ * is INVALID_CONFIG and the message says "no valid layout remains" and names the failed ranks.
+ * `t` must outlive the plan.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_create(const struct mcore_topology *t,
+                                        const uint32_t *failed,
+                                        size_t n_failed,
+                                        const uint32_t *spares,
+                                        size_t n_spares,
+                                        struct mcore_recovery_plan **out);
+
+/**
+ * Destroy a plan (NULL is fine).
+ *
+ * # Safety
+ * `p` comes from `mcore_recovery_plan_create` and is not used afterwards.
+ */
+void mcore_recovery_plan_destroy(struct mcore_recovery_plan *p);
+
+/**
+ * The new layout as a new topology handle (destroy it with `mcore_topology_destroy`); its
+ * world size is the number of ranks that stay (spares included).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_topology(const struct mcore_recovery_plan *p,
+                                          struct mcore_topology **out);
+
+/**
+ * The new rank of old rank (or spare) `old`, or -1 when it is not in the new layout (failed,
+ * leaving with its replica, an unused spare or not a rank of the layout).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_new_rank(const struct mcore_recovery_plan *p,
+                                          uint32_t old,
+                                          int64_t *out_new);
+
+/**
+ * Which ranks of the old layout are not in the new one, ascending: with `leaving_only` false,
+ * every dropped rank (failed ones included); with it true, the healthy ranks that leave with
+ * their replica. `buf` may be NULL when `len` is 0, to ask for the size (BUFFER_TOO_SMALL sets
+ * `*out_len`).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_dropped(const struct mcore_recovery_plan *p,
+                                         bool leaving_only,
+                                         uint32_t *buf,
+                                         size_t len,
+                                         size_t *out_len);
+
+/**
+ * The group kinds (`MCORE_GROUP_KIND_*` values) whose groups change membership: their
+ * communicators must be created anew; the other kinds keep their groups under the rank map.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan *p,
+                                               int32_t *buf,
+                                               size_t len,
+                                               size_t *out_len);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).

@@ -14,6 +14,7 @@ pub mod os;
 pub mod runtime;
 pub mod topology;
 pub mod topology_nodes;
+pub mod recovery;
 pub mod version;
 pub mod backend;
 

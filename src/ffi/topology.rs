@@ -395,6 +395,14 @@ pub(crate) fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiErro
     Ok(&unsafe { &*t.cast::<Handle>() }.topology)
 }
 
+/// A new handle for `topology`, a layout derived from `t`'s (a recovery plan's): it shares `t`'s
+/// user data, which the derived layout's callbacks use. `t` must be a valid handle.
+pub(crate) fn derived_handle(t: *const mcore_topology, topology: Topology) -> *mut mcore_topology {
+    // SAFETY: the caller checked `t` with `topo`.
+    let user = unsafe { &*t.cast::<Handle>() }._user.clone();
+    Box::into_raw(Box::new(Handle { topology, _user: user })).cast::<mcore_topology>()
+}
+
 
 fn member_group(t: &Topology, rank: u32, kind: i32) -> Result<crate::topology::Membership, FfiError> {
     let kind = kind_from_c(kind)?;
