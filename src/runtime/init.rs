@@ -105,11 +105,14 @@ pub struct Runtime {
     /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
     pub rng: Option<Arc<Mutex<RankRng>>>,
     /// The split strategy's world communicator, released after the groups.
-    world: Option<SharedComm>,
+    pub(super) world: Option<SharedComm>,
     /// This initialization's private view of the store.
-    base: Arc<dyn Store>,
-    timeout: Duration,
-    store: StoreHandles,
+    pub(super) base: Arc<dyn Store>,
+    pub(super) timeout: Duration,
+    pub(super) store: StoreHandles,
+    /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
+    pub(super) args: InitArgs,
+    pub(super) attempt: String,
 }
 
 impl Runtime {
@@ -124,6 +127,11 @@ impl Runtime {
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         let key = all_gather_key(kind);
         self.groups.iter().find(|g| g.plan.kind == key)
+    }
+
+    /// This initialization's view of the rendezvous store (keys under its attempt's prefix).
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.base.clone()
     }
 
     /// Store requests this process has sent so far (request/response exchanges).
@@ -283,11 +291,34 @@ pub fn initialize_with(
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
     RUNTIME
-        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory))
+        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory, None))
         .map_err(|e| match e {
             SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
             SlotError::BringUp(e) => e,
         })
+}
+
+/// Bring up the layout `args` describes on `env` with the store of an earlier attempt and this
+/// attempt's key prefix (recovery: the survivors re-form on the store they already share).
+pub(super) fn initialize_on_store(
+    args: InitArgs,
+    env: LaunchEnv,
+    store: StoreHandles,
+    attempt: String,
+) -> Result<InitOutcome, RuntimeError> {
+    let settings = settings_of(&args, env.world_size);
+    let fingerprint = settings.fingerprint();
+    RUNTIME
+        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), &default_factory, Some((store, attempt))))
+        .map_err(|e| match e {
+            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+            SlotError::BringUp(e) => e,
+        })
+}
+
+/// Take the live runtime out (recovery tears it down its own way).
+pub(super) fn take_runtime() -> Option<Runtime> {
+    RUNTIME.take().map(|(_, rt)| rt)
 }
 
 fn bring_up(
@@ -295,6 +326,7 @@ fn bring_up(
     env: LaunchEnv,
     fingerprint: &[u8],
     factory: &BackendResolver,
+    reuse: Option<(StoreHandles, String)>,
 ) -> Result<Runtime, RuntimeError> {
     let start = Instant::now();
     if args.timeout.is_zero() {
@@ -343,12 +375,17 @@ fn bring_up(
         backend.check_options(kind, &args.comm_config.options_for(kind)).map_err(RuntimeError::InvalidArgument)?;
     }
 
-    let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
-    let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let store = open_store(&env, args.timeout, &attempt)?;
+    let (store, attempt) = match reuse {
+        Some(reused) => reused,
+        None => {
+            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+            (open_store(&env, args.timeout, &attempt)?, attempt)
+        }
+    };
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
@@ -419,6 +456,8 @@ fn bring_up(
         base,
         timeout: args.timeout,
         store,
+        args: args.clone(),
+        attempt,
     })
 }
 
@@ -450,7 +489,7 @@ fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
 /// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
 /// Teardown itself never fails because a peer is gone.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    let Some((_, runtime)) = RUNTIME.take() else { return Ok(false) };
+    let Some((_, runtime)) = RUNTIME.take() else { return Ok(super::recovery::release_lingering_store()) };
     let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.
