@@ -584,6 +584,33 @@ typedef struct mcore_recovery_plan {
 } mcore_recovery_plan;
 
 /**
+ * What `mcore_reinitialize` did for this rank.
+ */
+typedef struct mcore_recovery_result {
+  /**
+   * true: this rank is not on the new layout (its replica was dropped, or the others found it
+   * failed); its runtime is torn down and it should exit. false: it runs the new layout.
+   */
+  bool left;
+  uint32_t old_rank;
+  /**
+   * The rank on the new layout (equal to `old_rank` when `left`).
+   */
+  uint32_t new_rank;
+  uint32_t old_world_size;
+  uint32_t new_world_size;
+  /**
+   * Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
+   */
+  size_t n_failed;
+  /**
+   * Seconds to agree on the failed set, and for the whole recovery.
+   */
+  double agree_seconds;
+  double total_seconds;
+} mcore_recovery_result;
+
+/**
  * One group a backend is asked to create a communicator for.
  *
  * Pointers are valid only during the call that receives the struct; copy what you keep.
@@ -1796,6 +1823,26 @@ mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan 
                                                int32_t *buf,
                                                size_t len,
                                                size_t *out_len);
+
+/**
+ * Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
+ * survivors through the store on the failed ranks, plan the next layout (whole data-parallel
+ * replicas with a failed rank leave), tear down every communicator and create and verify the
+ * new layout's groups, all within the init timeout. `suspected` (may be NULL when
+ * `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
+ * absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
+ * `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
+ * layout remains", a store that is gone with its host) the runtime is torn down.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_reinitialize(const uint32_t *suspected,
+                                size_t n_suspected,
+                                double window_seconds,
+                                uint32_t *failed,
+                                size_t failed_len,
+                                struct mcore_recovery_result *out);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).

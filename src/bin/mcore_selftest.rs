@@ -22,7 +22,7 @@ fn usage() -> String {
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
-         [--fail-rank R [--recovery-window SECONDS]]"
+         [--fail-rank R[,R...] [--recovery-window SECONDS]]"
     )
 }
 
@@ -78,7 +78,10 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                     return Err("--cycles: must be at least 1".into());
                 }
             }
-            "--fail-rank" => fail_rank = Some(mcore_init::cli::number(flag, flags.value(flag, inline)?)?),
+            "--fail-rank" => {
+                let v = flags.value(flag, inline)?;
+                fail_rank = Some(v.split(',').map(|r| mcore_init::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
+            }
             "--recovery-window" => {
                 window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
             }
@@ -92,7 +95,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         }
     }
     let fail = match (fail_rank, window) {
-        (Some(rank), window) if cycles == 1 => Some(recovery::FailOptions { rank, window }),
+        (Some(ranks), window) if cycles == 1 => Some(recovery::FailOptions { ranks, window }),
         (Some(_), _) => return Err("--fail-rank runs one cycle: drop --cycles".into()),
         (None, Some(_)) => return Err("--recovery-window needs --fail-rank R".into()),
         (None, None) => None,
@@ -294,7 +297,7 @@ mod recovery {
     use std::time::{Duration, Instant};
 
     pub struct FailOptions {
-        pub rank: u32,
+        pub ranks: Vec<u32>,
         pub window: Option<Duration>,
     }
 
@@ -306,10 +309,10 @@ mod recovery {
         let (store, rank, world) =
             runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size)).map_err(|e| e.to_string())?;
         let timeout = args.timeout;
-        if f.rank >= world {
-            return Err(format!("--fail-rank {} is not a rank of the world of {world}", f.rank));
+        if let Some(r) = f.ranks.iter().find(|&&r| r >= world) {
+            return Err(format!("--fail-rank {r} is not a rank of the world of {world}"));
         }
-        if f.rank == 0 {
+        if f.ranks.contains(&0) {
             return Err("--fail-rank 0: rank 0 hosts the rendezvous store, which recovery needs; pick another rank".into());
         }
         let se = |e: mcore_init::store::StoreError| format!("--fail-rank: store: {e}");
@@ -323,20 +326,20 @@ mod recovery {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        if rank == f.rank {
+        if f.ranks.contains(&rank) {
             // Killed any moment now; if not, that is the failure.
             std::thread::sleep(timeout);
             return Err(format!("rank {rank} was to be killed (--fail-rank) but is still running"));
         }
         let mut suspected = vec![];
-        if rank == 0 {
-            let pid = String::from_utf8_lossy(&store.get(&format!("selftest/pid/{}", f.rank)).map_err(se)?).to_string();
-            let pid: i32 = pid.trim().parse().map_err(|_| format!("--fail-rank: bad pid '{pid}' of rank {}", f.rank))?;
+        for &victim in f.ranks.iter().filter(|_| rank == 0) {
+            let pid = String::from_utf8_lossy(&store.get(&format!("selftest/pid/{victim}")).map_err(se)?).to_string();
+            let pid: i32 = pid.trim().parse().map_err(|_| format!("--fail-rank: bad pid '{pid}' of rank {victim}"))?;
             // SAFETY: kill(2) on the pid the rank to kill published; no memory is involved.
             if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
                 return Err(format!("--fail-rank: kill({pid}, SIGKILL) failed: {}", std::io::Error::last_os_error()));
             }
-            suspected.push(f.rank);
+            suspected.push(victim);
         }
         drop(store);
         let start = Instant::now();
@@ -349,7 +352,7 @@ mod recovery {
         let common = json!({
             "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
             "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
-            "killed": f.rank, "init_seconds_before": line["init_seconds"],
+            "killed": f.ranks, "init_seconds_before": line["init_seconds"],
         });
         let mut out = if left {
             json!({

@@ -153,6 +153,77 @@ pub unsafe extern "C" fn mcore_recovery_plan_changed_kinds(
     })
 }
 
+/// What `mcore_reinitialize` did for this rank.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct mcore_recovery_result {
+    /// true: this rank is not on the new layout (its replica was dropped, or the others found it
+    /// failed); its runtime is torn down and it should exit. false: it runs the new layout.
+    pub left: bool,
+    pub old_rank: u32,
+    /// The rank on the new layout (equal to `old_rank` when `left`).
+    pub new_rank: u32,
+    pub old_world_size: u32,
+    pub new_world_size: u32,
+    /// Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
+    pub n_failed: usize,
+    /// Seconds to agree on the failed set, and for the whole recovery.
+    pub agree_seconds: f64,
+    pub total_seconds: f64,
+}
+
+/// Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
+/// survivors through the store on the failed ranks, plan the next layout (whole data-parallel
+/// replicas with a failed rank leave), tear down every communicator and create and verify the
+/// new layout's groups, all within the init timeout. `suspected` (may be NULL when
+/// `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
+/// absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
+/// `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
+/// layout remains", a store that is gone with its host) the runtime is torn down.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_reinitialize(
+    suspected: *const u32,
+    n_suspected: usize,
+    window_seconds: f64,
+    failed: *mut u32,
+    failed_len: usize,
+    out: *mut mcore_recovery_result,
+) -> mcore_status {
+    use crate::runtime::recovery::{reinitialize, ReinitArgs, Reinitialized};
+    ffi_guard(|| {
+        let out = out_ptr(out, "out")?;
+        // SAFETY: the caller declares n_suspected readable items and failed_len writable ones.
+        let suspected = unsafe { slice_arg(suspected, n_suspected, "suspected") }?.to_vec();
+        let failed_buf = unsafe { super::args::slice_out(failed, failed_len, "failed") }?;
+        if !(window_seconds.is_finite() && window_seconds >= 0.0) {
+            return Err(FfiError::invalid_arg(format!("window_seconds {window_seconds} must be a finite number >= 0")));
+        }
+        let window = (window_seconds > 0.0).then(|| std::time::Duration::from_secs_f64(window_seconds));
+        let outcome = reinitialize(ReinitArgs { suspected, window, timeout: None })?;
+        let (r, left) = match outcome {
+            Reinitialized::Recovered(r) => (r, false),
+            Reinitialized::Left(r) => (r, true),
+        };
+        for (d, s) in failed_buf.iter_mut().zip(&r.failed) {
+            *d = *s;
+        }
+        *out = mcore_recovery_result {
+            left,
+            old_rank: r.old_rank,
+            new_rank: r.new_rank.unwrap_or(r.old_rank),
+            old_world_size: r.old_world_size,
+            new_world_size: r.new_world_size,
+            n_failed: r.failed.len(),
+            agree_seconds: r.agree.as_secs_f64(),
+            total_seconds: r.total.as_secs_f64(),
+        };
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +289,10 @@ mod tests {
             assert_eq!(mcore_recovery_plan_new_rank(null(), 0, &mut n), mcore_status::InvalidArgument);
             mcore_recovery_plan_destroy(null_mut());
             mcore_topology_destroy(t);
+            // Bad arguments fail before the runtime is touched (other tests of this process may hold it).
+            let mut r = mcore_recovery_result::default();
+            assert_eq!(mcore_reinitialize(null(), 1, 0.0, null_mut(), 0, &mut r), mcore_status::InvalidArgument);
+            assert_eq!(mcore_reinitialize(null(), 0, f64::NAN, null_mut(), 0, &mut r), mcore_status::InvalidArgument);
         }
     }
 }

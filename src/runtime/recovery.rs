@@ -185,7 +185,21 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     }
     let failed = agree(base.as_ref(), old_rank, old_world, &args.suspected, window, deadline)?;
     let agree_time = start.elapsed();
-    let plan = plan_recovery(&topology, &failed, &[])?;
+    let _ = base.add("recovery/read", 1);
+    let plan = match plan_recovery(&topology, &failed, &[]) {
+        Ok(plan) => plan,
+        Err(e) => {
+            if env.hosts_store() {
+                // Keep the server until every participant has read the verdict (and so meets
+                // the same refusal instead of a vanished store).
+                let expected = i64::from(old_world) - failed.len() as i64;
+                while Instant::now() < deadline && base.add("recovery/read", 0).is_ok_and(|n| n < expected) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            return Err(e.into());
+        }
+    };
     let new_rank = plan.new_rank(old_rank);
     let new_world = plan.topology.world_size();
     let new_attempt = format!("{attempt}/recovery");
