@@ -245,3 +245,56 @@ pub fn announce_recoverable() -> std::io::Result<()> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    /// The agreement over an in-process store (a test double of the TCP store; the real store
+    /// and processes are covered by scripts/test.d/26-recovery.sh and the Python tests).
+    fn run_agreement(store: &Arc<MemoryStore>, ranks: &[u32], world: u32, suspects: &[u32], window: Duration) -> Vec<Vec<u32>> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                let (store, suspects) = (store.clone(), if r == ranks[0] { suspects.to_vec() } else { vec![] });
+                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, window, deadline).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn absent_ranks_are_found_within_the_window_and_everyone_agrees() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let t = Instant::now();
+        let verdicts = run_agreement(&store, &[0, 1, 3, 4], 6, &[], Duration::from_millis(300));
+        assert!(verdicts.iter().all(|v| v == &vec![2, 5]), "{verdicts:?}");
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        // A rank arriving after the verdict reads it, and finds itself failed.
+        let late = agree(store.as_ref(), 2, 6, &[], Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
+        assert_eq!(late.unwrap(), vec![2, 5]);
+    }
+
+    #[test]
+    fn a_named_failure_ends_the_wait_early() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let t = Instant::now();
+        let verdicts = run_agreement(&store, &[0, 1, 3], 4, &[2], Duration::from_secs(15));
+        assert!(verdicts.iter().all(|v| v == &vec![2]), "{verdicts:?}");
+        assert!(t.elapsed() < Duration::from_secs(10), "waited {:?}", t.elapsed());
+        // Everyone present: nothing failed.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let verdicts = run_agreement(&store, &[0, 1, 2], 3, &[], Duration::from_secs(15));
+        assert!(verdicts.iter().all(|v| v.is_empty()), "{verdicts:?}");
+    }
+
+    #[test]
+    fn rank_lists_round_trip_and_garbage_is_named() {
+        assert_eq!(decode(&encode(&[1, 5, 9]), "k").unwrap(), vec![1, 5, 9]);
+        assert_eq!(decode(&encode(&[]), "k").unwrap(), Vec::<u32>::new());
+        let e = decode(b"junk", "recovery/verdict").unwrap_err().to_string();
+        assert!(e.contains("recovery/verdict") && e.contains("junk"), "{e}");
+    }
+}
