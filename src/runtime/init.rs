@@ -288,28 +288,41 @@ pub fn initialize_with(
     env: LaunchEnv,
     factory: &BackendResolver,
 ) -> Result<InitOutcome, RuntimeError> {
-    let settings = settings_of(&args, env.world_size);
-    let fingerprint = settings.fingerprint();
-    RUNTIME
-        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory, None))
-        .map_err(|e| match e {
-            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
-            SlotError::BringUp(e) => e,
-        })
+    init_slot(args, env, factory, None)
 }
 
 /// Bring up the layout `args` describes on `env` with the store of an earlier attempt and this
-/// attempt's key prefix (recovery: the survivors re-form on the store they already share).
+/// attempt's key prefix (recovery: the survivors re-form on the store they already share), the
+/// backend resolved by [`default_factory`]. The runtime keeps `timeout` as its timeout (`args`
+/// carries what is left of the recovery's deadline).
 pub(super) fn initialize_on_store(
     args: InitArgs,
     env: LaunchEnv,
     store: StoreHandles,
     attempt: String,
+    timeout: Duration,
+) -> Result<InitOutcome, RuntimeError> {
+    init_slot(args, env, &default_factory, Some((store, attempt, timeout)))
+}
+
+fn init_slot(
+    args: InitArgs,
+    env: LaunchEnv,
+    factory: &BackendResolver,
+    reuse: Option<(StoreHandles, String, Duration)>,
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
+    let keep = reuse.as_ref().map(|r| r.2);
+    let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
     RUNTIME
-        .init(settings, || bring_up(&args, env, fingerprint.as_bytes(), &default_factory, Some((store, attempt))))
+        .init(settings, || {
+            let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, reuse)?;
+            if let Some(t) = keep {
+                (rt.timeout, rt.args.timeout) = (t, t);
+            }
+            Ok(rt)
+        })
         .map_err(|e| match e {
             SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
             SlotError::BringUp(e) => e,

@@ -227,7 +227,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    initialize_on_store(new_args, new_env, store, new_attempt)?;
+    initialize_on_store(new_args, new_env, store, new_attempt, timeout)?;
     report.total = start.elapsed();
     Ok(Reinitialized::Recovered(report))
 }
