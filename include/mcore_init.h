@@ -246,6 +246,11 @@ typedef int32_t mcore_group_kind;
 #endif // __cplusplus
 
 /**
+ * A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
+ */
+typedef struct mcore_recovery_plan mcore_recovery_plan;
+
+/**
  * All random streams of one rank. Thread-safe: calls on one handle are serialised.
  */
 typedef struct mcore_rng_tracker mcore_rng_tracker;
@@ -575,13 +580,6 @@ typedef struct mcore_kind_placement {
    */
   uint64_t max_nodes;
 } mcore_kind_placement;
-
-/**
- * A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
- */
-typedef struct mcore_recovery_plan {
-  uint8_t _private[0];
-} mcore_recovery_plan;
 
 /**
  * What `mcore_reinitialize` did for this rank.

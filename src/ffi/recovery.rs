@@ -9,7 +9,6 @@ use super::topology::{derived_handle, kind_to_c, mcore_topology, topo};
 use crate::topology::{plan_recovery, RecoveryPlan};
 
 /// A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
-#[repr(C)]
 pub struct mcore_recovery_plan {
     _private: [u8; 0],
 }

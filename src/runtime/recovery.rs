@@ -123,10 +123,12 @@ fn agree(
     window: Duration,
     deadline: Instant,
 ) -> Result<Vec<u32>, RuntimeError> {
-    let store_err = |e| RuntimeError::InvalidArgument(format!(
-        "recovery: the rendezvous store is unreachable ({e}); the rank hosting it (rank 0, or torchrun's agent) \
-         must survive for recovery"
-    ));
+    let store_err = |source| RuntimeError::StoreConnect {
+        what: "the rendezvous store to agree on the failed ranks (recovery needs its host, rank 0 or torchrun's \
+               agent, to survive)"
+            .into(),
+        source,
+    };
     store.set(&ranks_key(rank), &encode(suspected)).map_err(store_err)?;
     let window_end = (Instant::now() + window).min(deadline);
     let mut present = vec![false; world as usize];
