@@ -1,5 +1,6 @@
 //! Recovery planning in C: `mcore_recovery_plan_create` plans the next layout of a topology
 //! without its failed ranks (docs/recovery.md); accessors read the plan.
+#![allow(non_camel_case_types)]
 
 use super::args::{fill_items, fill_ranks, out_ptr, slice_arg};
 use super::boundary::ffi_guard;
