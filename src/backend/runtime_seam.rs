@@ -76,6 +76,10 @@ impl Communicator for Comm {
         Comm::raw_handle(self)
     }
 
+    fn abort(&mut self) {
+        let _ = Comm::abort(self);
+    }
+
     /// The key is the member's group rank, so the child orders ranks as `group` does.
     fn split(&mut self, color: u32, group: Option<&GroupInfo>, _: &CommOptions) -> Result<Option<Box<dyn Communicator>>, String> {
         let key = group.map_or(0, |g| g.group_rank as i32);

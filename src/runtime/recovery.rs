@@ -175,8 +175,11 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let deadline = start + timeout;
     let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, .. } = rt;
-    // Abort: communicators with a dead peer are never used again; dropping them closes their
-    // connections without a collective.
+    // Abort: communicators with a dead peer are never used again (the backend's abort where it
+    // has one; dropping them closes their connections without a collective).
+    for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
+        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+    }
     drop(groups);
     drop(world);
     let (old_rank, old_world) = (env.rank, env.world_size);

@@ -191,4 +191,9 @@ impl Communicator for NcclComm {
     fn wait_ready(&mut self) -> Result<(), String> {
         NcclComm::wait_ready(self).map_err(|e| e.to_string())
     }
+
+    /// `ncclCommAbort`: a peer failed, so no `ncclCommDestroy` that could wait on it.
+    fn abort(&mut self) {
+        let _ = NcclComm::abort(self);
+    }
 }

@@ -222,6 +222,11 @@ pub struct mcore_backend_v1 {
     /// `MCORE_BACKEND_FLAG_*` bits (appended after `finalize`: 0 when `struct_size` does not cover
     /// it; unknown bits are ignored).
     pub flags: u32,
+    /// Optional (appended after `flags`; NULL when `struct_size` does not cover it): release a
+    /// communicator one of whose peers failed, without any exchange with its peers (recovery,
+    /// docs/recovery.md). The library never uses the communicator again. NULL: `destroy_comm`
+    /// is called instead.
+    pub abort_comm: mcore_backend_comm_fn,
 }
 
 /// `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
