@@ -12,6 +12,11 @@ import json, os, signal, sys
 from mcore_init import runtime
 runtime.initialize(tp=2, pp=2, backend=sys.argv[1], timeout=60)
 rank = int(os.environ["RANK"])
+try:  # a bad argument is refused and leaves the runtime up
+    runtime.reinitialize(suspected=[99])
+    sys.exit("reinitialize accepted suspected rank 99")
+except Exception as exc:
+    assert "suspected rank 99" in str(exc) and runtime.is_initialized(), exc
 if rank == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 r = runtime.reinitialize(window=2.0)

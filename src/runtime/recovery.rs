@@ -12,7 +12,7 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::{initialize_on_store, take_runtime};
+use super::init::{initialize_on_store, take_runtime, with_runtime};
 use super::store_setup::StoreHandles;
 use crate::store::{PrefixStore, Store};
 use crate::topology::plan_recovery;
@@ -163,15 +163,23 @@ fn agree(
 /// survivors, plan the next layout, tear down every communicator (a peer is gone: none is
 /// used again) and create the new layout's groups, verified as at init. See the module docs.
 ///
-/// The runtime is torn down whatever the outcome; on an error (no valid layout remains, the
-/// store host failed, a wait ran out) it is not up again.
+/// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime up.
+/// Otherwise the runtime is torn down whatever the outcome; on an error (no valid layout
+/// remains, the store host failed, a wait ran out) it is not up again.
 pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let start = Instant::now();
-    let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
-    let timeout = args.timeout.unwrap_or(rt.timeout);
+    // Bad arguments leave the runtime as it is.
+    let (old_world, init_timeout) = with_runtime(|rt| (rt.env.world_size, rt.timeout))?;
+    let timeout = args.timeout.unwrap_or(init_timeout);
     if timeout.is_zero() {
         return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
     }
+    if let Some(&s) = args.suspected.iter().find(|&&s| s >= old_world) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "suspected rank {s} is not a rank of the world of {old_world}"
+        )));
+    }
+    let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
     let deadline = start + timeout;
     let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, .. } = rt;
@@ -182,12 +190,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     }
     drop(groups);
     drop(world);
-    let (old_rank, old_world) = (env.rank, env.world_size);
-    if let Some(&s) = args.suspected.iter().find(|&&s| s >= old_world) {
-        return Err(RuntimeError::InvalidArgument(format!(
-            "suspected rank {s} is not a rank of the world of {old_world}"
-        )));
-    }
+    let old_rank = env.rank;
     let failed = agree(base.as_ref(), old_rank, old_world, &args.suspected, window, deadline)?;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
