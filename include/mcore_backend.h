@@ -402,6 +402,13 @@ typedef struct mcore_backend_v1 {
    * it; unknown bits are ignored).
    */
   uint32_t flags;
+  /**
+   * Optional (appended after `flags`; NULL when `struct_size` does not cover it): release a
+   * communicator one of whose peers failed, without any exchange with its peers (recovery,
+   * docs/recovery.md). The library never uses the communicator again. NULL: `destroy_comm`
+   * is called instead.
+   */
+  mcore_backend_comm_fn abort_comm;
 } mcore_backend_v1;
 
 /**

@@ -145,6 +145,7 @@ fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
         last_error: Some(solo_last_error),
         finalize: Some(solo_finalize),
         flags: 0,
+        abort_comm: None,
     }
 }
 
@@ -940,4 +941,69 @@ fn a_backend_flagged_concurrent_creates_a_ranks_groups_on_threads_at_once() {
     let p = backend::get("solo-not-concurrent").unwrap();
     assert!(!p.creates_together() && !p.verifies_concurrently());
     backend::unregister("solo-not-concurrent").unwrap();
+}
+
+// Recovery's abort (docs/recovery.md): the optional `abort_comm` slot releases a communicator
+// whose peer failed; without it `destroy_comm` is used. A Rust test double of a plugin with its
+// own counters (the Gloo plugin leaves the slot NULL; recovery with it runs in
+// scripts/test.d/26-recovery.sh).
+static ABORT_TEST_DESTROYED: AtomicUsize = AtomicUsize::new(0);
+static ABORT_TEST_ABORTED: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn abortable_create(
+    _ud: *mut c_void,
+    _g: *const mcore_backend_group_info,
+    _s: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    unsafe { *out = Box::into_raw(Box::new(0i64)).cast() };
+    0
+}
+
+unsafe extern "C" fn abortable_destroy(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    ABORT_TEST_DESTROYED.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+unsafe extern "C" fn abortable_abort(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut i64) });
+    ABORT_TEST_ABORTED.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+#[test]
+fn abort_uses_the_abort_slot_and_falls_back_to_destroy() {
+    let dir = temp_dir("abort");
+    let store = || -> Arc<dyn Store> { Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap()) };
+    let mut with_abort = solo_vtable(c"abortable");
+    with_abort.create_group = Some(abortable_create);
+    with_abort.destroy_comm = Some(abortable_destroy);
+    with_abort.abort_comm = Some(abortable_abort);
+    with_abort.finalize = None;
+    let mut without = with_abort;
+    without.name = c"abortable-old".as_ptr();
+    without.abort_comm = None;
+    // An older plugin whose struct_size ends at `flags` never has its (garbage) slot read.
+    let mut older = with_abort;
+    older.name = c"abortable-older".as_ptr();
+    older.struct_size = std::mem::offset_of!(mcore_backend_v1, abort_comm) as u32;
+    for vt in [&with_abort, &without, &older] {
+        assert_eq!(register(vt), mcore_status::Ok, "{}", last_error());
+    }
+    let g = GroupInfo::new("data_parallel/0", vec![3], 3, Duration::from_secs(5)).unwrap();
+    let mut comm = backend::get("abortable").unwrap().create_group(&g, store()).unwrap();
+    comm.abort().unwrap();
+    assert_eq!((ABORT_TEST_ABORTED.load(Ordering::SeqCst), ABORT_TEST_DESTROYED.load(Ordering::SeqCst)), (1, 0));
+    assert!(comm.raw_handle().is_null());
+    assert!(comm.allreduce_sum_i64(&mut [1]).is_err(), "an aborted communicator is not used again");
+    drop(comm);
+    assert_eq!(ABORT_TEST_DESTROYED.load(Ordering::SeqCst), 0, "dropping an aborted communicator destroys nothing");
+    for (name, destroyed) in [("abortable-old", 1), ("abortable-older", 2)] {
+        let mut comm = backend::get(name).unwrap().create_group(&g, store()).unwrap();
+        comm.abort().unwrap();
+        assert_eq!(ABORT_TEST_DESTROYED.load(Ordering::SeqCst), destroyed, "{name}: destroy_comm instead");
+        assert_eq!(ABORT_TEST_ABORTED.load(Ordering::SeqCst), 1, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -361,3 +361,32 @@ fn assert_waited_at_most(e: &str, timeout: f64) {
         .unwrap_or_else(|| panic!("no 'timed out after S s' in: {e}"));
     assert!(waited > 0.0 && waited <= timeout, "waited {waited} s, timeout {timeout} s: {e}");
 }
+
+/// Recovery on the NCCL path (docs/recovery.md): 8 ranks tp 2 pp 2 under `mcore-launch`, rank 3
+/// SIGKILLed after init. The survivors abort their communicators (`ncclCommAbort`), agree on the
+/// failure and bring the 4-rank layout up on a new world split per kind, every group verified by
+/// an all-reduce through the double; ranks 2, 6 and 7 leave with rank 3's replica.
+#[test]
+fn a_killed_rank_is_recovered_on_a_new_world() {
+    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "60"], &[]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    let mut recovered: Vec<(u64, u64)> = Vec::new();
+    let mut left: Vec<u64> = Vec::new();
+    for l in &run.lines {
+        assert_eq!(l["ok"], true, "{l}");
+        assert_eq!(l["failed"], serde_json::json!([3]), "{l}");
+        assert_eq!(l["world_size"], 4, "{l}");
+        if l["left"] == true {
+            left.push(l["old_rank"].as_u64().unwrap());
+        } else {
+            assert_eq!(l["recovered"], true, "{l}");
+            assert!(l["groups"].as_u64().unwrap() > 0, "{l}");
+            recovered.push((l["old_rank"].as_u64().unwrap(), l["rank"].as_u64().unwrap()));
+        }
+    }
+    recovered.sort_unstable();
+    left.sort_unstable();
+    assert_eq!(recovered, vec![(0, 0), (1, 1), (4, 2), (5, 3)], "{text}");
+    assert_eq!(left, vec![2, 6, 7], "{text}");
+}

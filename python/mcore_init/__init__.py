@@ -6,6 +6,6 @@ groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names).
 """
 
 from ._lib import ABI_VERSION, McoreError, version
-from .topology import GroupInfo, PipelineInfo, Sizes, Topology
+from .topology import GroupInfo, PipelineInfo, RecoveryPlan, Sizes, Topology, plan_recovery
 
-__all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes"]
+__all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes", "RecoveryPlan", "plan_recovery"]

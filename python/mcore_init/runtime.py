@@ -152,3 +152,38 @@ def rng_tracker():
     out = ctypes.c_void_p()
     check(_rng_tracker(ctypes.byref(out)))
     return Tracker.from_handle(out.value)
+
+
+class _RecoveryResult(ctypes.Structure):
+    _fields_ = [
+        ("left", ctypes.c_bool), ("old_rank", ctypes.c_uint32), ("new_rank", ctypes.c_uint32),
+        ("old_world_size", ctypes.c_uint32), ("new_world_size", ctypes.c_uint32), ("n_failed", ctypes.c_size_t),
+        ("agree_seconds", ctypes.c_double), ("total_seconds", ctypes.c_double),
+    ]
+
+
+_reinitialize = declare(
+    "mcore_reinitialize", _status, _P(ctypes.c_uint32), ctypes.c_size_t, ctypes.c_double,
+    _P(ctypes.c_uint32), ctypes.c_size_t, _P(_RecoveryResult),
+)
+
+
+def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) -> dict:
+    """Recover after a failure (``mcore_reinitialize``, docs/recovery.md): agree with the other
+    survivors on the failed ranks (``suspected`` ones this rank knows of; the others are found by
+    their absence within ``window`` seconds, default 3), re-form the groups of the next layout
+    and verify them. Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
+    "failed", "agree_seconds", "seconds"}``; with ``left`` true this process is not on the new
+    layout and should exit. Raises :class:`McoreError` (e.g. "no valid layout remains")."""
+    sus = [int(r) for r in suspected]
+    if any(r < 0 or r > 0xFFFFFFFF for r in sus):
+        raise _lib.McoreError(1, "invalid argument", f"suspected ranks {sus} must be ints in 0..{0xFFFFFFFF}")
+    arr = (ctypes.c_uint32 * max(len(sus), 1))(*sus)
+    failed = (ctypes.c_uint32 * 4096)()
+    out = _RecoveryResult()
+    check(_reinitialize(arr, len(sus), float(window or 0.0), failed, len(failed), ctypes.byref(out)))
+    return {
+        "left": out.left, "old_rank": out.old_rank, "rank": out.new_rank, "old_world_size": out.old_world_size,
+        "world_size": out.new_world_size, "failed": list(failed[: min(out.n_failed, len(failed))]),
+        "agree_seconds": out.agree_seconds, "seconds": out.total_seconds,
+    }

@@ -282,3 +282,70 @@ class Topology(OwnedHandle):
         s = self.sizes
         return (f"Topology(world_size={s.world_size}, tp={s.tp}, pp={s.pp}, vpp={s.vpp or None}, cp={s.cp}, "
                 f"ep={s.ep}, etp={s.etp}, dp={s.dp}, order={self.order!r})")
+
+
+# recovery planning ----------------------------------------------------------------------------
+c_plan_p = ctypes.c_void_p
+_plan_create = declare(
+    "mcore_recovery_plan_create", _status, c_topo_p, _P(ctypes.c_uint32), ctypes.c_size_t,
+    _P(ctypes.c_uint32), ctypes.c_size_t, _P(c_plan_p),
+)
+_plan_destroy = declare("mcore_recovery_plan_destroy", None, c_plan_p)
+_plan_topology = declare("mcore_recovery_plan_topology", _status, c_plan_p, _P(c_topo_p))
+_plan_new_rank = declare("mcore_recovery_plan_new_rank", _status, c_plan_p, ctypes.c_uint32, _P(ctypes.c_int64))
+_plan_dropped = declare(
+    "mcore_recovery_plan_dropped", _status, c_plan_p, ctypes.c_bool,
+    _P(ctypes.c_uint32), ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+_plan_kinds = declare(
+    "mcore_recovery_plan_changed_kinds", _status, c_plan_p, _P(ctypes.c_int32), ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+
+
+class RecoveryPlan(NamedTuple):
+    """The next layout after a failure (``mcore_recovery_plan_*``): ``topology`` (a new
+    :class:`Topology`), ``rank_map`` (old rank or spare -> new rank), ``dropped`` (every old rank
+    not in the new layout), ``leaving`` (the healthy ones among them), ``changed_kinds``."""
+
+    topology: "Topology"
+    rank_map: dict
+    dropped: List[int]
+    leaving: List[int]
+    changed_kinds: List[str]
+
+
+def _ranks_array(name, ranks):
+    ranks = [_int_arg(name, r, 0, 0xFFFFFFFF) for r in ranks]
+    return (ctypes.c_uint32 * max(len(ranks), 1))(*ranks), len(ranks)
+
+
+def plan_recovery(topology, failed, spares=()) -> RecoveryPlan:
+    """Plan the layout of ``topology`` without the ``failed`` ranks (docs/recovery.md): each failed
+    rank's whole data-parallel (and expert-data-parallel) replica leaves, tp/pp/cp/ep/etp and the
+    order stay; ``spares`` (ranks from ``world_size`` on) take failed ranks' places where they
+    repair a whole replica. Raises :class:`McoreError` (INVALID_CONFIG, "no valid layout remains")
+    when nothing valid is left."""
+    fa, nf = _ranks_array("failed rank", failed)
+    sa, ns = _ranks_array("spare rank", spares)
+    plan = c_plan_p()
+    check(_plan_create(topology.handle, fa, nf, sa, ns, ctypes.byref(plan)))
+    try:
+        new = Topology.__new__(Topology)
+        new._handle = None
+        handle = c_topo_p()
+        check(_plan_topology(plan, ctypes.byref(handle)))
+        new._handle = handle
+        new.order, new.hcp = topology.order, topology.hcp
+        rank_map = {}
+        out = ctypes.c_int64()
+        for old in list(range(topology.sizes.rank_offset, topology.sizes.rank_offset + topology.world_size)) + \
+                [_int_arg("spare rank", s, 0, 0xFFFFFFFF) for s in spares]:
+            check(_plan_new_rank(plan, old, ctypes.byref(out)))
+            if out.value >= 0:
+                rank_map[old] = out.value
+        dropped = T.read_two_call(lambda b, n, o: _plan_dropped(plan, False, b, n, o), ctypes.c_uint32)
+        leaving = T.read_two_call(lambda b, n, o: _plan_dropped(plan, True, b, n, o), ctypes.c_uint32)
+        kinds = T.read_two_call(lambda b, n, o: _plan_kinds(plan, b, n, o), ctypes.c_int32, first_guess=32)
+        return RecoveryPlan(new, rank_map, dropped, leaving, [kind_name(k) for k in kinds])
+    finally:
+        _plan_destroy(plan)

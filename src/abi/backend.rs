@@ -23,9 +23,9 @@ pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
 pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
 
 /// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
-/// release (up to `finalize`), then `flags`. A vtable must have one of these sizes, or be larger
+/// release (up to `finalize`), then `flags`, then `abort_comm`. A vtable must have one of these sizes, or be larger
 /// with every slot beyond ours NULL (see `crate::abi::sized`).
-pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96];
+pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104];
 
 /// One group a backend is asked to create a communicator for.
 ///
@@ -204,6 +204,11 @@ pub struct mcore_backend_v1 {
     /// `MCORE_BACKEND_FLAG_*` bits (appended after `finalize`: 0 when `struct_size` does not cover
     /// it; unknown bits are ignored).
     pub flags: u32,
+    /// Optional (appended after `flags`; NULL when `struct_size` does not cover it): release a
+    /// communicator one of whose peers failed, without any exchange with its peers (recovery,
+    /// docs/recovery.md). The library never uses the communicator again. NULL: `destroy_comm`
+    /// is called instead.
+    pub abort_comm: mcore_backend_comm_fn,
 }
 
 /// `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
@@ -231,4 +236,4 @@ const _: () = assert!(
     std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
         == MCORE_BACKEND_V1_MIN_SIZE as usize
 );
-const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 96);
+const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 104);

@@ -182,6 +182,15 @@ impl Comm {
         vt.barrier(self.raw_mut()?, &group)
     }
 
+    /// Release the communicator after a peer failed (the backend's `abort_comm`, else its
+    /// `destroy_comm`); the communicator is unusable afterwards.
+    pub fn abort(&mut self) -> Result<(), BackendError> {
+        match self.raw.take() {
+            Some(raw) => self.vt.abort_comm(raw, &self.group),
+            None => Ok(()),
+        }
+    }
+
     /// Release the communicator, reporting the backend's error if any.
     pub fn destroy(mut self) -> Result<(), BackendError> {
         match self.raw.take() {

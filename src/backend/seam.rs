@@ -129,6 +129,9 @@ pub trait Communicator: Send {
     fn wait_ready(&mut self) -> Result<(), CommError> {
         Ok(())
     }
+    /// A peer failed: release what can be released without talking to the peers; the
+    /// communicator is not used again (recovery). Default: nothing here, dropping destroys it.
+    fn abort(&mut self) {}
 }
 
 /// One group of [`CommFactory::create_groups_together`]: its description, the options of its

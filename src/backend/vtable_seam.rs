@@ -94,6 +94,10 @@ impl Communicator for Comm {
         Comm::raw_handle(self)
     }
 
+    fn abort(&mut self) {
+        let _ = Comm::abort(self);
+    }
+
     /// The key is the member's group rank, so the child orders ranks as `group` does.
     fn split(
         &mut self,

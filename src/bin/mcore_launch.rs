@@ -11,6 +11,11 @@
 //! (a reachable address of node 0, whose rank 0 hosts the store) and `--master-port`, and that
 //! node's `--node-rank`. Node K runs global ranks K*N .. K*N+N-1. Each launcher watches only its
 //! own ranks; ranks on other nodes fail by their init timeout when one of them is gone.
+//!
+//! Recovery (docs/recovery.md): each rank gets `MCORE_LAUNCH_DIR`, a directory of this launcher.
+//! Once a rank has announced there that the job recovers from a rank's death
+//! (`runtime::recovery::announce_recoverable`), a rank killed by a signal does not stop the
+//! others: the job succeeds when every other rank exits 0 (survivors and ranks that leave).
 
 mod common;
 
@@ -142,7 +147,7 @@ fn global_rank(args: &Args, local_rank: u32) -> u32 {
     args.node_rank * args.nproc + local_rank
 }
 
-fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str) -> std::io::Result<Child> {
+fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str, dir: &std::path::Path) -> std::io::Result<Child> {
     let world = (args.nproc * args.nnodes).to_string();
     let r = global_rank(args, local_rank).to_string();
     Command::new(&args.program[0])
@@ -160,6 +165,7 @@ fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str) -> std::io:
         .env("MASTER_PORT", port.to_string())
         .env("TORCHELASTIC_RUN_ID", run_id)
         .env("TORCHELASTIC_RESTART_COUNT", "0")
+        .env(mcore_init::runtime::recovery::LAUNCH_DIR_ENV, dir)
         .env_remove("TORCHELASTIC_USE_AGENT_STORE")
         .process_group(0) // each rank leads its own group, so stopping it stops its children too
         .stdin(Stdio::null())
@@ -200,11 +206,12 @@ fn run(args: Args) -> Result<u8, String> {
     } else {
         format!("mcore-launch-{}-{port}", std::process::id())
     };
+    let dir = LaunchDir::create(&run_id)?;
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut forwarders = Vec::new();
     for local_rank in 0..args.nproc {
         let rank = global_rank(&args, local_rank);
-        match spawn_rank(&args, local_rank, port, &run_id) {
+        match spawn_rank(&args, local_rank, port, &run_id, &dir.0) {
             Ok(mut child) => {
                 forwarders.push(forward(rank, child.stdout.take().expect("piped"), false));
                 forwarders.push(forward(rank, child.stderr.take().expect("piped"), true));
@@ -219,6 +226,7 @@ fn run(args: Args) -> Result<u8, String> {
     let start = Instant::now();
     let mut running: Vec<usize> = (0..children.len()).collect();
     let mut code = 0u8;
+    let mut killed = Vec::new();
     while !running.is_empty() {
         let mut failed = None;
         running.retain(|&i| {
@@ -226,7 +234,13 @@ fn run(args: Args) -> Result<u8, String> {
             match child.try_wait() {
                 Ok(None) => true,
                 Ok(Some(status)) => {
-                    if !status.success() && failed.is_none() {
+                    use std::os::unix::process::ExitStatusExt;
+                    if status.signal().is_some() && dir.recoverable() {
+                        eprintln!(
+                            "mcore-launch: rank {rank} was killed ({status}); the job recovers, the others go on"
+                        );
+                        killed.push(*rank);
+                    } else if !status.success() && failed.is_none() {
                         failed = Some((*rank, status));
                     }
                     false
@@ -257,7 +271,39 @@ fn run(args: Args) -> Result<u8, String> {
     for f in forwarders {
         let _ = f.join();
     }
+    if code == 0 && !killed.is_empty() {
+        if killed.len() == children.len() {
+            eprintln!("mcore-launch: every rank was killed");
+            code = 1;
+        } else {
+            let names: Vec<String> = killed.iter().map(u32::to_string).collect();
+            eprintln!("mcore-launch: rank(s) {} were killed; every other rank succeeded (recovered)", names.join(", "));
+        }
+    }
     Ok(code)
+}
+
+/// The launcher's own directory (`MCORE_LAUNCH_DIR`), removed when the launcher ends.
+struct LaunchDir(std::path::PathBuf);
+
+impl LaunchDir {
+    fn create(run_id: &str) -> Result<LaunchDir, String> {
+        let path = std::env::temp_dir().join(run_id);
+        std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let _ = std::fs::remove_file(path.join("recoverable"));
+        Ok(LaunchDir(path))
+    }
+
+    /// Whether a rank announced that the job recovers from a rank's death.
+    fn recoverable(&self) -> bool {
+        self.0.join("recoverable").exists()
+    }
+}
+
+impl Drop for LaunchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn main() -> ExitCode {

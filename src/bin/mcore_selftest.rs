@@ -23,7 +23,8 @@ fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
-         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json]"
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
+         [--fail-rank R[,R...] [--recovery-window SECONDS]]"
     )
 }
 
@@ -38,12 +39,15 @@ struct Options {
     cycles: u32,
     /// One JSON line instead of the human one.
     json: bool,
+    /// `--fail-rank R`: after init, rank R is killed and the survivors recover (docs/recovery.md).
+    fail: Option<recovery::FailOptions>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
     let mut json = false;
+    let (mut fail_rank, mut window) = (None, None);
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -78,6 +82,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                     return Err("--cycles: must be at least 1".into());
                 }
             }
+            "--fail-rank" => {
+                let v = flags.value(flag, inline)?;
+                fail_rank = Some(v.split(',').map(|r| common::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
+            }
+            "--recovery-window" => {
+                window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
+            }
             "--timeout" => {
                 init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
@@ -87,7 +98,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    Ok(Some(Options { init, cycles, json }))
+    let fail = match (fail_rank, window) {
+        (Some(ranks), window) if cycles == 1 => Some(recovery::FailOptions { ranks, window }),
+        (Some(_), _) => return Err("--fail-rank runs one cycle: drop --cycles".into()),
+        (None, Some(_)) => return Err("--recovery-window needs --fail-rank R".into()),
+        (None, None) => None,
+    };
+    Ok(Some(Options { init, cycles, json, fail }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -173,7 +190,7 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
 }
 
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
-fn cycle(args: &InitArgs) -> Result<Value, String> {
+fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value, String> {
     let start = Instant::now();
     runtime::initialize(args.clone()).map_err(|e| e.to_string())?;
     let init_seconds = start.elapsed().as_secs_f64();
@@ -196,19 +213,23 @@ fn cycle(args: &InitArgs) -> Result<Value, String> {
         Ok::<_, String>(line)
     })
     .map_err(|e| e.to_string())??;
+    let line = match fail {
+        Some(f) => recovery::fail_and_recover(args, f, line)?,
+        None => line,
+    };
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
 }
 
 fn run(opts: &Options) -> Result<Value, String> {
     let watcher = progress::start();
-    let first = cycle(&opts.init);
+    let first = cycle(&opts.init, opts.fail.as_ref());
     drop(watcher);
     let mut line = first?;
     if opts.cycles > 1 {
         let first = fds_and_threads();
         for _ in 1..opts.cycles {
-            line = cycle(&opts.init)?;
+            line = cycle(&opts.init, None)?;
         }
         // Threads of a torn-down runtime may take a moment to be reaped.
         let mut last = fds_and_threads();
@@ -274,6 +295,104 @@ fn main() -> ExitCode {
 }
 
 /// The human output: one line per rank, rank 0's per-kind creation-time table.
+/// `--fail-rank`: kill a rank after init and recover on the survivors.
+mod recovery {
+    use super::{verify_every_kind, verify_rng};
+    use mcore_init::runtime::recovery::{announce_recoverable, reinitialize, ReinitArgs, Reinitialized};
+    use mcore_init::runtime::{self, InitArgs};
+    use serde_json::{json, Value};
+    use std::time::{Duration, Instant};
+
+    pub struct FailOptions {
+        pub ranks: Vec<u32>,
+        pub window: Option<Duration>,
+    }
+
+    /// After a verified init (`line` is its report): every rank publishes its pid and waits for
+    /// all; rank 0 kills rank `f.rank` with SIGKILL; the survivors recover, verify every group of
+    /// the new layout with a collective and report `"recovered": true` (or `"left": true` for
+    /// ranks whose replica was dropped).
+    pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
+        let (store, rank, world) =
+            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size)).map_err(|e| e.to_string())?;
+        let timeout = args.timeout;
+        if let Some(r) = f.ranks.iter().find(|&&r| r >= world) {
+            return Err(format!("--fail-rank {r} is not a rank of the world of {world}"));
+        }
+        if f.ranks.contains(&0) {
+            return Err(
+                "--fail-rank 0: rank 0 hosts the rendezvous store, which recovery needs; pick another rank".into()
+            );
+        }
+        let se = |e: mcore_init::store::StoreError| format!("--fail-rank: store: {e}");
+        store.set(&format!("selftest/pid/{rank}"), std::process::id().to_string().as_bytes()).map_err(se)?;
+        announce_recoverable().map_err(|e| format!("cannot tell mcore-launch that this job recovers: {e}"))?;
+        store.add("selftest/ready", 1).map_err(se)?;
+        let deadline = Instant::now() + timeout;
+        while store.add("selftest/ready", 0).map_err(se)? < i64::from(world) {
+            if Instant::now() >= deadline {
+                return Err(format!("--fail-rank: not every rank of {world} reached the kill point in time"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if f.ranks.contains(&rank) {
+            // Killed any moment now; if not, that is the failure.
+            std::thread::sleep(timeout);
+            return Err(format!("rank {rank} was to be killed (--fail-rank) but is still running"));
+        }
+        let mut suspected = vec![];
+        for &victim in f.ranks.iter().filter(|_| rank == 0) {
+            let pid = String::from_utf8_lossy(&store.get(&format!("selftest/pid/{victim}")).map_err(se)?).to_string();
+            let pid: i32 = pid.trim().parse().map_err(|_| format!("--fail-rank: bad pid '{pid}' of rank {victim}"))?;
+            // SAFETY: kill(2) on the pid the rank to kill published; no memory is involved.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+                return Err(format!("--fail-rank: kill({pid}, SIGKILL) failed: {}", std::io::Error::last_os_error()));
+            }
+            suspected.push(victim);
+        }
+        drop(store);
+        let start = Instant::now();
+        let outcome =
+            reinitialize(ReinitArgs { suspected, window: f.window, timeout: None }).map_err(|e| e.to_string())?;
+        let seconds = start.elapsed().as_secs_f64();
+        let (report, left) = match outcome {
+            Reinitialized::Recovered(r) => (r, false),
+            Reinitialized::Left(r) => (r, true),
+        };
+        let common = json!({
+            "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
+            "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
+            "killed": f.ranks, "init_seconds_before": line["init_seconds"],
+        });
+        let mut out = if left {
+            json!({
+                "rank": report.old_rank, "ok": true, "left": true, "world_size": report.new_world_size,
+                "line": format!("rank {} left: its data-parallel replica was dropped after the failure of {:?}",
+                    report.old_rank, report.failed),
+            })
+        } else {
+            runtime::with_runtime(|rt| {
+                let checked = verify_every_kind(rt)?;
+                let rng_streams = verify_rng(rt, args)?;
+                let mut out = super::report(rt, seconds, f64::NAN, checked);
+                out["rng_streams_verified"] = json!(rng_streams);
+                out["recovered"] = json!(true);
+                let human = super::human::rank_line(rt, &out);
+                out["line"] = json!(format!(
+                    "{human} | recovered from the failure of {:?} in {seconds:.3} s (was rank {})",
+                    report.failed, report.old_rank
+                ));
+                Ok::<_, String>(out)
+            })
+            .map_err(|e| e.to_string())??
+        };
+        if let (Some(a), Value::Object(b)) = (out.as_object_mut(), common) {
+            a.extend(b);
+        }
+        Ok(out)
+    }
+}
+
 mod human {
     use mcore_init::runtime::Runtime;
     use mcore_init::topology::GroupKind;

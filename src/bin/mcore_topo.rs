@@ -8,6 +8,7 @@ use common::cli::{is_layout_flag, layout_flag, number, Flags};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
 use mcore_init::topology::{layout_svg, node_placement, NodeFix, NodePlacement, PictureOptions};
+use mcore_init::topology::{plan_recovery, RecoveryPlan};
 use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -17,7 +18,10 @@ const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N
 [--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
 [--local-world-size N] [--rank R] \
 [--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json] \
-[--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]]";
+[--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]] [--without-ranks R1,R2,... [--spares S1,...]]
+
+--without-ranks plans recovery (docs/recovery.md): the layout on the survivors, printed with the old -> new
+rank map and the dropped ranks; --rank and the other reports then refer to the new layout.";
 
 /// Per-rank seeds to add (`--seed`).
 struct SeedOptions {
@@ -34,6 +38,8 @@ struct Options {
     json: bool,
     seeds: Option<SeedOptions>,
     nodes: NodeOptions,
+    /// `--without-ranks` and `--spares`.
+    recovery: Option<(Vec<u32>, Vec<u32>)>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -42,6 +48,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let (mut seed, mut policy, mut dp_random_init) = (None, None, false);
     let mut flags = Flags::new(args);
     let mut nodes = NodeOptions::default();
+    let (mut without, mut spares) = (None, None);
     while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
@@ -61,6 +68,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--world-size" => world_size = Some(number(flag, flags.value(flag, inline)?)?),
             "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
+            "--without-ranks" => without = Some(rank_list(flag, flags.value(flag, inline)?)?),
+            "--spares" => spares = Some(rank_list(flag, flags.value(flag, inline)?)?),
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut config, flag, flags.value(flag, inline)?)?;
             }
@@ -77,7 +86,12 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         (None, _, _) => return Err("--seed-policy and --data-parallel-random-init need --seed S".into()),
     };
     nodes.check()?;
-    Ok(Some(Options { world_size, config, rank, json, seeds, nodes }))
+    let recovery = match (without, spares) {
+        (Some(w), s) => Some((w, s.unwrap_or_default())),
+        (None, None) => None,
+        (None, Some(_)) => return Err("--spares needs --without-ranks R1,R2,...".into()),
+    };
+    Ok(Some(Options { world_size, config, rank, json, seeds, nodes, recovery }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -253,6 +267,11 @@ fn run(args: &[String]) -> Result<String, String> {
         return Ok(format!("{USAGE}\n"));
     };
     let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    let plan = match &opts.recovery {
+        Some((failed, spares)) => Some(plan_recovery(&t, failed, spares).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let t = plan.as_ref().map_or(t, |p| p.topology.clone());
     check_output_size(&t, opts.rank)?;
     let placement = node_report(&t, &opts.nodes, opts.rank)?;
     let seeds = match &opts.seeds {
@@ -277,12 +296,16 @@ fn run(args: &[String]) -> Result<String, String> {
         if let Some(p) = &placement {
             obj.insert("nodes".into(), placement_json(p));
         }
+        if let Some(p) = &plan {
+            recovery_json(p, &mut obj);
+        }
         return Ok(format!("{}\n", Value::Object(obj)));
     }
-    let mut out = match opts.rank {
+    let mut out = plan.as_ref().map(recovery_table).unwrap_or_default();
+    out.push_str(&match opts.rank {
         Some(r) => rank_table(&t, r)?,
         None => layout_table(&t)?,
-    };
+    });
     if let Some(seeds) = seeds {
         let policy = &opts.seeds.as_ref().expect("seeds were asked for").policy;
         let _ = writeln!(out, "\nRNG seeds (policy {policy}):");
@@ -448,5 +471,60 @@ fn placement_table(p: &NodePlacement) -> String {
     for k in &p.kinds {
         let _ = writeln!(out, "{:<40} {:>8} {:>8} {:>8}", k.kind.key(), k.groups, k.local, k.crossing);
     }
+    out
+}
+
+/// `R1,R2,...`: ranks, at least one; the message names the flag and the bad item.
+fn rank_list(flag: &str, text: &str) -> Result<Vec<u32>, String> {
+    let items: Vec<&str> = text.split(',').map(str::trim).collect();
+    if items.iter().all(|i| i.is_empty()) {
+        return Err(format!("{flag}: empty rank list (expected e.g. 5,9)"));
+    }
+    items.into_iter().map(|i| number(flag, i)).collect()
+}
+
+/// The plan's fields added to the layout's JSON: `dropped_ranks`, `leaving_ranks`, `failed_ranks`,
+/// `rank_map` (`{"old": new}`), `spares_used` (`{"spare": failed}`), `spares_left`, `changed_kinds`,
+/// `dp_before`, `dp_after`, `old_world_size`.
+fn recovery_json(p: &RecoveryPlan, obj: &mut Map<String, Value>) {
+    let map: Map<String, Value> = p.rank_map.iter().map(|(o, n)| (o.to_string(), json!(n))).collect();
+    let spares: Map<String, Value> = p.spares_used.iter().map(|(s, f)| (s.to_string(), json!(f))).collect();
+    let kinds: Vec<String> = p.changed_kinds.iter().map(|k| k.key().into_owned()).collect();
+    obj.insert("old_world_size".into(), json!(p.rank_map.len() + p.dropped.len()));
+    obj.insert("failed_ranks".into(), json!(p.failed));
+    obj.insert("dropped_ranks".into(), json!(p.dropped));
+    obj.insert("leaving_ranks".into(), json!(p.leaving));
+    obj.insert("rank_map".into(), Value::Object(map));
+    obj.insert("spares_used".into(), Value::Object(spares));
+    obj.insert("spares_left".into(), json!(p.spares_left));
+    obj.insert("changed_kinds".into(), json!(kinds));
+    obj.insert("dp_before".into(), json!(p.dp_before));
+    obj.insert("dp_after".into(), json!(p.dp_after));
+}
+
+/// The plan as text, printed before the new layout.
+fn recovery_table(p: &RecoveryPlan) -> String {
+    let mut out = String::new();
+    let old = p.rank_map.len() + p.dropped.len();
+    let _ = writeln!(out, "Recovery plan: failed ranks {}", list(&p.failed));
+    let _ = writeln!(
+        out,
+        "  world {old} -> {}, dp {} -> {}; dropped ranks {} (leaving: {})",
+        p.topology.world_size(),
+        p.dp_before,
+        p.dp_after,
+        list(&p.dropped),
+        list(&p.leaving)
+    );
+    for (s, f) in &p.spares_used {
+        let _ = writeln!(out, "  spare {s} takes the place of rank {f}");
+    }
+    if !p.spares_left.is_empty() {
+        let _ = writeln!(out, "  spares left: {}", list(&p.spares_left));
+    }
+    let kinds: Vec<String> = p.changed_kinds.iter().map(|k| k.key().into_owned()).collect();
+    let _ = writeln!(out, "  group kinds with new membership: {}", kinds.join(", "));
+    let pairs: Vec<String> = p.rank_map.iter().map(|(o, n)| format!("{o}->{n}")).collect();
+    let _ = writeln!(out, "  rank map (old->new): {}\n", pairs.join(" "));
     out
 }

@@ -11,6 +11,7 @@ mod boundary;
 pub mod error;
 mod handle;
 pub mod megatron;
+pub mod recovery;
 pub mod rng;
 pub mod runtime;
 mod status_map;

@@ -108,11 +108,14 @@ pub struct Runtime {
     /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
     pub rng: Option<Arc<Mutex<RankRng>>>,
     /// The split strategy's world communicator, released after the groups.
-    world: Option<SharedComm>,
+    pub(super) world: Option<SharedComm>,
     /// This initialization's private view of the store.
-    base: Arc<dyn Store>,
-    timeout: Duration,
-    store: StoreHandles,
+    pub(super) base: Arc<dyn Store>,
+    pub(super) timeout: Duration,
+    pub(super) store: StoreHandles,
+    /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
+    pub(super) args: InitArgs,
+    pub(super) attempt: String,
 }
 
 impl Runtime {
@@ -125,6 +128,11 @@ impl Runtime {
     /// when initialized with `create_all_gather_groups` and the layout has that twin.
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         self.groups.iter().find(|g| g.plan.kind == PlanKind::AllGatherTwin(kind))
+    }
+
+    /// This initialization's view of the rendezvous store (keys under its attempt's prefix).
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.base.clone()
     }
 
     /// Store requests this process has sent so far (request/response exchanges).
@@ -278,12 +286,50 @@ pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
 
 /// Initialize with an explicit environment and backend resolution (tests, embedders).
 pub fn initialize_with(args: InitArgs, env: LaunchEnv, factory: &BackendResolver) -> Result<InitOutcome, RuntimeError> {
+    init_slot(args, env, factory, None)
+}
+
+/// Bring up the layout `args` describes on `env` with the store of an earlier attempt and this
+/// attempt's key prefix (recovery: the survivors re-form on the store they already share), the
+/// backend resolved by [`default_factory`]. The runtime keeps `timeout` as its timeout (`args`
+/// carries what is left of the recovery's deadline).
+pub(super) fn initialize_on_store(
+    args: InitArgs,
+    env: LaunchEnv,
+    store: StoreHandles,
+    attempt: String,
+    timeout: Duration,
+) -> Result<InitOutcome, RuntimeError> {
+    init_slot(args, env, &default_factory, Some((store, attempt, timeout)))
+}
+
+fn init_slot(
+    args: InitArgs,
+    env: LaunchEnv,
+    factory: &BackendResolver,
+    reuse: Option<(StoreHandles, String, Duration)>,
+) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
-    RUNTIME.init(settings, || bring_up(&args, env, fingerprint.as_bytes(), factory)).map_err(|e| match e {
-        SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
-        SlotError::BringUp(e) => e,
-    })
+    let keep = reuse.as_ref().map(|r| r.2);
+    let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
+    RUNTIME
+        .init(settings, || {
+            let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, reuse)?;
+            if let Some(t) = keep {
+                (rt.timeout, rt.args.timeout) = (t, t);
+            }
+            Ok(rt)
+        })
+        .map_err(|e| match e {
+            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+            SlotError::BringUp(e) => e,
+        })
+}
+
+/// Take the live runtime out (recovery tears it down its own way).
+pub(super) fn take_runtime() -> Option<Runtime> {
+    RUNTIME.take().map(|(_, rt)| rt)
 }
 
 fn bring_up(
@@ -291,6 +337,7 @@ fn bring_up(
     env: LaunchEnv,
     fingerprint: &[u8],
     factory: &BackendResolver,
+    reuse: Option<(StoreHandles, String)>,
 ) -> Result<Runtime, RuntimeError> {
     let start = Instant::now();
     if args.timeout.is_zero() {
@@ -342,12 +389,17 @@ fn bring_up(
         backend.check_options(&kind.options(&args.comm_config)).map_err(options_error(kind.to_string()))?;
     }
 
-    let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
-    let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let store = open_store(&env, args.timeout, &attempt)?;
+    let (store, attempt) = match reuse {
+        Some(reused) => reused,
+        None => {
+            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+            (open_store(&env, args.timeout, &attempt)?, attempt)
+        }
+    };
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
@@ -418,6 +470,8 @@ fn bring_up(
         base,
         timeout: args.timeout,
         store,
+        args: args.clone(),
+        attempt,
     })
 }
 
@@ -449,7 +503,7 @@ fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
 /// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
 /// Teardown itself never fails because a peer is gone.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    let Some((_, runtime)) = RUNTIME.take() else { return Ok(false) };
+    let Some((_, runtime)) = RUNTIME.take() else { return Ok(super::recovery::release_lingering_store()) };
     let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.

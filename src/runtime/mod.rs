@@ -10,6 +10,7 @@ pub mod groups;
 pub mod host;
 mod init;
 mod progress;
+pub mod recovery;
 pub mod settings;
 mod store_setup;
 

@@ -21,6 +21,7 @@ mod kind;
 mod layout;
 mod nodes;
 mod picture;
+mod recovery;
 mod validate;
 
 pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
@@ -32,6 +33,7 @@ pub use nodes::{
     node_placement, KindPlacement, NodeFix, NodePlacement, NodeWarning, MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
 };
 pub use picture::{layout_svg, PictureOptions, MAX_PICTURE_RANKS, PALETTE};
+pub use recovery::{plan_recovery, RecoveryPlan};
 
 #[cfg(test)]
 mod tests;

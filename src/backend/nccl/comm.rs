@@ -501,8 +501,9 @@ impl NcclComm {
         }
     }
 
-    /// `ncclCommAbort`: release without waiting for peers.
-    pub fn abort(mut self) -> Result<(), NcclError> {
+    /// `ncclCommAbort`: release without waiting for peers. The communicator is unusable
+    /// afterwards (a second call says it was released).
+    pub fn abort(&mut self) -> Result<(), NcclError> {
         let comm = self.raw.take().ok_or_else(|| NcclError::invalid("communicator already released"))?;
         let rc = self.lib.comm_abort(comm);
         if rc == NCCL_SUCCESS {

@@ -236,4 +236,9 @@ impl Communicator for NcclComm {
     fn wait_ready(&mut self) -> Result<(), CommError> {
         NcclComm::wait_ready(self).map_err(CommError::from)
     }
+
+    /// `ncclCommAbort`: a peer failed, so no `ncclCommDestroy` that could wait on it.
+    fn abort(&mut self) {
+        let _ = NcclComm::abort(self);
+    }
 }

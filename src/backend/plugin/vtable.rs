@@ -319,6 +319,20 @@ impl Vtable {
     }
 }
 
+impl Vtable {
+    /// Release a communicator whose peer failed: the backend's `abort_comm`, else
+    /// [`Vtable::destroy_comm`].
+    pub fn abort_comm(&self, comm: RawComm, group: &str) -> Result<(), BackendError> {
+        let Some(f) = self.raw.abort_comm else { return self.destroy_comm(comm, group) };
+        let RawComm { ptr, store } = comm;
+        // SAFETY: `ptr` came from this backend and is consumed here.
+        let code = unsafe { f(self.raw.user_data, ptr) };
+        let result = self.check(code, "abort_comm", group, store.as_deref());
+        drop(store);
+        result
+    }
+}
+
 impl Drop for Vtable {
     fn drop(&mut self) {
         if let Some(f) = self.raw.finalize {

@@ -27,6 +27,20 @@ pub struct mcore_topology {
     _user: Option<Arc<UserData>>,
 }
 
+/// A new handle for `topology`, a layout derived from `t`'s (a recovery plan's): it shares `t`'s
+/// user data, which the derived layout's callbacks use.
+///
+/// # Safety
+/// `t` is NULL or a live handle from `mcore_topology_create`.
+pub(crate) unsafe fn derived_handle(
+    t: *const mcore_topology,
+    topology: Topology,
+) -> Result<*mut mcore_topology, FfiError> {
+    // SAFETY: the contract above.
+    let user = unsafe { handle::borrow(t, "topology") }?._user.clone();
+    Ok(handle::into_raw(mcore_topology { topology, _user: user }))
+}
+
 /// The layout behind a handle.
 pub(crate) fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
     // SAFETY: NULL or a live handle from mcore_topology_create (the API contract).
