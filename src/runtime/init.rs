@@ -497,13 +497,14 @@ fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
     }
 }
 
-/// Tear down what `initialize` brought up. `Ok(false)` when nothing was initialized.
+/// Tear down what `initialize` brought up (see [`super::destroy`]). `false` when nothing was
+/// initialized.
 ///
 /// Every rank announces that it is done with the store; the rank hosting the store server waits
 /// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
 /// Teardown itself never fails because a peer is gone.
-pub fn destroy() -> Result<bool, RuntimeError> {
-    let Some((_, runtime)) = RUNTIME.take() else { return Ok(super::recovery::release_lingering_store()) };
+pub(super) fn teardown() -> bool {
+    let Some((_, runtime)) = RUNTIME.take() else { return false };
     let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.
@@ -512,7 +513,7 @@ pub fn destroy() -> Result<bool, RuntimeError> {
     leave(base.as_ref(), &env, env.world_size, timeout);
     drop(base);
     drop(store);
-    Ok(true)
+    true
 }
 
 /// Whether the runtime is initialized.

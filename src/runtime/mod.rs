@@ -19,7 +19,14 @@ pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{
-    default_factory, destroy, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
+    default_factory, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
     with_runtime, BackendResolver, InitArgs, InitTimings, Runtime, DEFAULT_INIT_TIMEOUT,
 };
 pub use settings::InitOutcome;
+
+/// Tear down what `initialize` brought up; `Ok(false)` when nothing was initialized. A rank that
+/// left a recovered world and hosts the store keeps serving the survivors until they are done
+/// (see [`recovery`]), and stops the server here.
+pub fn destroy() -> Result<bool, RuntimeError> {
+    Ok(init::teardown() || recovery::release_lingering_store())
+}
