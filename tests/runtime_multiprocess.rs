@@ -105,19 +105,19 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
         (16, &["--tp", "2", "--pp", "2", "--order", "tp-cp-ep-pp-dp"]),
         (8, &["--tp", "2", "--pp", "2", "--seed", "1234", "--data-parallel-random-init"]),
         (8, &["--tp", "2", "--pp", "2", "--seed", "7", "--seed-policy", "sharded:pipeline_model_parallel,tensor_model_parallel"]),
-        // The split strategy: a world communicator, one split per kind joined by every rank.
-        (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "split"]),
+        // The per-group strategy: one full mesh per communicator, created together.
+        (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "per-group"]),
         // pp=4: the middle stages are in no embedding group and join those splits without a color.
         (8, &["--pp", "4", "--vpp", "2", "--seed", "5", "--comm-strategy", "split"]),
-        (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2", "--comm-strategy", "split"]),
+        (16, &["--tp", "2", "--pp", "2", "--cp", "2", "--ep", "2", "--dist-opt-instances", "2", "--comm-strategy", "per-group"]),
         // Megatron-Core 0.19's weight-rematerialization groups, real (gtp/egtp > 1) and aliased.
         (8, &["--tp", "2", "--gtp", "2", "--ep", "2", "--egtp", "2"]),
         (8, &["--tp", "2", "--gtp", "2", "--pp", "2", "--comm-strategy", "split"]),
     ];
     for (n, args) in layouts {
         let lines = assert_all_ok(*n, args);
-        // The Gloo plugin asks for per-group under `auto`.
-        let strategy = if args.contains(&"split") { "split" } else { "per-group" };
+        // `auto` splits on Gloo (children derived from the world's mesh).
+        let strategy = if args.contains(&"per-group") { "per-group" } else { "split" };
         assert!(lines.iter().all(|l| l["strategy"] == strategy), "{args:?}: {lines:?}");
         let kinds = lines[0]["kinds"].as_array().unwrap();
         if args.contains(&"--hcp") {
