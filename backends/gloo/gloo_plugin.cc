@@ -26,7 +26,6 @@
 // the message for `last_error` (per thread).
 
 #include <algorithm>
-#include <optional>
 #include <unordered_map>
 #include <mcore_init.h>
 
@@ -370,14 +369,18 @@ class MeshContext : public gloo::rendezvous::Context {
       }
     };
     std::vector<std::thread> threads;
-    for (size_t k = 1; k < dial.size(); ++k) threads.emplace_back(connect_one, dial[k]);
+    for (size_t k = 1; k < dial.size(); ++k) {
+      try {
+        threads.emplace_back(connect_one, dial[k]);
+      } catch (...) {  // no thread to be had: connect it here
+        connect_one(dial[k]);
+      }
+    }
     if (!dial.empty()) connect_one(dial[0]);
     for (auto& t : threads) t.join();
-    for (int i : listen) {
-      if (errors[i] == nullptr) connect_one(i);
-    }
-    for (auto& e : errors)
-      if (e != nullptr) std::rethrow_exception(e);
+    auto first_error = [&] { return std::find_if(errors.begin(), errors.end(), [](auto& e) { return e != nullptr; }); };
+    for (size_t k = 0; k < listen.size() && first_error() == errors.end(); ++k) connect_one(listen[k]);
+    if (first_error() != errors.end()) std::rethrow_exception(*first_error());
     device_ = dev;
     transportContext_ = std::move(tctx);
   }
@@ -496,22 +499,37 @@ std::string member_of(const GlooComm* comm, size_t i) {
   return " (group rank " + std::to_string(i) + " = global rank " + std::to_string(comm->member_globals[i]) + ")";
 }
 
-// Waits for one completion of `buf` (recv or send) until `deadline`; gloo's timeout becomes a
-// StatusError naming `who_missing()` (members not heard from).
-template <typename Wait, typename Who>
-int wait_one(Wait&& wait, std::chrono::steady_clock::time_point deadline, const char* what, Who&& who_missing) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  if (left.count() < 1) left = std::chrono::milliseconds(1);
-  int rank = -1;
-  try {
-    wait(&rank, left);
-  } catch (const gloo::IoException& e) {
-    const bool timed_out = std::string(e.what()).find("Timed out") != std::string::npos;
-    throw StatusError(timed_out ? MCORE_STATUS_TIMEOUT : MCORE_STATUS_PEER_FAILED,
-                      std::string(timed_out ? "timed out " : "failed ") + what + ": " + who_missing() + " (gloo: " +
-                          e.what() + ")");
+// Waits until `buf` has completed a recv (or a send) with each member in `peers` (indices into
+// the child's members) by `deadline`. A timeout or failure names the members not done:
+// "<timed out|failed> <what> (group rank r = global rank g)...".
+void wait_members(const GlooComm* comm, gloo::transport::UnboundBuffer& buf, bool recv, const std::vector<size_t>& peers,
+                  std::chrono::steady_clock::time_point deadline, const std::string& what) {
+  std::vector<bool> done(peers.size(), false);
+  for (size_t k = 0; k < peers.size(); ++k) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() < 1) left = std::chrono::milliseconds(1);
+    int rank = -1;
+    try {
+      if (recv) {
+        buf.waitRecv(&rank, left);
+      } else {
+        buf.waitSend(&rank, left);
+      }
+    } catch (const gloo::IoException& e) {
+      std::string who;
+      for (size_t j = 0; j < peers.size(); ++j)
+        if (!done[j]) who += member_of(comm, peers[j]);
+      const bool timed_out = std::string(e.what()).find("Timed out") != std::string::npos;
+      throw StatusError(timed_out ? MCORE_STATUS_TIMEOUT : MCORE_STATUS_PEER_FAILED,
+                        (timed_out ? "timed out " : "failed ") + what + who + " (gloo: " + e.what() + ")");
+    }
+    for (size_t j = 0; j < peers.size(); ++j) {
+      if (!done[j] && comm->members[peers[j]] == rank) {
+        done[j] = true;
+        break;
+      }
+    }
   }
-  return rank;
 }
 
 // In-place sum over a child: every member sends its values to group rank 0, which adds them in
@@ -520,22 +538,22 @@ int wait_one(Wait&& wait, std::chrono::steady_clock::time_point deadline, const 
 void derived_allreduce(GlooComm* comm, int64_t* data, size_t count) {
   const size_t n = comm->members.size();
   if (n == 1 || count == 0) return;
-  if (count > SIZE_MAX / sizeof(int64_t) / n) throw StatusError(MCORE_STATUS_INVALID_ARGUMENT, "count too large");
+  if (count > SIZE_MAX / sizeof(int64_t) / n)
+    throw StatusError(MCORE_STATUS_INVALID_ARGUMENT, "count " + std::to_string(count) + " too large for a group of " +
+                                                         std::to_string(n));
   const size_t bytes = count * sizeof(int64_t);
   const uint32_t tag = comm->next_tag++;
   const auto deadline = std::chrono::steady_clock::now() + comm->timeout;
-  const int root = comm->members[0];
+  const std::string of = " of '" + comm->name + "'";
   if (comm->group_rank != 0) {
+    const int root = comm->members[0];
     auto buf = comm->ctx->createUnboundBuffer(data, bytes);
     // The sum can only arrive after the root has all of this rank's values, so one buffer
     // serves both directions.
     buf->recv(root, derived_slot(comm, tag, 1));
     buf->send(root, derived_slot(comm, tag, 0));
-    auto root_name = [&] { return "the sum from" + member_of(comm, 0); };
-    wait_one([&](int* r, std::chrono::milliseconds t) { buf->waitSend(r, t); }, deadline,
-             ("sending to group rank 0 of '" + comm->name + "'").c_str(), root_name);
-    wait_one([&](int* r, std::chrono::milliseconds t) { buf->waitRecv(r, t); }, deadline,
-             ("waiting for the sum on '" + comm->name + "'").c_str(), root_name);
+    wait_members(comm, *buf, false, {0}, deadline, "sending values" + of + " to");
+    wait_members(comm, *buf, true, {0}, deadline, "waiting for the sum" + of + " from");
     return;
   }
   // Root: receive the others' values in batches of at most ~8 MiB (at least one member each).
@@ -544,31 +562,23 @@ void derived_allreduce(GlooComm* comm, int64_t* data, size_t count) {
   auto rbuf = comm->ctx->createUnboundBuffer(scratch.data(), scratch.size() * sizeof(int64_t));
   std::vector<uint64_t> sum(data, data + count);
   for (size_t first = 1; first < n; first += batch) {
-    const size_t last = std::min(n, first + batch);
-    std::vector<bool> arrived(n, false);
-    for (size_t i = first; i < last; ++i) rbuf->recv(comm->members[i], derived_slot(comm, tag, 0), (i - first) * bytes, bytes);
-    for (size_t k = first; k < last; ++k) {
-      auto missing = [&] {
-        std::string out = "no values from";
-        for (size_t i = first; i < last; ++i)
-          if (!arrived[i]) out += member_of(comm, i);
-        return out;
-      };
-      int from = wait_one([&](int* r, std::chrono::milliseconds t) { rbuf->waitRecv(r, t); }, deadline,
-                          ("collecting values of '" + comm->name + "'").c_str(), missing);
-      auto at = std::find(comm->members.begin() + first, comm->members.begin() + last, from);
-      if (at != comm->members.begin() + last) arrived[at - comm->members.begin()] = true;
+    std::vector<size_t> peers;
+    for (size_t i = first; i < std::min(n, first + batch); ++i) {
+      rbuf->recv(comm->members[i], derived_slot(comm, tag, 0), (i - first) * bytes, bytes);
+      peers.push_back(i);
     }
-    for (size_t i = first; i < last; ++i)
-      for (size_t j = 0; j < count; ++j) sum[j] += static_cast<uint64_t>(scratch[(i - first) * count + j]);
+    wait_members(comm, *rbuf, true, peers, deadline, "collecting values" + of + " from");
+    for (size_t k = 0; k < peers.size(); ++k)
+      for (size_t j = 0; j < count; ++j) sum[j] += static_cast<uint64_t>(scratch[k * count + j]);
   }
   for (size_t j = 0; j < count; ++j) data[j] = static_cast<int64_t>(sum[j]);
   auto sbuf = comm->ctx->createUnboundBuffer(data, bytes);
-  for (size_t i = 1; i < n; ++i) sbuf->send(comm->members[i], derived_slot(comm, tag, 1));
+  std::vector<size_t> others;
   for (size_t i = 1; i < n; ++i) {
-    wait_one([&](int* r, std::chrono::milliseconds t) { sbuf->waitSend(r, t); }, deadline,
-             ("sending the sum of '" + comm->name + "'").c_str(), [&] { return std::string("a member did not take it"); });
+    sbuf->send(comm->members[i], derived_slot(comm, tag, 1));
+    others.push_back(i);
   }
+  wait_members(comm, *sbuf, false, others, deadline, "sending the sum" + of + " to");
 }
 
 // A split of a world communicator: a member gets a child derived from the world's mesh (see
