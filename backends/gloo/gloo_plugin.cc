@@ -342,7 +342,7 @@ class MeshContext : public gloo::rendezvous::Context {
     std::vector<char> all;
     for (int i = 0; i < size; ++i) {
       if (i == rank) continue;
-      auto bytes = tctx->createPair(i)->address().bytes();
+      auto bytes = published(tctx->createPair(i)->address());
       all.insert(all.end(), bytes.begin(), bytes.end());
     }
     store.set(std::to_string(rank), all);
@@ -386,6 +386,18 @@ class MeshContext : public gloo::rendezvous::Context {
   }
 
  private:
+  // `address` as gloo serializes it (its sockaddr_storage, then a sequence number), with the
+  // storage past the family's sockaddr zeroed: gloo never writes it, and it would otherwise
+  // leave the process uninitialized. Left as gloo made it if the layout is not that.
+  static std::vector<char> published(const gloo::transport::Address& address) {
+    auto bytes = address.bytes();
+    const auto& ss = static_cast<const gloo::transport::tcp::Address&>(address).getSockaddr();
+    const size_t used = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    if (bytes.size() >= sizeof(sockaddr_storage) && std::memcmp(bytes.data(), &ss, used) == 0)
+      std::fill(bytes.begin() + used, bytes.begin() + sizeof(sockaddr_storage), 0);
+    return bytes;
+  }
+
   // Whether this side dials: gloo's rule (pair.cc, Pair::connect): the side whose address
   // compares greater (IP bytes, then the port as stored) connects, the other listens.
   static bool dials(const gloo::transport::Address& self, const std::vector<char>& peer_bytes) {
