@@ -20,7 +20,8 @@
 // Deadlines: a group's `timeout_ms` is what is left of the init deadline. Every store wait of a
 // full-mesh connect runs to that deadline (whatever timeout gloo asks for), and gloo's pair
 // connect, which waits up to 5x the context timeout, runs with a context timeout of a fifth of
-// it, so no connect outlives the deadline.
+// it, so no connect outlives the deadline. Each collective runs to its communicator's timeout
+// (a child's: its group's); a child's names the members it did not hear from.
 //
 // No C++ exception leaves this file: every slot catches, returns an mcore_status code and keeps
 // the message for `last_error` (per thread).
