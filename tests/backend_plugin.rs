@@ -846,9 +846,9 @@ fn check_order(comm: &mut backend::Comm, rank: u32, members: &[u32]) {
 ///   (ranks 1 and 3 pass no color) and kind C = {1,2,3} (rank 0 passes no color; its root is
 ///   world rank 1), each child checked for its members and their order, kinds A and B
 ///   all-reducing on two threads at once, C with 8 MiB per rank (the sum's root takes the
-///   others' values in turns), kind A
-///   split a second time under the same names; no split reads the store (children are
-///   derived from the world's mesh); the world destroyed, the children verified again;
+///   others' values in turns), kind A split a second time under the same names; no split reads
+///   the store (children are derived from the world's mesh); the world destroyed, the children
+///   verified again;
 /// * `missing`: world of 2, rank 1 joins no group while rank 0 splits into {0,1}: the split
 ///   returns (it sends nothing), and the child's first all-reduce times out naming global rank 1.
 #[test]
