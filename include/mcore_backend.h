@@ -23,7 +23,7 @@
 /**
  * `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
  * `create_world` and `split` are filled, because this backend's split costs no less than
- * `create_group` (the Gloo plugin's split is a new full mesh per group). `split` stays
+ * `create_group` (e.g. a split that connects a new full mesh per group). `split` stays
  * available on request.
  */
 #define MCORE_BACKEND_FLAG_PREFER_PER_GROUP 1

@@ -133,6 +133,33 @@ typedef struct mcore_store mcore_store;
 typedef struct mcore_topology mcore_topology;
 
 /**
+ * What `mcore_reinitialize` did for this rank.
+ */
+typedef struct mcore_recovery_result {
+  /**
+   * true: this rank is not on the new layout (its replica was dropped, or the others found it
+   * failed); its runtime is torn down and it should exit. false: it runs the new layout.
+   */
+  bool left;
+  uint32_t old_rank;
+  /**
+   * The rank on the new layout (equal to `old_rank` when `left`).
+   */
+  uint32_t new_rank;
+  uint32_t old_world_size;
+  uint32_t new_world_size;
+  /**
+   * Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
+   */
+  size_t n_failed;
+  /**
+   * Seconds to agree on the failed set, and for the whole recovery.
+   */
+  double agree_seconds;
+  double total_seconds;
+} mcore_recovery_result;
+
+/**
  * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
  */
 typedef struct mcore_rng_coords {
@@ -450,33 +477,6 @@ typedef struct mcore_kind_placement {
   uint64_t max_nodes;
 } mcore_kind_placement;
 
-/**
- * What `mcore_reinitialize` did for this rank.
- */
-typedef struct mcore_recovery_result {
-  /**
-   * true: this rank is not on the new layout (its replica was dropped, or the others found it
-   * failed); its runtime is torn down and it should exit. false: it runs the new layout.
-   */
-  bool left;
-  uint32_t old_rank;
-  /**
-   * The rank on the new layout (equal to `old_rank` when `left`).
-   */
-  uint32_t new_rank;
-  uint32_t old_world_size;
-  uint32_t new_world_size;
-  /**
-   * Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
-   */
-  size_t n_failed;
-  /**
-   * Seconds to agree on the failed set, and for the whole recovery.
-   */
-  double agree_seconds;
-  double total_seconds;
-} mcore_recovery_result;
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -714,6 +714,101 @@ int32_t mcore_is_pipeline_last_stage(int32_t vp_stage);
  * Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
  */
 int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
+
+/**
+ * Plan the next layout of `t` without the `n_failed` ranks of `failed`, with the `n_spares`
+ * ranks of `spares` (ranks from the layout's end on, outside it) taking failed ranks' places
+ * where they repair a whole data-parallel replica. Policy: a failed rank's whole data-parallel
+ * and expert-data-parallel replicas leave; tp, pp, cp, ep, etp and the order are kept.
+ * `failed`/`spares` may be NULL when their count is 0. When no valid layout remains the status
+ * is INVALID_CONFIG and the message says "no valid layout remains" and names the failed ranks.
+ * `t` must outlive the plan.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_create(const struct mcore_topology *t,
+                                        const uint32_t *failed,
+                                        size_t n_failed,
+                                        const uint32_t *spares,
+                                        size_t n_spares,
+                                        struct mcore_recovery_plan **out);
+
+/**
+ * Destroy a plan (NULL is fine).
+ *
+ * # Safety
+ * `p` comes from `mcore_recovery_plan_create` and is not used afterwards.
+ */
+void mcore_recovery_plan_destroy(struct mcore_recovery_plan *p);
+
+/**
+ * The new layout as a new topology handle (destroy it with `mcore_topology_destroy`); its
+ * world size is the number of ranks that stay (spares included).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_topology(const struct mcore_recovery_plan *p,
+                                          struct mcore_topology **out);
+
+/**
+ * The new rank of old rank (or spare) `old`, or -1 when it is not in the new layout (failed,
+ * leaving with its replica, an unused spare or not a rank of the layout).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_new_rank(const struct mcore_recovery_plan *p,
+                                          uint32_t old,
+                                          int64_t *out_new);
+
+/**
+ * Which ranks of the old layout are not in the new one, ascending: with `leaving_only` false,
+ * every dropped rank (failed ones included); with it true, the healthy ranks that leave with
+ * their replica. `buf` may be NULL when `len` is 0, to ask for the size (BUFFER_TOO_SMALL sets
+ * `*out_len`).
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_dropped(const struct mcore_recovery_plan *p,
+                                         bool leaving_only,
+                                         uint32_t *buf,
+                                         size_t len,
+                                         size_t *out_len);
+
+/**
+ * The group kinds (`MCORE_GROUP_KIND_*` values) whose groups change membership: their
+ * communicators must be created anew; the other kinds keep their groups under the rank map.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan *p,
+                                               int32_t *buf,
+                                               size_t len,
+                                               size_t *out_len);
+
+/**
+ * Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
+ * survivors through the store on the failed ranks, plan the next layout (whole data-parallel
+ * replicas with a failed rank leave), tear down every communicator and create and verify the
+ * new layout's groups, all within the init timeout. `suspected` (may be NULL when
+ * `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
+ * absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
+ * `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
+ * layout remains", a store that is gone with its host) the runtime is torn down.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_reinitialize(const uint32_t *suspected,
+                                size_t n_suspected,
+                                double window_seconds,
+                                uint32_t *failed,
+                                size_t failed_len,
+                                struct mcore_recovery_result *out);
 
 /**
  * Fills `*out` with defaults (all zero) and `struct_size`.
@@ -1390,101 +1485,6 @@ mcore_status mcore_topology_node_warning(const struct mcore_topology *t,
                                          char *buf,
                                          size_t len,
                                          size_t *out_len);
-
-/**
- * Plan the next layout of `t` without the `n_failed` ranks of `failed`, with the `n_spares`
- * ranks of `spares` (ranks from the layout's end on, outside it) taking failed ranks' places
- * where they repair a whole data-parallel replica. Policy: a failed rank's whole data-parallel
- * and expert-data-parallel replicas leave; tp, pp, cp, ep, etp and the order are kept.
- * `failed`/`spares` may be NULL when their count is 0. When no valid layout remains the status
- * is INVALID_CONFIG and the message says "no valid layout remains" and names the failed ranks.
- * `t` must outlive the plan.
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_recovery_plan_create(const struct mcore_topology *t,
-                                        const uint32_t *failed,
-                                        size_t n_failed,
-                                        const uint32_t *spares,
-                                        size_t n_spares,
-                                        struct mcore_recovery_plan **out);
-
-/**
- * Destroy a plan (NULL is fine).
- *
- * # Safety
- * `p` comes from `mcore_recovery_plan_create` and is not used afterwards.
- */
-void mcore_recovery_plan_destroy(struct mcore_recovery_plan *p);
-
-/**
- * The new layout as a new topology handle (destroy it with `mcore_topology_destroy`); its
- * world size is the number of ranks that stay (spares included).
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_recovery_plan_topology(const struct mcore_recovery_plan *p,
-                                          struct mcore_topology **out);
-
-/**
- * The new rank of old rank (or spare) `old`, or -1 when it is not in the new layout (failed,
- * leaving with its replica, an unused spare or not a rank of the layout).
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_recovery_plan_new_rank(const struct mcore_recovery_plan *p,
-                                          uint32_t old,
-                                          int64_t *out_new);
-
-/**
- * Which ranks of the old layout are not in the new one, ascending: with `leaving_only` false,
- * every dropped rank (failed ones included); with it true, the healthy ranks that leave with
- * their replica. `buf` may be NULL when `len` is 0, to ask for the size (BUFFER_TOO_SMALL sets
- * `*out_len`).
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_recovery_plan_dropped(const struct mcore_recovery_plan *p,
-                                         bool leaving_only,
-                                         uint32_t *buf,
-                                         size_t len,
-                                         size_t *out_len);
-
-/**
- * The group kinds (`MCORE_GROUP_KIND_*` values) whose groups change membership: their
- * communicators must be created anew; the other kinds keep their groups under the rank map.
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan *p,
-                                               int32_t *buf,
-                                               size_t len,
-                                               size_t *out_len);
-
-/**
- * Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
- * survivors through the store on the failed ranks, plan the next layout (whole data-parallel
- * replicas with a failed rank leave), tear down every communicator and create and verify the
- * new layout's groups, all within the init timeout. `suspected` (may be NULL when
- * `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
- * absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
- * `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
- * layout remains", a store that is gone with its host) the runtime is torn down.
- *
- * # Safety
- * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
- */
-mcore_status mcore_reinitialize(const uint32_t *suspected,
-                                size_t n_suspected,
-                                double window_seconds,
-                                uint32_t *failed,
-                                size_t failed_len,
-                                struct mcore_recovery_result *out);
 
 /**
  * The ABI version this library was built with (compare with `MCORE_ABI_VERSION` from the header).

@@ -641,7 +641,7 @@ fn check_sum(comm: &mut backend::Comm, rank: u32, members: &[u32]) {
     assert_eq!(data, [i64::from(sum), members.len() as i64], "rank {rank} group {}", comm.group_name());
 }
 
-/// A store that counts the reads of split keys (`split/...`): single `get`s and `multi_get`s.
+/// A store that counts its reads: single `get`s and `multi_get`s.
 struct CountingStore {
     inner: Arc<dyn Store>,
     gets: AtomicUsize,
@@ -649,10 +649,11 @@ struct CountingStore {
 }
 
 impl CountingStore {
-    fn count(&self, counter: &AtomicUsize, keys: &[&str]) {
-        if keys.iter().any(|k| k.starts_with("split/")) {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }
+    fn count(&self, counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+    fn reads(&self) -> usize {
+        self.gets.load(Ordering::SeqCst) + self.multi_gets.load(Ordering::SeqCst)
     }
 }
 
@@ -661,7 +662,7 @@ impl Store for CountingStore {
         self.inner.set(key, value)
     }
     fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
-        self.count(&self.gets, &[key]);
+        self.count(&self.gets);
         self.inner.get(key)
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
@@ -686,17 +687,35 @@ impl Store for CountingStore {
         self.inner.timeout()
     }
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.count(&self.multi_gets, keys);
+        self.count(&self.multi_gets);
         self.inner.multi_get(keys)
     }
 }
 
+/// Each member's global rank at its group rank, summed over `comm`: the members in group order.
+fn check_order(comm: &mut backend::Comm, rank: u32, members: &[u32]) {
+    let mut data = vec![0i64; members.len()];
+    data[comm.rank() as usize] = i64::from(rank);
+    comm.allreduce_sum_i64(&mut data)
+        .unwrap_or_else(|e| panic!("rank {rank}: allreduce on {}: {e}", comm.group_name()));
+    assert_eq!(
+        data,
+        members.iter().map(|&m| i64::from(m)).collect::<Vec<_>>(),
+        "rank {rank} group {}",
+        comm.group_name()
+    );
+}
+
 /// One rank of the split tests (case in `SPLIT_CHILD_ENV`):
-/// * `splits`: world of 4 through create_world, then kind A = {0,1},{2,3} and kind B = {0,2}
-///   (ranks 1 and 3 pass no color), each child verified, kind A split a second time under the
-///   same names, the world destroyed, the children verified again;
-/// * `missing`: world of 2, rank 1 joins no group while rank 0 splits into {0,1}: rank 0 times
-///   out naming global rank 1.
+/// * `splits`: world of 4 through create_world, then kind A = {0,1},{2,3}, kind B = {0,2}
+///   (ranks 1 and 3 pass no color) and kind C = {1,2,3} (rank 0 passes no color; its root is
+///   world rank 1), each child checked for its members and their order, kinds A and B
+///   all-reducing on two threads at once, C with 8 MiB per rank (the sum's root takes the
+///   others' values in turns), kind A split a second time under the same names; no split reads
+///   the store (children are derived from the world's mesh); the world destroyed, the children
+///   verified again;
+/// * `missing`: world of 2, rank 1 joins no group while rank 0 splits into {0,1}: the split
+///   returns (it sends nothing), and the child's first all-reduce times out naming global rank 1.
 #[test]
 #[ignore = "child half of the Gloo split tests"]
 fn gloo_split_child() {
@@ -711,7 +730,7 @@ fn gloo_split_child() {
     let base: Arc<dyn Store> = Arc::new(FileStore::new(&dir, t).unwrap());
     // As the runtime does: the world gets a key space of its own.
     let counting = Arc::new(CountingStore {
-        inner: Arc::new(mcore_init::store::PrefixStore::new("world", base)),
+        inner: Arc::new(mcore_init::store::PrefixStore::new("world", base.clone())),
         gets: AtomicUsize::new(0),
         multi_gets: AtomicUsize::new(0),
     });
@@ -719,6 +738,7 @@ fn gloo_split_child() {
     let info = GroupInfo::new("world", world_ranks.clone(), rank, t).unwrap();
     let mut world = b.create_world(&info, counting.clone()).unwrap();
     check_sum(&mut world, rank, &world_ranks);
+    let reads_of_world = counting.reads();
 
     let split = |world: &mut backend::Comm, name: &str, color: u32, members: Option<Vec<u32>>, t: Duration| {
         let g = members.map(|m| GroupInfo::new(name, m, rank, t).unwrap());
@@ -729,13 +749,20 @@ fn gloo_split_child() {
         let short = Duration::from_millis(1500);
         let members = (rank == 0).then(|| vec![0, 1]);
         match split(&mut world, "pair/0", 0, members, short) {
-            Ok(None) if rank == 1 => {}
-            Err(e) if rank == 0 => {
+            Ok(None) if rank == 1 => {
+                // Stay connected until rank 0 has timed out (a closed pair would fail it sooner).
+                base.wait(&["missing-done"], t).unwrap();
+            }
+            Ok(Some(mut child)) if rank == 0 => {
+                let e = child.allreduce_sum_i64(&mut [0, 1]).unwrap_err();
                 let text = e.to_string();
                 assert!(
                     text.contains("'pair/0'") && text.contains("timed out") && text.contains("global rank 1"),
                     "{text}"
                 );
+                assert_eq!(e.status(), mcore_status::Timeout, "{text}");
+                base.set("missing-done", b"1").unwrap();
+                child.destroy().unwrap();
             }
             other => panic!("rank {rank}: unexpected {other:?}"),
         }
@@ -753,17 +780,45 @@ fn gloo_split_child() {
     let is_even = rank % 2 == 0;
     let mut b_child = split(&mut world, "evens", 0, is_even.then(|| evens.to_vec()), t).unwrap();
     assert_eq!(b_child.is_some(), is_even, "rank {rank}: only members get a communicator");
-    check_sum(&mut a, rank, &pair);
-    if let Some(c) = b_child.as_mut() {
-        check_sum(c, rank, &evens);
+    // Three ranks without world rank 0.
+    let upper = [1u32, 2, 3];
+    let c_child = split(&mut world, "upper", 0, (rank != 0).then(|| upper.to_vec()), t).unwrap();
+    assert_eq!(c_child.is_some(), rank != 0, "rank {rank}: only members get a communicator");
+    // Children of one world all-reduce on two threads at once, each in its own slots.
+    std::thread::scope(|s| {
+        let a = &mut a;
+        let pair = &pair;
+        s.spawn(move || {
+            check_sum(a, rank, pair);
+            check_order(a, rank, pair);
+        });
+        if let Some(c) = b_child.as_mut() {
+            check_sum(c, rank, &evens);
+            check_order(c, rank, &evens);
+        }
+    });
+    if let Some(mut c) = c_child {
+        assert_eq!((c.rank(), c.size()), (rank - 1, 3));
+        check_order(&mut c, rank, &upper);
+        // 8 MiB per rank: the root takes one member's values at a time.
+        let n = (8 << 20) / 8 + 3;
+        let mut big: Vec<i64> = (0..n as i64).map(|j| j * 7 + i64::from(rank)).collect();
+        c.allreduce_sum_i64(&mut big).unwrap();
+        assert!(big.iter().enumerate().all(|(j, &v)| v == 3 * 7 * j as i64 + 6), "rank {rank}: wrong 8 MiB sum");
+        // Sums wrap as two's complement.
+        let mut edge = [i64::MAX];
+        c.allreduce_sum_i64(&mut edge).unwrap();
+        assert_eq!(edge, [i64::MAX.wrapping_mul(3)], "rank {rank}");
+        c.barrier().unwrap();
+        c.destroy().unwrap();
     }
-    // The same group name split again off the same world gets keys of its own.
+    // The same group name split again off the same world gets slots of its own.
     let mut again = split(&mut world, &pair_name, pair_color, Some(pair.clone()), t).unwrap().unwrap();
     check_sum(&mut again, rank, &pair);
     again.destroy().unwrap();
-    // Every peer key of the splits was read through the plugin's multi_get prefetch.
-    assert!(counting.multi_gets.load(Ordering::SeqCst) > 0, "rank {rank}: no multi_get of a split key");
-    assert_eq!(counting.gets.load(Ordering::SeqCst), 0, "rank {rank}: single gets of split keys");
+    // Splits are derived from the world's mesh: no split reads the store.
+    assert!(reads_of_world > 0, "rank {rank}: the world's mesh read no key");
+    assert_eq!(counting.reads(), reads_of_world, "rank {rank}: splits read the store");
 
     // Children own their contexts: they outlive the world.
     world.destroy().unwrap();

@@ -119,8 +119,8 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
                 "sharded:pipeline_model_parallel,tensor_model_parallel",
             ],
         ),
-        // The split strategy: a world communicator, one split per kind joined by every rank.
-        (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "split"]),
+        // The per-group strategy: one full mesh per communicator, created together.
+        (8, &["--tp", "2", "--pp", "2", "--cp", "2", "--comm-strategy", "per-group"]),
         // pp=4: the middle stages are in no embedding group and join those splits without a color.
         (8, &["--pp", "4", "--vpp", "2", "--seed", "5", "--comm-strategy", "split"]),
         (
@@ -137,7 +137,7 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
                 "--dist-opt-instances",
                 "2",
                 "--comm-strategy",
-                "split",
+                "per-group",
             ],
         ),
         // Megatron-Core 0.19's weight-rematerialization groups, real (gtp/egtp > 1) and aliased.
@@ -146,8 +146,8 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
     ];
     for (n, args) in layouts {
         let lines = assert_all_ok(*n, args);
-        // The Gloo plugin asks for per-group under `auto`.
-        let strategy = if args.contains(&"split") { "split" } else { "per-group" };
+        // `auto` splits on Gloo (children derived from the world's mesh).
+        let strategy = if args.contains(&"per-group") { "per-group" } else { "split" };
         assert!(lines.iter().all(|l| l["strategy"] == strategy), "{args:?}: {lines:?}");
         let kinds = lines[0]["kinds"].as_array().unwrap();
         if args.contains(&"--hcp") {

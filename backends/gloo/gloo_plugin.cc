@@ -1,19 +1,17 @@
 // The Gloo backend plugin for mcore_init (CPU communicators over TCP).
 //
-// Strategies: both; the vtable sets MCORE_BACKEND_FLAG_PREFER_PER_GROUP, so the library's
-// `auto` strategy creates groups one by one (a Gloo split costs a full mesh like create_group,
-// plus the world's); `split` runs on request (and is how the split path is tested on CPU).
+// Strategies: both; the library's `auto` strategy splits.
+//  * Split (`create_world` + `split`): the world communicator is a gloo::rendezvous::Context
+//    connected as a full mesh through the world's store (one TCP pair per peer). A split derives
+//    its child from that mesh instead of connecting a new one (see split_slot_id): the child
+//    shares the world's context (it keeps it alive: children outlive the world communicator)
+//    and runs its collectives over the world's pairs among its members only, in a slot space of
+//    its own; creating it sends nothing. A non-member (color -1) gets NULL. A rank thus opens
+//    world size - 1 connections in all, whatever the number of groups.
 //  * Per group (`create_group`): each group gets its own gloo::rendezvous::Context, connected as
 //    a full mesh through the group's store (the library hands us a key space private to the
-//    group, reached through the mcore_backend_store callbacks, valid during the call).
-//  * Split (`create_world` + `split`): the world communicator is created like a group and keeps
-//    the store pointer, which the library keeps valid until the world is destroyed. A split
-//    connects a new full mesh of the group's members through that store under a key prefix
-//    private to the split (`split/<group name>/<n>/`, n = how many times this world was split
-//    into that group name before); a non-member (color -1) does nothing. Children own their
-//    context: they outlive the world communicator, which must only outlive their creation.
-//    Gloo has no native split, so a split costs what create_group costs; it exists so the
-//    library's split path runs with real processes on CPU.
+//    group, reached through the mcore_backend_store callbacks, valid during the call), and runs
+//    gloo's own collectives. Used on request (`per-group`).
 // All contexts share one TCP device, bound to the first of: MCORE_GLOO_HOSTNAME (an address or
 // host name), GLOO_SOCKET_IFNAME (an interface), the address the library advertises for this
 // rank (`host_addr`: the local address of its connection to the rendezvous store, which peers
@@ -22,13 +20,13 @@
 // Deadlines: a group's `timeout_ms` is what is left of the init deadline. Every store wait of a
 // full-mesh connect runs to that deadline (whatever timeout gloo asks for), and gloo's pair
 // connect, which waits up to 5x the context timeout, runs with a context timeout of a fifth of
-// it, so no connect outlives the deadline.
+// it, so no connect outlives the deadline. Each collective runs to its communicator's timeout
+// (a child's: its group's); a child's names the members it did not hear from.
 //
 // No C++ exception leaves this file: every slot catches, returns an mcore_status code and keeps
 // the message for `last_error` (per thread).
 
 #include <algorithm>
-#include <optional>
 #include <unordered_map>
 #include <mcore_backend.h>
 
@@ -37,13 +35,17 @@
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -99,72 +101,54 @@ struct StatusError : std::runtime_error {
   int32_t status;
 };
 
-// gloo::rendezvous::Store over the library's mcore_backend_store callbacks.
-class CallbackStore : public gloo::rendezvous::Store {
+// The mesh rendezvous over the library's mcore_backend_store callbacks: each rank sets its key
+// `"<group rank>"`, then reads every peer's (see MeshContext).
+class CallbackStore {
  public:
-  // `global_ranks` (group_size entries) lets messages say whose key is missing. Every key gloo
-  // uses is stored as `prefix + key` (the prefix keeps a split's keys apart from the world's).
+  // `global_ranks` (group_size entries) lets messages say whose key is missing.
   CallbackStore(const mcore_backend_store* store, std::chrono::milliseconds timeout,
-                std::vector<uint32_t> global_ranks, size_t self_rank, std::string prefix)
+                std::vector<uint32_t> global_ranks, size_t self_rank)
       : s_(store),
         deadline_(std::chrono::steady_clock::now() + timeout),
         global_ranks_(std::move(global_ranks)),
-        self_rank_(self_rank),
-        prefix_(std::move(prefix)) {}
+        self_rank_(self_rank) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override {
-    const std::string full = prefix_ + key;
-    check(s_->set(s_->ctx, full.c_str(), reinterpret_cast<const uint8_t*>(data.data()), data.size()), "set", full);
+  void set(const std::string& key, const std::vector<char>& data) {
+    check(s_->set(s_->ctx, key.c_str(), reinterpret_cast<const uint8_t*>(data.data()), data.size()), "set", key);
   }
 
-  // Blocks until the key exists (gloo relies on it), bounded by the group's deadline. The first
-  // read of a peer's key waits for that key of every peer and fetches them in one multi_get (when
-  // the library offers it), so a group's rendezvous costs a fixed number of store round trips
-  // whatever its size.
-  std::vector<char> get(const std::string& key) override {
-    if (auto v = take_cached(key)) return std::move(*v);
-    if (prefetch_family(key)) {
-      if (auto v = take_cached(key)) return std::move(*v);
-    }
-    wait_until_deadline({key});
-    // One call with a buffer that usually fits; a second only when it does not.
-    const std::string full = prefix_ + key;
-    std::vector<char> out(4096);
-    size_t len = 0;
-    int32_t rc = s_->get(s_->ctx, full.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
-    if (rc == MCORE_STATUS_BUFFER_TOO_SMALL) {
+  // Peer `key`'s value, waiting for it until the group's deadline. The first read waits for
+  // every peer's key and fetches them all in one multi_get (when the library offers it), so a
+  // group's rendezvous costs a fixed number of store round trips whatever its size.
+  std::vector<char> get(const std::string& key) {
+    if (cache_.empty() && !prefetch_peers()) {
+      wait_until_deadline({key});
+      // One call with a buffer that usually fits; a second only when it does not.
+      std::vector<char> out(4096);
+      size_t len = 0;
+      int32_t rc = s_->get(s_->ctx, key.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
+      if (rc == MCORE_STATUS_BUFFER_TOO_SMALL) {
+        out.resize(len);
+        rc = s_->get(s_->ctx, key.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
+      }
+      check(rc, "get", key);
       out.resize(len);
-      rc = s_->get(s_->ctx, full.c_str(), reinterpret_cast<uint8_t*>(out.data()), out.size(), &len);
+      return out;
     }
-    check(rc, "get", full);
-    out.resize(len);
-    return out;
+    auto it = cache_.find(key);
+    if (it == cache_.end()) throw StatusError(MCORE_STATUS_BACKEND, "store get '" + key + "': not a peer's key");
+    return std::move(it->second);
   }
-
-  void wait(const std::vector<std::string>& keys) override { wait_for(keys); }
-
-  // gloo passes its context timeout, which `connect` shortens for pair connects: store waits run
-  // to the group's deadline instead.
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override { wait_for(keys); }
 
  private:
-  // Waits for gloo's `keys`: a peer key of a family gloo reads for every peer is prefetched with
-  // its family (see prefetch_family).
-  void wait_for(const std::vector<std::string>& keys) {
-    if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return cache_.count(k) != 0; })) return;
-    if (keys.size() == 1 && prefetch_family(keys.front())) return;
-    wait_until_deadline(keys);
-  }
-
-  // Waits for gloo's `keys` (prefix added here) until the group's deadline (1 ms when passed).
+  // Waits for `keys` until the group's deadline (1 ms when passed).
   void wait_until_deadline(const std::vector<std::string>& keys) {
-    const std::vector<std::string> full = prefixed(keys);
     std::vector<const char*> ptrs;
-    ptrs.reserve(full.size());
-    for (const auto& k : full) ptrs.push_back(k.c_str());
+    ptrs.reserve(keys.size());
+    for (const auto& k : keys) ptrs.push_back(k.c_str());
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
     uint64_t ms = left.count() > 1 ? static_cast<uint64_t>(left.count()) : 1;
-    check(s_->wait(s_->ctx, ptrs.data(), ptrs.size(), ms), "wait", full.empty() ? std::string() : full.front());
+    check(s_->wait(s_->ctx, ptrs.data(), ptrs.size(), ms), "wait", keys.empty() ? std::string() : keys.front());
   }
 
   void check(int32_t rc, const char* op, const std::string& key) const {
@@ -187,19 +171,8 @@ class CallbackStore : public gloo::rendezvous::Store {
     throw StatusError(rc, std::string("store ") + op + " '" + key + "': " + detail + (ranks.empty() ? whose(key) : ranks));
   }
 
-  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
-    std::vector<std::string> out;
-    out.reserve(keys.size());
-    for (const auto& k : keys) out.push_back(prefix_ + k);
-    return out;
-  }
-
-  // connectFullMesh keys each rank's pair addresses by its decimal group rank (`<r>`) and its
-  // host name by `rank_<r>` (after our prefix).
-  std::string whose(const std::string& store_key) const {
-    if (store_key.compare(0, prefix_.size(), prefix_) != 0) return "";
-    const std::string gloo_key = store_key.substr(prefix_.size());
-    std::string key = gloo_key.rfind("rank_", 0) == 0 ? gloo_key.substr(5) : gloo_key;
+  // Keys are group ranks in decimal (`<r>`).
+  std::string whose(const std::string& key) const {
     if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) return "";
     size_t r = std::stoul(key);
     if (r >= global_ranks_.size()) return "";
@@ -207,37 +180,20 @@ class CallbackStore : public gloo::rendezvous::Store {
            ", which has not joined the group)";
   }
 
-  std::optional<std::vector<char>> take_cached(const std::string& key) {
-    auto it = cache_.find(key);
-    if (it == cache_.end()) return std::nullopt;
-    std::vector<char> v = std::move(it->second);
-    cache_.erase(it);
-    return v;
-  }
-
-  // connectFullMesh reads `<r>` of every peer r, and `rank_<r>` of every lower rank r (to find
-  // its local rank): fetch exactly those keys of `key`'s family at once, so no rank waits for a
-  // key gloo itself would not. False when `key` is of neither family or there is no multi_get.
-  // `key` is gloo's key (families are recognized before the prefix is added).
-  bool prefetch_family(const std::string& key) {
+  // Waits for every peer's key and fetches them in one multi_get into the cache. False when the
+  // library offers no multi_get.
+  bool prefetch_peers() {
     const bool has_multi_get = s_->struct_size >= offsetof(mcore_backend_store, multi_get) + sizeof(s_->multi_get) &&
                                s_->multi_get != nullptr;
-    const std::string family = key.rfind("rank_", 0) == 0 ? "rank_" : "";
-    const std::string digits = key.substr(family.size());
-    if (!has_multi_get || digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos || std::stoul(digits) >= global_ranks_.size()) {
-      return false;
-    }
+    if (!has_multi_get) return false;
     std::vector<std::string> keys;
-    const size_t end = family.empty() ? global_ranks_.size() : self_rank_;
-    for (size_t r = 0; r < end; ++r) {
-      if (r != self_rank_) keys.push_back(family + std::to_string(r));
+    for (size_t r = 0; r < global_ranks_.size(); ++r) {
+      if (r != self_rank_) keys.push_back(std::to_string(r));
     }
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) return false;
+    if (keys.empty()) return true;
     wait_until_deadline(keys);
-    const std::vector<std::string> full = prefixed(keys);
     std::vector<const char*> ptrs;
-    for (const auto& k : full) ptrs.push_back(k.c_str());
+    for (const auto& k : keys) ptrs.push_back(k.c_str());
     std::vector<size_t> lens(keys.size());
     std::vector<uint8_t> buf(64 * 1024);
     int32_t rc = s_->multi_get(s_->ctx, ptrs.data(), ptrs.size(), buf.data(), buf.size(), lens.data());
@@ -247,7 +203,7 @@ class CallbackStore : public gloo::rendezvous::Store {
       buf.resize(total);
       rc = s_->multi_get(s_->ctx, ptrs.data(), ptrs.size(), buf.data(), buf.size(), lens.data());
     }
-    check(rc, "multi_get", prefix_ + key);
+    check(rc, "multi_get", keys.front());
     size_t at = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       cache_[keys[i]] = std::vector<char>(buf.begin() + at, buf.begin() + at + lens[i]);
@@ -260,8 +216,7 @@ class CallbackStore : public gloo::rendezvous::Store {
   std::chrono::steady_clock::time_point deadline_;
   std::vector<uint32_t> global_ranks_;
   size_t self_rank_;
-  std::string prefix_;
-  // Prefetched values by gloo key (without the prefix).
+  // Every peer's value by key, once prefetched.
   std::unordered_map<std::string, std::vector<char>> cache_;
 };
 
@@ -295,17 +250,24 @@ struct Plugin {
 Plugin g_plugin;
 
 struct GlooComm {
+  // Its own full mesh (create_group, create_world), or the world's, shared (a split: see
+  // `members`).
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::string name;
   std::chrono::milliseconds timeout;
   uint32_t next_tag = 0;
-  // Set by create_world only: the store the library keeps valid until this communicator is
-  // destroyed, and the world's ranks, so it can be split.
-  const mcore_backend_store* store = nullptr;
+  // Set by create_world only: the world's ranks, so it can be split.
   uint32_t global_rank = 0;
   std::vector<uint32_t> global_ranks;
-  // How many times this world was split into each group name (keeps re-splits' keys apart).
+  // How many times this world was split into each group name (keeps re-splits' slots apart).
   std::unordered_map<std::string, uint32_t> splits;
+  // A split's child only (empty otherwise): its members' ranks in the world context `ctx`, in
+  // group order, this rank's index among them, and the slot space of its messages (see
+  // derived_slot).
+  std::vector<int> members;
+  uint32_t group_rank = 0;
+  uint64_t slot_id = 0;
+  std::vector<uint32_t> member_globals;
 };
 
 // Catches what escapes a slot's whole body (also std::bad_alloc while building a message), so
@@ -363,24 +325,119 @@ std::string check_group(const std::string& op, const mcore_backend_group_info* g
   return "";
 }
 
-// A context of `group`'s members connected as a full mesh through `store`, every key under
-// `prefix`. Throws on failure (callers run it inside `guarded`).
+// A full mesh like gloo's connectFullMesh (each rank publishes its pairs' addresses under its
+// group rank, `"<r>"`, and reads every peer's), with two changes. No host-name keys (gloo uses
+// them for a local rank that its TCP transport never reads). And the pairs connect in an order
+// that waits for no peer: gloo connects them in rank order, and on the side that listens a
+// connect waits for the peer to get there, so ranks wait on each other in chains; here the pairs
+// where this rank dials out connect first, all at once (each is independent of the peer's
+// progress: the kernel completes a connection to a listening socket, and each also waits for a
+// tick of the device's event loop, which they then share), then the listening ones are waited for.
+class MeshContext : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+
+  void connect_mesh(CallbackStore& store, const std::shared_ptr<gloo::transport::Device>& dev) {
+    auto tctx = dev->createContext(rank, size);
+    tctx->setTimeout(getTimeout());
+    std::vector<char> all;
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      auto bytes = published(tctx->createPair(i)->address());
+      all.insert(all.end(), bytes.begin(), bytes.end());
+    }
+    store.set(std::to_string(rank), all);
+    std::vector<int> dial, listen;
+    std::vector<std::vector<char>> peer(size);
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      auto theirs = store.get(std::to_string(i));
+      if (theirs.size() % (size - 1) != 0)
+        throw StatusError(MCORE_STATUS_PROTOCOL, "group rank " + std::to_string(i) + " published " +
+                                                     std::to_string(theirs.size()) + " bytes of addresses for " +
+                                                     std::to_string(size - 1) + " peers");
+      const size_t len = theirs.size() / (size - 1);
+      const size_t at = (rank > i ? rank - 1 : rank) * len;
+      peer[i].assign(theirs.begin() + at, theirs.begin() + at + len);
+      (dials(tctx->getPair(i)->address(), peer[i]) ? dial : listen).push_back(i);
+    }
+    std::vector<std::exception_ptr> errors(size);
+    auto connect_one = [&](int i) {
+      try {
+        tctx->getPair(i)->connect(peer[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t k = 1; k < dial.size(); ++k) {
+      try {
+        threads.emplace_back(connect_one, dial[k]);
+      } catch (...) {  // no thread to be had: connect it here
+        connect_one(dial[k]);
+      }
+    }
+    if (!dial.empty()) connect_one(dial[0]);
+    for (auto& t : threads) t.join();
+    auto first_error = [&] { return std::find_if(errors.begin(), errors.end(), [](auto& e) { return e != nullptr; }); };
+    for (size_t k = 0; k < listen.size() && first_error() == errors.end(); ++k) connect_one(listen[k]);
+    if (first_error() != errors.end()) std::rethrow_exception(*first_error());
+    device_ = dev;
+    transportContext_ = std::move(tctx);
+  }
+
+ private:
+  // `address` as gloo serializes it (its sockaddr_storage, then a sequence number), with the
+  // storage past the family's sockaddr zeroed: gloo never writes it, and it would otherwise
+  // leave the process uninitialized. Left as gloo made it if the layout is not that.
+  static std::vector<char> published(const gloo::transport::Address& address) {
+    auto bytes = address.bytes();
+    const auto& ss = static_cast<const gloo::transport::tcp::Address&>(address).getSockaddr();
+    const size_t used = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    if (bytes.size() >= sizeof(sockaddr_storage) && std::memcmp(bytes.data(), &ss, used) == 0)
+      std::fill(bytes.begin() + used, bytes.begin() + sizeof(sockaddr_storage), 0);
+    return bytes;
+  }
+
+  // Whether this side dials: gloo's rule (pair.cc, Pair::connect): the side whose address
+  // compares greater (IP bytes, then the port as stored) connects, the other listens.
+  static bool dials(const gloo::transport::Address& self, const std::vector<char>& peer_bytes) {
+    const auto& a = static_cast<const gloo::transport::tcp::Address&>(self).getSockaddr();
+    const gloo::transport::tcp::Address peer(peer_bytes);
+    const auto& b = peer.getSockaddr();
+    int rv = 0;
+    if (a.ss_family == AF_INET && b.ss_family == AF_INET) {
+      const auto* sa = reinterpret_cast<const sockaddr_in*>(&a);
+      const auto* sb = reinterpret_cast<const sockaddr_in*>(&b);
+      rv = std::memcmp(&sa->sin_addr, &sb->sin_addr, sizeof(in_addr));
+      if (rv == 0) rv = sa->sin_port - sb->sin_port;
+    } else if (a.ss_family == AF_INET6 && b.ss_family == AF_INET6) {
+      const auto* sa = reinterpret_cast<const sockaddr_in6*>(&a);
+      const auto* sb = reinterpret_cast<const sockaddr_in6*>(&b);
+      rv = std::memcmp(&sa->sin6_addr, &sb->sin6_addr, sizeof(in6_addr));
+      if (rv == 0) rv = sa->sin6_port - sb->sin6_port;
+    }
+    return rv > 0;
+  }
+};
+
+// A context of `group`'s members connected as a full mesh through `store` (see MeshContext).
+// Throws on failure (callers run it inside `guarded`).
 std::unique_ptr<GlooComm> connect(Plugin* plugin, const mcore_backend_group_info* group,
-                                  const mcore_backend_store* store, std::chrono::milliseconds timeout,
-                                  const std::string& prefix) {
+                                  const mcore_backend_store* store, std::chrono::milliseconds timeout) {
   auto comm = std::make_unique<GlooComm>();
   comm->name = group->name != nullptr ? group->name : "";
   comm->timeout = timeout;
-  comm->ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(group->group_rank),
-                                                          static_cast<int>(group->group_size));
+  auto ctx = std::make_shared<MeshContext>(static_cast<int>(group->group_rank), static_cast<int>(group->group_size));
   std::vector<uint32_t> ranks(group->global_ranks, group->global_ranks + group->group_size);
-  CallbackStore cb(store, timeout, std::move(ranks), group->group_rank, prefix);
+  CallbackStore cb(store, timeout, std::move(ranks), group->group_rank);
   const bool has_host_addr = group->struct_size >= offsetof(mcore_backend_group_info, host_addr) + sizeof(group->host_addr);
   auto device = plugin->get_device(has_host_addr ? group->host_addr : nullptr);
   // gloo waits up to 5x the context timeout for a pair to connect (see the file's header).
-  comm->ctx->setTimeout(std::max(timeout / 5, std::chrono::milliseconds(1)));
-  comm->ctx->connectFullMesh(cb, device);
-  comm->ctx->setTimeout(timeout);
+  ctx->setTimeout(std::max(timeout / 5, std::chrono::milliseconds(1)));
+  ctx->connect_mesh(cb, device);
+  ctx->setTimeout(timeout);
+  comm->ctx = std::move(ctx);
   return comm;
 }
 
@@ -404,9 +461,8 @@ int32_t create(const char* op, void* user_data, const mcore_backend_group_info* 
   const std::string name = group->name != nullptr ? group->name : "";
   return guarded("gloo connectFullMesh for group '" + name + "'" + rank_of(group), [&] {
     auto timeout = group_timeout(group->timeout_ms, kFallbackTimeout);
-    auto comm = connect(plugin, group, store, timeout, "");
+    auto comm = connect(plugin, group, store, timeout);
     if (world) {
-      comm->store = store;
       comm->global_rank = group->global_rank;
       comm->global_ranks.assign(group->global_ranks, group->global_ranks + group->group_size);
     }
@@ -426,8 +482,120 @@ int32_t gloo_create_world(void* user_data, const mcore_backend_group_info* group
                        [&] { return create("create_world", user_data, group, store, out_comm, true); });
 }
 
-// A split of a world communicator: members connect a new full mesh through the world's store
-// under `split/<group name>/<n>/`; a non-member (color -1, group NULL) gets NULL and does nothing.
+// Splits derive their children from the world's full mesh instead of connecting new ones: a
+// child is a view of the world context (its members' ranks in it, in group order) whose
+// collectives run over the world's pairs, in a slot space of its own. Creating one is local (no
+// store key, no connection, no message); its members meet at its first collective, which the
+// library runs to verify it. A slot is kDerivedSlotPrefix in the top byte (gloo's own
+// collectives use 0x01-0x08 there), 40 bits of FNV-1a of "<group name>/<n>" (n: how many
+// times this world was split into that name before; every member counts alike), 15 bits of the
+// child's collective counter and 1 bit for the phase. Different groups share a pair of ranks
+// only under different names, so their slots differ unless two names hash alike in 40 bits.
+constexpr uint64_t kDerivedSlotPrefix = 0xC5;
+
+uint64_t split_slot_id(const std::string& name, uint32_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const std::string text = name + "/" + std::to_string(n);
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return (kDerivedSlotPrefix << 56) | ((h & ((uint64_t{1} << 40) - 1)) << 16);
+}
+
+uint64_t derived_slot(const GlooComm* comm, uint32_t tag, uint32_t phase) {
+  return comm->slot_id | (uint64_t{tag & 0x7fff} << 1) | phase;
+}
+
+// " (group rank r = global rank g)" of member `i` of a child.
+std::string member_of(const GlooComm* comm, size_t i) {
+  return " (group rank " + std::to_string(i) + " = global rank " + std::to_string(comm->member_globals[i]) + ")";
+}
+
+// Waits until `buf` has completed a recv (or a send) with each member in `peers` (indices into
+// the child's members) by `deadline`. A timeout or failure names the members not done:
+// "<timed out|failed> <what> (group rank r = global rank g)...".
+void wait_members(const GlooComm* comm, gloo::transport::UnboundBuffer& buf, bool recv, const std::vector<size_t>& peers,
+                  std::chrono::steady_clock::time_point deadline, const std::string& what) {
+  std::vector<bool> done(peers.size(), false);
+  for (size_t k = 0; k < peers.size(); ++k) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() < 1) left = std::chrono::milliseconds(1);
+    int rank = -1;
+    try {
+      if (recv) {
+        buf.waitRecv(&rank, left);
+      } else {
+        buf.waitSend(&rank, left);
+      }
+    } catch (const gloo::IoException& e) {
+      std::string who;
+      for (size_t j = 0; j < peers.size(); ++j)
+        if (!done[j]) who += member_of(comm, peers[j]);
+      const bool timed_out = std::string(e.what()).find("Timed out") != std::string::npos;
+      throw StatusError(timed_out ? MCORE_STATUS_TIMEOUT : MCORE_STATUS_PEER_FAILED,
+                        (timed_out ? "timed out " : "failed ") + what + who + " (gloo: " + e.what() + ")");
+    }
+    for (size_t j = 0; j < peers.size(); ++j) {
+      if (!done[j] && comm->members[peers[j]] == rank) {
+        done[j] = true;
+        break;
+      }
+    }
+  }
+}
+
+// In-place sum over a child: every member sends its values to group rank 0, which adds them in
+// group order (wrapping, as two's complement) and sends the sum back. Two message rounds and
+// 2 (n - 1) messages, over pairs that already exist.
+void derived_allreduce(GlooComm* comm, int64_t* data, size_t count) {
+  const size_t n = comm->members.size();
+  if (n == 1 || count == 0) return;
+  if (count > SIZE_MAX / sizeof(int64_t) / n)
+    throw StatusError(MCORE_STATUS_INVALID_ARGUMENT, "count " + std::to_string(count) + " too large for a group of " +
+                                                         std::to_string(n));
+  const size_t bytes = count * sizeof(int64_t);
+  const uint32_t tag = comm->next_tag++;
+  const auto deadline = std::chrono::steady_clock::now() + comm->timeout;
+  const std::string of = " of '" + comm->name + "'";
+  if (comm->group_rank != 0) {
+    const int root = comm->members[0];
+    auto buf = comm->ctx->createUnboundBuffer(data, bytes);
+    // The sum can only arrive after the root has all of this rank's values, so one buffer
+    // serves both directions.
+    buf->recv(root, derived_slot(comm, tag, 1));
+    buf->send(root, derived_slot(comm, tag, 0));
+    wait_members(comm, *buf, false, {0}, deadline, "sending values" + of + " to");
+    wait_members(comm, *buf, true, {0}, deadline, "waiting for the sum" + of + " from");
+    return;
+  }
+  // Root: receive the others' values in batches of at most ~8 MiB (at least one member each).
+  const size_t batch = std::max<size_t>(1, std::min(n - 1, (size_t{8} << 20) / bytes));
+  std::vector<int64_t> scratch(batch * count);
+  auto rbuf = comm->ctx->createUnboundBuffer(scratch.data(), scratch.size() * sizeof(int64_t));
+  std::vector<uint64_t> sum(data, data + count);
+  for (size_t first = 1; first < n; first += batch) {
+    std::vector<size_t> peers;
+    for (size_t i = first; i < std::min(n, first + batch); ++i) {
+      rbuf->recv(comm->members[i], derived_slot(comm, tag, 0), (i - first) * bytes, bytes);
+      peers.push_back(i);
+    }
+    wait_members(comm, *rbuf, true, peers, deadline, "collecting values" + of + " from");
+    for (size_t k = 0; k < peers.size(); ++k)
+      for (size_t j = 0; j < count; ++j) sum[j] += static_cast<uint64_t>(scratch[k * count + j]);
+  }
+  for (size_t j = 0; j < count; ++j) data[j] = static_cast<int64_t>(sum[j]);
+  auto sbuf = comm->ctx->createUnboundBuffer(data, bytes);
+  std::vector<size_t> others;
+  for (size_t i = 1; i < n; ++i) {
+    sbuf->send(comm->members[i], derived_slot(comm, tag, 1));
+    others.push_back(i);
+  }
+  wait_members(comm, *sbuf, false, others, deadline, "sending the sum" + of + " to");
+}
+
+// A split of a world communicator: a member gets a child derived from the world's mesh (see
+// split_slot_id); a non-member (color -1, group NULL) gets NULL. Nothing is sent.
 int32_t gloo_split(void* user_data, void* parent_ptr, int32_t color, int32_t key, const mcore_backend_group_info* group,
                    void** out_comm) {
   return slot_boundary("split", [&]() -> int32_t {
@@ -448,9 +616,9 @@ int32_t gloo_split(void* user_data, void* parent_ptr, int32_t color, int32_t key
     const std::string what = "gloo split of '" + parent->name + "' into '" + name + "'";
     if (color < 0)
       return invalid(what + ": color " + std::to_string(color) + " with a group (only a non-member passes -1)");
-    if (parent->store == nullptr)
+    if (parent->global_ranks.empty())
       return invalid(what + ": splits need a world communicator from create_world; '" + parent->name +
-                     "' was made by create_group or split and has no store to rendezvous through");
+                     "' was made by create_group or split");
     if (key < 0 || static_cast<uint32_t>(key) != group->group_rank)
       return invalid(what + ": key " + std::to_string(key) + " disagrees with group rank " +
                      std::to_string(group->group_rank) +
@@ -465,11 +633,19 @@ int32_t gloo_split(void* user_data, void* parent_ptr, int32_t color, int32_t key
         return invalid(what + ": global rank " + std::to_string(r) + " is not in the world of " +
                        std::to_string(parent->global_ranks.size()) + " ranks");
     }
-    auto* plugin = static_cast<Plugin*>(user_data);
-    return guarded(what + rank_of(group) + ", connectFullMesh", [&] {
-      auto timeout = group_timeout(group->timeout_ms, parent->timeout);
-      const uint32_t n = parent->splits[name]++;
-      auto comm = connect(plugin, group, parent->store, timeout, "split/" + name + "/" + std::to_string(n) + "/");
+    (void)user_data;
+    return guarded(what + rank_of(group), [&] {
+      auto comm = std::make_unique<GlooComm>();
+      comm->name = name;
+      comm->timeout = group_timeout(group->timeout_ms, parent->timeout);
+      comm->ctx = parent->ctx;
+      comm->group_rank = group->group_rank;
+      comm->member_globals.assign(group->global_ranks, group->global_ranks + group->group_size);
+      for (uint32_t r : comm->member_globals) {
+        auto at = std::find(parent->global_ranks.begin(), parent->global_ranks.end(), r);
+        comm->members.push_back(static_cast<int>(at - parent->global_ranks.begin()));
+      }
+      comm->slot_id = split_slot_id(name, parent->splits[name]++);
       *out_comm = comm.release();
     });
   });
@@ -483,6 +659,7 @@ int32_t gloo_allreduce_sum_i64(void*, void* comm_ptr, int64_t* inout, size_t cou
     auto* comm = static_cast<GlooComm*>(comm_ptr);
     return guarded("gloo allreduce_sum_i64 on group '" + comm->name + "'", [&] {
       if (count == 0) return;
+      if (!comm->members.empty()) return derived_allreduce(comm, inout, count);
       gloo::AllreduceOptions opts(comm->ctx);
       opts.setOutput(inout, count);
       void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<int64_t>;
@@ -499,6 +676,10 @@ int32_t gloo_barrier(void*, void* comm_ptr) {
     if (comm_ptr == nullptr) return invalid("gloo barrier: comm is NULL");
     auto* comm = static_cast<GlooComm*>(comm_ptr);
     return guarded("gloo barrier on group '" + comm->name + "'", [&] {
+      if (!comm->members.empty()) {
+        int64_t token = 0;
+        return derived_allreduce(comm, &token, 1);
+      }
       gloo::BarrierOptions opts(comm->ctx);
       opts.setTag(comm->next_tag++);
       opts.setTimeout(comm->timeout);
@@ -549,11 +730,12 @@ mcore_backend_v1 make_vtable() {
   vt.destroy_comm = &gloo_destroy_comm;
   vt.last_error = &gloo_last_error;
   vt.finalize = &gloo_finalize;
-  // Gloo has no native split: each split is a full mesh like create_group, plus the world mesh.
-  // Contexts are independent (own pairs, own listening sockets; the shared device is created
+  // Splits are derived from the world's mesh (no flag asks for per group). Contexts of
+  // create_group are independent (own pairs, own listening sockets; the shared device is created
   // under a lock and its event loop takes registrations from any thread), so create_group may
-  // run for several groups at once: the library then connects a rank's meshes concurrently.
-  vt.flags = MCORE_BACKEND_FLAG_PREFER_PER_GROUP | MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
+  // run for several groups at once; collectives of different communicators, a world's children
+  // included (each in its own slots), may run on several threads at once.
+  vt.flags = MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
   return vt;
 }
 
