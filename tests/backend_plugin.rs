@@ -760,7 +760,7 @@ fn gloo_split_child() {
                     text.contains("'pair/0'") && text.contains("timed out") && text.contains("global rank 1"),
                     "{text}"
                 );
-                assert_eq!(e.status(), mcore_status::Timeout, "{text}");
+                assert_eq!(status_of(&e), mcore_status::Timeout, "{text}");
                 base.set("missing-done", b"1").unwrap();
                 child.destroy().unwrap();
             }
