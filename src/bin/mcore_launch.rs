@@ -288,7 +288,8 @@ struct LaunchDir(std::path::PathBuf);
 
 impl LaunchDir {
     fn create(run_id: &str) -> Result<LaunchDir, String> {
-        let path = std::env::temp_dir().join(run_id);
+        // Per launcher: several launchers of one run (one per node) may share a machine.
+        let path = std::env::temp_dir().join(format!("{run_id}-launcher-{}", std::process::id()));
         std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         let _ = std::fs::remove_file(path.join("recoverable"));
         Ok(LaunchDir(path))
