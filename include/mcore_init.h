@@ -722,7 +722,6 @@ int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
  * and expert-data-parallel replicas leave; tp, pp, cp, ep, etp and the order are kept.
  * `failed`/`spares` may be NULL when their count is 0. When no valid layout remains the status
  * is INVALID_CONFIG and the message says "no valid layout remains" and names the failed ranks.
- * `t` must outlive the plan.
  *
  * # Safety
  * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.

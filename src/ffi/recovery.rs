@@ -5,28 +5,23 @@
 use super::args::{fill_items, fill_ranks, out_ptr, slice_arg};
 use super::boundary::ffi_guard;
 use super::error::FfiError;
+use super::handle;
 use super::mcore_status;
-use super::topology::{derived_handle, kind_to_c, mcore_topology, topo};
+use super::topology::config::UserData;
+use super::topology::{kind_to_c, mcore_topology, topo, topology_handle, user_data_of};
 use crate::topology::{plan_recovery, RecoveryPlan};
+use std::sync::Arc;
 
 /// A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
 pub struct mcore_recovery_plan {
-    _private: [u8; 0],
-}
-
-/// What a plan handle points to: the plan and the topology handle it came from (for its user
-/// data, shared by the new layout's callbacks).
-struct PlanHandle {
     plan: RecoveryPlan,
-    from: *const mcore_topology,
+    /// The planned topology's user data (its callbacks serve the new layout too).
+    user: Option<Arc<UserData>>,
 }
 
-fn plan<'a>(p: *const mcore_recovery_plan) -> Result<&'a PlanHandle, FfiError> {
-    if p.is_null() {
-        return Err(FfiError::invalid_arg("plan is NULL"));
-    }
-    // SAFETY: non-NULL plan handles come from mcore_recovery_plan_create (a boxed PlanHandle).
-    Ok(unsafe { &*p.cast::<PlanHandle>() })
+fn plan<'a>(p: *const mcore_recovery_plan) -> Result<&'a mcore_recovery_plan, FfiError> {
+    // SAFETY: NULL or a live handle from mcore_recovery_plan_create (the API contract).
+    unsafe { handle::borrow(p, "plan") }
 }
 
 /// Plan the next layout of `t` without the `n_failed` ranks of `failed`, with the `n_spares`
@@ -35,7 +30,6 @@ fn plan<'a>(p: *const mcore_recovery_plan) -> Result<&'a PlanHandle, FfiError> {
 /// and expert-data-parallel replicas leave; tp, pp, cp, ep, etp and the order are kept.
 /// `failed`/`spares` may be NULL when their count is 0. When no valid layout remains the status
 /// is INVALID_CONFIG and the message says "no valid layout remains" and names the failed ranks.
-/// `t` must outlive the plan.
 ///
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
@@ -55,7 +49,7 @@ pub unsafe extern "C" fn mcore_recovery_plan_create(
         let failed = unsafe { slice_arg(failed, n_failed, "failed") }?;
         let spares = unsafe { slice_arg(spares, n_spares, "spares") }?;
         let plan = plan_recovery(layout, failed, spares)?;
-        *out = Box::into_raw(Box::new(PlanHandle { plan, from: t })).cast::<mcore_recovery_plan>();
+        *out = handle::into_raw(mcore_recovery_plan { plan, user: user_data_of(t)? });
         Ok(())
     })
 }
@@ -67,10 +61,8 @@ pub unsafe extern "C" fn mcore_recovery_plan_create(
 #[no_mangle]
 pub unsafe extern "C" fn mcore_recovery_plan_destroy(p: *mut mcore_recovery_plan) {
     let _ = ffi_guard(|| {
-        if !p.is_null() {
-            // SAFETY: created by Box::into_raw in mcore_recovery_plan_create.
-            drop(unsafe { Box::from_raw(p.cast::<PlanHandle>()) });
-        }
+        // SAFETY: NULL or a handle from mcore_recovery_plan_create, not used afterwards.
+        unsafe { handle::destroy(p) };
         Ok(())
     });
 }
@@ -88,8 +80,7 @@ pub unsafe extern "C" fn mcore_recovery_plan_topology(
     ffi_guard(|| {
         let out = out_ptr(out, "out")?;
         let h = plan(p)?;
-        // SAFETY: the plan's topology handle outlives it (the contract of mcore_recovery_plan_create).
-        *out = unsafe { derived_handle(h.from, h.plan.topology.clone()) }?;
+        *out = topology_handle(h.plan.topology.clone(), h.user.clone());
         Ok(())
     })
 }

@@ -27,18 +27,16 @@ pub struct mcore_topology {
     _user: Option<Arc<UserData>>,
 }
 
-/// A new handle for `topology`, a layout derived from `t`'s (a recovery plan's): it shares `t`'s
-/// user data, which the derived layout's callbacks use.
-///
-/// # Safety
-/// `t` is NULL or a live handle from `mcore_topology_create`.
-pub(crate) unsafe fn derived_handle(
-    t: *const mcore_topology,
-    topology: Topology,
-) -> Result<*mut mcore_topology, FfiError> {
-    // SAFETY: the contract above.
-    let user = unsafe { handle::borrow(t, "topology") }?._user.clone();
-    Ok(handle::into_raw(mcore_topology { topology, _user: user }))
+/// A new handle for `topology` with the caller's `user` data (a layout derived from another
+/// handle's, e.g. a recovery plan's, shares that handle's user data: its callbacks serve both).
+pub(crate) fn topology_handle(topology: Topology, user: Option<Arc<UserData>>) -> *mut mcore_topology {
+    handle::into_raw(mcore_topology { topology, _user: user })
+}
+
+/// The user data of handle `t`, for a layout derived from it.
+pub(crate) fn user_data_of(t: *const mcore_topology) -> Result<Option<Arc<UserData>>, FfiError> {
+    // SAFETY: NULL or a live handle from mcore_topology_create (the API contract).
+    Ok(unsafe { handle::borrow(t, "topology") }?._user.clone())
 }
 
 /// The layout behind a handle.
@@ -137,7 +135,7 @@ pub unsafe extern "C" fn mcore_topology_create(
         let (config, user) = config_from_c(&c)?;
         match Topology::new(config, world_size) {
             Ok(topology) => {
-                *out = handle::into_raw(mcore_topology { topology, _user: user });
+                *out = topology_handle(topology, user);
                 Ok(())
             }
             Err(e) => {
