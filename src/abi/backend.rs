@@ -2,7 +2,7 @@
 //! ([`mcore_backend_v1`]), the group description it receives ([`mcore_backend_group_info`]), the
 //! store callbacks it rendezvous through ([`mcore_backend_store`]) and the plugin entry point.
 //! Plain C types only: the host side (validating and calling a vtable, the store callbacks) is
-//! `crate::backend::plugin`; the exports that register one are `crate::ffi::backend`.
+//! `crate::backend::plugin`; the exports that register one are in the C layer (src/ffi/backend.rs).
 //!
 //! Versioning (docs/abi.md, "Backend plugin vtables"): `struct_size` first, then `abi_version`;
 //! new slots only at the end; a NULL slot means "not supported". A vtable's `struct_size` must be

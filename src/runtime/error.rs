@@ -1,4 +1,5 @@
-//! The one error type of the runtime (its C status is decided in `crate::ffi`'s status map).
+//! The one error type of the runtime (its C status is decided by the C layer's status map,
+//! src/ffi/status_map.rs).
 
 use super::checkin::CheckinError;
 use super::env::EnvError;

@@ -90,7 +90,8 @@ fn from_store(e: StoreError) -> (mcore_status, String) {
 }
 
 /// The status a store failure has in the plugin ABI's store callbacks. The C API reports store
-/// failures with the same statuses: `crate::ffi`'s status map calls this for `StoreError`.
+/// failures with the same statuses: the C layer's status map (src/ffi/status_map.rs) calls this
+/// for `StoreError`.
 pub fn store_error_status(e: &StoreError) -> mcore_status {
     match e {
         StoreError::Timeout { .. } => mcore_status::Timeout,
