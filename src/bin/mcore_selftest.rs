@@ -185,6 +185,8 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
         },
         // Per kind: the time this rank spent creating its communicator (split collective or init).
         "create_s": rt.groups.iter().map(|g| (g.plan.kind.to_string(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
+        // Kinds whose groups use another kind's communicator (same members and options).
+        "reused_kinds": rt.groups.iter().filter(|g| g.comm_name != g.plan.name()).map(|g| g.plan.kind.to_string()).collect::<Vec<_>>(),
         "kinds": rt.groups.iter().map(|g| g.plan.kind.to_string()).collect::<Vec<_>>(),
     })
 }
@@ -458,8 +460,11 @@ mod human {
     /// Creation time per kind of this rank's communicators, slowest first, three to a line.
     pub fn create_table(j: &Value) -> String {
         let Some(map) = j["create_s"].as_object() else { return String::new() };
-        // Kinds that reuse another kind's communicator take no measurable time: counted, not listed.
-        let mut rows: Vec<(&String, f64)> = map.iter().map(|(k, v)| (k, secs(v))).filter(|r| r.1 >= 5e-5).collect();
+        // Kinds that reuse another kind's communicator: counted, not listed.
+        let reused: Vec<&str> =
+            j["reused_kinds"].as_array().map_or(Vec::new(), |v| v.iter().filter_map(Value::as_str).collect());
+        let mut rows: Vec<(&String, f64)> =
+            map.iter().filter(|(k, _)| !reused.contains(&k.as_str())).map(|(k, v)| (k, secs(v))).collect();
         rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
         let mut out = format!(
             "communicator creation per kind (rank {}, ms, slowest first; {} more kinds reuse one):\n",
