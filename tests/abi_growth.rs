@@ -113,6 +113,14 @@ fn compile_and_run(dir: &Path, name: &str, include: &Path, define: Option<&str>)
 fn a_caller_with_a_grown_layout_config_reads_right_and_init_args_do_not_move() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join(format!("mcore-abi-growth-{}", std::process::id()));
+    // Removed however the test ends.
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = RemoveOnDrop(dir.clone());
     let newer_include = dir.join("newer-include");
     std::fs::create_dir_all(&newer_include).unwrap();
     // The newer header: our two headers, with a field appended to mcore_topology_config.
@@ -125,7 +133,6 @@ fn a_caller_with_a_grown_layout_config_reads_right_and_init_args_do_not_move() {
 
     let ours = compile_and_run(&dir, "ours", &root.join("include"), None);
     let newer = compile_and_run(&dir, "newer", &newer_include, Some("NEWER"));
-    std::fs::remove_dir_all(&dir).unwrap();
 
     let line = |out: &str, prefix: &str| {
         out.lines()
