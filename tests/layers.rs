@@ -68,8 +68,9 @@ fn chain(text: &str, at: usize) -> Vec<String> {
     out
 }
 
-/// Every module path `file` (at module path `me`, `is_mod_rs` when it is a mod.rs) refers to.
-fn references(text: &str, me: &[String], is_mod_rs: bool) -> Vec<Vec<String>> {
+/// Every module path a file at module path `me` refers to (`super` of `a::b`, whether the file
+/// is `a/b.rs` or `a/b/mod.rs`, is `a`).
+fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for line in text.lines() {
         let code = line.split("//").next().unwrap_or("");
@@ -85,10 +86,7 @@ fn references(text: &str, me: &[String], is_mod_rs: bool) -> Vec<Vec<String>> {
                 continue;
             }
             let mut base: Vec<String> = me.to_vec();
-            // In a mod.rs, `super` is the parent of the module the file is.
-            if is_mod_rs || !base.is_empty() {
-                base.pop();
-            }
+            base.pop();
             let mut rest = start + "super::".len();
             while code[rest..].starts_with("super::") {
                 base.pop();
@@ -115,8 +113,7 @@ fn imports_run_one_way_and_no_two_files_import_each_other() {
     let mut wrong_way = Vec::new();
     for (me, path) in &modules {
         let text = std::fs::read_to_string(path).unwrap();
-        let is_mod_rs = path.file_name().is_some_and(|f| f == "mod.rs");
-        for r in references(&text, me, is_mod_rs) {
+        for r in references(&text, me) {
             let Some(target) = resolve(&r, &modules) else { continue };
             if target == me {
                 continue;
@@ -144,14 +141,9 @@ fn the_check_sees_a_wrong_way_import() {
     let mut modules = BTreeMap::new();
     modules.insert(vec!["ffi".to_string()], PathBuf::from("ffi/mod.rs"));
     modules.insert(vec!["backend".to_string(), "x".to_string()], PathBuf::from("backend/x.rs"));
-    let refs =
-        references("use crate::ffi::FfiError; // crate::runtime in a comment", &["backend".into(), "x".into()], false);
+    let refs = references("use crate::ffi::FfiError; // crate::runtime in a comment", &["backend".into(), "x".into()]);
     assert_eq!(refs, vec![vec!["ffi".to_string(), "FfiError".to_string()]]);
     assert_eq!(resolve(&refs[0], &modules), Some(&vec!["ffi".to_string()]));
-    let sup = references(
-        "use super::super::abi::mcore_status;",
-        &["backend".into(), "plugin".into(), "vtable".into()],
-        false,
-    );
+    let sup = references("use super::super::abi::mcore_status;", &["backend".into(), "plugin".into(), "vtable".into()]);
     assert_eq!(sup, vec![vec!["backend".to_string(), "abi".to_string(), "mcore_status".to_string()]]);
 }
