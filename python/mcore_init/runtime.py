@@ -172,7 +172,8 @@ def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) 
     """Recover after a failure (``mcore_reinitialize``, docs/recovery.md): agree with the other
     survivors on the failed ranks (``suspected`` ones this rank knows of; the others are found by
     their absence within ``window`` seconds, default 3), re-form the groups of the next layout
-    and verify them. Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
+    and verify them. Works on an initialized runtime, and after an :func:`initialize` that failed
+    for a peer (a rank missing at check-in, a group that timed out or lost a peer). Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
     "failed", "agree_seconds", "seconds"}``; with ``left`` true this process is not on the new
     layout and should exit. Raises :class:`McoreError` (e.g. "no valid layout remains")."""
     sus = [int(r) for r in suspected]
@@ -187,3 +188,20 @@ def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) 
         "world_size": out.new_world_size, "failed": list(failed[: min(out.n_failed, len(failed))]),
         "agree_seconds": out.agree_seconds, "seconds": out.total_seconds,
     }
+
+
+_check_health = declare(
+    "mcore_check_health", _status, ctypes.c_double, _P(ctypes.c_bool), _P(ctypes.c_uint32), ctypes.c_size_t,
+    _P(ctypes.c_size_t),
+)
+
+
+def check_health(window: Optional[float] = None) -> Optional[List[int]]:
+    """A health check of the world through the store (``mcore_check_health``), collective: call it
+    at the same points on every rank. ``None`` when every rank came within ``window`` seconds
+    (default 3) and no recovery was requested; else the ranks to suspect (possibly empty), to
+    pass to :func:`reinitialize`."""
+    healthy, n = ctypes.c_bool(), ctypes.c_size_t()
+    buf = (ctypes.c_uint32 * 4096)()
+    check(_check_health(float(window or 0.0), ctypes.byref(healthy), buf, len(buf), ctypes.byref(n)))
+    return None if healthy.value else list(buf[: min(n.value, len(buf))])

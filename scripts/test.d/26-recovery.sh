@@ -10,6 +10,11 @@
 #   3. --fail-rank 1,2,4,6 (a rank of every replica): every survivor fails with "no valid layout
 #      remains", naming the failed ranks, and the launcher exits non-zero (it stops the others at
 #      the first error exit, so only the lines printed by then are checked, one at least).
+#   4. --fail-rank 5 --fail-at before: rank 5 SIGKILLs itself before initializing; the others'
+#      init fails at check-in naming rank 5 (after MCORE_INIT_TIMEOUT), and they recover from that
+#      failed init to the same layout as in 1;
+#   5. --fail-at during: rank 5 SIGKILLs itself once every rank has checked in; the others'
+#      communicator creation fails naming rank 5, and they recover likewise.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
@@ -25,18 +30,19 @@ cargo build --release --locked --bin mcore-launch --bin mcore-selftest >/dev/nul
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run NAME FAIL_RANKS: the launcher's output in $tmp/NAME.out, its status in $tmp/NAME.rc
+# run NAME FAIL_RANKS [FAIL_AT INIT_TIMEOUT]: the launcher's output in $tmp/NAME.out, its status
+# in $tmp/NAME.rc
 run() {
-  LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=60 timeout 150 ./target/release/mcore-launch --nproc 16 \
-    --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$2" --json \
-    >"$tmp/$1.out" 2>"$tmp/$1.err"
+  LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=${4:-60} timeout 150 ./target/release/mcore-launch \
+    --nproc 16 --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$2" \
+    --fail-at "${3:-after}" --json >"$tmp/$1.out" 2>"$tmp/$1.err"
   echo $? >"$tmp/$1.rc"
 }
 
 # check NAME EXPECTED_RC KILLED LEFT SURVIVORS NEW_WORLD: every line checked with Python
 check() {
   python3 - "$tmp/$1.out" "$(cat "$tmp/$1.rc")" "$2" "$3" "$4" "$5" "$6" <<'PY'
-import json, sys
+import json, re, sys
 path, rc, want_rc, killed, left, survivors, new_world = sys.argv[1:]
 ints = lambda s: [int(x) for x in s.split(",") if x]
 killed, left, survivors = ints(killed), ints(left), ints(survivors)
@@ -67,9 +73,12 @@ for r, o in sorted(rows.items()):
         if not (o.get("ok") and o.get("recovered") and o.get("world_size") == int(new_world)
                 and o.get("rank") == survivors.index(r) and o.get("failed") == killed and o.get("groups", 0) > 0):
             errors.append(f"rank {r}: expected new rank {survivors.index(r)} of {new_world}: {o}")
+        elif o.get("fail_at") != "after" and not re.search(rf"rank\(s\) {killed[0]}\b[^;]* never", o.get("detected", "")):
+            errors.append(f"rank {r}: the failed init should name rank {killed[0]}: {o.get('detected')}")
         else:
             print(f"  rank {r} -> {o['rank']}/{o['world_size']}: {o['groups']} groups verified, "
-                  f"recovery {o['recovery_seconds']:.3f} s")
+                  f"recovery {o['recovery_seconds']:.3f} s" + (f" after {o['detected_after_s']:.1f} s of init"
+                  if "detected_after_s" in o else ""))
     else:
         errors.append(f"rank {r}: unexpected line {o}")
 print("\n".join(errors))
@@ -96,5 +105,14 @@ if check every 1 1,2,4,6 "" "" refused >"$tmp/every.check"; then
 else
   bad "a rank of every replica killed: $(cat "$tmp/every.check")"; tail -5 "$tmp/every.err"
 fi
+for at in before during; do
+  run "$at" 5 "$at" 8
+  if check "$at" 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 >"$tmp/$at.check"; then
+    ok "rank 5 killed $at init: the failed init names it, 12 ranks recovered on tp 2 pp 2 dp 3, launcher exit 0"
+    grep -m1 "rank " "$tmp/$at.check"
+  else
+    bad "rank 5 killed $at init: $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
+  fi
+done
 echo "recovery: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -116,6 +116,8 @@ pub struct Runtime {
     /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
     pub(super) args: InitArgs,
     pub(super) attempt: String,
+    /// Health checks run so far (each uses its own generation of store keys).
+    pub(super) health_checks: AtomicU64,
 }
 
 impl Runtime {
@@ -142,6 +144,34 @@ impl Runtime {
 }
 
 static RUNTIME: IdempotentSlot<Runtime> = IdempotentSlot::new();
+
+/// A function told of each phase of an initialization as it begins; see [`set_phase_hook`].
+pub type PhaseHook = fn(InitPhase);
+
+/// The phases of an initialization, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitPhase {
+    /// Every rank has checked in; the communicators are about to be created.
+    CheckedIn,
+    /// The communicators exist; verification is about to run.
+    Created,
+}
+
+static PHASE_HOOK: Mutex<Option<PhaseHook>> = Mutex::new(None);
+
+/// Have `hook` called (on the initializing thread) as each [`InitPhase`] begins, e.g. to log
+/// progress or, in fault-injection tests, to kill this process in the middle of init
+/// (`mcore-selftest --fail-at during`). `None` removes it.
+pub fn set_phase_hook(hook: Option<PhaseHook>) {
+    *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+}
+
+fn phase(p: InitPhase) {
+    let hook = *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hook) = hook {
+        hook(p);
+    }
+}
 /// Distinguishes successive initializations of one process in store keys (destroy + re-init).
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
@@ -311,6 +341,10 @@ fn init_slot(
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
+    if reuse.is_none() && !RUNTIME.is_up() {
+        // A new attempt: the store of a failed one that nobody recovered goes.
+        discard_failed_init();
+    }
     let keep = reuse.as_ref().map(|r| r.2);
     let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
     RUNTIME
@@ -411,6 +445,7 @@ fn bring_up(
         host::publish(base.as_ref(), env.rank, &host)?;
         check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, left())?;
         let t_checkin = start.elapsed();
+        phase(InitPhase::CheckedIn);
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let host_addr = host.addr.to_string();
@@ -426,6 +461,7 @@ fn bring_up(
             created.groups.extend(made.groups);
         }
         let t_groups = start.elapsed();
+        phase(InitPhase::Created);
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank, backend.verifies_concurrently())?
         } else {
@@ -435,6 +471,21 @@ fn bring_up(
     })();
     let (CreatedGroups { groups, world, world_time }, communicators, t_checkin, t_groups) = match created {
         Ok(c) => c,
+        Err(e) if failed_for_a_peer(&e) => {
+            // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
+            // ranks whose init succeeded, through their health check): keep the store (a host
+            // keeps serving).
+            let suspected = match &e {
+                RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
+                _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
+            };
+            // As any failed init (below), so that ranks that do not recover read their error
+            // from a store that is still up; then the store is kept for recovery.
+            let arrived = env.world_size.saturating_sub(suspected.len() as u32);
+            leave(base.as_ref(), &env, arrived, (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now()));
+            keep_failed_init(FailedInit { env, topology, args: args.clone(), store, base, attempt, suspected });
+            return Err(e);
+        }
         Err(e) => {
             // Keep the store up until the ranks that arrived have read the verdict and left.
             let arrived = match &e {
@@ -472,7 +523,50 @@ fn bring_up(
         store,
         args: args.clone(),
         attempt,
+        health_checks: AtomicU64::new(0),
     })
+}
+
+/// Whether an initialization failed because a peer did not come or went away (a rank missing at
+/// check-in, a group whose creation or verification timed out or lost a peer): recovery can
+/// continue from it.
+fn failed_for_a_peer(e: &RuntimeError) -> bool {
+    use crate::backend::CommErrorKind as K;
+    match e {
+        RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
+        RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
+        _ => false,
+    }
+}
+
+/// An initialization that failed for a peer ([`failed_for_a_peer`]), kept so that
+/// `recovery::reinitialize` can continue from it: the layout, the store (a host keeps serving
+/// until this is dropped), the attempt's prefix, and the ranks the failure named.
+pub(super) struct FailedInit {
+    pub env: LaunchEnv,
+    pub topology: Topology,
+    pub args: InitArgs,
+    pub store: StoreHandles,
+    pub base: Arc<dyn Store>,
+    pub attempt: String,
+    pub suspected: Vec<u32>,
+}
+
+static FAILED_INIT: Mutex<Option<FailedInit>> = Mutex::new(None);
+
+/// Take the kept failed initialization out (recovery continues from it).
+pub(super) fn take_failed_init() -> Option<FailedInit> {
+    FAILED_INIT.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// Keep a failed initialization for recovery (again, when recovery was called with bad arguments).
+pub(super) fn keep_failed_init(failed: FailedInit) {
+    *FAILED_INIT.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed);
+}
+
+/// Drop a kept failed initialization (a store host stops serving). `false` when there was none.
+pub(super) fn discard_failed_init() -> bool {
+    take_failed_init().is_some()
 }
 
 /// Longest time the store host waits for the other ranks to leave.

@@ -12,10 +12,11 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::{initialize_on_store, take_runtime, with_runtime};
+use super::init::{initialize_on_store, keep_failed_init, take_failed_init, take_runtime, with_runtime, FailedInit};
 use super::store_setup::StoreHandles;
 use crate::store::{PrefixStore, Store};
 use crate::topology::plan_recovery;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,6 +121,7 @@ fn agree(
     rank: u32,
     world: u32,
     suspected: &[u32],
+    host: Option<u32>,
     window: Duration,
     deadline: Instant,
 ) -> Result<Vec<u32>, RuntimeError> {
@@ -133,6 +135,9 @@ fn agree(
     let window_end = (Instant::now() + window).min(deadline);
     let mut present = vec![false; world as usize];
     let mut named = vec![false; world as usize];
+    // The store's host is alive while the store answers: it counts as present even before its
+    // key arrives (its suspicions are still read when it does).
+    let alive = |r: usize, present: &[bool]| present[r] || host == Some(r as u32);
     loop {
         for r in 0..world {
             if present[r as usize] {
@@ -148,50 +153,168 @@ fn agree(
                 }
             }
         }
-        let settled = (0..world as usize).all(|r| present[r] || named[r]);
+        let settled = (0..world as usize).all(|r| alive(r, &present) || named[r]);
         if settled || Instant::now() >= window_end {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let proposal: Vec<u32> = (0..world).filter(|&r| !present[r as usize]).collect();
+    let proposal: Vec<u32> = (0..world).filter(|&r| !alive(r as usize, &present)).collect();
     let verdict = store.compare_set("recovery/verdict", b"", &encode(&proposal)).map_err(store_err)?;
     decode(&verdict, "recovery/verdict")
 }
 
-/// Recover the initialized runtime after a failure: agree on the failed ranks with the other
-/// survivors, plan the next layout, tear down every communicator (a peer is gone: none is
-/// used again) and create the new layout's groups, verified as at init. See the module docs.
-///
-/// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime up.
-/// Otherwise the runtime is torn down whatever the outcome; on an error (no valid layout
-/// remains, the store host failed, a wait ran out) it is not up again.
-pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
-    let start = Instant::now();
-    // Bad arguments leave the runtime as it is.
-    let (old_world, init_timeout) = with_runtime(|rt| (rt.env.world_size, rt.timeout))?;
-    let timeout = args.timeout.unwrap_or(init_timeout);
-    if timeout.is_zero() {
-        return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
+/// Tell every rank that a recovery has begun (their [`check_health`] reports it), naming the
+/// ranks this one suspects. The first request stands; a store failure is left to the agreement.
+fn request(store: &dyn Store, suspected: &[u32]) {
+    let _ = store.compare_set(REQUESTED_KEY, b"", &encode(suspected));
+}
+
+const REQUESTED_KEY: &str = "recovery/requested";
+
+/// The ranks named by the first recovery request, when one was made.
+fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
+    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    if !store.check(&[REQUESTED_KEY]).map_err(err)? {
+        return Ok(None);
     }
-    if let Some(&s) = args.suspected.iter().find(|&&s| s >= old_world) {
-        return Err(RuntimeError::InvalidArgument(format!(
-            "suspected rank {s} is not a rank of the world of {old_world}"
-        )));
+    Ok(Some(decode(&store.get(REQUESTED_KEY).map_err(err)?, REQUESTED_KEY)?))
+}
+
+/// What [`check_health`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Every rank of the world took part, and no recovery was requested.
+    Healthy,
+    /// A recovery is needed: a rank asked for one (its init or a collective failed), or these
+    /// ranks did not take part within the window. The ranks are the suspects to pass to
+    /// [`reinitialize`] (possibly empty).
+    Failed(Vec<u32>),
+}
+
+/// A health check of the initialized world through the store, collective over every rank (call it
+/// at the same points on every rank, e.g. every N steps): each rank checks in under a new
+/// generation of keys and waits until all have, at most `window` ([`DEFAULT_WINDOW`] when
+/// `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
+/// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
+/// Costs two store requests per rank plus one short wait per 50 ms of waiting.
+pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
+    let (base, rank, world, generation) = with_runtime(|rt| {
+        (rt.base.clone(), rt.env.rank, rt.env.world_size, rt.health_checks.fetch_add(1, Ordering::SeqCst))
+    })?;
+    if let Some(suspects) = requested(base.as_ref())? {
+        return Ok(Health::Failed(suspects));
     }
-    let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
-    let deadline = start + timeout;
-    let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
-    let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, .. } = rt;
-    // Abort: communicators with a dead peer are never used again (the backend's abort where it
-    // has one; dropping them closes their connections without a collective).
+    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    let key = |r: u32| format!("health/{generation}/{r}");
+    let (count, done) = (format!("health/{generation}/count"), format!("health/{generation}/done"));
+    base.set(&key(rank), b"1").map_err(err)?;
+    if base.add(&count, 1).map_err(err)? >= i64::from(world) {
+        base.set(&done, b"1").map_err(err)?;
+    }
+    let end = Instant::now() + window.unwrap_or(DEFAULT_WINDOW);
+    loop {
+        let step = end.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
+        match base.wait(&[done.as_str()], step) {
+            Ok(()) => return Ok(Health::Healthy),
+            Err(crate::store::StoreError::Timeout { .. }) => {}
+            Err(e) => return Err(err(e)),
+        }
+        if let Some(suspects) = requested(base.as_ref())? {
+            return Ok(Health::Failed(suspects));
+        }
+        if Instant::now() >= end {
+            let mut missing = Vec::new();
+            for r in 0..world {
+                if !base.check(&[key(r).as_str()]).map_err(err)? {
+                    missing.push(r);
+                }
+            }
+            return Ok(if missing.is_empty() { Health::Healthy } else { Health::Failed(missing) });
+        }
+    }
+}
+
+/// Where a recovery starts from: the live runtime, or an initialization that failed for a peer.
+struct Origin {
+    env: LaunchEnv,
+    topology: crate::topology::Topology,
+    args: super::init::InitArgs,
+    store: StoreHandles,
+    base: Arc<dyn Store>,
+    attempt: String,
+    suspected: Vec<u32>,
+}
+
+/// The live runtime as an [`Origin`], its communicators aborted: a peer is gone, so none is used
+/// again (the backend's abort where it has one; dropping closes their connections without a
+/// collective).
+fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
+    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, .. } = rt;
     for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
         comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
     }
-    drop(groups);
-    drop(world);
+    Origin { env, topology, args, store, base, attempt, suspected }
+}
+
+/// A failed initialization as an [`Origin`]: the ranks it named are suspected with `more`.
+fn from_failed_init(failed: FailedInit, more: &[u32]) -> Origin {
+    let FailedInit { env, topology, args, store, base, attempt, mut suspected } = failed;
+    suspected.extend(more);
+    Origin { env, topology, args, store, base, attempt, suspected }
+}
+
+/// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
+/// layout, and bring the new layout's groups up, verified as at init. See the module docs.
+///
+/// Runs on an initialized runtime (its communicators are aborted first: a peer is gone), or
+/// after an `initialize` that failed for a peer (a rank missing at check-in, a group that timed
+/// out or lost a peer), continuing on that attempt's store; the ranks that failure named are
+/// suspected along with `args.suspected`.
+///
+/// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime (or the
+/// failed init) as it was. Otherwise the runtime is torn down whatever the outcome; on an error
+/// (no valid layout remains, the store host failed, a wait ran out) it is not up again.
+pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
+    let start = Instant::now();
+    let check = |world: u32, init_timeout: Duration| -> Result<Duration, RuntimeError> {
+        let timeout = args.timeout.unwrap_or(init_timeout);
+        if timeout.is_zero() {
+            return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
+        }
+        if let Some(&s) = args.suspected.iter().find(|&&s| s >= world) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "suspected rank {s} is not a rank of the world of {world}"
+            )));
+        }
+        Ok(timeout)
+    };
+    let (origin, timeout) = match with_runtime(|rt| check(rt.env.world_size, rt.timeout)) {
+        Ok(checked) => {
+            let timeout = checked?;
+            let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
+            (from_runtime(rt, args.suspected.clone()), timeout)
+        }
+        Err(_) => {
+            let failed = take_failed_init().ok_or(RuntimeError::NotInitialized)?;
+            match check(failed.env.world_size, failed.args.timeout) {
+                Ok(timeout) => (from_failed_init(failed, &args.suspected), timeout),
+                Err(e) => {
+                    keep_failed_init(failed);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    let Origin { env, topology, args: init_args, store, base, attempt, suspected, .. } = origin;
+    let deadline = start + timeout;
+    let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let old_rank = env.rank;
-    let failed = agree(base.as_ref(), old_rank, old_world, &args.suspected, window, deadline)?;
+    let old_world = env.world_size;
+    request(base.as_ref(), &suspected);
+    // The rank hosting the store is alive while the store answers: never proposed failed.
+    let host = (!env.use_agent_store).then_some(0);
+    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, deadline)?;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
     let plan = match plan_recovery(&topology, &failed, &[]) {
@@ -273,7 +396,7 @@ mod tests {
             .iter()
             .map(|&r| {
                 let (store, suspects) = (store.clone(), if r == ranks[0] { suspects.to_vec() } else { vec![] });
-                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, window, deadline).unwrap())
+                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, None, window, deadline).unwrap())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -287,7 +410,8 @@ mod tests {
         assert!(verdicts.iter().all(|v| v == &vec![2, 5]), "{verdicts:?}");
         assert!(t.elapsed() >= Duration::from_millis(300));
         // A rank arriving after the verdict reads it, and finds itself failed.
-        let late = agree(store.as_ref(), 2, 6, &[], Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
+        let late =
+            agree(store.as_ref(), 2, 6, &[], None, Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
         assert_eq!(late.unwrap(), vec![2, 5]);
     }
 
@@ -302,6 +426,28 @@ mod tests {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
         let verdicts = run_agreement(&store, &[0, 1, 2], 3, &[], Duration::from_secs(15));
         assert!(verdicts.iter().all(|v| v.is_empty()), "{verdicts:?}");
+    }
+
+    #[test]
+    fn the_store_host_is_never_proposed_failed() {
+        // Rank 0 hosts the store and arrives late (after the window): alive while the store
+        // answers, so the verdict names only the rank nobody heard from.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let window = Duration::from_millis(200);
+        let verdicts: Vec<_> = [1u32, 2]
+            .map(|r| {
+                let store = store.clone();
+                std::thread::spawn(move || agree(store.as_ref(), r, 4, &[], Some(0), window, deadline).unwrap())
+            })
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        assert!(verdicts.iter().all(|v| v == &vec![3]), "{verdicts:?}");
+        assert_eq!(agree(store.as_ref(), 0, 4, &[], Some(0), window, deadline).unwrap(), vec![3]);
+        // Without the host rule the late rank 0 would have been proposed failed.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        assert_eq!(agree(store.as_ref(), 1, 3, &[], None, window, deadline).unwrap(), vec![0, 2]);
     }
 
     #[test]
