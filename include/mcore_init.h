@@ -391,6 +391,13 @@ typedef struct mcore_init_args {
    * overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
    */
   bool create_all_gather_groups;
+  /**
+   * Spare ranks (default 0): the last `spares` ranks of the world are outside the layout.
+   * `mcore_initialize` checks them in and returns OK with `mcore_is_spare()` true; they stand
+   * by in `mcore_reinitialize` until a recovery gives them a failed rank's place, or the job
+   * ends (docs/recovery.md).
+   */
+  uint32_t spares;
 } mcore_init_args;
 
 /**
@@ -1053,9 +1060,16 @@ mcore_status mcore_initialize(const struct mcore_init_args *args, bool *out_alre
 mcore_status mcore_destroy(void);
 
 /**
- * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+ * Whether `mcore_initialize` has brought a runtime up (not a spare's) and `mcore_destroy` not
+ * been called since.
  */
 bool mcore_is_initialized(void);
+
+/**
+ * Whether this rank is a spare standing by (`mcore_init_args.spares`): `mcore_initialize`
+ * returned OK without bringing a runtime up; call `mcore_reinitialize` to stand by.
+ */
+bool mcore_is_spare(void);
 
 /**
  * A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every

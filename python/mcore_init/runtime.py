@@ -38,7 +38,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
                order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
                seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
                comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=1, egtp=1,
-               create_all_gather_groups=False) -> bool:
+               create_all_gather_groups=False, spares=0) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -49,8 +49,10 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     YAML file; ``split_share``: children of a split share the parent's resources; ``device``:
     the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``); ``gtp``/``egtp``: Megatron-Core
     0.19's ``gtp_remat_size``/``expert_gtp_remat_size``; ``create_all_gather_groups``: also create
-    the all-gather twins of the dp-cp and (ep > 1) expert-dp groups (:func:`all_gather_group_ranks`).
-    Returns True
+    the all-gather twins of the dp-cp and (ep > 1) expert-dp groups (:func:`all_gather_group_ranks`);
+    ``spares``: the last ``spares`` ranks of the world stand by outside the layout (on those,
+    :func:`is_spare` is True afterwards and :func:`reinitialize` stands by until a recovery places
+    them or the job ends; docs/recovery.md). Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
@@ -71,6 +73,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
     args.split_share = bool(split_share)
     args.create_all_gather_groups = bool(create_all_gather_groups)
+    args.spares = int(spares)
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)
@@ -86,6 +89,14 @@ def destroy():
 
 def is_initialized() -> bool:
     return _is_initialized()
+
+
+_is_spare = declare("mcore_is_spare", ctypes.c_bool)
+
+
+def is_spare() -> bool:
+    """Whether this rank is a spare standing by (``initialize(spares=...)``)."""
+    return _is_spare()
 
 
 def world() -> Tuple[int, int]:

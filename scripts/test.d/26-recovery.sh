@@ -14,7 +14,9 @@
 #      init fails at check-in naming rank 5 (after MCORE_INIT_TIMEOUT), and they recover from that
 #      failed init to the same layout as in 1;
 #   5. --fail-at during: rank 5 SIGKILLs itself once every rank has checked in; the others'
-#      communicator creation fails naming rank 5, and they recover likewise.
+#      communicator creation fails naming rank 5, and they recover likewise;
+#   6. 17 ranks with --spares 1 --fail-rank 5: rank 16 stands by, takes rank 5's place (its
+#      coordinates, its groups) and the world stays 16 on tp 2 pp 2 dp 4, every group verified.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
@@ -32,10 +34,11 @@ trap 'rm -rf "$tmp"' EXIT
 
 # run NAME FAIL_RANKS [FAIL_AT INIT_TIMEOUT]: the launcher's output in $tmp/NAME.out, its status
 # in $tmp/NAME.rc
+# ($NPROC processes, 16 by default; $SPARES spares, none by default)
 run() {
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=${4:-60} timeout 150 ./target/release/mcore-launch \
-    --nproc 16 --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$2" \
-    --fail-at "${3:-after}" --json >"$tmp/$1.out" 2>"$tmp/$1.err"
+    --nproc "${NPROC:-16}" --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo \
+    --spares "${SPARES:-0}" --fail-rank "$2" --fail-at "${3:-after}" --json >"$tmp/$1.out" 2>"$tmp/$1.err"
   echo $? >"$tmp/$1.rc"
 }
 
@@ -114,5 +117,32 @@ for at in before during; do
     bad "rank 5 killed $at init: $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
   fi
 done
+NPROC=17 SPARES=1 run spare 5
+if python3 - "$tmp/spare.out" "$(cat "$tmp/spare.rc")" >"$tmp/spare.check" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("[rank ") and ": {" in line:
+        head, body = line.split(": ", 1)
+        rows[int(head[6:-1])] = json.loads(body)
+errors = [] if sys.argv[2] == "0" else [f"launcher exit {sys.argv[2]}"]
+if sorted(rows) != [r for r in range(17) if r != 5]:
+    errors.append(f"lines from ranks {sorted(rows)}, expected every rank but 5")
+for r, o in sorted(rows.items()):
+    new = 5 if r == 16 else r
+    if not (o.get("ok") and o.get("recovered") and o.get("world_size") == 16 and o.get("rank") == new
+            and o.get("failed") == [5] and o.get("groups", 0) > 0 and bool(o.get("spare")) == (r == 16)):
+        errors.append(f"rank {r}: expected new rank {new} of 16: {o}")
+if not errors:
+    print(f"  spare 16 -> 5/16: {rows[16]['groups']} groups verified, recovery {rows[16]['recovery_seconds']:.3f} s")
+print("\n".join(errors))
+sys.exit(1 if errors else 0)
+PY
+then
+  ok "a spare: 17 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4"
+  head -1 "$tmp/spare.check"
+else
+  bad "a spare took rank 5's place: $(cat "$tmp/spare.check")"; tail -5 "$tmp/spare.err"
+fi
 echo "recovery: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -24,7 +24,7 @@ fn usage() -> String {
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
-         [--fail-rank R[,R...] [--fail-at before|during|after] [--recovery-window SECONDS]]"
+         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|after] [--recovery-window SECONDS]]"
     )
 }
 
@@ -87,6 +87,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 let v = flags.value(flag, inline)?;
                 fail_rank = Some(v.split(',').map(|r| common::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
             }
+            "--spares" => init.spares = common::cli::number(flag, flags.value(flag, inline)?)?,
             "--fail-at" => fail_at = Some(flags.value(flag, inline)?.parse::<recovery::FailAt>()?),
             "--recovery-window" => {
                 window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
@@ -204,7 +205,11 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
         return Ok(line);
     }
     let start = Instant::now();
-    runtime::initialize(args.clone()).map_err(|e| e.to_string())?;
+    if runtime::initialize(args.clone()).map_err(|e| e.to_string())? == InitOutcome::Spare {
+        let line = recovery::spare(args, fail)?;
+        runtime::destroy().map_err(|e| e.to_string())?;
+        return Ok(line);
+    }
     let init_seconds = start.elapsed().as_secs_f64();
     let ready = seconds_since_process_start().unwrap_or(f64::NAN);
     let me = std::env::var("RANK").ok();
@@ -313,7 +318,7 @@ mod recovery {
     use mcore_init::runtime::recovery::{
         announce_recoverable, check_health, reinitialize, Health, ReinitArgs, Reinitialized,
     };
-    use mcore_init::runtime::{self, InitArgs, InitPhase, LaunchEnv};
+    use mcore_init::runtime::{self, InitArgs, InitOutcome, InitPhase, LaunchEnv};
     use serde_json::{json, Value};
     use std::time::{Duration, Instant};
 
@@ -385,6 +390,7 @@ mod recovery {
         }
         let start = Instant::now();
         let (how, suspected) = match runtime::initialize(args.clone()) {
+            Ok(InitOutcome::Spare) => return spare(args, Some(f)),
             Err(e) => (format!("init failed: {e}"), vec![]),
             Ok(_) => match check_health(f.window).map_err(|e| e.to_string())? {
                 Health::Failed(suspects) => ("init succeeded; the health check found the failure".into(), suspects),
@@ -395,7 +401,7 @@ mod recovery {
         };
         let detected = start.elapsed().as_secs_f64();
         let outcome = reinitialize(ReinitArgs { suspected, window: f.window, timeout: None });
-        let mut line = recovered_line(args, f, outcome.map_err(|e| format!("{how}; recovery failed: {e}"))?)?;
+        let mut line = recovered_line(args, Some(f), outcome.map_err(|e| format!("{how}; recovery failed: {e}"))?)?;
         line["detected_after_s"] = json!(detected);
         line["detected"] = json!(how);
         Ok(line)
@@ -405,10 +411,12 @@ mod recovery {
     /// publishes its pid and waits for all; rank 0 kills the ranks to fail with SIGKILL; the
     /// survivors recover, naming them as suspected.
     pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
-        let (store, rank, world) =
-            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size)).map_err(|e| e.to_string())?;
+        let (store, rank, world, layout_world) =
+            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.topology.world_size()))
+                .map_err(|e| e.to_string())?;
         let timeout = args.timeout;
         check_ranks(f, world)?;
+        let world = layout_world; // spares stand by elsewhere: the layout's ranks meet here
         let se = |e: mcore_init::store::StoreError| format!("--fail-rank: store: {e}");
         store.set(&format!("selftest/pid/{rank}"), std::process::id().to_string().as_bytes()).map_err(se)?;
         store.add("selftest/ready", 1).map_err(se)?;
@@ -436,14 +444,25 @@ mod recovery {
         }
         drop(store);
         let outcome = reinitialize(ReinitArgs { suspected, window: f.window, timeout: None });
-        let mut out = recovered_line(args, f, outcome.map_err(|e| e.to_string())?)?;
+        let mut out = recovered_line(args, Some(f), outcome.map_err(|e| e.to_string())?)?;
         out["init_seconds_before"] = line["init_seconds"].clone();
         Ok(out)
     }
 
+    /// A spare (`--spares N`): stand by until a recovery places it or the job ends (at most
+    /// twice the init timeout).
+    pub fn spare(args: &InitArgs, f: Option<&FailOptions>) -> Result<Value, String> {
+        let window = f.and_then(|f| f.window);
+        let outcome = reinitialize(ReinitArgs { suspected: vec![], window, timeout: Some(args.timeout * 2) })
+            .map_err(|e| format!("spare: {e}"))?;
+        let mut line = recovered_line(args, f, outcome)?;
+        line["spare"] = json!(true);
+        Ok(line)
+    }
+
     /// The JSON line of a rank after recovery: `"left": true`, or `"recovered": true` with every
     /// group of the new layout (and its RNG seeds) verified by a collective.
-    fn recovered_line(args: &InitArgs, f: &FailOptions, outcome: Reinitialized) -> Result<Value, String> {
+    fn recovered_line(args: &InitArgs, f: Option<&FailOptions>, outcome: Reinitialized) -> Result<Value, String> {
         let (report, left) = match outcome {
             Reinitialized::Recovered(r) => (r, false),
             Reinitialized::Left(r) => (r, true),
@@ -452,13 +471,17 @@ mod recovery {
         let common = json!({
             "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
             "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
-            "killed": f.ranks, "fail_at": format!("{:?}", f.at).to_lowercase(),
+            "killed": f.map(|f| f.ranks.clone()), "fail_at": f.map(|f| format!("{:?}", f.at).to_lowercase()),
         });
         let mut out = if left {
+            let why = if report.failed.is_empty() {
+                "the job ended without needing this spare".to_string()
+            } else {
+                format!("its data-parallel replica was dropped after the failure of {:?}", report.failed)
+            };
             json!({
                 "rank": report.old_rank, "ok": true, "left": true, "world_size": report.new_world_size,
-                "line": format!("rank {} left: its data-parallel replica was dropped after the failure of {:?}",
-                    report.old_rank, report.failed),
+                "line": format!("rank {} left: {why}", report.old_rank),
             })
         } else {
             runtime::with_runtime(|rt| {

@@ -58,6 +58,10 @@ pub struct InitArgs {
     /// dp-cp and (ep > 1) expert-dp groups, separate communicators with the same members (for
     /// overlapping all-gathers); see [`Runtime::all_gather_group`]. Needs per-group creation.
     pub create_all_gather_groups: bool,
+    /// Spare ranks: the last `spares` ranks of the world are outside the layout (which covers the
+    /// others); they check in, stand by in `recovery::reinitialize`, and take a failed rank's
+    /// place when a recovery needs them (docs/recovery.md).
+    pub spares: u32,
 }
 
 impl Default for InitArgs {
@@ -74,7 +78,20 @@ impl Default for InitArgs {
             comm_config: CommConfig::default(),
             device: None,
             create_all_gather_groups: false,
+            spares: 0,
         }
+    }
+}
+
+impl InitArgs {
+    /// The layout's world size in a world of `world_size` processes (the spares left out).
+    pub fn layout_world(&self, world_size: u32) -> Result<u32, RuntimeError> {
+        world_size.checked_sub(self.spares).filter(|&w| w > 0).ok_or_else(|| {
+            RuntimeError::InvalidArgument(format!(
+                "spares {} leave no rank for the layout in a world of {world_size}",
+                self.spares
+            ))
+        })
     }
 }
 
@@ -211,6 +228,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("comm_strategy", args.comm_strategy)
         .with("comm_config", args.comm_config.fingerprint())
         .with("create_all_gather_groups", args.create_all_gather_groups)
+        .with("spares", args.spares)
         .with_local("device", opt(&args.device))
 }
 
@@ -343,10 +361,16 @@ fn init_slot(
     let fingerprint = settings.fingerprint();
     if reuse.is_none() && !RUNTIME.is_up() {
         // A new attempt: the store of a failed one that nobody recovered goes.
-        discard_failed_init();
+        discard_pending();
     }
     let keep = reuse.as_ref().map(|r| r.2);
     let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
+    if env.rank >= args.layout_world(env.world_size)? {
+        if is_spare() {
+            return Ok(InitOutcome::Spare);
+        }
+        return stand_by(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
+    }
     RUNTIME
         .init(settings, || {
             let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, reuse)?;
@@ -378,8 +402,9 @@ fn bring_up(
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
     }
     // Validate the layout before touching the network: a bad layout fails fast on every rank.
-    let topology = Topology::new(args.topology.clone(), env.world_size)?;
-    if topology.rank_offset() != 0 || topology.world_size() != env.world_size {
+    let layout_world = args.layout_world(env.world_size)?;
+    let topology = Topology::new(args.topology.clone(), layout_world)?;
+    if topology.rank_offset() != 0 || topology.world_size() != layout_world {
         // Every rank knows this: all fail at once instead of waiting for ranks with no group.
         return Err(RuntimeError::InvalidArgument(format!(
             "the layout's grid covers ranks {}..{} of a world of {}: the ranks outside it would belong to \
@@ -387,7 +412,13 @@ fn bring_up(
              ranks, or drop local_world_size/rank_offset)",
             topology.rank_offset(),
             u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
-            env.world_size
+            layout_world
+        )));
+    }
+    if env.rank >= layout_world {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "rank {} is a spare (ranks {layout_world}.. of {}): it stands by instead",
+            env.rank, env.world_size
         )));
     }
     let view = topology.rank_view(env.rank)?;
@@ -426,14 +457,7 @@ fn bring_up(
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let (store, attempt) = match reuse {
-        Some(reused) => reused,
-        None => {
-            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
-            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
-            (open_store(&env, args.timeout, &attempt)?, attempt)
-        }
-    };
+    let (store, attempt) = open_attempt(&env, args, reuse)?;
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
@@ -483,7 +507,7 @@ fn bring_up(
             // from a store that is still up; then the store is kept for recovery.
             let arrived = env.world_size.saturating_sub(suspected.len() as u32);
             leave(base.as_ref(), &env, arrived, (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now()));
-            keep_failed_init(FailedInit { env, topology, args: args.clone(), store, base, attempt, suspected });
+            keep_pending(Pending { env, topology, args: args.clone(), store, base, attempt, suspected, spare: false });
             return Err(e);
         }
         Err(e) => {
@@ -539,10 +563,11 @@ fn failed_for_a_peer(e: &RuntimeError) -> bool {
     }
 }
 
-/// An initialization that failed for a peer ([`failed_for_a_peer`]), kept so that
-/// `recovery::reinitialize` can continue from it: the layout, the store (a host keeps serving
-/// until this is dropped), the attempt's prefix, and the ranks the failure named.
-pub(super) struct FailedInit {
+/// An initialization that `recovery::reinitialize` continues from: one that failed for a peer
+/// ([`failed_for_a_peer`]; `suspected` are the ranks the failure named), or a spare's, checked in
+/// and standing by. It keeps the layout, the store (a host keeps serving until this is dropped)
+/// and the attempt's prefix.
+pub(super) struct Pending {
     pub env: LaunchEnv,
     pub topology: Topology,
     pub args: InitArgs,
@@ -550,23 +575,84 @@ pub(super) struct FailedInit {
     pub base: Arc<dyn Store>,
     pub attempt: String,
     pub suspected: Vec<u32>,
+    pub spare: bool,
 }
 
-static FAILED_INIT: Mutex<Option<FailedInit>> = Mutex::new(None);
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 
-/// Take the kept failed initialization out (recovery continues from it).
-pub(super) fn take_failed_init() -> Option<FailedInit> {
-    FAILED_INIT.lock().unwrap_or_else(|p| p.into_inner()).take()
+/// Take the kept initialization out (recovery continues from it).
+pub(super) fn take_pending() -> Option<Pending> {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
-/// Keep a failed initialization for recovery (again, when recovery was called with bad arguments).
-pub(super) fn keep_failed_init(failed: FailedInit) {
-    *FAILED_INIT.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed);
+/// Keep an initialization for recovery (again, when recovery was called with bad arguments).
+pub(super) fn keep_pending(failed: Pending) {
+    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed);
 }
 
-/// Drop a kept failed initialization (a store host stops serving). `false` when there was none.
-pub(super) fn discard_failed_init() -> bool {
-    take_failed_init().is_some()
+/// Drop a kept initialization (a store host stops serving; a spare leaves). `false` when there
+/// was none.
+pub(super) fn discard_pending() -> bool {
+    let Some(p) = take_pending() else { return false };
+    if p.spare {
+        // The layout's ranks wait for every rank of the world, spares included, to leave.
+        let _ = p.base.add("leave/count", 1);
+    }
+    true
+}
+
+/// Whether a spare is standing by in this process (see [`InitArgs::spares`]).
+pub fn is_spare() -> bool {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|p| p.spare)
+}
+
+/// A spare's initialization: it checks in with the whole world (so the layout's ranks know it
+/// is there) and is kept, standing by, for `recovery::reinitialize`.
+fn stand_by(
+    args: &InitArgs,
+    env: LaunchEnv,
+    fingerprint: &[u8],
+    reuse: Option<(StoreHandles, String)>,
+) -> Result<(), RuntimeError> {
+    if args.timeout.is_zero() {
+        return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
+    }
+    let topology = Topology::new(args.topology.clone(), args.layout_world(env.world_size)?)?;
+    let (store, attempt) = open_attempt(&env, args, reuse)?;
+    let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    host::publish(base.as_ref(), env.rank, &store.host())?;
+    // A rank missing at check-in does not end a spare's part: it stands by for the recovery that
+    // follows, suspecting the missing ranks.
+    let suspected =
+        match check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, args.timeout) {
+            Ok(_) => vec![],
+            Err(CheckinError::Missing { ranks, .. }) => {
+                // As a failed init's ranks do, so the store's host need not wait for this one.
+                let _ = base.add("leave/count", 1);
+                ranks
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let args = args.clone();
+    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: true });
+    Ok(())
+}
+
+/// The store and key prefix of an initialization: those of an earlier attempt (recovery), or
+/// a new attempt's.
+fn open_attempt(
+    env: &LaunchEnv,
+    args: &InitArgs,
+    reuse: Option<(StoreHandles, String)>,
+) -> Result<(StoreHandles, String), RuntimeError> {
+    Ok(match reuse {
+        Some(reused) => reused,
+        None => {
+            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+            (open_store(env, args.timeout, &attempt)?, attempt)
+        }
+    })
 }
 
 /// Longest time the store host waits for the other ranks to leave.

@@ -19,7 +19,7 @@ pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{
-    default_factory, initialize, initialize_with, is_initialized, plan_for, set_phase_hook, settings_of,
+    default_factory, initialize, initialize_with, is_initialized, is_spare, plan_for, set_phase_hook, settings_of,
     timeout_from_env, with_runtime, BackendResolver, InitArgs, InitPhase, InitTimings, PhaseHook, Runtime,
     DEFAULT_INIT_TIMEOUT,
 };
@@ -30,5 +30,5 @@ pub use settings::InitOutcome;
 /// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
 /// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    Ok(init::teardown() || recovery::release_lingering_store() || init::discard_failed_init())
+    Ok(init::teardown() || recovery::release_lingering_store() || init::discard_pending())
 }

@@ -12,8 +12,10 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::{initialize_on_store, keep_failed_init, take_failed_init, take_runtime, with_runtime, FailedInit};
+use super::init::{initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Pending};
+use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
+use crate::backend::{CommError, CommErrorKind};
 use crate::store::{PrefixStore, Store};
 use crate::topology::plan_recovery;
 use std::sync::atomic::Ordering;
@@ -235,7 +237,8 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     }
 }
 
-/// Where a recovery starts from: the live runtime, or an initialization that failed for a peer.
+/// Where a recovery starts from: the live runtime, an initialization that failed for a peer, or
+/// a spare standing by.
 struct Origin {
     env: LaunchEnv,
     topology: crate::topology::Topology,
@@ -257,9 +260,9 @@ fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
     Origin { env, topology, args, store, base, attempt, suspected }
 }
 
-/// A failed initialization as an [`Origin`]: the ranks it named are suspected with `more`.
-fn from_failed_init(failed: FailedInit, more: &[u32]) -> Origin {
-    let FailedInit { env, topology, args, store, base, attempt, mut suspected } = failed;
+/// A kept initialization as an [`Origin`]: the ranks it named are suspected with `more`.
+fn from_pending(pending: Pending, more: &[u32]) -> Origin {
+    let Pending { env, topology, args, store, base, attempt, mut suspected, .. } = pending;
     suspected.extend(more);
     Origin { env, topology, args, store, base, attempt, suspected }
 }
@@ -270,7 +273,10 @@ fn from_failed_init(failed: FailedInit, more: &[u32]) -> Origin {
 /// Runs on an initialized runtime (its communicators are aborted first: a peer is gone), or
 /// after an `initialize` that failed for a peer (a rank missing at check-in, a group that timed
 /// out or lost a peer), continuing on that attempt's store; the ranks that failure named are
-/// suspected along with `args.suspected`.
+/// suspected along with `args.suspected`. On a spare ([`super::InitOutcome::Spare`]) it stands
+/// by: it waits until a recovery needs it (then it runs the new layout under the failed rank's
+/// coordinates), or the job ends (`Left`), or `args.timeout` passes (a TIMEOUT error; call it
+/// again to keep standing by; no limit when `None`).
 ///
 /// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime (or the
 /// failed init) as it was. Otherwise the runtime is torn down whatever the outcome; on an error
@@ -289,6 +295,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
         }
         Ok(timeout)
     };
+    let window = |timeout: Duration| args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let (origin, timeout) = match with_runtime(|rt| check(rt.env.world_size, rt.timeout)) {
         Ok(checked) => {
             let timeout = checked?;
@@ -296,19 +303,92 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
             (from_runtime(rt, args.suspected.clone()), timeout)
         }
         Err(_) => {
-            let failed = take_failed_init().ok_or(RuntimeError::NotInitialized)?;
-            match check(failed.env.world_size, failed.args.timeout) {
-                Ok(timeout) => (from_failed_init(failed, &args.suspected), timeout),
+            let pending = take_pending().ok_or(RuntimeError::NotInitialized)?;
+            match check(pending.env.world_size, pending.args.timeout) {
+                Ok(_) if pending.spare => return stand_by(pending, &args, start, window),
+                Ok(timeout) => (from_pending(pending, &args.suspected), timeout),
                 Err(e) => {
-                    keep_failed_init(failed);
+                    keep_pending(pending);
                     return Err(e);
                 }
             }
         }
     };
-    let Origin { env, topology, args: init_args, store, base, attempt, suspected, .. } = origin;
+    match recover(origin, start, timeout, window(timeout))? {
+        Some(done) => Ok(done),
+        None => Err(RuntimeError::InvalidArgument("a rank of the layout cannot become a spare".into())),
+    }
+}
+
+/// A spare stands by (see [`reinitialize`]): it waits for a recovery request or the end of the
+/// job, and takes part in every recovery until one places it.
+fn stand_by(
+    mut pending: Pending,
+    args: &ReinitArgs,
+    start: Instant,
+    window: impl Fn(Duration) -> Duration,
+) -> Result<Reinitialized, RuntimeError> {
+    let until = args.timeout.map(|t| start + t);
+    loop {
+        let base = pending.base.clone();
+        let rank = pending.env.rank;
+        loop {
+            if requested(base.as_ref())?.is_some() {
+                break;
+            }
+            if base.add("leave/count", 0).map_err(|e| store_lost(e, "a spare standing by"))? > 0 {
+                // The layout's ranks are tearing down: the job ends without needing this spare.
+                let _ = base.add("leave/count", 1);
+                let world = pending.env.world_size;
+                let report = RecoveryReport {
+                    old_rank: rank,
+                    new_rank: None,
+                    old_world_size: world,
+                    new_world_size: world,
+                    failed: vec![],
+                    dropped: vec![],
+                    changed_kinds: vec![],
+                    agree: Duration::ZERO,
+                    total: start.elapsed(),
+                };
+                return Ok(Reinitialized::Left(report));
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                keep_pending(pending);
+                return Err(RuntimeError::Comm(CommError::new(
+                    CommErrorKind::Timeout,
+                    format!(
+                        "spare rank {rank} stood by for {:.1} s and no recovery needed it (call reinitialize again \
+                         to keep standing by)",
+                        start.elapsed().as_secs_f64()
+                    ),
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let timeout = pending.args.timeout;
+        match recover(from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
+            Some(done) => return Ok(done),
+            // Still a spare of the new layout: stand by on its attempt.
+            None => pending = take_pending().ok_or(RuntimeError::NotInitialized)?,
+        }
+    }
+}
+
+fn store_lost(source: crate::store::StoreError, who: &str) -> RuntimeError {
+    RuntimeError::StoreConnect { what: format!("the rendezvous store ({who})"), source }
+}
+
+/// One recovery from `origin`: agree, plan (the world's ranks past the layout are its spares),
+/// then leave, re-form, or (`None`) stand by again as a spare of the new layout.
+fn recover(
+    origin: Origin,
+    start: Instant,
+    timeout: Duration,
+    window: Duration,
+) -> Result<Option<Reinitialized>, RuntimeError> {
+    let Origin { env, topology, args: init_args, store, base, attempt, suspected } = origin;
     let deadline = start + timeout;
-    let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let old_rank = env.rank;
     let old_world = env.world_size;
     request(base.as_ref(), &suspected);
@@ -317,7 +397,8 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, deadline)?;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
-    let plan = match plan_recovery(&topology, &failed, &[]) {
+    let spares: Vec<u32> = (topology.world_size()..old_world).collect();
+    let plan = match plan_recovery(&topology, &failed, &spares) {
         Ok(plan) => plan,
         Err(e) => {
             if env.hosts_store() {
@@ -331,8 +412,11 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
             return Err(e.into());
         }
     };
-    let new_rank = plan.new_rank(old_rank);
-    let new_world = plan.topology.world_size();
+    // The new world: the new layout, then the spares left, in their old order.
+    let layout_world = plan.topology.world_size();
+    let new_world = layout_world + plan.spares_left.len() as u32;
+    let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
+    let new_rank = plan.new_rank(old_rank).or_else(|| spare_rank(old_rank));
     let new_attempt = format!("{attempt}/recovery");
     let mut report = RecoveryReport {
         old_rank,
@@ -353,14 +437,17 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
             *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
         }
         report.total = start.elapsed();
-        return Ok(Reinitialized::Left(report));
+        return Ok(Some(Reinitialized::Left(report)));
     };
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
+    new_args.spares = plan.spares_left.len() as u32;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    initialize_on_store(new_args, new_env, store, new_attempt, timeout)?;
+    if initialize_on_store(new_args, new_env, store, new_attempt, timeout)? == InitOutcome::Spare {
+        return Ok(None);
+    }
     report.total = start.elapsed();
-    Ok(Reinitialized::Recovered(report))
+    Ok(Some(Reinitialized::Recovered(report)))
 }
 
 /// Environment variable `mcore-launch` sets to a directory of its own; see [`announce_recoverable`].
