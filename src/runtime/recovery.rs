@@ -194,15 +194,16 @@ pub enum Health {
     Failed(Vec<u32>),
 }
 
-/// A health check of the initialized world through the store, collective over every rank (call it
-/// at the same points on every rank, e.g. every N steps): each rank checks in under a new
+/// A health check of the initialized world through the store, collective over the layout's ranks
+/// (call it at the same points on every rank, e.g. every N steps; spares do not take part): each rank checks in under a new
 /// generation of keys and waits until all have, at most `window` ([`DEFAULT_WINDOW`] when
 /// `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
 /// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
 /// Costs two store requests per rank plus one short wait per 50 ms of waiting.
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
+    // The layout's ranks take part; spares stand by elsewhere (a recovery's agreement sees them).
     let (base, rank, world, generation) = with_runtime(|rt| {
-        (rt.base.clone(), rt.env.rank, rt.env.world_size, rt.health_checks.fetch_add(1, Ordering::SeqCst))
+        (rt.base.clone(), rt.env.rank, rt.topology.world_size(), rt.health_checks.fetch_add(1, Ordering::SeqCst))
     })?;
     if let Some(suspects) = requested(base.as_ref())? {
         return Ok(Health::Failed(suspects));
