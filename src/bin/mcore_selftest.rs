@@ -24,7 +24,7 @@ fn usage() -> String {
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
-         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|after] [--recovery-window SECONDS]]"
+         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]]"
     )
 }
 
@@ -39,7 +39,7 @@ struct Options {
     cycles: u32,
     /// One JSON line instead of the human one.
     json: bool,
-    /// `--fail-rank R [--fail-at before|during|after]`: rank R is killed and the survivors recover
+    /// `--fail-rank R [--fail-at before|during|verify|after]`: rank R is killed and the survivors recover
     /// (docs/recovery.md).
     fail: Option<recovery::FailOptions>,
 }
@@ -329,6 +329,9 @@ mod recovery {
         Before,
         /// Once every rank has checked in, before any communicator exists.
         During,
+        /// Once its communicators exist, before they are verified: ranks that share no group
+        /// with it may finish init and learn of the failure from a health check.
+        Verify,
         /// After a verified init, killed by rank 0.
         After,
     }
@@ -339,8 +342,9 @@ mod recovery {
             match s {
                 "before" => Ok(FailAt::Before),
                 "during" => Ok(FailAt::During),
+                "verify" => Ok(FailAt::Verify),
                 "after" => Ok(FailAt::After),
-                _ => Err(format!("--fail-at: '{s}' is not one of before, during, after")),
+                _ => Err(format!("--fail-at: '{s}' is not one of before, during, verify, after")),
             }
         }
     }
@@ -364,6 +368,12 @@ mod recovery {
         }
     }
 
+    fn die_when_created(phase: InitPhase) {
+        if phase == InitPhase::Created {
+            kill_self();
+        }
+    }
+
     fn check_ranks(f: &FailOptions, world: u32) -> Result<(), String> {
         if let Some(r) = f.ranks.iter().find(|&&r| r >= world) {
             return Err(format!("--fail-rank {r} is not a rank of the world of {world}"));
@@ -376,8 +386,8 @@ mod recovery {
         announce_recoverable().map_err(|e| format!("cannot tell mcore-launch that this job recovers: {e}"))
     }
 
-    /// `--fail-at before|during`: the ranks to fail kill themselves before initializing or once
-    /// every rank has checked in; the others' init fails naming them (after the init timeout),
+    /// `--fail-at before|during|verify`: the ranks to fail kill themselves before initializing,
+    /// once every rank has checked in, or once their communicators exist; the others' init fails naming them (after the init timeout),
     /// or succeeds and learns of the failure from a health check; all recover.
     pub fn fail_in_init(args: &InitArgs, f: &FailOptions) -> Result<Value, String> {
         let env = LaunchEnv::from_process().map_err(|e| e.to_string())?;
@@ -385,7 +395,8 @@ mod recovery {
         if f.ranks.contains(&env.rank) {
             match f.at {
                 FailAt::Before => kill_self(),
-                _ => runtime::set_phase_hook(Some(die_when_checked_in)),
+                FailAt::During => runtime::set_phase_hook(Some(die_when_checked_in)),
+                _ => runtime::set_phase_hook(Some(die_when_created)),
             }
         }
         let start = Instant::now();

@@ -505,8 +505,10 @@ fn bring_up(
             };
             // As any failed init (below), so that ranks that do not recover read their error
             // from a store that is still up; then the store is kept for recovery.
+            // A host stops waiting as soon as a rank asks for recovery: it is needed there.
             let arrived = env.world_size.saturating_sub(suspected.len() as u32);
-            leave(base.as_ref(), &env, arrived, (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now()));
+            let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+            leave_unless(base.as_ref(), &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY));
             keep_pending(Pending { env, topology, args: args.clone(), store, base, attempt, suspected, spare: false });
             return Err(e);
         }
@@ -665,17 +667,34 @@ const LEAVE_GRACE: Duration = Duration::from_secs(3);
 /// most `LEAVE_WAIT`, and at most `timeout`) until `expected` ranks have, so none loses the
 /// server mid-request.
 fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
+    leave_unless(base, env, expected, timeout, None)
+}
+
+/// [`leave`], but the host also stops waiting once `stop_key` exists.
+fn leave_unless(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration, stop_key: Option<&str>) {
     if env.world_size <= 1 || base.add("leave/count", 1).is_err() || !env.hosts_store() {
         return;
     }
     let deadline = Instant::now() + LEAVE_WAIT.min(timeout);
     while Instant::now() < deadline {
+        if stop_key.is_some_and(|k| base.check(&[k]).unwrap_or(false)) {
+            return;
+        }
         match base.add("leave/count", 0) {
             Ok(n) if n < expected as i64 => std::thread::sleep(Duration::from_millis(2)),
             _ => return,
         }
     }
 }
+
+/// The key a recovery writes first under its attempt's prefix (with the ranks it suspects), so
+/// that the other ranks learn of it (`recovery::check_health`, a spare standing by, a store host
+/// waiting for ranks to leave a failed init).
+pub(super) const RECOVERY_REQUESTED_KEY: &str = "recovery/requested";
+
+/// The key the layout's ranks write when they tear their runtime down: the job ends, and spares
+/// standing by leave.
+pub(super) const ENDED_KEY: &str = "ended";
 
 /// Tear down what `initialize` brought up (see [`super::destroy`]). `false` when nothing was
 /// initialized.
@@ -690,6 +709,7 @@ pub(super) fn teardown() -> bool {
     // collectives completed on every member before anyone announces leaving.
     drop(groups);
     drop(world);
+    let _ = base.set(ENDED_KEY, b"1");
     leave(base.as_ref(), &env, env.world_size, timeout);
     drop(base);
     drop(store);

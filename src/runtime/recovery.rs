@@ -12,7 +12,10 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::{initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Pending};
+use super::init::{
+    initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Pending, ENDED_KEY,
+    RECOVERY_REQUESTED_KEY,
+};
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind};
@@ -169,18 +172,16 @@ fn agree(
 /// Tell every rank that a recovery has begun (their [`check_health`] reports it), naming the
 /// ranks this one suspects. The first request stands; a store failure is left to the agreement.
 fn request(store: &dyn Store, suspected: &[u32]) {
-    let _ = store.compare_set(REQUESTED_KEY, b"", &encode(suspected));
+    let _ = store.compare_set(RECOVERY_REQUESTED_KEY, b"", &encode(suspected));
 }
-
-const REQUESTED_KEY: &str = "recovery/requested";
 
 /// The ranks named by the first recovery request, when one was made.
 fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
     let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
-    if !store.check(&[REQUESTED_KEY]).map_err(err)? {
+    if !store.check(&[RECOVERY_REQUESTED_KEY]).map_err(err)? {
         return Ok(None);
     }
-    Ok(Some(decode(&store.get(REQUESTED_KEY).map_err(err)?, REQUESTED_KEY)?))
+    Ok(Some(decode(&store.get(RECOVERY_REQUESTED_KEY).map_err(err)?, RECOVERY_REQUESTED_KEY)?))
 }
 
 /// What [`check_health`] found.
@@ -337,7 +338,7 @@ fn stand_by(
             if requested(base.as_ref())?.is_some() {
                 break;
             }
-            if base.add("leave/count", 0).map_err(|e| store_lost(e, "a spare standing by"))? > 0 {
+            if base.check(&[ENDED_KEY]).map_err(|e| store_lost(e, "a spare standing by"))? {
                 // The layout's ranks are tearing down: the job ends without needing this spare.
                 let _ = base.add("leave/count", 1);
                 let world = pending.env.world_size;
