@@ -270,6 +270,15 @@ fn run(opts: &Options) -> Result<Value, String> {
     Ok(line)
 }
 
+/// Write `text` to stdout in one write: ranks that share an output file (torchrun without
+/// `--tee` hands every worker the agent's stdout) must not interleave inside each other's lines,
+/// which `println!` of a long line (written in pieces of the formatter) lets happen.
+fn print_whole(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 fn main() -> ExitCode {
     let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
         Ok(Some(a)) => a,
@@ -284,11 +293,11 @@ fn main() -> ExitCode {
     };
     match run(&opts) {
         Ok(line) if opts.json => {
-            println!("{line}");
+            print_whole(&format!("{line}\n"));
             ExitCode::SUCCESS
         }
         Ok(line) => {
-            println!("{}", line["line"].as_str().unwrap_or_default());
+            print_whole(&format!("{}\n", line["line"].as_str().unwrap_or_default()));
             if line["rank"] == 0 {
                 print!("{}", human::create_table(&line));
             }
@@ -297,13 +306,12 @@ fn main() -> ExitCode {
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
             if opts.json {
-                println!(
-                    "{}",
-                    json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg})
-                );
+                let line =
+                    json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg});
+                print_whole(&format!("{line}\n"));
             } else {
                 let who = rank.map_or("rank ?".to_string(), |r| format!("rank {r}"));
-                println!("{who} FAILED: {}", human::shorten(&msg, 180));
+                print_whole(&format!("{who} FAILED: {}\n", human::shorten(&msg, 180)));
             }
             eprintln!("mcore-selftest: {msg}");
             ExitCode::from(1)
