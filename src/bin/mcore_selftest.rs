@@ -365,6 +365,7 @@ mod recovery {
             "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
             "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
             "killed": f.ranks, "init_seconds_before": line["init_seconds"],
+            "world_from": report.world_from.as_str(),
         });
         let mut out = if left {
             json!({

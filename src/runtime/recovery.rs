@@ -10,12 +10,15 @@
 //! written to `recovery/verdict` (compare-and-set) is the verdict every participant reads. A rank
 //! that arrives after the verdict and finds itself in it is excluded and leaves.
 
+use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::{initialize_on_store, take_runtime, with_runtime};
+use super::groups::{LiveGroup, SharedComm};
+use super::init::{initialize_on_store, initialize_on_store_from_world, take_runtime, with_runtime, InitArgs};
 use super::store_setup::StoreHandles;
+use crate::backend::{CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
-use crate::topology::plan_recovery;
+use crate::topology::{plan_recovery, RecoveryPlan};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +66,29 @@ pub struct RecoveryReport {
     /// Time to agree on the failed set, and the whole recovery.
     pub agree: Duration,
     pub total: Duration,
+    /// How the new layout's world communicator was made (split strategy).
+    pub world_from: WorldFrom,
+}
+
+/// How recovery made the new layout's world communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorldFrom {
+    /// The old world shrunk to the survivors (`Communicator::shrink`, NCCL's `ncclCommShrink`).
+    Shrink,
+    /// A new world created from scratch through the store (the backend cannot shrink).
+    New,
+    /// No world communicator: the per-group strategy, or a rank that left.
+    None,
+}
+
+impl WorldFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldFrom::Shrink => "shrink",
+            WorldFrom::New => "new",
+            WorldFrom::None => "none",
+        }
+    }
 }
 
 /// The store of a leaving rank that hosts the rendezvous server: kept up until the survivors
@@ -182,14 +208,14 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
     let deadline = start + timeout;
     let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
-    let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, .. } = rt;
+    let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, strategy, .. } = rt;
     // Abort: communicators with a dead peer are never used again (the backend's abort where it
-    // has one; dropping them closes their connections without a collective).
-    for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
-        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+    // has one; dropping them closes their connections without a collective). A world that may
+    // be shrunk waits, with the groups split from it (they may share its resources), until then.
+    let mut old_comms = Some((groups, world));
+    if strategy != CommStrategy::Split {
+        abort_all(old_comms.take());
     }
-    drop(groups);
-    drop(world);
     let old_rank = env.rank;
     let failed = agree(base.as_ref(), old_rank, old_world, &args.suspected, window, deadline)?;
     let agree_time = start.elapsed();
@@ -197,6 +223,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let plan = match plan_recovery(&topology, &failed, &[]) {
         Ok(plan) => plan,
         Err(e) => {
+            abort_all(old_comms.take());
             if env.hosts_store() {
                 // Keep the server until every participant has read the verdict (and so meets
                 // the same refusal instead of a vanished store).
@@ -221,8 +248,10 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
         changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
         agree: agree_time,
         total: Duration::ZERO,
+        world_from: WorldFrom::None,
     };
     let Some(new_rank) = new_rank else {
+        abort_all(old_comms.take());
         if env.hosts_store() {
             // The survivors still need the server: keep it until they leave (destroy).
             let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(&new_attempt, store.client()));
@@ -235,9 +264,53 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    initialize_on_store(new_args, new_env, store, new_attempt, timeout)?;
+    let shrunk = shrink_world(old_comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args)?;
+    abort_all(old_comms.take());
+    report.world_from = match (&shrunk, strategy) {
+        (Some(_), _) => WorldFrom::Shrink,
+        (None, CommStrategy::Split) => WorldFrom::New,
+        (None, _) => WorldFrom::None,
+    };
+    match shrunk {
+        Some(world) => initialize_on_store_from_world(new_args, new_env, store, new_attempt, timeout, Some(world)),
+        None => initialize_on_store(new_args, new_env, store, new_attempt, timeout),
+    }?;
     report.total = start.elapsed();
     Ok(Reinitialized::Recovered(report))
+}
+
+/// Abort a runtime's communicators: its groups, then the world they were split from.
+fn abort_all(comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>) {
+    let Some((groups, world)) = comms else { return };
+    for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
+        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+    }
+}
+
+/// The old world shrunk to the new layout's ranks (a survivor's part of the collective; ranks
+/// that leave do not take part), or `None` when the new world must be created afresh: no world
+/// (per-group strategy), a plan that renumbers otherwise than shrinking does (spares taking a
+/// place: the survivors in ascending old order must be new ranks 0, 1, ...), or a backend that
+/// cannot shrink (`Unsupported`, `VersionTooOld`). Any other failure is the recovery's error.
+fn shrink_world(
+    world: Option<&SharedComm>,
+    plan: &RecoveryPlan,
+    args: &InitArgs,
+) -> Result<Option<Box<dyn Communicator>>, RuntimeError> {
+    let Some(world) = world else { return Ok(None) };
+    let in_order = plan.spares_used.is_empty() && plan.rank_map.iter().zip(0..).all(|(&(_, new), i)| new == i);
+    if !in_order {
+        return Ok(None);
+    }
+    // The world's ranks are the global ranks (the grid covers the whole world).
+    let mut comm = world.lock().unwrap_or_else(|e| e.into_inner());
+    match comm.shrink(&plan.dropped, &args.comm_config.default, true, args.timeout) {
+        Ok(shrunk) => Ok(Some(shrunk)),
+        Err(e) if matches!(e.kind, CommErrorKind::Unsupported | CommErrorKind::VersionTooOld) => Ok(None),
+        Err(e) => Err(RuntimeError::Comm(
+            e.context(format!("recovery: shrinking the world communicator without rank(s) {:?}", plan.dropped)),
+        )),
+    }
 }
 
 /// Environment variable `mcore-launch` sets to a directory of its own; see [`announce_recoverable`].

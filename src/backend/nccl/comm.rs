@@ -388,6 +388,94 @@ impl NcclComm {
         }))
     }
 
+    /// `ncclCommShrink`, collective over the ranks of this communicator that are not in `exclude`
+    /// (ranks of this communicator; the excluded ones must not call it): the new communicator
+    /// `group` has the remaining ranks, renumbered in ascending order of their rank here (NCCL's
+    /// rule). `abort_parent` ends the parent's operations in flight first (`NCCL_SHRINK_ABORT`,
+    /// for a parent with a failed peer; abort the parent afterwards). `config` `None` inherits
+    /// this communicator's. Waits until the new communicator is ready, within `timeout`; the
+    /// child handle is read only once NCCL wrote it (see [`CommSlot`]).
+    pub fn shrink(
+        &self,
+        group: &str,
+        exclude: &[u32],
+        config: Option<&NcclConfig>,
+        abort_parent: bool,
+        timeout: Duration,
+    ) -> Result<NcclComm, NcclError> {
+        let start = Instant::now();
+        let parent = self.raw()?;
+        let mut excluded: Vec<u32> = exclude.to_vec();
+        excluded.sort_unstable();
+        excluded.dedup();
+        if let Some(&r) = excluded.iter().find(|&&r| r >= self.size) {
+            return Err(NcclError::invalid(format!(
+                "shrink of {}: excluded rank {r} is not a rank of its {} ranks",
+                self.group, self.size
+            )));
+        }
+        if excluded.binary_search(&self.rank).is_ok() {
+            return Err(NcclError::invalid(format!(
+                "shrink of {}: this rank ({}) is excluded, and excluded ranks must not call ncclCommShrink",
+                self.group, self.rank
+            )));
+        }
+        let list = excluded.iter().map(|&r| to_c_int(r, "excluded rank")).collect::<Result<Vec<_>, _>>()?;
+        let size = self.size - excluded.len() as u32;
+        let rank = self.rank - excluded.partition_point(|&r| r < self.rank) as u32;
+        let mut raw_config = config.map(|c| c.to_raw()).transpose()?;
+        select(self.device).map_err(|e| prefix(group, e))?;
+        let what = format!("group {group} (shrink of {} without {} rank(s))", self.group, excluded.len());
+        let (rc, slot) = self.lib.comm_shrink(parent, &list, raw_config.as_mut(), abort_parent)?;
+        if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+            if let Some(child) = slot.take_completed() {
+                self.lib.comm_abort(child);
+            }
+            return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), rc, Some(parent)));
+        }
+        // Done with the slot once the parent leaves ncclInProgress. A parent that reports an
+        // error (it had a failed peer) may still have handed out the child: its own state then
+        // decides. Otherwise, and at the deadline, the slot is left to leak (NCCL may write it).
+        let mut step = Duration::from_micros(100);
+        let child = loop {
+            match self.lib.comm_async_error(parent) {
+                Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
+                Ok(NCCL_IN_PROGRESS) => {
+                    return Err(NcclError::Timeout { what: format!("ncclCommShrink of {what}"), deadline: timeout })
+                }
+                Ok(NCCL_SUCCESS) => match slot.take_completed() {
+                    Some(child) => break child,
+                    None => {
+                        return Err(NcclError::invalid(format!(
+                            "ncclCommShrink for {what} completed but gave this rank no communicator"
+                        )))
+                    }
+                },
+                state => match slot.take_written() {
+                    Ok(child) => break child,
+                    Err(_) => {
+                        let code = state.unwrap_or_else(|rc| rc);
+                        return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), code, Some(parent)));
+                    }
+                },
+            }
+        };
+        let mut comm = NcclComm {
+            lib: self.lib,
+            raw: Some(child),
+            group: group.to_string(),
+            size: 0,
+            rank: 0,
+            device: self.device,
+            config: config.unwrap_or(&self.config).clone(),
+            op_timeout: timeout,
+            pending: Some(Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) }),
+            split_together: self.split_together,
+        };
+        comm.wait_ready()?;
+        Ok(comm)
+    }
+
     /// Expect a split child to have `size` ranks with this one at `rank`; checked by
     /// [`NcclComm::wait_ready`].
     pub fn expect_size_rank(&mut self, size: u32, rank: u32) {
@@ -462,6 +550,11 @@ impl NcclComm {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// The library it was created with.
+    pub fn library(&self) -> &'static NcclLibrary {
+        self.lib
     }
 
     /// The config it was created with.
