@@ -335,6 +335,45 @@ int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank
 
 /* ---- split ---- */
 
+/* End of a split or shrink on its thread: write the child (NULL for a split's non-member) into
+ * the caller's out-parameter late, let the parent leave ncclInProgress, then start the child's
+ * own initialization over its members. */
+static void hand_out_child(const char *call, comm *parent, comm *child, void **newcomm, stack_range stack) {
+  late_write(call, newcomm, child, stack);
+  atomic_store(&parent->state, ok);
+  if (child) {
+    init_job *ij = calloc(1, sizeof *ij);
+    if (ij) {
+      ij->c = child;
+      start_init(ij);
+    } else {
+      atomic_store(&child->state, sysErr);
+    }
+  }
+}
+
+/* Run `job` (a split or shrink of `parent`; freed by `fn`) on its own thread, the parent in
+ * ncclInProgress meanwhile. A non-blocking parent gets NCCL's answer at once (success, *newcomm
+ * written later); a blocking one waits for the parent and then the child. */
+static int start_on_parent(comm *parent, void *(*fn)(void *), void *job, void **newcomm) {
+  atomic_store(&parent->state, inProgress);
+  atomic_fetch_add(&parent->refs, 1);
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, job)) {
+    atomic_store(&parent->state, ok);
+    unref(parent);
+    free(job);
+    return sysErr;
+  }
+  pthread_detach(t);
+  if (!parent->blocking) return ok;
+  int s;
+  while ((s = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
+  if (s == ok && *newcomm)
+    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
+  return s;
+}
+
 typedef struct {
   comm *parent;
   int color, key, blocking;
@@ -380,18 +419,7 @@ static void *split_thread(void *p) {
   }
   free(all);
   sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
-  late_write("ncclCommSplit", j->newcomm, child, j->stack);
-  atomic_store(&parent->state, ok);
-  if (child) {
-    /* The child's own initialization over its members. */
-    init_job *ij = calloc(1, sizeof *ij);
-    if (ij) {
-      ij->c = child;
-      start_init(ij);
-    } else {
-      atomic_store(&child->state, sysErr);
-    }
-  }
+  hand_out_child("ncclCommSplit", parent, child, j->newcomm, j->stack);
 out:
   unref(parent);
   free(j);
@@ -415,22 +443,7 @@ int ncclCommSplit(void *parent_, int color, int key, void **newcomm, config_pref
   j->seq = parent->splits++;
   j->newcomm = newcomm;
   j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
-  atomic_store(&parent->state, inProgress);
-  atomic_fetch_add(&parent->refs, 1);
-  pthread_t t;
-  if (pthread_create(&t, NULL, split_thread, j)) {
-    atomic_store(&parent->state, ok);
-    unref(parent);
-    free(j);
-    return sysErr;
-  }
-  pthread_detach(t);
-  if (!parent->blocking) return ok; /* NCCL's answer: success, *newcomm written later */
-  int s;
-  while ((s = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
-  if (s == ok && *newcomm)
-    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
-  return s;
+  return start_on_parent(parent, split_thread, j, newcomm);
 }
 
 /* ---- shrink (NCCL 2.27+) ---- */
@@ -470,17 +483,7 @@ static void *shrink_thread(void *p) {
   snprintf(id, sizeof id, "%s/k%u", parent->id, j->seq);
   comm *child = new_comm(id, j->rank, j->size, j->blocking);
   sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
-  late_write("ncclCommShrink", j->newcomm, child, j->stack);
-  atomic_store(&parent->state, ok);
-  if (child) {
-    init_job *ij = calloc(1, sizeof *ij);
-    if (ij) {
-      ij->c = child;
-      start_init(ij);
-    } else {
-      atomic_store(&child->state, sysErr);
-    }
-  }
+  hand_out_child("ncclCommShrink", parent, child, j->newcomm, j->stack);
 out:
   unref(parent);
   free(j);
@@ -535,22 +538,7 @@ int ncclCommShrink(void *parent_, int *exclude, int nexclude, void **newcomm, co
   j->seq = parent->splits++;
   j->newcomm = newcomm;
   j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
-  atomic_store(&parent->state, inProgress);
-  atomic_fetch_add(&parent->refs, 1);
-  pthread_t t;
-  if (pthread_create(&t, NULL, shrink_thread, j)) {
-    atomic_store(&parent->state, ok);
-    unref(parent);
-    free(j);
-    return sysErr;
-  }
-  pthread_detach(t);
-  if (!parent->blocking) return ok; /* as for a split: success, *newcomm written later */
-  int st;
-  while ((st = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
-  if (st == ok && *newcomm)
-    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
-  return st;
+  return start_on_parent(parent, shrink_thread, j, newcomm);
 }
 
 /* ---- queries and teardown ---- */

@@ -374,18 +374,25 @@ impl NcclComm {
                 )))
             }
         };
-        Ok(Some(NcclComm {
+        let pending = Pending { call: "ncclCommSplit", what, start, timeout, expect: None };
+        Ok(Some(self.child(child, group, config, pending)))
+    }
+
+    /// A communicator made from this one (split, shrink), still initializing as `pending` says;
+    /// it inherits the device, and this config unless given one.
+    fn child(&self, raw: RawComm, group: &str, config: Option<&NcclConfig>, pending: Pending) -> NcclComm {
+        NcclComm {
             lib: self.lib,
-            raw: Some(child),
+            raw: Some(raw),
             group: group.to_string(),
             size: 0,
             rank: 0,
             device: self.device,
             config: config.unwrap_or(&self.config).clone(),
-            op_timeout: timeout,
-            pending: Some(Pending { call: "ncclCommSplit", what, start, timeout, expect: None }),
+            op_timeout: pending.timeout,
+            pending: Some(pending),
             split_together: self.split_together,
-        }))
+        }
     }
 
     /// `ncclCommShrink`, collective over the ranks of this communicator that are not in `exclude`
@@ -460,18 +467,8 @@ impl NcclComm {
                 },
             }
         };
-        let mut comm = NcclComm {
-            lib: self.lib,
-            raw: Some(child),
-            group: group.to_string(),
-            size: 0,
-            rank: 0,
-            device: self.device,
-            config: config.unwrap_or(&self.config).clone(),
-            op_timeout: timeout,
-            pending: Some(Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) }),
-            split_together: self.split_together,
-        };
+        let pending = Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) };
+        let mut comm = self.child(child, group, config, pending);
         comm.wait_ready()?;
         Ok(comm)
     }
