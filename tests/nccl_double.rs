@@ -433,3 +433,22 @@ fn without_shrink_2_26_recovers_on_a_new_world() {
     }
     assert!(shrink_calls(&run).is_empty(), "{}", run.text());
 }
+
+/// A shrink that fails for another reason than its absence is the recovery's error, named (no
+/// silent fallback: the survivors could not agree on one), within the deadline.
+#[test]
+fn a_failed_shrink_fails_the_recovery_naming_the_excluded_ranks() {
+    let env = [("MCORE_NCCL_DOUBLE_SHRINK", "fail")];
+    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "30"], &env);
+    let errs = errors(&run);
+    let ranks: Vec<u64> = errs.iter().map(|(r, _)| *r).collect();
+    assert_eq!(ranks, vec![0, 1, 4, 5], "the four survivors fail: {}", run.text());
+    for (rank, e) in errs {
+        assert!(
+            e.contains("recovery: shrinking the world communicator without rank(s) [2, 3, 6, 7]")
+                && e.contains("ncclCommShrink")
+                && e.contains("ncclSystemError"),
+            "rank {rank}: {e}"
+        );
+    }
+}

@@ -264,8 +264,9 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let shrunk = shrink_world(old_comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args)?;
+    let shrunk = shrink_world(old_comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
     abort_all(old_comms.take());
+    let shrunk = shrunk?;
     report.world_from = match (&shrunk, strategy) {
         (Some(_), _) => WorldFrom::Shrink,
         (None, CommStrategy::Split) => WorldFrom::New,

@@ -27,6 +27,7 @@
  *                                (2.27) ncclCommShrink refuses with ncclInvalidUsage, as a library
  *                                without it cannot be called (the runtime must not call it then)
  *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink prints one line per call to stderr
+ *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange)
  *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
  *   MCORE_NCCL_DOUBLE_SPLIT      "hang": splits never complete; "fail": they end in ncclSystemError
  *   MCORE_NCCL_DOUBLE_LATE_INIT  "1": init, too, writes *newcomm late (from its thread)
@@ -479,6 +480,11 @@ static void *shrink_thread(void *p) {
     }
   }
   free(all);
+  if (env_is("MCORE_NCCL_DOUBLE_SHRINK", "fail")) {
+    set_error("the shrink failed as asked (MCORE_NCCL_DOUBLE_SHRINK=fail)");
+    atomic_store(&parent->state, sysErr);
+    goto out;
+  }
   char id[200];
   snprintf(id, sizeof id, "%s/k%u", parent->id, j->seq);
   comm *child = new_comm(id, j->rank, j->size, j->blocking);
