@@ -27,7 +27,8 @@
  *                                (2.27) ncclCommShrink refuses with ncclInvalidUsage, as a library
  *                                without it cannot be called (the runtime must not call it then)
  *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink prints one line per call to stderr
- *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange)
+ *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange);
+ *                                "hang": they never complete (MCORE_NCCL_DOUBLE_HANG_RANKS applies)
  *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
  *   MCORE_NCCL_DOUBLE_SPLIT      "hang": splits never complete; "fail": they end in ncclSystemError
  *   MCORE_NCCL_DOUBLE_LATE_INIT  "1": init, too, writes *newcomm late (from its thread)
@@ -463,6 +464,10 @@ typedef struct {
 static void *shrink_thread(void *p) {
   shrink_job *j = p;
   comm *parent = j->parent;
+  if (hangs("MCORE_NCCL_DOUBLE_SHRINK")) {
+    while (!atomic_load(&parent->aborted)) sleep_ms(1);
+    goto out;
+  }
   char key[300];
   snprintf(key, sizeof key, "%s/shrink%u", parent->id, j->seq);
   long *all = calloc((size_t)j->size, sizeof(long));

@@ -440,31 +440,28 @@ impl NcclComm {
             }
             return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), rc, Some(parent)));
         }
-        // Done with the slot once the parent leaves ncclInProgress. A parent that reports an
-        // error (it had a failed peer) may still have handed out the child: its own state then
-        // decides. Otherwise, and at the deadline, the slot is left to leak (NCCL may write it).
+        // Every remaining rank gets a communicator, so the slot is freed only once NCCL wrote it
+        // (early or late, the parent in ncclInProgress or already out of it). A parent that
+        // reports an error ends the wait with that error; that and the deadline leave the slot
+        // to leak (NCCL may still write it).
         let mut step = Duration::from_micros(100);
+        let mut slot = slot;
         let child = loop {
+            slot = match slot.take_written() {
+                Ok(child) => break child,
+                Err(pending) => pending,
+            };
             match self.lib.comm_async_error(parent) {
-                Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
-                Ok(NCCL_IN_PROGRESS) => {
-                    return Err(NcclError::Timeout { what: format!("ncclCommShrink of {what}"), deadline: timeout })
+                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
+                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) => {
+                    return Err(NcclError::Timeout {
+                        what: format!("ncclCommShrink to hand out the communicator of {what}"),
+                        deadline: timeout,
+                    })
                 }
-                Ok(NCCL_SUCCESS) => match slot.take_completed() {
-                    Some(child) => break child,
-                    None => {
-                        return Err(NcclError::invalid(format!(
-                            "ncclCommShrink for {what} completed but gave this rank no communicator"
-                        )))
-                    }
-                },
-                state => match slot.take_written() {
-                    Ok(child) => break child,
-                    Err(_) => {
-                        let code = state.unwrap_or_else(|rc| rc);
-                        return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), code, Some(parent)));
-                    }
-                },
+                Ok(state) | Err(state) => {
+                    return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), state, Some(parent)))
+                }
             }
         };
         let pending = Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) };
