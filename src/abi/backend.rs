@@ -165,7 +165,7 @@ pub type mcore_backend_comm_fn = Option<unsafe extern "C" fn(user_data: *mut c_v
 /// `comm`, ascending; the excluded ranks do not call it): a new communicator of the remaining
 /// ranks, renumbered in ascending order of their rank in `comm`, written to `*out_comm`. `group`
 /// describes it: its name (the parent's), `group_size` and this rank's `group_rank` in the new
-/// numbering, `global_ranks` 0..`group_size` (recovery shrinks the world, whose ranks are the new
+/// numbering, `global_ranks` 0, 1, …, `group_size` − 1 (recovery shrinks the world, whose ranks are the new
 /// global ranks), `timeout_ms` the bound of the call. `flags`: `MCORE_BACKEND_SHRINK_ABORT_PARENT`
 /// when a peer of `comm` failed (end its operations in flight first; no exchange with the
 /// excluded ranks). The library aborts `comm` afterwards (`abort_comm`) and never uses it again;
