@@ -23,8 +23,8 @@ pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
 pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
 
 /// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
-/// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`. A vtable must have one of these sizes, or be larger
-/// with every slot beyond ours NULL (see `crate::abi::sized`).
+/// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`. A vtable must have
+/// one of these sizes, or be larger with every slot beyond ours NULL (see `crate::abi::sized`).
 pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112];
 
 /// One group a backend is asked to create a communicator for.
