@@ -9,7 +9,9 @@
 #      until the survivors are done;
 #   3. --fail-rank 1,2,4,6 (a rank of every replica): every survivor fails with "no valid layout
 #      remains", naming the failed ranks, and the launcher exits non-zero (it stops the others at
-#      the first error exit, so only the lines printed by then are checked, one at least).
+#      the first error exit, so only the lines printed by then are checked, one at least);
+#   4. --fail-rank 5 with --comm-strategy split: Gloo has no shrink slot, so the survivors create a
+#      new world and split from it (`"world_from": "new"`), same outcome as 1.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
@@ -25,19 +27,20 @@ cargo build --release --locked --bin mcore-launch --bin mcore-selftest >/dev/nul
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run NAME FAIL_RANKS: the launcher's output in $tmp/NAME.out, its status in $tmp/NAME.rc
+# run NAME FAIL_RANKS [selftest args]: the launcher's output in $tmp/NAME.out, its status in $tmp/NAME.rc
 run() {
+  local name=$1 ranks=$2; shift 2
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=60 timeout 150 ./target/release/mcore-launch --nproc 16 \
-    --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$2" --json \
-    >"$tmp/$1.out" 2>"$tmp/$1.err"
-  echo $? >"$tmp/$1.rc"
+    --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$ranks" --json "$@" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
+  echo $? >"$tmp/$name.rc"
 }
 
-# check NAME EXPECTED_RC KILLED LEFT SURVIVORS NEW_WORLD: every line checked with Python
+# check NAME EXPECTED_RC KILLED LEFT SURVIVORS NEW_WORLD [WORLD_FROM]: every line checked with Python
 check() {
-  python3 - "$tmp/$1.out" "$(cat "$tmp/$1.rc")" "$2" "$3" "$4" "$5" "$6" <<'PY'
+  python3 - "$tmp/$1.out" "$(cat "$tmp/$1.rc")" "$2" "$3" "$4" "$5" "$6" "${7:-}" <<'PY'
 import json, sys
-path, rc, want_rc, killed, left, survivors, new_world = sys.argv[1:]
+path, rc, want_rc, killed, left, survivors, new_world, world_from = sys.argv[1:]
 ints = lambda s: [int(x) for x in s.split(",") if x]
 killed, left, survivors = ints(killed), ints(left), ints(survivors)
 rows = {}
@@ -65,7 +68,8 @@ for r, o in sorted(rows.items()):
             errors.append(f"rank {r}: expected to leave: {o}")
     elif r in survivors:
         if not (o.get("ok") and o.get("recovered") and o.get("world_size") == int(new_world)
-                and o.get("rank") == survivors.index(r) and o.get("failed") == killed and o.get("groups", 0) > 0):
+                and o.get("rank") == survivors.index(r) and o.get("failed") == killed and o.get("groups", 0) > 0
+                and (not world_from or o.get("world_from") == world_from)):
             errors.append(f"rank {r}: expected new rank {survivors.index(r)} of {new_world}: {o}")
         else:
             print(f"  rank {r} -> {o['rank']}/{o['world_size']}: {o['groups']} groups verified, "
@@ -95,6 +99,12 @@ if check every 1 1,2,4,6 "" "" refused >"$tmp/every.check"; then
   ok "a rank of every replica killed: every survivor refuses with 'no valid layout remains', launcher non-zero"
 else
   bad "a rank of every replica killed: $(cat "$tmp/every.check")"; tail -5 "$tmp/every.err"
+fi
+run split5 5 --comm-strategy split
+if check split5 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 new >"$tmp/split5.check"; then
+  ok "rank 5 killed, split strategy: no shrink slot in Gloo, 12 ranks recovered on a new world"
+else
+  bad "rank 5 killed, split strategy: $(cat "$tmp/split5.check")"; tail -5 "$tmp/split5.err"
 fi
 echo "recovery: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
