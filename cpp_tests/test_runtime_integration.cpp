@@ -196,6 +196,92 @@ TEST(RuntimeIntegrationChild, Rank) {
 #endif
 }
 
+// Recovery through the C API: 5 ranks, tp 2 on ranks 0-3 and rank 4 a spare. Rank 1 SIGKILLs
+// itself after init; ranks 0, 2, 3 find it with mcore_check_health and call mcore_reinitialize
+// with the suspects; the spare stands by in mcore_reinitialize and takes rank 1's place. Every
+// survivor then all-reduces over the new layout's tp and dp groups.
+TEST(RuntimeIntegrationChild, Recovery) {
+    const char *child = std::getenv("MCORE_TEST_CHILD");
+    if (child == nullptr || std::string(child) != "recovery") GTEST_SKIP() << "runs only as a child rank";
+#ifndef MCORE_TEST_GLOO_PLUGIN
+    GTEST_SKIP() << "no Gloo plugin";
+#else
+    const uint32_t my_rank = static_cast<uint32_t>(std::atoi(std::getenv("RANK")));
+    mcore_topology_config layout;
+    ASSERT_EQ(mcore_topology_config_init(&layout), MCORE_STATUS_OK);
+    layout.tp = 2;
+    mcore_init_args args;
+    ASSERT_EQ(mcore_init_args_init(&args), MCORE_STATUS_OK);
+    EXPECT_EQ(args.spares, 0u);
+    args.topology = &layout;
+    args.backend = MCORE_TEST_GLOO_PLUGIN;
+    args.timeout_ms = 60000;
+    args.spares = 1;
+    ASSERT_EQ(mcore_initialize(&args, nullptr), MCORE_STATUS_OK) << last_error();
+    EXPECT_EQ(mcore_is_spare(), my_rank == 4);
+    EXPECT_EQ(mcore_is_initialized(), my_rank != 4);
+    uint32_t suspects[8] = {};
+    size_t n_suspects = 0;
+    if (my_rank != 4) {
+        bool healthy = false;
+        ASSERT_EQ(mcore_check_health(30.0, &healthy, suspects, 8, &n_suspects), MCORE_STATUS_OK) << last_error();
+        EXPECT_TRUE(healthy);
+        EXPECT_EQ(n_suspects, 0u);
+        if (my_rank == 1) ::kill(::getpid(), SIGKILL);
+        ASSERT_EQ(mcore_check_health(2.0, &healthy, suspects, 8, &n_suspects), MCORE_STATUS_OK) << last_error();
+        EXPECT_FALSE(healthy);
+        ASSERT_EQ(n_suspects, 1u);
+        EXPECT_EQ(suspects[0], 1u);
+    }
+    uint32_t failed[8] = {};
+    mcore_recovery_result result{};
+    ASSERT_EQ(mcore_reinitialize(suspects, n_suspects, 0.0, failed, 8, &result), MCORE_STATUS_OK) << last_error();
+    const uint32_t new_rank = my_rank == 4 ? 1 : my_rank;
+    EXPECT_FALSE(result.left);
+    EXPECT_EQ(result.old_rank, my_rank);
+    EXPECT_EQ(result.new_rank, new_rank);
+    EXPECT_EQ(result.old_world_size, 5u);
+    EXPECT_EQ(result.new_world_size, 4u);
+    ASSERT_EQ(result.n_failed, 1u);
+    EXPECT_EQ(failed[0], 1u);
+    EXPECT_FALSE(mcore_is_spare());
+    uint32_t rank = 99, world = 99;
+    ASSERT_EQ(mcore_runtime_world(&rank, &world), MCORE_STATUS_OK);
+    EXPECT_EQ(rank, new_rank);
+    EXPECT_EQ(world, 4u);
+    // tp {0,1} {2,3}: the sum of rank + 1 is 4k + 3; dp {0,2} {1,3}: of rank * 10, 20j + 20.
+    int64_t v = static_cast<int64_t>(new_rank) + 1;
+    ASSERT_EQ(mcore_runtime_allreduce_sum_i64(MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL, &v, 1), MCORE_STATUS_OK)
+        << last_error();
+    EXPECT_EQ(v, 4 * static_cast<int64_t>(new_rank / 2) + 3);
+    int64_t w = static_cast<int64_t>(new_rank) * 10;
+    ASSERT_EQ(mcore_runtime_allreduce_sum_i64(MCORE_GROUP_KIND_DATA_PARALLEL, &w, 1), MCORE_STATUS_OK);
+    EXPECT_EQ(w, 20 * static_cast<int64_t>(new_rank % 2) + 20);
+    ASSERT_EQ(mcore_destroy(), MCORE_STATUS_OK) << last_error();
+#endif
+}
+
+TEST(RuntimeIntegration, RecoveryWithASpareThroughTheCApi) {
+#ifndef MCORE_TEST_GLOO_PLUGIN
+    GTEST_SKIP() << "the package has no Gloo plugin (MCORE_INIT_GLOO_PLUGIN unset)";
+#else
+    char self[4096] = {};
+    ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_GT(len, 0);
+    const std::string port = std::to_string(mcore_test::free_port());
+    std::vector<int> codes = run_ranks({std::string(self, static_cast<size_t>(len)),
+                                        "--gtest_filter=RuntimeIntegrationChild.Recovery", "--gtest_brief=1"},
+                                       5, {"MCORE_TEST_CHILD=recovery", "MASTER_PORT=" + port});
+    for (size_t r = 0; r < codes.size(); ++r) {
+        if (r == 1) {
+            EXPECT_EQ(codes[r], 128 + SIGKILL) << "rank 1 was to die by SIGKILL";
+        } else {
+            EXPECT_EQ(codes[r], 0) << "rank " << r << " (-1: killed at deadline)";
+        }
+    }
+#endif
+}
+
 TEST(RuntimeIntegration, FourRanksTp2InitDestroyCycles) {
 #ifndef MCORE_TEST_GLOO_PLUGIN
     GTEST_SKIP() << "the package has no Gloo plugin (MCORE_INIT_GLOO_PLUGIN unset)";

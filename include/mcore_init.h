@@ -391,6 +391,13 @@ typedef struct mcore_init_args {
    * overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
    */
   bool create_all_gather_groups;
+  /**
+   * Spare ranks (default 0): the last `spares` ranks of the world are outside the layout.
+   * `mcore_initialize` checks them in and returns OK with `mcore_is_spare()` true; they stand
+   * by in `mcore_reinitialize` until a recovery gives them a failed rank's place, or the job
+   * ends (docs/recovery.md).
+   */
+  uint32_t spares;
 } mcore_init_args;
 
 /**
@@ -790,14 +797,18 @@ mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan 
                                                size_t *out_len);
 
 /**
- * Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
- * survivors through the store on the failed ranks, plan the next layout (whole data-parallel
- * replicas with a failed rank leave), tear down every communicator and create and verify the
- * new layout's groups, all within the init timeout. `suspected` (may be NULL when
- * `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
- * absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
- * `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
- * layout remains", a store that is gone with its host) the runtime is torn down.
+ * Recover after a failure (docs/recovery.md): agree with the other survivors through the store
+ * on the failed ranks, plan the next layout (whole data-parallel replicas with a failed rank
+ * leave), tear down every communicator and create and verify the new layout's groups, all
+ * within the init timeout. Runs on an initialized runtime, or after an `mcore_initialize` that
+ * failed for a peer (TIMEOUT or PEER_FAILED: a rank missing at check-in, a group whose creation
+ * timed out or lost a peer), continuing on that attempt's store; the ranks that failure named
+ * are suspected. `suspected` (may be NULL when `n_suspected` is 0) are ranks this rank knows to
+ * have failed; others are found by their absence within `window_seconds` (0 = the default of
+ * 3 s). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
+ * `out->n_failed` says how many there are: a recovery is not repeated to fit a buffer). On
+ * error (e.g. INVALID_CONFIG "no valid layout remains", a store that is gone with its host) the
+ * runtime is torn down; a bad argument leaves everything as it was.
  *
  * # Safety
  * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
@@ -808,6 +819,24 @@ mcore_status mcore_reinitialize(const uint32_t *suspected,
                                 uint32_t *failed,
                                 size_t failed_len,
                                 struct mcore_recovery_result *out);
+
+/**
+ * A health check of the initialized world through the store (docs/recovery.md), collective:
+ * call it at the same points on every rank. Each rank checks in and waits until all have, at
+ * most `window_seconds` (0 = 3 s). `*healthy` is true when every rank came and no recovery was
+ * requested; false when a rank asked for one (its init or a collective failed) or ranks did not
+ * come. The ranks to suspect go to `suspected` (the first `len`, may be NULL when 0), their
+ * number to `*out_len`; pass them to `mcore_reinitialize`. A check is not repeated to fit a
+ * buffer, so the status is OK even when `*out_len > len`.
+ *
+ * # Safety
+ * Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+ */
+mcore_status mcore_check_health(double window_seconds,
+                                bool *healthy,
+                                uint32_t *suspected,
+                                size_t len,
+                                size_t *out_len);
 
 /**
  * Fills `*out` with defaults (all zero) and `struct_size`.
@@ -1031,9 +1060,16 @@ mcore_status mcore_initialize(const struct mcore_init_args *args, bool *out_alre
 mcore_status mcore_destroy(void);
 
 /**
- * Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+ * Whether `mcore_initialize` has brought a runtime up (not a spare's) and `mcore_destroy` not
+ * been called since.
  */
 bool mcore_is_initialized(void);
+
+/**
+ * Whether this rank is a spare standing by (`mcore_init_args.spares`): `mcore_initialize`
+ * returned OK without bringing a runtime up; call `mcore_reinitialize` to stand by.
+ */
+bool mcore_is_spare(void);
 
 /**
  * A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every

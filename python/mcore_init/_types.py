@@ -93,6 +93,7 @@ class InitArgs(CheckedStructure):
         ("split_share", ctypes.c_bool),
         ("device", ctypes.c_int32),
         ("create_all_gather_groups", ctypes.c_bool),
+        ("spares", ctypes.c_uint32),
     ]
 
 

@@ -38,7 +38,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
                order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
                seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
                comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=1, egtp=1,
-               create_all_gather_groups=False) -> bool:
+               create_all_gather_groups=False, spares=0) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -49,8 +49,10 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     YAML file; ``split_share``: children of a split share the parent's resources; ``device``:
     the CUDA device of the NCCL communicators (None: ``LOCAL_RANK``); ``gtp``/``egtp``: Megatron-Core
     0.19's ``gtp_remat_size``/``expert_gtp_remat_size``; ``create_all_gather_groups``: also create
-    the all-gather twins of the dp-cp and (ep > 1) expert-dp groups (:func:`all_gather_group_ranks`).
-    Returns True
+    the all-gather twins of the dp-cp and (ep > 1) expert-dp groups (:func:`all_gather_group_ranks`);
+    ``spares``: the last ``spares`` ranks of the world stand by outside the layout (on those,
+    :func:`is_spare` is True afterwards and :func:`reinitialize` stands by until a recovery places
+    them or the job ends; docs/recovery.md). Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED."""
     args = T.new_init_args()
@@ -71,6 +73,7 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
     args.split_share = bool(split_share)
     args.create_all_gather_groups = bool(create_all_gather_groups)
+    args.spares = int(spares)
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)
@@ -86,6 +89,14 @@ def destroy():
 
 def is_initialized() -> bool:
     return _is_initialized()
+
+
+_is_spare = declare("mcore_is_spare", ctypes.c_bool)
+
+
+def is_spare() -> bool:
+    """Whether this rank is a spare standing by (``initialize(spares=...)``)."""
+    return _is_spare()
 
 
 def world() -> Tuple[int, int]:
@@ -172,7 +183,8 @@ def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) 
     """Recover after a failure (``mcore_reinitialize``, docs/recovery.md): agree with the other
     survivors on the failed ranks (``suspected`` ones this rank knows of; the others are found by
     their absence within ``window`` seconds, default 3), re-form the groups of the next layout
-    and verify them. Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
+    and verify them. Works on an initialized runtime, and after an :func:`initialize` that failed
+    for a peer (a rank missing at check-in, a group that timed out or lost a peer). Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
     "failed", "agree_seconds", "seconds"}``; with ``left`` true this process is not on the new
     layout and should exit. Raises :class:`McoreError` (e.g. "no valid layout remains")."""
     sus = [int(r) for r in suspected]
@@ -187,3 +199,20 @@ def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) 
         "world_size": out.new_world_size, "failed": list(failed[: min(out.n_failed, len(failed))]),
         "agree_seconds": out.agree_seconds, "seconds": out.total_seconds,
     }
+
+
+_check_health = declare(
+    "mcore_check_health", _status, ctypes.c_double, _P(ctypes.c_bool), _P(ctypes.c_uint32), ctypes.c_size_t,
+    _P(ctypes.c_size_t),
+)
+
+
+def check_health(window: Optional[float] = None) -> Optional[List[int]]:
+    """A health check of the world through the store (``mcore_check_health``), collective: call it
+    at the same points on every rank. ``None`` when every rank came within ``window`` seconds
+    (default 3) and no recovery was requested; else the ranks to suspect (possibly empty), to
+    pass to :func:`reinitialize`."""
+    healthy, n = ctypes.c_bool(), ctypes.c_size_t()
+    buf = (ctypes.c_uint32 * 4096)()
+    check(_check_health(float(window or 0.0), ctypes.byref(healthy), buf, len(buf), ctypes.byref(n)))
+    return None if healthy.value else list(buf[: min(n.value, len(buf))])

@@ -4,14 +4,23 @@
 # survivors agree on the failed set through the store and re-form:
 #   1. --fail-rank 5: 12 ranks on the planned layout (rank 5's replica 4, 5, 12, 13 dropped), every
 #      group verified by a collective, `"recovered": true`; ranks 4, 12, 13 `"left": true`; the
-#      launcher exits 0;
+#      launcher exits 0; Gloo (auto = split strategy) has no shrink slot, so the survivors split
+#      from a new world (`"world_from": "new"`);
 #   2. --fail-rank 1: rank 0 (the store's host) leaves with its replica and keeps the store up
 #      until the survivors are done;
 #   3. --fail-rank 1,2,4,6 (a rank of every replica): every survivor fails with "no valid layout
 #      remains", naming the failed ranks, and the launcher exits non-zero (it stops the others at
-#      the first error exit, so only the lines printed by then are checked, one at least);
-#   4. --fail-rank 5 with --comm-strategy split: Gloo has no shrink slot, so the survivors create a
-#      new world and split from it (`"world_from": "new"`), same outcome as 1.
+#      the first error exit, so only the lines printed by then are checked, one at least).
+#   4. --fail-rank 5 --fail-at before: rank 5 SIGKILLs itself before initializing; the others'
+#      init fails at check-in naming rank 5 (after MCORE_INIT_TIMEOUT), and they recover from that
+#      failed init to the same layout as in 1;
+#   5. --fail-at during: rank 5 SIGKILLs itself once every rank has checked in; the others'
+#      communicator creation fails naming rank 5, and they recover likewise;
+#   6. --fail-at verify: rank 5 SIGKILLs itself once its communicators exist; the others' init
+#      fails verifying a group with it (or succeeds, and a health check finds the failure); no
+#      error names rank 5 as never arrived, so the agreement finds it by its absence (the window);
+#   7. 17 ranks with --spares 1 --fail-rank 5: rank 16 stands by, takes rank 5's place (its
+#      coordinates, its groups) and the world stays 16 on tp 2 pp 2 dp 4, every group verified.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
@@ -27,19 +36,20 @@ cargo build --release --locked --bin mcore-launch --bin mcore-selftest >/dev/nul
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run NAME FAIL_RANKS [selftest args]: the launcher's output in $tmp/NAME.out, its status in $tmp/NAME.rc
+# run NAME FAIL_RANKS [FAIL_AT INIT_TIMEOUT]: the launcher's output in $tmp/NAME.out, its status
+# in $tmp/NAME.rc
+# ($NPROC processes, 16 by default; $SPARES spares, none by default)
 run() {
-  local name=$1 ranks=$2; shift 2
-  LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=60 timeout 150 ./target/release/mcore-launch --nproc 16 \
-    --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --fail-rank "$ranks" --json "$@" \
-    >"$tmp/$name.out" 2>"$tmp/$name.err"
-  echo $? >"$tmp/$name.rc"
+  LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=${4:-60} timeout 150 ./target/release/mcore-launch \
+    --nproc "${NPROC:-16}" --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo \
+    --spares "${SPARES:-0}" --fail-rank "$2" --fail-at "${3:-after}" --json >"$tmp/$1.out" 2>"$tmp/$1.err"
+  echo $? >"$tmp/$1.rc"
 }
 
 # check NAME EXPECTED_RC KILLED LEFT SURVIVORS NEW_WORLD [WORLD_FROM]: every line checked with Python
 check() {
   python3 - "$tmp/$1.out" "$(cat "$tmp/$1.rc")" "$2" "$3" "$4" "$5" "$6" "${7:-}" <<'PY'
-import json, sys
+import json, re, sys
 path, rc, want_rc, killed, left, survivors, new_world, world_from = sys.argv[1:]
 ints = lambda s: [int(x) for x in s.split(",") if x]
 killed, left, survivors = ints(killed), ints(left), ints(survivors)
@@ -71,9 +81,14 @@ for r, o in sorted(rows.items()):
                 and o.get("rank") == survivors.index(r) and o.get("failed") == killed and o.get("groups", 0) > 0
                 and (not world_from or o.get("world_from") == world_from)):
             errors.append(f"rank {r}: expected new rank {survivors.index(r)} of {new_world}: {o}")
+        elif o.get("fail_at") in ("before", "during") and not re.search(rf"rank\(s\) {killed[0]}\b[^;]* never", o.get("detected", "")):
+            errors.append(f"rank {r}: the failed init should name rank {killed[0]}: {o.get('detected')}")
+        elif o.get("fail_at") == "verify" and not o.get("detected", "").startswith(("init failed", "init succeeded")):
+            errors.append(f"rank {r}: expected a failed init or a health check to find the failure: {o}")
         else:
             print(f"  rank {r} -> {o['rank']}/{o['world_size']}: {o['groups']} groups verified, "
-                  f"recovery {o['recovery_seconds']:.3f} s")
+                  f"recovery {o['recovery_seconds']:.3f} s" + (f" after {o['detected_after_s']:.1f} s of init"
+                  if "detected_after_s" in o else ""))
     else:
         errors.append(f"rank {r}: unexpected line {o}")
 print("\n".join(errors))
@@ -82,8 +97,8 @@ PY
 }
 
 run kill5 5
-if check kill5 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 >"$tmp/kill5.check"; then
-  ok "rank 5 killed: 12 ranks recovered on tp 2 pp 2 dp 3, ranks 4, 12, 13 left, launcher exit 0"
+if check kill5 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 new >"$tmp/kill5.check"; then
+  ok "rank 5 killed: 12 ranks recovered on tp 2 pp 2 dp 3 (a new world: Gloo has no shrink slot), ranks 4, 12, 13 left, launcher exit 0"
   grep -m2 "rank " "$tmp/kill5.check"
 else
   bad "rank 5 killed: $(cat "$tmp/kill5.check")"; tail -5 "$tmp/kill5.err"
@@ -100,11 +115,41 @@ if check every 1 1,2,4,6 "" "" refused >"$tmp/every.check"; then
 else
   bad "a rank of every replica killed: $(cat "$tmp/every.check")"; tail -5 "$tmp/every.err"
 fi
-run split5 5 --comm-strategy split
-if check split5 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 new >"$tmp/split5.check"; then
-  ok "rank 5 killed, split strategy: no shrink slot in Gloo, 12 ranks recovered on a new world"
+for at in before during verify; do
+  run "$at" 5 "$at" 8
+  if check "$at" 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 >"$tmp/$at.check"; then
+    ok "rank 5 killed ($at init): found, 12 ranks recovered on tp 2 pp 2 dp 3, launcher exit 0"
+    grep -m1 "rank " "$tmp/$at.check"
+  else
+    bad "rank 5 killed ($at init): $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
+  fi
+done
+NPROC=17 SPARES=1 run spare 5
+if python3 - "$tmp/spare.out" "$(cat "$tmp/spare.rc")" >"$tmp/spare.check" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("[rank ") and ": {" in line:
+        head, body = line.split(": ", 1)
+        rows[int(head[6:-1])] = json.loads(body)
+errors = [] if sys.argv[2] == "0" else [f"launcher exit {sys.argv[2]}"]
+if sorted(rows) != [r for r in range(17) if r != 5]:
+    errors.append(f"lines from ranks {sorted(rows)}, expected every rank but 5")
+for r, o in sorted(rows.items()):
+    new = 5 if r == 16 else r
+    if not (o.get("ok") and o.get("recovered") and o.get("world_size") == 16 and o.get("rank") == new
+            and o.get("failed") == [5] and o.get("groups", 0) > 0 and bool(o.get("spare")) == (r == 16)):
+        errors.append(f"rank {r}: expected new rank {new} of 16: {o}")
+if not errors:
+    print(f"  spare 16 -> 5/16: {rows[16]['groups']} groups verified, recovery {rows[16]['recovery_seconds']:.3f} s")
+print("\n".join(errors))
+sys.exit(1 if errors else 0)
+PY
+then
+  ok "a spare: 17 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4"
+  head -1 "$tmp/spare.check"
 else
-  bad "rank 5 killed, split strategy: $(cat "$tmp/split5.check")"; tail -5 "$tmp/split5.err"
+  bad "a spare took rank 5's place: $(cat "$tmp/spare.check")"; tail -5 "$tmp/spare.err"
 fi
 echo "recovery: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

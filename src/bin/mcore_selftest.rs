@@ -24,7 +24,7 @@ fn usage() -> String {
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
-         [--fail-rank R[,R...] [--recovery-window SECONDS]]"
+         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]]"
     )
 }
 
@@ -39,7 +39,8 @@ struct Options {
     cycles: u32,
     /// One JSON line instead of the human one.
     json: bool,
-    /// `--fail-rank R`: after init, rank R is killed and the survivors recover (docs/recovery.md).
+    /// `--fail-rank R [--fail-at before|during|verify|after]`: rank R is killed and the survivors recover
+    /// (docs/recovery.md).
     fail: Option<recovery::FailOptions>,
 }
 
@@ -47,7 +48,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
     let mut json = false;
-    let (mut fail_rank, mut window) = (None, None);
+    let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -86,6 +87,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 let v = flags.value(flag, inline)?;
                 fail_rank = Some(v.split(',').map(|r| common::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
             }
+            "--spares" => init.spares = common::cli::number(flag, flags.value(flag, inline)?)?,
+            "--fail-at" => fail_at = Some(flags.value(flag, inline)?.parse::<recovery::FailAt>()?),
             "--recovery-window" => {
                 window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
             }
@@ -98,11 +101,14 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    let fail = match (fail_rank, window) {
-        (Some(ranks), window) if cycles == 1 => Some(recovery::FailOptions { ranks, window }),
-        (Some(_), _) => return Err("--fail-rank runs one cycle: drop --cycles".into()),
-        (None, Some(_)) => return Err("--recovery-window needs --fail-rank R".into()),
-        (None, None) => None,
+    let fail = match (fail_rank, window, fail_at) {
+        (Some(ranks), window, at) if cycles == 1 => {
+            Some(recovery::FailOptions { ranks, at: at.unwrap_or(recovery::FailAt::After), window })
+        }
+        (Some(_), ..) => return Err("--fail-rank runs one cycle: drop --cycles".into()),
+        (None, Some(_), _) => return Err("--recovery-window needs --fail-rank R".into()),
+        (None, _, Some(_)) => return Err("--fail-at needs --fail-rank R".into()),
+        (None, None, None) => None,
     };
     Ok(Some(Options { init, cycles, json, fail }))
 }
@@ -193,8 +199,17 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
 
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
 fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value, String> {
+    if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
+        let line = recovery::fail_in_init(args, f)?;
+        runtime::destroy().map_err(|e| e.to_string())?;
+        return Ok(line);
+    }
     let start = Instant::now();
-    runtime::initialize(args.clone()).map_err(|e| e.to_string())?;
+    if runtime::initialize(args.clone()).map_err(|e| e.to_string())? == InitOutcome::Spare {
+        let line = recovery::spare(args, fail)?;
+        runtime::destroy().map_err(|e| e.to_string())?;
+        return Ok(line);
+    }
     let init_seconds = start.elapsed().as_secs_f64();
     let ready = seconds_since_process_start().unwrap_or(f64::NAN);
     let me = std::env::var("RANK").ok();
@@ -297,27 +312,69 @@ fn main() -> ExitCode {
 }
 
 /// The human output: one line per rank, rank 0's per-kind creation-time table.
-/// `--fail-rank`: kill a rank after init and recover on the survivors.
+/// `--fail-rank`: kill ranks before, during or after init, and recover on the survivors.
 mod recovery {
     use super::{verify_every_kind, verify_rng};
-    use mcore_init::runtime::recovery::{announce_recoverable, reinitialize, ReinitArgs, Reinitialized};
-    use mcore_init::runtime::{self, InitArgs};
+    use mcore_init::runtime::recovery::{
+        announce_recoverable, check_health, reinitialize, Health, ReinitArgs, Reinitialized,
+    };
+    use mcore_init::runtime::{self, InitArgs, InitOutcome, InitPhase, LaunchEnv};
     use serde_json::{json, Value};
     use std::time::{Duration, Instant};
 
+    /// When `--fail-rank`'s ranks die.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum FailAt {
+        /// Before they initialize: the others' check-in misses them.
+        Before,
+        /// Once every rank has checked in, before any communicator exists.
+        During,
+        /// Once its communicators exist, before they are verified: ranks that share no group
+        /// with it may finish init and learn of the failure from a health check.
+        Verify,
+        /// After a verified init, killed by rank 0.
+        After,
+    }
+
+    impl std::str::FromStr for FailAt {
+        type Err = String;
+        fn from_str(s: &str) -> Result<Self, String> {
+            match s {
+                "before" => Ok(FailAt::Before),
+                "during" => Ok(FailAt::During),
+                "verify" => Ok(FailAt::Verify),
+                "after" => Ok(FailAt::After),
+                _ => Err(format!("--fail-at: '{s}' is not one of before, during, verify, after")),
+            }
+        }
+    }
+
     pub struct FailOptions {
         pub ranks: Vec<u32>,
+        pub at: FailAt,
         pub window: Option<Duration>,
     }
 
-    /// After a verified init (`line` is its report): every rank publishes its pid and waits for
-    /// all; rank 0 kills rank `f.rank` with SIGKILL; the survivors recover, verify every group of
-    /// the new layout with a collective and report `"recovered": true` (or `"left": true` for
-    /// ranks whose replica was dropped).
-    pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
-        let (store, rank, world) =
-            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size)).map_err(|e| e.to_string())?;
-        let timeout = args.timeout;
+    /// SIGKILL this process (by its pid, as a crash would end it).
+    fn kill_self() -> ! {
+        // SAFETY: kill(2) on our own pid; no memory is involved.
+        unsafe { libc::kill(std::process::id() as i32, libc::SIGKILL) };
+        unreachable!("SIGKILL did not end the process")
+    }
+
+    fn die_when_checked_in(phase: InitPhase) {
+        if phase == InitPhase::CheckedIn {
+            kill_self();
+        }
+    }
+
+    fn die_when_created(phase: InitPhase) {
+        if phase == InitPhase::Created {
+            kill_self();
+        }
+    }
+
+    fn check_ranks(f: &FailOptions, world: u32) -> Result<(), String> {
         if let Some(r) = f.ranks.iter().find(|&&r| r >= world) {
             return Err(format!("--fail-rank {r} is not a rank of the world of {world}"));
         }
@@ -326,9 +383,53 @@ mod recovery {
                 "--fail-rank 0: rank 0 hosts the rendezvous store, which recovery needs; pick another rank".into()
             );
         }
+        announce_recoverable().map_err(|e| format!("cannot tell mcore-launch that this job recovers: {e}"))
+    }
+
+    /// `--fail-at before|during|verify`: the ranks to fail kill themselves before initializing,
+    /// once every rank has checked in, or once their communicators exist; the others' init fails naming them (after the init timeout),
+    /// or succeeds and learns of the failure from a health check; all recover.
+    pub fn fail_in_init(args: &InitArgs, f: &FailOptions) -> Result<Value, String> {
+        let env = LaunchEnv::from_process().map_err(|e| e.to_string())?;
+        check_ranks(f, env.world_size)?;
+        if f.ranks.contains(&env.rank) {
+            match f.at {
+                FailAt::Before => kill_self(),
+                FailAt::During => runtime::set_phase_hook(Some(die_when_checked_in)),
+                _ => runtime::set_phase_hook(Some(die_when_created)),
+            }
+        }
+        let start = Instant::now();
+        let (how, suspected) = match runtime::initialize(args.clone()) {
+            Ok(InitOutcome::Spare) => return spare(args, Some(f)),
+            Err(e) => (format!("init failed: {e}"), vec![]),
+            Ok(_) => match check_health(f.window).map_err(|e| e.to_string())? {
+                Health::Failed(suspects) => ("init succeeded; the health check found the failure".into(), suspects),
+                Health::Healthy => {
+                    return Err(format!("ranks {:?} were to fail during init, but every rank is healthy", f.ranks))
+                }
+            },
+        };
+        let detected = start.elapsed().as_secs_f64();
+        let outcome = reinitialize(ReinitArgs { suspected, window: f.window, timeout: None });
+        let mut line = recovered_line(args, Some(f), outcome.map_err(|e| format!("{how}; recovery failed: {e}"))?)?;
+        line["detected_after_s"] = json!(detected);
+        line["detected"] = json!(how);
+        Ok(line)
+    }
+
+    /// `--fail-at after` (the default), after a verified init (`line` is its report): every rank
+    /// publishes its pid and waits for all; rank 0 kills the ranks to fail with SIGKILL; the
+    /// survivors recover, naming them as suspected.
+    pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
+        let (store, rank, world, layout_world) =
+            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.topology.world_size()))
+                .map_err(|e| e.to_string())?;
+        let timeout = args.timeout;
+        check_ranks(f, world)?;
+        let world = layout_world; // spares stand by elsewhere: the layout's ranks meet here
         let se = |e: mcore_init::store::StoreError| format!("--fail-rank: store: {e}");
         store.set(&format!("selftest/pid/{rank}"), std::process::id().to_string().as_bytes()).map_err(se)?;
-        announce_recoverable().map_err(|e| format!("cannot tell mcore-launch that this job recovers: {e}"))?;
         store.add("selftest/ready", 1).map_err(se)?;
         let deadline = Instant::now() + timeout;
         while store.add("selftest/ready", 0).map_err(se)? < i64::from(world) {
@@ -353,25 +454,46 @@ mod recovery {
             suspected.push(victim);
         }
         drop(store);
-        let start = Instant::now();
-        let outcome =
-            reinitialize(ReinitArgs { suspected, window: f.window, timeout: None }).map_err(|e| e.to_string())?;
-        let seconds = start.elapsed().as_secs_f64();
+        let outcome = reinitialize(ReinitArgs { suspected, window: f.window, timeout: None });
+        let mut out = recovered_line(args, Some(f), outcome.map_err(|e| e.to_string())?)?;
+        out["init_seconds_before"] = line["init_seconds"].clone();
+        Ok(out)
+    }
+
+    /// A spare (`--spares N`): stand by until a recovery places it or the job ends (at most
+    /// twice the init timeout).
+    pub fn spare(args: &InitArgs, f: Option<&FailOptions>) -> Result<Value, String> {
+        let window = f.and_then(|f| f.window);
+        let outcome = reinitialize(ReinitArgs { suspected: vec![], window, timeout: Some(args.timeout * 2) })
+            .map_err(|e| format!("spare: {e}"))?;
+        let mut line = recovered_line(args, f, outcome)?;
+        line["spare"] = json!(true);
+        Ok(line)
+    }
+
+    /// The JSON line of a rank after recovery: `"left": true`, or `"recovered": true` with every
+    /// group of the new layout (and its RNG seeds) verified by a collective.
+    fn recovered_line(args: &InitArgs, f: Option<&FailOptions>, outcome: Reinitialized) -> Result<Value, String> {
         let (report, left) = match outcome {
             Reinitialized::Recovered(r) => (r, false),
             Reinitialized::Left(r) => (r, true),
         };
+        let seconds = report.total.as_secs_f64();
         let common = json!({
             "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
             "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
-            "killed": f.ranks, "init_seconds_before": line["init_seconds"],
+            "killed": f.map(|f| f.ranks.clone()), "fail_at": f.map(|f| format!("{:?}", f.at).to_lowercase()),
             "world_from": report.world_from.as_str(),
         });
         let mut out = if left {
+            let why = if report.failed.is_empty() {
+                "the job ended without needing this spare".to_string()
+            } else {
+                format!("its data-parallel replica was dropped after the failure of {:?}", report.failed)
+            };
             json!({
                 "rank": report.old_rank, "ok": true, "left": true, "world_size": report.new_world_size,
-                "line": format!("rank {} left: its data-parallel replica was dropped after the failure of {:?}",
-                    report.old_rank, report.failed),
+                "line": format!("rank {} left: {why}", report.old_rank),
             })
         } else {
             runtime::with_runtime(|rt| {

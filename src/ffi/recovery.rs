@@ -164,14 +164,18 @@ pub struct mcore_recovery_result {
     pub total_seconds: f64,
 }
 
-/// Recover the initialized runtime after a failure (docs/recovery.md): agree with the other
-/// survivors through the store on the failed ranks, plan the next layout (whole data-parallel
-/// replicas with a failed rank leave), tear down every communicator and create and verify the
-/// new layout's groups, all within the init timeout. `suspected` (may be NULL when
-/// `n_suspected` is 0) are ranks this rank knows to have failed; others are found by their
-/// absence within `window_seconds` (0 = the default of 3 s). The agreed failed ranks go to
-/// `failed` (up to `failed_len`, may be NULL when 0). On error (e.g. INVALID_CONFIG "no valid
-/// layout remains", a store that is gone with its host) the runtime is torn down.
+/// Recover after a failure (docs/recovery.md): agree with the other survivors through the store
+/// on the failed ranks, plan the next layout (whole data-parallel replicas with a failed rank
+/// leave), tear down every communicator and create and verify the new layout's groups, all
+/// within the init timeout. Runs on an initialized runtime, or after an `mcore_initialize` that
+/// failed for a peer (TIMEOUT or PEER_FAILED: a rank missing at check-in, a group whose creation
+/// timed out or lost a peer), continuing on that attempt's store; the ranks that failure named
+/// are suspected. `suspected` (may be NULL when `n_suspected` is 0) are ranks this rank knows to
+/// have failed; others are found by their absence within `window_seconds` (0 = the default of
+/// 3 s). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
+/// `out->n_failed` says how many there are: a recovery is not repeated to fit a buffer). On
+/// error (e.g. INVALID_CONFIG "no valid layout remains", a store that is gone with its host) the
+/// runtime is torn down; a bad argument leaves everything as it was.
 ///
 /// # Safety
 /// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
@@ -190,10 +194,7 @@ pub unsafe extern "C" fn mcore_reinitialize(
         // SAFETY: the caller declares n_suspected readable items and failed_len writable ones.
         let suspected = unsafe { slice_arg(suspected, n_suspected, "suspected") }?.to_vec();
         let failed_buf = unsafe { super::args::slice_out(failed, failed_len, "failed") }?;
-        if !(window_seconds.is_finite() && window_seconds >= 0.0) {
-            return Err(FfiError::invalid_arg(format!("window_seconds {window_seconds} must be a finite number >= 0")));
-        }
-        let window = (window_seconds > 0.0).then(|| std::time::Duration::from_secs_f64(window_seconds));
+        let window = window_arg(window_seconds)?;
         let outcome = reinitialize(ReinitArgs { suspected, window, timeout: None })?;
         let (r, left) = match outcome {
             Reinitialized::Recovered(r) => (r, false),
@@ -212,6 +213,51 @@ pub unsafe extern "C" fn mcore_reinitialize(
             agree_seconds: r.agree.as_secs_f64(),
             total_seconds: r.total.as_secs_f64(),
         };
+        Ok(())
+    })
+}
+
+/// A detection window in seconds: 0 = the default, else finite and positive.
+fn window_arg(seconds: f64) -> Result<Option<std::time::Duration>, FfiError> {
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        return Err(FfiError::invalid_arg(format!("window_seconds {seconds} must be a finite number >= 0")));
+    }
+    Ok((seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds)))
+}
+
+/// A health check of the initialized world through the store (docs/recovery.md), collective:
+/// call it at the same points on every rank. Each rank checks in and waits until all have, at
+/// most `window_seconds` (0 = 3 s). `*healthy` is true when every rank came and no recovery was
+/// requested; false when a rank asked for one (its init or a collective failed) or ranks did not
+/// come. The ranks to suspect go to `suspected` (the first `len`, may be NULL when 0), their
+/// number to `*out_len`; pass them to `mcore_reinitialize`. A check is not repeated to fit a
+/// buffer, so the status is OK even when `*out_len > len`.
+///
+/// # Safety
+/// Pointer arguments are NULL (reported as INVALID_ARGUMENT) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_check_health(
+    window_seconds: f64,
+    healthy: *mut bool,
+    suspected: *mut u32,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    use crate::runtime::recovery::{check_health, Health};
+    ffi_guard(|| {
+        let healthy = out_ptr(healthy, "healthy")?;
+        let out_len = out_ptr(out_len, "out_len")?;
+        // SAFETY: the caller declares `len` writable items.
+        let buf = unsafe { super::args::slice_out(suspected, len, "suspected") }?;
+        let window = window_arg(window_seconds)?;
+        let (ok, suspects) = match check_health(window)? {
+            Health::Healthy => (true, vec![]),
+            Health::Failed(s) => (false, s),
+        };
+        for (d, s) in buf.iter_mut().zip(&suspects) {
+            *d = *s;
+        }
+        (*out_len, *healthy) = (suspects.len(), ok);
         Ok(())
     })
 }
@@ -290,6 +336,10 @@ mod tests {
             let mut r = mcore_recovery_result::default();
             assert_eq!(mcore_reinitialize(null(), 1, 0.0, null_mut(), 0, &mut r), mcore_status::InvalidArgument);
             assert_eq!(mcore_reinitialize(null(), 0, f64::NAN, null_mut(), 0, &mut r), mcore_status::InvalidArgument);
+            let (mut healthy, mut n) = (true, 0usize);
+            assert_eq!(mcore_check_health(0.0, null_mut(), null_mut(), 0, &mut n), mcore_status::InvalidArgument);
+            assert_eq!(mcore_check_health(-1.0, &mut healthy, null_mut(), 0, &mut n), mcore_status::InvalidArgument);
+            assert_eq!(mcore_check_health(0.0, &mut healthy, null_mut(), 1, &mut n), mcore_status::InvalidArgument);
         }
     }
 }

@@ -68,6 +68,11 @@ pub struct mcore_init_args {
     /// and (ep > 1) expert-dp groups as separate communicators with the same members (for
     /// overlapping all-gathers); see `mcore_runtime_all_gather_group_ranks`. Default false.
     pub create_all_gather_groups: bool,
+    /// Spare ranks (default 0): the last `spares` ranks of the world are outside the layout.
+    /// `mcore_initialize` checks them in and returns OK with `mcore_is_spare()` true; they stand
+    /// by in `mcore_reinitialize` until a recovery gives them a failed rank's place, or the job
+    /// ends (docs/recovery.md).
+    pub spares: u32,
 }
 
 impl Default for mcore_init_args {
@@ -88,6 +93,7 @@ impl Default for mcore_init_args {
             split_share: false,
             device: -1,
             create_all_gather_groups: false,
+            spares: 0,
         }
     }
 }
@@ -194,6 +200,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
                 ),
             },
             create_all_gather_groups: c.create_all_gather_groups,
+            spares: c.spares,
         };
         let outcome = runtime::initialize(args)?;
         drop(user); // callbacks hold their own reference for as long as the runtime lives
@@ -211,10 +218,18 @@ pub extern "C" fn mcore_destroy() -> mcore_status {
     ffi_guard(|| runtime::destroy().map(|_| ()).map_err(Into::into))
 }
 
-/// Whether `mcore_initialize` has succeeded and `mcore_destroy` not been called since.
+/// Whether `mcore_initialize` has brought a runtime up (not a spare's) and `mcore_destroy` not
+/// been called since.
 #[no_mangle]
 pub extern "C" fn mcore_is_initialized() -> bool {
     runtime::is_initialized()
+}
+
+/// Whether this rank is a spare standing by (`mcore_init_args.spares`): `mcore_initialize`
+/// returned OK without bringing a runtime up; call `mcore_reinitialize` to stand by.
+#[no_mangle]
+pub extern "C" fn mcore_is_spare() -> bool {
+    runtime::is_spare()
 }
 
 pub(crate) fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Result<R, FfiError> {

@@ -58,6 +58,10 @@ pub struct InitArgs {
     /// dp-cp and (ep > 1) expert-dp groups, separate communicators with the same members (for
     /// overlapping all-gathers); see [`Runtime::all_gather_group`]. Needs per-group creation.
     pub create_all_gather_groups: bool,
+    /// Spare ranks: the last `spares` ranks of the world are outside the layout (which covers the
+    /// others); they check in, stand by in `recovery::reinitialize`, and take a failed rank's
+    /// place when a recovery needs them (docs/recovery.md).
+    pub spares: u32,
 }
 
 impl Default for InitArgs {
@@ -74,7 +78,20 @@ impl Default for InitArgs {
             comm_config: CommConfig::default(),
             device: None,
             create_all_gather_groups: false,
+            spares: 0,
         }
+    }
+}
+
+impl InitArgs {
+    /// The layout's world size in a world of `world_size` processes (the spares left out).
+    pub fn layout_world(&self, world_size: u32) -> Result<u32, RuntimeError> {
+        world_size.checked_sub(self.spares).filter(|&w| w > 0).ok_or_else(|| {
+            RuntimeError::InvalidArgument(format!(
+                "spares {} leave no rank for the layout in a world of {world_size}",
+                self.spares
+            ))
+        })
     }
 }
 
@@ -116,6 +133,8 @@ pub struct Runtime {
     /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
     pub(super) args: InitArgs,
     pub(super) attempt: String,
+    /// Health checks run so far (each uses its own generation of store keys).
+    pub(super) health_checks: AtomicU64,
 }
 
 impl Runtime {
@@ -142,6 +161,34 @@ impl Runtime {
 }
 
 static RUNTIME: IdempotentSlot<Runtime> = IdempotentSlot::new();
+
+/// A function told of each phase of an initialization as it begins; see [`set_phase_hook`].
+pub type PhaseHook = fn(InitPhase);
+
+/// The phases of an initialization, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitPhase {
+    /// Every rank has checked in; the communicators are about to be created.
+    CheckedIn,
+    /// The communicators exist; verification is about to run.
+    Created,
+}
+
+static PHASE_HOOK: Mutex<Option<PhaseHook>> = Mutex::new(None);
+
+/// Have `hook` called (on the initializing thread) as each [`InitPhase`] begins, e.g. to log
+/// progress or, in fault-injection tests, to kill this process in the middle of init
+/// (`mcore-selftest --fail-at during`). `None` removes it.
+pub fn set_phase_hook(hook: Option<PhaseHook>) {
+    *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+}
+
+fn phase(p: InitPhase) {
+    let hook = *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hook) = hook {
+        hook(p);
+    }
+}
 /// Distinguishes successive initializations of one process in store keys (destroy + re-init).
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
@@ -181,6 +228,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("comm_strategy", args.comm_strategy)
         .with("comm_config", args.comm_config.fingerprint())
         .with("create_all_gather_groups", args.create_all_gather_groups)
+        .with("spares", args.spares)
         .with_local("device", opt(&args.device))
 }
 
@@ -327,8 +375,20 @@ fn init_slot(
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
+    if reuse.is_none() && !RUNTIME.is_up() {
+        // A new attempt: the store of a failed one that nobody recovered goes.
+        discard_pending();
+    }
     let keep = reuse.as_ref().map(|r| r.2);
     let reuse = reuse.map(|(store, attempt, _, world)| (store, attempt, world));
+    if env.rank >= args.layout_world(env.world_size)? {
+        if is_spare() {
+            return Ok(InitOutcome::Spare);
+        }
+        // A spare has no world communicator to be given.
+        let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
+        return stand_by(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
+    }
     RUNTIME
         .init(settings, || {
             let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, reuse)?;
@@ -360,8 +420,9 @@ fn bring_up(
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
     }
     // Validate the layout before touching the network: a bad layout fails fast on every rank.
-    let topology = Topology::new(args.topology.clone(), env.world_size)?;
-    if topology.rank_offset() != 0 || topology.world_size() != env.world_size {
+    let layout_world = args.layout_world(env.world_size)?;
+    let topology = Topology::new(args.topology.clone(), layout_world)?;
+    if topology.rank_offset() != 0 || topology.world_size() != layout_world {
         // Every rank knows this: all fail at once instead of waiting for ranks with no group.
         return Err(RuntimeError::InvalidArgument(format!(
             "the layout's grid covers ranks {}..{} of a world of {}: the ranks outside it would belong to \
@@ -369,7 +430,13 @@ fn bring_up(
              ranks, or drop local_world_size/rank_offset)",
             topology.rank_offset(),
             u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
-            env.world_size
+            layout_world
+        )));
+    }
+    if env.rank >= layout_world {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "rank {} is a spare (ranks {layout_world}.. of {}): it stands by instead",
+            env.rank, env.world_size
         )));
     }
     let view = topology.rank_view(env.rank)?;
@@ -408,14 +475,11 @@ fn bring_up(
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let (store, attempt, premade_world) = match reuse {
-        Some(reused) => reused,
-        None => {
-            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
-            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
-            (open_store(&env, args.timeout, &attempt)?, attempt, None)
-        }
+    let (reuse, premade_world) = match reuse {
+        Some((store, attempt, world)) => (Some((store, attempt)), world),
+        None => (None, None),
     };
+    let (store, attempt) = open_attempt(&env, args, reuse)?;
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
@@ -427,6 +491,7 @@ fn bring_up(
         host::publish(base.as_ref(), env.rank, &host)?;
         check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, left())?;
         let t_checkin = start.elapsed();
+        phase(InitPhase::CheckedIn);
         let group_store =
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let host_addr = host.addr.to_string();
@@ -442,6 +507,7 @@ fn bring_up(
             created.groups.extend(made.groups);
         }
         let t_groups = start.elapsed();
+        phase(InitPhase::Created);
         let communicators = if args.verify {
             verify_groups(&created.groups, env.rank, backend.verifies_concurrently())?
         } else {
@@ -451,6 +517,23 @@ fn bring_up(
     })();
     let (CreatedGroups { groups, world, world_time }, communicators, t_checkin, t_groups) = match created {
         Ok(c) => c,
+        Err(e) if failed_for_a_peer(&e) => {
+            // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
+            // ranks whose init succeeded, through their health check): keep the store (a host
+            // keeps serving).
+            let suspected = match &e {
+                RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
+                _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
+            };
+            // As any failed init (below), so that ranks that do not recover read their error
+            // from a store that is still up; then the store is kept for recovery.
+            // A host stops waiting as soon as a rank asks for recovery: it is needed there.
+            let arrived = env.world_size.saturating_sub(suspected.len() as u32);
+            let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+            leave_unless(base.as_ref(), &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY));
+            keep_pending(Pending { env, topology, args: args.clone(), store, base, attempt, suspected, spare: false });
+            return Err(e);
+        }
         Err(e) => {
             // Keep the store up until the ranks that arrived have read the verdict and left.
             let arrived = match &e {
@@ -488,6 +571,111 @@ fn bring_up(
         store,
         args: args.clone(),
         attempt,
+        health_checks: AtomicU64::new(0),
+    })
+}
+
+/// Whether an initialization failed because a peer did not come or went away (a rank missing at
+/// check-in, a group whose creation or verification timed out or lost a peer): recovery can
+/// continue from it.
+fn failed_for_a_peer(e: &RuntimeError) -> bool {
+    use crate::backend::CommErrorKind as K;
+    match e {
+        RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
+        RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
+        _ => false,
+    }
+}
+
+/// An initialization that `recovery::reinitialize` continues from: one that failed for a peer
+/// ([`failed_for_a_peer`]; `suspected` are the ranks the failure named), or a spare's, checked in
+/// and standing by. It keeps the layout, the store (a host keeps serving until this is dropped)
+/// and the attempt's prefix.
+pub(super) struct Pending {
+    pub env: LaunchEnv,
+    pub topology: Topology,
+    pub args: InitArgs,
+    pub store: StoreHandles,
+    pub base: Arc<dyn Store>,
+    pub attempt: String,
+    pub suspected: Vec<u32>,
+    pub spare: bool,
+}
+
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+/// Take the kept initialization out (recovery continues from it).
+pub(super) fn take_pending() -> Option<Pending> {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// Keep an initialization for recovery (again, when recovery was called with bad arguments).
+pub(super) fn keep_pending(failed: Pending) {
+    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed);
+}
+
+/// Drop a kept initialization (a store host stops serving; a spare leaves). `false` when there
+/// was none.
+pub(super) fn discard_pending() -> bool {
+    let Some(p) = take_pending() else { return false };
+    if p.spare {
+        // The layout's ranks wait for every rank of the world, spares included, to leave.
+        let _ = p.base.add("leave/count", 1);
+    }
+    true
+}
+
+/// Whether a spare is standing by in this process (see [`InitArgs::spares`]).
+pub fn is_spare() -> bool {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|p| p.spare)
+}
+
+/// A spare's initialization: it checks in with the whole world (so the layout's ranks know it
+/// is there) and is kept, standing by, for `recovery::reinitialize`.
+fn stand_by(
+    args: &InitArgs,
+    env: LaunchEnv,
+    fingerprint: &[u8],
+    reuse: Option<(StoreHandles, String)>,
+) -> Result<(), RuntimeError> {
+    if args.timeout.is_zero() {
+        return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
+    }
+    let topology = Topology::new(args.topology.clone(), args.layout_world(env.world_size)?)?;
+    let (store, attempt) = open_attempt(&env, args, reuse)?;
+    let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    host::publish(base.as_ref(), env.rank, &store.host())?;
+    // A rank missing at check-in does not end a spare's part: it stands by for the recovery that
+    // follows, suspecting the missing ranks.
+    let suspected =
+        match check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, args.timeout) {
+            Ok(_) => vec![],
+            Err(CheckinError::Missing { ranks, .. }) => {
+                // As a failed init's ranks do, so the store's host need not wait for this one.
+                let _ = base.add("leave/count", 1);
+                ranks
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let args = args.clone();
+    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: true });
+    Ok(())
+}
+
+/// The store and key prefix of an initialization: those of an earlier attempt (recovery), or
+/// a new attempt's.
+fn open_attempt(
+    env: &LaunchEnv,
+    args: &InitArgs,
+    reuse: Option<(StoreHandles, String)>,
+) -> Result<(StoreHandles, String), RuntimeError> {
+    Ok(match reuse {
+        Some(reused) => reused,
+        None => {
+            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+            (open_store(env, args.timeout, &attempt)?, attempt)
+        }
     })
 }
 
@@ -501,17 +689,34 @@ const LEAVE_GRACE: Duration = Duration::from_secs(3);
 /// most `LEAVE_WAIT`, and at most `timeout`) until `expected` ranks have, so none loses the
 /// server mid-request.
 fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
+    leave_unless(base, env, expected, timeout, None)
+}
+
+/// [`leave`], but the host also stops waiting once `stop_key` exists.
+fn leave_unless(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration, stop_key: Option<&str>) {
     if env.world_size <= 1 || base.add("leave/count", 1).is_err() || !env.hosts_store() {
         return;
     }
     let deadline = Instant::now() + LEAVE_WAIT.min(timeout);
     while Instant::now() < deadline {
+        if stop_key.is_some_and(|k| base.check(&[k]).unwrap_or(false)) {
+            return;
+        }
         match base.add("leave/count", 0) {
             Ok(n) if n < expected as i64 => std::thread::sleep(Duration::from_millis(2)),
             _ => return,
         }
     }
 }
+
+/// The key a recovery writes first under its attempt's prefix (with the ranks it suspects), so
+/// that the other ranks learn of it (`recovery::check_health`, a spare standing by, a store host
+/// waiting for ranks to leave a failed init).
+pub(super) const RECOVERY_REQUESTED_KEY: &str = "recovery/requested";
+
+/// The key the layout's ranks write when they tear their runtime down: the job ends, and spares
+/// standing by leave.
+pub(super) const ENDED_KEY: &str = "ended";
 
 /// Tear down what `initialize` brought up (see [`super::destroy`]). `false` when nothing was
 /// initialized.
@@ -526,6 +731,7 @@ pub(super) fn teardown() -> bool {
     // collectives completed on every member before anyone announces leaving.
     drop(groups);
     drop(world);
+    let _ = base.set(ENDED_KEY, b"1");
     leave(base.as_ref(), &env, env.world_size, timeout);
     drop(base);
     drop(store);

@@ -19,14 +19,16 @@ pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{
-    default_factory, initialize, initialize_with, is_initialized, plan_for, settings_of, timeout_from_env,
-    with_runtime, BackendResolver, InitArgs, InitTimings, Runtime, DEFAULT_INIT_TIMEOUT,
+    default_factory, initialize, initialize_with, is_initialized, is_spare, plan_for, set_phase_hook, settings_of,
+    timeout_from_env, with_runtime, BackendResolver, InitArgs, InitPhase, InitTimings, PhaseHook, Runtime,
+    DEFAULT_INIT_TIMEOUT,
 };
 pub use settings::InitOutcome;
 
 /// Tear down what `initialize` brought up; `Ok(false)` when nothing was initialized. A rank that
 /// left a recovered world and hosts the store keeps serving the survivors until they are done
-/// (see [`recovery`]), and stops the server here.
+/// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
+/// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    Ok(init::teardown() || recovery::release_lingering_store())
+    Ok(init::teardown() || recovery::release_lingering_store() || init::discard_pending())
 }

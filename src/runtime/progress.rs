@@ -52,7 +52,7 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
 const MAX_DESCRIBED: usize = 64;
 
 /// The ranks `rank`'s failure record blames, when it has one.
-fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
+pub(super) fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
     let k = failed_key(rank);
     if !store.check(&[&k]).ok()? {
         return None;

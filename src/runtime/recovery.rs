@@ -14,11 +14,16 @@ use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{LiveGroup, SharedComm};
-use super::init::{initialize_on_store, initialize_on_store_from_world, take_runtime, with_runtime, InitArgs};
+use super::init::{
+    initialize_on_store, initialize_on_store_from_world, keep_pending, take_pending, take_runtime, with_runtime,
+    InitArgs, Pending, ENDED_KEY, RECOVERY_REQUESTED_KEY,
+};
+use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
-use crate::backend::{CommErrorKind, Communicator};
+use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
 use crate::topology::{plan_recovery, RecoveryPlan};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -146,6 +151,7 @@ fn agree(
     rank: u32,
     world: u32,
     suspected: &[u32],
+    host: Option<u32>,
     window: Duration,
     deadline: Instant,
 ) -> Result<Vec<u32>, RuntimeError> {
@@ -159,6 +165,9 @@ fn agree(
     let window_end = (Instant::now() + window).min(deadline);
     let mut present = vec![false; world as usize];
     let mut named = vec![false; world as usize];
+    // The store's host is alive while the store answers: it counts as present even before its
+    // key arrives (its suspicions are still read when it does).
+    let alive = |r: usize, present: &[bool]| present[r] || host == Some(r as u32);
     loop {
         for r in 0..world {
             if present[r as usize] {
@@ -174,56 +183,258 @@ fn agree(
                 }
             }
         }
-        let settled = (0..world as usize).all(|r| present[r] || named[r]);
+        let settled = (0..world as usize).all(|r| alive(r, &present) || named[r]);
         if settled || Instant::now() >= window_end {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let proposal: Vec<u32> = (0..world).filter(|&r| !present[r as usize]).collect();
+    let proposal: Vec<u32> = (0..world).filter(|&r| !alive(r as usize, &present)).collect();
     let verdict = store.compare_set("recovery/verdict", b"", &encode(&proposal)).map_err(store_err)?;
     decode(&verdict, "recovery/verdict")
 }
 
-/// Recover the initialized runtime after a failure: agree on the failed ranks with the other
-/// survivors, plan the next layout, tear down every communicator (a peer is gone: none is
-/// used again) and create the new layout's groups, verified as at init. See the module docs.
+/// Tell every rank that a recovery has begun (their [`check_health`] reports it), naming the
+/// ranks this one suspects. The first request stands; a store failure is left to the agreement.
+fn request(store: &dyn Store, suspected: &[u32]) {
+    let _ = store.compare_set(RECOVERY_REQUESTED_KEY, b"", &encode(suspected));
+}
+
+/// The ranks named by the first recovery request, when one was made.
+fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
+    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    if !store.check(&[RECOVERY_REQUESTED_KEY]).map_err(err)? {
+        return Ok(None);
+    }
+    Ok(Some(decode(&store.get(RECOVERY_REQUESTED_KEY).map_err(err)?, RECOVERY_REQUESTED_KEY)?))
+}
+
+/// What [`check_health`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Every rank of the world took part, and no recovery was requested.
+    Healthy,
+    /// A recovery is needed: a rank asked for one (its init or a collective failed), or these
+    /// ranks did not take part within the window. The ranks are the suspects to pass to
+    /// [`reinitialize`] (possibly empty).
+    Failed(Vec<u32>),
+}
+
+/// A health check of the initialized world through the store, collective over the layout's ranks
+/// (call it at the same points on every rank, e.g. every N steps; spares do not take part): each rank checks in under a new
+/// generation of keys and waits until all have, at most `window` ([`DEFAULT_WINDOW`] when
+/// `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
+/// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
+/// Costs two store requests per rank plus one short wait per 50 ms of waiting.
+pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
+    // The layout's ranks take part; spares stand by elsewhere (a recovery's agreement sees them).
+    let (base, rank, world, generation) = with_runtime(|rt| {
+        (rt.base.clone(), rt.env.rank, rt.topology.world_size(), rt.health_checks.fetch_add(1, Ordering::SeqCst))
+    })?;
+    if let Some(suspects) = requested(base.as_ref())? {
+        return Ok(Health::Failed(suspects));
+    }
+    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    let key = |r: u32| format!("health/{generation}/{r}");
+    let (count, done) = (format!("health/{generation}/count"), format!("health/{generation}/done"));
+    base.set(&key(rank), b"1").map_err(err)?;
+    if base.add(&count, 1).map_err(err)? >= i64::from(world) {
+        base.set(&done, b"1").map_err(err)?;
+    }
+    let end = Instant::now() + window.unwrap_or(DEFAULT_WINDOW);
+    loop {
+        let step = end.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
+        match base.wait(&[done.as_str()], step) {
+            Ok(()) => return Ok(Health::Healthy),
+            Err(crate::store::StoreError::Timeout { .. }) => {}
+            Err(e) => return Err(err(e)),
+        }
+        if let Some(suspects) = requested(base.as_ref())? {
+            return Ok(Health::Failed(suspects));
+        }
+        if Instant::now() >= end {
+            let mut missing = Vec::new();
+            for r in 0..world {
+                if !base.check(&[key(r).as_str()]).map_err(err)? {
+                    missing.push(r);
+                }
+            }
+            return Ok(if missing.is_empty() { Health::Healthy } else { Health::Failed(missing) });
+        }
+    }
+}
+
+/// Where a recovery starts from: the live runtime, an initialization that failed for a peer, or
+/// a spare standing by.
+struct Origin {
+    env: LaunchEnv,
+    topology: crate::topology::Topology,
+    args: super::init::InitArgs,
+    store: StoreHandles,
+    base: Arc<dyn Store>,
+    attempt: String,
+    suspected: Vec<u32>,
+    /// The old communicators not aborted yet (a world that may be shrunk, and the groups split
+    /// from it, which may share its resources), and the strategy that made them.
+    comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>,
+    strategy: Option<CommStrategy>,
+}
+
+/// The live runtime as an [`Origin`]. Its communicators are aborted (a peer is gone, so none is
+/// used again: the backend's abort where it has one; dropping closes their connections without a
+/// collective), except under the split strategy, whose world may be shrunk once the plan is known.
+fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
+    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
+    let mut comms = Some((groups, world));
+    if strategy != CommStrategy::Split {
+        abort_all(comms.take());
+    }
+    Origin { env, topology, args, store, base, attempt, suspected, comms, strategy: Some(strategy) }
+}
+
+/// A kept initialization as an [`Origin`]: the ranks it named are suspected with `more`.
+fn from_pending(pending: Pending, more: &[u32]) -> Origin {
+    let Pending { env, topology, args, store, base, attempt, mut suspected, .. } = pending;
+    suspected.extend(more);
+    Origin { env, topology, args, store, base, attempt, suspected, comms: None, strategy: None }
+}
+
+/// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
+/// layout, and bring the new layout's groups up, verified as at init. See the module docs.
 ///
-/// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime up.
-/// Otherwise the runtime is torn down whatever the outcome; on an error (no valid layout
-/// remains, the store host failed, a wait ran out) it is not up again.
+/// Runs on an initialized runtime (its communicators are aborted first: a peer is gone), or
+/// after an `initialize` that failed for a peer (a rank missing at check-in, a group that timed
+/// out or lost a peer), continuing on that attempt's store; the ranks that failure named are
+/// suspected along with `args.suspected`. On a spare ([`super::InitOutcome::Spare`]) it stands
+/// by: it waits until a recovery needs it (then it runs the new layout under the failed rank's
+/// coordinates), or the job ends (`Left`), or `args.timeout` passes (a TIMEOUT error; call it
+/// again to keep standing by; no limit when `None`).
+///
+/// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime (or the
+/// failed init) as it was. Otherwise the runtime is torn down whatever the outcome; on an error
+/// (no valid layout remains, the store host failed, a wait ran out) it is not up again.
 pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let start = Instant::now();
-    // Bad arguments leave the runtime as it is.
-    let (old_world, init_timeout) = with_runtime(|rt| (rt.env.world_size, rt.timeout))?;
-    let timeout = args.timeout.unwrap_or(init_timeout);
-    if timeout.is_zero() {
-        return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
+    let check = |world: u32, init_timeout: Duration| -> Result<Duration, RuntimeError> {
+        let timeout = args.timeout.unwrap_or(init_timeout);
+        if timeout.is_zero() {
+            return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
+        }
+        if let Some(&s) = args.suspected.iter().find(|&&s| s >= world) {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "suspected rank {s} is not a rank of the world of {world}"
+            )));
+        }
+        Ok(timeout)
+    };
+    let window = |timeout: Duration| args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
+    let (origin, timeout) = match with_runtime(|rt| check(rt.env.world_size, rt.timeout)) {
+        Ok(checked) => {
+            let timeout = checked?;
+            let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
+            (from_runtime(rt, args.suspected.clone()), timeout)
+        }
+        Err(_) => {
+            let pending = take_pending().ok_or(RuntimeError::NotInitialized)?;
+            match check(pending.env.world_size, pending.args.timeout) {
+                Ok(_) if pending.spare => return stand_by(pending, &args, start, window),
+                Ok(timeout) => (from_pending(pending, &args.suspected), timeout),
+                Err(e) => {
+                    keep_pending(pending);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    match recover(origin, start, timeout, window(timeout))? {
+        Some(done) => Ok(done),
+        None => Err(RuntimeError::InvalidArgument("a rank of the layout cannot become a spare".into())),
     }
-    if let Some(&s) = args.suspected.iter().find(|&&s| s >= old_world) {
-        return Err(RuntimeError::InvalidArgument(format!(
-            "suspected rank {s} is not a rank of the world of {old_world}"
-        )));
+}
+
+/// A spare stands by (see [`reinitialize`]): it waits for a recovery request or the end of the
+/// job, and takes part in every recovery until one places it.
+fn stand_by(
+    mut pending: Pending,
+    args: &ReinitArgs,
+    start: Instant,
+    window: impl Fn(Duration) -> Duration,
+) -> Result<Reinitialized, RuntimeError> {
+    let until = args.timeout.map(|t| start + t);
+    loop {
+        let base = pending.base.clone();
+        let rank = pending.env.rank;
+        loop {
+            if requested(base.as_ref())?.is_some() {
+                break;
+            }
+            if base.check(&[ENDED_KEY]).map_err(|e| store_lost(e, "a spare standing by"))? {
+                // The layout's ranks are tearing down: the job ends without needing this spare.
+                let _ = base.add("leave/count", 1);
+                let world = pending.env.world_size;
+                let report = RecoveryReport {
+                    old_rank: rank,
+                    new_rank: None,
+                    old_world_size: world,
+                    new_world_size: world,
+                    failed: vec![],
+                    dropped: vec![],
+                    changed_kinds: vec![],
+                    agree: Duration::ZERO,
+                    total: start.elapsed(),
+                    world_from: WorldFrom::None,
+                };
+                return Ok(Reinitialized::Left(report));
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                keep_pending(pending);
+                return Err(RuntimeError::Comm(CommError::new(
+                    CommErrorKind::Timeout,
+                    format!(
+                        "spare rank {rank} stood by for {:.1} s and no recovery needed it (call reinitialize again \
+                         to keep standing by)",
+                        start.elapsed().as_secs_f64()
+                    ),
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let timeout = pending.args.timeout;
+        match recover(from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
+            Some(done) => return Ok(done),
+            // Still a spare of the new layout: stand by on its attempt.
+            None => pending = take_pending().ok_or(RuntimeError::NotInitialized)?,
+        }
     }
-    let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
+}
+
+fn store_lost(source: crate::store::StoreError, who: &str) -> RuntimeError {
+    RuntimeError::StoreConnect { what: format!("the rendezvous store ({who})"), source }
+}
+
+/// One recovery from `origin`: agree, plan (the world's ranks past the layout are its spares),
+/// then leave, re-form, or (`None`) stand by again as a spare of the new layout.
+fn recover(
+    origin: Origin,
+    start: Instant,
+    timeout: Duration,
+    window: Duration,
+) -> Result<Option<Reinitialized>, RuntimeError> {
+    let Origin { env, topology, args: init_args, store, base, attempt, suspected, mut comms, strategy } = origin;
     let deadline = start + timeout;
-    let window = args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
-    let super::init::Runtime { env, topology, groups, world, base, store, args: init_args, attempt, strategy, .. } = rt;
-    // Abort: communicators with a dead peer are never used again (the backend's abort where it
-    // has one; dropping them closes their connections without a collective). A world that may
-    // be shrunk waits, with the groups split from it (they may share its resources), until then.
-    let mut old_comms = Some((groups, world));
-    if strategy != CommStrategy::Split {
-        abort_all(old_comms.take());
-    }
     let old_rank = env.rank;
-    let failed = agree(base.as_ref(), old_rank, old_world, &args.suspected, window, deadline)?;
+    let old_world = env.world_size;
+    request(base.as_ref(), &suspected);
+    // The rank hosting the store is alive while the store answers: never proposed failed.
+    let host = (!env.use_agent_store).then_some(0);
+    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, deadline)?;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
-    let plan = match plan_recovery(&topology, &failed, &[]) {
+    let spares: Vec<u32> = (topology.world_size()..old_world).collect();
+    let plan = match plan_recovery(&topology, &failed, &spares) {
         Ok(plan) => plan,
         Err(e) => {
-            abort_all(old_comms.take());
+            abort_all(comms.take());
             if env.hosts_store() {
                 // Keep the server until every participant has read the verdict (and so meets
                 // the same refusal instead of a vanished store).
@@ -235,8 +446,11 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
             return Err(e.into());
         }
     };
-    let new_rank = plan.new_rank(old_rank);
-    let new_world = plan.topology.world_size();
+    // The new world: the new layout, then the spares left, in their old order.
+    let layout_world = plan.topology.world_size();
+    let new_world = layout_world + plan.spares_left.len() as u32;
+    let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
+    let new_rank = plan.new_rank(old_rank).or_else(|| spare_rank(old_rank));
     let new_attempt = format!("{attempt}/recovery");
     let mut report = RecoveryReport {
         old_rank,
@@ -251,7 +465,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
         world_from: WorldFrom::None,
     };
     let Some(new_rank) = new_rank else {
-        abort_all(old_comms.take());
+        abort_all(comms.take());
         if env.hosts_store() {
             // The survivors still need the server: keep it until they leave (destroy).
             let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(&new_attempt, store.client()));
@@ -259,25 +473,29 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
             *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
         }
         report.total = start.elapsed();
-        return Ok(Reinitialized::Left(report));
+        return Ok(Some(Reinitialized::Left(report)));
     };
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
+    new_args.spares = plan.spares_left.len() as u32;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let shrunk = shrink_world(old_comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
-    abort_all(old_comms.take());
+    let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
+    abort_all(comms.take());
     let shrunk = shrunk?;
     report.world_from = match (&shrunk, strategy) {
         (Some(_), _) => WorldFrom::Shrink,
-        (None, CommStrategy::Split) => WorldFrom::New,
+        (None, Some(CommStrategy::Split)) => WorldFrom::New,
         (None, _) => WorldFrom::None,
     };
-    match shrunk {
+    let outcome = match shrunk {
         Some(world) => initialize_on_store_from_world(new_args, new_env, store, new_attempt, timeout, Some(world)),
         None => initialize_on_store(new_args, new_env, store, new_attempt, timeout),
     }?;
+    if outcome == InitOutcome::Spare {
+        return Ok(None);
+    }
     report.total = start.elapsed();
-    Ok(Reinitialized::Recovered(report))
+    Ok(Some(Reinitialized::Recovered(report)))
 }
 
 /// Abort a runtime's communicators: its groups, then the world they were split from.
@@ -347,7 +565,7 @@ mod tests {
             .iter()
             .map(|&r| {
                 let (store, suspects) = (store.clone(), if r == ranks[0] { suspects.to_vec() } else { vec![] });
-                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, window, deadline).unwrap())
+                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, None, window, deadline).unwrap())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -361,7 +579,8 @@ mod tests {
         assert!(verdicts.iter().all(|v| v == &vec![2, 5]), "{verdicts:?}");
         assert!(t.elapsed() >= Duration::from_millis(300));
         // A rank arriving after the verdict reads it, and finds itself failed.
-        let late = agree(store.as_ref(), 2, 6, &[], Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
+        let late =
+            agree(store.as_ref(), 2, 6, &[], None, Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
         assert_eq!(late.unwrap(), vec![2, 5]);
     }
 
@@ -376,6 +595,28 @@ mod tests {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
         let verdicts = run_agreement(&store, &[0, 1, 2], 3, &[], Duration::from_secs(15));
         assert!(verdicts.iter().all(|v| v.is_empty()), "{verdicts:?}");
+    }
+
+    #[test]
+    fn the_store_host_is_never_proposed_failed() {
+        // Rank 0 hosts the store and arrives late (after the window): alive while the store
+        // answers, so the verdict names only the rank nobody heard from.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let window = Duration::from_millis(200);
+        let verdicts: Vec<_> = [1u32, 2]
+            .map(|r| {
+                let store = store.clone();
+                std::thread::spawn(move || agree(store.as_ref(), r, 4, &[], Some(0), window, deadline).unwrap())
+            })
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        assert!(verdicts.iter().all(|v| v == &vec![3]), "{verdicts:?}");
+        assert_eq!(agree(store.as_ref(), 0, 4, &[], Some(0), window, deadline).unwrap(), vec![3]);
+        // Without the host rule the late rank 0 would have been proposed failed.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        assert_eq!(agree(store.as_ref(), 1, 3, &[], None, window, deadline).unwrap(), vec![0, 2]);
     }
 
     #[test]

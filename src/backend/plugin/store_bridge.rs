@@ -178,8 +178,21 @@ unsafe extern "C" fn bridge_wait(ctx: *mut c_void, keys: *const *const c_char, n
                 owned.push(key_arg(*keys.add(i), "wait")?);
             }
             let timeout = if timeout_ms == 0 { b.store.timeout() } else { crate::timeout::from_millis(timeout_ms) };
-            b.store.wait(&owned, timeout).map_err(from_store)
+            b.store.wait(&owned, timeout).map_err(|e| from_store(only_missing(b.store.as_ref(), &owned, e)))
         })
+    }
+}
+
+/// A wait's timeout names only the keys still missing (the plugin maps them to ranks), not
+/// every key it waited for.
+fn only_missing(store: &dyn Store, keys: &[&str], e: StoreError) -> StoreError {
+    match e {
+        StoreError::Timeout { waited, .. } => {
+            let missing =
+                keys.iter().filter(|k| !store.check(&[**k]).unwrap_or(false)).map(|k| k.to_string()).collect();
+            StoreError::Timeout { keys: missing, waited }
+        }
+        other => other,
     }
 }
 
@@ -206,18 +219,7 @@ unsafe extern "C" fn bridge_multi_get(
                 Some((_, v)) => v,
                 None => {
                     let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-                    b.store.multi_get(&refs).map_err(|e| match e {
-                        // Name only the keys still missing (the plugin maps them to ranks).
-                        StoreError::Timeout { waited, .. } => {
-                            let missing = refs
-                                .iter()
-                                .filter(|k| !b.store.check(&[**k]).unwrap_or(false))
-                                .map(|k| k.to_string())
-                                .collect();
-                            from_store(StoreError::Timeout { keys: missing, waited })
-                        }
-                        other => from_store(other),
-                    })?
+                    b.store.multi_get(&refs).map_err(|e| from_store(only_missing(b.store.as_ref(), &refs, e)))?
                 }
             };
             let total: usize = values.iter().map(Vec::len).sum();
