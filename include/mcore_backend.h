@@ -39,6 +39,12 @@
 #define MCORE_BACKEND_FLAG_CONCURRENT_CREATE 2
 
 /**
+ * `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
+ * flight before shrinking (the library aborts it afterwards).
+ */
+#define MCORE_BACKEND_SHRINK_ABORT_PARENT 1
+
+/**
  * Result of every fallible `mcore_*` call. 0 is success; details of a failure are in
  * `mcore_last_error_message()` on the calling thread.
  */
@@ -340,6 +346,26 @@ typedef const char *(*mcore_backend_last_error_fn)(void *user_data);
 typedef void (*mcore_backend_finalize_fn)(void *user_data);
 
 /**
+ * `shrink`: collective over the ranks of `comm` that are not in `exclude` (`n_exclude` ranks of
+ * `comm`, ascending; the excluded ranks do not call it): a new communicator of the remaining
+ * ranks, renumbered in ascending order of their rank in `comm`, written to `*out_comm`. `group`
+ * describes it: its name (the parent's), `group_size` and this rank's `group_rank` in the new
+ * numbering, `global_ranks` 0, 1, …, `group_size` − 1 (recovery shrinks the world, whose ranks are the new
+ * global ranks), `timeout_ms` the bound of the call. `flags`: `MCORE_BACKEND_SHRINK_ABORT_PARENT`
+ * when a peer of `comm` failed (end its operations in flight first; no exchange with the
+ * excluded ranks). The library aborts `comm` afterwards (`abort_comm`) and never uses it again;
+ * the store `comm` was created with (`create_world`) passes to the new communicator and stays
+ * valid until that one is destroyed (its keys hold the parent's rendezvous: use new prefixes).
+ */
+typedef int32_t (*mcore_backend_shrink_fn)(void *user_data,
+                                           void *comm,
+                                           const uint32_t *exclude,
+                                           size_t n_exclude,
+                                           uint32_t flags,
+                                           const struct mcore_backend_group_info *group,
+                                           void **out_comm);
+
+/**
  * A communicator backend, version 1. Fill it in (zero what you do not support), then register
  * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
  * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
@@ -409,6 +435,12 @@ typedef struct mcore_backend_v1 {
    * is called instead.
    */
   mcore_backend_comm_fn abort_comm;
+  /**
+   * Optional (appended after `abort_comm`; NULL when `struct_size` does not cover it): a new
+   * communicator without some ranks of `comm` (recovery, docs/recovery.md; see
+   * `mcore_backend_shrink_fn`). NULL: recovery creates the new world afresh (`create_world`).
+   */
+  mcore_backend_shrink_fn shrink;
 } mcore_backend_v1;
 
 /**

@@ -18,6 +18,9 @@
 #    them as if they were on different hosts.
 # 3. A table of communicator creation times per group kind and in total, split vs per group, one
 #    by one vs concurrent, in target/gpu-tests/summary.md (slowest rank).
+# 4. Recovery (docs/recovery.md): 8 ranks tp 2 pp 2 on GPU 0, split strategy, rank 3 SIGKILLed
+#    after init; the 4 survivors shrink the world with ncclCommShrink (NCCL >= 2.27; below, they
+#    create a new world) and verify every group of the new layout, 3 ranks leave.
 #
 # Without a CUDA driver it stops at once, saying why (exit status 2). Pointed at the
 # libnccl test double (MCORE_NCCL_LIBRARY=.../libnccl_double.so with its libcuda.so.1 link on
@@ -123,8 +126,10 @@ pp:
 YAML
 # run NAME NPROC SHARED [env...] -- selftest args: logs to $out/NAME.log, JSON lines to
 # $out/NAME.jsonl. SHARED=1: the ranks share GPU 0 (each gets its own NCCL_HOSTID before 2.30).
+# Every rank must report ok, or $expect_ok of them when set (ranks killed on purpose report nothing).
 run() {
   local name=$1 nproc=$2 shared=$3; shift 3
+  local want=${expect_ok:-$nproc}
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local prog=(./target/release/mcore-selftest)
@@ -136,7 +141,7 @@ run() {
   echo "-- $name: $nproc rank(s): ${envs[*]} $*"
   if env ${envs[@]+"${envs[@]}"} ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
        "${prog[@]}" --json --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
-     && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$nproc" ]; then
+     && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$want" ]; then
     sed -n 's/^[^{]*\]: \({.*}\)$/\1/p' "$out/$name.log" >"$out/$name.jsonl"
     pass=$((pass+1))
   else
@@ -189,5 +194,12 @@ for setup in ("world1", "shared2", "shared4", "shared8", "pergpu"):
 print("\nPer kind: one by one, the kind's own creation (split collective or init); concurrent, from the")
 print("kind's start until this rank saw its communicator ready (all kinds are in flight together).")
 PY
+echo "== 4. recovery: rank 3 of 8 killed, the world shrunk (ncclCommShrink) or, before NCCL 2.27, made anew"
+from=shrink; [ "$version" -ge 22700 ] || from=new
+expect_ok=7 run "recovery-$from" 8 1 -- --tp 2 --pp 2 --device 0 --comm-strategy split --fail-rank 3
+got=$(grep -c "\"world_from\":\"$from\"" "$out/recovery-$from.log" || true)
+echo "recovery: $got of 4 survivors report \"world_from\":\"$from\" (NCCL code $version)"
+check [ "$got" = 4 ]
+
 echo "gpu-tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -146,6 +146,7 @@ fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
         finalize: Some(solo_finalize),
         flags: 0,
         abort_comm: None,
+        shrink: None,
     }
 }
 
@@ -1061,4 +1062,134 @@ fn abort_uses_the_abort_slot_and_falls_back_to_destroy() {
         assert_eq!(ABORT_TEST_ABORTED.load(Ordering::SeqCst), 1, "{name}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Recovery's shrink (docs/recovery.md): the optional `shrink` slot makes a communicator without
+// some ranks of another; NULL (or a vtable older than the slot) is `Unsupported`, and recovery
+// then creates a new world. A Rust test double of a plugin that records what the slot was given
+// (the Gloo plugin leaves the slot NULL).
+struct ShrinkTestComm {
+    store: *const mcore_backend_store,
+}
+
+/// (exclude, flags, group name, group ranks, group rank, timeout_ms) of the last shrink call.
+type ShrinkCall = (Vec<u32>, u32, String, Vec<u32>, u32, u64);
+static SHRINK_CALLS: std::sync::Mutex<Vec<ShrinkCall>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn shrinkable_create(
+    _ud: *mut c_void,
+    _g: *const mcore_backend_group_info,
+    s: *const mcore_backend_store,
+    out: *mut *mut c_void,
+) -> i32 {
+    unsafe { *out = Box::into_raw(Box::new(ShrinkTestComm { store: s })).cast() };
+    0
+}
+
+unsafe extern "C" fn shrinkable_release(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    drop(unsafe { Box::from_raw(comm as *mut ShrinkTestComm) });
+    0
+}
+
+/// Writes `shrunk/<name>` through the communicator's store (the world's, handed on by shrink).
+unsafe extern "C" fn shrinkable_allreduce(_ud: *mut c_void, comm: *mut c_void, _d: *mut i64, _n: usize) -> i32 {
+    let s = unsafe { &*(*(comm as *const ShrinkTestComm)).store };
+    unsafe { (s.set.unwrap())(s.ctx, c"shrunk/used".as_ptr(), b"1".as_ptr(), 1) }
+}
+
+unsafe extern "C" fn shrinkable_shrink(
+    _ud: *mut c_void,
+    comm: *mut c_void,
+    exclude: *const u32,
+    n: usize,
+    flags: u32,
+    g: *const mcore_backend_group_info,
+    out: *mut *mut c_void,
+) -> i32 {
+    let g = unsafe { &*g };
+    let ranks = unsafe { std::slice::from_raw_parts(g.global_ranks, g.group_size as usize) }.to_vec();
+    let name = unsafe { CStr::from_ptr(g.name) }.to_string_lossy().into_owned();
+    let excluded = unsafe { std::slice::from_raw_parts(exclude, n) }.to_vec();
+    SHRINK_CALLS.lock().unwrap().push((excluded, flags, name, ranks, g.group_rank, g.timeout_ms));
+    let store = unsafe { (*(comm as *const ShrinkTestComm)).store };
+    unsafe { *out = Box::into_raw(Box::new(ShrinkTestComm { store })).cast() };
+    0
+}
+
+#[test]
+fn shrink_uses_the_shrink_slot_and_is_unsupported_without_it() {
+    use mcore_init::backend::{CommErrorKind, Communicator};
+    let dir = temp_dir("shrink");
+    let file_store = Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap());
+    let mut vt = solo_vtable(c"shrinkable");
+    vt.create_group = None;
+    vt.create_world = Some(shrinkable_create);
+    vt.split = Some(solo_split_unused);
+    vt.allreduce_sum_i64 = Some(shrinkable_allreduce);
+    vt.destroy_comm = Some(shrinkable_release);
+    vt.abort_comm = Some(shrinkable_release);
+    vt.shrink = Some(shrinkable_shrink);
+    vt.finalize = None;
+    let mut without = vt;
+    without.name = c"shrinkable-null".as_ptr();
+    without.shrink = None;
+    // An older plugin whose struct_size ends at `abort_comm` never has its slot read.
+    let mut older = vt;
+    older.name = c"shrinkable-older".as_ptr();
+    older.struct_size = std::mem::offset_of!(mcore_backend_v1, shrink) as u32;
+    for v in [&vt, &without, &older] {
+        assert_eq!(register(v), mcore_status::Ok, "{}", last_error());
+    }
+    let t = Duration::from_secs(7);
+    let world = |rank: u32| GroupInfo::new("world", vec![0, 1, 2, 3, 4, 5], rank, t).unwrap();
+    // Rank 4 of 6 without ranks 1 and 3 (given unordered, with a repeat): rank 2 of 4.
+    let b = backend::get("shrinkable").unwrap();
+    let mut parent = b.create_world(&world(4), file_store.clone()).unwrap();
+    let mut shrunk = parent.shrink(&[3, 1, 3], true, t).unwrap();
+    assert_eq!((shrunk.rank(), shrunk.size(), shrunk.group_name()), (2, 4, "world"));
+    let call = SHRINK_CALLS.lock().unwrap().pop().unwrap();
+    assert_eq!(call, (vec![1, 3], MCORE_BACKEND_SHRINK_ABORT_PARENT, "world".into(), vec![0, 1, 2, 3], 2, 7000));
+    // The parent is aborted; the world's store went over to the shrunk communicator.
+    parent.abort().unwrap();
+    shrunk.allreduce_sum_i64(&mut [1]).unwrap();
+    assert_eq!(file_store.get("shrunk/used").unwrap(), b"1");
+    drop(shrunk);
+    // Without the abort flag; the seam's trait method says the same.
+    let mut parent: Box<dyn Communicator> = Box::new(b.create_world(&world(0), file_store.clone()).unwrap());
+    let shrunk = parent.shrink(&[5], &Default::default(), false, t).unwrap();
+    let call = SHRINK_CALLS.lock().unwrap().pop().unwrap();
+    assert_eq!((call.0, call.1, call.3, call.4), (vec![5], 0, vec![0, 1, 2, 3, 4], 0));
+    drop((shrunk, parent));
+    // Bad exclusions are named and never reach the slot.
+    let mut parent = b.create_world(&world(2), file_store.clone()).unwrap();
+    for (bad, says) in [(vec![2], "this rank"), (vec![6], "not a rank of the group")] {
+        let e = parent.shrink(&bad, true, t).unwrap_err();
+        assert!(matches!(e, BackendError::InvalidArgument(_)) && e.to_string().contains(says), "{e}");
+    }
+    assert!(SHRINK_CALLS.lock().unwrap().is_empty());
+    drop(parent);
+    // NULL slot, or a vtable older than it: Unsupported (recovery's cue to create a new world).
+    for name in ["shrinkable-null", "shrinkable-older"] {
+        let mut parent: Box<dyn Communicator> =
+            Box::new(backend::get(name).unwrap().create_world(&world(0), file_store.clone()).unwrap());
+        let Err(e) = parent.shrink(&[1], &Default::default(), true, t) else { panic!("{name}: shrunk") };
+        assert_eq!(e.kind, CommErrorKind::Unsupported, "{name}: {e}");
+        assert!(e.message.contains("shrink"), "{name}: {e}");
+    }
+    assert!(SHRINK_CALLS.lock().unwrap().is_empty());
+    for name in ["shrinkable", "shrinkable-null", "shrinkable-older"] {
+        backend::unregister(name).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+unsafe extern "C" fn solo_split_unused(
+    _ud: *mut c_void,
+    _p: *mut c_void,
+    _c: i32,
+    _k: i32,
+    _g: *const mcore_backend_group_info,
+    _out: *mut *mut c_void,
+) -> i32 {
+    mcore_status::Unsupported as i32
 }

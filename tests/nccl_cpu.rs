@@ -58,6 +58,25 @@ fn real_library_reports_a_2_18_or_newer_version() {
     assert!(std::ptr::eq(lib, NcclLibrary::global().unwrap()));
 }
 
+/// Recovery shrinks the world with `ncclCommShrink` (docs/recovery.md): the real library exports
+/// it from 2.27 on (the wheel is newer), and the loader resolves it; an older one is named too old.
+#[test]
+fn real_library_resolves_nccl_comm_shrink_from_2_27() {
+    use mcore_init::backend::nccl::{Feature, NcclVersion};
+    let Some(lib) = library() else { return };
+    let v = lib.version();
+    if v >= NcclVersion::new(2, 27, 0) {
+        lib.require(Feature::CommShrink).unwrap_or_else(|e| panic!("NCCL {v} at {}: {e}", lib.path()));
+    } else {
+        let e = lib.require(Feature::CommShrink).unwrap_err();
+        assert!(matches!(e, NcclError::VersionTooOld { .. }), "{e}");
+    }
+    // The CI wheel is newer than 2.27: there the symbol must resolve.
+    if std::env::var("MCORE_NCCL_TEST_REQUIRE").as_deref() == Ok("1") {
+        assert!(v >= NcclVersion::new(2, 27, 0), "the test wheel's NCCL {v} predates ncclCommShrink");
+    }
+}
+
 #[test]
 fn unique_ids_are_128_bytes_and_distinct() {
     let Some(lib) = library() else { return };

@@ -363,30 +363,106 @@ fn assert_waited_at_most(e: &str, timeout: f64) {
 }
 
 /// Recovery on the NCCL path (docs/recovery.md): 8 ranks tp 2 pp 2 under `mcore-launch`, rank 3
-/// SIGKILLed after init. The survivors abort their communicators (`ncclCommAbort`), agree on the
-/// failure and bring the 4-rank layout up on a new world split per kind, every group verified by
-/// an all-reduce through the double; ranks 2, 6 and 7 leave with rank 3's replica.
-#[test]
-fn a_killed_rank_is_recovered_on_a_new_world() {
-    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "60"], &[]);
+/// SIGKILLed after init, with `env`. The survivors agree on the failure and bring the 4-rank
+/// layout up, every group verified by an all-reduce through the double; ranks 2, 6 and 7 leave
+/// with rank 3's replica. Returns the run and the recovered ranks' lines.
+fn recover_8_without_rank_3(env: &[(&str, &str)]) -> (Run, Vec<Value>) {
+    let mut all_env = vec![("MCORE_NCCL_DOUBLE_TRACE", "1")];
+    all_env.extend_from_slice(env);
+    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "60"], &all_env);
     let text = run.text();
+    assert!(!text.contains("AddressSanitizer"), "ASan report:\n{text}");
     assert!(run.out.status.success(), "{text}");
     let mut recovered: Vec<(u64, u64)> = Vec::new();
     let mut left: Vec<u64> = Vec::new();
+    let mut lines = Vec::new();
     for l in &run.lines {
         assert_eq!(l["ok"], true, "{l}");
         assert_eq!(l["failed"], serde_json::json!([3]), "{l}");
         assert_eq!(l["world_size"], 4, "{l}");
         if l["left"] == true {
             left.push(l["old_rank"].as_u64().unwrap());
+            assert_eq!(l["world_from"], "none", "a leaving rank makes no world: {l}");
         } else {
             assert_eq!(l["recovered"], true, "{l}");
+            assert_eq!(l["strategy"], "split", "{l}");
             assert!(l["groups"].as_u64().unwrap() > 0, "{l}");
             recovered.push((l["old_rank"].as_u64().unwrap(), l["rank"].as_u64().unwrap()));
+            lines.push(l.clone());
         }
     }
     recovered.sort_unstable();
     left.sort_unstable();
     assert_eq!(recovered, vec![(0, 0), (1, 1), (4, 2), (5, 3)], "{text}");
     assert_eq!(left, vec![2, 6, 7], "{text}");
+    (run, lines)
+}
+
+/// The double's trace lines of `ncclCommShrink` calls, sorted.
+fn shrink_calls(run: &Run) -> Vec<String> {
+    let mut calls: Vec<String> =
+        run.text().lines().filter_map(|l| l.find("ncclCommShrink rank ").map(|i| l[i..].to_string())).collect();
+    calls.sort();
+    calls
+}
+
+/// With NCCL >= 2.27 the survivors shrink the old world (`ncclCommShrink` excluding the four
+/// dropped ranks, `NCCL_SHRINK_ABORT`, each renumbered as the plan says) and split the new
+/// layout's groups from it: no new world through the store.
+#[test]
+fn a_killed_rank_is_recovered_by_shrinking_the_world() {
+    let (run, lines) = recover_8_without_rank_3(&[]);
+    for l in &lines {
+        assert_eq!(l["world_from"], "shrink", "{l}");
+    }
+    let want: Vec<String> = [(0, 0), (1, 1), (4, 2), (5, 3)]
+        .iter()
+        .map(|(old, new)| format!("ncclCommShrink rank {old} of 8 excluding 4 rank(s) flags 1 -> rank {new} of 4"))
+        .collect();
+    assert_eq!(shrink_calls(&run), want, "{}", run.text());
+}
+
+/// A library older than 2.27 has no `ncclCommShrink`: the survivors fall back to a new world
+/// created through the store (the double refuses a shrink call at that version, so a call would
+/// fail the recovery), and still recover.
+#[test]
+fn without_shrink_2_26_recovers_on_a_new_world() {
+    let (run, lines) = recover_8_without_rank_3(&[("MCORE_NCCL_DOUBLE_VERSION", "22605")]);
+    for l in &lines {
+        assert_eq!(l["world_from"], "new", "{l}");
+    }
+    assert!(shrink_calls(&run).is_empty(), "{}", run.text());
+}
+
+/// A shrink that fails for another reason than its absence is the recovery's error, named (no
+/// silent fallback: the survivors could not agree on one), within the deadline.
+#[test]
+fn a_failed_shrink_fails_the_recovery_naming_the_excluded_ranks() {
+    let env = [("MCORE_NCCL_DOUBLE_SHRINK", "fail")];
+    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "30"], &env);
+    let errs = errors(&run);
+    // Survivors fail (mcore-launch stops the others once the first did, so not always all four).
+    assert!(errs.iter().all(|(r, _)| [0, 1, 4, 5].contains(r)), "{}", run.text());
+    for (rank, e) in errs {
+        assert!(
+            e.contains("recovery: shrinking the world communicator without rank(s) [2, 3, 6, 7]")
+                && e.contains("ncclCommShrink")
+                && e.contains("ncclSystemError"),
+            "rank {rank}: {e}"
+        );
+    }
+}
+
+/// A shrink that never completes ends at the recovery's deadline, naming the call and the group.
+#[test]
+fn a_shrink_that_never_completes_ends_at_the_deadline() {
+    let env = [("MCORE_NCCL_DOUBLE_SHRINK", "hang")];
+    let run = launch(8, &["--tp", "2", "--pp", "2", "--fail-rank", "3", "--timeout", "6"], &env);
+    let errs = errors(&run);
+    // Survivors fail (mcore-launch stops the others once the first did, so not always all four).
+    assert!(errs.iter().all(|(r, _)| [0, 1, 4, 5].contains(r)), "{}", run.text());
+    for (rank, e) in errs {
+        assert!(e.contains("ncclCommShrink to hand out the communicator of group world"), "rank {rank}: {e}");
+        assert_waited_at_most(&e, 6.0);
+    }
 }

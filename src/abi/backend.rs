@@ -23,9 +23,9 @@ pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
 pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
 
 /// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
-/// release (up to `finalize`), then `flags`, then `abort_comm`. A vtable must have one of these sizes, or be larger
-/// with every slot beyond ours NULL (see `crate::abi::sized`).
-pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104];
+/// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`. A vtable must have
+/// one of these sizes, or be larger with every slot beyond ours NULL (see `crate::abi::sized`).
+pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112];
 
 /// One group a backend is asked to create a communicator for.
 ///
@@ -161,6 +161,27 @@ pub type mcore_backend_allreduce_sum_i64_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void, inout: *mut i64, count: usize) -> i32>;
 /// `barrier` and `destroy_comm`: an operation on one communicator.
 pub type mcore_backend_comm_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void) -> i32>;
+/// `shrink`: collective over the ranks of `comm` that are not in `exclude` (`n_exclude` ranks of
+/// `comm`, ascending; the excluded ranks do not call it): a new communicator of the remaining
+/// ranks, renumbered in ascending order of their rank in `comm`, written to `*out_comm`. `group`
+/// describes it: its name (the parent's), `group_size` and this rank's `group_rank` in the new
+/// numbering, `global_ranks` 0, 1, …, `group_size` − 1 (recovery shrinks the world, whose ranks are the new
+/// global ranks), `timeout_ms` the bound of the call. `flags`: `MCORE_BACKEND_SHRINK_ABORT_PARENT`
+/// when a peer of `comm` failed (end its operations in flight first; no exchange with the
+/// excluded ranks). The library aborts `comm` afterwards (`abort_comm`) and never uses it again;
+/// the store `comm` was created with (`create_world`) passes to the new communicator and stays
+/// valid until that one is destroyed (its keys hold the parent's rendezvous: use new prefixes).
+pub type mcore_backend_shrink_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        comm: *mut c_void,
+        exclude: *const u32,
+        n_exclude: usize,
+        flags: u32,
+        group: *const mcore_backend_group_info,
+        out_comm: *mut *mut c_void,
+    ) -> i32,
+>;
 /// `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
 pub type mcore_backend_last_error_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
 /// `finalize`: the library is done with this vtable and `user_data`.
@@ -209,6 +230,10 @@ pub struct mcore_backend_v1 {
     /// docs/recovery.md). The library never uses the communicator again. NULL: `destroy_comm`
     /// is called instead.
     pub abort_comm: mcore_backend_comm_fn,
+    /// Optional (appended after `abort_comm`; NULL when `struct_size` does not cover it): a new
+    /// communicator without some ranks of `comm` (recovery, docs/recovery.md; see
+    /// `mcore_backend_shrink_fn`). NULL: recovery creates the new world afresh (`create_world`).
+    pub shrink: mcore_backend_shrink_fn,
 }
 
 /// `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
@@ -225,6 +250,10 @@ pub const MCORE_BACKEND_FLAG_PREFER_PER_GROUP: u32 = 1;
 /// the verification all-reduces of a rank's communicators on several threads at once.
 pub const MCORE_BACKEND_FLAG_CONCURRENT_CREATE: u32 = 2;
 
+/// `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
+/// flight before shrinking (the library aborts it afterwards).
+pub const MCORE_BACKEND_SHRINK_ABORT_PARENT: u32 = 1;
+
 /// Type of the entry symbol `mcore_backend_plugin_v1` a backend plugin `.so` exports: returns its
 /// vtable (static storage; the library copies it), or NULL on failure.
 pub type mcore_backend_plugin_v1_fn = unsafe extern "C" fn() -> *const mcore_backend_v1;
@@ -236,4 +265,4 @@ const _: () = assert!(
     std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
         == MCORE_BACKEND_V1_MIN_SIZE as usize
 );
-const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 104);
+const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 112);

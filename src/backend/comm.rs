@@ -4,6 +4,7 @@ use super::plugin::{RawComm, Vtable};
 use super::{BackendError, GroupInfo};
 use crate::store::Store;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A registered backend. Cheap to clone; the plugin is finalized when the backend is
 /// unregistered and its last [`Comm`] is gone.
@@ -180,6 +181,33 @@ impl Comm {
         let vt = self.vt.clone();
         let group = self.group.clone();
         vt.barrier(self.raw_mut()?, &group)
+    }
+
+    /// A new communicator of this one's ranks but `exclude` (ranks of this communicator; they do
+    /// not call it), collective over the others: the backend's `shrink` (`Unsupported` without
+    /// one). The remaining ranks are renumbered in ascending order; the new communicator keeps
+    /// this one's name and takes over its store. `abort_parent`: a peer failed (abort this one
+    /// afterwards).
+    pub fn shrink(&mut self, exclude: &[u32], abort_parent: bool, timeout: Duration) -> Result<Comm, BackendError> {
+        let mut excluded = exclude.to_vec();
+        excluded.sort_unstable();
+        excluded.dedup();
+        if let Some(&r) = excluded.iter().find(|&&r| r >= self.size || r == self.rank) {
+            return Err(BackendError::InvalidArgument(format!(
+                "shrink of group '{}': excluded rank {r} is {} (this rank is {} of {})",
+                self.group,
+                if r == self.rank { "this rank, which must not call shrink" } else { "not a rank of the group" },
+                self.rank,
+                self.size
+            )));
+        }
+        let size = self.size - excluded.len() as u32;
+        let rank = self.rank - excluded.partition_point(|&r| r < self.rank) as u32;
+        let group = GroupInfo::new(&self.group, (0..size).collect(), rank, timeout)?;
+        let vt = self.vt.clone();
+        let name = self.group.clone();
+        let raw = vt.shrink(self.raw_mut()?, &name, &excluded, abort_parent, &group)?;
+        Ok(Comm::wrap(vt, raw, &group))
     }
 
     /// Release the communicator after a peer failed (the backend's `abort_comm`, else its

@@ -9,6 +9,7 @@ use crate::store::{Store, StoreError};
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What kind of failure a [`CommError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +123,22 @@ pub trait Communicator: Send {
     ) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let _ = (color, group, options);
         Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot be split"))
+    }
+    /// Recovery: a new communicator of this one's ranks but `exclude` (ranks of this
+    /// communicator, which do not call it), collective over the others, within `timeout`. Its
+    /// ranks are the remaining ones renumbered in ascending order of their rank here (NCCL's
+    /// `ncclCommShrink` rule). `abort_parent`: a peer failed, end this communicator's operations
+    /// in flight first (it is aborted afterwards, not used again). `Unsupported` or
+    /// `VersionTooOld` (the default): the caller creates a new communicator instead.
+    fn shrink(
+        &mut self,
+        exclude: &[u32],
+        options: &CommOptions,
+        abort_parent: bool,
+        timeout: Duration,
+    ) -> Result<Box<dyn Communicator>, CommError> {
+        let _ = (exclude, options, abort_parent, timeout);
+        Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot be shrunk"))
     }
     /// Wait until the communicator is usable: a backend that creates communicators together may
     /// hand them out still initializing (see [`CommFactory::create_groups_together`]); the error

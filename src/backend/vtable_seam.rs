@@ -98,6 +98,19 @@ impl Communicator for Comm {
         let _ = Comm::abort(self);
     }
 
+    /// The backend's `shrink` slot (NULL: `Unsupported`, recovery then creates a new world).
+    fn shrink(
+        &mut self,
+        exclude: &[u32],
+        _: &CommOptions,
+        abort_parent: bool,
+        timeout: std::time::Duration,
+    ) -> Result<Box<dyn Communicator>, CommError> {
+        Comm::shrink(self, exclude, abort_parent, timeout)
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
+    }
+
     /// The key is the member's group rank, so the child orders ranks as `group` does.
     fn split(
         &mut self,

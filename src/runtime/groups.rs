@@ -180,6 +180,23 @@ pub fn create_groups(
     timeout: Duration,
     host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
+    create_groups_from(plan, strategy, factory, store_for, progress_store, config, timeout, host_addr, None)
+}
+
+/// [`create_groups`] with, for the split strategy, a world communicator made already (recovery:
+/// the old world shrunk to the survivors) instead of `create_world`. Another strategy aborts it.
+#[allow(clippy::too_many_arguments)]
+pub fn create_groups_from(
+    plan: &RankPlan,
+    strategy: CommStrategy,
+    factory: &dyn CommFactory,
+    store_for: &dyn Fn(&str) -> Arc<dyn Store>,
+    progress_store: &dyn Store,
+    config: &CommConfig,
+    timeout: Duration,
+    host_addr: Option<&str>,
+    premade_world: Option<Box<dyn Communicator>>,
+) -> Result<CreatedGroups, GroupError> {
     let rank = plan.rank;
     let deadline = Instant::now() + timeout;
     let info_of = |name: &str, members: &[u32]| {
@@ -205,12 +222,20 @@ pub fn create_groups(
             let start = Instant::now();
             let info = info_of("world", &plan.world)?;
             mark(1, "world", &plan.world)?;
-            let comm = factory
-                .create_world(&info, &config.default, store_for("world"))
-                .map_err(|e| failed(1, "world", &plan.world, e))?;
+            let comm = match premade_world {
+                Some(comm) => comm,
+                None => factory
+                    .create_world(&info, &config.default, store_for("world"))
+                    .map_err(|e| failed(1, "world", &plan.world, e))?,
+            };
             Some((comm, start.elapsed()))
         }
-        _ => None,
+        _ => {
+            if let Some(mut unused) = premade_world {
+                unused.abort();
+            }
+            None
+        }
     };
     // Per group with a backend that creates them together: every distinct group's communicator
     // is started at once (this rank is past every step then), and taken below in plan order.

@@ -9,13 +9,13 @@ use super::comm_config::{CommConfig, CommStrategy};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{
-    create_groups, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup,
+    create_groups_from, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupPlan, LiveGroup,
     PlanKind, RankPlan, SharedComm,
 };
 use super::host::{self, HostInfo};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
-use crate::backend::{CommError, CommFactory};
+use crate::backend::{CommError, CommFactory, Communicator};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::{RankRng, SeedPolicy};
 use crate::store::{PrefixStore, Store};
@@ -348,14 +348,30 @@ pub(super) fn initialize_on_store(
     attempt: String,
     timeout: Duration,
 ) -> Result<InitOutcome, RuntimeError> {
-    init_slot(args, env, &default_factory, Some((store, attempt, timeout)))
+    initialize_on_store_from_world(args, env, store, attempt, timeout, None)
+}
+
+/// A world communicator made before the layout is brought up (recovery: the old world shrunk).
+type PremadeWorld = Option<Box<dyn Communicator>>;
+
+/// [`initialize_on_store`] with, for the split strategy, the world communicator made already
+/// (recovery: the old world shrunk to the survivors), used instead of creating a new one.
+pub(super) fn initialize_on_store_from_world(
+    args: InitArgs,
+    env: LaunchEnv,
+    store: StoreHandles,
+    attempt: String,
+    timeout: Duration,
+    world: Option<Box<dyn Communicator>>,
+) -> Result<InitOutcome, RuntimeError> {
+    init_slot(args, env, &default_factory, Some((store, attempt, timeout, world)))
 }
 
 fn init_slot(
     args: InitArgs,
     env: LaunchEnv,
     factory: &BackendResolver,
-    reuse: Option<(StoreHandles, String, Duration)>,
+    reuse: Option<(StoreHandles, String, Duration, PremadeWorld)>,
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
@@ -364,11 +380,13 @@ fn init_slot(
         discard_pending();
     }
     let keep = reuse.as_ref().map(|r| r.2);
-    let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
+    let reuse = reuse.map(|(store, attempt, _, world)| (store, attempt, world));
     if env.rank >= args.layout_world(env.world_size)? {
         if is_spare() {
             return Ok(InitOutcome::Spare);
         }
+        // A spare has no world communicator to be given.
+        let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
         return stand_by(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
     }
     RUNTIME
@@ -395,7 +413,7 @@ fn bring_up(
     env: LaunchEnv,
     fingerprint: &[u8],
     factory: &BackendResolver,
-    reuse: Option<(StoreHandles, String)>,
+    reuse: Option<(StoreHandles, String, PremadeWorld)>,
 ) -> Result<Runtime, RuntimeError> {
     let start = Instant::now();
     if args.timeout.is_zero() {
@@ -457,6 +475,10 @@ fn bring_up(
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let (reuse, premade_world) = match reuse {
+        Some((store, attempt, world)) => (Some((store, attempt)), world),
+        None => (None, None),
+    };
     let (store, attempt) = open_attempt(&env, args, reuse)?;
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
@@ -474,14 +496,14 @@ fn bring_up(
             |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
         let host_addr = host.addr.to_string();
         // Every creation shares the one deadline (what is left of it) and this rank's address.
-        let create = |plan: &RankPlan, strategy: CommStrategy| {
-            let (store, config) = (base.as_ref(), &args.comm_config);
-            create_groups(plan, strategy, backend.as_ref(), &group_store, store, config, left(), Some(&host_addr))
+        let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
+            let (store, config, addr) = (base.as_ref(), &args.comm_config, Some(host_addr.as_str()));
+            create_groups_from(plan, strategy, backend.as_ref(), &group_store, store, config, left(), addr, world)
         };
-        let mut created = create(&plan, strategy)?;
+        let mut created = create(&plan, strategy, premade_world)?;
         add_alias_groups(&view, &aliases, &mut created.groups);
         if args.create_all_gather_groups {
-            let made = create(&all_gather_plan(&topology, &view, &plan), CommStrategy::PerGroup)?;
+            let made = create(&all_gather_plan(&topology, &view, &plan), CommStrategy::PerGroup, None)?;
             created.groups.extend(made.groups);
         }
         let t_groups = start.elapsed();

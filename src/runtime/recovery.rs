@@ -10,17 +10,19 @@
 //! written to `recovery/verdict` (compare-and-set) is the verdict every participant reads. A rank
 //! that arrives after the verdict and finds itself in it is excluded and leaves.
 
+use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
+use super::groups::{LiveGroup, SharedComm};
 use super::init::{
-    initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Pending, ENDED_KEY,
-    RECOVERY_REQUESTED_KEY,
+    initialize_on_store, initialize_on_store_from_world, keep_pending, take_pending, take_runtime, with_runtime,
+    InitArgs, Pending, ENDED_KEY, RECOVERY_REQUESTED_KEY,
 };
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
-use crate::backend::{CommError, CommErrorKind};
+use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
-use crate::topology::plan_recovery;
+use crate::topology::{plan_recovery, RecoveryPlan};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -69,6 +71,29 @@ pub struct RecoveryReport {
     /// Time to agree on the failed set, and the whole recovery.
     pub agree: Duration,
     pub total: Duration,
+    /// How the new layout's world communicator was made (split strategy).
+    pub world_from: WorldFrom,
+}
+
+/// How recovery made the new layout's world communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorldFrom {
+    /// The old world shrunk to the survivors (`Communicator::shrink`, NCCL's `ncclCommShrink`).
+    Shrink,
+    /// A new world created from scratch through the store (the backend cannot shrink).
+    New,
+    /// No world communicator: the per-group strategy, or a rank that left.
+    None,
+}
+
+impl WorldFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldFrom::Shrink => "shrink",
+            WorldFrom::New => "new",
+            WorldFrom::None => "none",
+        }
+    }
 }
 
 /// The store of a leaving rank that hosts the rendezvous server: kept up until the survivors
@@ -249,24 +274,29 @@ struct Origin {
     base: Arc<dyn Store>,
     attempt: String,
     suspected: Vec<u32>,
+    /// The old communicators not aborted yet (a world that may be shrunk, and the groups split
+    /// from it, which may share its resources), and the strategy that made them.
+    comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>,
+    strategy: Option<CommStrategy>,
 }
 
-/// The live runtime as an [`Origin`], its communicators aborted: a peer is gone, so none is used
-/// again (the backend's abort where it has one; dropping closes their connections without a
-/// collective).
+/// The live runtime as an [`Origin`]. Its communicators are aborted (a peer is gone, so none is
+/// used again: the backend's abort where it has one; dropping closes their connections without a
+/// collective), except under the split strategy, whose world may be shrunk once the plan is known.
 fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
-    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, .. } = rt;
-    for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
-        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
+    let mut comms = Some((groups, world));
+    if strategy != CommStrategy::Split {
+        abort_all(comms.take());
     }
-    Origin { env, topology, args, store, base, attempt, suspected }
+    Origin { env, topology, args, store, base, attempt, suspected, comms, strategy: Some(strategy) }
 }
 
 /// A kept initialization as an [`Origin`]: the ranks it named are suspected with `more`.
 fn from_pending(pending: Pending, more: &[u32]) -> Origin {
     let Pending { env, topology, args, store, base, attempt, mut suspected, .. } = pending;
     suspected.extend(more);
-    Origin { env, topology, args, store, base, attempt, suspected }
+    Origin { env, topology, args, store, base, attempt, suspected, comms: None, strategy: None }
 }
 
 /// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
@@ -352,6 +382,7 @@ fn stand_by(
                     changed_kinds: vec![],
                     agree: Duration::ZERO,
                     total: start.elapsed(),
+                    world_from: WorldFrom::None,
                 };
                 return Ok(Reinitialized::Left(report));
             }
@@ -389,7 +420,7 @@ fn recover(
     timeout: Duration,
     window: Duration,
 ) -> Result<Option<Reinitialized>, RuntimeError> {
-    let Origin { env, topology, args: init_args, store, base, attempt, suspected } = origin;
+    let Origin { env, topology, args: init_args, store, base, attempt, suspected, mut comms, strategy } = origin;
     let deadline = start + timeout;
     let old_rank = env.rank;
     let old_world = env.world_size;
@@ -403,6 +434,7 @@ fn recover(
     let plan = match plan_recovery(&topology, &failed, &spares) {
         Ok(plan) => plan,
         Err(e) => {
+            abort_all(comms.take());
             if env.hosts_store() {
                 // Keep the server until every participant has read the verdict (and so meets
                 // the same refusal instead of a vanished store).
@@ -430,8 +462,10 @@ fn recover(
         changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
         agree: agree_time,
         total: Duration::ZERO,
+        world_from: WorldFrom::None,
     };
     let Some(new_rank) = new_rank else {
+        abort_all(comms.take());
         if env.hosts_store() {
             // The survivors still need the server: keep it until they leave (destroy).
             let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(&new_attempt, store.client()));
@@ -445,11 +479,57 @@ fn recover(
     let mut new_args = init_args;
     new_args.spares = plan.spares_left.len() as u32;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    if initialize_on_store(new_args, new_env, store, new_attempt, timeout)? == InitOutcome::Spare {
+    let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
+    abort_all(comms.take());
+    let shrunk = shrunk?;
+    report.world_from = match (&shrunk, strategy) {
+        (Some(_), _) => WorldFrom::Shrink,
+        (None, Some(CommStrategy::Split)) => WorldFrom::New,
+        (None, _) => WorldFrom::None,
+    };
+    let outcome = match shrunk {
+        Some(world) => initialize_on_store_from_world(new_args, new_env, store, new_attempt, timeout, Some(world)),
+        None => initialize_on_store(new_args, new_env, store, new_attempt, timeout),
+    }?;
+    if outcome == InitOutcome::Spare {
         return Ok(None);
     }
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
+}
+
+/// Abort a runtime's communicators: its groups, then the world they were split from.
+fn abort_all(comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>) {
+    let Some((groups, world)) = comms else { return };
+    for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
+        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+    }
+}
+
+/// The old world shrunk to the new layout's ranks (a survivor's part of the collective; ranks
+/// that leave do not take part), or `None` when the new world must be created afresh: no world
+/// (per-group strategy), a plan that renumbers otherwise than shrinking does (spares taking a
+/// place: the survivors in ascending old order must be new ranks 0, 1, ...), or a backend that
+/// cannot shrink (`Unsupported`, `VersionTooOld`). Any other failure is the recovery's error.
+fn shrink_world(
+    world: Option<&SharedComm>,
+    plan: &RecoveryPlan,
+    args: &InitArgs,
+) -> Result<Option<Box<dyn Communicator>>, RuntimeError> {
+    let Some(world) = world else { return Ok(None) };
+    let in_order = plan.spares_used.is_empty() && plan.rank_map.iter().zip(0..).all(|(&(_, new), i)| new == i);
+    if !in_order {
+        return Ok(None);
+    }
+    // The world's ranks are the global ranks (the grid covers the whole world).
+    let mut comm = world.lock().unwrap_or_else(|e| e.into_inner());
+    match comm.shrink(&plan.dropped, &args.comm_config.default, true, args.timeout) {
+        Ok(shrunk) => Ok(Some(shrunk)),
+        Err(e) if matches!(e.kind, CommErrorKind::Unsupported | CommErrorKind::VersionTooOld) => Ok(None),
+        Err(e) => Err(RuntimeError::Comm(
+            e.context(format!("recovery: shrinking the world communicator without rank(s) {:?}", plan.dropped)),
+        )),
+    }
 }
 
 /// Environment variable `mcore-launch` sets to a directory of its own; see [`announce_recoverable`].

@@ -15,10 +15,20 @@
  * - ncclCommSplit on a non-blocking parent returns ncclSuccess with *newcomm NOT yet written; a
  *   thread writes it about 20 ms later (MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS), then the parent leaves
  *   ncclInProgress; the child then completes its own initialization.
+ * - ncclCommShrink (NCCL 2.27+; nccl.h's signature and NCCL_SHRINK_* flag values) behaves as its
+ *   split does: success at once on a non-blocking parent, the new communicator written late, the
+ *   parent in ncclInProgress until then. The remaining ranks are renumbered in ascending order;
+ *   excluded ranks do not take part. NCCL_SHRINK_ABORT has nothing to end here (the double's
+ *   collectives finish inside their call); the flag is only checked and traced.
  *
  * Switches (environment, read at each call):
  *   MCORE_NCCL_DOUBLE_DIR        folder for the rendezvous files (required by ncclGetUniqueId)
- *   MCORE_NCCL_DOUBLE_VERSION    ncclGetVersion's code (default 22803, i.e. 2.28.3)
+ *   MCORE_NCCL_DOUBLE_VERSION    ncclGetVersion's code (default 22803, i.e. 2.28.3); below 22700
+ *                                (2.27) ncclCommShrink refuses with ncclInvalidUsage, as a library
+ *                                without it cannot be called (the runtime must not call it then)
+ *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink prints one line per call to stderr
+ *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange);
+ *                                "hang": they never complete (MCORE_NCCL_DOUBLE_HANG_RANKS applies)
  *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
  *   MCORE_NCCL_DOUBLE_SPLIT      "hang": splits never complete; "fail": they end in ncclSystemError
  *   MCORE_NCCL_DOUBLE_LATE_INIT  "1": init, too, writes *newcomm late (from its thread)
@@ -327,6 +337,45 @@ int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank
 
 /* ---- split ---- */
 
+/* End of a split or shrink on its thread: write the child (NULL for a split's non-member) into
+ * the caller's out-parameter late, let the parent leave ncclInProgress, then start the child's
+ * own initialization over its members. */
+static void hand_out_child(const char *call, comm *parent, comm *child, void **newcomm, stack_range stack) {
+  late_write(call, newcomm, child, stack);
+  atomic_store(&parent->state, ok);
+  if (child) {
+    init_job *ij = calloc(1, sizeof *ij);
+    if (ij) {
+      ij->c = child;
+      start_init(ij);
+    } else {
+      atomic_store(&child->state, sysErr);
+    }
+  }
+}
+
+/* Run `job` (a split or shrink of `parent`; freed by `fn`) on its own thread, the parent in
+ * ncclInProgress meanwhile. A non-blocking parent gets NCCL's answer at once (success, *newcomm
+ * written later); a blocking one waits for the parent and then the child. */
+static int start_on_parent(comm *parent, void *(*fn)(void *), void *job, void **newcomm) {
+  atomic_store(&parent->state, inProgress);
+  atomic_fetch_add(&parent->refs, 1);
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, job)) {
+    atomic_store(&parent->state, ok);
+    unref(parent);
+    free(job);
+    return sysErr;
+  }
+  pthread_detach(t);
+  if (!parent->blocking) return ok;
+  int s;
+  while ((s = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
+  if (s == ok && *newcomm)
+    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
+  return s;
+}
+
 typedef struct {
   comm *parent;
   int color, key, blocking;
@@ -372,18 +421,7 @@ static void *split_thread(void *p) {
   }
   free(all);
   sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
-  late_write("ncclCommSplit", j->newcomm, child, j->stack);
-  atomic_store(&parent->state, ok);
-  if (child) {
-    /* The child's own initialization over its members. */
-    init_job *ij = calloc(1, sizeof *ij);
-    if (ij) {
-      ij->c = child;
-      start_init(ij);
-    } else {
-      atomic_store(&child->state, sysErr);
-    }
-  }
+  hand_out_child("ncclCommSplit", parent, child, j->newcomm, j->stack);
 out:
   unref(parent);
   free(j);
@@ -407,22 +445,111 @@ int ncclCommSplit(void *parent_, int color, int key, void **newcomm, config_pref
   j->seq = parent->splits++;
   j->newcomm = newcomm;
   j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
-  atomic_store(&parent->state, inProgress);
-  atomic_fetch_add(&parent->refs, 1);
-  pthread_t t;
-  if (pthread_create(&t, NULL, split_thread, j)) {
-    atomic_store(&parent->state, ok);
-    unref(parent);
-    free(j);
-    return sysErr;
+  return start_on_parent(parent, split_thread, j, newcomm);
+}
+
+/* ---- shrink (NCCL 2.27+) ---- */
+
+#define SHRINK_ABORT 0x01 /* NCCL_SHRINK_ABORT; NCCL_SHRINK_DEFAULT is 0 */
+
+typedef struct {
+  comm *parent;
+  int rank, size, blocking;
+  long sig; /* the excluded set, which every remaining rank must pass alike */
+  unsigned seq;
+  void **newcomm;
+  stack_range stack;
+} shrink_job;
+
+static void *shrink_thread(void *p) {
+  shrink_job *j = p;
+  comm *parent = j->parent;
+  if (hangs("MCORE_NCCL_DOUBLE_SHRINK")) {
+    while (!atomic_load(&parent->aborted)) sleep_ms(1);
+    goto out;
   }
-  pthread_detach(t);
-  if (!parent->blocking) return ok; /* NCCL's answer: success, *newcomm written later */
-  int s;
-  while ((s = atomic_load(&parent->state)) == inProgress) sleep_ms(1);
-  if (s == ok && *newcomm)
-    while (atomic_load(&((comm *)*newcomm)->state) == inProgress) sleep_ms(1);
-  return s;
+  char key[300];
+  snprintf(key, sizeof key, "%s/shrink%u", parent->id, j->seq);
+  long *all = calloc((size_t)j->size, sizeof(long));
+  if (!all || exchange(key, j->rank, j->size, &j->sig, sizeof j->sig, all, &parent->aborted)) {
+    free(all);
+    atomic_store(&parent->state, sysErr);
+    goto out;
+  }
+  for (int r = 0; r < j->size; r++) {
+    if (all[r] != j->sig) {
+      set_error("ncclCommShrink: remaining rank %d excludes other ranks than this one", r);
+      free(all);
+      atomic_store(&parent->state, invalidUsage);
+      goto out;
+    }
+  }
+  free(all);
+  if (env_is("MCORE_NCCL_DOUBLE_SHRINK", "fail")) {
+    set_error("the shrink failed as asked (MCORE_NCCL_DOUBLE_SHRINK=fail)");
+    atomic_store(&parent->state, sysErr);
+    goto out;
+  }
+  char id[200];
+  snprintf(id, sizeof id, "%s/k%u", parent->id, j->seq);
+  comm *child = new_comm(id, j->rank, j->size, j->blocking);
+  sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
+  hand_out_child("ncclCommShrink", parent, child, j->newcomm, j->stack);
+out:
+  unref(parent);
+  free(j);
+  return NULL;
+}
+
+int ncclCommShrink(void *parent_, int *exclude, int nexclude, void **newcomm, config_prefix *config, int flags) {
+  comm *parent = parent_;
+  int version = env_int("MCORE_NCCL_DOUBLE_VERSION", 22803);
+  if (version < 22700) {
+    set_error("ncclCommShrink called on a library that reports version %d: NCCL has it from 2.27", version);
+    return invalidUsage;
+  }
+  if (!live(parent) || !newcomm || nexclude < 0 || (nexclude > 0 && !exclude)) {
+    set_error("ncclCommShrink: bad parent, newcomm or exclude list");
+    return invalidArg;
+  }
+  if (flags & ~SHRINK_ABORT) { set_error("ncclCommShrink: unknown flags %#x", flags); return invalidArg; }
+  if (group_depth > 0) { set_error("the double does not model ncclCommShrink inside a group"); return invalidUsage; }
+  if (atomic_load(&parent->state) != ok) {
+    set_error("ncclCommShrink on a parent in state %d (still in progress or failed)", atomic_load(&parent->state));
+    return invalidUsage;
+  }
+  /* Validate the list and derive this rank's place; the signature is order-independent. */
+  int below = 0;
+  long sig = 0;
+  char *seen = calloc((size_t)parent->nranks, 1);
+  if (!seen) return sysErr;
+  for (int i = 0; i < nexclude; i++) {
+    int r = exclude[i];
+    if (r < 0 || r >= parent->nranks || seen[r] || r == parent->rank) {
+      set_error("ncclCommShrink: excluded rank %d is out of range, repeated or the caller's own", r);
+      free(seen);
+      return invalidArg;
+    }
+    seen[r] = 1;
+    below += r < parent->rank;
+    sig += (long)(r + 1) * 1000003L + (long)r * r;
+  }
+  free(seen);
+  if (env_is("MCORE_NCCL_DOUBLE_TRACE", "1")) {
+    fprintf(stderr, "libnccl double: ncclCommShrink rank %d of %d excluding %d rank(s) flags %d -> rank %d of %d\n",
+            parent->rank, parent->nranks, nexclude, flags, parent->rank - below, parent->nranks - nexclude);
+  }
+  shrink_job *j = calloc(1, sizeof *j);
+  if (!j) return sysErr;
+  j->parent = parent;
+  j->rank = parent->rank - below;
+  j->size = parent->nranks - nexclude;
+  j->blocking = config ? config->blocking != 0 : parent->blocking;
+  j->sig = sig;
+  j->seq = parent->splits++;
+  j->newcomm = newcomm;
+  j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
+  return start_on_parent(parent, shrink_thread, j, newcomm);
 }
 
 /* ---- queries and teardown ---- */

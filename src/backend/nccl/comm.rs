@@ -374,18 +374,100 @@ impl NcclComm {
                 )))
             }
         };
-        Ok(Some(NcclComm {
+        let pending = Pending { call: "ncclCommSplit", what, start, timeout, expect: None };
+        Ok(Some(self.child(child, group, config, pending)))
+    }
+
+    /// A communicator made from this one (split, shrink), still initializing as `pending` says;
+    /// it inherits the device, and this config unless given one.
+    fn child(&self, raw: RawComm, group: &str, config: Option<&NcclConfig>, pending: Pending) -> NcclComm {
+        NcclComm {
             lib: self.lib,
-            raw: Some(child),
+            raw: Some(raw),
             group: group.to_string(),
             size: 0,
             rank: 0,
             device: self.device,
             config: config.unwrap_or(&self.config).clone(),
-            op_timeout: timeout,
-            pending: Some(Pending { call: "ncclCommSplit", what, start, timeout, expect: None }),
+            op_timeout: pending.timeout,
+            pending: Some(pending),
             split_together: self.split_together,
-        }))
+        }
+    }
+
+    /// `ncclCommShrink`, collective over the ranks of this communicator that are not in `exclude`
+    /// (ranks of this communicator; the excluded ones must not call it): the new communicator
+    /// `group` has the remaining ranks, renumbered in ascending order of their rank here (NCCL's
+    /// rule). `abort_parent` ends the parent's operations in flight first (`NCCL_SHRINK_ABORT`,
+    /// for a parent with a failed peer; abort the parent afterwards). `config` `None` inherits
+    /// this communicator's. Waits until the new communicator is ready, within `timeout`; the
+    /// child handle is read only once NCCL wrote it (see [`CommSlot`]).
+    pub fn shrink(
+        &self,
+        group: &str,
+        exclude: &[u32],
+        config: Option<&NcclConfig>,
+        abort_parent: bool,
+        timeout: Duration,
+    ) -> Result<NcclComm, NcclError> {
+        let start = Instant::now();
+        let parent = self.raw()?;
+        let mut excluded: Vec<u32> = exclude.to_vec();
+        excluded.sort_unstable();
+        excluded.dedup();
+        if let Some(&r) = excluded.iter().find(|&&r| r >= self.size) {
+            return Err(NcclError::invalid(format!(
+                "shrink of {}: excluded rank {r} is not a rank of its {} ranks",
+                self.group, self.size
+            )));
+        }
+        if excluded.binary_search(&self.rank).is_ok() {
+            return Err(NcclError::invalid(format!(
+                "shrink of {}: this rank ({}) is excluded, and excluded ranks must not call ncclCommShrink",
+                self.group, self.rank
+            )));
+        }
+        let list = excluded.iter().map(|&r| to_c_int(r, "excluded rank")).collect::<Result<Vec<_>, _>>()?;
+        let size = self.size - excluded.len() as u32;
+        let rank = self.rank - excluded.partition_point(|&r| r < self.rank) as u32;
+        let mut raw_config = config.map(|c| c.to_raw()).transpose()?;
+        select(self.device).map_err(|e| prefix(group, e))?;
+        let what = format!("group {group} (shrink of {} without {} rank(s))", self.group, excluded.len());
+        let (rc, slot) = self.lib.comm_shrink(parent, &list, raw_config.as_mut(), abort_parent)?;
+        if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+            if let Some(child) = slot.take_completed() {
+                self.lib.comm_abort(child);
+            }
+            return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), rc, Some(parent)));
+        }
+        // Every remaining rank gets a communicator, so the slot is freed only once NCCL wrote it
+        // (early or late, the parent in ncclInProgress or already out of it). A parent that
+        // reports an error ends the wait with that error; that and the deadline leave the slot
+        // to leak (NCCL may still write it).
+        let mut step = Duration::from_micros(100);
+        let mut slot = slot;
+        let child = loop {
+            slot = match slot.take_written() {
+                Ok(child) => break child,
+                Err(pending) => pending,
+            };
+            match self.lib.comm_async_error(parent) {
+                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
+                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) => {
+                    return Err(NcclError::Timeout {
+                        what: format!("ncclCommShrink to hand out the communicator of {what}"),
+                        deadline: timeout,
+                    })
+                }
+                Ok(state) | Err(state) => {
+                    return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), state, Some(parent)))
+                }
+            }
+        };
+        let pending = Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) };
+        let mut comm = self.child(child, group, config, pending);
+        comm.wait_ready()?;
+        Ok(comm)
     }
 
     /// Expect a split child to have `size` ranks with this one at `rank`; checked by
@@ -462,6 +544,11 @@ impl NcclComm {
 
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// The library it was created with.
+    pub fn library(&self) -> &'static NcclLibrary {
+        self.lib
     }
 
     /// The config it was created with.

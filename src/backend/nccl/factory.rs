@@ -120,6 +120,15 @@ impl NcclFactory {
     }
 }
 
+/// Whether `lib` has `ncclCommShrink`: `VersionTooOld` below 2.27, `Unsupported` when the symbol
+/// is missing from a library that should have it (both mean: create a new world instead).
+pub fn shrink_available(lib: &NcclLibrary) -> Result<(), CommError> {
+    lib.require(Feature::CommShrink).map_err(|e| match e {
+        NcclError::MissingSymbol { .. } => CommError::new(CommErrorKind::Unsupported, e.to_string()),
+        other => other.into(),
+    })
+}
+
 /// `base` with the options a kind sets replacing its values.
 pub fn with_options(base: &NcclConfig, o: &CommOptions) -> NcclConfig {
     NcclConfig {
@@ -235,6 +244,24 @@ impl Communicator for NcclComm {
 
     fn wait_ready(&mut self) -> Result<(), CommError> {
         NcclComm::wait_ready(self).map_err(CommError::from)
+    }
+
+    /// `ncclCommShrink` (2.27 or newer; an older library or one without the symbol says
+    /// `VersionTooOld` / `Unsupported`, and the runtime falls back to a new world). The new
+    /// communicator keeps this one's name and gets its config with the kind's options.
+    fn shrink(
+        &mut self,
+        exclude: &[u32],
+        options: &CommOptions,
+        abort_parent: bool,
+        timeout: std::time::Duration,
+    ) -> Result<Box<dyn Communicator>, CommError> {
+        shrink_available(self.library())?;
+        let config = with_options(self.config(), options);
+        let name = self.group().to_string();
+        NcclComm::shrink(self, &name, exclude, Some(&config), abort_parent, timeout)
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
     }
 
     /// `ncclCommAbort`: a peer failed, so no `ncclCommDestroy` that could wait on it.

@@ -66,6 +66,8 @@ pub enum Feature {
     CommSplit,
     /// Several ranks on one GPU with `NCCL_MULTI_RANK_GPU_ENABLE=1`: 2.30.
     MultiRankGpu,
+    /// `ncclCommShrink` (a communicator without some of its ranks, recovery): 2.27.
+    CommShrink,
 }
 
 impl Feature {
@@ -74,6 +76,7 @@ impl Feature {
             Feature::CommInitRankConfig => NcclVersion::new(2, 14, 0),
             Feature::CommSplit => NcclVersion::new(2, 18, 0),
             Feature::MultiRankGpu => NcclVersion::new(2, 30, 0),
+            Feature::CommShrink => NcclVersion::new(2, 27, 0),
         }
     }
 
@@ -82,6 +85,7 @@ impl Feature {
             Feature::CommInitRankConfig => "ncclCommInitRankConfig (non-blocking communicator init)",
             Feature::CommSplit => "ncclCommSplit",
             Feature::MultiRankGpu => "several ranks per GPU (NCCL_MULTI_RANK_GPU_ENABLE)",
+            Feature::CommShrink => "ncclCommShrink",
         }
     }
 }
@@ -111,5 +115,8 @@ mod tests {
         assert!(e.contains("needs NCCL 2.14"), "{e}");
         assert!(NcclVersion::new(2, 30, 0).require(Feature::MultiRankGpu).is_ok());
         assert!(NcclVersion::new(2, 29, 9).require(Feature::MultiRankGpu).is_err());
+        let e = NcclVersion::new(2, 26, 6).require(Feature::CommShrink).unwrap_err().to_string();
+        assert!(e.contains("ncclCommShrink needs NCCL 2.27") && e.contains("2.26.6"), "{e}");
+        assert!(NcclVersion::new(2, 27, 3).require(Feature::CommShrink).is_ok());
     }
 }

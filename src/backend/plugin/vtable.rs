@@ -4,7 +4,8 @@
 
 use super::store_bridge::StoreBridge;
 use crate::abi::backend::{
-    mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1, MCORE_BACKEND_V1_RELEASES,
+    mcore_backend_group_info, mcore_backend_v1, MCORE_BACKEND_ABI_VERSION_V1, MCORE_BACKEND_SHRINK_ABORT_PARENT,
+    MCORE_BACKEND_V1_RELEASES,
 };
 use crate::abi::{mcore_status, read_sized};
 use crate::backend::{BackendError, GroupInfo};
@@ -330,6 +331,44 @@ impl Vtable {
         let result = self.check(code, "abort_comm", group, store.as_deref());
         drop(store);
         result
+    }
+}
+
+impl Vtable {
+    /// A new communicator without `exclude` (ranks of `parent`, ascending), described by
+    /// `group`: the backend's `shrink`, `Unsupported` when it has none. `parent`'s store (a
+    /// world's) passes to the new communicator.
+    pub fn shrink(
+        &self,
+        parent: &mut RawComm,
+        parent_name: &str,
+        exclude: &[u32],
+        abort_parent: bool,
+        group: &GroupInfo,
+    ) -> Result<RawComm, BackendError> {
+        let f = self.raw.shrink.ok_or_else(|| self.unsupported("shrink"))?;
+        let cg = CGroup::new(group)?;
+        let flags = if abort_parent { MCORE_BACKEND_SHRINK_ABORT_PARENT } else { 0 };
+        let mut out: *mut c_void = std::ptr::null_mut();
+        let bridge = parent.store.as_deref();
+        if let Some(b) = bridge {
+            b.clear_error();
+        }
+        // SAFETY: valid pointers for the call (`exclude` has its length); `parent` came from
+        // this backend.
+        let code =
+            unsafe { f(self.raw.user_data, parent.ptr, exclude.as_ptr(), exclude.len(), flags, &cg.c, &mut out) };
+        self.check(code, "shrink", parent_name, bridge)?;
+        if out.is_null() {
+            return Err(BackendError::Plugin {
+                backend: self.name.clone(),
+                op: "shrink",
+                group: parent_name.to_string(),
+                status: mcore_status::Backend,
+                message: "shrink returned OK but no communicator".into(),
+            });
+        }
+        Ok(RawComm { ptr: out, store: parent.store.take() })
     }
 }
 

@@ -20,6 +20,11 @@ pub(crate) const NCCL_SUCCESS: c_int = 0;
 pub(crate) const NCCL_IN_PROGRESS: c_int = 7;
 /// `NCCL_SPLIT_NOCOLOR`: this rank joins no child of the split.
 pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// `NCCL_SHRINK_DEFAULT`: shrink a parent with no operation in flight.
+pub(crate) const NCCL_SHRINK_DEFAULT: c_int = 0x00;
+/// `NCCL_SHRINK_ABORT`: first terminate the parent's operations in flight (a peer failed), then
+/// shrink; the parent's resources are not freed (abort it afterwards).
+pub(crate) const NCCL_SHRINK_ABORT: c_int = 0x01;
 
 // Signatures of cudarc's `nccl::sys` functions, with results read as `c_int` (see the module doc).
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
@@ -28,6 +33,16 @@ type InitRankConfigFn =
     unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut sys::ncclConfig_t) -> c_int;
 type SplitFn =
     unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
+/// `ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags)`
+/// (nccl.h of 2.27 and later).
+type ShrinkFn = unsafe extern "C" fn(
+    sys::ncclComm_t,
+    *mut c_int,
+    c_int,
+    *mut sys::ncclComm_t,
+    *mut sys::ncclConfig_t,
+    c_int,
+) -> c_int;
 type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
 type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
@@ -58,6 +73,7 @@ struct Fns {
     // Newer than NCCL 2.0: present from the version `Feature` names.
     comm_init_rank_config: Option<InitRankConfigFn>,
     comm_split: Option<SplitFn>,
+    comm_shrink: Option<ShrinkFn>,
     comm_finalize: Option<CommFn>,
     get_last_error: Option<LastErrorFn>,
 }
@@ -239,6 +255,7 @@ impl NcclLibrary {
             group_end: required(lib, "ncclGroupEnd")?,
             comm_init_rank_config: optional(lib, "ncclCommInitRankConfig"),
             comm_split: optional(lib, "ncclCommSplit"),
+            comm_shrink: optional(lib, "ncclCommShrink"),
             comm_finalize: optional(lib, "ncclCommFinalize"),
             get_last_error: optional(lib, "ncclGetLastError"),
         })
@@ -261,6 +278,7 @@ impl NcclLibrary {
             Feature::CommInitRankConfig => (self.fns.comm_init_rank_config.is_some(), "ncclCommInitRankConfig"),
             Feature::CommSplit => (self.fns.comm_split.is_some(), "ncclCommSplit"),
             Feature::MultiRankGpu => (true, ""),
+            Feature::CommShrink => (self.fns.comm_shrink.is_some(), "ncclCommShrink"),
         };
         if present {
             Ok(())
@@ -345,6 +363,33 @@ impl NcclLibrary {
         // SAFETY: live parent, a heap out-pointer that outlives any late write, NULL or a config
         // NCCL copies during the call.
         let rc = unsafe { f(parent.0.as_ptr(), color, key, slot.out_ptr(), cfg) };
+        Ok((rc, slot))
+    }
+
+    /// `ncclCommShrink(parent, exclude, n, &child, config, flags)`: `exclude` are ranks of
+    /// `parent`; `config` `None` inherits the parent's; `abort_parent` passes `NCCL_SHRINK_ABORT`
+    /// (a peer failed: end the parent's operations in flight first), else `NCCL_SHRINK_DEFAULT`.
+    /// As with a split, a non-blocking parent may have the child written into the slot after the
+    /// call returned.
+    pub fn comm_shrink(
+        &self,
+        parent: &RawComm,
+        exclude: &[c_int],
+        config: Option<&mut RawConfig>,
+        abort_parent: bool,
+    ) -> Result<(c_int, CommSlot), NcclError> {
+        self.require(Feature::CommShrink)?;
+        let f = self.fns.comm_shrink.expect("checked by require");
+        let n = c_int::try_from(exclude.len())
+            .map_err(|_| NcclError::invalid(format!("{} excluded ranks do not fit a C int", exclude.len())))?;
+        // NCCL takes a non-const list; give it a copy it may reorder.
+        let mut list = exclude.to_vec();
+        let flags = if abort_parent { NCCL_SHRINK_ABORT } else { NCCL_SHRINK_DEFAULT };
+        let slot = CommSlot::new();
+        let cfg = config.map_or(std::ptr::null_mut(), |c| &mut c.raw as *mut _);
+        // SAFETY: live parent, `n` ints at `list` for the call, a heap out-pointer that outlives
+        // any late write, NULL or a config NCCL copies during the call.
+        let rc = unsafe { f(parent.0.as_ptr(), list.as_mut_ptr(), n, slot.out_ptr(), cfg, flags) };
         Ok((rc, slot))
     }
 
@@ -468,5 +513,11 @@ mod tests {
         let comm = slot.take_written().expect("written");
         assert_eq!(comm.as_ptr(), fake.cast());
         assert!(CommSlot::new().take_completed().is_none(), "a non-member's slot stays NULL");
+    }
+
+    #[test]
+    fn shrink_flags_are_nccls() {
+        // nccl.h (2.27+): NCCL_SHRINK_DEFAULT 0x00, NCCL_SHRINK_ABORT 0x01.
+        assert_eq!((NCCL_SHRINK_DEFAULT, NCCL_SHRINK_ABORT), (0, 1));
     }
 }
