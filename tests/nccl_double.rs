@@ -386,6 +386,14 @@ fn recover_8_without_rank_3(env: &[(&str, &str)]) -> (Run, Vec<Value>) {
         } else {
             assert_eq!(l["recovered"], true, "{l}");
             assert_eq!(l["strategy"], "split", "{l}");
+            // Dropping a replica leaves the tensor, pipeline, context and model-parallel groups
+            // as they were: their communicators are kept (and verified again), not split anew.
+            let kept: Vec<&str> = l["kept_kinds"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
+            assert_eq!(
+                kept,
+                ["tensor_model_parallel", "pipeline_model_parallel", "context_parallel", "model_parallel"],
+                "{l}"
+            );
             assert!(l["groups"].as_u64().unwrap() > 0, "{l}");
             recovered.push((l["old_rank"].as_u64().unwrap(), l["rank"].as_u64().unwrap()));
             lines.push(l.clone());

@@ -5,7 +5,8 @@
 #   1. --fail-rank 5: 12 ranks on the planned layout (rank 5's replica 4, 5, 12, 13 dropped), every
 #      group verified by a collective, `"recovered": true`; ranks 4, 12, 13 `"left": true`; the
 #      launcher exits 0; Gloo (auto = split strategy) has no shrink slot, so the survivors split
-#      from a new world (`"world_from": "new"`);
+#      from a new world (`"world_from": "new"`), and keep the communicators of the kinds whose
+#      membership did not change (tensor, pipeline, ...: `"kept_kinds"`);
 #   2. --fail-rank 1: rank 0 (the store's host) leaves with its replica and keeps the store up
 #      until the survivors are done;
 #   3. --fail-rank 1,2,4,6 (a rank of every replica): every survivor fails with "no valid layout
@@ -69,6 +70,7 @@ if new_world == "refused" and not (rows and set(rows) <= expected):
 elif new_world != "refused" and set(rows) != expected:
     errors.append(f"lines from ranks {sorted(rows)}, expected every rank but {killed}")
 for r, o in sorted(rows.items()):
+    fail_at = o.get("fail_at")
     if new_world == "refused":
         if o.get("ok") is not False or "no valid layout remains" not in o.get("error", "") \
                 or f"{killed}" not in o.get("error", ""):
@@ -79,7 +81,8 @@ for r, o in sorted(rows.items()):
     elif r in survivors:
         if not (o.get("ok") and o.get("recovered") and o.get("world_size") == int(new_world)
                 and o.get("rank") == survivors.index(r) and o.get("failed") == killed and o.get("groups", 0) > 0
-                and (not world_from or o.get("world_from") == world_from)):
+                and (not world_from or o.get("world_from") == world_from)
+                and (fail_at != "after" or "tensor_model_parallel" in o.get("kept_kinds", []))):
             errors.append(f"rank {r}: expected new rank {survivors.index(r)} of {new_world}: {o}")
         elif o.get("fail_at") in ("before", "during") and not re.search(rf"rank\(s\) {killed[0]}\b[^;]* never", o.get("detected", "")):
             errors.append(f"rank {r}: the failed init should name rank {killed[0]}: {o.get('detected')}")

@@ -491,7 +491,7 @@ mod recovery {
             "old_rank": report.old_rank, "old_world_size": report.old_world_size, "failed": report.failed,
             "dropped": report.dropped, "recovery_seconds": seconds, "agree_seconds": report.agree.as_secs_f64(),
             "killed": f.map(|f| f.ranks.clone()), "fail_at": f.map(|f| format!("{:?}", f.at).to_lowercase()),
-            "world_from": report.world_from.as_str(),
+            "world_from": report.world_from.as_str(), "kept_kinds": report.kept_kinds,
         });
         let mut out = if left {
             let why = if report.failed.is_empty() {

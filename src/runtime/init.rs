@@ -337,61 +337,55 @@ pub fn initialize_with(args: InitArgs, env: LaunchEnv, factory: &BackendResolver
     init_slot(args, env, factory, None)
 }
 
-/// Bring up the layout `args` describes on `env` with the store of an earlier attempt and this
-/// attempt's key prefix (recovery: the survivors re-form on the store they already share), the
-/// backend resolved by [`default_factory`]. The runtime keeps `timeout` as its timeout (`args`
-/// carries what is left of the recovery's deadline).
+/// What a recovery carries into the new layout's bring-up: the store and attempt prefix the
+/// survivors already share, the timeout the runtime keeps, and communicators it already has.
+pub(super) struct Carried {
+    pub store: StoreHandles,
+    pub attempt: String,
+    /// The runtime's timeout from then on (`args` carries what is left of the recovery's deadline).
+    pub timeout: Duration,
+    /// The split strategy's world communicator, made already (the old world shrunk), used
+    /// instead of creating a new one.
+    pub world: Option<Box<dyn Communicator>>,
+    /// This rank's groups of the kinds whose membership did not change, planned for the new
+    /// layout, with their old communicators: those kinds are not created again.
+    pub kept: Vec<LiveGroup>,
+}
+
+/// Bring up the layout `args` describes on `env` with what a recovery carries (see
+/// [`Carried`]), the backend resolved by [`default_factory`].
 pub(super) fn initialize_on_store(
     args: InitArgs,
     env: LaunchEnv,
-    store: StoreHandles,
-    attempt: String,
-    timeout: Duration,
+    carried: Carried,
 ) -> Result<InitOutcome, RuntimeError> {
-    initialize_on_store_from_world(args, env, store, attempt, timeout, None)
-}
-
-/// A world communicator made before the layout is brought up (recovery: the old world shrunk).
-type PremadeWorld = Option<Box<dyn Communicator>>;
-
-/// [`initialize_on_store`] with, for the split strategy, the world communicator made already
-/// (recovery: the old world shrunk to the survivors), used instead of creating a new one.
-pub(super) fn initialize_on_store_from_world(
-    args: InitArgs,
-    env: LaunchEnv,
-    store: StoreHandles,
-    attempt: String,
-    timeout: Duration,
-    world: Option<Box<dyn Communicator>>,
-) -> Result<InitOutcome, RuntimeError> {
-    init_slot(args, env, &default_factory, Some((store, attempt, timeout, world)))
+    init_slot(args, env, &default_factory, Some(carried))
 }
 
 fn init_slot(
     args: InitArgs,
     env: LaunchEnv,
     factory: &BackendResolver,
-    reuse: Option<(StoreHandles, String, Duration, PremadeWorld)>,
+    carried: Option<Carried>,
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
-    if reuse.is_none() && !RUNTIME.is_up() {
+    if carried.is_none() && !RUNTIME.is_up() {
         // A new attempt: the store of a failed one that nobody recovered goes.
         discard_pending();
     }
-    let keep = reuse.as_ref().map(|r| r.2);
-    let reuse = reuse.map(|(store, attempt, _, world)| (store, attempt, world));
+    let keep = carried.as_ref().map(|c| c.timeout);
     if env.rank >= args.layout_world(env.world_size)? {
         if is_spare() {
             return Ok(InitOutcome::Spare);
         }
-        // A spare has no world communicator to be given.
-        let reuse = reuse.map(|(store, attempt, _)| (store, attempt));
+        // A spare has no communicators to be given.
+        let reuse = carried.map(|c| (c.store, c.attempt));
         return stand_by(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
     }
     RUNTIME
         .init(settings, || {
-            let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, reuse)?;
+            let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, carried)?;
             if let Some(t) = keep {
                 (rt.timeout, rt.args.timeout) = (t, t);
             }
@@ -413,7 +407,7 @@ fn bring_up(
     env: LaunchEnv,
     fingerprint: &[u8],
     factory: &BackendResolver,
-    reuse: Option<(StoreHandles, String, PremadeWorld)>,
+    carried: Option<Carried>,
 ) -> Result<Runtime, RuntimeError> {
     let start = Instant::now();
     if args.timeout.is_zero() {
@@ -465,6 +459,13 @@ fn bring_up(
     let aliases = aliased_kinds(&topology, &args.comm_config);
     plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == *k));
     plan.groups.retain(|g| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == g.kind));
+    // Kinds a recovery kept are not created again (every rank keeps the same kinds).
+    let (reuse, premade_world, kept) = match carried {
+        Some(Carried { store, attempt, world, kept, .. }) => (Some((store, attempt)), world, kept),
+        None => (None, None, Vec::new()),
+    };
+    plan.kinds.retain(|k| !kept.iter().any(|g| g.plan.kind == *k));
+    plan.groups.retain(|p| !kept.iter().any(|g| g.plan.kind == p.kind));
     let options_error =
         |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
     backend.check_options(&args.comm_config.default).map_err(options_error("every kind (the default)".into()))?;
@@ -475,10 +476,6 @@ fn bring_up(
     // One deadline bounds every wait below: each phase gets what is left of it.
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let (reuse, premade_world) = match reuse {
-        Some((store, attempt, world)) => (Some((store, attempt)), world),
-        None => (None, None),
-    };
     let (store, attempt) = open_attempt(&env, args, reuse)?;
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     let host = store.host();
@@ -501,6 +498,10 @@ fn bring_up(
             create_groups_from(plan, strategy, backend.as_ref(), &group_store, store, config, left(), addr, world)
         };
         let mut created = create(&plan, strategy, premade_world)?;
+        created.groups.extend(kept);
+        // In the layout's kind order, as if all were created now.
+        let order = topology.kinds();
+        created.groups.sort_by_key(|g| order.iter().position(|&k| PlanKind::Group(k) == g.plan.kind));
         add_alias_groups(&view, &aliases, &mut created.groups);
         if args.create_all_gather_groups {
             let made = create(&all_gather_plan(&topology, &view, &plan), CommStrategy::PerGroup, None)?;

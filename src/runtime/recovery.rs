@@ -13,10 +13,10 @@
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::groups::{LiveGroup, SharedComm};
+use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
 use super::init::{
-    initialize_on_store, initialize_on_store_from_world, keep_pending, take_pending, take_runtime, with_runtime,
-    InitArgs, Pending, ENDED_KEY, RECOVERY_REQUESTED_KEY,
+    initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Carried, InitArgs, Pending, ENDED_KEY,
+    RECOVERY_REQUESTED_KEY,
 };
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
@@ -73,6 +73,8 @@ pub struct RecoveryReport {
     pub total: Duration,
     /// How the new layout's world communicator was made (split strategy).
     pub world_from: WorldFrom,
+    /// Kinds whose communicators this rank kept (their membership did not change).
+    pub kept_kinds: Vec<String>,
 }
 
 /// How recovery made the new layout's world communicator.
@@ -274,22 +276,29 @@ struct Origin {
     base: Arc<dyn Store>,
     attempt: String,
     suspected: Vec<u32>,
-    /// The old communicators not aborted yet (a world that may be shrunk, and the groups split
-    /// from it, which may share its resources), and the strategy that made them.
+    /// The old communicators, not aborted yet (the world may be shrunk, groups of kinds that keep
+    /// their membership are kept), and the strategy that made them.
     comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>,
     strategy: Option<CommStrategy>,
 }
 
-/// The live runtime as an [`Origin`]. Its communicators are aborted (a peer is gone, so none is
-/// used again: the backend's abort where it has one; dropping closes their connections without a
-/// collective), except under the split strategy, whose world may be shrunk once the plan is known.
+/// The live runtime as an [`Origin`]. Its communicators are aborted once the plan is known (a
+/// peer is gone: the backend's abort where it has one; dropping closes their connections without
+/// a collective), except the world when it is shrunk and the groups of kinds whose membership did
+/// not change, which are kept.
 fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
     let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
-    let mut comms = Some((groups, world));
-    if strategy != CommStrategy::Split {
-        abort_all(comms.take());
+    Origin {
+        env,
+        topology,
+        args,
+        store,
+        base,
+        attempt,
+        suspected,
+        comms: Some((groups, world)),
+        strategy: Some(strategy),
     }
-    Origin { env, topology, args, store, base, attempt, suspected, comms, strategy: Some(strategy) }
 }
 
 /// A kept initialization as an [`Origin`]: the ranks it named are suspected with `more`.
@@ -383,6 +392,7 @@ fn stand_by(
                     agree: Duration::ZERO,
                     total: start.elapsed(),
                     world_from: WorldFrom::None,
+                    kept_kinds: vec![],
                 };
                 return Ok(Reinitialized::Left(report));
             }
@@ -463,6 +473,7 @@ fn recover(
         agree: agree_time,
         total: Duration::ZERO,
         world_from: WorldFrom::None,
+        kept_kinds: vec![],
     };
     let Some(new_rank) = new_rank else {
         abort_all(comms.take());
@@ -479,23 +490,64 @@ fn recover(
     let mut new_args = init_args;
     new_args.spares = plan.spares_left.len() as u32;
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let kept = keep_unchanged(comms.as_mut(), &plan, new_rank, &new_args);
+    report.kept_kinds = kept.iter().map(|g| g.plan.kind.to_string()).collect();
     let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
     abort_all(comms.take());
-    let shrunk = shrunk?;
-    report.world_from = match (&shrunk, strategy) {
+    let world = shrunk?;
+    report.world_from = match (&world, strategy) {
         (Some(_), _) => WorldFrom::Shrink,
         (None, Some(CommStrategy::Split)) => WorldFrom::New,
         (None, _) => WorldFrom::None,
     };
-    let outcome = match shrunk {
-        Some(world) => initialize_on_store_from_world(new_args, new_env, store, new_attempt, timeout, Some(world)),
-        None => initialize_on_store(new_args, new_env, store, new_attempt, timeout),
-    }?;
+    let carried = Carried { store, attempt: new_attempt, timeout, world, kept };
+    let outcome = initialize_on_store(new_args, new_env, carried)?;
     if outcome == InitOutcome::Spare {
         return Ok(None);
     }
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
+}
+
+/// Take this rank's groups of the kinds whose membership the plan leaves as it was out of
+/// `comms`, planned for the new layout (their members renumbered, their index among the kind's
+/// groups), with their communicators: their peers are the same processes in the same order, so
+/// the new layout does not create them again. Not kept: aliased kinds (re-derived from their
+/// source), all-gather twins, kinds whose children share the parent's resources (`split_share`:
+/// the world is aborted), and any group whose new place disagrees with its communicator.
+/// Whatever shares a kept communicator leaves `comms` with it, so that it is not aborted.
+fn keep_unchanged(
+    comms: Option<&mut (Vec<LiveGroup>, Option<SharedComm>)>,
+    plan: &RecoveryPlan,
+    new_rank: u32,
+    args: &InitArgs,
+) -> Vec<LiveGroup> {
+    let Some((groups, _)) = comms else { return Vec::new() };
+    let mut kept: Vec<LiveGroup> = Vec::new();
+    for g in groups.iter() {
+        let PlanKind::Group(kind) = g.plan.kind else { continue };
+        if plan.changed_kinds.contains(&kind)
+            || g.comm_name != g.plan.name()
+            || args.comm_config.options_for(kind).split_share == Some(true)
+        {
+            continue;
+        }
+        let Ok(Some(m)) = plan.topology.membership(kind, new_rank) else { continue };
+        if m.rank != g.group_rank || m.members().len() != g.plan.members.len() {
+            continue;
+        }
+        let new_plan = GroupPlan { kind: g.plan.kind, index: m.group_index() as u32, members: m.members() };
+        let comm_name = new_plan.name();
+        kept.push(LiveGroup {
+            plan: new_plan,
+            group_rank: m.rank,
+            comm_name,
+            comm: g.comm.clone(),
+            created_in: Duration::ZERO,
+        });
+    }
+    groups.retain(|g| !kept.iter().any(|k| Arc::ptr_eq(&k.comm, &g.comm)));
+    kept
 }
 
 /// Abort a runtime's communicators: its groups, then the world they were split from.
