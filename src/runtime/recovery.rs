@@ -1,7 +1,9 @@
-//! Recovery after a failure (docs/recovery.md): the survivors of an initialized world agree on
-//! the failed ranks through the store, plan the next layout ([`plan_recovery`]), tear down their
-//! communicators and bring the new layout's groups up on the store they already share. Ranks the
-//! plan drops leave with [`Reinitialized::Left`].
+//! Recovery after a failure (docs/recovery.md): the survivors of an initialized world (or of an
+//! initialization that failed for a peer) agree on the failed ranks through the store, plan the
+//! next layout ([`plan_recovery`]; spares take failed ranks' places), abort their communicators
+//! but those that live on (a world shrunk to the survivors, the groups of unchanged kinds) and
+//! bring the new layout's other groups up on the store they already share. Ranks the plan drops
+//! leave with [`Reinitialized::Left`]. [`check_health`] lets ranks learn that a recovery began.
 //!
 //! Agreement: every rank that takes part writes `recovery/present/<rank>` (with the ranks it
 //! suspects) under its attempt's key prefix, so the keys of an earlier attempt are never read.
@@ -204,7 +206,7 @@ fn request(store: &dyn Store, suspected: &[u32]) {
 
 /// The ranks named by the first recovery request, when one was made.
 fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
-    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    let err = |e| store_lost(e, "looking for a recovery request");
     if !store.check(&[RECOVERY_REQUESTED_KEY]).map_err(err)? {
         return Ok(None);
     }
@@ -223,9 +225,9 @@ pub enum Health {
 }
 
 /// A health check of the initialized world through the store, collective over the layout's ranks
-/// (call it at the same points on every rank, e.g. every N steps; spares do not take part): each rank checks in under a new
-/// generation of keys and waits until all have, at most `window` ([`DEFAULT_WINDOW`] when
-/// `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
+/// (call it at the same points on every rank, e.g. every N steps; spares do not take part): each
+/// rank checks in under a new generation of keys and waits until all have, at most `window`
+/// ([`DEFAULT_WINDOW`] when `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
 /// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
 /// Costs two store requests per rank plus one short wait per 50 ms of waiting.
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
@@ -236,7 +238,7 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     if let Some(suspects) = requested(base.as_ref())? {
         return Ok(Health::Failed(suspects));
     }
-    let err = |source| RuntimeError::StoreConnect { what: "the rendezvous store for a health check".into(), source };
+    let err = |e| store_lost(e, "a health check");
     let key = |r: u32| format!("health/{generation}/{r}");
     let (count, done) = (format!("health/{generation}/count"), format!("health/{generation}/done"));
     base.set(&key(rank), b"1").map_err(err)?;
@@ -271,7 +273,7 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
 struct Origin {
     env: LaunchEnv,
     topology: crate::topology::Topology,
-    args: super::init::InitArgs,
+    args: InitArgs,
     store: StoreHandles,
     base: Arc<dyn Store>,
     attempt: String,
@@ -311,8 +313,9 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
 /// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
 /// layout, and bring the new layout's groups up, verified as at init. See the module docs.
 ///
-/// Runs on an initialized runtime (its communicators are aborted first: a peer is gone), or
-/// after an `initialize` that failed for a peer (a rank missing at check-in, a group that timed
+/// Runs on an initialized runtime (its communicators are aborted once the plan is known: a peer
+/// is gone; the world may be shrunk and unchanged kinds' groups kept), or after an `initialize`
+/// that failed for a peer (a rank missing at check-in, a group that timed
 /// out or lost a peer), continuing on that attempt's store; the ranks that failure named are
 /// suspected along with `args.suspected`. On a spare ([`super::InitOutcome::Spare`]) it stands
 /// by: it waits until a recovery needs it (then it runs the new layout under the failed rank's
@@ -418,8 +421,9 @@ fn stand_by(
     }
 }
 
-fn store_lost(source: crate::store::StoreError, who: &str) -> RuntimeError {
-    RuntimeError::StoreConnect { what: format!("the rendezvous store ({who})"), source }
+/// The store failed while `doing` something.
+fn store_lost(source: crate::store::StoreError, doing: &str) -> RuntimeError {
+    RuntimeError::StoreConnect { what: format!("the rendezvous store ({doing})"), source }
 }
 
 /// One recovery from `origin`: agree, plan (the world's ranks past the layout are its spares),
