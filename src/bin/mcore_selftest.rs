@@ -319,7 +319,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The human output: one line per rank, rank 0's per-kind creation-time table.
 /// `--fail-rank`: kill ranks before, during or after init, and recover on the survivors.
 mod recovery {
     use super::{verify_every_kind, verify_rng};
@@ -526,6 +525,7 @@ mod recovery {
     }
 }
 
+/// The human output: one line per rank, rank 0's per-kind creation-time table.
 mod human {
     use mcore_init::runtime::Runtime;
     use mcore_init::topology::GroupKind;
