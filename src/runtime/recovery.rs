@@ -449,15 +449,13 @@ fn recover(
         Ok(plan) => plan,
         Err(e) => {
             abort_all(comms.take());
-            if env.hosts_store() {
-                // Keep the server until every participant has read the verdict (and so meets
-                // the same refusal instead of a vanished store).
-                let expected = i64::from(old_world) - failed.len() as i64;
-                while Instant::now() < deadline && base.add("recovery/read", 0).is_ok_and(|n| n < expected) {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-            return Err(e.into());
+            return Err(hold_store_until_read(
+                e.into(),
+                &env,
+                base.as_ref(),
+                old_world - failed.len() as u32,
+                deadline,
+            ));
         }
     };
     // The new world: the new layout, then the spares left, in their old order.
@@ -498,7 +496,8 @@ fn recover(
     report.kept_kinds = kept.iter().map(|g| g.plan.kind.to_string()).collect();
     let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
     abort_all(comms.take());
-    let world = shrunk?;
+    let participants = old_world - failed.len() as u32;
+    let world = shrunk.map_err(|e| hold_store_until_read(e, &env, base.as_ref(), participants, deadline))?;
     report.world_from = match (&world, strategy) {
         (Some(_), _) => WorldFrom::Shrink,
         (None, Some(CommStrategy::Split)) => WorldFrom::New,
@@ -511,6 +510,24 @@ fn recover(
     }
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
+}
+
+/// A recovery error after the agreement, returned once every participant (`expected`) has read
+/// the verdict when this rank hosts the store (at most until `deadline`): the others then meet
+/// their own outcome (the same refusal, a leave) instead of a vanished store.
+fn hold_store_until_read(
+    e: RuntimeError,
+    env: &LaunchEnv,
+    base: &dyn Store,
+    expected: u32,
+    deadline: Instant,
+) -> RuntimeError {
+    if env.hosts_store() {
+        while Instant::now() < deadline && base.add("recovery/read", 0).is_ok_and(|n| n < i64::from(expected)) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    e
 }
 
 /// Take this rank's groups of the kinds whose membership the plan leaves as it was out of
