@@ -381,7 +381,7 @@ fn init_slot(
         }
         // A spare has no communicators to be given.
         let reuse = carried.map(|c| (c.store, c.attempt));
-        return stand_by(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
+        return check_in_spare(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
     }
     RUNTIME
         .init(settings, || {
@@ -425,12 +425,6 @@ fn bring_up(
             topology.rank_offset(),
             u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
             layout_world
-        )));
-    }
-    if env.rank >= layout_world {
-        return Err(RuntimeError::InvalidArgument(format!(
-            "rank {} is a spare (ranks {layout_world}.. of {}): it stands by instead",
-            env.rank, env.world_size
         )));
     }
     let view = topology.rank_view(env.rank)?;
@@ -633,7 +627,7 @@ pub fn is_spare() -> bool {
 
 /// A spare's initialization: it checks in with the whole world (so the layout's ranks know it
 /// is there) and is kept, standing by, for `recovery::reinitialize`.
-fn stand_by(
+fn check_in_spare(
     args: &InitArgs,
     env: LaunchEnv,
     fingerprint: &[u8],
