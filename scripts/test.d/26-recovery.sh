@@ -38,12 +38,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # run NAME FAIL_RANKS [FAIL_AT INIT_TIMEOUT]: the launcher's output in $tmp/NAME.out, its status
-# in $tmp/NAME.rc
-# ($NPROC processes, 16 by default; $SPARES spares, none by default)
+# in $tmp/NAME.rc ($NPROC processes, 16 by default; $SPARES spares, none by default). Without
+# FAIL_AT and SPARES the command is the one docs/recovery.md shows (no --json: --fail-rank prints
+# JSON lines by itself).
 run() {
+  local extra=()
+  [ -n "${3:-}" ] && extra+=(--fail-at "$3")
+  [ -n "${SPARES:-}" ] && extra+=(--spares "$SPARES")
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin" MCORE_INIT_TIMEOUT=${4:-60} timeout 150 ./target/release/mcore-launch \
     --nproc "${NPROC:-16}" --timeout 120 -- ./target/release/mcore-selftest --tp 2 --pp 2 --backend gloo \
-    --spares "${SPARES:-0}" --fail-rank "$2" --fail-at "${3:-after}" --json >"$tmp/$1.out" 2>"$tmp/$1.err"
+    --fail-rank "$2" "${extra[@]}" >"$tmp/$1.out" 2>"$tmp/$1.err"
   echo $? >"$tmp/$1.rc"
 }
 

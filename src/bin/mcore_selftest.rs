@@ -37,10 +37,10 @@ struct Options {
     /// init → verify → destroy this many times; open fds and threads are compared between the
     /// end of the first and of the last cycle.
     cycles: u32,
-    /// One JSON line instead of the human one.
+    /// One JSON line instead of the human one (`--json`, and always with `--fail-rank`).
     json: bool,
-    /// `--fail-rank R [--fail-at before|during|verify|after]`: rank R is killed and the survivors recover
-    /// (docs/recovery.md).
+    /// `--fail-rank R [--fail-at before|during|verify|after]`: rank R is killed and the survivors
+    /// recover (docs/recovery.md); every rank prints its JSON line.
     fail: Option<recovery::FailOptions>,
 }
 
@@ -110,6 +110,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         (None, _, Some(_)) => return Err("--fail-at needs --fail-rank R".into()),
         (None, None, None) => None,
     };
+    // A recovery run reports in JSON (every rank's outcome: recovered, left, or the refusal), as
+    // the scripts that drive it read it; the human line is its "line" field.
+    let json = json || fail.is_some();
     Ok(Some(Options { init, cycles, json, fail }))
 }
 
