@@ -605,8 +605,8 @@ pub(super) fn take_pending() -> Option<Pending> {
 }
 
 /// Keep an initialization for recovery (again, when recovery was called with bad arguments).
-pub(super) fn keep_pending(failed: Pending) {
-    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed);
+pub(super) fn keep_pending(pending: Pending) {
+    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
 }
 
 /// Drop a kept initialization (a store host stops serving; a spare leaves). `false` when there
