@@ -526,7 +526,8 @@ fn bring_up(
             let arrived = env.world_size.saturating_sub(suspected.len() as u32);
             let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
             leave_unless(base.as_ref(), &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY));
-            keep_pending(Pending { env, topology, args: args.clone(), store, base, attempt, suspected, spare: false });
+            let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
+            keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by });
             return Err(e);
         }
         Err(e) => {
@@ -595,6 +596,11 @@ pub(super) struct Pending {
     pub attempt: String,
     pub suspected: Vec<u32>,
     pub spare: bool,
+    /// When every other rank of that initialization has reached its own end (its deadline, a
+    /// little past for ranks that started later): a recovery's agreement waits for the ranks
+    /// still alive until then, as a rank stuck in a collective with a dead peer fails only at its
+    /// deadline.
+    pub settled_by: Instant,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -633,6 +639,7 @@ fn check_in_spare(
     fingerprint: &[u8],
     reuse: Option<(StoreHandles, String)>,
 ) -> Result<(), RuntimeError> {
+    let start = Instant::now();
     if args.timeout.is_zero() {
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
     }
@@ -652,8 +659,8 @@ fn check_in_spare(
             }
             Err(e) => return Err(e.into()),
         };
-    let args = args.clone();
-    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: true });
+    let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
+    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by });
     Ok(())
 }
 

@@ -42,7 +42,10 @@ pub struct ReinitArgs {
     /// How long to wait for ranks that neither take part nor are suspected (`None`: [`DEFAULT_WINDOW`],
     /// at most the timeout).
     pub window: Option<Duration>,
-    /// Bound of the whole recovery (`None`: the init timeout of the runtime).
+    /// Bound of the re-forming once the failed ranks are agreed on (`None`: the init timeout of
+    /// the runtime); the agreement itself takes at most the window (after a failed init, until
+    /// every rank's init deadline has passed). On a spare: how long it stands by (`None`: until
+    /// the job ends).
     pub timeout: Option<Duration>,
 }
 
@@ -282,6 +285,9 @@ struct Origin {
     /// their membership are kept), and the strategy that made them.
     comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>,
     strategy: Option<CommStrategy>,
+    /// The agreement waits for absent ranks at least until then (a failed init: see
+    /// [`Pending::settled_by`]).
+    settled_by: Option<Instant>,
 }
 
 /// The live runtime as an [`Origin`]. Its communicators are aborted once the plan is known (a
@@ -300,14 +306,16 @@ fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
         suspected,
         comms: Some((groups, world)),
         strategy: Some(strategy),
+        settled_by: None,
     }
 }
 
 /// A kept initialization as an [`Origin`]: the ranks it named are suspected with `more`.
 fn from_pending(pending: Pending, more: &[u32]) -> Origin {
-    let Pending { env, topology, args, store, base, attempt, mut suspected, .. } = pending;
+    let Pending { env, topology, args, store, base, attempt, mut suspected, settled_by, .. } = pending;
     suspected.extend(more);
-    Origin { env, topology, args, store, base, attempt, suspected, comms: None, strategy: None }
+    let settled_by = Some(settled_by);
+    Origin { env, topology, args, store, base, attempt, suspected, comms: None, strategy: None, settled_by }
 }
 
 /// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
@@ -434,14 +442,20 @@ fn recover(
     timeout: Duration,
     window: Duration,
 ) -> Result<Option<Reinitialized>, RuntimeError> {
-    let Origin { env, topology, args: init_args, store, base, attempt, suspected, mut comms, strategy } = origin;
-    let deadline = start + timeout;
+    let Origin { env, topology, args: init_args, store, base, attempt, suspected, mut comms, strategy, settled_by } =
+        origin;
+    // After a failed init, ranks still alive may be stuck in a collective until their own
+    // deadline: they are waited for until then, not voted out for being late.
+    let window = settled_by.map_or(window, |t| window.max(t.saturating_duration_since(Instant::now())));
     let old_rank = env.rank;
     let old_world = env.world_size;
     request(base.as_ref(), &suspected);
     // The rank hosting the store is alive while the store answers: never proposed failed.
     let host = (!env.use_agent_store).then_some(0);
-    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, deadline)?;
+    let agreed_by = start + window.max(timeout);
+    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, agreed_by)?;
+    // The new layout gets the whole timeout from the verdict on, as an init would.
+    let deadline = Instant::now() + timeout;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
     let spares: Vec<u32> = (topology.world_size()..old_world).collect();
