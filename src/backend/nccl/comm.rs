@@ -124,8 +124,10 @@ fn wait_ready(
 }
 
 /// The communicator a creating call wrote into `slot`, waiting (within the deadline) for NCCL to
-/// write it when the call returned before doing so. An error code ends it at once; a slot never
-/// written is left to leak (see `CommSlot`).
+/// write it when the call returned before doing so. An error code ends it at once, and so does
+/// an error `parent` reports meanwhile (a communicator made from another: its errors name the
+/// parent's state); a slot never written is left to leak (see `CommSlot`).
+#[allow(clippy::too_many_arguments)]
 fn written_comm(
     lib: &NcclLibrary,
     rc: c_int,
@@ -134,10 +136,11 @@ fn written_comm(
     call: &str,
     timeout: Duration,
     start: Instant,
+    parent: Option<&RawComm>,
 ) -> Result<RawComm, NcclError> {
     if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
         let comm = slot.take_written().ok();
-        let e = lib.call_error(&format!("{call} for {what}"), rc, comm.as_ref());
+        let e = lib.call_error(&format!("{call} for {what}"), rc, parent.or(comm.as_ref()));
         if let Some(c) = comm {
             lib.comm_abort(c);
         }
@@ -149,6 +152,12 @@ fn written_comm(
             Ok(comm) => return Ok(comm),
             Err(pending) => pending,
         };
+        if let Some(p) = parent {
+            match lib.comm_async_error(p) {
+                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) => {}
+                Ok(state) | Err(state) => return Err(lib.call_error(&format!("{call} for {what}"), state, Some(p))),
+            }
+        }
         if start.elapsed() >= timeout {
             return Err(NcclError::Timeout {
                 what: format!("{call} to hand out the communicator of {what}"),
@@ -283,8 +292,8 @@ impl NcclComm {
         }
         for (i, (s, (rc, slot))) in specs.iter().zip(started).enumerate() {
             let what = s.what();
-            let comm =
-                written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start).map_err(|e| (i, e))?;
+            let comm = written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start, None)
+                .map_err(|e| (i, e))?;
             out.push(NcclComm {
                 lib,
                 raw: Some(comm),
@@ -434,36 +443,10 @@ impl NcclComm {
         select(self.device).map_err(|e| prefix(group, e))?;
         let what = format!("group {group} (shrink of {} without {} rank(s))", self.group, excluded.len());
         let (rc, slot) = self.lib.comm_shrink(parent, &list, raw_config.as_mut(), abort_parent)?;
-        if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
-            if let Some(child) = slot.take_completed() {
-                self.lib.comm_abort(child);
-            }
-            return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), rc, Some(parent)));
-        }
-        // Every remaining rank gets a communicator, so the slot is freed only once NCCL wrote it
-        // (early or late, the parent in ncclInProgress or already out of it). A parent that
-        // reports an error ends the wait with that error; that and the deadline leave the slot
-        // to leak (NCCL may still write it).
-        let mut step = Duration::from_micros(100);
-        let mut slot = slot;
-        let child = loop {
-            slot = match slot.take_written() {
-                Ok(child) => break child,
-                Err(pending) => pending,
-            };
-            match self.lib.comm_async_error(parent) {
-                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) if start.elapsed() < timeout => backoff(&mut step),
-                Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS) => {
-                    return Err(NcclError::Timeout {
-                        what: format!("ncclCommShrink to hand out the communicator of {what}"),
-                        deadline: timeout,
-                    })
-                }
-                Ok(state) | Err(state) => {
-                    return Err(self.lib.call_error(&format!("ncclCommShrink for {what}"), state, Some(parent)))
-                }
-            }
-        };
+        // Every remaining rank gets a communicator, so the slot is read once NCCL wrote it (early
+        // or late, the parent in ncclInProgress or already out of it); a parent that reports an
+        // error ends the wait with that error.
+        let child = written_comm(self.lib, rc, slot, &what, "ncclCommShrink", timeout, start, Some(parent))?;
         let pending = Pending { call: "ncclCommShrink", what, start, timeout, expect: Some((size, rank)) };
         let mut comm = self.child(child, group, config, pending);
         comm.wait_ready()?;
