@@ -200,6 +200,17 @@ impl Vtable {
         Err(BackendError::Plugin { backend: self.name.clone(), op, group: group.to_string(), status, message })
     }
 
+    /// A slot that reported success without handing out the communicator it was to create.
+    fn no_communicator(&self, op: &'static str, group: &str) -> BackendError {
+        BackendError::Plugin {
+            backend: self.name.clone(),
+            op,
+            group: group.to_string(),
+            status: mcore_status::Backend,
+            message: "returned success but no communicator".into(),
+        }
+    }
+
     fn plugin_message(&self) -> String {
         let Some(f) = self.raw.last_error else {
             return String::new();
@@ -232,13 +243,7 @@ impl Vtable {
         let code = unsafe { f(self.raw.user_data, &cg.c, bridge.as_c(), &mut out) };
         self.check(code, op, &group.name, Some(&bridge))?;
         if out.is_null() {
-            return Err(BackendError::Plugin {
-                backend: self.name.clone(),
-                op,
-                group: group.name.clone(),
-                status: mcore_status::Backend,
-                message: "returned success but no communicator".into(),
-            });
+            return Err(self.no_communicator(op, &group.name));
         }
         Ok(RawComm { ptr: out, store: keep_store.then_some(bridge) })
     }
@@ -332,9 +337,7 @@ impl Vtable {
         drop(store);
         result
     }
-}
 
-impl Vtable {
     /// A new communicator without `exclude` (ranks of `parent`, ascending), described by
     /// `group`: the backend's `shrink`, `Unsupported` when it has none. `parent`'s store (a
     /// world's) passes to the new communicator.
@@ -360,13 +363,7 @@ impl Vtable {
             unsafe { f(self.raw.user_data, parent.ptr, exclude.as_ptr(), exclude.len(), flags, &cg.c, &mut out) };
         self.check(code, "shrink", parent_name, bridge)?;
         if out.is_null() {
-            return Err(BackendError::Plugin {
-                backend: self.name.clone(),
-                op: "shrink",
-                group: parent_name.to_string(),
-                status: mcore_status::Backend,
-                message: "shrink returned OK but no communicator".into(),
-            });
+            return Err(self.no_communicator("shrink", parent_name));
         }
         Ok(RawComm { ptr: out, store: parent.store.take() })
     }
