@@ -12,6 +12,17 @@ import sys
 
 from conftest import child_env, free_port, gloo_plugin
 
+# Every worker ends with this: a rank on the new layout reports its place and two collectives
+# over it; every rank prints the reinitialize result `r` as its last line.
+REPORT = r"""
+if not r["left"]:
+    r["world"] = list(runtime.world())
+    r["tp_sum"] = runtime.allreduce_sum("tensor_model_parallel", [r["rank"]])
+    r["dp_group"] = runtime.group_ranks("data_parallel")
+runtime.destroy()
+print(json.dumps(r), flush=True)
+"""
+
 WORKER = r"""
 import json, os, signal, sys
 from mcore_init import runtime
@@ -26,13 +37,7 @@ assert runtime.check_health(window=30) is None, "every rank is alive: the health
 if rank == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 r = runtime.reinitialize(window=2.0)
-if not r["left"]:
-    r["world"] = list(runtime.world())
-    r["tp_sum"] = runtime.allreduce_sum("tensor_model_parallel", [r["rank"]])
-    r["dp_group"] = runtime.group_ranks("data_parallel")
-runtime.destroy()
-print(json.dumps(r), flush=True)
-"""
+""" + REPORT
 
 
 BEFORE_INIT = r"""
@@ -46,13 +51,7 @@ try:
 except McoreError as exc:
     assert "3 never checked in" in str(exc), exc
 r = runtime.reinitialize()
-if not r["left"]:
-    r["world"] = list(runtime.world())
-    r["tp_sum"] = runtime.allreduce_sum("tensor_model_parallel", [r["rank"]])
-    r["dp_group"] = runtime.group_ranks("data_parallel")
-runtime.destroy()
-print(json.dumps(r), flush=True)
-"""
+""" + REPORT
 
 
 def run_world(worker, n=8):
@@ -113,12 +112,7 @@ assert runtime.is_spare() == (rank == 8) and runtime.is_initialized() == (rank !
 if rank == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 r = runtime.reinitialize(suspected=[3] if rank == 0 else [], window=2.0)
-r["world"] = list(runtime.world())
-r["tp_sum"] = runtime.allreduce_sum("tensor_model_parallel", [r["rank"]])
-r["dp_group"] = runtime.group_ranks("data_parallel")
-runtime.destroy()
-print(json.dumps(r), flush=True)
-"""
+""" + REPORT
 
 
 def test_a_spare_takes_the_dead_ranks_place():
