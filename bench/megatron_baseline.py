@@ -7,6 +7,11 @@ It times, from the moment the kernel created this process:
   import torch + megatron.core.parallel_state -> init_process_group("gloo") ->
   megatron.core.parallel_state.initialize_model_parallel(tp, pp, cp, ep) -> barrier()
 
+With --backend nccl --device D (a GPU run, bench/gpu_vs_megatron.sh): init_process_group("nccl",
+device_id=cuda:D) -> initialize_model_parallel -> one all-reduce of a device tensor on every NCCL
+group Megatron keeps (torch creates an NCCL communicator at a group's first collective, so this is
+when the communicators exist) -> device synchronize -> barrier().
+
 and prints one JSON line. With --count-store the rendezvous TCPStore is wrapped in a Python
 Store that counts the operations torch, Gloo and Megatron send to it (see ROUND TRIP RULE
 below); the wrapper costs time, so timings are taken from runs without it.
@@ -160,6 +165,27 @@ class GroupCounter:
         return self._orig(*args, **kwargs)
 
 
+def allreduce_every_nccl_group(device: int) -> int:
+    """One all-reduce on every distinct NCCL process group parallel_state holds for this rank
+    (module globals holding a ProcessGroup or a list of them; Gloo twins skipped), each checked
+    against the group's size. Returns how many groups."""
+    seen = {}
+    for value in vars(parallel_state).values():
+        for pg in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(pg, dist.ProcessGroup) and id(pg) not in seen and dist.get_backend(pg) == "nccl":
+                seen[id(pg)] = pg
+    results = []
+    for pg in seen.values():
+        t = torch.ones(1, device=torch.device("cuda", device), dtype=torch.int64)
+        dist.all_reduce(t, group=pg)
+        results.append((dist.get_world_size(pg), t))
+    torch.cuda.synchronize(device)
+    for size, t in results:  # checked after the synchronize, so no group waits on another's check
+        if int(t.item()) != size:
+            raise RuntimeError(f"all-reduce on a group of {size} gave {int(t.item())}")
+    return len(seen)
+
+
 def env_int(name: str) -> int:
     value = os.environ.get(name)
     if value is None:
@@ -181,6 +207,8 @@ def main() -> None:
     p.add_argument("--agent-store", action="store_true",
                    help="every rank is a TCPStore client (torchrun's agent serves the store)")
     p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--device", type=int, default=0, help="CUDA device with --backend nccl")
     a = p.parse_args()
 
     rank, world = env_int("RANK"), env_int("WORLD_SIZE")
@@ -191,7 +219,12 @@ def main() -> None:
     tcp = dist.TCPStore(addr, port, world, is_master=(rank == 0 and not a.agent_store),
                         timeout=timeout, wait_for_workers=False)
     store = CountingStore(tcp) if a.count_store else tcp
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+    if a.backend == "nccl":
+        torch.cuda.set_device(a.device)
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=world, timeout=timeout,
+                                device_id=torch.device("cuda", a.device))
+    else:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     t1 = _boottime()
 
     groups = GroupCounter()
@@ -202,6 +235,7 @@ def main() -> None:
         expert_model_parallel_size=a.ep,
         distributed_timeout_minutes=max(1, int(a.timeout_s // 60)),
     )
+    nccl_groups = allreduce_every_nccl_group(a.device) if a.backend == "nccl" else 0
     t2 = _boottime()
     dist.barrier()
     t3 = _boottime()
@@ -221,10 +255,14 @@ def main() -> None:
         "init_total_s": round(t3 - t0, 4),
         "cpu_s_at_ready": round(cpu.user + cpu.system, 3),
         "start_boottime_s": round(START, 3),
+        "init_start_boottime_s": round(t0, 4),
         "ready_boottime_s": round(t3, 4),
         "groups_created": groups.calls,
         "groups_member": groups.member,
         "gloo_twin_groups_member": groups.gloo_twins,
+        "backend": a.backend,
+        "nccl_groups_allreduced": nccl_groups,
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if a.backend == "nccl" else None,
         "store_counted": a.count_store,
         "store_round_trips": store.round_trips() if a.count_store else None,
         "store_requests": store.requests() if a.count_store else None,

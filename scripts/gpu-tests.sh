@@ -22,13 +22,20 @@
 #    after init; the 4 survivors shrink the world with ncclCommShrink (NCCL >= 2.27; below, they
 #    create a new world) and verify every group of the new layout, 3 ranks leave.
 #
+# Prebuilt (a GPU machine without Rust): MCORE_GPU_BIN=DIR runs DIR/mcore-launch, DIR/mcore-selftest
+# and DIR/nccl_gpu (the test binary of tests/nccl_gpu.rs) instead of calling cargo;
+# scripts/gpu-stage.sh builds that folder. MCORE_GPU_OUT=DIR writes the logs and summary.md there
+# (default target/gpu-tests); MCORE_GPU_TIMEOUT=S is each selftest's init timeout (default 120).
+#
 # Without a CUDA driver it stops at once, saying why (exit status 2). Pointed at the
 # libnccl test double (MCORE_NCCL_LIBRARY=.../libnccl_double.so with its libcuda.so.1 link on
 # LD_LIBRARY_PATH and MCORE_NCCL_DOUBLE_DIR set) it runs end to end without a GPU: a check of this
 # script's own logic, not of NCCL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=target/gpu-tests
+out=${MCORE_GPU_OUT:-target/gpu-tests}
+bin=${MCORE_GPU_BIN:-}
+init_timeout=${MCORE_GPU_TIMEOUT:-120}
 mkdir -p "$out"
 pass=0; fail=0
 check() { if "$@"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $*"; fi; }
@@ -110,10 +117,17 @@ fi
 echo "gpu-tests: ranks sharing GPU 0 use $shared_how"
 
 echo "== 1. tests/nccl_gpu.rs"
-check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
+if [ -n "$bin" ]; then
+  check "$bin/nccl_gpu" --ignored --skip _child --test-threads=1 --nocapture
+else
+  check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
+fi
 
 echo "== 2. mcore-selftest --backend nccl"
-cargo build --release --locked --quiet --bins
+if [ -z "$bin" ]; then
+  cargo build --release --locked --quiet --bins
+  bin=./target/release
+fi
 cat >"$out/nccl_comm.yaml" <<'YAML'
 # Megatron-Core's per-group NCCL communicator config format
 tp:
@@ -132,15 +146,15 @@ run() {
   local want=${expect_ok:-$nproc}
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  local prog=(./target/release/mcore-selftest)
+  local prog=("$bin/mcore-selftest")
   if [ "$shared" = 1 ] && [ "$nproc" -gt 1 ]; then
     envs+=("${shared_env[@]}")
     # mcore-launch gives every rank its RANK; NCCL_HOSTID must differ per rank on NCCL < 2.30.
-    [ "$version" -ge 23000 ] || prog=(bash -c 'NCCL_HOSTID="host-$RANK" exec "$0" "$@"' ./target/release/mcore-selftest)
+    [ "$version" -ge 23000 ] || prog=(bash -c 'NCCL_HOSTID="host-$RANK" exec "$0" "$@"' "$bin/mcore-selftest")
   fi
   echo "-- $name: $nproc rank(s): ${envs[*]} $*"
-  if env ${envs[@]+"${envs[@]}"} ./target/release/mcore-launch --nproc "$nproc" --timeout 300 -- \
-       "${prog[@]}" --json --backend nccl --timeout 120 "$@" >"$out/$name.log" 2>&1 \
+  if env ${envs[@]+"${envs[@]}"} "$bin/mcore-launch" --nproc "$nproc" --timeout $((init_timeout * 2 + 60)) -- \
+       "${prog[@]}" --json --backend nccl --timeout "$init_timeout" "$@" >"$out/$name.log" 2>&1 \
      && [ "$(grep -c '"ok":true' "$out/$name.log")" = "$want" ]; then
     sed -n 's/^[^{]*\]: \({.*}\)$/\1/p' "$out/$name.log" >"$out/$name.jsonl"
     pass=$((pass+1))

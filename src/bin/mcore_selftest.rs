@@ -10,7 +10,7 @@
 mod common;
 
 use common::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
-use common::os::seconds_since_process_start;
+use common::os::{boottime_seconds, seconds_since_process_start};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
 use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
@@ -215,6 +215,7 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
     }
     let init_seconds = start.elapsed().as_secs_f64();
     let ready = seconds_since_process_start().unwrap_or(f64::NAN);
+    let ready_boottime = boottime_seconds();
     let me = std::env::var("RANK").ok();
     if me.is_some() && std::env::var(EXIT_AFTER_INIT_ENV).ok() == me {
         eprintln!("mcore-selftest: exiting right after init ({EXIT_AFTER_INIT_ENV})");
@@ -229,6 +230,9 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
         let rng_streams = verify_rng(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
+        // On the clock all ranks share: when this rank began and ended initialize.
+        line["init_start_boottime_s"] = json!(ready_boottime - init_seconds);
+        line["ready_boottime_s"] = json!(ready_boottime);
         line["line"] = json!(human::rank_line(rt, &line));
         Ok::<_, String>(line)
     })

@@ -18,6 +18,20 @@ pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
 #[allow(unused_imports)] // not every tool signals processes
 pub use libc::{SIGKILL, SIGTERM};
 
+/// Seconds since boot (CLOCK_BOOTTIME): a clock every process on this machine shares, so that
+/// events of several ranks can be compared (the GPU benchmark's "last rank in to last rank ready").
+#[allow(dead_code)] // mcore-selftest's only
+pub fn boottime_seconds() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which lives on this stack frame.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    } else {
+        f64::NAN
+    }
+}
+
 /// Seconds from this process's start to now (from /proc: start time in clock ticks since boot
 /// and the system uptime), so that a measurement includes loading and everything before main.
 pub fn seconds_since_process_start() -> std::io::Result<f64> {
