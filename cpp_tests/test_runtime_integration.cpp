@@ -8,7 +8,12 @@
 //    running at the deadline are killed.
 #include "test_util.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -120,6 +125,53 @@ TEST(RuntimeLifecycle, WorldOfOneInitDestroyCycles) {
         ASSERT_EQ(mcore_destroy(), MCORE_STATUS_OK) << last_error();
         EXPECT_FALSE(mcore_is_initialized());
     }
+#endif
+}
+
+// Issue #23: while one thread waits in mcore_initialize (rank 1 of 2 never comes), queries from
+// another thread answer at once (not initialized) and a second initialize is refused at once
+// (MCORE_STATUS_BUSY), 100 times each; the waiting initialize still ends with its timeout.
+TEST(RuntimeLifecycle, QueriesAnswerAtOnceWhileInitializeWaits) {
+#ifndef MCORE_TEST_GLOO_PLUGIN
+    GTEST_SKIP() << "the package has no Gloo plugin (MCORE_INIT_GLOO_PLUGIN unset)";
+#else
+    std::string port = std::to_string(mcore_test::free_port());
+    ScopedEnv a("RANK", "0"), b("WORLD_SIZE", "2"), c("MASTER_ADDR", "127.0.0.1"), d("MASTER_PORT", port.c_str()),
+        e("LOCAL_RANK", "0"), f("LOCAL_WORLD_SIZE", "2");
+    mcore_init_args args;
+    ASSERT_EQ(mcore_init_args_init(&args), MCORE_STATUS_OK);
+    args.backend = MCORE_TEST_GLOO_PLUGIN;
+    args.timeout_ms = 4000;
+    std::atomic<bool> done{false};
+    mcore_status init_status = MCORE_STATUS_OK;
+    std::string init_error;
+    std::thread waiter([&] {
+        init_status = mcore_initialize(&args, nullptr);
+        init_error = last_error();
+        done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the check-in wait
+    double worst_ms = 0;
+    for (int i = 0; i < 100; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_FALSE(mcore_is_initialized());
+        uint32_t rank = 9, world = 9;
+        EXPECT_EQ(mcore_runtime_world(&rank, &world), MCORE_STATUS_NOT_INITIALIZED);
+        EXPECT_EQ(mcore_get_pipeline_model_parallel_next_rank(), -1);
+        bool already = false;
+        EXPECT_EQ(mcore_initialize(&args, &already), MCORE_STATUS_BUSY);
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        worst_ms = std::max(worst_ms, ms);
+        EXPECT_LT(ms, 100.0) << "query " << i << " waited for the initialize of another thread";
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_NE(last_error().find("in progress"), std::string::npos) << last_error();
+    EXPECT_FALSE(done.load()) << "the initialize ended before the queries were done: " << init_error;
+    waiter.join();
+    EXPECT_EQ(init_status, MCORE_STATUS_TIMEOUT) << init_error;
+    EXPECT_NE(init_error.find("1"), std::string::npos) << init_error;
+    EXPECT_FALSE(mcore_is_initialized());
+    std::printf("queries during a waiting initialize: worst %.3f ms of 100\n", worst_ms);
 #endif
 }
 

@@ -138,6 +138,11 @@ enum mcore_status
    */
   MCORE_STATUS_NOT_MEMBER = 20,
   /**
+   * The runtime is between states on another thread (an initialize or destroy in progress):
+   * refused at once instead of waiting; call again once that call has returned.
+   */
+  MCORE_STATUS_BUSY = 21,
+  /**
    * A Rust panic was caught at the boundary (a bug: please report the message).
    */
   MCORE_STATUS_PANIC = 99,

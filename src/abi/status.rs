@@ -50,6 +50,9 @@ pub enum mcore_status {
     PeerFailed = 19,
     /// This rank is not a member of the requested group.
     NotMember = 20,
+    /// The runtime is between states on another thread (an initialize or destroy in progress):
+    /// refused at once instead of waiting; call again once that call has returned.
+    Busy = 21,
     /// A Rust panic was caught at the boundary (a bug: please report the message).
     Panic = 99,
 }
@@ -90,6 +93,7 @@ impl mcore_status {
             WrongRank => "belongs to another rank or layout\0",
             PeerFailed => "a peer failed\0",
             NotMember => "rank is not a member of the group\0",
+            Busy => "busy: an initialize or destroy is in progress on another thread\0",
             Panic => "internal panic (bug)\0",
         }
     }
@@ -97,7 +101,7 @@ impl mcore_status {
     /// The status for a raw code, for codes that come from C (never trusted as the enum).
     pub fn from_code(code: i32) -> Option<Self> {
         use mcore_status::*;
-        const ALL: [mcore_status; 22] = [
+        const ALL: [mcore_status; 23] = [
             Ok,
             InvalidArgument,
             InvalidConfig,
@@ -119,6 +123,7 @@ impl mcore_status {
             WrongRank,
             PeerFailed,
             NotMember,
+            Busy,
             Panic,
         ];
         ALL.into_iter().find(|s| *s as i32 == code)

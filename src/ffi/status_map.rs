@@ -74,6 +74,7 @@ fn runtime_status(e: &RuntimeError) -> mcore_status {
         RuntimeError::Rng(e) => rng_status(e),
         RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,
         RuntimeError::NotInitialized => mcore_status::NotInitialized,
+        RuntimeError::Busy(_) => mcore_status::Busy,
     }
 }
 

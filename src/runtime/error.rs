@@ -35,6 +35,8 @@ pub enum RuntimeError {
     AlreadyInitialized(Vec<String>),
     /// A getter or destroy needs an initialized runtime.
     NotInitialized,
+    /// Another thread is between states (an initialize or destroy in progress); what it is doing.
+    Busy(String),
     /// A bad argument, named.
     InvalidArgument(String),
 }
@@ -55,6 +57,9 @@ impl fmt::Display for RuntimeError {
                 write!(f, "already initialized with different settings ({}); call destroy first", diff.join(", "))
             }
             RuntimeError::NotInitialized => f.write_str("not initialized: call initialize first"),
+            RuntimeError::Busy(what) => {
+                write!(f, "refused at once: {what} on another thread; call again once it returned")
+            }
             RuntimeError::InvalidArgument(m) => f.write_str(m),
         }
     }

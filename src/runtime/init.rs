@@ -370,14 +370,14 @@ fn init_slot(
 ) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
-    if carried.is_none() && !RUNTIME.is_up() {
-        // A new attempt: the store of a failed one that nobody recovered goes.
-        discard_pending();
-    }
     let keep = carried.as_ref().map(|c| c.timeout);
+    let fresh = carried.is_none();
     if env.rank >= args.layout_world(env.world_size)? {
         if is_spare() {
             return Ok(InitOutcome::Spare);
+        }
+        if fresh {
+            discard_pending();
         }
         // A spare has no communicators to be given.
         let reuse = carried.map(|c| (c.store, c.attempt));
@@ -385,6 +385,10 @@ fn init_slot(
     }
     RUNTIME
         .init(settings, || {
+            if fresh {
+                // A new attempt: the store of a failed one that nobody recovered goes.
+                discard_pending();
+            }
             let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, carried)?;
             if let Some(t) = keep {
                 (rt.timeout, rt.args.timeout) = (t, t);
@@ -393,13 +397,15 @@ fn init_slot(
         })
         .map_err(|e| match e {
             SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+            SlotError::Busy(what) => RuntimeError::Busy(what.into()),
             SlotError::BringUp(e) => e,
         })
 }
 
-/// Take the live runtime out (recovery tears it down its own way).
-pub(super) fn take_runtime() -> Option<Runtime> {
-    RUNTIME.take().map(|(_, rt)| rt)
+/// Take the live runtime out (recovery tears it down its own way). Waits for other threads
+/// still using it (a collective in progress) at most the runtime's timeout; `Busy` past that.
+pub(super) fn take_runtime() -> Result<Option<Runtime>, RuntimeError> {
+    RUNTIME.take(|rt| rt.timeout).map(|taken| taken.map(|(_, rt)| rt)).map_err(|what| RuntimeError::Busy(what.into()))
 }
 
 fn bring_up(
@@ -726,8 +732,8 @@ pub(super) const ENDED_KEY: &str = "ended";
 /// Every rank announces that it is done with the store; the rank hosting the store server waits
 /// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
 /// Teardown itself never fails because a peer is gone.
-pub(super) fn teardown() -> bool {
-    let Some((_, runtime)) = RUNTIME.take() else { return false };
+pub(super) fn teardown() -> Result<bool, RuntimeError> {
+    let Some(runtime) = take_runtime()? else { return Ok(false) };
     let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.
@@ -737,7 +743,7 @@ pub(super) fn teardown() -> bool {
     leave(base.as_ref(), &env, env.world_size, timeout);
     drop(base);
     drop(store);
-    true
+    Ok(true)
 }
 
 /// Whether the runtime is initialized.
@@ -747,5 +753,5 @@ pub fn is_initialized() -> bool {
 
 /// Run `f` with the live runtime.
 pub fn with_runtime<R>(f: impl FnOnce(&Runtime) -> R) -> Result<R, RuntimeError> {
-    RUNTIME.with(|_, rt| f(rt)).ok_or(RuntimeError::NotInitialized)
+    RUNTIME.with(f).ok_or(RuntimeError::NotInitialized)
 }

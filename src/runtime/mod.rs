@@ -30,5 +30,5 @@ pub use settings::InitOutcome;
 /// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
 /// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    Ok(init::teardown() || recovery::release_lingering_store() || init::discard_pending())
+    Ok(init::teardown()? || recovery::release_lingering_store() || init::discard_pending())
 }

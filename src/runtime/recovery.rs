@@ -351,7 +351,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let (origin, timeout) = match with_runtime(|rt| check(rt.env.world_size, rt.timeout)) {
         Ok(checked) => {
             let timeout = checked?;
-            let rt = take_runtime().ok_or(RuntimeError::NotInitialized)?;
+            let rt = take_runtime()?.ok_or(RuntimeError::NotInitialized)?;
             (from_runtime(rt, args.suspected.clone()), timeout)
         }
         Err(_) => {
