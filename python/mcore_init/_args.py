@@ -112,17 +112,19 @@ class Args:
         ``path``, bytes and ``os.PathLike`` pass too (returned as ``str``, :func:`os.fsdecode`)."""
         if value is None and none:
             return None
+        given = value
         if path and isinstance(value, (bytes, os.PathLike)):
-            value = os.fsdecode(os.fspath(value))
+            value = os.fspath(value)
+            value = os.fsdecode(value) if isinstance(value, (str, bytes)) else value
         if not isinstance(value, str):
             want = "a str, bytes or os.PathLike" if path else "a str"
-            raise self.type_error(name, want + (" or None" if none else ""), value)
+            raise self.type_error(name, want + (" or None" if none else ""), given)
         if "\0" in value:
-            raise self.value_error(name, value, "contains a NUL character (C strings end there)")
+            raise self.value_error(name, given, "contains a NUL character (C strings end there)")
         try:
             os.fsencode(value) if path else value.encode()
         except UnicodeEncodeError as exc:
-            raise self.value_error(name, value, f"is not valid UTF-8 ({exc.reason})") from None
+            raise self.value_error(name, given, f"is not valid UTF-8 ({exc.reason})") from None
         return value
 
     def blob(self, name, value):
@@ -150,7 +152,8 @@ class Args:
         if math.isnan(seconds):
             raise self.value_error(name, value, "is not a number of seconds")
         if seconds < 0 or (seconds == 0 and not zero):
-            raise self.value_error(name, value, "must be " + ("zero or more" if zero else "more than zero") + " seconds")
+            least = "zero or more" if zero else "more than zero"
+            raise self.value_error(name, value, f"must be {least} seconds")
         if math.isinf(seconds):
             if not inf:
                 raise self.value_error(name, value, "must be finite")
