@@ -16,7 +16,8 @@ from typing import Dict, List, NamedTuple, Optional
 
 from . import _types as T
 from ._lib import check, declare
-from .topology import Topology, _int_arg, kind_name
+from ._args import Args
+from .topology import Topology, kind_name
 
 _P = ctypes.POINTER
 
@@ -60,7 +61,9 @@ class NodePlacement(NamedTuple):
 
 def node_placement(topology: Topology, gpus_per_node: int) -> NodePlacement:
     """The placement of every kind of ``topology`` on nodes of ``gpus_per_node`` GPUs."""
-    _int_arg("gpus_per_node", gpus_per_node, 0, 0xFFFFFFFF)
+    a = Args("node_placement")
+    topology = a.instance("topology", topology, Topology)
+    gpus_per_node = a.int("gpus_per_node", gpus_per_node, ctypes.c_uint32)
     h = topology.handle
     count = ctypes.c_size_t()
     rows = T.read_two_call(lambda buf, n, out: _placement(h, gpus_per_node, buf, n, out, ctypes.byref(count)),

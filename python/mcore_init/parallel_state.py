@@ -8,6 +8,7 @@ import ctypes
 from typing import List, Optional
 
 from . import runtime
+from ._args import Args
 from ._lib import McoreError, declare, mcore_last_error_message, mcore_status_str
 
 _INVALID_ARGUMENT = 1
@@ -73,7 +74,14 @@ def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_paral
     0.19's weight-rematerialization axes; ``create_all_gather_groups`` does at init what
     Megatron's post-init helper of that name does (:func:`get_all_gather_group_ranks`). Returns
     True when it was already up with these settings."""
-    return runtime.initialize(
+    names = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+             "vpp": "virtual_pipeline_model_parallel_size", "cp": "context_parallel_size",
+             "hcp": "hierarchical_context_parallel_sizes", "ep": "expert_model_parallel_size",
+             "etp": "expert_tensor_parallel_size", "dist_opt_instances": "num_distributed_optimizer_instances",
+             "comm_config_path": "nccl_communicator_config_path", "gtp": "gtp_remat_size",
+             "egtp": "expert_gtp_remat_size"}
+    return runtime._initialize(
+        Args("initialize_model_parallel", rename=names), comm_config=None, split_share=False, device=None, spares=0,
         gtp=gtp_remat_size, egtp=expert_gtp_remat_size, create_all_gather_groups=create_all_gather_groups,
         tp=tensor_model_parallel_size, pp=pipeline_model_parallel_size, vpp=virtual_pipeline_model_parallel_size,
         cp=context_parallel_size, hcp=hierarchical_context_parallel_sizes, ep=expert_model_parallel_size,
@@ -128,6 +136,12 @@ def get_pipeline_model_parallel_prev_rank() -> int:
     return _call(_G["get_pipeline_model_parallel_prev_rank"])
 
 
+def _flags(func, **flags):
+    """The bool arguments of ``func``, checked (a string such as "no" would be truthy)."""
+    a = Args(func)
+    return [a.flag(name, value) for name, value in flags.items()]
+
+
 def _dp(base, with_context_parallel):
     return _call(_G[base + ("_with_cp" if with_context_parallel else "")])
 
@@ -163,11 +177,17 @@ def _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat):
 def get_data_parallel_rank(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
     """Megatron-Core 0.19: with gtp > 1 and ``with_gtp_remat`` (default), the rank in the
     gtp-inclusive group; else in the replicate group."""
+    with_context_parallel, partial_data_parallel, with_gtp_remat = _flags(
+        "get_data_parallel_rank", with_context_parallel=with_context_parallel,
+        partial_data_parallel=partial_data_parallel, with_gtp_remat=with_gtp_remat)
     g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
     return g.rank if g is not None else _dp("get_data_parallel_rank", with_context_parallel)
 
 
 def get_data_parallel_world_size(with_context_parallel=False, partial_data_parallel=False, with_gtp_remat=True) -> int:
+    with_context_parallel, partial_data_parallel, with_gtp_remat = _flags(
+        "get_data_parallel_world_size", with_context_parallel=with_context_parallel,
+        partial_data_parallel=partial_data_parallel, with_gtp_remat=with_gtp_remat)
     g = _dp_info(with_context_parallel, partial_data_parallel, with_gtp_remat)
     return g.size if g is not None else _dp("get_data_parallel_world_size", with_context_parallel)
 
@@ -182,6 +202,7 @@ def get_data_parallel_src_rank(with_context_parallel=False) -> int:
     """The first rank of the replicate data-parallel group, also with gtp > 1: Megatron-Core
     0.19.2 answers from that group while its default rank and size use the gtp-inclusive one
     (reproduced on purpose; docs/conformance.md)."""
+    (with_context_parallel,) = _flags("get_data_parallel_src_rank", with_context_parallel=with_context_parallel)
     return _dp("get_data_parallel_src_rank", with_context_parallel)
 
 
@@ -216,6 +237,9 @@ def get_expert_tensor_parallel_world_size() -> int:
 def get_expert_data_parallel_rank(partial_expert_data_parallel=False, with_gtp_remat=True) -> int:
     """Megatron-Core 0.19: with egtp > 1 and ``with_gtp_remat`` (default), the rank in the
     egtp-inclusive expert data-parallel group."""
+    partial_expert_data_parallel, with_gtp_remat = _flags(
+        "get_expert_data_parallel_rank", partial_expert_data_parallel=partial_expert_data_parallel,
+        with_gtp_remat=with_gtp_remat)
     if with_gtp_remat and (g := _gtp_group("expert_data_parallel_with_gtp_remat")) is not None:
         return g.rank
     if partial_expert_data_parallel:
@@ -224,6 +248,9 @@ def get_expert_data_parallel_rank(partial_expert_data_parallel=False, with_gtp_r
 
 
 def get_expert_data_parallel_world_size(partial_expert_data_parallel=False, with_gtp_remat=True) -> int:
+    partial_expert_data_parallel, with_gtp_remat = _flags(
+        "get_expert_data_parallel_world_size", partial_expert_data_parallel=partial_expert_data_parallel,
+        with_gtp_remat=with_gtp_remat)
     if with_gtp_remat and (g := _gtp_group("expert_data_parallel_with_gtp_remat")) is not None:
         return g.size
     if partial_expert_data_parallel:
@@ -262,6 +289,8 @@ def get_virtual_pipeline_model_parallel_world_size() -> Optional[int]:
 
 
 def _stage(name, ignore_virtual, vp_stage):
+    a = Args(name)
+    ignore_virtual, vp_stage = a.flag("ignore_virtual", ignore_virtual), a.int("vp_stage", vp_stage, lo=0, none=True)
     vp = -1
     if not ignore_virtual and get_virtual_pipeline_model_parallel_world_size() is not None:
         if vp_stage is None:
@@ -305,6 +334,9 @@ def get_pipeline_model_parallel_group_ranks() -> List[int]:
 
 def get_data_parallel_group_ranks(with_context_parallel=False, partial_data_parallel=False,
                                   with_gtp_remat=True) -> List[int]:
+    with_context_parallel, partial_data_parallel, with_gtp_remat = _flags(
+        "get_data_parallel_group_ranks", with_context_parallel=with_context_parallel,
+        partial_data_parallel=partial_data_parallel, with_gtp_remat=with_gtp_remat)
     if partial_data_parallel and not with_context_parallel:
         _partial_dp()
     if with_gtp_remat and _gtp_group(_dp_gtp_kind(with_context_parallel)) is not None:
@@ -323,6 +355,8 @@ def get_model_parallel_group_ranks() -> List[int]:
 
 
 def get_tensor_and_data_parallel_group_ranks(with_context_parallel=False) -> List[int]:
+    (with_context_parallel,) = _flags("get_tensor_and_data_parallel_group_ranks",
+                                      with_context_parallel=with_context_parallel)
     return _ranks("tensor_and_data_parallel_with_cp" if with_context_parallel else "tensor_and_data_parallel")
 
 
@@ -353,11 +387,16 @@ def get_expert_tensor_and_model_parallel_group_ranks() -> List[int]:
 
 def get_expert_tensor_model_pipeline_parallel_group_ranks(with_egtp_remat=False) -> List[int]:
     """``with_egtp_remat``: the group merged with its egtp peers (Megatron-Core 0.19)."""
+    (with_egtp_remat,) = _flags("get_expert_tensor_model_pipeline_parallel_group_ranks",
+                                with_egtp_remat=with_egtp_remat)
     return _ranks("expert_tensor_model_pipeline_parallel_with_egtp" if with_egtp_remat
                   else "expert_tensor_model_pipeline_parallel")
 
 
 def get_expert_data_parallel_group_ranks(partial_expert_data_parallel=False, with_gtp_remat=True) -> List[int]:
+    partial_expert_data_parallel, with_gtp_remat = _flags(
+        "get_expert_data_parallel_group_ranks", partial_expert_data_parallel=partial_expert_data_parallel,
+        with_gtp_remat=with_gtp_remat)
     if with_gtp_remat and _gtp_group("expert_data_parallel_with_gtp_remat") is not None:
         return _ranks("expert_data_parallel_with_gtp_remat")
     return _ranks("intra_partial_expert_data_parallel" if partial_expert_data_parallel else "expert_data_parallel")
@@ -371,6 +410,7 @@ def get_intra_distributed_optimizer_instance_group_ranks() -> List[int]:
 def get_all_gather_group_ranks(for_expert_parallelism=False) -> List[int]:
     """The all-gather twin of the dp-cp group (or, ``for_expert_parallelism``, of the expert-dp
     group; [] when ep = 1, as Megatron returns None): initialize with ``create_all_gather_groups``."""
+    (for_expert_parallelism,) = _flags("get_all_gather_group_ranks", for_expert_parallelism=for_expert_parallelism)
     kind = "expert_data_parallel" if for_expert_parallelism else "data_parallel_with_cp"
     try:
         return runtime.all_gather_group_ranks(kind)

@@ -10,6 +10,7 @@ import ctypes
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _types as T
+from ._args import Args, cstr
 from ._lib import McoreError, OwnedHandle, check, declare, mcore_last_error_message
 from .topology import Topology
 
@@ -73,11 +74,15 @@ def _fnv1a64(data: bytes) -> int:
 def layout_fingerprint(topology: Topology) -> int:
     """These bindings' digest of a layout (sizes and order) for checkpoints. It is not the
     digest the Rust runtime computes (the C API does not expose that one)."""
+    Args("layout_fingerprint").instance("topology", topology, Topology)
     return _fnv1a64(f"{tuple(topology.sizes)} order={topology.order}".encode())
 
 
 def coordinates(topology: Topology, rank: int, fingerprint: Optional[int] = None) -> T.RngCoords:
     """An ``mcore_rng_coords`` for ``rank`` of ``topology`` (plain data-parallel rank, without CP)."""
+    a = Args("coordinates")
+    topology, rank = a.instance("topology", topology, Topology), a.int("rank", rank, ctypes.c_uint32)
+    fingerprint = a.int("fingerprint", fingerprint, ctypes.c_uint64, none=True)
     coords = T.new_rng_coords()
     coords.world_size = topology.world_size
     coords.rank = rank
@@ -92,8 +97,11 @@ def _sharded_kinds(policy: str) -> List[str]:
     return policy[len("sharded:"):].split(",") if policy.startswith("sharded:") else []
 
 
-def group_positions(topology: Topology, rank: int, policy: str):
+def group_positions(topology: Topology, rank: int, policy: str, args=None):
     """For a ``sharded:<kind>,...`` policy: ``rank``'s (group rank, size) in each listed kind."""
+    a = args or Args("group_positions")
+    topology, rank = a.instance("topology", topology, Topology), a.int("rank", rank, ctypes.c_uint32)
+    policy = a.text("policy", policy)
     kinds = _sharded_kinds(policy)
     arr = (T.RngGroupPosition * max(len(kinds), 1))()
     for i, kind in enumerate(kinds):
@@ -108,13 +116,29 @@ def policy_seeds(policy: str, seed: int, coords: T.RngCoords, positions: Sequenc
                  data_parallel_random_init: bool = False) -> Dict[str, int]:
     """``mcore_rng_policy_seeds``: the named stream seeds (``default`` first, then the tracker
     streams in Megatron's add order) for explicit coordinates and sharded-group positions."""
-    arr = (T.RngGroupPosition * max(len(positions), 1))(*[T.RngGroupPosition(r, s) for r, s in positions])
-    return _policy_seeds_raw(policy, seed, coords, arr, len(positions), data_parallel_random_init)
+    a = Args("policy_seeds")
+    coords = a.instance("coords", coords, T.RngCoords)
+    arr, n = _positions(a, positions)
+    return _policy_seeds_raw(a, policy, seed, coords, arr, n, data_parallel_random_init)
 
 
-def _policy_seeds_raw(policy, seed, coords, arr, n, dpri):
+def _positions(a, positions):
+    """``positions`` (``(group rank, size)`` pairs) as an ``mcore_rng_group_position`` array."""
+    if isinstance(positions, (str, bytes)) or not hasattr(positions, "__iter__"):
+        raise a.type_error("positions", "a sequence of (rank, size) pairs", positions)
+    pairs = []
+    for i, pair in enumerate(positions):
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise a.type_error(f"positions[{i}]", "a (rank, size) pair", pair)
+        pairs.append(T.RngGroupPosition(*(a.int(f"positions[{i}]", v, ctypes.c_uint32) for v in pair)))
+    return (T.RngGroupPosition * max(len(pairs), 1))(*pairs), len(pairs)
+
+
+def _policy_seeds_raw(a, policy, seed, coords, arr, n, dpri):
+    policy_b = cstr(a.text("policy", policy))
+    seed, dpri = a.int("seed", seed, ctypes.c_int64), a.flag("data_parallel_random_init", dpri)
     entries = T.read_two_call(
-        lambda buf, cap, out: _policy_seeds(policy.encode(), seed, dpri, ctypes.byref(coords), arr, n, buf, cap, out),
+        lambda buf, cap, out: _policy_seeds(policy_b, seed, dpri, ctypes.byref(coords), arr, n, buf, cap, out),
         T.RngNamedSeed,
     )
     return {e.name.decode(): e.seed for e in entries}
@@ -123,12 +147,14 @@ def _policy_seeds_raw(policy, seed, coords, arr, n, dpri):
 def stream_seeds(topology: Topology, rank: int, seed: int, policy: str = "megatron",
                  data_parallel_random_init: bool = False) -> Dict[str, int]:
     """Every named stream seed of ``rank`` in ``topology`` under ``policy`` (``default`` first)."""
-    arr, n = group_positions(topology, rank, policy)
-    return _policy_seeds_raw(policy, seed, coordinates(topology, rank), arr, n, data_parallel_random_init)
+    a = Args("stream_seeds")
+    arr, n = group_positions(topology, rank, policy, a)
+    return _policy_seeds_raw(a, policy, seed, coordinates(topology, rank), arr, n, data_parallel_random_init)
 
 
 def philox_fill_u32(seed: int, subsequence: int, offset: int, n: int) -> List[int]:
     """``n`` ``curand()`` values after ``curand_init(seed, subsequence, offset)`` (Philox4_32_10)."""
+    seed, subsequence, offset, n = _philox_args("philox_fill_u32", seed, subsequence, offset, n, ctypes.c_uint32)
     out = (ctypes.c_uint32 * n)()
     check(_philox_u32(seed, subsequence, offset, out, n))
     return list(out)
@@ -136,9 +162,16 @@ def philox_fill_u32(seed: int, subsequence: int, offset: int, n: int) -> List[in
 
 def philox_fill_uniform(seed: int, subsequence: int, offset: int, n: int) -> List[float]:
     """``n`` ``curand_uniform()`` values after ``curand_init(seed, subsequence, offset)``."""
+    seed, subsequence, offset, n = _philox_args("philox_fill_uniform", seed, subsequence, offset, n, ctypes.c_float)
     out = (ctypes.c_float * n)()
     check(_philox_uniform(seed, subsequence, offset, out, n))
     return list(out)
+
+
+def _philox_args(func, seed, subsequence, offset, n, elem):
+    a = Args(func)
+    return (*(a.int(name, v, ctypes.c_uint64) for name, v in
+              (("seed", seed), ("subsequence", subsequence), ("offset", offset))), a.count("n", n, elem))
 
 
 class Tracker(OwnedHandle):
@@ -154,6 +187,10 @@ class Tracker(OwnedHandle):
 
     def __init__(self, topology: Optional[Topology] = None, rank: int = 0, coords: Optional[T.RngCoords] = None):
         self._handle = None
+        a = Args("Tracker")
+        topology = a.instance("topology", topology, Topology, none=True)
+        rank = a.int("rank", rank, ctypes.c_uint32)
+        coords = a.instance("coords", coords, T.RngCoords, none=True)
         self._topology, self._rank = topology, rank
         if coords is None:
             coords = coordinates(topology, rank) if topology is not None else T.new_rng_coords()
@@ -165,6 +202,7 @@ class Tracker(OwnedHandle):
     @classmethod
     def from_handle(cls, handle):
         """Own an ``mcore_rng_tracker*`` made elsewhere (e.g. ``mcore_runtime_rng_tracker``)."""
+        handle = Args("Tracker.from_handle").int("handle", handle, ctypes.c_size_t)
         if not handle:
             raise ValueError("NULL tracker handle")
         self = cls.__new__(cls)
@@ -175,48 +213,62 @@ class Tracker(OwnedHandle):
              positions: Optional[Sequence[Tuple[int, int]]] = None):
         """Re-seed every stream from a policy. ``positions`` for ``sharded`` default to the
         tracker's topology rank's positions."""
+        a = Args("Tracker.seed")
+        policy_b = cstr(a.text("policy", policy))
+        seed, dpri = a.int("seed", seed, ctypes.c_int64), a.flag("data_parallel_random_init", data_parallel_random_init)
         if positions is None and self._topology is not None:
-            arr, n = group_positions(self._topology, self._rank, policy)
+            arr, n = group_positions(self._topology, self._rank, policy, a)
         else:
-            positions = list(positions or ())
-            arr = (T.RngGroupPosition * max(len(positions), 1))(*[T.RngGroupPosition(r, s) for r, s in positions])
-            n = len(positions)
-        check(_seed(self.handle, policy.encode(), seed, data_parallel_random_init, arr, n))
+            arr, n = _positions(a, () if positions is None else positions)
+        check(_seed(self.handle, policy_b, seed, dpri, arr, n))
 
     def add(self, name: str, seed: int):
         """Add a named Philox stream at offset 0 (duplicate name or seed: ALREADY_EXISTS)."""
-        check(_add(self.handle, name.encode(), seed))
+        a = Args("Tracker.add")
+        check(_add(self.handle, cstr(a.text("name", name)), a.int("seed", seed, ctypes.c_uint64)))
 
     def fork(self, name: str = "model-parallel-rng", count: int = 4) -> Tuple[int, int]:
         """One kernel launch: the ``(seed, offset)`` to launch with; advances by ``count`` rounded up to 4."""
+        a = Args("Tracker.fork")
+        name_b, count = cstr(a.text("name", name)), a.int("count", count, ctypes.c_uint64)
         out = T.RngState()
-        check(_fork(self.handle, name.encode(), count, ctypes.byref(out)))
+        check(_fork(self.handle, name_b, count, ctypes.byref(out)))
         return out.seed, out.offset
 
     def get_state(self, name: str) -> Tuple[int, int]:
+        name_b = cstr(Args("Tracker.get_state").text("name", name))
         out = T.RngState()
-        check(_get_state(self.handle, name.encode(), ctypes.byref(out)))
+        check(_get_state(self.handle, name_b, ctypes.byref(out)))
         return out.seed, out.offset
 
     def set_state(self, name: str, state: Tuple[int, int]):
-        st = T.RngState(*state)
-        check(_set_state(self.handle, name.encode(), ctypes.byref(st)))
+        a = Args("Tracker.set_state")
+        name_b = cstr(a.text("name", name))
+        if isinstance(state, (str, bytes)) or not hasattr(state, "__len__") or len(state) != 2:
+            raise a.type_error("state", "a (seed, offset) pair", state)
+        st = T.RngState(*(a.int(f"state[{i}]", v, ctypes.c_uint64) for i, v in enumerate(state)))
+        check(_set_state(self.handle, name_b, ctypes.byref(st)))
 
     def reset(self):
         """Forget every named stream and seed (default generator and CPU streams stay)."""
         check(_reset(self.handle))
 
     def cpu_add(self, name: str, seed: int):
-        check(_cpu_add(self.handle, name.encode(), seed))
+        a = Args("Tracker.cpu_add")
+        check(_cpu_add(self.handle, cstr(a.text("name", name)), a.int("seed", seed, ctypes.c_uint64)))
 
     def cpu_fill_u32(self, name: str, n: int) -> List[int]:
+        a = Args("Tracker.cpu_fill_u32")
+        name_b, n = cstr(a.text("name", name)), a.count("n", n, ctypes.c_uint32)
         out = (ctypes.c_uint32 * n)()
-        check(_cpu_fill_u32(self.handle, name.encode(), out, n))
+        check(_cpu_fill_u32(self.handle, name_b, out, n))
         return list(out)
 
     def cpu_fill_f64(self, name: str, n: int) -> List[float]:
+        a = Args("Tracker.cpu_fill_f64")
+        name_b, n = cstr(a.text("name", name)), a.count("n", n, ctypes.c_double)
         out = (ctypes.c_double * n)()
-        check(_cpu_fill_f64(self.handle, name.encode(), out, n))
+        check(_cpu_fill_f64(self.handle, name_b, out, n))
         return list(out)
 
     def save(self) -> bytes:
@@ -225,5 +277,7 @@ class Tracker(OwnedHandle):
 
     def restore(self, blob: bytes, rederive: bool = False):
         """Restore a :meth:`save` blob (another rank's: WRONG_RANK; damaged: CORRUPT)."""
+        a = Args("Tracker.restore")
+        blob, rederive = a.blob("blob", blob), a.flag("rederive", rederive)
         buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob) if blob else (ctypes.c_uint8 * 1)()
         check(_restore(self.handle, buf, len(blob), RESTORE_REDERIVE if rederive else 0))

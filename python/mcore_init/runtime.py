@@ -9,13 +9,14 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import _lib
 from . import _types as T
+from ._args import Args, cstr
 from ._lib import check, declare
 from .topology import GroupInfo, config_struct, kind_value
 
 _status = ctypes.c_int32
 _P = ctypes.POINTER
 
-_initialize = declare("mcore_initialize", _status, _P(T.InitArgs), _P(ctypes.c_bool))
+_initialize_c = declare("mcore_initialize", _status, _P(T.InitArgs), _P(ctypes.c_bool))
 _destroy = declare("mcore_destroy", _status)
 _is_initialized = declare("mcore_is_initialized", ctypes.c_bool)
 _world = declare("mcore_runtime_world", _status, _P(ctypes.c_uint32), _P(ctypes.c_uint32))
@@ -54,30 +55,64 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     :func:`is_spare` is True afterwards and :func:`reinitialize` stands by until a recovery places
     them or the job ends; docs/recovery.md). Returns True
     when it was already initialized with the same settings (nothing done); other settings raise
-    ALREADY_INITIALIZED."""
+    ALREADY_INITIALIZED. Every argument is checked before the library sees any: a wrong type
+    raises TypeError, a bad value (out of range, a NUL in a string, NaN seconds) ValueError, both
+    naming the parameter (:mod:`mcore_init._args`)."""
+    return _initialize(Args("initialize"), tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp,
+                       dist_opt_instances=dist_opt_instances, order=order, backend=backend, timeout=timeout,
+                       verify=verify, seed=seed, seed_policy=seed_policy,
+                       data_parallel_random_init=data_parallel_random_init, comm_strategy=comm_strategy,
+                       comm_config=comm_config, comm_config_path=comm_config_path, split_share=split_share,
+                       device=device, gtp=gtp, egtp=egtp, create_all_gather_groups=create_all_gather_groups,
+                       spares=spares)
+
+
+def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, backend, timeout, verify, seed,
+                seed_policy, data_parallel_random_init, comm_strategy, comm_config, comm_config_path, split_share,
+                device, gtp, egtp, create_all_gather_groups, spares):
+    """:func:`initialize` with its arguments checked by ``a`` (an :class:`Args` naming the caller)."""
+    # Every argument is checked before the library sees any of them.
+    layout, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, gtp=gtp, egtp=egtp,
+                                 args=a)
+    backend = a.text("backend", backend, none=True, path=True)
+    timeout = a.seconds("timeout", timeout, inf=True, max_s=None)
+    flags = {name: a.flag(name, value) for name, value in (
+        ("verify", verify), ("data_parallel_random_init", data_parallel_random_init), ("split_share", split_share),
+        ("create_all_gather_groups", create_all_gather_groups))}
+    seed = a.int("seed", seed, ctypes.c_int64, none=True)
+    policy_b = cstr(a.text("seed_policy", seed_policy, none=True))
+    if isinstance(comm_config, dict):
+        try:
+            comm_config = json.dumps(comm_config)  # JSON is YAML's flow style
+        except (TypeError, ValueError) as exc:
+            raise a.type_error("comm_config", f"a dict of JSON values ({exc})", comm_config) from None
+    elif comm_config is not None and not isinstance(comm_config, str):
+        raise a.type_error("comm_config", "a dict, a str or None", comm_config)
+    strings = [cstr(a.text("comm_strategy", comm_strategy, none=True)),
+               cstr(a.text("comm_config_path", None if comm_config_path in ("", b"") else comm_config_path,
+                      none=True, path=True)),
+               cstr(a.text("comm_config", comm_config, none=True))]
+    spares = a.int("spares", spares, ctypes.c_uint32)
+    device = a.int("device", device, none=True)
+
     args = T.new_init_args()
-    layout, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, gtp=gtp, egtp=egtp)
     args.topology = ctypes.pointer(layout)
-    backend_b = _lib.bundled_backend(backend).encode() if backend is not None else None
+    backend_b = cstr(_lib.bundled_backend(backend)) if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
         args.timeout_ms = T.timeout_ms(timeout)
-    args.verify = bool(verify)
-    policy_b = seed_policy.encode() if seed_policy is not None else None
+    args.verify = flags["verify"]
     if seed is not None:
         args.seed_rng, args.seed, args.seed_policy = True, seed, policy_b
-        args.data_parallel_random_init = bool(data_parallel_random_init)
-    if isinstance(comm_config, dict):
-        comm_config = json.dumps(comm_config)  # JSON is YAML's flow style
-    strings = [s.encode() if s is not None else None for s in (comm_strategy, str(comm_config_path) if comm_config_path else None, comm_config)]
+        args.data_parallel_random_init = flags["data_parallel_random_init"]
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
-    args.split_share = bool(split_share)
-    args.create_all_gather_groups = bool(create_all_gather_groups)
-    args.spares = int(spares)
+    args.split_share = flags["split_share"]
+    args.create_all_gather_groups = flags["create_all_gather_groups"]
+    args.spares = spares
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)
-    check(_initialize(ctypes.byref(args), ctypes.byref(already)))
+    check(_initialize_c(ctypes.byref(args), ctypes.byref(already)))
     del layout, keep, backend_b, policy_b, strings
     return already.value
 
@@ -109,7 +144,7 @@ def world() -> Tuple[int, int]:
 def group(kind) -> Optional[GroupInfo]:
     """This rank's group of ``kind`` (index, group rank, size); None when not a member."""
     out = T.GroupInfoC()
-    status = _group(kind_value(kind), ctypes.byref(out))
+    status = _group(kind_value(kind, Args("group")), ctypes.byref(out))
     if status == T.NOT_MEMBER:
         return None
     check(status)
@@ -118,41 +153,43 @@ def group(kind) -> Optional[GroupInfo]:
 
 def group_ranks(kind) -> List[int]:
     """The global ranks of this rank's group of ``kind``, ascending."""
-    k = kind_value(kind)
+    k = kind_value(kind, Args("group_ranks"))
     return T.read_two_call(lambda buf, n, out: _group_ranks(k, buf, n, out), ctypes.c_uint32)
 
 
 def all_gather_group_ranks(kind="data_parallel_with_cp") -> List[int]:
     """The members of this rank's all-gather twin of ``kind`` ("data_parallel_with_cp", or
     "expert_data_parallel" with ep > 1): initialize with ``create_all_gather_groups=True``."""
-    k = kind_value(kind)
+    k = kind_value(kind, Args("all_gather_group_ranks"))
     return T.read_two_call(lambda buf, n, out: _ag_ranks(k, buf, n, out), ctypes.c_uint32)
 
 
 def all_gather_communicator(kind="data_parallel_with_cp") -> int:
     """The backend's handle of the twin: a communicator separate from :func:`communicator`'s."""
     out = ctypes.c_void_p()
-    check(_ag_communicator(kind_value(kind), ctypes.byref(out)))
+    check(_ag_communicator(kind_value(kind, Args("all_gather_communicator")), ctypes.byref(out)))
     return out.value or 0
 
 
 def communicator(kind) -> int:
     """The backend's raw communicator handle (e.g. an ``ncclComm_t``) as an int address."""
     out = ctypes.c_void_p()
-    check(_communicator(kind_value(kind), ctypes.byref(out)))
+    check(_communicator(kind_value(kind, Args("communicator")), ctypes.byref(out)))
     return out.value or 0
 
 
 def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
     """Element-wise int64 sum of ``values`` over this rank's group of ``kind``."""
-    buf = T.int_array(ctypes.c_int64, values, "values")
-    check(_allreduce(kind_value(kind), buf, len(values)))
+    a = Args("allreduce_sum")
+    k, values = kind_value(kind, a), a.ints("values", values, ctypes.c_int64)
+    buf = (ctypes.c_int64 * max(len(values), 1))(*values)
+    check(_allreduce(k, buf, len(values)))
     return list(buf[: len(values)])
 
 
 def barrier(kind="tensor_model_parallel"):
     """Wait until every member of this rank's group of ``kind`` arrives."""
-    check(_barrier(kind_value(kind)))
+    check(_barrier(kind_value(kind, Args("barrier"))))
 
 
 def rng_tracker():
@@ -187,13 +224,13 @@ def reinitialize(suspected: Sequence[int] = (), window: Optional[float] = None) 
     for a peer (a rank missing at check-in, a group that timed out or lost a peer). Returns ``{"left", "old_rank", "rank", "old_world_size", "world_size",
     "failed", "agree_seconds", "seconds"}``; with ``left`` true this process is not on the new
     layout and should exit. Raises :class:`McoreError` (e.g. "no valid layout remains")."""
-    sus = [int(r) for r in suspected]
-    if any(r < 0 or r > 0xFFFFFFFF for r in sus):
-        raise _lib.McoreError(1, "invalid argument", f"suspected ranks {sus} must be ints in 0..{0xFFFFFFFF}")
+    a = Args("reinitialize")
+    sus = a.ints("suspected", suspected, ctypes.c_uint32)
+    window = a.seconds("window", window, zero=True)
     arr = (ctypes.c_uint32 * max(len(sus), 1))(*sus)
     failed = (ctypes.c_uint32 * 4096)()
     out = _RecoveryResult()
-    check(_reinitialize(arr, len(sus), float(window or 0.0), failed, len(failed), ctypes.byref(out)))
+    check(_reinitialize(arr, len(sus), window or 0.0, failed, len(failed), ctypes.byref(out)))
     return {
         "left": out.left, "old_rank": out.old_rank, "rank": out.new_rank, "old_world_size": out.old_world_size,
         "world_size": out.new_world_size, "failed": list(failed[: min(out.n_failed, len(failed))]),
@@ -212,7 +249,8 @@ def check_health(window: Optional[float] = None) -> Optional[List[int]]:
     at the same points on every rank. ``None`` when every rank came within ``window`` seconds
     (default 3) and no recovery was requested; else the ranks to suspect (possibly empty), to
     pass to :func:`reinitialize`."""
+    window = Args("check_health").seconds("window", window, zero=True)
     healthy, n = ctypes.c_bool(), ctypes.c_size_t()
     buf = (ctypes.c_uint32 * 4096)()
-    check(_check_health(float(window or 0.0), ctypes.byref(healthy), buf, len(buf), ctypes.byref(n)))
+    check(_check_health(window or 0.0, ctypes.byref(healthy), buf, len(buf), ctypes.byref(n)))
     return None if healthy.value else list(buf[: min(n.value, len(buf))])

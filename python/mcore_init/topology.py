@@ -9,6 +9,7 @@ import ctypes
 from typing import List, NamedTuple, Optional
 
 from . import _types as T
+from ._args import Args, cstr
 from ._lib import McoreError, OwnedHandle, check, declare
 
 c_topo_p = ctypes.c_void_p
@@ -96,70 +97,62 @@ class Sizes(NamedTuple):
     dist_opt_instances: int
 
 
-def kind_value(kind):
-    """The ``mcore_group_kind`` number of a group-kind key (docs/topology.md) such as "data_parallel_with_cp" (an int passes)."""
-    if isinstance(kind, int):
-        return kind
-    out = ctypes.c_int32()
-    check(_kind_from_name(str(kind).encode(), ctypes.byref(out)))
-    return out.value
+def kind_value(kind, args=None):
+    """The ``mcore_group_kind`` number of a group-kind key (docs/topology.md) such as
+    "data_parallel_with_cp" (an int passes). ``args``: the caller's :class:`Args` for errors."""
+    args = args or Args("kind_value")
+    if isinstance(kind, str):
+        out = ctypes.c_int32()
+        check(_kind_from_name(cstr(args.text("kind", kind)), ctypes.byref(out)))
+        return out.value
+    if isinstance(kind, bool) or not hasattr(type(kind), "__index__"):
+        raise args.type_error("kind", "a group-kind name (str) or number (int)", kind)
+    return args.int("kind", kind, ctypes.c_int32)
 
 
 def kind_name(kind):
     """The group-kind key (docs/topology.md) of a group kind number (a key string is checked and returned)."""
-    value = kind_value(kind)
+    value = kind_value(kind, Args("kind_name"))
     raw = T.read_two_call(lambda buf, n, out: _kind_name(value, buf, n, out), ctypes.c_char, 64)
     return raw.rstrip(b"\0").decode()
 
 
-def _vp(vp_stage):
-    if vp_stage is None:
-        return -1
-    if not isinstance(vp_stage, int) or vp_stage < 0:
-        raise McoreError(1, "invalid argument", f"vp_stage {vp_stage!r} must be None or an int >= 0")
-    return vp_stage
-
-
-def _int_arg(name, value, lo, hi):
-    """An int for a fixed-width C parameter: ctypes would wrap or truncate it silently."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise McoreError(1, "invalid argument", f"{name} {value!r} must be an int in {lo}..{hi}")
-    return value
-
-
-def _rank(rank):
-    return _int_arg("rank", rank, 0, 0xFFFFFFFF)
-
-
-def _size(name, value):
-    # Negative sizes go through: the library names them in its error.
-    return _int_arg(name, value, -(2**31), 2**31 - 1)
-
-
 def config_struct(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
-                  order="tp-cp-ep-dp-pp", rank_offset=0, gtp=1, egtp=1, local_world_size=None):
-    """A new ``mcore_topology_config`` mirror (filled by the library's init), set as given.
+                  order="tp-cp-ep-dp-pp", rank_offset=0, gtp=1, egtp=1, local_world_size=None, args=None):
+    """A new ``mcore_topology_config`` mirror (filled by the library's init), set as given;
+    ``args`` (the caller's :class:`Args`) checks every value first. Negative sizes pass: the
+    library names them in its error.
 
     Returns ``(cfg, keepalive)``: ``keepalive`` holds the buffers the struct points to.
     """
+    a = args or Args("config_struct")
+    sizes = {name: a.int(name, value) for name, value in (
+        ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("dist_opt_instances", dist_opt_instances),
+        ("gtp", gtp), ("egtp", egtp))}
+    vpp, etp = a.int("vpp", vpp, none=True), a.int("etp", etp, none=True)
+    local_world_size = a.int("local_world_size", local_world_size, lo=1, none=True)
+    rank_offset = a.int("rank_offset", rank_offset, ctypes.c_uint32)
+    hcp = a.ints("hcp", hcp, ctypes.c_int32, none=True)
+    order_b = cstr(a.text("order", order, none=True))
     cfg = T.new_topology_config()
-    cfg.tp, cfg.pp, cfg.cp, cfg.ep = _size("tp", tp), _size("pp", pp), _size("cp", cp), _size("ep", ep)
-    cfg.vpp = 0 if vpp is None else _size("vpp", vpp)
-    cfg.etp = 0 if etp is None else _size("etp", etp)
-    cfg.dist_opt_instances = _size("dist_opt_instances", dist_opt_instances)
-    order_b = order.encode() if order is not None else None
+    for name, value in sizes.items():
+        setattr(cfg, name, value)
+    cfg.vpp = vpp or 0
+    cfg.etp = etp or 0
     cfg.order = order_b
-    cfg.rank_offset = _int_arg("rank_offset", rank_offset, 0, 0xFFFFFFFF)
-    cfg.gtp, cfg.egtp = _size("gtp", gtp), _size("egtp", egtp)
-    cfg.local_world_size = 0 if local_world_size is None else _size("local_world_size", local_world_size)
-    if local_world_size is not None and local_world_size <= 0:
-        raise McoreError(1, "invalid argument", f"local_world_size {local_world_size!r} must be >= 1 (None = the world)")
+    cfg.rank_offset = rank_offset
+    cfg.local_world_size = local_world_size or 0
     hcp_arr = None
     if hcp:
-        hcp_arr = (ctypes.c_int32 * len(hcp))(*[_size("hcp", h) for h in hcp])
+        hcp_arr = (ctypes.c_int32 * len(hcp))(*hcp)
         cfg.hcp = ctypes.cast(hcp_arr, ctypes.POINTER(ctypes.c_int32))
         cfg.hcp_len = len(hcp)
     return cfg, (order_b, hcp_arr)
+
+
+def _rank(args, rank):
+    """A rank (uint32_t) of a method; ``args``: an :class:`Args` or the method's name."""
+    return (Args(args) if isinstance(args, str) else args).int("rank", rank, ctypes.c_uint32)
 
 
 class Topology(OwnedHandle):
@@ -176,9 +169,10 @@ class Topology(OwnedHandle):
         ``local_world_size``: the grid covers ``rank_offset .. rank_offset + local_world_size`` of a
         world of ``world_size`` ranks (the others are in no group: :meth:`in_grid`)."""
         self._handle = None
-        _int_arg("world_size", world_size, 0, 0xFFFFFFFF)
+        a = Args("Topology")
+        world_size = a.int("world_size", world_size, ctypes.c_uint32)
         cfg, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, rank_offset,
-                                  gtp=gtp, egtp=egtp, local_world_size=local_world_size)
+                                  gtp=gtp, egtp=egtp, local_world_size=local_world_size, args=a)
         handle = c_topo_p()
         check(_create(ctypes.byref(cfg), world_size, ctypes.byref(handle)))
         del keep  # create copied the order string and the hcp sizes
@@ -209,7 +203,7 @@ class Topology(OwnedHandle):
         """False for a rank of the world outside the grid: it belongs to no group (its
         :meth:`group` is None, :meth:`pipeline` raises saying so)."""
         out = ctypes.c_bool()
-        check(_in_grid(self.handle, _rank(rank), ctypes.byref(out)))
+        check(_in_grid(self.handle, _rank("Topology.in_grid", rank), ctypes.byref(out)))
         return out.value
 
     def kinds(self) -> List[str]:
@@ -226,7 +220,8 @@ class Topology(OwnedHandle):
     def group(self, kind, rank) -> Optional[GroupInfo]:
         """``rank``'s group of ``kind``, or None when the rank is in no group of that kind."""
         out = T.GroupInfoC()
-        status = _group(self.handle, _rank(rank), kind_value(kind), ctypes.byref(out))
+        a = Args("Topology.group")
+        status = _group(self.handle, _rank(a, rank), kind_value(kind, a), ctypes.byref(out))
         if status == T.NOT_MEMBER:
             return None
         check(status)
@@ -234,7 +229,8 @@ class Topology(OwnedHandle):
 
     def group_ranks(self, kind, rank) -> List[int]:
         """The global ranks of ``rank``'s group of ``kind``, ascending ([] when not a member)."""
-        k, rank = kind_value(kind), _rank(rank)
+        a = Args("Topology.group_ranks")
+        k, rank = kind_value(kind, a), _rank(a, rank)
         try:
             return T.read_two_call(lambda buf, n, out: _group_ranks(self.handle, rank, k, buf, n, out), ctypes.c_uint32)
         except McoreError as exc:
@@ -244,12 +240,12 @@ class Topology(OwnedHandle):
 
     def group_count(self, kind) -> int:
         out = ctypes.c_uint64()
-        check(_group_count(self.handle, kind_value(kind), ctypes.byref(out)))
+        check(_group_count(self.handle, kind_value(kind, Args("Topology.group_count")), ctypes.byref(out)))
         return out.value
 
     def groups(self, kind) -> List[List[int]]:
         """Every group of ``kind`` in creation order (the same on every rank), each ascending."""
-        k = kind_value(kind)
+        k = kind_value(kind, Args("Topology.groups"))
         return [
             T.read_two_call(lambda buf, n, out, i=i: _group_at(self.handle, k, i, buf, n, out), ctypes.c_uint32)
             for i in range(self.group_count(k))
@@ -257,12 +253,14 @@ class Topology(OwnedHandle):
 
     def pipeline(self, rank) -> PipelineInfo:
         out = T.PipelineInfoC()
-        check(_pipeline(self.handle, _rank(rank), ctypes.byref(out)))
+        check(_pipeline(self.handle, _rank("Topology.pipeline", rank), ctypes.byref(out)))
         return PipelineInfo(*(getattr(out, f) for f, _ in T.PipelineInfoC._fields_))
 
     def _flag(self, fn, rank, vp_stage):
+        a = Args(f"Topology.{fn.__name__[len('mcore_topology_'):]}")
+        rank, vp = _rank(a, rank), a.int("vp_stage", vp_stage, lo=0, none=True)
         out = ctypes.c_bool()
-        check(fn(self.handle, _rank(rank), _vp(vp_stage), ctypes.byref(out)))
+        check(fn(self.handle, rank, -1 if vp is None else vp, ctypes.byref(out)))
         return out.value
 
     def is_pipeline_first_stage(self, rank, vp_stage=None) -> bool:
@@ -314,8 +312,7 @@ class RecoveryPlan(NamedTuple):
     changed_kinds: List[str]
 
 
-def _ranks_array(name, ranks):
-    ranks = [_int_arg(name, r, 0, 0xFFFFFFFF) for r in ranks]
+def _ranks_array(ranks):
     return (ctypes.c_uint32 * max(len(ranks), 1))(*ranks), len(ranks)
 
 
@@ -325,8 +322,11 @@ def plan_recovery(topology, failed, spares=()) -> RecoveryPlan:
     order stay; ``spares`` (ranks from ``world_size`` on) take failed ranks' places where they
     repair a whole replica. Raises :class:`McoreError` (INVALID_CONFIG, "no valid layout remains")
     when nothing valid is left."""
-    fa, nf = _ranks_array("failed rank", failed)
-    sa, ns = _ranks_array("spare rank", spares)
+    a = Args("plan_recovery")
+    topology = a.instance("topology", topology, Topology)
+    failed, spares = a.ints("failed", failed), a.ints("spares", spares)
+    fa, nf = _ranks_array(failed)
+    sa, ns = _ranks_array(spares)
     plan = c_plan_p()
     check(_plan_create(topology.handle, fa, nf, sa, ns, ctypes.byref(plan)))
     try:
@@ -339,7 +339,7 @@ def plan_recovery(topology, failed, spares=()) -> RecoveryPlan:
         rank_map = {}
         out = ctypes.c_int64()
         for old in list(range(topology.sizes.rank_offset, topology.sizes.rank_offset + topology.world_size)) + \
-                [_int_arg("spare rank", s, 0, 0xFFFFFFFF) for s in spares]:
+                spares:
             check(_plan_new_rank(plan, old, ctypes.byref(out)))
             if out.value >= 0:
                 rank_map[old] = out.value
