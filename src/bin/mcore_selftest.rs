@@ -24,7 +24,8 @@ fn usage() -> String {
         "usage: mcore-selftest {LAYOUT_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
-         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]]"
+         [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
+         [--fault RANK:start|checkin|created|verify|destroy:kill|stop]"
     )
 }
 
@@ -95,6 +96,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "--timeout" => {
                 init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
+            "--fault" => fault::arm(flags.value(flag, inline)?)?,
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
             }
@@ -126,7 +128,10 @@ fn fds_and_threads() -> (usize, usize) {
 /// with the members the topology lists for that kind.
 fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
     for g in &rt.groups {
-        verify_group(g, rt.env.rank).map_err(|e| e.to_string())?;
+        verify_group(g, rt.env.rank).map_err(|mut e| {
+            e.error = rt.explain_collective(&g.plan.members, e.error);
+            e.to_string()
+        })?;
     }
     Ok(rt.groups.len())
 }
@@ -202,6 +207,7 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
 
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
 fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value, String> {
+    fault::at(fault::Point::Start);
     if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
         let line = recovery::fail_in_init(args, f)?;
         runtime::destroy().map_err(|e| e.to_string())?;
@@ -225,6 +231,7 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
         Ok(InitOutcome::AlreadyUp) => {}
         other => return Err(format!("a second initialize with the same settings was not a no-op: {other:?}")),
     }
+    fault::at(fault::Point::Verify);
     let line = runtime::with_runtime(|rt| {
         let checked = verify_every_kind(rt)?;
         let rng_streams = verify_rng(rt, args)?;
@@ -236,11 +243,18 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
         line["line"] = json!(human::rank_line(rt, &line));
         Ok::<_, String>(line)
     })
-    .map_err(|e| e.to_string())??;
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    // A rank whose verification failed still leaves the store in order (a store host keeps
+    // serving until the others have left or stopped answering), so they can name who failed.
+    let line = line.inspect_err(|_| {
+        let _ = runtime::destroy();
+    })?;
     let line = match fail {
         Some(f) => recovery::fail_and_recover(args, f, line)?,
         None => line,
     };
+    fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
 }
@@ -713,6 +727,75 @@ mod progress {
         }
         if tty && !last.is_empty() {
             let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+/// `--fault RANK:POINT:kill|stop` (the fault-injection suite, scripts/test.d/27-faults.sh): rank
+/// RANK sends itself SIGKILL or SIGSTOP at POINT: `start` (before initialize), `checkin` (every
+/// rank checked in, no communicator yet), `created` (communicators made, not yet verified),
+/// `verify` (after initialize, as this tool's own verification begins), `destroy` (before
+/// destroy). The other ranks run on and must end within their deadline, naming it.
+mod fault {
+    use mcore_init::runtime::{self, InitPhase};
+    use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    #[repr(u8)]
+    pub enum Point {
+        Start = 1,
+        CheckIn = 2,
+        Created = 3,
+        Verify = 4,
+        Destroy = 5,
+    }
+
+    /// The armed point (0: none) and signal of this process.
+    static POINT: AtomicU8 = AtomicU8::new(0);
+    static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+    /// Parse `RANK:POINT:SIGNAL` and arm it when RANK is this process's `RANK`.
+    pub fn arm(spec: &str) -> Result<(), String> {
+        let bad = || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy:kill|stop");
+        let mut parts = spec.split(':');
+        let (Some(rank), Some(point), Some(signal), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let rank: u32 = rank.trim().parse().map_err(|_| bad())?;
+        let point = match point {
+            "start" => Point::Start,
+            "checkin" => Point::CheckIn,
+            "created" => Point::Created,
+            "verify" => Point::Verify,
+            "destroy" => Point::Destroy,
+            _ => return Err(bad()),
+        };
+        let signal = match signal {
+            "kill" => libc::SIGKILL,
+            "stop" => libc::SIGSTOP,
+            _ => return Err(bad()),
+        };
+        if std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok()) == Some(rank) {
+            POINT.store(point as u8, Ordering::SeqCst);
+            SIGNAL.store(signal, Ordering::SeqCst);
+            runtime::set_phase_hook(Some(on_phase));
+        }
+        Ok(())
+    }
+
+    fn on_phase(phase: InitPhase) {
+        at(match phase {
+            InitPhase::CheckedIn => Point::CheckIn,
+            InitPhase::Created => Point::Created,
+        });
+    }
+
+    /// Send the armed signal to this process if `point` is the armed one.
+    pub fn at(point: Point) {
+        if POINT.load(Ordering::SeqCst) == point as u8 {
+            // SAFETY: kill(2) on our own pid with a plain signal number; no memory is involved.
+            unsafe { libc::kill(std::process::id() as i32, SIGNAL.load(Ordering::SeqCst)) };
         }
     }
 }

@@ -75,6 +75,7 @@ fn runtime_status(e: &RuntimeError) -> mcore_status {
         RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,
         RuntimeError::NotInitialized => mcore_status::NotInitialized,
         RuntimeError::Busy(_) => mcore_status::Busy,
+        RuntimeError::PeersGone { source, .. } => runtime_status(source),
     }
 }
 

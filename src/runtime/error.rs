@@ -39,6 +39,9 @@ pub enum RuntimeError {
     Busy(String),
     /// A bad argument, named.
     InvalidArgument(String),
+    /// `source`, which ranks that stopped answering (or the store's host) caused: `who` names
+    /// them (see `runtime::liveness`); the status is `source`'s.
+    PeersGone { who: String, source: Box<RuntimeError> },
 }
 
 impl fmt::Display for RuntimeError {
@@ -61,11 +64,22 @@ impl fmt::Display for RuntimeError {
                 write!(f, "refused at once: {what} on another thread; call again once it returned")
             }
             RuntimeError::InvalidArgument(m) => f.write_str(m),
+            RuntimeError::PeersGone { who, source } => write!(f, "{who}; {source}"),
         }
     }
 }
 
 impl std::error::Error for RuntimeError {}
+
+impl RuntimeError {
+    /// The error itself, or for [`RuntimeError::PeersGone`] the error it explains.
+    pub fn cause(&self) -> &RuntimeError {
+        match self {
+            RuntimeError::PeersGone { source, .. } => source.cause(),
+            other => other,
+        }
+    }
+}
 
 macro_rules! from_error {
     ($($t:ty => $v:ident),* $(,)?) => {

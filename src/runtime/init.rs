@@ -13,9 +13,10 @@ use super::groups::{
     PlanKind, RankPlan, SharedComm,
 };
 use super::host::{self, HostInfo};
+use super::liveness::{Liveness, SILENT_AFTER};
 use super::settings::{IdempotentSlot, InitOutcome, Settings, SlotError};
 use super::store_setup::{open_store, StoreHandles};
-use crate::backend::{CommError, CommFactory, Communicator};
+use crate::backend::{CommError, CommErrorKind, CommFactory, Communicator};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::{RankRng, SeedPolicy};
 use crate::store::{PrefixStore, Store};
@@ -133,12 +134,23 @@ pub struct Runtime {
     /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
     pub(super) args: InitArgs,
     pub(super) attempt: String,
+    /// This rank's heartbeat and the questions of who stopped answering (None: a world of one).
+    pub(super) liveness: Option<Liveness>,
     /// Health checks run so far (each uses its own generation of store keys).
     pub(super) health_checks: AtomicU64,
 }
 
 impl Runtime {
     /// This rank's group of `kind`, if it is a member.
+    /// `e`, a failed collective, with the ranks that stopped answering named first (see
+    /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked, not only
+    /// the group's `members`: a member may be alive but stuck on a rank of another group.
+    pub fn explain_collective(&self, members: &[u32], e: CommError) -> CommError {
+        let _ = members;
+        let everyone: Vec<u32> = (0..self.env.world_size).collect();
+        explain_with(self.liveness.as_ref(), self.env.rank, &everyone, e)
+    }
+
     pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         self.groups.iter().find(|g| g.plan.kind == PlanKind::Group(kind))
     }
@@ -477,7 +489,13 @@ fn bring_up(
     let deadline = start + args.timeout;
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let (store, attempt) = open_attempt(&env, args, reuse)?;
+    let liveness = start_liveness(&env, &attempt, left());
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
+    let base = match &liveness {
+        Some(l) => l.guard(base),
+        None => base,
+    };
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
         eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
@@ -516,13 +534,18 @@ fn bring_up(
         };
         Ok((created, communicators, t_checkin, t_groups))
     })();
+    let created = created.map_err(|e| blame_peers(e, liveness.as_ref(), &env));
+    if let (Err(e), true) = (&created, liveness.as_ref().is_some_and(|l| l.store_silent().is_some())) {
+        // The store's host is gone: nobody can read a verdict or recover through it.
+        return Err(e.clone());
+    }
     let (CreatedGroups { groups, world, world_time }, communicators, t_checkin, t_groups) = match created {
         Ok(c) => c,
         Err(e) if failed_for_a_peer(&e) => {
             // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
             // ranks whose init succeeded, through their health check): keep the store (a host
             // keeps serving).
-            let suspected = match &e {
+            let suspected = match e.cause() {
                 RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
                 _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
             };
@@ -531,20 +554,21 @@ fn bring_up(
             // A host stops waiting as soon as a rank asks for recovery: it is needed there.
             let arrived = env.world_size.saturating_sub(suspected.len() as u32);
             let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-            leave_unless(base.as_ref(), &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY));
+            leave_unless(&base, &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY), liveness.as_ref());
             let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
             keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by });
             return Err(e);
         }
         Err(e) => {
             // Keep the store up until the ranks that arrived have read the verdict and left.
-            let arrived = match &e {
+            let arrived = match e.cause() {
                 RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
                 _ => env.world_size,
             };
             // Wait for them only until a little past the deadline (not past the time this error
             // took to explain, e.g. waiting for failure records): ranks that died never leave.
-            leave(base.as_ref(), &env, arrived, (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now()));
+            let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+            leave(&base, &env, arrived, wait, liveness.as_ref());
             return Err(e);
         }
     };
@@ -574,7 +598,53 @@ fn bring_up(
         args: args.clone(),
         attempt,
         health_checks: AtomicU64::new(0),
+        liveness,
     })
+}
+
+/// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
+/// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
+/// init nothing but the naming of dead ranks.
+fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration) -> Option<Liveness> {
+    if env.world_size <= 1 {
+        return None;
+    }
+    let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
+    let host = format!("{who} at {}:{}", env.master_addr, env.master_port);
+    Liveness::start(&env.master_addr, env.master_port, attempt, env.rank, host, within.min(Duration::from_secs(2))).ok()
+}
+
+/// `e` with the peers that stopped answering named first, when it is a failure that a dead or
+/// frozen peer can cause (a timeout, a lost peer, a store that went away).
+fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &LaunchEnv) -> RuntimeError {
+    let Some(l) = liveness else { return e };
+    let peerish = match &e {
+        RuntimeError::Group(g) => {
+            matches!(g.error.kind, CommErrorKind::Timeout | CommErrorKind::PeerFailed | CommErrorKind::Store)
+        }
+        RuntimeError::Store(_) | RuntimeError::StoreConnect { .. } | RuntimeError::Comm(_) => true,
+        RuntimeError::Checkin(CheckinError::Store(_)) => true,
+        _ => false,
+    };
+    if !peerish {
+        return e;
+    }
+    let everyone: Vec<u32> = (0..env.world_size).collect();
+    match l.blame(&everyone, env.rank) {
+        Some(who) => RuntimeError::PeersGone { who, source: Box::new(e) },
+        None => e,
+    }
+}
+
+/// `e` (a failed collective over `members`) with the silent ranks named first.
+fn explain_with(liveness: Option<&Liveness>, me: u32, members: &[u32], e: CommError) -> CommError {
+    match (liveness, e.kind) {
+        (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match l.blame(members, me) {
+            Some(who) => CommError { kind: e.kind, message: format!("{who}; {}", e.message) },
+            None => e,
+        },
+        _ => e,
+    }
 }
 
 /// Whether an initialization failed because a peer did not come or went away (a rank missing at
@@ -582,7 +652,7 @@ fn bring_up(
 /// continue from it.
 fn failed_for_a_peer(e: &RuntimeError) -> bool {
     use crate::backend::CommErrorKind as K;
-    match e {
+    match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
         RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
         _ => false,
@@ -690,29 +760,83 @@ fn open_attempt(
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// After a failed initialization, how long past the init deadline the store host waits for the
-/// ranks that arrived to read the verdict and leave.
-const LEAVE_GRACE: Duration = Duration::from_secs(3);
+/// ranks that arrived to read the verdict and leave (they explain their failure within
+/// `progress::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
+const LEAVE_GRACE: Duration = Duration::from_millis(1800);
 
 /// Announce that this rank is done with the store; the rank hosting the store server waits (at
 /// most `LEAVE_WAIT`, and at most `timeout`) until `expected` ranks have, so none loses the
-/// server mid-request.
-fn leave(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration) {
-    leave_unless(base, env, expected, timeout, None)
+/// server mid-request, or until the ranks that have not left stopped answering (`liveness`).
+fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, expected: u32, timeout: Duration, liveness: Option<&Liveness>) {
+    leave_unless(base, env, expected, timeout, None, liveness)
 }
 
+/// Above this many ranks the store host does not look for dead ranks while it waits for the
+/// others to leave (one store request per rank each time).
+const LEAVE_LIVENESS_MAX: u32 = 1024;
+/// The longest a rank that does not host the store waits to have announced that it leaves.
+const LEAVE_SEND: Duration = Duration::from_millis(500);
+
 /// [`leave`], but the host also stops waiting once `stop_key` exists.
-fn leave_unless(base: &dyn Store, env: &LaunchEnv, expected: u32, timeout: Duration, stop_key: Option<&str>) {
-    if env.world_size <= 1 || base.add("leave/count", 1).is_err() || !env.hosts_store() {
+fn leave_unless(
+    base: &Arc<dyn Store>,
+    env: &LaunchEnv,
+    expected: u32,
+    timeout: Duration,
+    stop_key: Option<&str>,
+    liveness: Option<&Liveness>,
+) {
+    if env.world_size <= 1 {
         return;
     }
-    let deadline = Instant::now() + LEAVE_WAIT.min(timeout);
+    let _ = base.set(&format!("leave/{}", env.rank), b"1");
+    if !env.hosts_store() {
+        // The count's reply is not needed: a store host that froze must not hold this rank
+        // (at most LEAVE_SEND; the request finishes or fails on its own thread).
+        let b = Arc::clone(base);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sent = std::thread::Builder::new().name("mcore-leave".into()).spawn(move || {
+            let _ = b.add("leave/count", 1);
+            let _ = tx.send(());
+        });
+        if sent.is_ok() {
+            let _ = rx.recv_timeout(LEAVE_SEND);
+        }
+        return;
+    }
+    if base.add("leave/count", 1).is_err() {
+        return;
+    }
+    let start = Instant::now();
+    let deadline = start + LEAVE_WAIT.min(timeout);
+    let mut look_at = start;
+    let watch = liveness.filter(|_| env.world_size <= LEAVE_LIVENESS_MAX);
     while Instant::now() < deadline {
         if stop_key.is_some_and(|k| base.check(&[k]).unwrap_or(false)) {
             return;
         }
-        match base.add("leave/count", 0) {
-            Ok(n) if n < expected as i64 => std::thread::sleep(Duration::from_millis(2)),
+        let left = match base.add("leave/count", 0) {
+            Ok(n) if n < i64::from(expected) => n,
             _ => return,
+        };
+        std::thread::sleep(Duration::from_millis(2));
+        let Some(l) = watch else { continue };
+        // Those that have not left and stopped answering (found so by this rank's own failure,
+        // or by asking now) never will.
+        let known = l.known_silent_count(LEAVE_GRACE);
+        let now = Instant::now();
+        if left + known as i64 >= i64::from(expected) || now >= look_at {
+            let missing: Vec<u32> =
+                (0..env.world_size).filter(|r| !base.check(&[&format!("leave/{r}")]).unwrap_or(true)).collect();
+            if l.known_silent(&missing, LEAVE_GRACE) {
+                return;
+            }
+            if now >= look_at {
+                if l.silent(&missing).map_or(true, |silent| silent.len() == missing.len()) {
+                    return;
+                }
+                look_at = Instant::now() + SILENT_AFTER;
+            }
         }
     }
 }
@@ -734,13 +858,14 @@ pub(super) const ENDED_KEY: &str = "ended";
 /// Teardown itself never fails because a peer is gone.
 pub(super) fn teardown() -> Result<bool, RuntimeError> {
     let Some(runtime) = take_runtime()? else { return Ok(false) };
-    let Runtime { groups, world, base, store, env, timeout, .. } = runtime;
+    let Runtime { groups, world, base, store, env, timeout, liveness, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.
     drop(groups);
     drop(world);
     let _ = base.set(ENDED_KEY, b"1");
-    leave(base.as_ref(), &env, env.world_size, timeout);
+    leave(&base, &env, env.world_size, timeout, liveness.as_ref());
+    drop(liveness);
     drop(base);
     drop(store);
     Ok(true)

@@ -9,6 +9,7 @@ pub mod error;
 pub mod groups;
 pub mod host;
 mod init;
+pub mod liveness;
 mod progress;
 pub mod recovery;
 pub mod settings;

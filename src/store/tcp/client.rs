@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 /// First pause between connection attempts; doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// How long to wait for WAIT_CANCELED after sending CANCEL_WAIT.
-const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long to wait for WAIT_CANCELED after sending CANCEL_WAIT. Short: the WAIT has already
+/// timed out (the caller's deadline has passed), and a live server answers at once; a server
+/// that does not (its process frozen) must not hold the caller past its deadline for long.
+const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Why a server closes a connection (ours logs which one; the protocol has no error reply).
 const CLOSE_REASONS: &str = "a server closes a connection whose request breaks its limits: an APPEND growing a value \
      past 8 MiB, the store's memory limit, its connection limit, an ADD to a non-integer; its log names the reason";
@@ -38,6 +40,9 @@ pub struct TcpStore {
     conn: Mutex<Conn>,
     peer: String,
     timeout: Duration,
+    /// The wait for the reply to a non-waiting request (`None`: the store timeout, at least
+    /// [`MIN_REPLY_TIMEOUT`]); see [`TcpStore::with_reply_timeout`].
+    reply_timeout: Option<Duration>,
     round_trips: AtomicU64,
 }
 
@@ -120,6 +125,7 @@ impl TcpStore {
             conn: Mutex::new(Conn { stream: BufReader::new(stream), read_timeout: None, broken: None }),
             peer,
             timeout,
+            reply_timeout: None,
             round_trips: AtomicU64::new(0),
         };
         store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
@@ -132,6 +138,14 @@ impl TcpStore {
             )));
         }
         Ok(store)
+    }
+
+    /// Wait at most `limit` for the reply to a request that does not wait for keys (a liveness
+    /// connection, which must notice a frozen server within its deadline; the default waits at
+    /// least [`MIN_REPLY_TIMEOUT`] so that a loaded server is not taken for a dead one).
+    pub fn with_reply_timeout(mut self, limit: Duration) -> Self {
+        self.reply_timeout = Some(limit);
+        self
     }
 
     /// The `host:port` this client talks to.
@@ -220,7 +234,7 @@ impl TcpStore {
         let mut c = self.lock()?;
         self.write(&mut c, msg)?;
         let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));
-        let limit = self.timeout.max(MIN_REPLY_TIMEOUT);
+        let limit = self.reply_timeout.unwrap_or(self.timeout.max(MIN_REPLY_TIMEOUT));
         self.read(&mut c, limit, f).map_err(|e| self.fail(&mut c, e, &what, limit))
     }
 

@@ -1,0 +1,136 @@
+"""Fault-injection trials: Gloo worlds of real mcore-selftest processes in which one rank SIGKILLs
+or SIGSTOPs itself at a chosen point (mcore-selftest --fault). Checks, for every survivor, that it
+ended within the init timeout T + 2 s of its start and, when it failed, that its message names the
+victim's rank. Prints one line per trial and a closing 'faults: N passed, M failed' line.
+
+    python3 fault_trials.py --selftest target/release/mcore-selftest --plugin-dir target/gloo-plugin \\
+        [--trials 32] [--seed 23] [--timeout 5] [--worlds 8,16] [--json-out FILE]
+
+A trial passes when every survivor ended in time and every failing survivor named the victim.
+Trials are drawn from a fixed seed: victim (rank 0 in every third trial, else a random rank),
+point (start, checkin, created, verify, destroy) and signal (kill, stop).
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+POINTS = ["start", "checkin", "created", "verify", "destroy"]
+SIGNALS = ["kill", "stop"]
+GRACE_S = 2.0  # the bound: every wait ends within its deadline + 2 s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def names_rank(message: str, rank: int) -> bool:
+    """Whether `message` names `rank` as a rank: 'rank 5', 'ranks [3, 5]', 'ranks 3, 5', 'rank 0 on host'."""
+    pattern = rf"rank(?:s|\(s\))?\W{{1,3}}(?:\d+\W{{1,3}}){{0,64}}?{rank}\b(?!\.\d)"
+    return re.search(pattern, message) is not None
+
+
+def run_trial(i, world, victim, point, sig, a):
+    port = free_port()
+    env_base = dict(os.environ)
+    env_base.update({
+        "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "LD_LIBRARY_PATH": a.plugin_dir + (":" + os.environ["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in os.environ else ""),
+    })
+    argv = [a.selftest, "--json", "--backend", "gloo", "--timeout", str(a.timeout), "--tp", "2", "--pp", "2",
+            "--fault", f"{victim}:{point}:{sig}"]
+    procs, starts = [], []
+    for r in range(world):
+        env = dict(env_base, RANK=str(r), LOCAL_RANK=str(r))
+        starts.append(time.monotonic())
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      start_new_session=True))
+    hard = time.monotonic() + a.timeout * 4 + 30  # the harness's own bound: it never hangs
+    ends = [None] * world
+    while time.monotonic() < hard:
+        for r, p in enumerate(procs):
+            if ends[r] is None and r != victim and p.poll() is not None:
+                ends[r] = time.monotonic()
+        if all(ends[r] is not None for r in range(world) if r != victim):
+            break
+        time.sleep(0.005)
+    for r, p in enumerate(procs):
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    outs = []
+    for p in procs:
+        out, err = p.communicate()
+        outs.append((p.returncode, out.decode(errors="replace"), err.decode(errors="replace")))
+    survivors, late, unnamed, worst = 0, [], [], 0.0
+    for r in range(world):
+        if r == victim:
+            continue
+        survivors += 1
+        took = (ends[r] if ends[r] is not None else float("inf")) - starts[r]
+        worst = max(worst, took)
+        if took > a.timeout + GRACE_S:
+            late.append((r, round(took, 2)))
+        code, out, err = outs[r]
+        if code != 0:
+            line = next((l for l in out.splitlines() if l.startswith("{")), "")
+            message = json.loads(line).get("error", "") if line else err
+            if not names_rank(message, victim):
+                unnamed.append((r, message[:300]))
+    ok = not late and not unnamed
+    record = {"trial": i, "world": world, "victim": victim, "point": point, "signal": sig, "ok": ok,
+              "survivors": survivors, "failed_survivors": sum(1 for r in range(world) if r != victim and outs[r][0] != 0),
+              "worst_end_s": round(worst, 3), "late": late, "unnamed": unnamed,
+              "ends_s": {r: round(ends[r] - starts[r], 3) for r in range(world) if r != victim and ends[r] is not None}}
+    return record
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--selftest", required=True)
+    p.add_argument("--plugin-dir", required=True)
+    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--seed", type=int, default=23)
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--worlds", default="8,16")
+    p.add_argument("--only", default="", help="POINT:SIGNAL[,..] to restrict the draw (debugging)")
+    p.add_argument("--json-out", default="")
+    a = p.parse_args()
+    rng = random.Random(a.seed)
+    worlds = [int(w) for w in a.worlds.split(",")]
+    only = [tuple(x.split(":")) for x in a.only.split(",") if x]
+    records = []
+    for i in range(a.trials):
+        world = worlds[i % len(worlds)]
+        victim = 0 if i % 3 == 0 else rng.randrange(1, world)
+        point, sig = rng.choice(only) if only else (rng.choice(POINTS), rng.choice(SIGNALS))
+        rec = run_trial(i, world, victim, point, sig, a)
+        records.append(rec)
+        status = "ok  " if rec["ok"] else "FAIL"
+        print(f"{status} trial {i:2d}: world {world:2d}, rank {victim:2d} {sig:4s} at {point:8s}: "
+              f"{rec['survivors']} survivors ({rec['failed_survivors']} failed), worst end {rec['worst_end_s']:.2f} s"
+              + (f"; late {rec['late']}" if rec["late"] else "")
+              + (f"; victim not named by {rec['unnamed'][:2]}" if rec["unnamed"] else ""), flush=True)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(records, f, indent=1)
+    passed = sum(r["ok"] for r in records)
+    worst = max(r["worst_end_s"] for r in records) if records else 0.0
+    survivors = sum(r["survivors"] for r in records)
+    print(f"faults: {len(records)} trials, {survivors} survivors, worst end {worst:.2f} s "
+          f"(bound {a.timeout + GRACE_S:.1f} s), seed {a.seed}")
+    print(f"faults: {passed} passed, {len(records) - passed} failed")
+    return 0 if passed == len(records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

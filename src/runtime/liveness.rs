@@ -1,0 +1,368 @@
+//! Who is still alive: a heartbeat per rank through the rendezvous store, read when something
+//! fails, so that the error names the rank that died or froze rather than a live peer that was
+//! itself waiting.
+//!
+//! Each rank bumps a counter (`alive/<rank>`, under the attempt's prefix) every
+//! [`HEARTBEAT_PERIOD`] on a connection of its own whose replies are bounded by [`REPLY_LIMIT`].
+//! A rank killed or stopped (SIGKILL, SIGSTOP, a hung host) stops bumping; a rank stuck in a
+//! collective that waits for it does not, since the heartbeat runs on its own thread. The same
+//! connection notices a store host that stopped answering (its process frozen or gone): every
+//! later question is then answered "the store's host stopped answering" at once instead of each
+//! store call waiting out its own timeout.
+
+use crate::store::{PrefixStore, Store, StoreError, TcpStore};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often a rank bumps its heartbeat.
+pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
+/// The longest a heartbeat (or a liveness read) waits for the store's reply.
+pub const REPLY_LIMIT: Duration = Duration::from_secs(1);
+/// How long a rank's heartbeat must stand still before the rank is called silent.
+pub const SILENT_AFTER: Duration = Duration::from_millis(450);
+/// The most ranks one question reads (two store requests each).
+const MAX_READ: usize = 4096;
+
+fn key(rank: u32) -> String {
+    format!("alive/{rank}")
+}
+
+fn failed_key(rank: u32) -> String {
+    format!("alive/failed/{rank}")
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    stop: AtomicBool,
+    /// Why the store's host is taken for gone (a heartbeat got no reply in time), when it is.
+    store_silent: Mutex<Option<String>>,
+    /// "rank 0 at ADDR:PORT" or "torchrun's agent at ADDR:PORT".
+    store_host: String,
+    /// The ranks the last question found silent, and when.
+    last_silent: Mutex<Option<(Instant, Vec<u32>)>>,
+}
+
+impl Shared {
+    fn note_store_failure(&self, why: String) {
+        *self.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+}
+
+/// This rank's heartbeat and the questions asked of everyone's (see module docs). Stops on drop.
+pub struct Liveness {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Liveness {
+    /// Connect a heartbeat connection to the store at `addr:port` (within `connect_within`) and
+    /// start bumping `rank`'s counter under `prefix`. `store_host` names who hosts the store.
+    pub fn start(
+        addr: &str,
+        port: u16,
+        prefix: &str,
+        rank: u32,
+        store_host: String,
+        connect_within: Duration,
+    ) -> Result<Liveness, String> {
+        let conn = TcpStore::connect(addr, port, connect_within.max(REPLY_LIMIT))
+            .map_err(|e| format!("liveness connection to {store_host}: {e}"))?
+            .with_reply_timeout(REPLY_LIMIT);
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, Arc::new(conn)));
+        Ok(Self::on(store, rank, store_host))
+    }
+
+    /// Heartbeat through `store` (tests: an in-process store).
+    pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
+        let shared = Arc::new(Shared {
+            store,
+            stop: AtomicBool::new(false),
+            store_silent: Mutex::new(None),
+            store_host,
+            last_silent: Mutex::new(None),
+        });
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("mcore-heartbeat".into())
+            .stack_size(256 * 1024)
+            .spawn(move || beat(&s, rank))
+            .ok();
+        Liveness { shared, thread }
+    }
+
+    /// Why the store's host is taken for gone, when it is.
+    pub fn store_silent(&self) -> Option<String> {
+        self.shared.store_silent.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The ranks of `ranks` (at most the first 4096) whose heartbeat stood still for
+    /// [`SILENT_AFTER`], read now and once more after that long. `Err`: the store's host does not
+    /// answer (the text says so, naming it).
+    pub fn silent(&self, ranks: &[u32]) -> Result<Vec<u32>, String> {
+        let ranks = &ranks[..ranks.len().min(MAX_READ)];
+        if let Some(why) = self.store_silent() {
+            return Err(self.store_host_gone(&why));
+        }
+        let read = |r: u32| -> Result<i64, String> {
+            self.shared.store.add(&key(r), 0).map_err(|e| {
+                let why = format!("no answer to a liveness read ({e})");
+                self.shared.note_store_failure(why.clone());
+                self.store_host_gone(&why)
+            })
+        };
+        let first = ranks.iter().map(|&r| read(r)).collect::<Result<Vec<_>, _>>()?;
+        std::thread::sleep(SILENT_AFTER);
+        let mut silent = Vec::new();
+        for (&r, before) in ranks.iter().zip(first) {
+            if read(r)? == before {
+                silent.push(r);
+            }
+        }
+        *self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), silent.clone()));
+        Ok(silent)
+    }
+
+    /// How many ranks a question of the last `within` found silent.
+    pub fn known_silent_count(&self, within: Duration) -> usize {
+        match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some((at, silent)) if at.elapsed() <= within => silent.len(),
+            _ => 0,
+        }
+    }
+
+    /// Whether every rank of `ranks` was found silent by a question of the last `within`.
+    pub fn known_silent(&self, ranks: &[u32], within: Duration) -> bool {
+        match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some((at, silent)) if at.elapsed() <= within => ranks.iter().all(|r| silent.contains(r)),
+            _ => false,
+        }
+    }
+
+    /// A sentence naming who stopped answering among `ranks` (this rank `me` left out): the
+    /// store's host, or the ranks whose heartbeat stood still; `None` when every one is alive.
+    /// A silent rank that had itself failed before it went (it exits after its own error) is
+    /// followed to the ranks it blamed, so that every survivor names the rank that died first.
+    /// What this rank blames is recorded for the ranks that ask later.
+    pub fn blame(&self, ranks: &[u32], me: u32) -> Option<String> {
+        let others: Vec<u32> = ranks.iter().copied().filter(|&r| r != me).collect();
+        if others.is_empty() {
+            return None;
+        }
+        let silent = match self.silent(&others) {
+            Err(store_gone) => return Some(store_gone),
+            Ok(silent) if silent.is_empty() => return None,
+            Ok(silent) => silent,
+        };
+        // Follow the records of silent ranks that failed before they went.
+        let (mut roots, mut followers) = (BTreeSet::new(), BTreeSet::new());
+        let mut queue: Vec<u32> = silent;
+        let mut seen: BTreeSet<u32> = BTreeSet::from([me]);
+        while let Some(r) = queue.pop() {
+            if !seen.insert(r) || seen.len() > MAX_READ {
+                continue;
+            }
+            match self.record_of(r) {
+                Some(blamed) if !blamed.is_empty() => {
+                    followers.insert(r);
+                    queue.extend(blamed);
+                }
+                _ => {
+                    roots.insert(r);
+                }
+            }
+        }
+        let roots: Vec<u32> = roots.into_iter().collect();
+        let _ = self
+            .shared
+            .store
+            .set(&failed_key(me), roots.iter().map(u32::to_string).collect::<Vec<_>>().join(",").as_bytes());
+        let mut text = format!(
+            "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
+            super::host::format_ranks(&roots),
+            SILENT_AFTER.as_secs_f64()
+        );
+        if !followers.is_empty() {
+            let followers: Vec<u32> = followers.into_iter().collect();
+            text.push_str(&format!(
+                "; rank(s) {} failed waiting for it and went",
+                super::host::format_ranks(&followers)
+            ));
+        }
+        Some(text)
+    }
+
+    /// The ranks that rank `r` blamed when it failed, if it recorded any.
+    fn record_of(&self, r: u32) -> Option<Vec<u32>> {
+        let k = failed_key(r);
+        if !self.shared.store.check(&[&k]).ok()? {
+            return None;
+        }
+        let text = self.shared.store.get(&k).ok()?;
+        Some(String::from_utf8_lossy(&text).split(',').filter_map(|x| x.parse().ok()).collect())
+    }
+
+    /// `inner`, failing every call at once (naming the store's host) once the heartbeat has found
+    /// the host gone, instead of each call waiting out its own timeout.
+    pub fn guard(&self, inner: Arc<dyn Store>) -> Arc<dyn Store> {
+        Arc::new(Guarded { inner, liveness: Arc::clone(&self.shared) })
+    }
+
+    fn store_host_gone(&self, why: &str) -> String {
+        format!(
+            "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
+            self.shared.store_host
+        )
+    }
+}
+
+/// See [`Liveness::guard`].
+struct Guarded {
+    inner: Arc<dyn Store>,
+    liveness: Arc<Shared>,
+}
+
+impl Guarded {
+    fn ok(&self) -> Result<&dyn Store, StoreError> {
+        match self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            None => Ok(self.inner.as_ref()),
+            Some(why) => Err(StoreError::Closed(format!(
+                "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
+                self.liveness.store_host
+            ))),
+        }
+    }
+}
+
+impl Store for Guarded {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.ok()?.set(key, value)
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        self.ok()?.get(key)
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.ok()?.add(key, delta)
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.ok()?.compare_set(key, expected, desired)
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        self.ok()?.check(keys)
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        self.ok()?.wait(keys, timeout)
+    }
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        self.ok()?.delete_key(key)
+    }
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.ok()?.num_keys()
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.ok()?.multi_get(keys)
+    }
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        self.ok()?.multi_set(items)
+    }
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            // The beat sleeps in short slices and waits at most REPLY_LIMIT for a reply.
+            let _ = t.join();
+        }
+    }
+}
+
+fn beat(s: &Shared, rank: u32) {
+    let k = key(rank);
+    while !s.stop.load(Ordering::SeqCst) {
+        let t0 = Instant::now();
+        match s.store.add(&k, 1) {
+            Ok(_) => *s.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Err(e) => {
+                s.note_store_failure(format!("no reply to a heartbeat within {:.1} s: {e}", REPLY_LIMIT.as_secs_f64()));
+                // The connection is unusable after a missed reply: nothing more to learn from it.
+                return;
+            }
+        }
+        let next = t0 + HEARTBEAT_PERIOD;
+        while !s.stop.load(Ordering::SeqCst) && Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    #[test]
+    fn a_rank_whose_heartbeat_stops_is_named_and_live_ones_are_not() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let a = Liveness::on(store.clone(), 0, "rank 0".into());
+        let b = Liveness::on(store.clone(), 1, "rank 0".into());
+        let c = Liveness::on(store.clone(), 2, "rank 0".into());
+        std::thread::sleep(HEARTBEAT_PERIOD * 2);
+        drop(c); // rank 2 dies
+        assert_eq!(a.silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
+        let text = a.blame(&[0, 1, 2], 0).unwrap();
+        assert!(text.contains("rank(s) 2 stopped answering"), "{text}");
+        assert_eq!(a.blame(&[0, 1], 0), None);
+        // Rank 1 fails naming 2 (recorded), then goes: rank 0 is told of 2, not of 1.
+        assert!(b.blame(&[1, 2], 1).unwrap().contains("rank(s) 2 stopped"));
+        drop(b);
+        let text = a.blame(&[0, 1], 0).unwrap();
+        assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
+        assert!(text.contains("rank(s) 1 failed waiting for it"), "{text}");
+    }
+
+    #[test]
+    fn a_store_that_stops_answering_is_named_as_the_hosts_death() {
+        /// A store whose every call fails, as a connection to a frozen host does.
+        struct Frozen;
+        impl Store for Frozen {
+            fn set(&self, _: &str, _: &[u8]) -> Result<(), crate::store::StoreError> {
+                Err(crate::store::StoreError::Io("no reply within 1.0 s".into()))
+            }
+            fn get(&self, _: &str) -> Result<Vec<u8>, crate::store::StoreError> {
+                self.set("", b"").map(|_| vec![])
+            }
+            fn add(&self, _: &str, _: i64) -> Result<i64, crate::store::StoreError> {
+                self.set("", b"").map(|_| 0)
+            }
+            fn compare_set(&self, _: &str, _: &[u8], _: &[u8]) -> Result<Vec<u8>, crate::store::StoreError> {
+                self.get("")
+            }
+            fn check(&self, _: &[&str]) -> Result<bool, crate::store::StoreError> {
+                self.set("", b"").map(|_| false)
+            }
+            fn wait(&self, _: &[&str], _: Duration) -> Result<(), crate::store::StoreError> {
+                self.set("", b"")
+            }
+            fn delete_key(&self, _: &str) -> Result<bool, crate::store::StoreError> {
+                self.check(&[])
+            }
+            fn num_keys(&self) -> Result<i64, crate::store::StoreError> {
+                self.add("", 0)
+            }
+            fn timeout(&self) -> Duration {
+                Duration::from_secs(1)
+            }
+        }
+        let l = Liveness::on(Arc::new(Frozen), 3, "rank 0 at 127.0.0.1:1".into());
+        std::thread::sleep(HEARTBEAT_PERIOD);
+        let text = l.blame(&[0, 1, 3], 3).unwrap();
+        assert!(text.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{text}");
+        assert!(l.store_silent().is_some());
+    }
+}
