@@ -307,3 +307,47 @@ fn a_second_signal_sends_sigkill_at_once() {
     assert!(launch.pids.iter().all(|&p| !alive(p)), "rank processes left: {:?}", launch.pids);
     relaunch_on(port);
 }
+
+/// The real ranks, when `MCORE_GLOO_PLUGIN` names the Gloo plugin (scripts/test.d/25-runtime.sh
+/// sets it; without it this test says so and returns): `mcore-selftest` ranks stuck in init (each
+/// told the world has 3 ranks, of which the launcher starts 2: rank 0 hosts the store on
+/// MASTER_PORT and waits for rank 2), SIGTERM to the launcher, then `mcore-selftest` on 2 ranks
+/// initializes on the same port.
+#[test]
+fn sigterm_to_selftest_ranks_stuck_in_init_then_relaunch() {
+    let Some(plugin) = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists()) else {
+        eprintln!(
+            "skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/25-runtime.sh)"
+        );
+        return;
+    };
+    let selftest = env!("CARGO_BIN_EXE_mcore-selftest");
+    let port = free_port();
+    let stuck =
+        ["sh", "-c", "echo pid $$; WORLD_SIZE=3 exec \"$0\" \"$@\"", selftest, "--backend", &plugin, "--timeout", "60"];
+    let mut launch = Launch::start(&["--nproc", "2"], port, "", &stuck.map(String::from));
+    launch.wait_for_pids(2);
+    // Rank 0 hosts the store: wait (at most 30 s) until it listens.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "rank 0 does not listen on {port} after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    send("TERM", launch.child.id());
+    let status = launch.wait(GRACE + SLACK);
+    let err = launch.stderr_text();
+    assert_eq!(status.and_then(|s| s.code()), Some(143), "stderr:\n{err}");
+    while launch.pids.iter().any(|&p| alive(p)) && sent.elapsed() < GRACE + SLACK {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(launch.pids.iter().all(|&p| !alive(p)), "selftest ranks left: {:?}; stderr:\n{err}", launch.pids);
+    eprintln!("TERM (selftest in init): every rank gone after {:.3} s", sent.elapsed().as_secs_f64());
+    let program = [selftest, "--backend", &plugin, "--timeout", "60"].map(String::from);
+    let mut again = Launch::start(&["--nproc", "2"], port, "", &program);
+    let status = again.wait(Duration::from_secs(90));
+    let err = again.stderr_text();
+    let out: Vec<String> = again.lines.try_iter().collect();
+    assert!(status.is_some_and(|s| s.success()), "relaunch on port {port}: {status:?}; stderr:\n{err}");
+    assert_eq!(out.iter().filter(|l| l.contains(" ok ")).count(), 2, "{out:?}");
+}
