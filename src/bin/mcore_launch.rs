@@ -221,14 +221,14 @@ fn still_running(child: &mut Child) -> bool {
 /// Send `signal` to every rank's process group, give the ranks `grace` to end (a further caught
 /// signal cuts it short), then SIGKILL what is left and reap the ranks (each wait bounded).
 fn stop_all(children: &mut [(u32, Child)], signal: i32, grace: Duration) {
+    let signals_before = common::os::caught_signal().map_or(0, |(_, n)| n);
     for (_, c) in children.iter_mut() {
         let _ = signal_process_group(c.id(), signal);
     }
-    let signals_before = common::os::caught_signal().map_or(0, |(_, n)| n);
     let deadline = Instant::now() + grace;
     let mut cut_short = false;
     loop {
-        let running = children.iter_mut().filter_map(|(_, c)| still_running(c).then_some(())).count();
+        let running = children.iter_mut().map(|(_, c)| still_running(c)).filter(|r| *r).count();
         if running == 0 || Instant::now() >= deadline {
             break;
         }
