@@ -83,6 +83,23 @@ fn bad_arguments_exit_2_with_the_value_named() {
         (vec!["--nproc", "2", "--nnodes", "2", "--", "true"], "--node-rank is required"),
         (vec!["--nproc", "2", "--nnodes", "2", "--node-rank", "2", "--", "true"], "--node-rank 2 is out of range"),
         (vec!["--nproc", "2", "--nnodes", "0", "--", "true"], "'0'"),
+        // One launcher starts at most 4096 ranks (it used to spawn until threads ran out, then panic).
+        (
+            vec!["--nproc", "4294967295", "--", "true"],
+            "--nproc 4294967295 is more ranks than one launcher starts (at most 4096)",
+        ),
+        (vec!["--nproc", "4097", "--", "true"], "--nproc 4097 is more ranks than one launcher starts (at most 4096)"),
+        (vec!["--nproc", "4294967296", "--", "true"], "'4294967296'"),
+        (vec!["--nproc", "4096", "--nnodes", "4294967295", "--node-rank", "0", "--", "true"], "is too many"),
+        (vec!["--nproc", "2", "--nnodes", "2", "--node-rank", "4294967296", "--", "true"], "'4294967296'"),
+        (vec!["--nproc", "2", "--nnodes", "4294967296", "--", "true"], "'4294967296'"),
+        (
+            vec!["--nproc", "2", "--grace", "-1", "--", "true"],
+            "--grace must be a number of seconds from 0 to 3600, got '-1'",
+        ),
+        (vec!["--nproc", "2", "--grace", "3601", "--", "true"], "'3601'"),
+        (vec!["--nproc", "2", "--grace", "nan", "--", "true"], "'nan'"),
+        (vec!["--nproc", "2", "--grace", "inf", "--", "true"], "'inf'"),
     ] {
         let (out, _) = launch(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

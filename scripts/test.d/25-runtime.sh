@@ -13,6 +13,12 @@ if MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test runtime_mult
 else
   echo "FAIL: tests/runtime_multiprocess.rs"; fail=$((fail+1))
 fi
+# mcore-launch's signal handling with real mcore-selftest ranks (and the rest of that file).
+if MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test cli_launch_signals; then
+  pass=$((pass+1))
+else
+  echo "FAIL: tests/cli_launch_signals.rs"; fail=$((fail+1))
+fi
 # The README's C example, as written there, on 4 ranks (tp=2, pp=2) through mcore-launch.
 bash scripts/test.d/10-c-examples.sh >/dev/null 2>&1 || true   # stages target/c-examples/lib
 python3 - <<'PY' > target/readme_example.c

@@ -1,11 +1,16 @@
 //! `mcore-launch --nproc N [--nnodes M --node-rank K] [--master-addr A] [--master-port P]
-//! [--timeout S] -- PROGRAM ARGS...`
+//! [--timeout S] [--grace S] -- PROGRAM ARGS...`
 //!
 //! A launcher that sets the environment torchrun's static rendezvous sets (RANK, LOCAL_RANK,
 //! WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, MASTER_ADDR,
 //! MASTER_PORT, ...), forwards each rank's output line by line with a `[rank N]: ` prefix, and
 //! when one of its ranks fails stops the others and exits with that rank's status. With
 //! `--timeout`, ranks still running then are stopped and named.
+//!
+//! Each rank leads its own process group. SIGINT, SIGTERM or SIGHUP to the launcher is passed on
+//! to every rank's group; what is still running after the grace period (`--grace`, 5 s; a second
+//! signal ends it at once) gets SIGKILL, and the launcher exits with 128 + the signal's number.
+//! Stopping after a failure or a timeout works the same way with SIGTERM.
 //!
 //! Several machines: run it once per node with the same `--nnodes`, `--nproc`, `--master-addr`
 //! (a reachable address of node 0, whose rank 0 hosts the store) and `--master-port`, and that
@@ -19,7 +24,7 @@
 
 mod common;
 
-use common::os::{signal_process_group, SIGKILL, SIGTERM};
+use common::os::{signal_process_group, SIGHUP, SIGINT, SIGKILL, SIGTERM};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -27,7 +32,20 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: mcore-launch --nproc N [--nnodes M --node-rank K] [--master-addr ADDR] \
-[--master-port PORT] [--timeout SECONDS|none] -- PROGRAM [ARGS...]";
+[--master-port PORT] [--timeout SECONDS|none] [--grace SECONDS] -- PROGRAM [ARGS...]
+  --grace: on SIGINT/SIGTERM/SIGHUP (passed on to every rank) or a failure, how long ranks get
+  to end before SIGKILL (default 5; 0-3600); the launcher then exits with 128 + the signal.";
+
+/// The most ranks one launcher starts (each costs two output threads and two pipes).
+const MAX_NPROC: u32 = 4096;
+
+/// Default for `--grace`, and its upper bound.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+const MAX_GRACE_SECONDS: f64 = 3600.0;
+
+/// How long to wait for a rank to end after SIGKILL (a process in an uninterruptible sleep may
+/// take a while), and for the output forwarders to drain once the ranks are gone.
+const AFTER_KILL: Duration = Duration::from_secs(5);
 
 /// torch's default store port, used by several nodes when `--master-port` is not given.
 const DEFAULT_MASTER_PORT: u16 = 29500;
@@ -39,6 +57,7 @@ struct Args {
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
+    grace: Duration,
     /// The program and its arguments, passed on as given (they need not be UTF-8).
     program: Vec<OsString>,
 }
@@ -50,6 +69,7 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
     let mut master_addr = "127.0.0.1".to_string();
     let mut master_port = None;
     let mut timeout = None;
+    let mut grace = DEFAULT_GRACE;
     let mut i = 0;
     while i < argv.len() {
         let flag = common::cli::utf8_arg(i + 1, &argv[i])?;
@@ -70,7 +90,7 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
             if nproc.checked_mul(nnodes).is_none() {
                 return Err(format!("--nproc {nproc} x --nnodes {nnodes} ranks is too many"));
             }
-            return Ok(Args { nproc, nnodes, node_rank, master_addr, master_port, timeout, program });
+            return Ok(Args { nproc, nnodes, node_rank, master_addr, master_port, timeout, grace, program });
         }
         if flag == "-h" || flag == "--help" {
             return Err(String::new());
@@ -88,7 +108,10 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
                         .ok()
                         .filter(|n| *n >= 1)
                         .ok_or_else(|| format!("--nproc must be a whole number >= 1, got '{value}'"))?,
-                )
+                );
+                if let Some(n) = nproc.filter(|n| *n > MAX_NPROC) {
+                    return Err(format!("--nproc {n} is more ranks than one launcher starts (at most {MAX_NPROC})"));
+                }
             }
             "--nnodes" => {
                 nnodes = value.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
@@ -113,6 +136,17 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
                 )
             }
             "--timeout" => timeout = Some(mcore_init::timeout::parse_seconds("--timeout", value)?),
+            "--grace" => {
+                grace = value
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=MAX_GRACE_SECONDS).contains(s))
+                    .and_then(|s| Duration::try_from_secs_f64(s.abs()).ok())
+                    .ok_or_else(|| {
+                        format!("--grace must be a number of seconds from 0 to {MAX_GRACE_SECONDS}, got '{value}'")
+                    })?
+            }
             other => return Err(format!("unknown option '{other}'")),
         }
         i += 2;
@@ -125,8 +159,13 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn forward(rank: u32, source: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+fn forward(
+    rank: u32,
+    source: impl Read + Send + 'static,
+    to_stderr: bool,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // A small stack: one launcher may run thousands of these.
+    std::thread::Builder::new().name(format!("rank {rank} output")).stack_size(256 * 1024).spawn(move || {
         for line in BufReader::new(source).split(b'\n') {
             let Ok(line) = line else { break };
             let text = String::from_utf8_lossy(&line);
@@ -174,26 +213,84 @@ fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str, dir: &std::
         .spawn()
 }
 
-/// SIGTERM every rank's process group, give them a grace period, then SIGKILL what is left.
-fn stop_all(children: &mut [(u32, Child)]) {
-    const GRACE: Duration = Duration::from_secs(3);
+/// Whether the rank's process has not ended yet (it is reaped when it has).
+fn still_running(child: &mut Child) -> bool {
+    matches!(child.try_wait(), Ok(None))
+}
+
+/// Send `signal` to every rank's process group, give the ranks `grace` to end (a further caught
+/// signal cuts it short), then SIGKILL what is left and reap the ranks (each wait bounded).
+fn stop_all(children: &mut [(u32, Child)], signal: i32, grace: Duration) {
+    let signals_before = common::os::caught_signal().map_or(0, |(_, n)| n);
     for (_, c) in children.iter_mut() {
-        let _ = signal_process_group(c.id(), SIGTERM);
+        let _ = signal_process_group(c.id(), signal);
     }
-    let deadline = Instant::now() + GRACE;
-    for (_, c) in children.iter_mut() {
-        while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+    let deadline = Instant::now() + grace;
+    let mut cut_short = false;
+    loop {
+        let running = children.iter_mut().map(|(_, c)| still_running(c)).filter(|r| *r).count();
+        if running == 0 || Instant::now() >= deadline {
+            break;
         }
+        if common::os::caught_signal().is_some_and(|(_, n)| n > signals_before) {
+            cut_short = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<String> = children.iter_mut().filter_map(|(r, c)| still_running(c).then(|| r.to_string())).collect();
+    if !left.is_empty() {
+        let why = if cut_short {
+            "when a second signal came".to_string()
+        } else {
+            format!("{:.1} s after {}", grace.as_secs_f64(), common::os::signal_name(signal))
+        };
+        eprintln!("mcore-launch: rank(s) {} still running {why}; sending SIGKILL", left.join(", "));
     }
     for (_, c) in children.iter_mut() {
         // The leader may be gone while its children still hold our pipes: kill the whole group.
         let _ = signal_process_group(c.id(), SIGKILL);
-        let _ = c.wait();
+    }
+    let deadline = Instant::now() + AFTER_KILL;
+    for (rank, c) in children.iter_mut() {
+        while still_running(c) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if still_running(c) {
+            eprintln!(
+                "mcore-launch: rank {rank} (pid {}) has not ended {:.0} s after SIGKILL",
+                c.id(),
+                AFTER_KILL.as_secs_f64()
+            );
+        }
     }
 }
 
+/// Why the launcher stops its ranks.
+enum Stop {
+    /// Every rank ended (successfully, or killed in a job that recovers).
+    Done,
+    /// A rank failed, the timeout passed or a rank could not be started: SIGTERM, exit `code`.
+    Failed(u8),
+    /// The launcher got this signal: pass it on, exit 128 + it.
+    Signal(i32),
+}
+
+/// The launcher caught one of the signals it passes on, and said so.
+fn check_signal(grace: Duration) -> Option<Stop> {
+    let (signal, _) = common::os::caught_signal()?;
+    eprintln!(
+        "mcore-launch: got {}; passing it on to the ranks (SIGKILL after {:.1} s, or at a second signal)",
+        common::os::signal_name(signal),
+        grace.as_secs_f64()
+    );
+    Some(Stop::Signal(signal))
+}
+
 fn run(args: Args) -> Result<u8, String> {
+    // Before any rank exists: from here on no rank outlives the launcher's shutdown.
+    common::os::catch_signals(&[SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| format!("cannot install the signal handlers: {e}"))?;
     let port = match args.master_port {
         Some(p) => p,
         // Every node must agree on the port: torch's default, as torchrun does.
@@ -209,23 +306,40 @@ fn run(args: Args) -> Result<u8, String> {
     let dir = LaunchDir::create(&run_id)?;
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut forwarders = Vec::new();
+    let mut stop = Stop::Done;
     for local_rank in 0..args.nproc {
         let rank = global_rank(&args, local_rank);
         match spawn_rank(&args, local_rank, port, &run_id, &dir.0) {
             Ok(mut child) => {
-                forwarders.push(forward(rank, child.stdout.take().expect("piped"), false));
-                forwarders.push(forward(rank, child.stderr.take().expect("piped"), true));
+                let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
                 children.push((rank, child));
+                match forward(rank, stdout, false).and_then(|out| Ok((out, forward(rank, stderr, true)?))) {
+                    Ok((out, err)) => forwarders.extend([out, err]),
+                    Err(e) => {
+                        eprintln!(
+                            "mcore-launch: cannot start the output thread of rank {rank}: {e}; stopping the ranks"
+                        );
+                        stop = Stop::Failed(1);
+                        break;
+                    }
+                }
             }
             Err(e) => {
-                stop_all(&mut children);
-                return Err(format!("cannot start rank {rank} ('{}'): {e}", args.program[0].to_string_lossy()));
+                eprintln!(
+                    "mcore-launch: cannot start rank {rank} ('{}'): {e}; stopping the ranks",
+                    args.program[0].to_string_lossy()
+                );
+                stop = Stop::Failed(1);
+                break;
             }
+        }
+        if let Some(s) = check_signal(args.grace) {
+            stop = s;
+            break;
         }
     }
     let start = Instant::now();
-    let mut running: Vec<usize> = (0..children.len()).collect();
-    let mut code = 0u8;
+    let mut running: Vec<usize> = if matches!(stop, Stop::Done) { (0..children.len()).collect() } else { Vec::new() };
     let mut killed = Vec::new();
     while !running.is_empty() {
         let mut failed = None;
@@ -250,7 +364,11 @@ fn run(args: Args) -> Result<u8, String> {
         });
         if let Some((rank, status)) = failed {
             eprintln!("mcore-launch: rank {rank} failed ({status}); stopping the other ranks");
-            code = status.code().map(|c| (c & 0xff) as u8).filter(|c| *c != 0).unwrap_or(1);
+            stop = Stop::Failed(status.code().map(|c| (c & 0xff) as u8).filter(|c| *c != 0).unwrap_or(1));
+            break;
+        }
+        if let Some(s) = check_signal(args.grace) {
+            stop = s;
             break;
         }
         if let Some(limit) = args.timeout {
@@ -261,15 +379,28 @@ fn run(args: Args) -> Result<u8, String> {
                     limit.as_secs_f64(),
                     names.join(", ")
                 );
-                code = 124;
+                stop = Stop::Failed(124);
                 break;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    stop_all(&mut children);
+    let (signal, mut code) = match stop {
+        Stop::Done => (SIGTERM, 0),
+        Stop::Failed(code) => (SIGTERM, code),
+        Stop::Signal(signal) => (signal, 128u8.saturating_add(signal as u8)),
+    };
+    stop_all(&mut children, signal, args.grace);
+    // The ranks are gone; their output is drained unless something outside their process groups
+    // still holds the pipes: then the launcher does not wait for it.
+    let deadline = Instant::now() + AFTER_KILL;
+    while forwarders.iter().any(|f| !f.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     for f in forwarders {
-        let _ = f.join();
+        if f.is_finished() {
+            let _ = f.join();
+        }
     }
     if code == 0 && !killed.is_empty() {
         if killed.len() == children.len() {

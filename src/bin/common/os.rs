@@ -15,8 +15,77 @@ pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
     }
 }
 
+/// Whether any process of process group `pgid` is left (zombies count until reaped).
+pub fn process_group_exists(pgid: u32) -> bool {
+    // Signal 0 checks without sending; EPERM still means the group exists.
+    match signal_process_group(pgid, 0) {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() != Some(libc::ESRCH),
+    }
+}
+
 #[allow(unused_imports)] // not every tool signals processes
-pub use libc::{SIGKILL, SIGTERM};
+pub use libc::{SIGHUP, SIGINT, SIGKILL, SIGTERM};
+
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+/// The last signal [`catch_signals`] caught (0: none yet) and how many it caught in all.
+static CAUGHT: AtomicI32 = AtomicI32::new(0);
+static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn record_signal(signal: libc::c_int) {
+    // Only lock-free atomic stores: async-signal-safe.
+    CAUGHT.store(signal, Ordering::SeqCst);
+    CAUGHT_COUNT.fetch_add(1, Ordering::SeqCst);
+}
+
+/// From now on, `signals` no longer end the process: each is recorded, for [`caught_signal`]
+/// to report. A signal this process was started with ignored (`nohup` ignores SIGHUP) stays
+/// ignored, as shells and Python do. Handlers reset to the default on exec, so children
+/// started later get the default action (or the inherited "ignore").
+pub fn catch_signals(signals: &[i32]) -> std::io::Result<()> {
+    for &signal in signals {
+        // SAFETY: sigaction reads and writes sigaction structs that live on this stack frame;
+        // all-zero is a valid sigaction (no flags, empty mask). The handler only stores
+        // atomics, which is async-signal-safe.
+        let rc = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
+                -1
+            } else if old.sa_sigaction == libc::SIG_IGN {
+                0
+            } else {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = record_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                // Blocking calls of other threads (the output forwarders' reads) go on.
+                action.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(signal, &action, std::ptr::null_mut())
+            }
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The last signal caught since [`catch_signals`] and how many were caught in all, if any.
+pub fn caught_signal() -> Option<(i32, usize)> {
+    let count = CAUGHT_COUNT.load(Ordering::SeqCst);
+    (count > 0).then(|| (CAUGHT.load(Ordering::SeqCst), count))
+}
+
+/// The conventional name of the signals the tools handle ("SIGTERM"), else "signal N".
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        other => format!("signal {other}"),
+    }
+}
 
 /// Seconds since boot (CLOCK_BOOTTIME): a clock every process on this machine shares, so that
 /// events of several ranks can be compared (the GPU benchmark's "last rank in to last rank ready").
