@@ -36,7 +36,9 @@ pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
     if t.eq_ignore_ascii_case("none") {
         return Ok(NO_LIMIT);
     }
-    let bad = || format!("{what}: '{text}' is not a positive number of seconds (or 'none' for no limit)");
+    let bad = || {
+        format!("{what}: {} is not a positive number of seconds (or 'none' for no limit)", crate::quote::quoted(text))
+    };
     let secs: f64 = t.parse().map_err(|_| bad())?;
     // NaN is neither positive nor anything else; +inf is no limit.
     if secs.is_nan() || secs <= 0.0 {
@@ -47,7 +49,7 @@ pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
     }
     let d = Duration::from_secs_f64(secs);
     if d.is_zero() {
-        return Err(format!("{what}: '{text}' seconds rounds to zero"));
+        return Err(format!("{what}: {} seconds rounds to zero", crate::quote::quoted(text)));
     }
     Ok(d)
 }

@@ -95,7 +95,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let unreachable = |source| RuntimeError::StoreConnect {
         what: format!(
             "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT)",
-            env.master_addr, env.master_port
+            crate::quote::clip(&env.master_addr),
+            env.master_port
         ),
         source,
     };
