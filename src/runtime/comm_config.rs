@@ -208,14 +208,36 @@ impl CommConfig {
         Ok(())
     }
 
-    /// Read a Megatron NCCL communicator config file.
+    /// Read a Megatron NCCL communicator config file. Only a regular file is read: a FIFO,
+    /// socket, device or directory is refused without blocking (the file is opened
+    /// non-blocking and checked before any read), so that init can never hang on it.
     pub fn add_yaml_file(&mut self, path: &std::path::Path) -> Result<(), String> {
         use std::io::Read;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
         let shown = clip(&path.display().to_string());
         let fail = |e: std::io::Error| format!("communicator config file {shown}: {e}");
-        let file = std::fs::File::open(path).map_err(fail)?;
-        // Read at most one byte past the limit: a huge or endless file (/dev/zero) is refused
-        // without being read whole.
+        // O_NONBLOCK: opening a FIFO without a writer would block forever; it does not change
+        // reads of a regular file.
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(fail)?;
+        let kind = file.metadata().map_err(fail)?.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_char_device() {
+                "a character device"
+            } else if kind.is_block_device() {
+                "a block device"
+            } else if kind.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            return Err(format!("communicator config file {shown} is {what}, not a regular file: refusing to read it"));
+        }
+        // Read at most one byte past the limit: a file that grows while read is refused without
+        // being read whole.
         let mut bytes = Vec::new();
         file.take(MAX_YAML_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(fail)?;
         if bytes.len() > MAX_YAML_BYTES {
@@ -438,7 +460,37 @@ tensor_and_data_parallel:
         let huge = format!("# {}\ntp: {{max_ctas: 4}}", "x".repeat(MAX_YAML_BYTES));
         assert!(CommConfig::default().add_yaml(&huge, "big.yaml").unwrap_err().contains("bytes"));
         let e = CommConfig::default().add_yaml_file(std::path::Path::new("/dev/zero")).unwrap_err();
-        assert!(e.contains("/dev/zero") && e.contains("larger than"), "{e}");
+        assert!(e.contains("/dev/zero") && e.contains("a character device"), "{e}");
+        // A regular file over the limit.
+        let path = std::env::temp_dir().join(format!("mcore-big-{}.yaml", std::process::id()));
+        std::fs::write(&path, &huge).unwrap();
+        let e = CommConfig::default().add_yaml_file(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("larger than"), "{e}");
+    }
+
+    /// Only regular files are read: a FIFO with no writer used to block init forever. The read
+    /// runs in a thread with a bounded wait so that the test fails instead of hanging.
+    #[test]
+    fn fifos_devices_and_directories_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("mcore-cfg-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("nccl.yaml");
+        let _ = std::fs::remove_file(&fifo);
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(status.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(CommConfig::default().add_yaml_file(&path));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let _ = std::fs::remove_file(&fifo);
+        let e = got.expect("reading a FIFO blocked").unwrap_err();
+        assert!(e.contains(fifo.to_str().unwrap()) && e.contains("a FIFO") && e.contains("not a regular file"), "{e}");
+        let e = CommConfig::default().add_yaml_file(&dir).unwrap_err();
+        assert!(e.contains("a directory"), "{e}");
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
