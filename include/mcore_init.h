@@ -805,7 +805,7 @@ mcore_status mcore_recovery_plan_changed_kinds(const struct mcore_recovery_plan 
  * timed out or lost a peer), continuing on that attempt's store; the ranks that failure named
  * are suspected. `suspected` (may be NULL when `n_suspected` is 0) are ranks this rank knows to
  * have failed; others are found by their absence within `window_seconds` (0 = the default of
- * 3 s). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
+ * 3 s; NaN, infinite, negative or over 2^31 s: INVALID_ARGUMENT naming the value). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
  * `out->n_failed` says how many there are: a recovery is not repeated to fit a buffer). On
  * error (e.g. INVALID_CONFIG "no valid layout remains", a store that is gone with its host) the
  * runtime is torn down; a bad argument leaves everything as it was.
@@ -823,7 +823,7 @@ mcore_status mcore_reinitialize(const uint32_t *suspected,
 /**
  * A health check of the initialized world through the store (docs/recovery.md), collective:
  * call it at the same points on every rank. Each rank checks in and waits until all have, at
- * most `window_seconds` (0 = 3 s). `*healthy` is true when every rank came and no recovery was
+ * most `window_seconds` (0 = 3 s; NaN, infinite, negative or over 2^31 s: INVALID_ARGUMENT). `*healthy` is true when every rank came and no recovery was
  * requested; false when a rank asked for one (its init or a collective failed) or ranks did not
  * come. The ranks to suspect go to `suspected` (the first `len`, may be NULL when 0), their
  * number to `*out_len`; pass them to `mcore_reinitialize`. A check is not repeated to fit a

@@ -3,6 +3,7 @@
 //! Layers, each importing only those above it in this list (docs/architecture.md):
 //!
 //! * [`abi`]: the C types shared by the public API and the plugin ABI (a leaf).
+//! * [`quote`]: user input quoted in error messages, bounded (a leaf).
 //! * [`topology`]: Megatron-Core-exact process-group layout (pure, no I/O).
 //! * [`rng`]: reproducible per-rank seeds, named Philox states, CPU streams (pure).
 //! * [`store`]: rendezvous key-value stores (torch-compatible TCP store, prefix, file).
@@ -15,6 +16,7 @@
 pub mod abi;
 pub mod backend;
 pub mod ffi;
+pub mod quote;
 pub mod rng;
 pub mod runtime;
 pub mod store;

@@ -36,7 +36,9 @@ pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
     if t.eq_ignore_ascii_case("none") {
         return Ok(NO_LIMIT);
     }
-    let bad = || format!("{what}: '{text}' is not a positive number of seconds (or 'none' for no limit)");
+    let bad = || {
+        format!("{what}: {} is not a positive number of seconds (or 'none' for no limit)", crate::quote::quoted(text))
+    };
     let secs: f64 = t.parse().map_err(|_| bad())?;
     // NaN is neither positive nor anything else; +inf is no limit.
     if secs.is_nan() || secs <= 0.0 {
@@ -47,9 +49,23 @@ pub fn parse_seconds(what: &str, text: &str) -> Result<Duration, String> {
     }
     let d = Duration::from_secs_f64(secs);
     if d.is_zero() {
-        return Err(format!("{what}: '{text}' seconds rounds to zero"));
+        return Err(format!("{what}: {} seconds rounds to zero", crate::quote::quoted(text)));
     }
     Ok(d)
+}
+
+/// A duration given as a floating-point number of seconds by a caller (a C `double`, a Python
+/// float), `what` naming the parameter in the error: NaN, infinities, negative values and values
+/// over [`NO_LIMIT`] (2^31 s) are refused with a message naming the parameter and the value,
+/// never a panic (`Duration::from_secs_f64` panics on them). The one place such a value becomes
+/// a `Duration`.
+pub fn from_secs_f64(what: &str, secs: f64) -> Result<Duration, String> {
+    let max = NO_LIMIT.as_secs_f64();
+    if !(secs.is_finite() && (0.0..=max).contains(&secs)) {
+        return Err(format!("{what} {secs:?} is not a number of seconds from 0 to {max} (2^31)"));
+    }
+    // In range: cannot fail, but a `try_` keeps any surprise an error rather than a panic.
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{what} {secs:?}: {e}"))
 }
 
 /// `d` for messages: seconds with milliseconds, or "no limit".
@@ -80,6 +96,25 @@ mod tests {
         }
         // Every deadline from the longest timeout fits an Instant.
         let _ = std::time::Instant::now() + NO_LIMIT;
+    }
+
+    #[test]
+    fn float_seconds_out_of_range_are_errors_naming_the_parameter() {
+        assert_eq!(from_secs_f64("window_seconds", 1.5), Ok(Duration::from_millis(1500)));
+        assert_eq!(from_secs_f64("window_seconds", 0.0), Ok(Duration::ZERO));
+        assert_eq!(from_secs_f64("window_seconds", NO_LIMIT.as_secs_f64()), Ok(NO_LIMIT));
+        for (bad, shown) in [
+            (1e300, "1e300"),
+            (1.8e19, "1.8e19"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (-1.0, "-1.0"),
+            (2147483648.5, "2147483648.5"),
+        ] {
+            let e = from_secs_f64("window_seconds", bad).unwrap_err();
+            assert!(e.starts_with(&format!("window_seconds {shown} ")), "{e}");
+        }
     }
 
     #[test]

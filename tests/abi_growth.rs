@@ -70,11 +70,42 @@ int main(void) {
 }
 "#;
 
-/// A directory holding libmcore_init.so (the one cargo built for this test binary) under its
-/// link name and its soname, as an install lays it out.
-fn stage_lib(dir: &Path) -> PathBuf {
+/// The libmcore_init.so of this build. `cargo test` builds the library's cdylib with its rlib,
+/// next to this test binary (target/<profile>/deps), but only `cargo build` copies it up to
+/// target/<profile>: the copy there may be missing (a fresh clone running only `cargo test`) or
+/// stale (an older `cargo build`), so the one in deps comes first. Should neither exist (a
+/// cargo that stops building the cdylib for tests), the test builds it with cargo itself, into
+/// a target folder of its own so as not to wait on the lock of the build that runs it.
+fn built_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let built = exe.parent().and_then(Path::parent).expect("target/<profile>").join("libmcore_init.so");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    let profile_dir = deps.parent().expect("target/<profile>");
+    for candidate in [deps.join("libmcore_init.so"), profile_dir.join("libmcore_init.so")] {
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let target = profile_dir.parent().expect("target").join("abi_growth-cdylib");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--lib", "--locked", "--manifest-path"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"));
+    cargo.arg("--target-dir").arg(&target);
+    if release {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("run cargo to build libmcore_init.so");
+    assert!(status.success(), "cargo build --lib failed: {status}");
+    let built = target.join(if release { "release" } else { "debug" }).join("libmcore_init.so");
+    assert!(built.is_file(), "cargo build --lib made no {}", built.display());
+    built
+}
+
+/// A directory holding libmcore_init.so (see [`built_lib`]) under its link name and its soname,
+/// as an install lays it out.
+fn stage_lib(dir: &Path) -> PathBuf {
+    let built = built_lib();
     let lib = dir.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
     for name in ["libmcore_init.so".to_string(), format!("libmcore_init.so.{}", env!("MCORE_SOVERSION"))] {

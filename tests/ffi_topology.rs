@@ -333,6 +333,15 @@ fn gtp_and_local_world_through_c() {
         let (mut g, mut e, mut total, mut local) = (0, 0, 0, 0);
         assert_eq!(mcore_topology_get_gtp_sizes(t, &mut g, &mut e, &mut total, &mut local), mcore_status::Ok);
         assert_eq!((g, e, total, local), (2, 1, 16, 8));
+        // A NULL out-pointer fails the call and no out-pointer is written (out_gtp was, before
+        // out_egtp was checked).
+        for null_at in 0..4 {
+            let mut outs = [77u32; 4];
+            let p = |i: usize, o: &mut [u32; 4]| if i == null_at { null_mut() } else { &mut o[i] as *mut u32 };
+            let (a, b, c2, d) = (p(0, &mut outs), p(1, &mut outs), p(2, &mut outs), p(3, &mut outs));
+            assert_eq!(mcore_topology_get_gtp_sizes(t, a, b, c2, d), mcore_status::InvalidArgument);
+            assert_eq!(outs, [77; 4], "NULL at {null_at}: an out-pointer was written on a failing call");
+        }
         let mut inside = true;
         assert_eq!(mcore_topology_rank_in_grid(t, 3, &mut inside), mcore_status::Ok);
         assert!(!inside);

@@ -279,6 +279,21 @@ fn port_in_use_is_a_clear_error() {
     assert!(err.contains(&format!("MASTER_PORT={port}")) && err.contains("in use"), "{err}");
 }
 
+/// MCORE_INIT_STORE_BIND=127.0.0.2 while MASTER_ADDR is 127.0.0.1: rank 0 used to bind 127.0.0.2
+/// and wait its whole timeout (60 s here) to reach its own store; now an error at once naming both.
+#[test]
+fn a_store_bind_that_misses_master_addr_is_an_error_at_once() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let start = Instant::now();
+    let child = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "60"], &[("MCORE_INIT_STORE_BIND", "127.0.0.2")]);
+    let out = wait_bounded(child, Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}: {err}", start.elapsed());
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && err.contains("MASTER_ADDR='127.0.0.1'"), "{err}");
+}
+
 #[test]
 fn twenty_destroy_reinit_cycles_leak_no_fds_or_threads() {
     if plugin().is_none() {

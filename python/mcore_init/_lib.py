@@ -64,7 +64,10 @@ def bundled_backend(name):
     if not name or "/" in name or ".so" in name or os.environ.get("MCORE_BACKEND_PLUGIN"):
         return name
     path = NATIVE_DIR / f"libmcore_init_{name}.so"
-    return str(path) if path.is_file() else name
+    try:
+        return str(path) if path.is_file() else name
+    except OSError:  # e.g. a name too long for a file name: the library reports it
+        return name
 
 
 #: Every function declared so far, by name (the tests check nothing is used undeclared).

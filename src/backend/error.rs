@@ -1,6 +1,7 @@
 //! The one error type of the backend module.
 
 use crate::abi::{mcore_status, SizedStructError};
+use crate::quote::{clip, quoted};
 use std::fmt;
 
 /// What went wrong registering, loading or using a backend. Every variant names the backend,
@@ -32,15 +33,18 @@ pub enum BackendError {
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BackendError::Load { path, reason } => write!(f, "cannot load backend plugin '{path}': {reason}"),
+            BackendError::Load { path, reason } => {
+                write!(f, "cannot load backend plugin {}: {}", quoted(path), clip(reason))
+            }
             BackendError::Abi(m) | BackendError::InvalidVtable(m) | BackendError::InvalidArgument(m) => f.write_str(m),
             BackendError::StructSize { origin, error } => write!(f, "{origin}: {error}"),
             BackendError::AlreadyExists(name) => {
-                write!(f, "a backend named '{name}' is registered already (unregister it first)")
+                write!(f, "a backend named {} is registered already (unregister it first)", quoted(name))
             }
             BackendError::NotFound { name, known } => write!(
                 f,
-                "no backend named '{name}' (registered: {}); load its plugin (MCORE_BACKEND_PLUGIN) first",
+                "no backend named {} (registered: {}); load its plugin (MCORE_BACKEND_PLUGIN) first",
+                quoted(name),
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
             ),
             BackendError::Unsupported { backend, op } => {

@@ -87,7 +87,12 @@ pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
     let guess = format!("libmcore_init_{spec}.so");
     match load_plugin(Path::new(&guess)) {
         Ok(b) if b.name() == spec => Ok(b),
-        Ok(b) => Err(BackendError::InvalidVtable(format!("{guess} registers backend '{}', not '{spec}'", b.name()))),
+        Ok(b) => Err(BackendError::InvalidVtable(format!(
+            "{} registers backend {}, not {}",
+            crate::quote::clip(&guess),
+            crate::quote::quoted(b.name()),
+            crate::quote::quoted(spec)
+        ))),
         Err(BackendError::Load { .. }) => Err(not_found),
         Err(e) => Err(e),
     }
@@ -124,4 +129,24 @@ pub fn load_plugins_from_env() -> Result<Vec<Backend>, BackendError> {
     };
     let value = value.to_string_lossy().into_owned();
     value.split(':').filter(|p| !p.is_empty()).map(|p| load_plugin(Path::new(p))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A megabyte backend name or plugin path gives an error of bounded size that still says
+    /// what it is about (the message used to echo the input, twice for a name).
+    #[test]
+    fn megabyte_backend_names_and_paths_give_short_errors() {
+        let name = "b".repeat(1 << 20);
+        let Err(e) = resolve(&name) else { panic!("a backend of that name") };
+        let e = e.to_string();
+        assert!(e.len() < 1024 && e.starts_with("no backend named 'bbb") && e.contains("(1048576 bytes)"), "{e}");
+        for path in [format!("/nonexistent/{name}.so"), format!("{name}.so")] {
+            let Err(e) = resolve(&path) else { panic!("a plugin at that path") };
+            let e = e.to_string();
+            assert!(e.len() < 1024 && e.starts_with("cannot load backend plugin '") && e.contains(" bytes)"), "{e}");
+        }
+    }
 }

@@ -50,6 +50,10 @@ pub unsafe extern "C" fn mcore_backend_load_plugin(
         if name_buf.is_null() && name_buf_len != 0 {
             return Err(FfiError::invalid_arg(format!("name_buf is NULL but name_buf_len is {name_buf_len}")));
         }
+        // Checked before the plugin is loaded: a call that fails on its arguments does nothing.
+        if !name_buf.is_null() && out_name_len.is_null() {
+            return Err(FfiError::invalid_arg("out_name_len is NULL but name_buf is not"));
+        }
         let backend = load_plugin(Path::new(path))?;
         if name_buf.is_null() && out_name_len.is_null() {
             return Ok(());

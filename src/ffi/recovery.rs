@@ -172,7 +172,7 @@ pub struct mcore_recovery_result {
 /// timed out or lost a peer), continuing on that attempt's store; the ranks that failure named
 /// are suspected. `suspected` (may be NULL when `n_suspected` is 0) are ranks this rank knows to
 /// have failed; others are found by their absence within `window_seconds` (0 = the default of
-/// 3 s). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
+/// 3 s; NaN, infinite, negative or over 2^31 s: INVALID_ARGUMENT naming the value). The agreed failed ranks go to `failed` (the first `failed_len`, may be NULL when 0;
 /// `out->n_failed` says how many there are: a recovery is not repeated to fit a buffer). On
 /// error (e.g. INVALID_CONFIG "no valid layout remains", a store that is gone with its host) the
 /// runtime is torn down; a bad argument leaves everything as it was.
@@ -217,17 +217,16 @@ pub unsafe extern "C" fn mcore_reinitialize(
     })
 }
 
-/// A detection window in seconds: 0 = the default, else finite and positive.
+/// A detection window in seconds: 0 = the default, else positive and at most 2^31 s
+/// (`MCORE_TIMEOUT_MAX_MS`); NaN, infinities, negative and longer values are INVALID_ARGUMENT.
 fn window_arg(seconds: f64) -> Result<Option<std::time::Duration>, FfiError> {
-    if !(seconds.is_finite() && seconds >= 0.0) {
-        return Err(FfiError::invalid_arg(format!("window_seconds {seconds} must be a finite number >= 0")));
-    }
-    Ok((seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds)))
+    let window = crate::timeout::from_secs_f64("window_seconds", seconds).map_err(FfiError::invalid_arg)?;
+    Ok((!window.is_zero()).then_some(window))
 }
 
 /// A health check of the initialized world through the store (docs/recovery.md), collective:
 /// call it at the same points on every rank. Each rank checks in and waits until all have, at
-/// most `window_seconds` (0 = 3 s). `*healthy` is true when every rank came and no recovery was
+/// most `window_seconds` (0 = 3 s; NaN, infinite, negative or over 2^31 s: INVALID_ARGUMENT). `*healthy` is true when every rank came and no recovery was
 /// requested; false when a rank asked for one (its init or a collective failed) or ranks did not
 /// come. The ranks to suspect go to `suspected` (the first `len`, may be NULL when 0), their
 /// number to `*out_len`; pass them to `mcore_reinitialize`. A check is not repeated to fit a
@@ -340,6 +339,33 @@ mod tests {
             assert_eq!(mcore_check_health(0.0, null_mut(), null_mut(), 0, &mut n), mcore_status::InvalidArgument);
             assert_eq!(mcore_check_health(-1.0, &mut healthy, null_mut(), 0, &mut n), mcore_status::InvalidArgument);
             assert_eq!(mcore_check_health(0.0, &mut healthy, null_mut(), 1, &mut n), mcore_status::InvalidArgument);
+        }
+    }
+
+    /// Windows a `Duration` cannot hold (or that are not numbers) are INVALID_ARGUMENT naming
+    /// the parameter and the value; they were an internal panic (status 99) from
+    /// `Duration::from_secs_f64`. Checked before the runtime is touched.
+    #[test]
+    fn out_of_range_windows_are_invalid_arguments_not_panics() {
+        let message = || {
+            // SAFETY: the message of this thread's last call.
+            unsafe { std::ffi::CStr::from_ptr(crate::ffi::error::mcore_last_error_message()) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        for (w, shown) in
+            [(1e300, "1e300"), (1.8e19, "1.8e19"), (f64::NAN, "NaN"), (f64::INFINITY, "inf"), (-1.0, "-1.0")]
+        {
+            let (mut healthy, mut n) = (true, 0usize);
+            // SAFETY: every pointer is a local.
+            let st = unsafe { mcore_check_health(w, &mut healthy, null_mut(), 0, &mut n) };
+            assert_eq!(st, mcore_status::InvalidArgument, "check_health({shown}): {}", message());
+            assert!(message().contains(&format!("window_seconds {shown}")), "{}", message());
+            let mut r = mcore_recovery_result::default();
+            // SAFETY: as above.
+            let st = unsafe { mcore_reinitialize(null(), 0, w, null_mut(), 0, &mut r) };
+            assert_eq!(st, mcore_status::InvalidArgument, "reinitialize({shown}): {}", message());
+            assert!(message().contains(&format!("window_seconds {shown}")), "{}", message());
         }
     }
 }

@@ -441,4 +441,34 @@ mod tests {
         assert_eq!(e.status, mcore_status::InvalidArgument);
         assert!(e.message.contains("mcore_init_args struct_size"), "{}", e.message);
     }
+
+    /// A comm_config_path that would block on read (a FIFO nobody writes) is refused at once:
+    /// init used to wait on it forever, the timeout never applied. Run in a thread with a bounded
+    /// wait so that the test fails instead of hanging.
+    #[test]
+    fn a_fifo_comm_config_path_fails_fast_instead_of_hanging() {
+        let dir = std::env::temp_dir().join(format!("mcore-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("nccl.yaml");
+        let _ = std::fs::remove_file(&fifo);
+        let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = c_fifo.clone();
+        std::thread::spawn(move || {
+            let args = mcore_init_args { comm_config_path: path.as_ptr(), timeout_ms: 2000, ..Default::default() };
+            // SAFETY: args is whole; its strings outlive the call.
+            let st = unsafe { mcore_initialize(&args, std::ptr::null_mut()) };
+            // SAFETY: the message of this thread's last call.
+            let msg = unsafe { std::ffi::CStr::from_ptr(crate::ffi::error::mcore_last_error_message()) };
+            let _ = tx.send((st, msg.to_string_lossy().into_owned()));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        let _ = std::fs::remove_file(&fifo);
+        let _ = std::fs::remove_dir(&dir);
+        let (st, msg) = got.expect("mcore_initialize blocked on a FIFO comm_config_path");
+        assert_eq!(st, mcore_status::InvalidArgument, "{msg}");
+        assert!(msg.contains(fifo.to_str().unwrap()) && msg.contains("FIFO"), "{msg}");
+    }
 }

@@ -45,18 +45,24 @@ impl FromStr for SeedPolicy {
         }
         let Some(list) = text.strip_prefix("sharded:") else {
             return Err(RngError::Invalid(format!(
-                "unknown seed policy '{text}': expected megatron, roll or sharded:<group kind>,..."
+                "unknown seed policy {}: expected megatron, roll or sharded:<group kind>,...",
+                crate::quote::quoted(text)
             )));
         };
         let mut keys: Vec<String> = Vec::new();
         for key in list.split(',') {
             if !is_group_kind_key(key) {
                 return Err(RngError::Invalid(format!(
-                    "seed policy '{text}': '{key}' is not a group kind key (e.g. pipeline_model_parallel)"
+                    "seed policy {}: {} is not a group kind key (e.g. pipeline_model_parallel)",
+                    crate::quote::quoted(text),
+                    crate::quote::quoted(key)
                 )));
             }
             if keys.iter().any(|k| k == key) {
-                return Err(RngError::Invalid(format!("seed policy '{text}': group kind '{key}' listed twice")));
+                return Err(RngError::Invalid(format!(
+                    "seed policy {}: group kind '{key}' listed twice",
+                    crate::quote::quoted(text)
+                )));
             }
             keys.push(key.to_string());
         }

@@ -9,6 +9,7 @@
 //! equivalent: it is accepted and ignored.
 
 pub use crate::backend::CommOptions;
+use crate::quote::{clip, quoted};
 use crate::topology::GroupKind;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -96,7 +97,7 @@ impl std::str::FromStr for CommStrategy {
             "auto" | "" => Ok(CommStrategy::Auto),
             "split" => Ok(CommStrategy::Split),
             "per-group" | "per_group" => Ok(CommStrategy::PerGroup),
-            other => Err(format!("communicator strategy '{other}' is not one of auto, split, per-group")),
+            other => Err(format!("communicator strategy {} is not one of auto, split, per-group", quoted(other))),
         }
     }
 }
@@ -158,7 +159,8 @@ impl CommConfig {
             let mut names: Vec<&str> = GroupKind::FIXED.iter().map(|k| k.megatron_name()).collect();
             names.push(GroupKind::HierarchicalContextParallel(0).megatron_name());
             format!(
-                "communicator config: '{name}' is neither a group kind nor one of Megatron's group names ({})",
+                "communicator config: {} is neither a group kind nor one of Megatron's group names ({})",
+                quoted(name),
                 names.join(", ")
             )
         })?;
@@ -197,37 +199,56 @@ impl CommConfig {
             _ => return Err(format!("{source}: expected one YAML document, found {}", docs.len())),
         };
         for (name, body) in top {
-            let name = name.as_str().ok_or_else(|| format!("{source}: group name {name:?} is not a string"))?;
-            let options = parse_options(body, &format!("{source}: {name}"))?;
+            let name = name
+                .as_str()
+                .ok_or_else(|| format!("{source}: group name {} is not a string", clip(&format!("{name:?}"))))?;
+            let options = parse_options(body, &format!("{source}: {}", clip(name)))?;
             self.set(name, options).map_err(|e| format!("{source}: {e}"))?;
         }
         Ok(())
     }
 
-    /// Read a Megatron NCCL communicator config file.
+    /// Read a Megatron NCCL communicator config file. Only a regular file is read: a FIFO,
+    /// socket, device or directory is refused without blocking (the file is opened
+    /// non-blocking and checked before any read), so that init can never hang on it.
     pub fn add_yaml_file(&mut self, path: &std::path::Path) -> Result<(), String> {
         use std::io::Read;
-        let fail = |e: std::io::Error| format!("communicator config file {}: {e}", path.display());
-        // Read at most one byte past the limit: a huge or endless file (/dev/zero) is refused
-        // without being read whole.
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let shown = clip(&path.display().to_string());
+        let fail = |e: std::io::Error| format!("communicator config file {shown}: {e}");
+        // O_NONBLOCK: opening a FIFO without a writer would block forever; it does not change
+        // reads of a regular file.
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(fail)?;
+        let kind = file.metadata().map_err(fail)?.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_char_device() {
+                "a character device"
+            } else if kind.is_block_device() {
+                "a block device"
+            } else if kind.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            return Err(format!("communicator config file {shown} is {what}, not a regular file: refusing to read it"));
+        }
+        // Read at most one byte past the limit: a file that grows while read is refused without
+        // being read whole.
         let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_YAML_BYTES as u64 + 1).read_to_end(&mut bytes))
-            .map_err(fail)?;
+        file.take(MAX_YAML_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(fail)?;
         if bytes.len() > MAX_YAML_BYTES {
             return Err(format!(
-                "communicator config file {}: larger than the {MAX_YAML_BYTES} bytes a communicator config may have",
-                path.display()
+                "communicator config file {shown}: larger than the {MAX_YAML_BYTES} bytes a communicator config may have"
             ));
         }
         let text = String::from_utf8(bytes).map_err(|e| {
-            format!(
-                "communicator config file {}: not UTF-8 text (byte {})",
-                path.display(),
-                e.utf8_error().valid_up_to()
-            )
+            format!("communicator config file {shown}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to())
         })?;
-        self.add_yaml(&text, &path.display().to_string())
+        self.add_yaml(&text, &shown)
     }
 
     /// One line naming every setting: compared across ranks at check-in (`-` when empty).
@@ -249,7 +270,8 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
     };
     let mut o = CommOptions::default();
     for (key, value) in map {
-        let key = key.as_str().ok_or_else(|| format!("{at}: option name {key:?} is not a string"))?;
+        let key =
+            key.as_str().ok_or_else(|| format!("{at}: option name {} is not a string", clip(&format!("{key:?}"))))?;
         let int = || -> Result<i32, String> {
             value
                 .as_i64()
@@ -278,8 +300,9 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
             "is_high_priority_stream" => {}
             other => {
                 return Err(format!(
-                "{at}: unknown option '{other}' (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)"
-            ))
+                    "{at}: unknown option {} (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)",
+                    quoted(other)
+                ))
             }
         }
     }
@@ -288,9 +311,9 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
 
 fn describe(v: &Yaml) -> String {
     match v {
-        Yaml::String(s) => format!("'{s}'"),
+        Yaml::String(s) => quoted(s),
         Yaml::Integer(i) => i.to_string(),
-        Yaml::Real(r) => r.clone(),
+        Yaml::Real(r) => clip(r),
         Yaml::Boolean(b) => b.to_string(),
         Yaml::Null => "nothing".into(),
         Yaml::Array(_) => "a list".into(),
@@ -437,7 +460,52 @@ tensor_and_data_parallel:
         let huge = format!("# {}\ntp: {{max_ctas: 4}}", "x".repeat(MAX_YAML_BYTES));
         assert!(CommConfig::default().add_yaml(&huge, "big.yaml").unwrap_err().contains("bytes"));
         let e = CommConfig::default().add_yaml_file(std::path::Path::new("/dev/zero")).unwrap_err();
-        assert!(e.contains("/dev/zero") && e.contains("larger than"), "{e}");
+        assert!(e.contains("/dev/zero") && e.contains("a character device"), "{e}");
+        // A regular file over the limit.
+        let path = std::env::temp_dir().join(format!("mcore-big-{}.yaml", std::process::id()));
+        std::fs::write(&path, &huge).unwrap();
+        let e = CommConfig::default().add_yaml_file(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("larger than"), "{e}");
+    }
+
+    /// Only regular files are read: a FIFO with no writer used to block init forever. The read
+    /// runs in a thread with a bounded wait so that the test fails instead of hanging.
+    #[test]
+    fn fifos_devices_and_directories_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("mcore-cfg-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("nccl.yaml");
+        let _ = std::fs::remove_file(&fifo);
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(status.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(CommConfig::default().add_yaml_file(&path));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let _ = std::fs::remove_file(&fifo);
+        let e = got.expect("reading a FIFO blocked").unwrap_err();
+        assert!(e.contains(fifo.to_str().unwrap()) && e.contains("a FIFO") && e.contains("not a regular file"), "{e}");
+        let e = CommConfig::default().add_yaml_file(&dir).unwrap_err();
+        assert!(e.contains("a directory"), "{e}");
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn long_names_values_and_paths_are_cut_in_errors() {
+        let long = "v".repeat(512 * 1024);
+        let mut c = CommConfig::default();
+        let e = c.add_yaml(&format!("tp: {{max_ctas: '{long}'}}"), "cfg.yaml").unwrap_err();
+        assert!(e.len() < 1024 && e.contains("max_ctas must be an integer") && e.contains(" bytes)"), "{e}");
+        let e = c.set(&long, CommOptions::default()).unwrap_err();
+        assert!(e.len() < 1024 && e.contains("is neither a group kind"), "{} bytes", e.len());
+        let e = long.parse::<CommStrategy>().unwrap_err();
+        assert!(e.len() < 1024 && e.starts_with("communicator strategy 'vvv"), "{e}");
+        let path = format!("/nonexistent/{}", "p".repeat(1 << 20));
+        let e = c.add_yaml_file(std::path::Path::new(&path)).unwrap_err();
+        assert!(e.len() < 1024 && e.starts_with("communicator config file /nonexistent/ppp"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and OpenMPI (OMPI_COMM_WORLD_RANK,
 //! OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK) as fallbacks for the rank variables.
 
+use crate::quote::quoted;
 use std::fmt;
 
 /// torch's default store port (`TCPStoreOptions::kDefaultPort`).
@@ -52,7 +53,7 @@ fn parse_u32(var: &str, value: &str) -> Result<u32, EnvError> {
     value
         .trim()
         .parse::<u32>()
-        .map_err(|_| EnvError(format!("environment variable {var}='{value}' is not a non-negative integer")))
+        .map_err(|_| EnvError(format!("environment variable {var}={} is not a non-negative integer", quoted(value))))
 }
 
 struct RankVars {
@@ -91,7 +92,10 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
             Some(v) => {
                 let head: String = v.chars().take_while(|c| c.is_ascii_digit()).collect();
                 Some(parse_u32(local_size_v, &head).map_err(|_| {
-                    EnvError(format!("environment variable {local_size_v}='{v}' is not a non-negative integer"))
+                    EnvError(format!(
+                        "environment variable {local_size_v}={} is not a non-negative integer",
+                        quoted(&v)
+                    ))
                 })?)
             }
             None => None,
@@ -143,7 +147,7 @@ impl LaunchEnv {
         };
         let master_port = match get("MASTER_PORT") {
             Some(p) => p.trim().parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                EnvError(format!("environment variable MASTER_PORT='{p}' is not a port number (1-65535)"))
+                EnvError(format!("environment variable MASTER_PORT={} is not a port number (1-65535)", quoted(&p)))
             })?,
             None => DEFAULT_MASTER_PORT,
         };
@@ -154,7 +158,8 @@ impl LaunchEnv {
                 "False" | "false" | "0" | "" => false,
                 other => {
                     return Err(EnvError(format!(
-                        "environment variable TORCHELASTIC_USE_AGENT_STORE='{other}' is not True or False"
+                        "environment variable TORCHELASTIC_USE_AGENT_STORE={} is not True or False",
+                        quoted(other)
                     )))
                 }
             },
@@ -259,5 +264,31 @@ mod tests {
         assert!(e.0.contains("RANK and WORLD_SIZE"), "{e}");
         let e = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("TORCHELASTIC_USE_AGENT_STORE", "maybe")]).unwrap_err();
         assert!(e.0.contains("'maybe'"), "{e}");
+    }
+
+    #[test]
+    fn megabyte_values_give_short_errors_that_name_the_variable() {
+        let huge = "9".repeat(1 << 20);
+        let cases = [
+            ("RANK", vec![("RANK", huge.as_str()), ("WORLD_SIZE", "2")]),
+            ("LOCAL_WORLD_SIZE", vec![("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", &huge)]),
+            ("MASTER_PORT", vec![("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_PORT", &huge)]),
+            (
+                "TORCHELASTIC_USE_AGENT_STORE",
+                vec![("RANK", "0"), ("WORLD_SIZE", "1"), ("TORCHELASTIC_USE_AGENT_STORE", &huge)],
+            ),
+            (
+                "TORCHELASTIC_RESTART_COUNT",
+                vec![("RANK", "0"), ("WORLD_SIZE", "1"), ("TORCHELASTIC_RESTART_COUNT", &huge)],
+            ),
+        ];
+        for (var, pairs) in cases {
+            let e = env(&pairs).unwrap_err();
+            assert!(
+                e.0.len() < 1024 && e.0.contains(var) && e.0.contains("(1048576 bytes)"),
+                "{var}: {} bytes",
+                e.0.len()
+            );
+        }
     }
 }

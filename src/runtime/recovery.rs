@@ -248,7 +248,8 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     if base.add(&count, 1).map_err(err)? >= i64::from(world) {
         base.set(&done, b"1").map_err(err)?;
     }
-    let end = Instant::now() + window.unwrap_or(DEFAULT_WINDOW);
+    // Clamped: a Rust caller's `Duration::MAX` is no limit, not an `Instant` overflow panic.
+    let end = Instant::now() + crate::timeout::clamp(window.unwrap_or(DEFAULT_WINDOW));
     loop {
         let step = end.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
         match base.wait(&[done.as_str()], step) {

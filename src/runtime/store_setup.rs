@@ -4,6 +4,7 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
+use crate::quote::quoted;
 use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,8 +52,13 @@ fn is_local(host: &str) -> bool {
 /// resolve differently, e.g. Debian maps the own name to 127.0.1.1; an address behind NAT) binds
 /// every interface, as torch's server always does; for an IP address that is not local the
 /// server says so on stderr.
+///
+/// A `bind` that does not cover MASTER_ADDR, when MASTER_ADDR is an address of this host, is
+/// refused at once naming both: every rank, rank 0 included, connects to MASTER_ADDR, where
+/// nothing would listen, and rank 0 would wait the whole timeout for its own store.
 pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<TcpStoreServer, StoreError> {
     if let Some(b) = bind {
+        check_bind_covers(b, master_addr)?;
         return TcpStoreServer::bind(b, port);
     }
     let literal = master_addr.parse::<std::net::IpAddr>().is_ok();
@@ -66,6 +72,39 @@ pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<T
         );
     }
     TcpStoreServer::bind("0.0.0.0", port)
+}
+
+/// Whether a server bound to `bind` is reachable at `master_addr`: a wildcard bind (`0.0.0.0`,
+/// `::`) covers every address, another bind covers the addresses it resolves to. Only a
+/// MASTER_ADDR of this host is known to miss it (another address may be forwarded here, e.g.
+/// through NAT); names that do not resolve are left to the bind and the connect to report.
+fn check_bind_covers(bind: &str, master_addr: &str) -> Result<(), StoreError> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    let resolve = |host: &str| -> Option<Vec<IpAddr>> {
+        let ips: Vec<IpAddr> = (host, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect();
+        (!ips.is_empty()).then_some(ips)
+    };
+    let Some(binds) = resolve(bind) else { return Ok(()) };
+    if binds.iter().any(|ip| ip.is_unspecified()) {
+        return Ok(());
+    }
+    let Some(masters) = resolve(master_addr) else { return Ok(()) };
+    if masters.iter().any(|m| binds.contains(m)) {
+        return Ok(());
+    }
+    if !masters.iter().any(|m| std::net::TcpListener::bind((*m, 0)).is_ok()) {
+        return Ok(());
+    }
+    let list = |ips: &[IpAddr]| ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>().join(", ");
+    Err(StoreError::InvalidArgument(format!(
+        "{STORE_BIND_ENV}={} does not cover MASTER_ADDR={}: the store would listen on {} only, but every rank, \
+         rank 0 included, connects to MASTER_ADDR ({}, an address of this host), where nothing would listen; \
+         bind MASTER_ADDR's address, or 0.0.0.0 / :: for every interface, or unset {STORE_BIND_ENV}",
+        quoted(bind),
+        quoted(master_addr),
+        list(&binds),
+        list(&masters)
+    )))
 }
 
 /// Open the store this rank rendezvous through (see module docs). `attempt` names this init
@@ -95,7 +134,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let unreachable = |source| RuntimeError::StoreConnect {
         what: format!(
             "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT)",
-            env.master_addr, env.master_port
+            crate::quote::clip(&env.master_addr),
+            env.master_port
         ),
         source,
     };
@@ -158,5 +198,70 @@ mod tests {
             Err(StoreError::InvalidArgument(m)) => assert!(m.contains("no-such-host.invalid"), "{m}"),
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
+        // A bind that misses a MASTER_ADDR of this host is refused before binding; wildcards and
+        // the address itself cover it.
+        match host_server("127.0.0.1", 0, Some("127.0.0.2")) {
+            Err(StoreError::InvalidArgument(m)) => {
+                assert!(m.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && m.contains("MASTER_ADDR='127.0.0.1'"), "{m}")
+            }
+            other => panic!("{:?}", other.map(|s| s.local_addr())),
+        }
+        for covering in ["0.0.0.0", "127.0.0.1"] {
+            let s = host_server("127.0.0.1", 0, Some(covering)).unwrap();
+            assert_eq!(s.local_addr().ip().to_string(), covering);
+        }
+        assert!(check_bind_covers("::", "127.0.0.1").is_ok());
+    }
+
+    /// Set by [`a_store_bind_that_misses_master_addr_fails_at_once_naming_both`] in the process
+    /// it starts: run [`store_bind_child`] there.
+    const CHILD: &str = "MCORE_TEST_STORE_BIND_CHILD";
+
+    /// The child half: rank 0 of 2 opening its store from the real process environment.
+    #[test]
+    fn store_bind_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        let env = LaunchEnv::from_process().unwrap();
+        let start = Instant::now();
+        let Err(e) = open_store(&env, Duration::from_secs(60), "mcore_init/test/0/0") else {
+            panic!("open_store succeeded")
+        };
+        println!("CHILD-RESULT {:.3} {e}", start.elapsed().as_secs_f64());
+    }
+
+    /// MCORE_INIT_STORE_BIND=127.0.0.2 with MASTER_ADDR=127.0.0.1: rank 0 used to bind 127.0.0.2
+    /// and then wait its whole timeout (60 s here) to reach its own store at 127.0.0.1; now it
+    /// fails at once naming both. A real process with the real environment variables.
+    #[test]
+    fn a_store_bind_that_misses_master_addr_fails_at_once_naming_both() {
+        use std::process::{Command, Stdio};
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "runtime::store_setup::tests::store_bind_child", "--nocapture", "--test-threads", "1"])
+            .env(CHILD, "1")
+            .env("RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(STORE_BIND_ENV, "127.0.0.2")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().find_map(|l| l.split_once("CHILD-RESULT ").map(|(_, r)| r)).unwrap_or_else(|| {
+            panic!("rank 0 did not fail within 20 s:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+        });
+        let (secs, msg) = line.split_once(' ').unwrap();
+        assert!(secs.parse::<f64>().unwrap() < 5.0, "{line}");
+        assert!(msg.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && msg.contains("MASTER_ADDR='127.0.0.1'"), "{msg}");
     }
 }

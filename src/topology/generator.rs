@@ -4,6 +4,7 @@
 //! on the expert grid), is never named by the user but placed by [`with_gtp`].
 
 use super::error::TopologyError;
+use crate::quote::quoted;
 
 /// One of the six dimensions of a rank generator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,11 +47,13 @@ pub fn parse_order(order: &str) -> Result<Vec<Dim>, TopologyError> {
     for token in lower.split('-') {
         let dim = Dim::from_token(token).ok_or_else(|| {
             TopologyError::config(format!(
-                "order '{order}': unknown token '{token}' (expected tp, pp, dp, ep, cp joined by '-')"
+                "order {}: unknown token {} (expected tp, pp, dp, ep, cp joined by '-')",
+                quoted(order),
+                quoted(token)
             ))
         })?;
         if dims.contains(&dim) {
-            return Err(TopologyError::config(format!("order '{order}': token '{token}' appears twice")));
+            return Err(TopologyError::config(format!("order {}: token '{token}' appears twice", quoted(order))));
         }
         dims.push(dim);
     }
@@ -148,6 +151,14 @@ impl Generator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_megabyte_order_gives_a_short_error_naming_it() {
+        for order in ["x".repeat(1 << 20), format!("tp-{}", "q".repeat(1 << 20)), "tp-".repeat(1 << 18)] {
+            let e = parse_order(&order).unwrap_err().to_string();
+            assert!(e.len() < 1024 && e.starts_with("order '") && e.contains(" bytes)"), "{} bytes", e.len());
+        }
+    }
 
     #[test]
     fn docstring_example() {

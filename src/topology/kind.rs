@@ -173,8 +173,9 @@ impl std::str::FromStr for GroupKind {
     fn from_str(key: &str) -> Result<Self, Self::Err> {
         GroupKind::from_key(key).ok_or_else(|| {
             super::error::TopologyError::unknown_kind(format!(
-                "unknown group kind '{key}' (expected e.g. tensor_model_parallel, data_parallel_with_cp, \
-                 hierarchical_context_parallel_0)"
+                "unknown group kind {} (expected e.g. tensor_model_parallel, data_parallel_with_cp, \
+                 hierarchical_context_parallel_0)",
+                crate::quote::quoted(key)
             ))
         })
     }

@@ -59,10 +59,9 @@ impl NcclFactory {
             (Some(d), _) => {
                 i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?
             }
-            (None, Ok(v)) => v
-                .trim()
-                .parse::<i32>()
-                .map_err(|_| NcclError::invalid(format!("LOCAL_RANK={v:?} is not a device ordinal")))?,
+            (None, Ok(v)) => v.trim().parse::<i32>().map_err(|_| {
+                NcclError::invalid(format!("LOCAL_RANK={} is not a device ordinal", crate::quote::debug(&v)))
+            })?,
             (None, Err(_)) => 0,
         };
         Ok(Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default()))

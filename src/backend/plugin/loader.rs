@@ -33,8 +33,9 @@ pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
     if has_dir && !path.exists() {
         return Err(load_err("no such file".into()));
     }
-    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| BackendError::InvalidArgument(format!("plugin path {shown:?} contains a NUL byte")))?;
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+        BackendError::InvalidArgument(format!("plugin path {} contains a NUL byte", crate::quote::debug(&shown)))
+    })?;
     let guard = LOAD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: a valid C string; loading runs the library's initializers (trusted plugin).
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -58,7 +59,7 @@ pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
     let entry: mcore_backend_plugin_v1_fn = unsafe { std::mem::transmute(sym) };
     // SAFETY: calling the plugin's entry point (no arguments).
     let ptr = unsafe { entry() };
-    let origin = format!("plugin '{shown}'");
+    let origin = format!("plugin {}", crate::quote::quoted(&shown));
     if ptr.is_null() {
         return Err(load_err(format!("{PLUGIN_ENTRY_SYMBOL}() returned NULL (the plugin failed to initialize)")));
     }

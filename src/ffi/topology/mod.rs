@@ -282,11 +282,13 @@ pub unsafe extern "C" fn mcore_topology_get_gtp_sizes(
 ) -> mcore_status {
     ffi_guard(|| {
         let t = topo(t)?;
+        // Every out-pointer is checked before any is written: a failing call writes none.
+        let (gtp, egtp) = (out_ptr(out_gtp, "out_gtp")?, out_ptr(out_egtp, "out_egtp")?);
+        let total = out_ptr(out_total_world_size, "out_total_world_size")?;
+        let local = out_ptr(out_local_world_size, "out_local_world_size")?;
         let s = t.sizes();
-        *out_ptr(out_gtp, "out_gtp")? = s.gtp;
-        *out_ptr(out_egtp, "out_egtp")? = s.egtp;
-        *out_ptr(out_total_world_size, "out_total_world_size")? = t.total_world_size();
-        *out_ptr(out_local_world_size, "out_local_world_size")? = t.config().local_world_size.unwrap_or(0);
+        (*gtp, *egtp) = (s.gtp, s.egtp);
+        (*total, *local) = (t.total_world_size(), t.config().local_world_size.unwrap_or(0));
         Ok(())
     })
 }

@@ -71,7 +71,7 @@ impl TcpStore {
     /// `timeout` has passed (a refused connection, and one reset or closed during the VALIDATE +
     /// PING handshake, as torch's client does); `timeout` is also the store timeout of `get`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStore, StoreError> {
-        let peer = format!("{host}:{port}");
+        let peer = format!("{}:{port}", crate::quote::clip(host));
         let start = Instant::now();
         let deadline = start + timeout;
         let mut backoff = FIRST_BACKOFF;
@@ -95,7 +95,7 @@ impl TcpStore {
                         }
                     }
                 }
-                Err(e) => last_err = format!("cannot resolve '{host}': {e}"),
+                Err(e) => last_err = format!("cannot resolve {}: {e}", crate::quote::quoted(host)),
             }
             let now = Instant::now();
             if now >= deadline {

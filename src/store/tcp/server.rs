@@ -82,7 +82,9 @@ impl TcpStoreServer {
     pub fn bind_with_limits(host: &str, port: u16, limits: ServerLimits) -> Result<TcpStoreServer, StoreError> {
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
-            .map_err(|e| StoreError::InvalidArgument(format!("cannot resolve store host '{host}': {e}")))?
+            .map_err(|e| {
+                StoreError::InvalidArgument(format!("cannot resolve store host {}: {e}", crate::quote::quoted(host)))
+            })?
             .collect();
         let mut last = None;
         let mut listener = None;
@@ -102,7 +104,9 @@ impl TcpStoreServer {
         }
         let listener = listener.ok_or_else(|| match last {
             Some(e) => StoreError::Io(format!("bind store server on {host}:{port}: {e}")),
-            None => StoreError::InvalidArgument(format!("store host '{host}' resolves to no address")),
+            None => {
+                StoreError::InvalidArgument(format!("store host {} resolves to no address", crate::quote::quoted(host)))
+            }
         })?;
         let addr = listener.local_addr().map_err(|e| StoreError::Io(format!("local address of {host}:{port}: {e}")))?;
         let io = |what: &str, e: std::io::Error| StoreError::Io(format!("{what} for the store server on {addr}: {e}"));
