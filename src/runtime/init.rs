@@ -151,6 +151,13 @@ impl Runtime {
         explain_with(self.liveness.as_ref(), self.env.rank, &everyone, e)
     }
 
+    /// After a recovery: `before[r]` is rank r's number before it (see [`Liveness::number_as_before`]).
+    pub(super) fn number_as_before(&self, before: Vec<u32>) {
+        if let Some(l) = &self.liveness {
+            l.number_as_before(before);
+        }
+    }
+
     pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         self.groups.iter().find(|g| g.plan.kind == PlanKind::Group(kind))
     }

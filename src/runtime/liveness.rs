@@ -43,6 +43,9 @@ struct Shared {
     store_host: String,
     /// The ranks the last question found silent, and when.
     last_silent: Mutex<Option<(Instant, Vec<u32>)>>,
+    /// After a recovery: each rank's number before it (index: the rank now), so that messages
+    /// give both.
+    before_recovery: Mutex<Vec<u32>>,
 }
 
 impl Shared {
@@ -83,6 +86,7 @@ impl Liveness {
             store_silent: Mutex::new(None),
             store_host,
             last_silent: Mutex::new(None),
+            before_recovery: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -181,17 +185,30 @@ impl Liveness {
             .set(&failed_key(me), roots.iter().map(u32::to_string).collect::<Vec<_>>().join(",").as_bytes());
         let mut text = format!(
             "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
-            super::host::format_ranks(&roots),
+            self.name_ranks(&roots),
             SILENT_AFTER.as_secs_f64()
         );
         if !followers.is_empty() {
             let followers: Vec<u32> = followers.into_iter().collect();
-            text.push_str(&format!(
-                "; rank(s) {} failed waiting for it and went",
-                super::host::format_ranks(&followers)
-            ));
+            text.push_str(&format!("; rank(s) {} failed waiting for it and went", self.name_ranks(&followers)));
         }
         Some(text)
+    }
+
+    /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
+    pub fn number_as_before(&self, before: Vec<u32>) {
+        *self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner()) = before;
+    }
+
+    /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
+    fn name_ranks(&self, ranks: &[u32]) -> String {
+        let now = super::host::format_ranks(ranks);
+        let before = self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner());
+        let old: Vec<String> = ranks.iter().filter_map(|&r| before.get(r as usize)).map(u32::to_string).collect();
+        if before.is_empty() || old.len() != ranks.len() {
+            return now;
+        }
+        format!("{now} (before the recovery: {})", old.join(", "))
     }
 
     /// The ranks that rank `r` blamed when it failed, if it recorded any.
@@ -324,6 +341,10 @@ mod tests {
         let text = a.blame(&[0, 1], 0).unwrap();
         assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
         assert!(text.contains("rank(s) 1 failed waiting for it"), "{text}");
+        // After a recovery both numbers are given.
+        a.number_as_before(vec![0, 4, 5]);
+        let text = a.blame(&[0, 2], 0).unwrap();
+        assert!(text.starts_with("rank(s) 2 (before the recovery: 5) stopped answering"), "{text}");
     }
 
     #[test]

@@ -523,6 +523,16 @@ fn recover(
     if outcome == InitOutcome::Spare {
         return Ok(None);
     }
+    // Messages name ranks in the new numbering and, beside it, the one the user started with.
+    let mut before = vec![0; new_world as usize];
+    for old in 0..old_world {
+        if let Some(new) = plan.new_rank(old).or_else(|| spare_rank(old)) {
+            if let Some(slot) = before.get_mut(new as usize) {
+                *slot = old;
+            }
+        }
+    }
+    let _ = with_runtime(|rt| rt.number_as_before(before));
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
 }
