@@ -4,11 +4,12 @@
 //! name, pointer or plugin file. A [`Backend`] is a validated copy of a C vtable; it creates a
 //! [`Comm`] per group, which verifies itself and is destroyed on drop.
 //!
-//! `unsafe` is confined to [`plugin`], the NCCL loader and [`registry::register_vtable`] (which
-//! takes a vtable by pointer).
+//! `unsafe` is confined to [`plugin`], the NCCL loader, the one `dlopen` helper (`dynlib`) and
+//! [`registry::register_vtable`] (which takes a vtable by pointer).
 #![deny(unsafe_code)]
 
 mod comm;
+pub(crate) mod dynlib;
 mod error;
 mod group;
 pub mod nccl;
