@@ -8,7 +8,9 @@ victim's rank. Prints one line per trial and a closing 'faults: N passed, M fail
 
 A trial passes when every survivor ended in time and every failing survivor named the victim.
 Trials are drawn from a fixed seed: victim (rank 0 in every third trial, else a random rank),
-point (start, checkin, created, verify, destroy) and signal (kill, stop).
+point (start, checkin, created, verify, destroy, recover) and signal (kill, stop). At `recover`
+another rank is killed after init (--fail-rank) and the victim goes as the survivors begin to
+recover; their bound is the chain's: T (init) + the detection window (3 s) + T (re-forming) + 2 s.
 """
 
 import argparse
@@ -22,7 +24,8 @@ import subprocess
 import sys
 import time
 
-POINTS = ["start", "checkin", "created", "verify", "destroy"]
+POINTS = ["start", "checkin", "created", "verify", "destroy", "recover"]
+WINDOW_S = 3.0  # recovery's default detection window (docs/recovery.md)
 SIGNALS = ["kill", "stop"]
 GRACE_S = 2.0  # the bound: every wait ends within its deadline + 2 s
 
@@ -39,7 +42,7 @@ def names_rank(message: str, rank: int) -> bool:
     return re.search(pattern, message) is not None
 
 
-def run_trial(i, world, victim, point, sig, a):
+def run_trial(i, world, victim, point, sig, a, rng):
     port = free_port()
     env_base = dict(os.environ)
     env_base.update({
@@ -49,6 +52,14 @@ def run_trial(i, world, victim, point, sig, a):
     })
     argv = [a.selftest, "--json", "--backend", "gloo", "--timeout", str(a.timeout), "--tp", "2", "--pp", "2",
             "--fault", f"{victim}:{point}:{sig}"]
+    # A fault during recovery: rank `failed` is killed after init (--fail-rank, by rank 0) and the
+    # victim goes as the survivors begin to recover. The chain's deadline: init (T), then the
+    # recovery's detection window and its re-forming (T).
+    failed, bound = None, a.timeout + GRACE_S
+    if point == "recover":
+        failed = rng.choice([r for r in range(1, world) if r != victim])
+        argv += ["--fail-rank", str(failed)]
+        bound = 2 * a.timeout + WINDOW_S + GRACE_S
     procs, starts = [], []
     for r in range(world):
         env = dict(env_base, RANK=str(r), LOCAL_RANK=str(r))
@@ -61,7 +72,7 @@ def run_trial(i, world, victim, point, sig, a):
         for r, p in enumerate(procs):
             if ends[r] is None and r != victim and p.poll() is not None:
                 ends[r] = time.monotonic()
-        if all(ends[r] is not None for r in range(world) if r != victim):
+        if all(ends[r] is not None for r in range(world) if r not in (victim, failed)):
             break
         time.sleep(0.005)
     for r, p in enumerate(procs):
@@ -73,12 +84,12 @@ def run_trial(i, world, victim, point, sig, a):
         outs.append((p.returncode, out.decode(errors="replace"), err.decode(errors="replace")))
     survivors, late, unnamed, worst = 0, [], [], 0.0
     for r in range(world):
-        if r == victim:
+        if r in (victim, failed):
             continue
         survivors += 1
         took = (ends[r] if ends[r] is not None else float("inf")) - starts[r]
         worst = max(worst, took)
-        if took > a.timeout + GRACE_S:
+        if took > bound:
             late.append((r, round(took, 2)))
         code, out, err = outs[r]
         if code != 0:
@@ -88,9 +99,10 @@ def run_trial(i, world, victim, point, sig, a):
                 unnamed.append((r, message[:300]))
     ok = not late and not unnamed
     record = {"trial": i, "world": world, "victim": victim, "point": point, "signal": sig, "ok": ok,
-              "survivors": survivors, "failed_survivors": sum(1 for r in range(world) if r != victim and outs[r][0] != 0),
+              "fail_rank": failed, "bound_s": bound,
+              "survivors": survivors, "failed_survivors": sum(1 for r in range(world) if r not in (victim, failed) and outs[r][0] != 0),
               "worst_end_s": round(worst, 3), "late": late, "unnamed": unnamed,
-              "ends_s": {r: round(ends[r] - starts[r], 3) for r in range(world) if r != victim and ends[r] is not None}}
+              "ends_s": {r: round(ends[r] - starts[r], 3) for r in range(world) if r not in (victim, failed) and ends[r] is not None}}
     return record
 
 
@@ -113,10 +125,11 @@ def main() -> int:
         world = worlds[i % len(worlds)]
         victim = 0 if i % 3 == 0 else rng.randrange(1, world)
         point, sig = rng.choice(only) if only else (rng.choice(POINTS), rng.choice(SIGNALS))
-        rec = run_trial(i, world, victim, point, sig, a)
+        rec = run_trial(i, world, victim, point, sig, a, rng)
         records.append(rec)
         status = "ok  " if rec["ok"] else "FAIL"
-        print(f"{status} trial {i:2d}: world {world:2d}, rank {victim:2d} {sig:4s} at {point:8s}: "
+        extra = f" (rank {rec['fail_rank']} killed after init)" if rec["fail_rank"] is not None else ""
+        print(f"{status} trial {i:2d}: world {world:2d}, rank {victim:2d} {sig:4s} at {point:8s}{extra}: "
               f"{rec['survivors']} survivors ({rec['failed_survivors']} failed), worst end {rec['worst_end_s']:.2f} s"
               + (f"; late {rec['late']}" if rec["late"] else "")
               + (f"; victim not named by {rec['unnamed'][:2]}" if rec["unnamed"] else ""), flush=True)
@@ -127,7 +140,8 @@ def main() -> int:
     worst = max(r["worst_end_s"] for r in records) if records else 0.0
     survivors = sum(r["survivors"] for r in records)
     print(f"faults: {len(records)} trials, {survivors} survivors, worst end {worst:.2f} s "
-          f"(bound {a.timeout + GRACE_S:.1f} s), seed {a.seed}")
+          f"(bound {a.timeout + GRACE_S:.1f} s; {2 * a.timeout + WINDOW_S + GRACE_S:.1f} s for a fault during recovery), "
+          f"seed {a.seed}")
     print(f"faults: {passed} passed, {len(records) - passed} failed")
     return 0 if passed == len(records) else 1
 

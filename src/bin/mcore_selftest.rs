@@ -25,7 +25,7 @@ fn usage() -> String {
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy:kill|stop]"
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop]"
     )
 }
 
@@ -482,6 +482,7 @@ mod recovery {
             suspected.push(victim);
         }
         drop(store);
+        super::fault::at(super::fault::Point::Recover);
         let outcome = reinitialize(ReinitArgs { suspected, window: f.window, timeout: None });
         let mut out = recovered_line(args, Some(f), outcome.map_err(|e| e.to_string())?)?;
         out["init_seconds_before"] = line["init_seconds"].clone();
@@ -735,7 +736,7 @@ mod progress {
 /// RANK sends itself SIGKILL or SIGSTOP at POINT: `start` (before initialize), `checkin` (every
 /// rank checked in, no communicator yet), `created` (communicators made, not yet verified),
 /// `verify` (after initialize, as this tool's own verification begins), `destroy` (before
-/// destroy). The other ranks run on and must end within their deadline, naming it.
+/// destroy), `recover` (a survivor of `--fail-rank`, as its recovery begins). The other ranks run on and must end within their deadline, naming it.
 mod fault {
     use mcore_init::runtime::{self, InitPhase};
     use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
@@ -748,6 +749,8 @@ mod fault {
         Created = 3,
         Verify = 4,
         Destroy = 5,
+        /// As a survivor of `--fail-rank` begins its recovery.
+        Recover = 6,
     }
 
     /// The armed point (0: none) and signal of this process.
@@ -756,7 +759,7 @@ mod fault {
 
     /// Parse `RANK:POINT:SIGNAL` and arm it when RANK is this process's `RANK`.
     pub fn arm(spec: &str) -> Result<(), String> {
-        let bad = || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy:kill|stop");
+        let bad = || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop");
         let mut parts = spec.split(':');
         let (Some(rank), Some(point), Some(signal), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
@@ -769,6 +772,7 @@ mod fault {
             "created" => Point::Created,
             "verify" => Point::Verify,
             "destroy" => Point::Destroy,
+            "recover" => Point::Recover,
             _ => return Err(bad()),
         };
         let signal = match signal {

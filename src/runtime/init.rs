@@ -497,6 +497,9 @@ fn bring_up(
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let (store, attempt) = open_attempt(&env, args, reuse)?;
     let liveness = start_liveness(&env, &attempt, left());
+    if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
+        l.on_store_gone(abort);
+    }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
     let base = match &liveness {

@@ -46,11 +46,24 @@ struct Shared {
     /// After a recovery: each rank's number before it (index: the rank now), so that messages
     /// give both.
     before_recovery: Mutex<Vec<u32>>,
+    /// Run once when the store's host is found gone: ends the calls blocked on it.
+    on_gone: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl Shared {
     fn note_store_failure(&self, why: String) {
         *self.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        let on_gone = self.on_gone.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = on_gone {
+            f();
+        }
+    }
+
+    fn gone_text(&self, why: &str) -> String {
+        format!(
+            "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
+            self.store_host
+        )
     }
 }
 
@@ -87,6 +100,7 @@ impl Liveness {
             store_host,
             last_silent: Mutex::new(None),
             before_recovery: Mutex::new(Vec::new()),
+            on_gone: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -95,6 +109,12 @@ impl Liveness {
             .spawn(move || beat(&s, rank))
             .ok();
         Liveness { shared, thread }
+    }
+
+    /// Have `f` run once when the store's host is found gone (to end the calls blocked on it:
+    /// without it a call waits out its own reply timeout).
+    pub fn on_store_gone(&self, f: Box<dyn Fn() + Send + Sync>) {
+        *self.shared.on_gone.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
     }
 
     /// Why the store's host is taken for gone, when it is.
@@ -228,10 +248,7 @@ impl Liveness {
     }
 
     fn store_host_gone(&self, why: &str) -> String {
-        format!(
-            "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
-            self.shared.store_host
-        )
+        self.shared.gone_text(why)
     }
 }
 
@@ -242,50 +259,54 @@ struct Guarded {
 }
 
 impl Guarded {
-    fn ok(&self) -> Result<&dyn Store, StoreError> {
-        match self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            None => Ok(self.inner.as_ref()),
-            Some(why) => Err(StoreError::Closed(format!(
-                "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
-                self.liveness.store_host
-            ))),
+    fn gone(&self) -> Option<StoreError> {
+        let silent = self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner());
+        silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
+    }
+
+    /// `f` on the store unless its host is known gone; a failure that comes with the host found
+    /// gone (the call was ended by it) is reported as that.
+    fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(e) = self.gone() {
+            return Err(e);
         }
+        f(self.inner.as_ref()).map_err(|e| self.gone().unwrap_or(e))
     }
 }
 
 impl Store for Guarded {
     fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.ok()?.set(key, value)
+        self.call(|s| s.set(key, value))
     }
     fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
-        self.ok()?.get(key)
+        self.call(|s| s.get(key))
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        self.ok()?.add(key, delta)
+        self.call(|s| s.add(key, delta))
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
-        self.ok()?.compare_set(key, expected, desired)
+        self.call(|s| s.compare_set(key, expected, desired))
     }
     fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
-        self.ok()?.check(keys)
+        self.call(|s| s.check(keys))
     }
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        self.ok()?.wait(keys, timeout)
+        self.call(|s| s.wait(keys, timeout))
     }
     fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
-        self.ok()?.delete_key(key)
+        self.call(|s| s.delete_key(key))
     }
     fn num_keys(&self) -> Result<i64, StoreError> {
-        self.ok()?.num_keys()
+        self.call(|s| s.num_keys())
     }
     fn timeout(&self) -> Duration {
         self.inner.timeout()
     }
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.ok()?.multi_get(keys)
+        self.call(|s| s.multi_get(keys))
     }
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
-        self.ok()?.multi_set(items)
+        self.call(|s| s.multi_set(items))
     }
 }
 

@@ -289,6 +289,9 @@ struct Origin {
     /// The agreement waits for absent ranks at least until then (a failed init: see
     /// [`Pending::settled_by`]).
     settled_by: Option<Instant>,
+    /// The old runtime's heartbeat, kept beating through the recovery: it notices a store host
+    /// that froze and ends the calls blocked on it, naming it.
+    liveness: Option<super::liveness::Liveness>,
 }
 
 /// The live runtime as an [`Origin`]. Its communicators are aborted once the plan is known (a
@@ -296,7 +299,7 @@ struct Origin {
 /// a collective), except the world when it is shrunk and the groups of kinds whose membership did
 /// not change, which are kept.
 fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
-    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
+    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, liveness, .. } = rt;
     Origin {
         env,
         topology,
@@ -308,6 +311,7 @@ fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
         comms: Some((groups, world)),
         strategy: Some(strategy),
         settled_by: None,
+        liveness,
     }
 }
 
@@ -316,7 +320,19 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
     let Pending { env, topology, args, store, base, attempt, mut suspected, settled_by, .. } = pending;
     suspected.extend(more);
     let settled_by = Some(settled_by);
-    Origin { env, topology, args, store, base, attempt, suspected, comms: None, strategy: None, settled_by }
+    Origin {
+        env,
+        topology,
+        args,
+        store,
+        base,
+        attempt,
+        suspected,
+        comms: None,
+        strategy: None,
+        settled_by,
+        liveness: None,
+    }
 }
 
 /// Recover after a failure: agree on the failed ranks with the other survivors, plan the next
@@ -443,8 +459,19 @@ fn recover(
     timeout: Duration,
     window: Duration,
 ) -> Result<Option<Reinitialized>, RuntimeError> {
-    let Origin { env, topology, args: init_args, store, base, attempt, suspected, mut comms, strategy, settled_by } =
-        origin;
+    let Origin {
+        env,
+        topology,
+        args: init_args,
+        store,
+        base,
+        attempt,
+        suspected,
+        mut comms,
+        strategy,
+        settled_by,
+        liveness: _beating,
+    } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.
     let window = settled_by.map_or(window, |t| window.max(t.saturating_duration_since(Instant::now())));

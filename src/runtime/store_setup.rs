@@ -29,6 +29,13 @@ impl StoreHandles {
         super::host::HostInfo::new(tcp.and_then(|t| t.local_addr().ok()).map(|a| a.ip()), tcp.map_or("-", |t| t.peer()))
     }
 
+    /// A function that ends every call blocked on this rank's store connections (once the
+    /// store's host is known to be gone); None for the in-process store.
+    pub fn aborter(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let pool = self.pool.clone()?;
+        Some(Box::new(move || pool.abort_all()))
+    }
+
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
     pub fn round_trips(&self) -> u64 {
         self.pool.as_ref().map(|p| p.round_trips()).unwrap_or(0)

@@ -44,6 +44,9 @@ pub struct TcpStore {
     /// [`MIN_REPLY_TIMEOUT`]); see [`TcpStore::with_reply_timeout`].
     reply_timeout: Option<Duration>,
     round_trips: AtomicU64,
+    /// A second handle of the connection's socket, outside the lock, so that [`TcpStore::abort`]
+    /// can end a call blocked on it.
+    aborter: Option<TcpStream>,
 }
 
 /// A small pseudo-random jitter source (no security needed): the clock's nanoseconds mixed.
@@ -121,12 +124,14 @@ impl TcpStore {
 
     fn handshake(stream: TcpStream, peer: String, timeout: Duration) -> Result<TcpStore, StoreError> {
         stream.set_nodelay(true).map_err(|e| io_err(&peer, "set TCP_NODELAY on", e))?;
+        let aborter = stream.try_clone().ok();
         let store = TcpStore {
             conn: Mutex::new(Conn { stream: BufReader::new(stream), read_timeout: None, broken: None }),
             peer,
             timeout,
             reply_timeout: None,
             round_trips: AtomicU64::new(0),
+            aborter,
         };
         store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
         let nonce = std::process::id();
@@ -146,6 +151,14 @@ impl TcpStore {
     pub fn with_reply_timeout(mut self, limit: Duration) -> Self {
         self.reply_timeout = Some(limit);
         self
+    }
+
+    /// Shut the connection down: a call blocked on it ends at once with an error, and every later
+    /// call fails (used once the server is known to be gone, e.g. its process frozen).
+    pub fn abort(&self) {
+        if let Some(s) = &self.aborter {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     /// The `host:port` this client talks to.

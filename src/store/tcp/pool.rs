@@ -41,6 +41,13 @@ impl TcpStorePool {
         self.all.lock().map_or(0, |all| all.iter().map(|c| c.round_trips()).sum())
     }
 
+    /// Shut every connection down (see [`TcpStore::abort`]): calls blocked on them end at once.
+    pub fn abort_all(&self) {
+        if let Ok(all) = self.all.lock() {
+            all.iter().for_each(|c| c.abort());
+        }
+    }
+
     /// Connections opened so far (the first included).
     pub fn connections(&self) -> usize {
         self.all.lock().map_or(0, |all| all.len())
