@@ -147,7 +147,7 @@ impl TcpStore {
 
     /// Wait at most `limit` for the reply to a request that does not wait for keys (a liveness
     /// connection, which must notice a frozen server within its deadline; the default waits at
-    /// least [`MIN_REPLY_TIMEOUT`] so that a loaded server is not taken for a dead one).
+    /// least 10 s so that a loaded server is not taken for a dead one).
     pub fn with_reply_timeout(mut self, limit: Duration) -> Self {
         self.reply_timeout = Some(limit);
         self
