@@ -12,14 +12,15 @@
 //! written to `recovery/verdict` (compare-and-set) is the verdict every participant reads. A rank
 //! that arrives after the verdict and finds itself in it is excluded and leaves.
 
+use super::bring_up::Carried;
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
-use super::init::{
-    initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Carried, InitArgs, Pending, ENDED_KEY,
-    RECOVERY_REQUESTED_KEY,
-};
+use super::init::{initialize_on_store, take_runtime, with_runtime};
+use super::init_args::InitArgs;
+use super::leave::{ENDED_KEY, RECOVERY_REQUESTED_KEY};
+use super::pending::{keep_pending, take_pending, Pending};
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind, Communicator};
@@ -295,8 +296,8 @@ struct Origin {
 /// peer is gone: the backend's abort where it has one; dropping closes their connections without
 /// a collective), except the world when it is shrunk and the groups of kinds whose membership did
 /// not change, which are kept.
-fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
-    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
+fn from_runtime(rt: super::runtime_state::Runtime, suspected: Vec<u32>) -> Origin {
+    let super::runtime_state::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, .. } = rt;
     Origin {
         env,
         topology,
