@@ -8,8 +8,7 @@ use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{
-    create_groups_from, distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, LiveGroup, PlanKind,
-    RankPlan,
+    distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupCreator, LiveGroup, PlanKind, RankPlan,
 };
 use super::host::{self, HostInfo};
 use super::init_args::{BackendResolver, InitArgs};
@@ -290,9 +289,16 @@ fn create(
     let host_addr = s.opened.host.addr.to_string();
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
-        let (store, config, addr) = (base.as_ref(), &args.comm_config, Some(host_addr.as_str()));
-        let backend = layout.backend.as_ref();
-        create_groups_from(plan, strategy, backend, &group_store, store, config, left(s.deadline), addr, world)
+        GroupCreator {
+            plan,
+            factory: layout.backend.as_ref(),
+            store_for: &group_store,
+            progress_store: base.as_ref(),
+            config: &args.comm_config,
+            deadline: Instant::now() + left(s.deadline),
+            host_addr: Some(host_addr.as_str()),
+        }
+        .create(strategy, world)
     };
     let mut created = create(&layout.plan, layout.strategy, premade_world)?;
     created.groups.extend(kept);
