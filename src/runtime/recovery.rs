@@ -480,26 +480,11 @@ fn recover(
     let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
     let new_rank = plan.new_rank(old_rank).or_else(|| spare_rank(old_rank));
     let new_attempt = format!("{attempt}/recovery");
-    let mut report = RecoveryReport {
-        old_rank,
-        new_rank,
-        old_world_size: old_world,
-        new_world_size: new_world,
-        failed: plan.failed.clone(),
-        dropped: plan.dropped.clone(),
-        changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
-        agree: agree_time,
-        total: Duration::ZERO,
-        world_from: WorldFrom::None,
-        kept_kinds: vec![],
-    };
+    let mut report = report_of(&plan, old_rank, new_rank, old_world, new_world, agree_time);
     let Some(new_rank) = new_rank else {
         abort_all(comms.take());
         if env.hosts_store() {
-            // The survivors still need the server: keep it until they leave (destroy).
-            let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(&new_attempt, store.client()));
-            let lingering = Lingering { store, survivors, expected: new_world, timeout };
-            *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
+            linger(store, &new_attempt, new_world, timeout);
         }
         report.total = start.elapsed();
         return Ok(Some(Reinitialized::Left(report)));
@@ -526,6 +511,39 @@ fn recover(
     }
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
+}
+
+/// The report of a recovery of `old_rank` of `old_world` ranks (`new_rank` of `new_world` after
+/// it), its times and how the world was made still to be filled in.
+fn report_of(
+    plan: &RecoveryPlan,
+    old_rank: u32,
+    new_rank: Option<u32>,
+    old_world: u32,
+    new_world: u32,
+    agree: Duration,
+) -> RecoveryReport {
+    RecoveryReport {
+        old_rank,
+        new_rank,
+        old_world_size: old_world,
+        new_world_size: new_world,
+        failed: plan.failed.clone(),
+        dropped: plan.dropped.clone(),
+        changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
+        agree,
+        total: Duration::ZERO,
+        world_from: WorldFrom::None,
+        kept_kinds: vec![],
+    }
+}
+
+/// A rank that left the recovered world and hosts the store: the survivors still need the server,
+/// kept (under their attempt's prefix) until they leave (destroy).
+fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Duration) {
+    let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(new_attempt, store.client()));
+    let lingering = Lingering { store, survivors, expected: new_world, timeout };
+    *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
 }
 
 /// A recovery error after the agreement, returned once every participant (`expected`) has read
