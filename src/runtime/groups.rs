@@ -168,7 +168,8 @@ impl std::error::Error for GroupError {}
 /// `runtime::progress`), so a failure names the members that never arrived; `config` gives each kind's
 /// options. Kinds whose groups have the same members and options share one communicator.
 /// `timeout` bounds the whole creation: each group gets what is left of it. `host_addr` is the
-/// address this rank advertises to peers (handed to the backend with each group).
+/// address this rank advertises to peers (handed to the backend with each group). See
+/// [`GroupCreator`].
 #[allow(clippy::too_many_arguments)]
 pub fn create_groups(
     plan: &RankPlan,
@@ -180,72 +181,89 @@ pub fn create_groups(
     timeout: Duration,
     host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
-    create_groups_from(plan, strategy, factory, store_for, progress_store, config, timeout, host_addr, None)
+    let deadline = Instant::now() + timeout;
+    GroupCreator { plan, factory, store_for, progress_store, config, deadline, host_addr }.create(strategy, None)
 }
 
-/// [`create_groups`] with, for the split strategy, a world communicator made already (recovery:
-/// the old world shrunk to the survivors) instead of `create_world`. Another strategy aborts it.
-#[allow(clippy::too_many_arguments)]
-pub fn create_groups_from(
-    plan: &RankPlan,
-    strategy: CommStrategy,
-    factory: &dyn CommFactory,
-    store_for: &dyn Fn(&str) -> Arc<dyn Store>,
-    progress_store: &dyn Store,
-    config: &CommConfig,
-    timeout: Duration,
-    host_addr: Option<&str>,
-    premade_world: Option<Box<dyn Communicator>>,
-) -> Result<CreatedGroups, GroupError> {
-    let rank = plan.rank;
-    let deadline = Instant::now() + timeout;
-    let info_of = |name: &str, members: &[u32]| {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        GroupInfo::new(name, members.to_vec(), rank, left)
-            .map(|g| g.with_host_addr(host_addr))
-            .map_err(|e| GroupError::new(name, members, e.into()))
-    };
-    // Step 1 is the world communicator, step k + 2 the k-th kind.
-    let mark = |step: u64, group: &str, members: &[u32]| {
-        progress::mark(progress_store, rank, step)
-            .map_err(|message| GroupError::new(group, members, CommError::new(CommErrorKind::Store, message)))
-    };
-    let explained = |step: u64, waited_for: &[u32], e: CommError| CommError {
-        kind: e.kind,
-        message: progress::explain(progress_store, rank, waited_for, step, e.message),
-    };
-    let failed = |step: u64, group: &str, members: &[u32], e: CommError| {
-        GroupError::new(group, members, explained(step, members, e))
-    };
-    let mut world = match strategy {
-        CommStrategy::Split => {
-            let start = Instant::now();
-            let info = info_of("world", &plan.world)?;
-            mark(1, "world", &plan.world)?;
-            let comm = match premade_world {
-                Some(comm) => comm,
-                None => factory
-                    .create_world(&info, &config.default, store_for("world"))
-                    .map_err(|e| failed(1, "world", &plan.world, e))?,
-            };
-            Some((comm, start.elapsed()))
-        }
-        _ => {
-            if let Some(mut unused) = premade_world {
-                unused.abort();
+/// One rank's creation of the communicators of its plan: what both strategies share (see
+/// [`create_groups`] for the parameters).
+pub struct GroupCreator<'a> {
+    pub plan: &'a RankPlan,
+    pub factory: &'a dyn CommFactory,
+    /// The store private to the communicator called `name` (`world` for the split strategy's parent).
+    pub store_for: &'a dyn Fn(&str) -> Arc<dyn Store>,
+    /// Every rank's progress marks (see `runtime::progress`).
+    pub progress_store: &'a dyn Store,
+    pub config: &'a CommConfig,
+    /// Bounds the whole creation: each group gets what is left of it.
+    pub deadline: Instant,
+    pub host_addr: Option<&'a str>,
+}
+
+/// Where a kind's new communicator comes from.
+enum Source<'w> {
+    /// A split collective of the world communicator, which every rank of the world joins.
+    Split(&'w mut dyn Communicator),
+    /// The group's own creation, or a communicator started together with the others (by name).
+    PerGroup(HashMap<String, Box<dyn Communicator>>),
+}
+
+impl GroupCreator<'_> {
+    /// Create the communicators with `strategy` (resolved: split or per group); for the split
+    /// strategy, `premade_world` is a world communicator made already (recovery: the old world
+    /// shrunk to the survivors) used instead of `create_world`. Another strategy aborts it.
+    pub fn create(
+        &self,
+        strategy: CommStrategy,
+        premade_world: Option<Box<dyn Communicator>>,
+    ) -> Result<CreatedGroups, GroupError> {
+        match strategy {
+            CommStrategy::Split => self.create_split(premade_world),
+            _ => {
+                if let Some(mut unused) = premade_world {
+                    unused.abort();
+                }
+                self.create_per_group()
             }
-            None
         }
-    };
-    // Per group with a backend that creates them together: every distinct group's communicator
-    // is started at once (this rank is past every step then), and taken below in plan order.
-    let together = world.is_none() && factory.creates_together();
-    let mut started: HashMap<String, Box<dyn Communicator>> = HashMap::new();
-    let t_together = Instant::now();
-    if together {
+    }
+
+    /// Split: the world communicator (step 1), then one split collective per kind.
+    fn create_split(&self, premade_world: Option<Box<dyn Communicator>>) -> Result<CreatedGroups, GroupError> {
+        let plan = self.plan;
+        let start = Instant::now();
+        let info = self.info_of("world", &plan.world)?;
+        self.mark(1, "world", &plan.world)?;
+        let mut world = match premade_world {
+            Some(comm) => comm,
+            None => self
+                .factory
+                .create_world(&info, &self.config.default, (self.store_for)("world"))
+                .map_err(|e| self.failed(1, "world", &plan.world, e))?,
+        };
+        let world_time = start.elapsed();
+        let groups = self.create_kinds(&mut Source::Split(world.as_mut()), None)?;
+        Ok(CreatedGroups { groups, world: Some(Arc::new(Mutex::new(world)) as SharedComm), world_time })
+    }
+
+    /// Per group: each group's own communicator; with a backend that creates them together, every
+    /// distinct group's is started at once (this rank is past every step then), and taken in plan
+    /// order.
+    fn create_per_group(&self) -> Result<CreatedGroups, GroupError> {
+        let together = self.factory.creates_together();
+        let t_together = Instant::now();
+        let started = if together { self.start_together()? } else { HashMap::new() };
+        let groups = self.create_kinds(&mut Source::PerGroup(started), together.then_some(t_together))?;
+        Ok(CreatedGroups { groups, world: None, world_time: Duration::ZERO })
+    }
+
+    /// Every distinct group's communicator (by members and options) of this rank, started at once,
+    /// by name.
+    fn start_together(&self) -> Result<HashMap<String, Box<dyn Communicator>>, GroupError> {
+        let (plan, factory) = (self.plan, self.factory);
         let mut distinct: Vec<(u64, &GroupPlan, CommOptions)> = Vec::new();
         for (step, kind) in (2u64..).zip(&plan.kinds) {
-            let options = kind.options(config);
+            let options = kind.options(self.config);
             if let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) {
                 if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
                     distinct.push((step, p, options));
@@ -253,16 +271,19 @@ pub fn create_groups_from(
             }
         }
         let names: Vec<String> = distinct.iter().map(|(_, p, _)| p.name()).collect();
-        let infos =
-            names.iter().zip(&distinct).map(|(n, (_, p, _))| info_of(n, &p.members)).collect::<Result<Vec<_>, _>>()?;
+        let infos = names
+            .iter()
+            .zip(&distinct)
+            .map(|(n, (_, p, _))| self.info_of(n, &p.members))
+            .collect::<Result<Vec<_>, _>>()?;
         let requests: Vec<_> =
-            infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, store_for(&info.name))).collect();
+            infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, (self.store_for)(&info.name))).collect();
         if let Some(last) = distinct.last() {
-            mark(last.0, &names[names.len() - 1], &last.1.members)?;
+            self.mark(last.0, &names[names.len() - 1], &last.1.members)?;
         }
         let comms = factory
             .create_groups_together(&requests)
-            .map_err(|(i, e)| failed(distinct[i].0, &names[i], &distinct[i].1.members, e))?;
+            .map_err(|(i, e)| self.failed(distinct[i].0, &names[i], &distinct[i].1.members, e))?;
         if comms.len() != names.len() {
             let message = format!(
                 "backend '{}' returned {} communicators for {} groups",
@@ -270,97 +291,157 @@ pub fn create_groups_from(
                 comms.len(),
                 names.len()
             );
-            return Err(failed(
+            return Err(self.failed(
                 distinct[0].0,
                 &names[0],
                 &distinct[0].1.members,
                 CommError::new(CommErrorKind::Backend, message),
             ));
         }
-        started = names.into_iter().zip(comms).collect();
+        Ok(names.into_iter().zip(comms).collect())
     }
-    let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
-    let mut live = Vec::with_capacity(plan.groups.len());
-    // (index into `live`, step) of each communicator this rank created, to wait for.
-    let mut created: Vec<(usize, u64)> = Vec::new();
-    for (step, kind) in (2u64..).zip(&plan.kinds) {
-        let options = kind.options(config);
-        let start = if together { t_together } else { Instant::now() };
-        // Split collectives are over the whole world: a rank that creates nothing joins without a color.
-        let join_without_color = |world: &mut Option<(Box<dyn Communicator>, Duration)>| -> Result<(), GroupError> {
-            let Some((w, _)) = world.as_mut() else { return Ok(()) };
-            let what = format!("{kind} (split, joined without a group)");
-            mark(step, &what, &plan.world)?;
-            w.split(0, None, &options).map(drop).map_err(|e| failed(step, &what, &plan.world, e))
-        };
-        let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) else {
-            join_without_color(&mut world)?;
-            continue;
-        };
-        let name = p.name();
-        let info = info_of(&name, &p.members)?;
-        let key = (p.members.clone(), options.clone());
-        let (comm_name, comm) = match by_key.get(&key) {
-            Some(shared) => {
-                join_without_color(&mut world)?;
-                let shared = shared.clone();
-                let created_in = if together { Duration::ZERO } else { start.elapsed() };
-                live.push(LiveGroup {
-                    plan: p.clone(),
-                    group_rank: info.group_rank,
-                    comm_name: shared.0,
-                    comm: shared.1,
-                    created_in,
-                });
+
+    /// This rank's group of each kind, in plan order (step k + 2 for the k-th kind): sharing the
+    /// communicator of an earlier kind with the same members and options, or a new one from
+    /// `source`; then every new one waited for. `together`: when the communicators were started
+    /// together (each kind's time counts from then).
+    fn create_kinds(&self, source: &mut Source, together: Option<Instant>) -> Result<Vec<LiveGroup>, GroupError> {
+        let plan = self.plan;
+        let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
+        let mut live = Vec::with_capacity(plan.groups.len());
+        // (index into `live`, step) of each communicator this rank created, to wait for.
+        let mut created: Vec<(usize, u64)> = Vec::new();
+        for (step, kind) in (2u64..).zip(&plan.kinds) {
+            let options = kind.options(self.config);
+            let start = together.unwrap_or_else(Instant::now);
+            let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) else {
+                self.join_without_color(source, step, kind, &options)?;
                 continue;
-            }
-            None => {
-                // A split waits for the whole world, a group's own creation for its members.
-                let waited_for = if world.is_some() { &plan.world } else { &p.members };
-                let fail = |e: CommError| GroupError::new(&name, &p.members, explained(step, waited_for, e));
-                let comm = match (world.as_mut(), started.remove(&name)) {
-                    (_, Some(comm)) => comm,
-                    (Some((w, _)), None) => {
-                        mark(step, &name, &p.members)?;
-                        w.split(p.index, Some(&info), &options).map_err(&fail)?.ok_or_else(|| {
-                            fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator"))
-                        })?
-                    }
-                    (None, None) => {
-                        mark(step, &name, &p.members)?;
-                        factory.create_group(&info, &options, store_for(&name)).map_err(&fail)?
-                    }
-                };
-                created.push((live.len(), step));
-                let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
-                by_key.insert(key, shared.clone());
-                shared
-            }
-        };
-        live.push(LiveGroup {
-            plan: p.clone(),
-            group_rank: info.group_rank,
-            comm_name,
-            comm,
-            created_in: start.elapsed(),
-        });
-    }
-    // Communicators created together may still be initializing: wait for each (its deadline is
-    // the backend's); a kind's time is what this rank spent creating it plus waiting for it.
-    for (i, step) in created {
-        let waiting = Instant::now();
-        let g = &mut live[i];
-        let ready = g.comm.lock().map_err(|_| poisoned()).and_then(|mut c| c.wait_ready());
-        if let Err(e) = ready {
-            return Err(GroupError::new(&g.comm_name, &g.plan.members, explained(step, &g.plan.members, e)));
+            };
+            let name = p.name();
+            let info = self.info_of(&name, &p.members)?;
+            let key = (p.members.clone(), options.clone());
+            let (comm_name, comm) = match by_key.get(&key) {
+                Some(shared) => {
+                    self.join_without_color(source, step, kind, &options)?;
+                    let shared = shared.clone();
+                    let created_in = if together.is_some() { Duration::ZERO } else { start.elapsed() };
+                    live.push(LiveGroup {
+                        plan: p.clone(),
+                        group_rank: info.group_rank,
+                        comm_name: shared.0,
+                        comm: shared.1,
+                        created_in,
+                    });
+                    continue;
+                }
+                None => {
+                    let comm = self.new_comm(source, step, p, &name, &info, &options)?;
+                    created.push((live.len(), step));
+                    let shared = (name, Arc::new(Mutex::new(comm)) as SharedComm);
+                    by_key.insert(key, shared.clone());
+                    shared
+                }
+            };
+            live.push(LiveGroup {
+                plan: p.clone(),
+                group_rank: info.group_rank,
+                comm_name,
+                comm,
+                created_in: start.elapsed(),
+            });
         }
-        g.created_in += waiting.elapsed();
+        self.wait_ready(&mut live, created)?;
+        Ok(live)
     }
-    let (world, world_time) = match world {
-        Some((w, t)) => (Some(Arc::new(Mutex::new(w)) as SharedComm), t),
-        None => (None, Duration::ZERO),
-    };
-    Ok(CreatedGroups { groups: live, world, world_time })
+
+    /// Split collectives are over the whole world: a rank that creates nothing of `kind` (or
+    /// shares an earlier kind's communicator) joins without a color. Nothing to do per group.
+    fn join_without_color(
+        &self,
+        source: &mut Source,
+        step: u64,
+        kind: &PlanKind,
+        options: &CommOptions,
+    ) -> Result<(), GroupError> {
+        let Source::Split(w) = source else { return Ok(()) };
+        let what = format!("{kind} (split, joined without a group)");
+        self.mark(step, &what, &self.plan.world)?;
+        w.split(0, None, options).map(drop).map_err(|e| self.failed(step, &what, &self.plan.world, e))
+    }
+
+    /// A new communicator for this rank's group `p` (called `name`), from `source`.
+    fn new_comm(
+        &self,
+        source: &mut Source,
+        step: u64,
+        p: &GroupPlan,
+        name: &str,
+        info: &GroupInfo,
+        options: &CommOptions,
+    ) -> Result<Box<dyn Communicator>, GroupError> {
+        // A split waits for the whole world, a group's own creation for its members.
+        let waited_for = if matches!(source, Source::Split(_)) { &self.plan.world } else { &p.members };
+        let fail = |e: CommError| GroupError::new(name, &p.members, self.explained(step, waited_for, e));
+        match source {
+            Source::PerGroup(started) => match started.remove(name) {
+                Some(comm) => Ok(comm),
+                None => {
+                    self.mark(step, name, &p.members)?;
+                    self.factory.create_group(info, options, (self.store_for)(name)).map_err(&fail)
+                }
+            },
+            Source::Split(w) => {
+                self.mark(step, name, &p.members)?;
+                w.split(p.index, Some(info), options).map_err(&fail)?.ok_or_else(|| {
+                    fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator"))
+                })
+            }
+        }
+    }
+
+    /// Communicators created together may still be initializing: wait for each of `created`
+    /// (index into `live`, step; its deadline is the backend's); a kind's time is what this rank
+    /// spent creating it plus waiting for it.
+    fn wait_ready(&self, live: &mut [LiveGroup], created: Vec<(usize, u64)>) -> Result<(), GroupError> {
+        for (i, step) in created {
+            let waiting = Instant::now();
+            let g = &mut live[i];
+            let ready = g.comm.lock().map_err(|_| poisoned()).and_then(|mut c| c.wait_ready());
+            if let Err(e) = ready {
+                return Err(GroupError::new(&g.comm_name, &g.plan.members, self.explained(step, &g.plan.members, e)));
+            }
+            g.created_in += waiting.elapsed();
+        }
+        Ok(())
+    }
+
+    /// The group `name` of `members` as the backend is given it, with what is left of the deadline.
+    fn info_of(&self, name: &str, members: &[u32]) -> Result<GroupInfo, GroupError> {
+        let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        GroupInfo::new(name, members.to_vec(), self.plan.rank, left)
+            .map(|g| g.with_host_addr(self.host_addr))
+            .map_err(|e| GroupError::new(name, members, e.into()))
+    }
+
+    /// Mark this rank past `step` (step 1 is the world communicator, step k + 2 the k-th kind).
+    fn mark(&self, step: u64, group: &str, members: &[u32]) -> Result<(), GroupError> {
+        progress::mark(self.progress_store, self.plan.rank, step)
+            .map_err(|message| GroupError::new(group, members, CommError::new(CommErrorKind::Store, message)))
+    }
+
+    /// `e`, having waited for `waited_for` at `step`, with the ranks that never arrived named.
+    fn explained(&self, step: u64, waited_for: &[u32], e: CommError) -> CommError {
+        CommError {
+            kind: e.kind,
+            message: progress::explain(self.progress_store, self.plan.rank, waited_for, step, e.message),
+        }
+    }
+
+    /// Creating `group` of `members` at `step` failed with `e`.
+    fn failed(&self, step: u64, group: &str, members: &[u32], e: CommError) -> GroupError {
+        GroupError::new(group, members, self.explained(step, members, e))
+    }
 }
 
 /// Verify one group's communicator with an all-reduce of `[global rank, 1]`, whose result the

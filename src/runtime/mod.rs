@@ -2,6 +2,8 @@
 //! and the idempotent initializer.
 #![forbid(unsafe_code)]
 
+mod blame;
+mod bring_up;
 pub mod checkin;
 pub mod comm_config;
 pub mod env;
@@ -9,21 +11,27 @@ pub mod error;
 pub mod groups;
 pub mod host;
 mod init;
+mod init_args;
+mod leave;
 pub mod liveness;
+mod pending;
+mod plan;
 mod progress;
 pub mod recovery;
+mod runtime_state;
 pub mod settings;
 mod store_setup;
 
+pub use bring_up::{set_phase_hook, InitPhase, PhaseHook};
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
-pub use init::{
-    default_factory, initialize, initialize_with, is_initialized, is_spare, plan_for, set_phase_hook, settings_of,
-    timeout_from_env, with_runtime, BackendResolver, InitArgs, InitPhase, InitTimings, PhaseHook, Runtime,
-    DEFAULT_INIT_TIMEOUT,
-};
+pub use init::{initialize, initialize_with, is_initialized, with_runtime};
+pub use init_args::{default_factory, settings_of, timeout_from_env, BackendResolver, InitArgs, DEFAULT_INIT_TIMEOUT};
+pub use pending::is_spare;
+pub use plan::plan_for;
+pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
 
 /// Tear down what `initialize` brought up; `Ok(false)` when nothing was initialized. A rank that
@@ -31,5 +39,5 @@ pub use settings::InitOutcome;
 /// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
 /// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    Ok(init::teardown()? || recovery::release_lingering_store() || init::discard_pending())
+    Ok(leave::teardown()? || recovery::release_lingering_store() || pending::discard_pending())
 }

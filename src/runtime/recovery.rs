@@ -12,14 +12,15 @@
 //! written to `recovery/verdict` (compare-and-set) is the verdict every participant reads. A rank
 //! that arrives after the verdict and finds itself in it is excluded and leaves.
 
+use super::bring_up::Carried;
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
-use super::init::{
-    initialize_on_store, keep_pending, take_pending, take_runtime, with_runtime, Carried, InitArgs, Pending, ENDED_KEY,
-    RECOVERY_REQUESTED_KEY,
-};
+use super::init::{initialize_on_store, take_runtime, with_runtime};
+use super::init_args::InitArgs;
+use super::leave::{ENDED_KEY, RECOVERY_REQUESTED_KEY};
+use super::pending::{keep_pending, take_pending, Pending};
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind, Communicator};
@@ -298,8 +299,20 @@ struct Origin {
 /// peer is gone: the backend's abort where it has one; dropping closes their connections without
 /// a collective), except the world when it is shrunk and the groups of kinds whose membership did
 /// not change, which are kept.
-fn from_runtime(rt: super::init::Runtime, suspected: Vec<u32>) -> Origin {
-    let super::init::Runtime { env, topology, groups, world, base, store, args, attempt, strategy, liveness, .. } = rt;
+fn from_runtime(rt: super::runtime_state::Runtime, suspected: Vec<u32>) -> Origin {
+    let super::runtime_state::Runtime {
+        env,
+        topology,
+        groups,
+        world,
+        base,
+        store,
+        args,
+        attempt,
+        strategy,
+        liveness,
+        ..
+    } = rt;
     Origin {
         env,
         topology,
@@ -506,26 +519,11 @@ fn recover(
     let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
     let new_rank = plan.new_rank(old_rank).or_else(|| spare_rank(old_rank));
     let new_attempt = format!("{attempt}/recovery");
-    let mut report = RecoveryReport {
-        old_rank,
-        new_rank,
-        old_world_size: old_world,
-        new_world_size: new_world,
-        failed: plan.failed.clone(),
-        dropped: plan.dropped.clone(),
-        changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
-        agree: agree_time,
-        total: Duration::ZERO,
-        world_from: WorldFrom::None,
-        kept_kinds: vec![],
-    };
+    let mut report = report_of(&plan, old_rank, new_rank, old_world, new_world, agree_time);
     let Some(new_rank) = new_rank else {
         abort_all(comms.take());
         if env.hosts_store() {
-            // The survivors still need the server: keep it until they leave (destroy).
-            let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(&new_attempt, store.client()));
-            let lingering = Lingering { store, survivors, expected: new_world, timeout };
-            *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
+            linger(store, &new_attempt, new_world, timeout);
         }
         report.total = start.elapsed();
         return Ok(Some(Reinitialized::Left(report)));
@@ -551,17 +549,55 @@ fn recover(
         return Ok(None);
     }
     // Messages name ranks in the new numbering and, beside it, the one the user started with.
-    let mut before = vec![0; new_world as usize];
-    for old in 0..old_world {
-        if let Some(new) = plan.new_rank(old).or_else(|| spare_rank(old)) {
-            if let Some(slot) = before.get_mut(new as usize) {
-                *slot = old;
-            }
-        }
-    }
-    let _ = with_runtime(|rt| rt.number_as_before(before));
+    let _ = with_runtime(|rt| rt.number_as_before(old_numbers(&plan, old_world, new_world)));
     report.total = start.elapsed();
     Ok(Some(Reinitialized::Recovered(report)))
+}
+
+/// Each new rank's number before the recovery (index: the new rank).
+fn old_numbers(plan: &RecoveryPlan, old_world: u32, new_world: u32) -> Vec<u32> {
+    let layout_world = plan.topology.world_size();
+    let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
+    let mut before = vec![0; new_world as usize];
+    for old in 0..old_world {
+        if let Some(slot) = plan.new_rank(old).or_else(|| spare_rank(old)).and_then(|n| before.get_mut(n as usize)) {
+            *slot = old;
+        }
+    }
+    before
+}
+
+/// The report of a recovery of `old_rank` of `old_world` ranks (`new_rank` of `new_world` after
+/// it), its times and how the world was made still to be filled in.
+fn report_of(
+    plan: &RecoveryPlan,
+    old_rank: u32,
+    new_rank: Option<u32>,
+    old_world: u32,
+    new_world: u32,
+    agree: Duration,
+) -> RecoveryReport {
+    RecoveryReport {
+        old_rank,
+        new_rank,
+        old_world_size: old_world,
+        new_world_size: new_world,
+        failed: plan.failed.clone(),
+        dropped: plan.dropped.clone(),
+        changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
+        agree,
+        total: Duration::ZERO,
+        world_from: WorldFrom::None,
+        kept_kinds: vec![],
+    }
+}
+
+/// A rank that left the recovered world and hosts the store: the survivors still need the server,
+/// kept (under their attempt's prefix) until they leave (destroy).
+fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Duration) {
+    let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(new_attempt, store.client()));
+    let lingering = Lingering { store, survivors, expected: new_world, timeout };
+    *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
 }
 
 /// A recovery error after the agreement, returned once every participant (`expected`) has read

@@ -6,6 +6,7 @@ use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
 use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -179,6 +180,26 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let tcp = Arc::new(client);
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), _server: server })
+}
+
+/// Distinguishes successive initializations of one process in store keys (destroy + re-init).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The store and key prefix of an initialization: those of an earlier attempt (recovery), or
+/// a new attempt's (its store opened within `timeout`).
+pub(super) fn open_attempt(
+    env: &LaunchEnv,
+    timeout: Duration,
+    reuse: Option<(StoreHandles, String)>,
+) -> Result<(StoreHandles, String), RuntimeError> {
+    Ok(match reuse {
+        Some(reused) => reused,
+        None => {
+            let epoch = EPOCH.fetch_add(1, Ordering::SeqCst);
+            let attempt = format!("mcore_init/{}/{}/{}", env.run_id, env.restart_count, epoch);
+            (open_store(env, timeout, &attempt)?, attempt)
+        }
+    })
 }
 
 #[cfg(test)]

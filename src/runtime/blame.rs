@@ -1,0 +1,66 @@
+//! The liveness glue of an initialization: this rank's heartbeat, and failures explained by the
+//! ranks (or the store host) that stopped answering.
+
+use super::checkin::CheckinError;
+use super::env::LaunchEnv;
+use super::error::RuntimeError;
+use super::liveness::Liveness;
+use crate::backend::{CommError, CommErrorKind};
+use std::time::Duration;
+
+/// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
+/// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
+/// init nothing but the naming of dead ranks.
+pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration) -> Option<Liveness> {
+    if env.world_size <= 1 {
+        return None;
+    }
+    let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
+    let host = format!("{who} at {}:{}", env.master_addr, env.master_port);
+    Liveness::start(&env.master_addr, env.master_port, attempt, env.rank, host, within.min(Duration::from_secs(2))).ok()
+}
+
+/// `e` with the peers that stopped answering named first, when it is a failure that a dead or
+/// frozen peer can cause (a timeout, a lost peer, a store that went away).
+pub(super) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &LaunchEnv) -> RuntimeError {
+    let Some(l) = liveness else { return e };
+    let peerish = match &e {
+        RuntimeError::Group(g) => {
+            matches!(g.error.kind, CommErrorKind::Timeout | CommErrorKind::PeerFailed | CommErrorKind::Store)
+        }
+        RuntimeError::Store(_) | RuntimeError::StoreConnect { .. } | RuntimeError::Comm(_) => true,
+        RuntimeError::Checkin(CheckinError::Store(_)) => true,
+        _ => false,
+    };
+    if !peerish {
+        return e;
+    }
+    let everyone: Vec<u32> = (0..env.world_size).collect();
+    match l.blame(&everyone, env.rank) {
+        Some(who) => RuntimeError::PeersGone { who, source: Box::new(e) },
+        None => e,
+    }
+}
+
+/// `e` (a failed collective over `members`) with the silent ranks named first.
+pub(super) fn explain_with(liveness: Option<&Liveness>, me: u32, members: &[u32], e: CommError) -> CommError {
+    match (liveness, e.kind) {
+        (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match l.blame(members, me) {
+            Some(who) => CommError { kind: e.kind, message: format!("{who}; {}", e.message) },
+            None => e,
+        },
+        _ => e,
+    }
+}
+
+/// Whether an initialization failed because a peer did not come or went away (a rank missing at
+/// check-in, a group whose creation or verification timed out or lost a peer): recovery can
+/// continue from it.
+pub(super) fn failed_for_a_peer(e: &RuntimeError) -> bool {
+    use crate::backend::CommErrorKind as K;
+    match e.cause() {
+        RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
+        RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
+        _ => false,
+    }
+}

@@ -1,0 +1,426 @@
+//! Bringing one rank's layout up, as named steps: validate (layout, RNG, backend, plan), open the
+//! store with the heartbeat, check in, create, verify; and the end of a bring-up that failed (kept
+//! for recovery, or left once the ranks that arrived have read the verdict).
+
+use super::blame::{blame_peers, failed_for_a_peer, start_liveness};
+use super::checkin::{check_in, CheckinError};
+use super::comm_config::CommStrategy;
+use super::env::LaunchEnv;
+use super::error::RuntimeError;
+use super::groups::{
+    distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupCreator, LiveGroup, PlanKind, RankPlan,
+};
+use super::host::{self, HostInfo};
+use super::init_args::{BackendResolver, InitArgs};
+use super::leave::{leave, leave_unless, LEAVE_GRACE, RECOVERY_REQUESTED_KEY};
+use super::liveness::Liveness;
+use super::pending::{keep_pending, Pending};
+use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, plan_for};
+use super::runtime_state::{InitTimings, Runtime};
+use super::store_setup::{open_attempt, StoreHandles};
+use crate::backend::{CommError, CommFactory, Communicator};
+use crate::rng::layout::{coordinates, seed_request};
+use crate::rng::RankRng;
+use crate::store::{PrefixStore, Store};
+use crate::topology::{GroupKind, RankView, Topology};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A function told of each phase of an initialization as it begins; see [`set_phase_hook`].
+pub type PhaseHook = fn(InitPhase);
+
+/// The phases of an initialization, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitPhase {
+    /// Every rank has checked in; the communicators are about to be created.
+    CheckedIn,
+    /// The communicators exist; verification is about to run.
+    Created,
+}
+
+static PHASE_HOOK: Mutex<Option<PhaseHook>> = Mutex::new(None);
+
+/// Have `hook` called (on the initializing thread) as each [`InitPhase`] begins, e.g. to log
+/// progress or, in fault-injection tests, to kill this process in the middle of init
+/// (`mcore-selftest --fail-at during`). `None` removes it.
+pub fn set_phase_hook(hook: Option<PhaseHook>) {
+    *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+}
+
+fn phase(p: InitPhase) {
+    let hook = *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hook) = hook {
+        hook(p);
+    }
+}
+
+/// What a recovery carries into the new layout's bring-up: the store and attempt prefix the
+/// survivors already share, the timeout the runtime keeps, and communicators it already has.
+pub(super) struct Carried {
+    pub store: StoreHandles,
+    pub attempt: String,
+    /// The runtime's timeout from then on (`args` carries what is left of the recovery's deadline).
+    pub timeout: Duration,
+    /// The split strategy's world communicator, made already (the old world shrunk), used
+    /// instead of creating a new one.
+    pub world: Option<Box<dyn Communicator>>,
+    /// This rank's groups of the kinds whose membership did not change, planned for the new
+    /// layout, with their old communicators: those kinds are not created again.
+    pub kept: Vec<LiveGroup>,
+}
+
+/// The layout, validated before touching the network, and what this rank creates in it.
+struct Layout {
+    topology: Topology,
+    view: RankView,
+    rng: Option<Arc<Mutex<RankRng>>>,
+    backend: Arc<dyn CommFactory>,
+    /// The strategy used (`Auto` resolved).
+    strategy: CommStrategy,
+    /// What this rank creates: the aliased kinds (and the kinds a recovery kept) left out.
+    plan: RankPlan,
+    aliases: Vec<(GroupKind, GroupKind)>,
+}
+
+/// This initialization's store, open. Fields drop in order: the view of the store, the
+/// heartbeat, then the store itself (a host's server last).
+struct Opened {
+    /// The attempt's private view of the store (guarded by the heartbeat, when there is one).
+    base: Arc<dyn Store>,
+    liveness: Option<Liveness>,
+    store: StoreHandles,
+    attempt: String,
+    host: HostInfo,
+}
+
+/// What the steps after opening the store share.
+struct Steps<'a> {
+    args: &'a InitArgs,
+    env: &'a LaunchEnv,
+    layout: &'a Layout,
+    opened: &'a Opened,
+    start: Instant,
+    /// One deadline bounds every wait: each step gets what is left of it.
+    deadline: Instant,
+}
+
+/// The communicators made and verified, and when check-in and creation ended (since the start).
+struct Made {
+    created: CreatedGroups,
+    communicators: usize,
+    t_checkin: Duration,
+    t_groups: Duration,
+}
+
+/// What is left of `deadline` (at least 1 ms).
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+}
+
+/// Bring up the layout `args` describes: validate, open the store, check in, create, verify.
+pub(super) fn bring_up(
+    args: &InitArgs,
+    env: LaunchEnv,
+    fingerprint: &[u8],
+    factory: &BackendResolver,
+    carried: Option<Carried>,
+) -> Result<Runtime, RuntimeError> {
+    let start = Instant::now();
+    let mut layout = validate(args, &env, factory)?;
+    // Kinds a recovery kept are not created again (every rank keeps the same kinds).
+    let (reuse, premade_world, kept) = match carried {
+        Some(Carried { store, attempt, world, kept, .. }) => (Some((store, attempt)), world, kept),
+        None => (None, None, Vec::new()),
+    };
+    layout.plan.kinds.retain(|k| !kept.iter().any(|g| g.plan.kind == *k));
+    layout.plan.groups.retain(|p| !kept.iter().any(|g| g.plan.kind == p.kind));
+    check_options(args, &layout)?;
+
+    let deadline = start + args.timeout;
+    let opened = open(&env, args, reuse, deadline)?;
+    let t_store = start.elapsed();
+    let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline };
+    let made = check_in_create_verify(&steps, fingerprint, premade_world, kept);
+    let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
+    match made {
+        Ok(made) => Ok(assemble(args, env, layout, opened, made, start, t_store)),
+        Err(e) => Err(failed(e, args, env, layout.topology, opened, deadline)),
+    }
+}
+
+/// Validate everything that needs no network, so that a bad layout or backend fails fast on every
+/// rank: the timeout, the layout and this rank's place in it, its RNG streams, the backend and
+/// strategy, and the plan of what this rank creates.
+fn validate(args: &InitArgs, env: &LaunchEnv, factory: &BackendResolver) -> Result<Layout, RuntimeError> {
+    if args.timeout.is_zero() {
+        return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
+    }
+    let topology = validate_topology(args, env)?;
+    let view = topology.rank_view(env.rank)?;
+    let rng = seed_rng(args, &topology, env.rank)?;
+    let (backend, strategy) = choose_backend(args, factory)?;
+    let mut plan = plan_for(&topology, &view);
+    let aliases = aliased_kinds(&topology, &args.comm_config);
+    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == *k));
+    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == g.kind));
+    Ok(Layout { topology, view, rng, backend, strategy, plan, aliases })
+}
+
+/// The layout of `args` over the world less its spares, which must cover every rank of it.
+fn validate_topology(args: &InitArgs, env: &LaunchEnv) -> Result<Topology, RuntimeError> {
+    // Validate the layout before touching the network: a bad layout fails fast on every rank.
+    let layout_world = args.layout_world(env.world_size)?;
+    let topology = Topology::new(args.topology.clone(), layout_world)?;
+    if topology.rank_offset() != 0 || topology.world_size() != layout_world {
+        // Every rank knows this: all fail at once instead of waiting for ranks with no group.
+        return Err(RuntimeError::InvalidArgument(format!(
+            "the layout's grid covers ranks {}..{} of a world of {}: the ranks outside it would belong to \
+             no group, and the runtime needs every rank of the world in the grid (launch only the grid's \
+             ranks, or drop local_world_size/rank_offset)",
+            topology.rank_offset(),
+            u64::from(topology.rank_offset()) + u64::from(topology.world_size()) - 1,
+            layout_world
+        )));
+    }
+    Ok(topology)
+}
+
+/// This rank's RNG streams, seeded by the policy (none without a seed).
+fn seed_rng(args: &InitArgs, topology: &Topology, rank: u32) -> Result<Option<Arc<Mutex<RankRng>>>, RuntimeError> {
+    let Some(seed) = args.seed else { return Ok(None) };
+    let req = seed_request(topology, rank, &args.seed_policy, seed, args.data_parallel_random_init)?;
+    let mut rng = RankRng::new(coordinates(topology, rank)?);
+    rng.seed(&req)?;
+    Ok(Some(Arc::new(Mutex::new(rng))))
+}
+
+/// The backend `args` names and the strategy it creates with; verification and all-gather twins
+/// must be possible with it.
+fn choose_backend(
+    args: &InitArgs,
+    factory: &BackendResolver,
+) -> Result<(Arc<dyn CommFactory>, CommStrategy), RuntimeError> {
+    let backend = factory(args)?;
+    let strategy = resolve_strategy(args.comm_strategy, backend.as_ref()).map_err(RuntimeError::InvalidArgument)?;
+    if let (true, Some(why)) = (args.verify, backend.verify_unavailable()) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "verification was requested (the default), but {why}: initialize with verify off"
+        )));
+    }
+    if args.create_all_gather_groups {
+        resolve_strategy(CommStrategy::PerGroup, backend.as_ref()).map_err(|why| {
+            RuntimeError::InvalidArgument(format!("create_all_gather_groups creates its twins per group: {why}"))
+        })?;
+    }
+    Ok((backend, strategy))
+}
+
+/// The backend takes the communicator options of every kind to be created (and the default).
+fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
+    let options_error =
+        |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
+    let backend = &layout.backend;
+    backend.check_options(&args.comm_config.default).map_err(options_error("every kind (the default)".into()))?;
+    for kind in &layout.plan.kinds {
+        backend.check_options(&kind.options(&args.comm_config)).map_err(options_error(kind.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Open the attempt's store (or take a recovery's), start the heartbeat, and learn this rank's
+/// host and the address it advertises.
+fn open(
+    env: &LaunchEnv,
+    args: &InitArgs,
+    reuse: Option<(StoreHandles, String)>,
+    deadline: Instant,
+) -> Result<Opened, RuntimeError> {
+    let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
+    let liveness = start_liveness(env, &attempt, left(deadline));
+    if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
+        l.on_store_gone(abort);
+    }
+    let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
+    // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
+    let base = match &liveness {
+        Some(l) => l.guard(base),
+        None => base,
+    };
+    let host = store.host();
+    if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
+        eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
+    }
+    Ok(Opened { base, liveness, store, attempt, host })
+}
+
+/// The steps on the store: check in, create the communicators, verify them.
+fn check_in_create_verify(
+    s: &Steps,
+    fingerprint: &[u8],
+    premade_world: Option<Box<dyn Communicator>>,
+    kept: Vec<LiveGroup>,
+) -> Result<Made, RuntimeError> {
+    check_in_all(s, fingerprint)?;
+    let t_checkin = s.start.elapsed();
+    phase(InitPhase::CheckedIn);
+    let created = create(s, premade_world, kept)?;
+    let t_groups = s.start.elapsed();
+    phase(InitPhase::Created);
+    let communicators = verify(s, &created.groups)?;
+    Ok(Made { created, communicators, t_checkin, t_groups })
+}
+
+/// Publish this rank's host, and check in with every rank of the world.
+fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
+    let (env, base) = (s.env, s.opened.base.as_ref());
+    host::publish(base, env.rank, &s.opened.host)?;
+    check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline))?;
+    Ok(())
+}
+
+/// Create this rank's communicators (with the groups a recovery kept, and the aliased kinds'),
+/// in the layout's kind order; then the all-gather twins when asked for.
+fn create(
+    s: &Steps,
+    premade_world: Option<Box<dyn Communicator>>,
+    kept: Vec<LiveGroup>,
+) -> Result<CreatedGroups, RuntimeError> {
+    let (args, layout, base) = (s.args, s.layout, &s.opened.base);
+    let group_store =
+        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
+    let host_addr = s.opened.host.addr.to_string();
+    // Every creation shares the one deadline (what is left of it) and this rank's address.
+    let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
+        GroupCreator {
+            plan,
+            factory: layout.backend.as_ref(),
+            store_for: &group_store,
+            progress_store: base.as_ref(),
+            config: &args.comm_config,
+            deadline: Instant::now() + left(s.deadline),
+            host_addr: Some(host_addr.as_str()),
+        }
+        .create(strategy, world)
+    };
+    let mut created = create(&layout.plan, layout.strategy, premade_world)?;
+    created.groups.extend(kept);
+    // In the layout's kind order, as if all were created now.
+    let order = layout.topology.kinds();
+    created.groups.sort_by_key(|g| order.iter().position(|&k| PlanKind::Group(k) == g.plan.kind));
+    add_alias_groups(&layout.view, &layout.aliases, &mut created.groups);
+    if args.create_all_gather_groups {
+        let plan = all_gather_plan(&layout.topology, &layout.view, &layout.plan);
+        let made = create(&plan, CommStrategy::PerGroup, None)?;
+        created.groups.extend(made.groups);
+    }
+    Ok(created)
+}
+
+/// Verify every distinct communicator (when asked to); how many there are.
+fn verify(s: &Steps, groups: &[LiveGroup]) -> Result<usize, RuntimeError> {
+    Ok(if s.args.verify {
+        verify_groups(groups, s.env.rank, s.layout.backend.verifies_concurrently())?
+    } else {
+        distinct_communicators(groups).len()
+    })
+}
+
+/// The live runtime of a bring-up that succeeded.
+fn assemble(
+    args: &InitArgs,
+    env: LaunchEnv,
+    layout: Layout,
+    opened: Opened,
+    made: Made,
+    start: Instant,
+    t_store: Duration,
+) -> Runtime {
+    let Made { created: CreatedGroups { groups, world, world_time }, communicators, t_checkin, t_groups } = made;
+    let total = start.elapsed();
+    Runtime {
+        timings: InitTimings {
+            store: t_store,
+            checkin: t_checkin - t_store,
+            groups: t_groups - t_checkin,
+            world: world_time,
+            verify: total - t_groups,
+            total,
+        },
+        backend_name: layout.backend.name().to_string(),
+        strategy: layout.strategy,
+        env,
+        topology: layout.topology,
+        view: layout.view,
+        groups,
+        communicators,
+        host: opened.host,
+        rng: layout.rng,
+        world,
+        base: opened.base,
+        timeout: args.timeout,
+        store: opened.store,
+        args: args.clone(),
+        attempt: opened.attempt,
+        health_checks: AtomicU64::new(0),
+        liveness: opened.liveness,
+    }
+}
+
+/// The end of a bring-up that failed with `e` (its peers already blamed). One that failed for a
+/// peer is kept for recovery; any other keeps the store up until the ranks that arrived have read
+/// the verdict and left. Nothing is kept when the store's host is gone.
+fn failed(
+    e: RuntimeError,
+    args: &InitArgs,
+    env: LaunchEnv,
+    topology: Topology,
+    opened: Opened,
+    deadline: Instant,
+) -> RuntimeError {
+    if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
+        // The store's host is gone: nobody can read a verdict or recover through it.
+        return e;
+    }
+    if failed_for_a_peer(&e) {
+        keep_for_recovery(&e, args, env, topology, opened, deadline);
+        return e;
+    }
+    // Keep the store up until the ranks that arrived have read the verdict and left.
+    let arrived = match e.cause() {
+        RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
+        _ => env.world_size,
+    };
+    // Wait for them only until a little past the deadline (not past the time this error
+    // took to explain, e.g. waiting for failure records): ranks that died never leave.
+    let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+    leave(&opened.base, &env, arrived, wait, opened.liveness.as_ref());
+    e
+}
+
+/// Keep a bring-up that failed for a peer (`e`) for recovery.
+fn keep_for_recovery(
+    e: &RuntimeError,
+    args: &InitArgs,
+    env: LaunchEnv,
+    topology: Topology,
+    opened: Opened,
+    deadline: Instant,
+) {
+    // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
+    // ranks whose init succeeded, through their health check): keep the store (a host
+    // keeps serving).
+    let Opened { base, liveness, store, attempt, .. } = opened;
+    let suspected = match e.cause() {
+        RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
+        _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
+    };
+    // As any failed init (see `failed`), so that ranks that do not recover read their error
+    // from a store that is still up; then the store is kept for recovery.
+    // A host stops waiting as soon as a rank asks for recovery: it is needed there.
+    let arrived = env.world_size.saturating_sub(suspected.len() as u32);
+    let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+    leave_unless(&base, &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY), liveness.as_ref());
+    let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
+    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by });
+}

@@ -1,0 +1,102 @@
+//! The live state of an initialized process ([`Runtime`]) and its getters, and the durations of
+//! an initialization's phases ([`InitTimings`]).
+
+use super::blame::explain_with;
+use super::comm_config::CommStrategy;
+use super::env::LaunchEnv;
+use super::groups::{LiveGroup, PlanKind, SharedComm};
+use super::host::HostInfo;
+use super::init_args::InitArgs;
+use super::liveness::Liveness;
+use super::store_setup::StoreHandles;
+use crate::backend::CommError;
+use crate::rng::RankRng;
+use crate::store::Store;
+use crate::topology::{GroupKind, RankView, Topology};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Durations of the phases of one initialization.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InitTimings {
+    pub store: Duration,
+    pub checkin: Duration,
+    /// Creating every communicator (the world's included, for the split strategy).
+    pub groups: Duration,
+    /// Of `groups`: creating the split strategy's world communicator.
+    pub world: Duration,
+    pub verify: Duration,
+    pub total: Duration,
+}
+
+/// The live state of an initialized process.
+pub struct Runtime {
+    pub env: LaunchEnv,
+    pub topology: Topology,
+    pub view: RankView,
+    pub groups: Vec<LiveGroup>,
+    pub backend_name: String,
+    /// The strategy used (`Auto` resolved).
+    pub strategy: CommStrategy,
+    pub timings: InitTimings,
+    /// Distinct communicators created (aliased kinds share one).
+    pub communicators: usize,
+    /// This rank's host and the address it advertises to peers (see [`super::host`]).
+    pub host: HostInfo,
+    /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
+    pub rng: Option<Arc<Mutex<RankRng>>>,
+    /// The split strategy's world communicator, released after the groups.
+    pub(super) world: Option<SharedComm>,
+    /// This initialization's private view of the store.
+    pub(super) base: Arc<dyn Store>,
+    pub(super) timeout: Duration,
+    pub(super) store: StoreHandles,
+    /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
+    pub(super) args: InitArgs,
+    pub(super) attempt: String,
+    /// This rank's heartbeat and the questions of who stopped answering (None: a world of one).
+    pub(super) liveness: Option<Liveness>,
+    /// Health checks run so far (each uses its own generation of store keys).
+    pub(super) health_checks: AtomicU64,
+}
+
+impl Runtime {
+    /// `e`, a failed collective, with the ranks that stopped answering named first (see
+    /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked, not only
+    /// the group's `members`: a member may be alive but stuck on a rank of another group.
+    pub fn explain_collective(&self, members: &[u32], e: CommError) -> CommError {
+        let _ = members;
+        let everyone: Vec<u32> = (0..self.env.world_size).collect();
+        explain_with(self.liveness.as_ref(), self.env.rank, &everyone, e)
+    }
+
+    /// After a recovery: `before[r]` is rank r's number before it (see
+    /// [`super::liveness::Liveness::number_as_before`]).
+    pub(super) fn number_as_before(&self, before: Vec<u32>) {
+        if let Some(l) = &self.liveness {
+            l.number_as_before(before);
+        }
+    }
+
+    /// This rank's group of `kind`, if it is a member.
+    pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        self.groups.iter().find(|g| g.plan.kind == PlanKind::Group(kind))
+    }
+
+    /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`),
+    /// when initialized with `create_all_gather_groups` and the layout has that twin.
+    pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        self.groups.iter().find(|g| g.plan.kind == PlanKind::AllGatherTwin(kind))
+    }
+
+    /// This initialization's view of the rendezvous store (keys under its attempt's prefix).
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.base.clone()
+    }
+
+    /// Store requests this process has sent so far (request/response exchanges).
+    pub fn store_round_trips(&self) -> u64 {
+        self.store.round_trips()
+    }
+}
