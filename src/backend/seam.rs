@@ -39,16 +39,19 @@ pub enum CommErrorKind {
 pub struct CommError {
     pub kind: CommErrorKind,
     pub message: String,
+    /// The status a plugin returned, when the failure is a plugin's: the C layer reports it
+    /// unchanged (`kind` is what the runtime reasons with).
+    pub plugin_status: Option<crate::abi::mcore_status>,
 }
 
 impl CommError {
     pub fn new(kind: CommErrorKind, message: impl Into<String>) -> Self {
-        CommError { kind, message: message.into() }
+        CommError { kind, message: message.into(), plugin_status: None }
     }
 
     /// The same error with `context` (e.g. the group) put before its message.
     pub fn context(self, context: impl fmt::Display) -> Self {
-        CommError { kind: self.kind, message: format!("{context}: {}", self.message) }
+        CommError { message: format!("{context}: {}", self.message), ..self }
     }
 }
 
@@ -84,7 +87,11 @@ impl From<BackendError> for CommError {
                 _ => CommErrorKind::Backend,
             },
         };
-        CommError::new(kind, e.to_string())
+        let plugin_status = match &e {
+            BackendError::Plugin { status, .. } => Some(*status),
+            _ => None,
+        };
+        CommError { plugin_status, ..CommError::new(kind, e.to_string()) }
     }
 }
 

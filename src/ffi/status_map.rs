@@ -60,6 +60,11 @@ fn comm_status(kind: CommErrorKind) -> mcore_status {
     }
 }
 
+/// A plugin's own status passes through unchanged; any other failure's follows its kind.
+fn comm_error_status(e: &CommError) -> mcore_status {
+    e.plugin_status.unwrap_or_else(|| comm_status(e.kind))
+}
+
 fn runtime_status(e: &RuntimeError) -> mcore_status {
     match e {
         RuntimeError::Env(_) | RuntimeError::InvalidArgument(_) => mcore_status::InvalidArgument,
@@ -69,8 +74,8 @@ fn runtime_status(e: &RuntimeError) -> mcore_status {
         RuntimeError::Checkin(CheckinError::Mismatch(_)) => mcore_status::ConfigMismatch,
         RuntimeError::Checkin(CheckinError::Store(e)) => store_error_status(e),
         RuntimeError::Backend(e) => backend_status(e),
-        RuntimeError::Comm(e) => comm_status(e.kind),
-        RuntimeError::Group(g) => comm_status(g.error.kind),
+        RuntimeError::Comm(e) => comm_error_status(e),
+        RuntimeError::Group(g) => comm_error_status(&g.error),
         RuntimeError::Rng(e) => rng_status(e),
         RuntimeError::AlreadyInitialized(_) => mcore_status::AlreadyInitialized,
         RuntimeError::NotInitialized => mcore_status::NotInitialized,
@@ -94,7 +99,7 @@ to_ffi_error! {
     RngError => |e| rng_status(&e),
     StoreError => |e| store_error_status(&e),
     BackendError => |e| backend_status(&e),
-    CommError => |e| comm_status(e.kind),
+    CommError => |e| comm_error_status(&e),
     SizedStructError => |e| mcore_status::InvalidArgument,
     RuntimeError => |e| runtime_status(&e),
 }
@@ -123,6 +128,29 @@ mod tests {
             FfiError::from(group(CommErrorKind::VersionTooOld, "needs NCCL 2.18")).status,
             mcore_status::VersionTooOld
         );
+    }
+
+    #[test]
+    fn a_plugins_own_status_passes_through_unchanged() {
+        // PROTOCOL and CORRUPT have no communicator kind of their own (they were reported as IO
+        // and BACKEND); every status a plugin can return reaches the caller as it was.
+        for status in [mcore_status::Protocol, mcore_status::Corrupt, mcore_status::Io, mcore_status::WrongRank] {
+            let plugin = BackendError::Plugin {
+                backend: "test".into(),
+                op: "create",
+                group: "data_parallel/0".into(),
+                status,
+                message: "the plugin's words".into(),
+            };
+            let comm = CommError::from(plugin);
+            let group = RuntimeError::Group(GroupError {
+                group: "data_parallel/0".into(),
+                members: vec![0, 1],
+                error: comm.clone(),
+            });
+            assert_eq!(FfiError::from(group).status, status);
+            assert_eq!(FfiError::from(RuntimeError::Comm(comm.context("creating"))).status, status);
+        }
     }
 
     #[test]

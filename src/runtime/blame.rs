@@ -46,7 +46,7 @@ pub(super) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &La
 pub(super) fn explain_with(liveness: Option<&Liveness>, me: u32, members: &[u32], e: CommError) -> CommError {
     match (liveness, e.kind) {
         (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match l.blame(members, me) {
-            Some(who) => CommError { kind: e.kind, message: format!("{who}; {}", e.message) },
+            Some(who) => CommError { message: format!("{who}; {}", e.message), ..e },
             None => e,
         },
         _ => e,

@@ -432,10 +432,8 @@ impl GroupCreator<'_> {
 
     /// `e`, having waited for `waited_for` at `step`, with the ranks that never arrived named.
     fn explained(&self, step: u64, waited_for: &[u32], e: CommError) -> CommError {
-        CommError {
-            kind: e.kind,
-            message: progress::explain(self.progress_store, self.plan.rank, waited_for, step, e.message),
-        }
+        let message = progress::explain(self.progress_store, self.plan.rank, waited_for, step, e.message.clone());
+        CommError { message, ..e }
     }
 
     /// Creating `group` of `members` at `step` failed with `e`.
@@ -451,7 +449,7 @@ pub fn verify_group(g: &LiveGroup, rank: u32) -> Result<(), GroupError> {
     let mut values = [rank as i64, 1];
     let mut comm = g.comm.lock().map_err(|_| fail(poisoned()))?;
     comm.allreduce_sum_i64(&mut values)
-        .map_err(|e| fail(CommError { kind: e.kind, message: format!("all-reduce failed: {e}") }))?;
+        .map_err(|e| fail(CommError { message: format!("all-reduce failed: {e}"), ..e }))?;
     let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];
     if values != want {
         return Err(fail(CommError::new(
