@@ -34,8 +34,14 @@ fn failed_key(rank: u32) -> String {
     format!("alive/failed/{rank}")
 }
 
+/// Opens a fresh heartbeat connection (None: the store's host did not answer one in time).
+type Reconnect = Box<dyn Fn() -> Option<Arc<dyn Store>> + Send + Sync>;
+
 struct Shared {
-    store: Arc<dyn Store>,
+    store: Mutex<Arc<dyn Store>>,
+    /// A missed reply is taken for the host's death only when a fresh connection's handshake
+    /// gets no answer either (a loaded host answers that; a frozen one does not).
+    reconnect: Option<Reconnect>,
     stop: AtomicBool,
     /// Why the store's host is taken for gone (a heartbeat got no reply in time), when it is.
     store_silent: Mutex<Option<String>>,
@@ -51,6 +57,21 @@ struct Shared {
 }
 
 impl Shared {
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// After a missed reply: a fresh connection when the host still answers one.
+    fn reconnected(&self) -> bool {
+        match self.reconnect.as_ref().and_then(|r| r()) {
+            Some(fresh) => {
+                *self.store.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn note_store_failure(&self, why: String) {
         *self.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         let on_gone = self.on_gone.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -88,13 +109,23 @@ impl Liveness {
             .map_err(|e| format!("liveness connection to {store_host}: {e}"))?
             .with_reply_timeout(REPLY_LIMIT);
         let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, Arc::new(conn)));
-        Ok(Self::on(store, rank, store_host))
+        let (addr, prefix) = (addr.to_string(), prefix.to_string());
+        let reconnect: Reconnect = Box::new(move || {
+            let conn = TcpStore::connect(&addr, port, REPLY_LIMIT).ok()?.with_reply_timeout(REPLY_LIMIT);
+            Some(Arc::new(PrefixStore::new(&prefix, Arc::new(conn))) as Arc<dyn Store>)
+        });
+        Ok(Self::with(store, Some(reconnect), rank, store_host))
     }
 
     /// Heartbeat through `store` (tests: an in-process store).
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
+        Self::with(store, None, rank, store_host)
+    }
+
+    fn with(store: Arc<dyn Store>, reconnect: Option<Reconnect>, rank: u32, store_host: String) -> Liveness {
         let shared = Arc::new(Shared {
-            store,
+            store: Mutex::new(store),
+            reconnect,
             stop: AtomicBool::new(false),
             store_silent: Mutex::new(None),
             store_host,
@@ -131,7 +162,9 @@ impl Liveness {
             return Err(self.store_host_gone(&why));
         }
         let read = |r: u32| -> Result<i64, String> {
-            self.shared.store.add(&key(r), 0).map_err(|e| {
+            let first = self.shared.store().add(&key(r), 0);
+            let second = || if self.shared.reconnected() { self.shared.store().add(&key(r), 0) } else { first.clone() };
+            first.clone().or_else(|_| second()).map_err(|e| {
                 let why = format!("no answer to a liveness read ({e})");
                 self.shared.note_store_failure(why.clone());
                 self.store_host_gone(&why)
@@ -199,10 +232,8 @@ impl Liveness {
             }
         }
         let roots: Vec<u32> = roots.into_iter().collect();
-        let _ = self
-            .shared
-            .store
-            .set(&failed_key(me), roots.iter().map(u32::to_string).collect::<Vec<_>>().join(",").as_bytes());
+        let record: Vec<String> = roots.iter().map(u32::to_string).collect();
+        let _ = self.shared.store().set(&failed_key(me), record.join(",").as_bytes());
         let mut text = format!(
             "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
             self.name_ranks(&roots),
@@ -234,10 +265,11 @@ impl Liveness {
     /// The ranks that rank `r` blamed when it failed, if it recorded any.
     fn record_of(&self, r: u32) -> Option<Vec<u32>> {
         let k = failed_key(r);
-        if !self.shared.store.check(&[&k]).ok()? {
+        let store = self.shared.store();
+        if !store.check(&[&k]).ok()? {
             return None;
         }
-        let text = self.shared.store.get(&k).ok()?;
+        let text = store.get(&k).ok()?;
         Some(String::from_utf8_lossy(&text).split(',').filter_map(|x| x.parse().ok()).collect())
     }
 
@@ -324,11 +356,15 @@ fn beat(s: &Shared, rank: u32) {
     let k = key(rank);
     while !s.stop.load(Ordering::SeqCst) {
         let t0 = Instant::now();
-        match s.store.add(&k, 1) {
+        match s.store().add(&k, 1) {
             Ok(_) => *s.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            // A missed reply leaves the connection unusable: a fresh one, if the host answers.
+            Err(_) if s.reconnected() => continue,
             Err(e) => {
-                s.note_store_failure(format!("no reply to a heartbeat within {:.1} s: {e}", REPLY_LIMIT.as_secs_f64()));
-                // The connection is unusable after a missed reply: nothing more to learn from it.
+                s.note_store_failure(format!(
+                    "no reply to a heartbeat within {:.1} s, nor to a new connection: {e}",
+                    REPLY_LIMIT.as_secs_f64()
+                ));
                 return;
             }
         }
