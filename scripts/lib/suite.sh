@@ -1,27 +1,126 @@
-# Shared by the suites of scripts/test.d: source it from a suite, which then runs in the
-# repository root.
-#   suite_check NAME CMD...   run CMD; count a pass, or a failure (printed with NAME)
-#   gloo_plugin               build the Gloo plugin once (target/gloo-plugin) and print its path
-#   suite_end NAME            print "NAME: P passed, F failed" and return non-zero on a failure
+# Shared by the suites of scripts/test.d: source it from a suite (`. "$(dirname "$0")/../lib/suite.sh"`),
+# which then runs in the repository root. A suite counts its checks with these functions and ends
+# with suite_end (or suite_abort), whose last line "NAME: P passed, F failed" CI reads. No suite
+# runs another: what one needs built or staged, it gets from the functions below.
+# Counting:
+#   suite_ok [MSG]                  count a pass (printing "ok: MSG" when given)
+#   suite_bad MSG                   count a failure, printing "FAIL: MSG"
+#   suite_check NAME CMD...         run CMD; count a pass, or a failure (printed with NAME)
+#   suite_check_log NAME LOG CMD... the same with CMD's output in LOG (its tail printed on a failure)
+#   suite_count_cargo NAME LOG [RC] add the counts of LOG's last "test result:" line (cargo test);
+#                                   none: one failure; a non-zero RC without counted failures: one
+#   suite_count_ctest NAME LOG      add the counts of ctest's "N tests failed out of M" line in LOG
+#   suite_count_pytest LOG RC       print LOG's tail, add the counts of pytest's summary (its last
+#                                   line); a non-zero RC without counted failures counts as one
+#   suite_end NAME [SUFFIX]         print "NAME: P passed, F failed[SUFFIX]"; non-zero on a failure
+#   suite_abort NAME WHY            count a failure, print "NAME: P passed, F failed (WHY)", exit 1
+# Building and staging (each as the suite that tests it does it):
+#   gloo_plugin_build [LOG]         configure and build the Gloo plugin into target/gloo-plugin
+#                                   (output to LOG, default /dev/null)
+#   gloo_plugin                     build the Gloo plugin when missing and print its path
+#   stage_c_library                 build the release library (cargo) and stage it in
+#                                   target/c-examples/lib the way an install lays it out
+#   stage_cmake_package             install the top-level CMake build afresh into target/stage
+#                                   (build tree target/cmake-build)
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_pass=0
 suite_fail=0
 
+suite_ok() {
+  suite_pass=$((suite_pass + 1))
+  if [ $# -gt 0 ]; then echo "ok: $*"; fi
+}
+
+suite_bad() {
+  suite_fail=$((suite_fail + 1))
+  echo "FAIL: $*"
+}
+
 suite_check() {
   local name=$1; shift
-  if "$@"; then suite_pass=$((suite_pass + 1)); else suite_fail=$((suite_fail + 1)); echo "FAIL: $name"; fi
+  if "$@"; then suite_ok; else suite_bad "$name"; fi
+}
+
+suite_check_log() {
+  local name=$1 log=$2; shift 2
+  mkdir -p "$(dirname "$log")"
+  if "$@" >"$log" 2>&1; then suite_ok; else suite_bad "$name (log: $log)"; tail -n 20 "$log"; fi
+}
+
+suite_count_cargo() {
+  local name=$1 log=$2 rc=${3:-0} line passed failed
+  line=$(grep -E '^test result:' "$log" | tail -n 1)
+  passed=$(sed -n 's/.* \([0-9]\+\) passed.*/\1/p' <<<"$line")
+  failed=$(sed -n 's/.* \([0-9]\+\) failed.*/\1/p' <<<"$line")
+  if [ -z "$passed" ]; then
+    suite_bad "$name did not run"
+    return
+  fi
+  suite_pass=$((suite_pass + passed))
+  suite_fail=$((suite_fail + ${failed:-0}))
+  if [ "$rc" -ne 0 ] && [ "${failed:-0}" -eq 0 ]; then suite_bad "$name exited with status $rc"; fi
+}
+
+suite_count_ctest() {
+  local name=$1 log=$2 total failed
+  total=$(sed -n 's/.*tests passed, \([0-9]\+\) tests failed out of \([0-9]\+\).*/\2/p' "$log")
+  failed=$(sed -n 's/.*tests passed, \([0-9]\+\) tests failed out of.*/\1/p' "$log")
+  if [ -z "$total" ]; then
+    suite_bad "$name did not run"
+    return
+  fi
+  suite_pass=$((suite_pass + total - failed))
+  suite_fail=$((suite_fail + failed))
+}
+
+suite_count_pytest() {
+  local log=$1 rc=$2 summary passed failed
+  tail -n 40 "$log"
+  summary=$(tail -n 1 "$log")
+  passed=$(grep -o '[0-9]\+ passed' <<<"$summary" | grep -o '[0-9]\+' || echo 0)
+  failed=$(( $(grep -o '[0-9]\+ failed' <<<"$summary" | grep -o '[0-9]\+' || echo 0) + $(grep -o '[0-9]\+ error' <<<"$summary" | grep -o '[0-9]\+' || echo 0) ))
+  if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+  suite_pass=$((suite_pass + passed))
+  suite_fail=$((suite_fail + failed))
+}
+
+suite_end() {
+  echo "$1: $suite_pass passed, $suite_fail failed${2:-}"
+  [ "$suite_fail" -eq 0 ]
+}
+
+suite_abort() {
+  suite_fail=$((suite_fail + 1))
+  echo "$1: $suite_pass passed, $suite_fail failed ($2)"
+  exit 1
+}
+
+gloo_plugin_build() {
+  local log=${1:-/dev/null}
+  [ "$log" = /dev/null ] || mkdir -p "$(dirname "$log")"
+  cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 \
+    && cmake --build target/gloo-plugin -j 2 >>"$log" 2>&1
 }
 
 gloo_plugin() {
   local plugin=$PWD/target/gloo-plugin/libmcore_init_gloo.so
-  if [ ! -f "$plugin" ]; then
-    cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null \
-      && cmake --build target/gloo-plugin -j 2 >/dev/null
-  fi
+  [ -f "$plugin" ] || gloo_plugin_build
   echo "$plugin"
 }
 
-suite_end() {
-  echo "$1: $suite_pass passed, $suite_fail failed"
-  [ "$suite_fail" -eq 0 ]
+stage_c_library() {
+  local lib=target/c-examples/lib
+  cargo build --release --locked --lib --quiet || return 1
+  mkdir -p "$lib"
+  # Versioned file, soname link, dev link.
+  cp -f target/release/libmcore_init.so "$lib/libmcore_init.so.0.1.0" \
+    && ln -sf libmcore_init.so.0.1.0 "$lib/libmcore_init.so.0.1" \
+    && ln -sf libmcore_init.so.0.1 "$lib/libmcore_init.so"
+}
+
+stage_cmake_package() {
+  local stage=$PWD/target/stage build=$PWD/target/cmake-build
+  rm -rf "$stage" "$build"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMCORE_CARGO_TARGET_DIR="$PWD/target" \
+    && cmake --build "$build" && cmake --install "$build" --prefix "$stage"
 }

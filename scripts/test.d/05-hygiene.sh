@@ -3,15 +3,8 @@
 # clippy-clean with warnings as errors, API docs that build with warnings as errors. The layer
 # check (imports run one way) is the cargo test tests/layers.rs.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-pass=0 fail=0
-check() {
-  local name=$1; shift
-  local log=target/hygiene-$name.log
-  if "$@" >"$log" 2>&1; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $name ($*); log: $log"; tail -20 "$log"; fi
-}
-check fmt cargo fmt --all --check
-check clippy cargo clippy --release --locked --all-targets -- -D warnings
-check doc env RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --no-deps
-echo "hygiene: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+. "$(dirname "$0")/../lib/suite.sh"
+suite_check_log fmt target/hygiene-fmt.log cargo fmt --all --check
+suite_check_log clippy target/hygiene-clippy.log cargo clippy --release --locked --all-targets -- -D warnings
+suite_check_log doc target/hygiene-doc.log env RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --no-deps
+suite_end hygiene

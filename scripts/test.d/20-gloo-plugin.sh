@@ -2,23 +2,20 @@
 # Build the Gloo backend plugin (backends/gloo, CMake, Debian's libgloo-dev) into
 # target/gloo-plugin/, check it exports only its entry symbol, then run the backend tests with
 # real processes against it (tests/backend_plugin.rs via MCORE_GLOO_PLUGIN).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
+set -uo pipefail
+. "$(dirname "$0")/../lib/suite.sh"
 out=target/gloo-plugin
-pass=0; fail=0
-if cmake -S backends/gloo -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out.cmake.log" 2>&1 \
-   && cmake --build "$out" -j 2 >>"$out.cmake.log" 2>&1; then
-  pass=$((pass+1))
+if gloo_plugin_build "$out.cmake.log"; then
+  suite_ok
 else
-  cat "$out.cmake.log"; echo "FAIL: building the Gloo plugin (log: $out.cmake.log)"; fail=$((fail+1))
-  echo "gloo-plugin: $pass passed, $fail failed"; exit 1
+  cat "$out.cmake.log"; suite_abort gloo-plugin "cannot build the Gloo plugin, log: $out.cmake.log"
 fi
 plugin="$PWD/$out/libmcore_init_gloo.so"
 exported=$(nm -D --defined-only "$plugin" | awk '$2 ~ /^[TDBRVW]$/ {print $3}')
 if [ "$exported" = "mcore_backend_plugin_v1" ]; then
-  pass=$((pass+1))
+  suite_ok
 else
-  echo "FAIL: the plugin exports more than mcore_backend_plugin_v1: $exported"; fail=$((fail+1))
+  suite_bad "the plugin exports more than mcore_backend_plugin_v1: $exported"
 fi
 # `--backend gloo` finds libmcore_init_gloo.so through the dynamic loader's search path.
 store=$(mktemp -d)
@@ -31,18 +28,14 @@ for r in 0 1; do
 done
 ok=1; for p in "${pids[@]}"; do wait "$p" || ok=0; done
 if [ "$ok" = 1 ] && grep -q '"ok":true' "$store/out.0" && grep -q '"ok":true' "$store/out.1"; then
-  pass=$((pass+1))
+  suite_ok
 else
-  cat "$store"/out.*; echo "FAIL: --backend gloo through LD_LIBRARY_PATH"; fail=$((fail+1))
+  cat "$store"/out.*; suite_bad "--backend gloo through LD_LIBRARY_PATH"
 fi
 rm -rf "$store"
 log=$(mktemp)
-if MCORE_GLOO_PLUGIN="$plugin" cargo test --release --quiet --test backend_plugin >"$log" 2>&1; then :; fi
+MCORE_GLOO_PLUGIN="$plugin" cargo test --release --quiet --test backend_plugin >"$log" 2>&1
 cat "$log"
-n_ok=$(sed -n 's/^test result: .* \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p' "$log" | tail -1)
-n_bad=$(sed -n 's/^test result: .* \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p' "$log" | tail -1)
-if [ -z "$n_ok" ]; then echo "FAIL: backend_plugin tests did not run"; fail=$((fail+1)); n_ok=0; n_bad=0; fi
-pass=$((pass+n_ok)); fail=$((fail+n_bad))
+suite_count_cargo "backend_plugin tests" "$log"
 rm -f "$log"
-echo "gloo-plugin: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end gloo-plugin

@@ -25,15 +25,9 @@
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok() { pass=$((pass+1)); echo "ok: $1"; }
-bad() { fail=$((fail+1)); echo "FAIL: $1"; }
-plugin="$PWD/target/gloo-plugin/libmcore_init_gloo.so"
-if [ ! -f "$plugin" ]; then
-  cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build target/gloo-plugin -j 2 >/dev/null
-fi
-cargo build --release --locked --bin mcore-launch --bin mcore-selftest >/dev/null 2>&1 || { echo "recovery: 0 passed, 1 failed (build)"; exit 1; }
+. "$(dirname "$0")/../lib/suite.sh"
+gloo_plugin >/dev/null   # target/gloo-plugin, on LD_LIBRARY_PATH below
+cargo build --release --locked --bin mcore-launch --bin mcore-selftest >/dev/null 2>&1 || suite_abort recovery build
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -105,30 +99,30 @@ PY
 
 run kill5 5
 if check kill5 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 new >"$tmp/kill5.check"; then
-  ok "rank 5 killed: 12 ranks recovered on tp 2 pp 2 dp 3 (a new world: Gloo has no shrink slot), ranks 4, 12, 13 left, launcher exit 0"
+  suite_ok "rank 5 killed: 12 ranks recovered on tp 2 pp 2 dp 3 (a new world: Gloo has no shrink slot), ranks 4, 12, 13 left, launcher exit 0"
   grep -m2 "rank " "$tmp/kill5.check"
 else
-  bad "rank 5 killed: $(cat "$tmp/kill5.check")"; tail -5 "$tmp/kill5.err"
+  suite_bad "rank 5 killed: $(cat "$tmp/kill5.check")"; tail -5 "$tmp/kill5.err"
 fi
 run kill1 1
 if check kill1 0 1 0,8,9 2,3,4,5,6,7,10,11,12,13,14,15 12 >"$tmp/kill1.check"; then
-  ok "rank 1 killed: rank 0 (the store's host) left with its replica, 12 ranks recovered"
+  suite_ok "rank 1 killed: rank 0 (the store's host) left with its replica, 12 ranks recovered"
 else
-  bad "rank 1 killed: $(cat "$tmp/kill1.check")"; tail -5 "$tmp/kill1.err"
+  suite_bad "rank 1 killed: $(cat "$tmp/kill1.check")"; tail -5 "$tmp/kill1.err"
 fi
 run every 1,2,4,6
 if check every 1 1,2,4,6 "" "" refused >"$tmp/every.check"; then
-  ok "a rank of every replica killed: every survivor refuses with 'no valid layout remains', launcher non-zero"
+  suite_ok "a rank of every replica killed: every survivor refuses with 'no valid layout remains', launcher non-zero"
 else
-  bad "a rank of every replica killed: $(cat "$tmp/every.check")"; tail -5 "$tmp/every.err"
+  suite_bad "a rank of every replica killed: $(cat "$tmp/every.check")"; tail -5 "$tmp/every.err"
 fi
 for at in before during verify; do
   run "$at" 5 "$at" 8
   if check "$at" 0 5 4,12,13 0,1,2,3,6,7,8,9,10,11,14,15 12 >"$tmp/$at.check"; then
-    ok "rank 5 killed ($at init): found, 12 ranks recovered on tp 2 pp 2 dp 3, launcher exit 0"
+    suite_ok "rank 5 killed ($at init): found, 12 ranks recovered on tp 2 pp 2 dp 3, launcher exit 0"
     grep -m1 "rank " "$tmp/$at.check"
   else
-    bad "rank 5 killed ($at init): $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
+    suite_bad "rank 5 killed ($at init): $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
   fi
 done
 NPROC=17 SPARES=1 run spare 5
@@ -153,10 +147,9 @@ print("\n".join(errors))
 sys.exit(1 if errors else 0)
 PY
 then
-  ok "a spare: 17 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4"
+  suite_ok "a spare: 17 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4"
   head -1 "$tmp/spare.check"
 else
-  bad "a spare took rank 5's place: $(cat "$tmp/spare.check")"; tail -5 "$tmp/spare.err"
+  suite_bad "a spare took rank 5's place: $(cat "$tmp/spare.check")"; tail -5 "$tmp/spare.err"
 fi
-echo "recovery: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end recovery

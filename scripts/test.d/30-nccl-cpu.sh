@@ -4,17 +4,18 @@
 # MCORE_NCCL_LIBRARY at its libnccl.so.2. When the wheel cannot be had (no network): a failure in
 # CI (CI=true), a skip elsewhere.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
 venv=$root/target/nccl-venv
 unavailable() {
   if [ "${CI:-}" = "true" ]; then
     echo "nccl-cpu: NCCL library unavailable in CI: $1"
-    echo "nccl-cpu: 0 passed, 1 failed"
+    suite_bad "NCCL library unavailable in CI"
+    suite_end nccl-cpu
     exit 1
   fi
   echo "nccl-cpu: skipped, NCCL library unavailable: $1"
-  echo "nccl-cpu: 0 passed, 0 failed, 1 skipped"
+  suite_end nccl-cpu ", 1 skipped"
   exit 0
 }
 lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -n1)
@@ -30,9 +31,6 @@ export MCORE_NCCL_LIBRARY=$lib MCORE_NCCL_TEST_REQUIRE=1
 log=$(mktemp)
 cargo test --release --locked --test nccl_cpu 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-line=$(grep -E '^test result:' "$log" | tail -n1)
+suite_count_cargo "tests/nccl_cpu.rs" "$log" "$rc"
 rm -f "$log"
-passed=$(sed -n 's/.* \([0-9]\+\) passed.*/\1/p' <<<"$line"); failed=$(sed -n 's/.* \([0-9]\+\) failed.*/\1/p' <<<"$line")
-[ "$rc" -eq 0 ] || [ "${failed:-0}" -gt 0 ] || failed=1
-echo "nccl-cpu: ${passed:-0} passed, ${failed:-0} failed"
-[ "$rc" -eq 0 ]
+suite_end nccl-cpu

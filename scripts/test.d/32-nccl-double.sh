@@ -5,18 +5,17 @@
 # (`cargo test` in scripts/test.sh runs the same tests without ASan.) A double for the runtime's
 # logic only: the real libnccl.so.2 is tested by 30-nccl-cpu.sh and scripts/gpu-tests.sh.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/../lib/suite.sh"
 asan=$(cc -print-file-name=libasan.so 2>/dev/null)
 if [ ! -e "$asan" ]; then
   echo "nccl-double: libasan not found (cc -print-file-name=libasan.so gave '$asan'; install gcc)"
-  echo "nccl-double: 0 passed, 1 failed"
-  exit 1
+  suite_abort "nccl-double (ASan)" "no libasan"
 fi
 log=$(mktemp)
 MCORE_NCCL_DOUBLE_ASAN=1 cargo test --release --locked --test nccl_double 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-line=$(grep -E '^test result:' "$log" | tail -n1)
-grep -q 'AddressSanitizer' "$log" && { echo "nccl-double: AddressSanitizer reported an error"; rc=1; }
+suite_count_cargo "tests/nccl_double.rs" "$log" "$rc"
+grep -q 'AddressSanitizer' "$log" && suite_bad "nccl-double: AddressSanitizer reported an error"
 # The GPU tests' own logic (tests/nccl_gpu.rs, normally run by scripts/gpu-tests.sh) against the
 # double, which stands in for libcuda.so.1 too: not evidence about GPUs, a check that the tests
 # themselves do what they say.
@@ -29,11 +28,8 @@ if [ -x "$exe" ] && LD_PRELOAD=$asan ASAN_OPTIONS=detect_leaks=0:abort_on_error=
      LD_LIBRARY_PATH=$dbl MCORE_NCCL_DOUBLE_DIR=$rv "$exe" --ignored --skip _child --test-threads=1 >"$log" 2>&1; then
   echo "nccl-double: tests/nccl_gpu.rs against the double: $(grep -E '^test result:' "$log" | tail -n1)"
 else
-  cat "$log"; echo "nccl-double: tests/nccl_gpu.rs against the double failed"; rc=1
+  cat "$log"; suite_bad "nccl-double: tests/nccl_gpu.rs against the double failed"
 fi
 rm -rf "$rv"
 rm -f "$log"
-passed=$(sed -n 's/.* \([0-9]\+\) passed.*/\1/p' <<<"$line"); failed=$(sed -n 's/.* \([0-9]\+\) failed.*/\1/p' <<<"$line")
-[ "$rc" -eq 0 ] || [ "${failed:-0}" -gt 0 ] || failed=1
-echo "nccl-double (ASan): ${passed:-0} passed, ${failed:-0} failed"
-[ "$rc" -eq 0 ]
+suite_end "nccl-double (ASan)"

@@ -3,16 +3,13 @@
 # out-of-tree CMake project finds it with find_package(McoreInit) and runs; a C program builds
 # with pkg-config; the installed files carry the right names and soname.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
-stage=$root/target/stage
+stage=$root/target/stage        # as stage_cmake_package lays it out
 build=$root/target/cmake-build
-pass=0; fail=0
-check() { local name=$1; shift; if "$@" >"$root/target/cmake-$name.log" 2>&1; then pass=$((pass+1)); else echo "FAIL: $name (log: target/cmake-$name.log)"; tail -20 "$root/target/cmake-$name.log"; fail=$((fail+1)); fi; }
+check() { local name=$1; shift; suite_check_log "$name" "target/cmake-$name.log" "$@"; }
 
-rm -rf "$stage" "$build"
-check install bash -c "cmake -S . -B '$build' -DCMAKE_BUILD_TYPE=Release -DMCORE_CARGO_TARGET_DIR='$root/target' \
-  && cmake --build '$build' && cmake --install '$build' --prefix '$stage'"
+check install stage_cmake_package
 check layout bash -c "test -f '$stage/lib/libmcore_init.so.0.1.0' && test -L '$stage/lib/libmcore_init.so.0.1' \
   && test -L '$stage/lib/libmcore_init.so' && test -f '$stage/include/mcore_init.h' && test -f '$stage/include/mcore_backend.h' \
   && test -f '$stage/lib/cmake/McoreInit/McoreInitConfigVersion.cmake' && test -f '$stage/lib/libmcore_init_gloo.so' && test -f '$stage/lib/pkgconfig/mcore_init.pc' \
@@ -27,5 +24,4 @@ check version-0.2-rejected bash -c "! cmake -S '$root/target/consumer-0.2' -B '$
 check pkg-config bash -c "PKG_CONFIG_PATH='$stage/lib/pkgconfig' cc -std=c11 -Wall -Wextra -Wpedantic -Werror \
   examples/c/version.c \$(PKG_CONFIG_PATH='$stage/lib/pkgconfig' pkg-config --cflags --libs mcore_init) \
   -Wl,-rpath,'$stage/lib' -o '$root/target/pkgconfig-version' && '$root/target/pkgconfig-version'"
-echo "cmake-package: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end cmake-package

@@ -4,13 +4,10 @@
 # run the Python tests from a copy outside the source tree against that install (no
 # MCORE_INIT_LIBRARY, no MCORE_GLOO_PLUGIN: the package finds what it carries).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
-fail() { echo "python-wheel: 0 passed, 1 failed ($1)"; exit 1; }
-plugin=$root/target/gloo-plugin/libmcore_init_gloo.so
-if [ ! -f "$plugin" ]; then
-  cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build target/gloo-plugin -j 2 >/dev/null
-fi
+fail() { suite_abort python-wheel "$1"; }
+gloo_plugin >/dev/null   # target/gloo-plugin, which scripts/build-wheel.sh packs
 wheel=$(bash scripts/build-wheel.sh "$root/target/wheels" | tail -n 1) || fail "cannot build the wheel"
 [ -f "$wheel" ] || fail "no wheel"
 case "$wheel" in *-py3-none-linux_*.whl) ;; *) fail "wheel $wheel is not platform-tagged" ;; esac
@@ -47,5 +44,5 @@ env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHON
   PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" \
   "$work/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests >"$log" 2>&1
 rc=$?
-. "$root/scripts/lib/pytest-summary.sh"
-pytest_summary python-wheel "$log" "$rc" "$(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB"
+suite_count_pytest "$log" "$rc"
+suite_end python-wheel " ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"

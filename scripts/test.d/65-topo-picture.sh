@@ -4,7 +4,7 @@
 # layout (four tensor-parallel groups -> four palette colours, a fifth absent) and the highlight.
 # When Chromium cannot be installed the suite says SKIPPED loudly.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
 if ! command -v chromium >/dev/null; then
   echo "== installing chromium (apt) for the picture test"
@@ -15,11 +15,11 @@ if ! command -v chromium >/dev/null; then
   echo "!!!!!!!! topo-picture: SKIPPED: chromium could not be installed; the SVG was NOT checked in a browser !!!!!!!!"
   exit 0
 fi
-cargo build --release --locked --bin mcore-topo >/dev/null 2>&1 || { echo "topo-picture: 0 passed, 1 failed (cannot build mcore-topo)"; exit 1; }
+cargo build --release --locked --bin mcore-topo >/dev/null 2>&1 || suite_abort topo-picture "cannot build mcore-topo"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$root/target/release/mcore-topo" --world-size 32 --tp 8 --pp 2 --gpus-per-node 4 --svg "$work/out.svg" \
-  --color-by tensor_model_parallel --rank 5 >/dev/null 2>"$work/warn.txt" || { echo "topo-picture: 0 passed, 1 failed (mcore-topo)"; exit 1; }
+  --color-by tensor_model_parallel --rank 5 >/dev/null 2>"$work/warn.txt" || suite_abort topo-picture mcore-topo
 size=$(sed -n '1s/.* width="\([0-9]*\)" height="\([0-9]*\)".*/\1,\2/p' "$work/out.svg")
 timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
@@ -27,10 +27,9 @@ timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-f
   >"$work/chromium.log" 2>&1
 if [ ! -s "$work/out.png" ]; then
   tail -n 20 "$work/chromium.log"
-  echo "topo-picture: 0 passed, 1 failed (no screenshot)"
-  exit 1
+  suite_abort topo-picture "no screenshot"
 fi
-python3 - "$work/out.png" "$size" <<'PY'
+suite_check "the screenshot's colours" python3 - "$work/out.png" "$size" <<'PY'
 import json, subprocess, sys
 palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1"]
 r = json.loads(subprocess.check_output([sys.executable, "scripts/lib/png_colours.py", sys.argv[1], *palette, "#000000"]))
@@ -49,6 +48,8 @@ if c[palette[4]] != 0:
 if c["#000000"] < 500:
     fails.append(f"highlight/text black: {c['#000000']} pixels")
 print("png:", r)
-print("topo-picture:", "0 passed, 1 failed: " + "; ".join(fails) if fails else "1 passed, 0 failed")
+if fails:
+    print("; ".join(fails))
 sys.exit(1 if fails else 0)
 PY
+suite_end topo-picture

@@ -17,10 +17,7 @@
 # namespaces (and kills what runs in them) even when a check fails. Needs root: without
 # namespaces the suite says SKIP and passes nothing.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-pass=0; fail=0
-ok() { pass=$((pass+1)); echo "ok: $1"; }
-bad() { fail=$((fail+1)); echo "FAIL: $1"; }
+. "$(dirname "$0")/../lib/suite.sh"
 
 id=$$
 h0="mcore-mh0-$id"; h1="mcore-mh1-$id"
@@ -37,7 +34,7 @@ trap cleanup EXIT
 
 if ! ip netns add "$h0" 2>"$tmp/err"; then
   echo "SKIP: multihost: cannot create a network namespace ($(cat "$tmp/err")); needs root and iproute2"
-  echo "multihost: 0 passed, 0 failed, all skipped"
+  suite_end multihost ", all skipped"
   exit 0
 fi
 if ! { ip netns add "$h1" && ip link add "$v0" type veth peer name "$v1" \
@@ -45,15 +42,12 @@ if ! { ip netns add "$h1" && ip link add "$v0" type veth peer name "$v1" \
        && ip -n "$h0" addr add "$a0/24" dev "$v0" && ip -n "$h1" addr add "$a1/24" dev "$v1" \
        && for ns in "$h0" "$h1"; do ip -n "$ns" link set lo up; done \
        && ip -n "$h0" link set "$v0" up && ip -n "$h1" link set "$v1" up; } 2>"$tmp/err"; then
-  bad "setting up the namespaces: $(cat "$tmp/err")"
-  echo "multihost: $pass passed, $fail failed"; exit 1
+  suite_bad "setting up the namespaces: $(cat "$tmp/err")"
+  suite_end multihost; exit 1
 fi
 
 [ -x target/release/mcore-selftest ] && [ -x target/release/mcore-launch ] || cargo build --release --quiet --bins
-plugin_dir="$PWD/target/gloo-plugin"
-if [ ! -f "$plugin_dir/libmcore_init_gloo.so" ]; then
-  cmake -S backends/gloo -B "$plugin_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build "$plugin_dir" -j 2 >/dev/null
-fi
+plugin_dir=$(dirname "$(gloo_plugin)")
 export LD_LIBRARY_PATH="$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Nothing the defaults should not need.
 unset MCORE_GLOO_HOSTNAME GLOO_SOCKET_IFNAME MASTER_ADDR MASTER_PORT RANK WORLD_SIZE
@@ -77,9 +71,9 @@ two_hosts() {
   for r in 0 1 2 3; do grep -q "^\[rank $r\]: .*\"addr\":\"$master\"" "$out/node0" || addr_ok=0; done
   for r in 4 5 6 7; do grep -q "^\[rank $r\]: .*\"addr\":\"$other\"" "$out/node1" || addr_ok=0; done
   if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$n_ok" = 8 ] && [ "$addr_ok" = 1 ]; then
-    ok "$name: 2 hosts x 4 ranks under mcore-launch, default settings, store on $master; each rank advertised its host's address"
+    suite_ok "$name: 2 hosts x 4 ranks under mcore-launch, default settings, store on $master; each rank advertised its host's address"
   else
-    cat "$out"/node*; bad "$name: exit codes $rc0/$rc1, $n_ok/8 ranks ok, addresses right: $addr_ok"
+    cat "$out"/node*; suite_bad "$name: exit codes $rc0/$rc1, $n_ok/8 ranks ok, addresses right: $addr_ok"
   fi
 }
 two_hosts "$a0" "$a1" store-on-first
@@ -109,9 +103,9 @@ check_failures() {  # NAME DIR "RANKS" PATTERN...
     for pat in "$@"; do grep -q -- "$pat" "$dir/out.$r" || { good=0; echo "rank $r: no '$pat' in its error"; }; done
   done
   if [ "$good" = 1 ]; then
-    ok "$name: ranks $ranks failed within $worst s (timeout $timeout s) naming $(printf "'%s' " "$@")"
+    suite_ok "$name: ranks $ranks failed within $worst s (timeout $timeout s) naming $(printf "'%s' " "$@")"
   else
-    for r in $ranks; do echo "--- rank $r"; cat "$dir/out.$r"; done; bad "$name"
+    for r in $ranks; do echo "--- rank $r"; cat "$dir/out.$r"; done; suite_bad "$name"
   fi
 }
 timeout=8
@@ -157,7 +151,7 @@ venv=${MCORE_TORCHRUN_VENV:-target/torchrun-venv}
 if [ "${MCORE_SKIP_TORCHRUN:-0}" = 1 ]; then
   echo "SKIP: torchrun across 2 hosts (MCORE_SKIP_TORCHRUN=1)"
 elif ! scripts/torchrun-venv.sh "$venv" >"$tmp/venv.log" 2>&1; then
-  tail -20 "$tmp/venv.log"; bad "installing torch into $venv (scripts/torchrun-venv.sh)"
+  tail -20 "$tmp/venv.log"; suite_bad "installing torch into $venv (scripts/torchrun-venv.sh)"
 else
   out="$tmp/torchrun"; mkdir -p "$out"
   for node in 0 1; do
@@ -169,11 +163,10 @@ else
   rc0=0; rc1=0; wait "$tp0" || rc0=$?; wait "$tp1" || rc1=$?
   n_ok=$(cat "$out/node0" "$out/node1" | grep -c '"ok":true')
   if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$n_ok" = 8 ]; then
-    ok "torchrun ($("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null)) static rendezvous, 2 hosts x 4 ranks"
+    suite_ok "torchrun ($("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null)) static rendezvous, 2 hosts x 4 ranks"
   else
-    cat "$out"/node*; bad "torchrun 2 hosts: exit codes $rc0/$rc1, $n_ok/8 ranks ok"
+    cat "$out"/node*; suite_bad "torchrun 2 hosts: exit codes $rc0/$rc1, $n_ok/8 ranks ok"
   fi
 fi
 
-echo "multihost: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+suite_end multihost
