@@ -129,7 +129,9 @@ impl TcpStore {
             conn: Mutex::new(Conn { stream: BufReader::new(stream), read_timeout: None, broken: None }),
             peer,
             timeout,
-            reply_timeout: None,
+            // The handshake answers within the connect timeout or the attempt failed (a frozen
+            // server accepts connections in its kernel backlog but never answers).
+            reply_timeout: Some(timeout.max(Duration::from_millis(1))),
             round_trips: AtomicU64::new(0),
             aborter,
         };
@@ -142,6 +144,8 @@ impl TcpStore {
                 store.peer
             )));
         }
+        let mut store = store;
+        store.reply_timeout = None;
         Ok(store)
     }
 
