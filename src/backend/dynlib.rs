@@ -27,7 +27,8 @@ fn dl_error() -> String {
     }
 }
 
-/// An opened shared library (never closed once symbols were taken from it).
+/// An opened shared library (never closed once symbols were taken from it: dropping it leaves
+/// the library loaded; only [`DynLib::close`] closes).
 pub(crate) struct DynLib {
     handle: *mut c_void,
     /// What was passed to `dlopen` (a path or a bare file name).

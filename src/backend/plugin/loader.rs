@@ -33,8 +33,8 @@ pub fn open_plugin(path: &Path) -> Result<(Vtable, usize), BackendError> {
             )));
         }
     };
-    // Plugins are never unloaded: the handle is kept open for the life of the process.
-    std::mem::forget(lib);
+    // Plugins are never unloaded: dropping a DynLib leaves its library open.
+    drop(lib);
     // SAFETY: the plugin contract gives the entry symbol this type.
     let entry: mcore_backend_plugin_v1_fn = unsafe { as_fn(sym) };
     // SAFETY: calling the plugin's entry point (no arguments).
