@@ -129,7 +129,7 @@ fn fds_and_threads() -> (usize, usize) {
 fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
     for g in &rt.groups {
         verify_group(g, rt.env.rank).map_err(|mut e| {
-            e.error = rt.explain_collective(&g.plan.members, e.error);
+            e.error = rt.explain_collective(e.error);
             e.to_string()
         })?;
     }
@@ -385,8 +385,7 @@ mod recovery {
 
     /// SIGKILL this process (by its pid, as a crash would end it).
     fn kill_self() -> ! {
-        // SAFETY: kill(2) on our own pid; no memory is involved.
-        unsafe { libc::kill(std::process::id() as i32, libc::SIGKILL) };
+        crate::common::os::signal_self(libc::SIGKILL);
         unreachable!("SIGKILL did not end the process")
     }
 
@@ -798,8 +797,7 @@ mod fault {
     /// Send the armed signal to this process if `point` is the armed one.
     pub fn at(point: Point) {
         if POINT.load(Ordering::SeqCst) == point as u8 {
-            // SAFETY: kill(2) on our own pid with a plain signal number; no memory is involved.
-            unsafe { libc::kill(std::process::id() as i32, SIGNAL.load(Ordering::SeqCst)) };
+            crate::common::os::signal_self(SIGNAL.load(Ordering::SeqCst));
         }
     }
 }

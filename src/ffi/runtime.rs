@@ -396,9 +396,8 @@ pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut
             let g = live_group(rt, kind)?;
             let mut comm =
                 g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            comm.allreduce_sum_i64(values).map_err(|e| {
-                rt.explain_collective(&g.plan.members, e).context(format!("all-reduce over {}", g.comm_name)).into()
-            })
+            comm.allreduce_sum_i64(values)
+                .map_err(|e| rt.explain_collective(e).context(format!("all-reduce over {}", g.comm_name)).into())
         })
     })
 }
@@ -411,9 +410,7 @@ pub extern "C" fn mcore_runtime_barrier(kind: i32) -> mcore_status {
             let g = live_group(rt, kind)?;
             let mut comm =
                 g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            comm.barrier().map_err(|e| {
-                rt.explain_collective(&g.plan.members, e).context(format!("barrier over {}", g.comm_name)).into()
-            })
+            comm.barrier().map_err(|e| rt.explain_collective(e).context(format!("barrier over {}", g.comm_name)).into())
         })
     })
 }

@@ -35,22 +35,28 @@ pub(super) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &La
     if !peerish {
         return e;
     }
-    let everyone: Vec<u32> = (0..env.world_size).collect();
-    match l.blame(&everyone, env.rank) {
+    match who_stopped(l, env) {
         Some(who) => RuntimeError::PeersGone { who, source: Box::new(e) },
         None => e,
     }
 }
 
-/// `e` (a failed collective over `members`) with the silent ranks named first.
-pub(super) fn explain_with(liveness: Option<&Liveness>, me: u32, members: &[u32], e: CommError) -> CommError {
+/// `e`, a failed collective, with the silent ranks named first when it timed out or lost a peer.
+pub(super) fn explain_with(liveness: Option<&Liveness>, env: &LaunchEnv, e: CommError) -> CommError {
     match (liveness, e.kind) {
-        (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match l.blame(members, me) {
+        (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match who_stopped(l, env) {
             Some(who) => CommError { message: format!("{who}; {}", e.message), ..e },
             None => e,
         },
         _ => e,
     }
+}
+
+/// Who of the whole world stopped answering: the world, not only a failed group's members, since a
+/// member may be alive but stuck on a rank of another group.
+fn who_stopped(l: &Liveness, env: &LaunchEnv) -> Option<String> {
+    let everyone: Vec<u32> = (0..env.world_size).collect();
+    l.blame(&everyone, env.rank)
 }
 
 /// Whether an initialization failed because a peer did not come or went away (a rank missing at

@@ -82,12 +82,12 @@ pub(super) fn leave_unless(
         let Some(l) = watch else { continue };
         // Those that have not left and stopped answering (found so by this rank's own failure,
         // or by asking now) never will.
-        let known = l.known_silent_count(LEAVE_GRACE);
+        let known = l.recently_silent(LEAVE_GRACE);
         let now = Instant::now();
-        if left + known as i64 >= i64::from(expected) || now >= look_at {
+        if left + known.len() as i64 >= i64::from(expected) || now >= look_at {
             let missing: Vec<u32> =
                 (0..env.world_size).filter(|r| !base.check(&[&format!("leave/{r}")]).unwrap_or(true)).collect();
-            if l.known_silent(&missing, LEAVE_GRACE) {
+            if missing.iter().all(|r| known.contains(r)) && !known.is_empty() {
                 return;
             }
             if now >= look_at {

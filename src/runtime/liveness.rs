@@ -162,9 +162,11 @@ impl Liveness {
             return Err(self.store_host_gone(&why));
         }
         let read = |r: u32| -> Result<i64, String> {
-            let first = self.shared.store().add(&key(r), 0);
-            let second = || if self.shared.reconnected() { self.shared.store().add(&key(r), 0) } else { first.clone() };
-            first.clone().or_else(|_| second()).map_err(|e| {
+            let mut got = self.shared.store().add(&key(r), 0);
+            if got.is_err() && self.shared.reconnected() {
+                got = self.shared.store().add(&key(r), 0);
+            }
+            got.map_err(|e| {
                 let why = format!("no answer to a liveness read ({e})");
                 self.shared.note_store_failure(why.clone());
                 self.store_host_gone(&why)
@@ -182,19 +184,11 @@ impl Liveness {
         Ok(silent)
     }
 
-    /// How many ranks a question of the last `within` found silent.
-    pub fn known_silent_count(&self, within: Duration) -> usize {
+    /// The ranks a question of the last `within` found silent (empty when none was asked).
+    pub fn recently_silent(&self, within: Duration) -> Vec<u32> {
         match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some((at, silent)) if at.elapsed() <= within => silent.len(),
-            _ => 0,
-        }
-    }
-
-    /// Whether every rank of `ranks` was found silent by a question of the last `within`.
-    pub fn known_silent(&self, ranks: &[u32], within: Duration) -> bool {
-        match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some((at, silent)) if at.elapsed() <= within => ranks.iter().all(|r| silent.contains(r)),
-            _ => false,
+            Some((at, silent)) if at.elapsed() <= within => silent.clone(),
+            _ => Vec::new(),
         }
     }
 

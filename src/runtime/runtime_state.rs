@@ -63,12 +63,10 @@ pub struct Runtime {
 
 impl Runtime {
     /// `e`, a failed collective, with the ranks that stopped answering named first (see
-    /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked, not only
-    /// the group's `members`: a member may be alive but stuck on a rank of another group.
-    pub fn explain_collective(&self, members: &[u32], e: CommError) -> CommError {
-        let _ = members;
-        let everyone: Vec<u32> = (0..self.env.world_size).collect();
-        explain_with(self.liveness.as_ref(), self.env.rank, &everyone, e)
+    /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked: a member
+    /// of the group may be alive but stuck on a rank of another group.
+    pub fn explain_collective(&self, e: CommError) -> CommError {
+        explain_with(self.liveness.as_ref(), &self.env, e)
     }
 
     /// After a recovery: `before[r]` is rank r's number before it (see

@@ -108,6 +108,9 @@ enum Lifecycle<T> {
     Closing,
 }
 
+/// Why a slot refuses at once: another thread is bringing it up.
+const INITIALIZING: &str = "an initialize is in progress";
+
 /// Holds the live state of one initialization: init with the same settings is a no-op, with
 /// other settings an error; `take` empties it so that init works again. A second init while one
 /// is running, or while the state is being taken, is refused at once (`SlotError::Busy`).
@@ -157,7 +160,7 @@ impl<T> IdempotentSlot<T> {
             let mut slot = self.lock();
             match &*slot {
                 Lifecycle::Idle => *slot = Lifecycle::Initializing,
-                Lifecycle::Initializing => return Err(SlotError::Busy("an initialize is in progress")),
+                Lifecycle::Initializing => return Err(SlotError::Busy(INITIALIZING)),
                 Lifecycle::Closing => return Err(SlotError::Busy("a destroy is in progress")),
                 Lifecycle::Up(current, _) => {
                     let diff = current.diff(&settings);
@@ -211,7 +214,7 @@ impl<T> IdempotentSlot<T> {
                 Lifecycle::Up(settings, state) => (settings, state),
                 Lifecycle::Initializing => {
                     *slot = Lifecycle::Initializing;
-                    return Err("an initialize is in progress");
+                    return Err(INITIALIZING);
                 }
                 other => {
                     *slot = other;

@@ -15,13 +15,10 @@ pub fn signal_process_group(pgid: u32, signal: i32) -> std::io::Result<()> {
     }
 }
 
-/// Whether any process of process group `pgid` is left (zombies count until reaped).
-pub fn process_group_exists(pgid: u32) -> bool {
-    // Signal 0 checks without sending; EPERM still means the group exists.
-    match signal_process_group(pgid, 0) {
-        Ok(()) => true,
-        Err(e) => e.raw_os_error() != Some(libc::ESRCH),
-    }
+/// Send `signal` (e.g. `libc::SIGKILL`, `libc::SIGSTOP`) to this process.
+pub fn signal_self(signal: i32) {
+    // SAFETY: kill(2) on our own pid with a plain signal number; no memory is involved.
+    unsafe { libc::kill(std::process::id() as i32, signal) };
 }
 
 #[allow(unused_imports)] // not every tool signals processes
@@ -89,7 +86,6 @@ pub fn signal_name(signal: i32) -> String {
 
 /// Seconds since boot (CLOCK_BOOTTIME): a clock every process on this machine shares, so that
 /// events of several ranks can be compared (the GPU benchmark's "last rank in to last rank ready").
-#[allow(dead_code)] // mcore-selftest's only
 pub fn boottime_seconds() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec, which lives on this stack frame.
