@@ -11,10 +11,11 @@ use super::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupCreator, LiveGroup, PlanKind, RankPlan,
 };
 use super::host::{self, HostInfo};
+use super::init::RuntimeClaim;
 use super::init_args::{BackendResolver, InitArgs};
 use super::leave::{leave, leave_unless, LEAVE_GRACE, RECOVERY_REQUESTED_KEY};
 use super::liveness::Liveness;
-use super::pending::{keep_pending, Pending};
+use super::pending::{Kept, Pending};
 use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, plan_for};
 use super::runtime_state::{InitTimings, Runtime};
 use super::store_setup::{open_attempt, StoreHandles};
@@ -120,6 +121,7 @@ fn left(deadline: Instant) -> Duration {
 
 /// Bring up the layout `args` describes: validate, open the store, check in, create, verify.
 pub(super) fn bring_up(
+    claim: &mut RuntimeClaim,
     args: &InitArgs,
     env: LaunchEnv,
     fingerprint: &[u8],
@@ -145,7 +147,7 @@ pub(super) fn bring_up(
     let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
     match made {
         Ok(made) => Ok(assemble(args, env, layout, opened, made, start, t_store)),
-        Err(e) => Err(failed(e, args, env, layout.topology, opened, deadline)),
+        Err(e) => Err(failed(claim, e, args, env, layout.topology, opened, deadline)),
     }
 }
 
@@ -368,9 +370,10 @@ fn assemble(
 }
 
 /// The end of a bring-up that failed with `e` (its peers already blamed). One that failed for a
-/// peer is kept for recovery; any other keeps the store up until the ranks that arrived have read
+/// peer is kept for recovery (in `claim`); any other keeps the store up until the ranks that arrived have read
 /// the verdict and left. Nothing is kept when the store's host is gone.
 fn failed(
+    claim: &mut RuntimeClaim,
     e: RuntimeError,
     args: &InitArgs,
     env: LaunchEnv,
@@ -383,7 +386,7 @@ fn failed(
         return e;
     }
     if failed_for_a_peer(&e) {
-        keep_for_recovery(&e, args, env, topology, opened, deadline);
+        claim.keep(Kept::Attempt(Box::new(keep_for_recovery(&e, args, env, topology, opened, deadline))));
         return e;
     }
     // Keep the store up until the ranks that arrived have read the verdict and left.
@@ -398,7 +401,7 @@ fn failed(
     e
 }
 
-/// Keep a bring-up that failed for a peer (`e`) for recovery.
+/// What to keep of a bring-up that failed for a peer (`e`), for recovery.
 fn keep_for_recovery(
     e: &RuntimeError,
     args: &InitArgs,
@@ -406,7 +409,7 @@ fn keep_for_recovery(
     topology: Topology,
     opened: Opened,
     deadline: Instant,
-) {
+) -> Pending {
     // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
     // ranks whose init succeeded, through their health check): keep the store (a host
     // keeps serving).
@@ -422,5 +425,5 @@ fn keep_for_recovery(
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
     leave_unless(&base, &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY), liveness.as_ref());
     let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
-    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by });
+    Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by }
 }

@@ -3,18 +3,28 @@
 //! Process-global state lives in one [`IdempotentSlot`]: `initialize` with the same settings is a
 //! no-op, with other settings an error naming the differences; `destroy` tears everything down
 //! (communicators, store client, store server) so that `initialize` works again. The bring-up
-//! itself is [`super::bring_up`]; a spare's, and a failed attempt kept for recovery, are
-//! [`super::pending`]'s.
+//! itself is [`super::bring_up`]; what a transition keeps when it does not end up (a spare's
+//! check-in, a failed attempt kept for recovery, a lingering store) is [`super::pending`]'s, held
+//! in the same slot.
 
 use super::bring_up::{bring_up, Carried};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::init_args::{default_factory, settings_of, BackendResolver, InitArgs};
-use super::pending::{check_in_spare, discard_pending, is_spare};
+use super::pending::{check_in_spare, Kept};
 use super::runtime_state::Runtime;
-use super::settings::{IdempotentSlot, InitOutcome, SlotError};
+use super::settings::{Claim, IdempotentSlot, InitOutcome, SlotError};
 
-static RUNTIME: IdempotentSlot<Runtime> = IdempotentSlot::new();
+/// The runtime's one lifecycle: idle, a transition running (initialize, recovery, destroy), up,
+/// or not up but keeping what recovery or a lingering store host needs ([`Kept`]).
+static RUNTIME: IdempotentSlot<Runtime, Kept> = IdempotentSlot::new();
+
+/// The right to run one transition of the runtime (see [`Claim`]).
+pub(super) type RuntimeClaim = Claim<'static, Runtime, Kept>;
+
+/// What the runtime reads as while a recovery runs, and while a destroy does.
+pub(super) const RECOVERING: &str = "a recovery is in progress";
+pub(super) const DESTROYING: &str = "a destroy is in progress";
 
 /// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
 pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
@@ -24,68 +34,90 @@ pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
 
 /// Initialize with an explicit environment and backend resolution (tests, embedders).
 pub fn initialize_with(args: InitArgs, env: LaunchEnv, factory: &BackendResolver) -> Result<InitOutcome, RuntimeError> {
-    init_slot(args, env, factory, None)
+    let settings = settings_of(&args, env.world_size);
+    let fingerprint = settings.fingerprint();
+    RUNTIME
+        .init(settings, |claim| bring_up_claimed(claim, &args, env, fingerprint.as_bytes(), factory, None))
+        .map_err(from_slot)
 }
 
 /// Bring up the layout `args` describes on `env` with what a recovery carries (see
-/// [`Carried`]), the backend resolved by [`default_factory`].
+/// [`Carried`]), the backend resolved by [`default_factory`], as the transition `claim` holds.
 pub(super) fn initialize_on_store(
+    claim: RuntimeClaim,
     args: InitArgs,
     env: LaunchEnv,
     carried: Carried,
 ) -> Result<InitOutcome, RuntimeError> {
-    init_slot(args, env, &default_factory, Some(carried))
-}
-
-fn init_slot(
-    args: InitArgs,
-    env: LaunchEnv,
-    factory: &BackendResolver,
-    carried: Option<Carried>,
-) -> Result<InitOutcome, RuntimeError> {
     let settings = settings_of(&args, env.world_size);
     let fingerprint = settings.fingerprint();
-    let keep = carried.as_ref().map(|c| c.timeout);
-    let fresh = carried.is_none();
-    if env.rank >= args.layout_world(env.world_size)? {
-        if is_spare() {
-            return Ok(InitOutcome::Spare);
-        }
-        if fresh {
-            discard_pending();
-        }
-        // A spare has no communicators to be given.
-        let reuse = carried.map(|c| (c.store, c.attempt));
-        return check_in_spare(&args, env, fingerprint.as_bytes(), reuse).map(|()| InitOutcome::Spare);
-    }
-    RUNTIME
-        .init(settings, || {
-            if fresh {
-                // A new attempt: the store of a failed one that nobody recovered goes.
-                discard_pending();
-            }
-            let mut rt = bring_up(&args, env, fingerprint.as_bytes(), factory, carried)?;
-            if let Some(t) = keep {
-                (rt.timeout, rt.args.timeout) = (t, t);
-            }
-            Ok(rt)
+    claim
+        .bring_up(settings, |claim| {
+            bring_up_claimed(claim, &args, env, fingerprint.as_bytes(), &default_factory, Some(carried))
         })
-        .map_err(|e| match e {
-            SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
-            SlotError::Busy(what) => RuntimeError::Busy(what.into()),
-            SlotError::BringUp(e) => e,
-        })
+        .map_err(from_slot)
 }
 
-/// Take the live runtime out (recovery tears it down its own way). Waits for other threads
-/// still using it (a collective in progress) at most the runtime's timeout; `Busy` past that.
-pub(super) fn take_runtime() -> Result<Option<Runtime>, RuntimeError> {
-    RUNTIME.take(|rt| rt.timeout).map(|taken| taken.map(|(_, rt)| rt)).map_err(|what| RuntimeError::Busy(what.into()))
+fn from_slot(e: SlotError<RuntimeError>) -> RuntimeError {
+    match e {
+        SlotError::DifferentSettings(diff) => RuntimeError::AlreadyInitialized(diff),
+        SlotError::Busy(what) => RuntimeError::Busy(what.into()),
+        SlotError::BringUp(e) => e,
+    }
+}
+
+/// One bring-up (`None`: this rank is a spare, kept in the claim standing by).
+fn bring_up_claimed(
+    claim: &mut RuntimeClaim,
+    args: &InitArgs,
+    env: LaunchEnv,
+    fingerprint: &[u8],
+    factory: &BackendResolver,
+    carried: Option<Carried>,
+) -> Result<Option<Runtime>, RuntimeError> {
+    let spare = env.rank >= args.layout_world(env.world_size)?;
+    if carried.is_none() {
+        if spare && claim.kept().is_some_and(Kept::is_spare) {
+            // Standing by already.
+            return Ok(None);
+        }
+        // A new attempt: what an earlier one kept goes (the store of a failed attempt that
+        // nobody recovered, a spare of an earlier layout, a lingering store host's server).
+        if let Some(kept) = claim.take_kept() {
+            kept.release();
+        }
+    }
+    if spare {
+        // A spare has no communicators to be given.
+        let reuse = carried.map(|c| (c.store, c.attempt));
+        claim.keep(Kept::Attempt(Box::new(check_in_spare(args, env, fingerprint, reuse)?)));
+        return Ok(None);
+    }
+    let keep = carried.as_ref().map(|c| c.timeout);
+    let mut rt = bring_up(claim, args, env, fingerprint, factory, carried)?;
+    if let Some(t) = keep {
+        (rt.timeout, rt.args.timeout) = (t, t);
+    }
+    Ok(Some(rt))
+}
+
+/// Claim the runtime for the transition `what`: the live runtime taken out (after other threads
+/// still using it, a collective in progress, finish: at most the runtime's timeout; `Busy` past
+/// that), or what it kept (in the claim).
+pub(super) fn claim_runtime(
+    what: &'static str,
+) -> Result<(RuntimeClaim, Option<(super::settings::Settings, Runtime)>), RuntimeError> {
+    RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))
 }
 
 /// Whether the runtime is initialized.
 pub fn is_initialized() -> bool {
     RUNTIME.is_up()
+}
+
+/// Whether a spare is standing by in this process (see [`InitArgs::spares`]).
+pub fn is_spare() -> bool {
+    RUNTIME.with_kept(Kept::is_spare).unwrap_or(false)
 }
 
 /// Run `f` with the live runtime.

@@ -3,7 +3,7 @@
 
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::init::take_runtime;
+use super::init::{claim_runtime, DESTROYING};
 use super::liveness::{Liveness, SILENT_AFTER};
 use super::runtime_state::Runtime;
 use crate::store::Store;
@@ -109,14 +109,15 @@ pub(super) const RECOVERY_REQUESTED_KEY: &str = "recovery/requested";
 /// standing by leave.
 pub(super) const ENDED_KEY: &str = "ended";
 
-/// Tear down what `initialize` brought up (see [`super::destroy`]). `false` when nothing was
-/// initialized.
+/// Tear down what `initialize` brought up, or let go of what the runtime kept (see
+/// [`super::destroy`]). `false` when there was nothing.
 ///
 /// Every rank announces that it is done with the store; the rank hosting the store server waits
 /// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
 /// Teardown itself never fails because a peer is gone.
-pub(super) fn teardown() -> Result<bool, RuntimeError> {
-    let Some(runtime) = take_runtime()? else { return Ok(false) };
+pub(super) fn destroy() -> Result<bool, RuntimeError> {
+    let (mut claim, state) = claim_runtime(DESTROYING)?;
+    let Some((_, runtime)) = state else { return Ok(claim.take_kept().map(|kept| kept.release()).is_some()) };
     let Runtime { groups, world, base, store, env, timeout, liveness, .. } = runtime;
     // Communicators first (groups, then the world they were split from): their last
     // collectives completed on every member before anyone announces leaving.

@@ -27,9 +27,8 @@ pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
-pub use init::{initialize, initialize_with, is_initialized, with_runtime};
+pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use init_args::{default_factory, settings_of, timeout_from_env, BackendResolver, InitArgs, DEFAULT_INIT_TIMEOUT};
-pub use pending::is_spare;
 pub use plan::plan_for;
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
@@ -39,5 +38,5 @@ pub use settings::InitOutcome;
 /// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
 /// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    Ok(leave::teardown()? || recovery::release_lingering_store() || pending::discard_pending())
+    leave::destroy()
 }

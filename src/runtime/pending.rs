@@ -1,5 +1,7 @@
-//! The kept initialization that recovery continues from ([`Pending`]): one that failed for a peer,
-//! or a spare's, checked in and standing by.
+//! What a transition of the runtime leaves behind when it does not end up ([`Kept`]): the
+//! initialization recovery continues from ([`Pending`]: one that failed for a peer, or a spare's,
+//! checked in and standing by), or a leaving store host's server ([`Lingering`]). It is held by
+//! the runtime's one lifecycle slot (see `super::init`), never beside it.
 
 use super::checkin::{check_in, CheckinError};
 use super::env::LaunchEnv;
@@ -10,8 +12,8 @@ use super::leave::LEAVE_GRACE;
 use super::store_setup::{open_attempt, StoreHandles};
 use crate::store::{PrefixStore, Store};
 use crate::topology::Topology;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// An initialization that `recovery::reinitialize` continues from: one that failed for a peer
 /// ([`failed_for_a_peer`](super::blame::failed_for_a_peer); `suspected` are the ranks the
@@ -33,42 +35,62 @@ pub(super) struct Pending {
     pub settled_by: Instant,
 }
 
-static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
-
-/// Take the kept initialization out (recovery continues from it).
-pub(super) fn take_pending() -> Option<Pending> {
-    PENDING.lock().unwrap_or_else(|p| p.into_inner()).take()
+/// The store of a rank that left a recovered world and hosts the rendezvous server: kept up
+/// until the survivors have left their new layout (see [`Kept::release`]).
+pub(super) struct Lingering {
+    pub store: StoreHandles,
+    /// The survivors' key prefix and their number.
+    pub survivors: Arc<dyn Store>,
+    pub expected: u32,
+    pub timeout: Duration,
 }
 
-/// Keep an initialization for recovery (again, when recovery was called with bad arguments).
-pub(super) fn keep_pending(pending: Pending) {
-    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
+/// What the runtime's slot keeps when it is not up.
+pub(super) enum Kept {
+    Attempt(Box<Pending>),
+    Lingering(Lingering),
 }
 
-/// Drop a kept initialization (a store host stops serving; a spare leaves). `false` when there
-/// was none.
-pub(super) fn discard_pending() -> bool {
-    let Some(p) = take_pending() else { return false };
-    if p.spare {
-        // The layout's ranks wait for every rank of the world, spares included, to leave.
-        let _ = p.base.add("leave/count", 1);
+impl Kept {
+    /// A spare standing by.
+    pub fn is_spare(&self) -> bool {
+        matches!(self, Kept::Attempt(p) if p.spare)
     }
-    true
-}
 
-/// Whether a spare is standing by in this process (see [`InitArgs::spares`]).
-pub fn is_spare() -> bool {
-    PENDING.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|p| p.spare)
+    /// Let go of it (`destroy`, or a new initialization). A kept attempt's store host stops
+    /// serving; a spare tells the layout's ranks it left. A lingering store host waits (at most
+    /// its init timeout) until the survivors have destroyed their runtime, then stops the server.
+    pub fn release(self) {
+        match self {
+            Kept::Attempt(p) => {
+                if p.spare {
+                    // The layout's ranks wait for every rank of the world, spares included, to leave.
+                    let _ = p.base.add("leave/count", 1);
+                }
+            }
+            Kept::Lingering(l) => {
+                let deadline = Instant::now() + l.timeout;
+                while Instant::now() < deadline {
+                    match l.survivors.add("leave/count", 0) {
+                        Ok(n) if n < i64::from(l.expected) => std::thread::sleep(Duration::from_millis(5)),
+                        _ => break,
+                    }
+                }
+                // The server stops.
+                drop(l.store);
+            }
+        }
+    }
 }
 
 /// A spare's initialization: it checks in with the whole world (so the layout's ranks know it
-/// is there) and is kept, standing by, for `recovery::reinitialize`.
+/// is there); the caller keeps it, standing by, for `recovery::reinitialize`.
 pub(super) fn check_in_spare(
     args: &InitArgs,
     env: LaunchEnv,
     fingerprint: &[u8],
     reuse: Option<(StoreHandles, String)>,
-) -> Result<(), RuntimeError> {
+) -> Result<Pending, RuntimeError> {
     let start = Instant::now();
     if args.timeout.is_zero() {
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
@@ -90,6 +112,5 @@ pub(super) fn check_in_spare(
             Err(e) => return Err(e.into()),
         };
     let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
-    keep_pending(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by });
-    Ok(())
+    Ok(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by })
 }

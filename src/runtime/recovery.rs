@@ -17,17 +17,17 @@ use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
-use super::init::{initialize_on_store, take_runtime, with_runtime};
+use super::init::{claim_runtime, initialize_on_store, with_runtime, RuntimeClaim, RECOVERING};
 use super::init_args::InitArgs;
 use super::leave::{ENDED_KEY, RECOVERY_REQUESTED_KEY};
-use super::pending::{keep_pending, take_pending, Pending};
+use super::pending::{Kept, Lingering, Pending};
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
 use crate::topology::{plan_recovery, RecoveryPlan};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default detection window: how long survivors wait for ranks that neither show up nor are
@@ -102,34 +102,6 @@ impl WorldFrom {
             WorldFrom::None => "none",
         }
     }
-}
-
-/// The store of a leaving rank that hosts the rendezvous server: kept up until the survivors
-/// have left their new layout (see [`release_lingering_store`]).
-struct Lingering {
-    store: StoreHandles,
-    /// The survivors' key prefix and their number.
-    survivors: Arc<dyn Store>,
-    expected: u32,
-    timeout: Duration,
-}
-
-static LINGERING: Mutex<Option<Lingering>> = Mutex::new(None);
-
-/// Called by `destroy` when no runtime is up: a leaving rank that hosts the store waits (at most
-/// its init timeout) until the survivors have destroyed their runtime, then stops the server.
-/// Returns whether there was such a store.
-pub(super) fn release_lingering_store() -> bool {
-    let Some(l) = LINGERING.lock().unwrap_or_else(|e| e.into_inner()).take() else { return false };
-    let deadline = Instant::now() + l.timeout;
-    while Instant::now() < deadline {
-        match l.survivors.add("leave/count", 0) {
-            Ok(n) if n < i64::from(l.expected) => std::thread::sleep(Duration::from_millis(5)),
-            _ => break,
-        }
-    }
-    drop(l.store);
-    true
 }
 
 fn ranks_key(rank: u32) -> String {
@@ -378,25 +350,37 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
         Ok(timeout)
     };
     let window = |timeout: Duration| args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
-    let (origin, timeout) = match with_runtime(|rt| check(rt.env.world_size, rt.timeout)) {
-        Ok(checked) => {
-            let timeout = checked?;
-            let rt = take_runtime()?.ok_or(RuntimeError::NotInitialized)?;
-            (from_runtime(rt, args.suspected.clone()), timeout)
-        }
-        Err(_) => {
-            let pending = take_pending().ok_or(RuntimeError::NotInitialized)?;
+    let (mut claim, state) = claim_runtime(RECOVERING)?;
+    let (origin, timeout) = match state {
+        Some((settings, rt)) => match check(rt.env.world_size, rt.timeout) {
+            Ok(timeout) => (from_runtime(rt, args.suspected.clone()), timeout),
+            Err(e) => {
+                claim.up(settings, rt);
+                return Err(e);
+            }
+        },
+        None => {
+            let pending = match claim.take_kept() {
+                Some(Kept::Attempt(pending)) => *pending,
+                other => {
+                    // Nothing to recover from (a lingering store stays kept).
+                    if let Some(kept) = other {
+                        claim.keep(kept);
+                    }
+                    return Err(RuntimeError::NotInitialized);
+                }
+            };
             match check(pending.env.world_size, pending.args.timeout) {
-                Ok(_) if pending.spare => return stand_by(pending, &args, start, window),
+                Ok(_) if pending.spare => return stand_by(claim, pending, &args, start, window),
                 Ok(timeout) => (from_pending(pending, &args.suspected), timeout),
                 Err(e) => {
-                    keep_pending(pending);
+                    claim.keep(Kept::Attempt(Box::new(pending)));
                     return Err(e);
                 }
             }
         }
     };
-    match recover(origin, start, timeout, window(timeout))? {
+    match recover(claim, origin, start, timeout, window(timeout))? {
         Some(done) => Ok(done),
         None => Err(RuntimeError::InvalidArgument("a rank of the layout cannot become a spare".into())),
     }
@@ -405,6 +389,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
 /// A spare stands by (see [`reinitialize`]): it waits for a recovery request or the end of the
 /// job, and takes part in every recovery until one places it.
 fn stand_by(
+    mut claim: RuntimeClaim,
     mut pending: Pending,
     args: &ReinitArgs,
     start: Instant,
@@ -438,7 +423,7 @@ fn stand_by(
                 return Ok(Reinitialized::Left(report));
             }
             if until.is_some_and(|u| Instant::now() >= u) {
-                keep_pending(pending);
+                claim.keep(Kept::Attempt(Box::new(pending)));
                 return Err(RuntimeError::Comm(CommError::new(
                     CommErrorKind::Timeout,
                     format!(
@@ -451,10 +436,16 @@ fn stand_by(
             std::thread::sleep(Duration::from_millis(20));
         }
         let timeout = pending.args.timeout;
-        match recover(from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
+        match recover(claim, from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
             Some(done) => return Ok(done),
             // Still a spare of the new layout: stand by on its attempt.
-            None => pending = take_pending().ok_or(RuntimeError::NotInitialized)?,
+            None => {
+                claim = claim_runtime(RECOVERING)?.0;
+                pending = match claim.take_kept() {
+                    Some(Kept::Attempt(p)) => *p,
+                    _ => return Err(RuntimeError::NotInitialized),
+                };
+            }
         }
     }
 }
@@ -467,6 +458,7 @@ fn store_lost(source: crate::store::StoreError, doing: &str) -> RuntimeError {
 /// One recovery from `origin`: agree, plan (the world's ranks past the layout are its spares),
 /// then leave, re-form, or (`None`) stand by again as a spare of the new layout.
 fn recover(
+    mut claim: RuntimeClaim,
     origin: Origin,
     start: Instant,
     timeout: Duration,
@@ -523,7 +515,7 @@ fn recover(
     let Some(new_rank) = new_rank else {
         abort_all(comms.take());
         if env.hosts_store() {
-            linger(store, &new_attempt, new_world, timeout);
+            claim.keep(Kept::Lingering(linger(store, &new_attempt, new_world, timeout)));
         }
         report.total = start.elapsed();
         return Ok(Some(Reinitialized::Left(report)));
@@ -544,7 +536,7 @@ fn recover(
         (None, _) => WorldFrom::None,
     };
     let carried = Carried { store, attempt: new_attempt, timeout, world, kept };
-    let outcome = initialize_on_store(new_args, new_env, carried)?;
+    let outcome = initialize_on_store(claim, new_args, new_env, carried)?;
     if outcome == InitOutcome::Spare {
         return Ok(None);
     }
@@ -594,10 +586,9 @@ fn report_of(
 
 /// A rank that left the recovered world and hosts the store: the survivors still need the server,
 /// kept (under their attempt's prefix) until they leave (destroy).
-fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Duration) {
+fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Duration) -> Lingering {
     let survivors: Arc<dyn Store> = Arc::new(PrefixStore::new(new_attempt, store.client()));
-    let lingering = Lingering { store, survivors, expected: new_world, timeout };
-    *LINGERING.lock().unwrap_or_else(|e| e.into_inner()) = Some(lingering);
+    Lingering { store, survivors, expected: new_world, timeout }
 }
 
 /// A recovery error after the agreement, returned once every participant (`expected`) has read

@@ -84,113 +84,163 @@ pub enum InitOutcome {
     Spare,
 }
 
-/// Why `IdempotentSlot::init` or `IdempotentSlot::take` failed.
+/// Why `IdempotentSlot::init` or `IdempotentSlot::claim` failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotError<E> {
     /// Up already with other settings; lists the differences.
     DifferentSettings(Vec<String>),
-    /// Another thread is between states (bringing the slot up, or taking it down); what it is doing.
+    /// Another thread is between states (bringing the slot up, recovering, or taking it down);
+    /// what it is doing.
     Busy(&'static str),
     /// Bringing up failed.
     BringUp(E),
 }
 
 /// The lifecycle of the one live state. The lock around it is held only for a transition, never
-/// across a wait: bringing up runs with the slot marked `Initializing` and the lock released, so a
-/// query from another thread answers at once ("not up").
-enum Lifecycle<T> {
+/// across a wait: a transition runs with the slot marked `Busy` and the lock released (the thread
+/// running it holds the [`Claim`]), so a query from another thread answers at once ("not up").
+enum Lifecycle<T, K> {
     Idle,
-    /// A bring-up is running on some thread.
-    Initializing,
+    /// A transition (an initialize, a recovery, a destroy) is running on the thread holding the
+    /// [`Claim`]; what it is.
+    Busy(&'static str),
     /// Up: the state is shared with whoever is using it right now (see [`IdempotentSlot::with`]).
     Up(Settings, Arc<T>),
-    /// A take is waiting for the last user of the state to finish.
-    Closing,
+    /// Not up, but something an earlier transition left to continue from (for the runtime: a
+    /// failed attempt kept for recovery, a spare standing by, a store kept for others).
+    Kept(K),
 }
 
-/// Why a slot refuses at once: another thread is bringing it up.
-const INITIALIZING: &str = "an initialize is in progress";
+/// What a slot being brought up reads as, to other threads.
+pub const INITIALIZING: &str = "an initialize is in progress";
 
 /// Holds the live state of one initialization: init with the same settings is a no-op, with
-/// other settings an error; `take` empties it so that init works again. A second init while one
-/// is running, or while the state is being taken, is refused at once (`SlotError::Busy`).
-pub struct IdempotentSlot<T> {
-    inner: Mutex<Lifecycle<T>>,
+/// other settings an error; `claim` (destroy) empties it so that init works again. A second
+/// transition while one is running is refused at once (`SlotError::Busy`). Besides `Up`, the slot
+/// can hold something kept (`K`) that is not up: the next transition starts from it.
+pub struct IdempotentSlot<T, K = ()> {
+    inner: Mutex<Lifecycle<T, K>>,
 }
 
-impl<T> Default for IdempotentSlot<T> {
+impl<T, K> Default for IdempotentSlot<T, K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// Puts a slot left `Initializing` by a bring-up that panicked back to `Idle`.
-struct ResetOnUnwind<'a, T> {
-    slot: &'a IdempotentSlot<T>,
-    armed: bool,
+/// The right to run one transition of a slot (the slot reads `Busy` meanwhile). It ends with
+/// [`Claim::up`]; dropped otherwise (an error, a panic), the slot holds what was [`Claim::keep`]t,
+/// or is idle.
+pub struct Claim<'a, T, K> {
+    slot: &'a IdempotentSlot<T, K>,
+    kept: Option<K>,
+    ended: bool,
 }
 
-impl<T> Drop for ResetOnUnwind<'_, T> {
-    fn drop(&mut self) {
-        if self.armed {
-            *self.slot.lock() = Lifecycle::Idle;
+impl<T, K> Claim<'_, T, K> {
+    /// What the slot holds when this transition ends without bringing the state up (replaces
+    /// anything kept before).
+    pub fn keep(&mut self, kept: K) {
+        self.kept = Some(kept);
+    }
+
+    /// Take what the slot held before this transition (or what was kept since).
+    pub fn take_kept(&mut self) -> Option<K> {
+        self.kept.take()
+    }
+
+    /// Look at what is kept.
+    pub fn kept(&self) -> Option<&K> {
+        self.kept.as_ref()
+    }
+
+    /// End the transition with the state up; anything kept is dropped.
+    pub fn up(mut self, settings: Settings, state: T) {
+        self.ended = true;
+        *self.slot.lock() = Lifecycle::Up(settings, Arc::new(state));
+    }
+
+    /// Bring the state up with `bring_up` (run without the slot's lock): `Ok(Some(state))` ends
+    /// the transition up, `Ok(None)` ends it with what is kept (`InitOutcome::Spare`).
+    pub fn bring_up<E>(
+        mut self,
+        settings: Settings,
+        bring_up: impl FnOnce(&mut Self) -> Result<Option<T>, E>,
+    ) -> Result<InitOutcome, SlotError<E>> {
+        match bring_up(&mut self) {
+            Ok(Some(state)) => {
+                self.up(settings, state);
+                Ok(InitOutcome::Created)
+            }
+            Ok(None) => Ok(InitOutcome::Spare),
+            Err(e) => Err(SlotError::BringUp(e)),
         }
     }
 }
 
-impl<T> IdempotentSlot<T> {
+impl<T, K> Drop for Claim<'_, T, K> {
+    fn drop(&mut self) {
+        if !self.ended {
+            *self.slot.lock() = match self.kept.take() {
+                Some(k) => Lifecycle::Kept(k),
+                None => Lifecycle::Idle,
+            };
+        }
+    }
+}
+
+impl<T, K> IdempotentSlot<T, K> {
     pub const fn new() -> Self {
         IdempotentSlot { inner: Mutex::new(Lifecycle::Idle) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Lifecycle<T>> {
+    fn lock(&self) -> MutexGuard<'_, Lifecycle<T, K>> {
         // Nothing panics while the lock is held (transitions only): a poisoned lock still holds a
         // consistent state.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Bring the state up with `bring_up` unless it is up already (see type docs). `bring_up`
-    /// runs without the lock.
-    pub fn init<E>(
-        &self,
+    /// runs without the lock, with the claim on the transition (what was kept, to continue from
+    /// or drop; what to keep if it ends without the state up).
+    pub fn init<'s, E>(
+        &'s self,
         settings: Settings,
-        bring_up: impl FnOnce() -> Result<T, E>,
+        bring_up: impl FnOnce(&mut Claim<'s, T, K>) -> Result<Option<T>, E>,
     ) -> Result<InitOutcome, SlotError<E>> {
-        {
+        let claim = {
             let mut slot = self.lock();
-            match &*slot {
-                Lifecycle::Idle => *slot = Lifecycle::Initializing,
-                Lifecycle::Initializing => return Err(SlotError::Busy(INITIALIZING)),
-                Lifecycle::Closing => return Err(SlotError::Busy("a destroy is in progress")),
-                Lifecycle::Up(current, _) => {
-                    let diff = current.diff(&settings);
-                    return if diff.is_empty() {
-                        Ok(InitOutcome::AlreadyUp)
-                    } else {
-                        Err(SlotError::DifferentSettings(diff))
-                    };
-                }
+            if let Lifecycle::Up(current, _) = &*slot {
+                let diff = current.diff(&settings);
+                return if diff.is_empty() {
+                    Ok(InitOutcome::AlreadyUp)
+                } else {
+                    Err(SlotError::DifferentSettings(diff))
+                };
             }
-        }
-        let mut reset = ResetOnUnwind { slot: self, armed: true };
-        let result = bring_up();
-        reset.armed = false;
-        let mut slot = self.lock();
-        match result {
-            Ok(state) => {
-                *slot = Lifecycle::Up(settings, Arc::new(state));
-                Ok(InitOutcome::Created)
-            }
-            Err(e) => {
-                *slot = Lifecycle::Idle;
-                Err(SlotError::BringUp(e))
-            }
-        }
+            self.begin(&mut slot, INITIALIZING).map_err(SlotError::Busy)?
+        };
+        claim.bring_up(settings, bring_up)
     }
 
-    /// Run `f` on the live state, or return None when it is not up (idle, or being brought up or
-    /// taken down on another thread: answered at once). `f` runs without the slot's lock, so a
-    /// long `f` (a collective) holds up no query of another thread.
+    /// Idle or kept → busy with `what` (the claim holds what was kept). Up or busy: the slot is
+    /// left as it is and the error is what it is busy with.
+    fn begin(&self, slot: &mut Lifecycle<T, K>, what: &'static str) -> Result<Claim<'_, T, K>, &'static str> {
+        let kept = match std::mem::replace(slot, Lifecycle::Busy(what)) {
+            Lifecycle::Idle => None,
+            Lifecycle::Kept(k) => Some(k),
+            other => {
+                let busy = if let Lifecycle::Busy(w) = other { w } else { what };
+                *slot = other;
+                return Err(busy);
+            }
+        };
+        Ok(Claim { slot: self, kept, ended: false })
+    }
+
+    /// Run `f` on the live state, or return None when it is not up (idle, kept, or between
+    /// states on another thread: answered at once). `f` runs without the slot's lock, so a long
+    /// `f` (a collective) holds up no query of another thread.
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
         let state = match &*self.lock() {
             Lifecycle::Up(_, state) => Arc::clone(state),
@@ -199,36 +249,48 @@ impl<T> IdempotentSlot<T> {
         Some(f(&state))
     }
 
+    /// Look at what is kept (`None` when nothing is, or the slot is up or busy). `f` runs under
+    /// the lock: keep it short.
+    pub fn with_kept<R>(&self, f: impl FnOnce(&K) -> R) -> Option<R> {
+        match &*self.lock() {
+            Lifecycle::Kept(k) => Some(f(k)),
+            _ => None,
+        }
+    }
+
     /// Whether the state is up (not while it is being brought up or taken down).
     pub fn is_up(&self) -> bool {
         matches!(&*self.lock(), Lifecycle::Up(..))
     }
 
-    /// Take the state out (the caller tears it down); `Ok(None)` when it is not up. Waits, at most
-    /// `wait` (as `wait(&state)` tells from the state), for other threads still inside
-    /// [`Self::with`] to finish; past that the state stays up and the error says why (the slot is busy).
-    pub fn take(&self, wait: impl FnOnce(&T) -> Duration) -> Result<Option<(Settings, T)>, &'static str> {
+    /// Claim the slot for a transition `what` from whatever it holds: the live state taken out
+    /// (with its settings), what was kept (in the claim), or nothing. Taking the state out waits,
+    /// at most `wait` (as `wait(&state)` tells from the state), for other threads still inside
+    /// [`Self::with`] to finish; past that the state stays up and the error says why. Another
+    /// transition in progress: refused at once with what it is.
+    #[allow(clippy::type_complexity)]
+    pub fn claim(
+        &self,
+        what: &'static str,
+        wait: impl FnOnce(&T) -> Duration,
+    ) -> Result<(Claim<'_, T, K>, Option<(Settings, T)>), &'static str> {
         let (settings, mut state) = {
             let mut slot = self.lock();
-            match std::mem::replace(&mut *slot, Lifecycle::Closing) {
+            if !matches!(&*slot, Lifecycle::Up(..)) {
+                return self.begin(&mut slot, what).map(|c| (c, None));
+            }
+            match std::mem::replace(&mut *slot, Lifecycle::Busy(what)) {
                 Lifecycle::Up(settings, state) => (settings, state),
-                Lifecycle::Initializing => {
-                    *slot = Lifecycle::Initializing;
-                    return Err(INITIALIZING);
-                }
                 other => {
                     *slot = other;
-                    return Ok(None);
+                    return Err(what);
                 }
             }
         };
         let deadline = Instant::now() + wait(&state);
         loop {
             match Arc::try_unwrap(state) {
-                Ok(owned) => {
-                    *self.lock() = Lifecycle::Idle;
-                    return Ok(Some((settings, owned)));
-                }
+                Ok(owned) => return Ok((Claim { slot: self, kept: None, ended: false }, Some((settings, owned)))),
                 Err(shared) if Instant::now() < deadline => {
                     state = shared;
                     std::thread::sleep(Duration::from_millis(1));
@@ -245,6 +307,8 @@ impl<T> IdempotentSlot<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DESTROYING: &str = "a destroy is in progress";
 
     fn s(tp: u32, pp: u32) -> Settings {
         Settings::new().with("world", 8).with("tp", tp).with("pp", pp)
@@ -266,27 +330,30 @@ mod tests {
         let slot: IdempotentSlot<u32> = IdempotentSlot::new();
         let mut calls = 0;
         assert_eq!(
-            slot.init::<()>(s(2, 2), || {
+            slot.init::<()>(s(2, 2), |_| {
                 calls += 1;
-                Ok(7)
+                Ok(Some(7))
             }),
             Ok(InitOutcome::Created)
         );
         assert_eq!(
-            slot.init::<()>(s(2, 2), || {
+            slot.init::<()>(s(2, 2), |_| {
                 calls += 1;
-                Ok(8)
+                Ok(Some(8))
             }),
             Ok(InitOutcome::AlreadyUp)
         );
         assert_eq!(calls, 1);
-        assert_eq!(slot.init::<()>(s(2, 4), || Ok(9)), Err(SlotError::DifferentSettings(vec!["pp: 2 -> 4".into()])));
+        assert_eq!(
+            slot.init::<()>(s(2, 4), |_| Ok(Some(9))),
+            Err(SlotError::DifferentSettings(vec!["pp: 2 -> 4".into()]))
+        );
         assert_eq!(slot.with(|v| *v), Some(7));
-        assert_eq!(slot.take(|_| Duration::ZERO).unwrap().map(|(_, v)| v), Some(7));
+        assert_eq!(slot.claim(DESTROYING, |_| Duration::ZERO).unwrap().1.map(|(_, v)| v), Some(7));
         assert!(!slot.is_up());
-        assert_eq!(slot.init(s(2, 4), || Err("boom")), Err(SlotError::BringUp("boom")));
+        assert_eq!(slot.init(s(2, 4), |_| Err("boom")), Err(SlotError::BringUp("boom")));
         assert!(!slot.is_up());
-        assert_eq!(slot.init::<()>(s(2, 4), || Ok(9)), Ok(InitOutcome::Created));
+        assert_eq!(slot.init::<()>(s(2, 4), |_| Ok(Some(9))), Ok(InitOutcome::Created));
     }
 
     #[test]
@@ -298,10 +365,10 @@ mod tests {
         let bringer = {
             let slot = Arc::clone(&slot);
             std::thread::spawn(move || {
-                slot.init::<()>(s(2, 2), || {
+                slot.init::<()>(s(2, 2), |_| {
                     entered_tx.send(()).unwrap();
                     release_rx.recv_timeout(Duration::from_secs(20)).unwrap();
-                    Ok(5)
+                    Ok(Some(5))
                 })
             })
         };
@@ -310,8 +377,8 @@ mod tests {
             let t0 = Instant::now();
             assert!(!slot.is_up());
             assert_eq!(slot.with(|v| *v), None);
-            assert_eq!(slot.init::<()>(s(2, 2), || Ok(6)), Err(SlotError::Busy("an initialize is in progress")));
-            assert_eq!(slot.take(|_| Duration::ZERO).err(), Some("an initialize is in progress"));
+            assert_eq!(slot.init::<()>(s(2, 2), |_| Ok(Some(6))), Err(SlotError::Busy("an initialize is in progress")));
+            assert_eq!(slot.claim(DESTROYING, |_| Duration::ZERO).err(), Some(INITIALIZING));
             assert!(t0.elapsed() < Duration::from_millis(100), "a query waited {:?}", t0.elapsed());
         }
         release_tx.send(()).unwrap();
@@ -320,19 +387,57 @@ mod tests {
     }
 
     #[test]
+    fn what_a_transition_keeps_is_the_next_ones_to_continue_from() {
+        let slot: IdempotentSlot<u32, &str> = IdempotentSlot::new();
+        // A failed bring-up that keeps something: not up, kept.
+        let r = slot.init(s(2, 2), |c| {
+            c.keep("failed attempt");
+            Err::<Option<u32>, _>("peer gone")
+        });
+        assert_eq!(r, Err(SlotError::BringUp("peer gone")));
+        assert!(!slot.is_up());
+        assert_eq!(slot.with_kept(|k| *k), Some("failed attempt"));
+        // The next transition starts from it; ending without the state up keeps what it says.
+        let r = slot.init::<()>(s(2, 2), |c| {
+            assert_eq!(c.take_kept(), Some("failed attempt"));
+            c.keep("spare");
+            Ok(None)
+        });
+        assert_eq!(r, Ok(InitOutcome::Spare));
+        assert_eq!(slot.with_kept(|k| *k), Some("spare"));
+        // While a transition runs, another is refused with what it is.
+        let (mut claim, state) = slot.claim("a recovery is in progress", |_| Duration::ZERO).unwrap();
+        assert!(state.is_none());
+        assert_eq!(slot.init::<()>(s(2, 2), |_| Ok(Some(1))), Err(SlotError::Busy("a recovery is in progress")));
+        assert_eq!(slot.with_kept(|k| *k), None);
+        assert_eq!(claim.take_kept(), Some("spare"));
+        // Up: what was kept goes.
+        claim.keep("dropped when up");
+        claim.up(s(2, 2), 4);
+        assert_eq!(slot.with(|v| *v), Some(4));
+        assert_eq!(slot.with_kept(|k| *k), None);
+        // A claim dropped with nothing kept leaves the slot idle.
+        let (claim, state) = slot.claim(DESTROYING, |_| Duration::ZERO).unwrap();
+        assert_eq!(state.map(|(_, v)| v), Some(4));
+        drop(claim);
+        assert!(!slot.is_up() && slot.with_kept(|k| *k).is_none());
+        assert_eq!(slot.init::<()>(s(2, 4), |c| Ok(c.kept().map_or(Some(9), |_| None))), Ok(InitOutcome::Created));
+    }
+
+    #[test]
     fn a_panicking_bring_up_leaves_the_slot_idle() {
         let slot: IdempotentSlot<u32> = IdempotentSlot::new();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.init::<()>(s(2, 2), || panic!("boom"))));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.init::<()>(s(2, 2), |_| panic!("boom"))));
         assert!(r.is_err());
         assert!(!slot.is_up());
-        assert_eq!(slot.init::<()>(s(2, 2), || Ok(1)), Ok(InitOutcome::Created));
+        assert_eq!(slot.init::<()>(s(2, 2), |_| Ok(Some(1))), Ok(InitOutcome::Created));
     }
 
     #[test]
     fn take_waits_for_a_user_within_its_bound_then_reports_busy() {
         use std::sync::mpsc;
         let slot: Arc<IdempotentSlot<u32>> = Arc::new(IdempotentSlot::new());
-        slot.init::<()>(s(2, 2), || Ok(3)).unwrap();
+        slot.init::<()>(s(2, 2), |_| Ok(Some(3))).unwrap();
         let (inside_tx, inside_rx) = mpsc::channel();
         let (leave_tx, leave_rx) = mpsc::channel::<()>();
         let user = {
@@ -348,12 +453,12 @@ mod tests {
         inside_rx.recv_timeout(Duration::from_secs(20)).unwrap();
         // A user inside `with` past the bound: the state stays up.
         let t0 = Instant::now();
-        assert!(slot.take(|_| Duration::from_millis(50)).unwrap_err().contains("still using"));
+        assert!(slot.claim(DESTROYING, |_| Duration::from_millis(50)).err().unwrap().contains("still using"));
         assert!(t0.elapsed() < Duration::from_secs(2));
         assert!(slot.is_up());
         // The user leaves while take waits: take gets the state.
         let slot2 = Arc::clone(&slot);
-        let taker = std::thread::spawn(move || slot2.take(|_| Duration::from_secs(20)));
+        let taker = std::thread::spawn(move || slot2.claim(DESTROYING, |_| Duration::from_secs(20)).map(|(_, v)| v));
         std::thread::sleep(Duration::from_millis(50));
         leave_tx.send(()).unwrap();
         assert_eq!(user.join().unwrap(), Some(3));
