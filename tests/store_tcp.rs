@@ -431,3 +431,39 @@ fn a_bad_cancel_reply_is_a_protocol_error() {
     drop(s);
     assert_eq!(t.join().unwrap(), 0);
 }
+
+#[test]
+fn a_close_notice_is_appended_when_the_client_goes_and_not_when_it_withdrew_it() {
+    let (server, s) = pair();
+    let port = server.port();
+    // A client that leaves a notice and goes (as a killed process's connection closes).
+    let gone = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    gone.on_close("dead", b"3,").unwrap();
+    gone.set("x", b"1").unwrap(); // the notice arrived before this was served
+    drop(gone);
+    s.wait(&["dead"], Duration::from_secs(10)).unwrap();
+    assert_eq!(s.get("dead").unwrap(), b"3,");
+    // A second one appends; one that withdrew its notice first adds nothing.
+    let other = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    other.on_close("dead", b"4,").unwrap();
+    let polite = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    polite.on_close("dead", b"9,").unwrap();
+    polite.on_close("", b"").unwrap();
+    polite.set("y", b"1").unwrap();
+    drop(polite);
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.get("dead").unwrap() != b"3,4," && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(s.get("dead").unwrap(), b"3,4,");
+    // A connection the server refuses (bad magic) is not a death: its notice is dropped.
+    let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let notice = Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"7,").finish();
+    raw.write_all(&notice).unwrap();
+    raw.write_all(&Encoder::query(Query::Validate).u32(1).finish()).unwrap();
+    let mut buf = [0u8; 1];
+    let _ = raw.read(&mut buf); // closed by the server
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.get("dead").unwrap(), b"3,4,");
+}

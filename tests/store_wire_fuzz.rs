@@ -55,6 +55,7 @@ fn encode(r: &Request<'_>) -> Vec<u8> {
             .fold(Encoder::query(Q::MultiSet).u64(items.len() as u64), |e, (k, v)| e.bytes(k).bytes(v))
             .finish(),
         Request::CancelWait => Encoder::query(Q::CancelWait).finish(),
+        Request::OnClose(k, v) => Encoder::query(Q::OnClose).bytes(k).bytes(v).finish(),
     }
 }
 

@@ -5,6 +5,11 @@ victim's rank. Prints one line per trial and a closing 'faults: N passed, M fail
 
     python3 fault_trials.py --selftest target/release/mcore-selftest --plugin-dir target/gloo-plugin \\
         [--trials 32] [--seed 23] [--timeout 5] [--worlds 8,16] [--json-out FILE]
+        [--victim RANK] [--after-kill S] [--expect TEXT]
+
+With --after-kill S (a victim killed, not stopped), every survivor must also end within S seconds of
+the victim's death (its exit as this harness sees it): our store notices a killed rank's connection
+closing, so survivors need not wait for their deadline.
 
 A trial passes when every survivor ended in time and every failing survivor named the victim.
 Trials are drawn from a fixed seed: victim (rank 0 in every third trial, else a random rank),
@@ -70,7 +75,7 @@ def run_trial(i, world, victim, point, sig, a, rng):
     ends = [None] * world
     while time.monotonic() < hard:
         for r, p in enumerate(procs):
-            if ends[r] is None and r != victim and p.poll() is not None:
+            if ends[r] is None and p.poll() is not None:
                 ends[r] = time.monotonic()
         if all(ends[r] is not None for r in range(world) if r not in (victim, failed)):
             break
@@ -91,18 +96,22 @@ def run_trial(i, world, victim, point, sig, a, rng):
         worst = max(worst, took)
         if took > bound:
             late.append((r, round(took, 2)))
+        elif a.after_kill and sig == "kill" and ends[victim] is not None and ends[r] - ends[victim] > a.after_kill:
+            late.append((r, f"{ends[r] - ends[victim]:.2f} s after the kill"))
         code, out, err = outs[r]
         if code != 0:
             line = next((l for l in out.splitlines() if l.startswith("{")), "")
             message = json.loads(line).get("error", "") if line else err
-            if not names_rank(message, victim):
+            if not names_rank(message, victim) or (a.expect and a.expect not in message):
                 unnamed.append((r, message[:300]))
     ok = not late and not unnamed
     record = {"trial": i, "world": world, "victim": victim, "point": point, "signal": sig, "ok": ok,
               "fail_rank": failed, "bound_s": bound,
               "survivors": survivors, "failed_survivors": sum(1 for r in range(world) if r not in (victim, failed) and outs[r][0] != 0),
               "worst_end_s": round(worst, 3), "late": late, "unnamed": unnamed,
-              "ends_s": {r: round(ends[r] - starts[r], 3) for r in range(world) if r not in (victim, failed) and ends[r] is not None}}
+              "ends_s": {r: round(ends[r] - starts[r], 3) for r in range(world) if r not in (victim, failed) and ends[r] is not None},
+              "after_kill_s": {r: round(ends[r] - ends[victim], 3) for r in range(world)
+                               if r not in (victim, failed) and ends[r] is not None and ends[victim] is not None}}
     return record
 
 
@@ -114,7 +123,10 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=23)
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--worlds", default="8,16")
-    p.add_argument("--only", default="", help="POINT:SIGNAL[,..] to restrict the draw (debugging)")
+    p.add_argument("--only", default="", help="POINT:SIGNAL[,..]: these in turn instead of a draw")
+    p.add_argument("--victim", type=int, default=None, help="the rank to fault in every trial")
+    p.add_argument("--after-kill", type=float, default=0.0, help="bound on each survivor's end after a kill (s)")
+    p.add_argument("--expect", default="", help="text every failing survivor's message must hold too")
     p.add_argument("--json-out", default="")
     a = p.parse_args()
     rng = random.Random(a.seed)
@@ -123,14 +135,16 @@ def main() -> int:
     records = []
     for i in range(a.trials):
         world = worlds[i % len(worlds)]
-        victim = 0 if i % 3 == 0 else rng.randrange(1, world)
-        point, sig = rng.choice(only) if only else (rng.choice(POINTS), rng.choice(SIGNALS))
+        victim = a.victim if a.victim is not None else 0 if i % 3 == 0 else rng.randrange(1, world)
+        point, sig = only[i % len(only)] if only else (rng.choice(POINTS), rng.choice(SIGNALS))
         rec = run_trial(i, world, victim, point, sig, a, rng)
         records.append(rec)
         status = "ok  " if rec["ok"] else "FAIL"
         extra = f" (rank {rec['fail_rank']} killed after init)" if rec["fail_rank"] is not None else ""
         print(f"{status} trial {i:2d}: world {world:2d}, rank {victim:2d} {sig:4s} at {point:8s}{extra}: "
               f"{rec['survivors']} survivors ({rec['failed_survivors']} failed), worst end {rec['worst_end_s']:.2f} s"
+              + (f", worst {max(rec['after_kill_s'].values()):.2f} s after the kill"
+                 if a.after_kill and rec["after_kill_s"] else "")
               + (f"; late {rec['late']}" if rec["late"] else "")
               + (f"; victim not named by {rec['unnamed'][:2]}" if rec["unnamed"] else ""), flush=True)
     if a.json_out:

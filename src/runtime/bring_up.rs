@@ -146,7 +146,13 @@ pub(super) fn bring_up(
     let made = check_in_create_verify(&steps, fingerprint, premade_world, kept);
     let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
     match made {
-        Ok(made) => Ok(assemble(args, env, layout, opened, made, start, t_store)),
+        Ok(made) => {
+            if let Some(l) = &opened.liveness {
+                // Up: a death from now on is found by what fails (or a health check).
+                l.on_peer_death(None);
+            }
+            Ok(assemble(args, env, layout, opened, made, start, t_store))
+        }
         Err(e) => Err(failed(claim, e, args, env, layout.topology, opened, deadline)),
     }
 }
@@ -242,6 +248,10 @@ fn open(
     let liveness = start_liveness(env, &attempt, left(deadline));
     if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
         l.on_store_gone(abort);
+    }
+    // While this initialization runs, a peer found dead ends the waits for it at once.
+    if let (Some(l), Some(abort)) = (&liveness, store.busy_aborter()) {
+        l.on_peer_death(Some(Box::new(move |_| abort())));
     }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
@@ -381,11 +391,19 @@ fn failed(
     opened: Opened,
     deadline: Instant,
 ) -> RuntimeError {
+    if let Some(l) = &opened.liveness {
+        // The initialization is over: from here on (its store kept for recovery, say) a death
+        // ends no wait.
+        l.on_peer_death(None);
+    }
     if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
         // The store's host is gone: nobody can read a verdict or recover through it.
         return e;
     }
-    if failed_for_a_peer(&e) {
+    // A peer found dead (its connection's close notice) is a failure for a peer whatever the
+    // wait it ended said.
+    let dead = opened.liveness.as_ref().map(Liveness::dead).unwrap_or_default();
+    if failed_for_a_peer(&e) || !dead.is_empty() {
         claim.keep(Kept::Attempt(Box::new(keep_for_recovery(&e, args, env, topology, opened, deadline))));
         return e;
     }
@@ -414,10 +432,15 @@ fn keep_for_recovery(
     // ranks whose init succeeded, through their health check): keep the store (a host
     // keeps serving).
     let Opened { base, liveness, store, attempt, .. } = opened;
-    let suspected = match e.cause() {
+    let mut suspected = match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
         _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
     };
+    for r in liveness.as_ref().map(Liveness::dead).unwrap_or_default() {
+        if !suspected.contains(&r) {
+            suspected.push(r);
+        }
+    }
     // As any failed init (see `failed`), so that ranks that do not recover read their error
     // from a store that is still up; then the store is kept for recovery.
     // A host stops waiting as soon as a rank asks for recovery: it is needed there.

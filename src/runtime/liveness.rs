@@ -9,8 +9,19 @@
 //! connection notices a store host that stopped answering (its process frozen or gone): every
 //! later question is then answered "the store's host stopped answering" at once instead of each
 //! store call waiting out its own timeout.
+//!
+//! A rank that dies is also found without waiting for anything to fail, when the store is ours
+//! (not torchrun's agent): its heartbeat connection asks our server to append its rank to
+//! [`CLOSED_KEY`] should the connection close without a goodbye (`wire::Query::OnClose`). The
+//! kernel closes a killed process's sockets at once, so the server notes it at once; every
+//! rank's heartbeat thread looks at that key every [`WATCH_PERIOD`], confirms each rank it names
+//! by its heartbeat standing still for [`SILENT_AFTER`] (a rank that merely reconnected keeps
+//! beating), and then runs the callback given to [`Liveness::on_peer_death`] (during an
+//! initialization: end the calls blocked on the store). From the kill to that: at most
+//! `WATCH_PERIOD + SILENT_AFTER + HEARTBEAT_PERIOD`, 0.75 s.
 
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,6 +36,11 @@ pub const REPLY_LIMIT: Duration = Duration::from_secs(1);
 pub const SILENT_AFTER: Duration = Duration::from_millis(450);
 /// The most ranks one question reads (two store requests each).
 const MAX_READ: usize = 4096;
+/// How often a rank looks for the close notices of other ranks' heartbeat connections.
+pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
+/// The key our server appends `"<rank>,"` to when that rank's heartbeat connection closes without
+/// a goodbye (under the attempt's prefix).
+pub const CLOSED_KEY: &str = "alive/closed";
 
 fn key(rank: u32) -> String {
     format!("alive/{rank}")
@@ -34,11 +50,17 @@ fn failed_key(rank: u32) -> String {
     format!("alive/failed/{rank}")
 }
 
+/// A heartbeat connection: the view the heartbeat uses, and the connection under it when it left
+/// a close notice.
+type Connection = (Arc<dyn Store>, Option<Arc<TcpStore>>);
+
 /// Opens a fresh heartbeat connection (None: the store's host did not answer one in time).
-type Reconnect = Box<dyn Fn() -> Option<Arc<dyn Store>> + Send + Sync>;
+type Reconnect = Box<dyn Fn() -> Option<Connection> + Send + Sync>;
 
 struct Shared {
     store: Mutex<Arc<dyn Store>>,
+    /// The heartbeat's connection, when it left a close notice (withdrawn before it is let go).
+    noticed: Mutex<Option<Arc<TcpStore>>>,
     /// A missed reply is taken for the host's death only when a fresh connection's handshake
     /// gets no answer either (a loaded host answers that; a frozen one does not).
     reconnect: Option<Reconnect>,
@@ -54,7 +76,14 @@ struct Shared {
     before_recovery: Mutex<Vec<u32>>,
     /// Run once when the store's host is found gone: ends the calls blocked on it.
     on_gone: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Ranks found dead by their connection's close notice, confirmed by their heartbeat.
+    dead: Mutex<Vec<u32>>,
+    /// Run when ranks are found dead (all found so far).
+    on_dead: Mutex<Option<PeerDeath>>,
 }
+
+/// What to do when peers are found dead (see [`Liveness::on_peer_death`]).
+pub type PeerDeath = Box<dyn Fn(&[u32]) + Send + Sync>;
 
 impl Shared {
     fn store(&self) -> Arc<dyn Store> {
@@ -64,11 +93,21 @@ impl Shared {
     /// After a missed reply: a fresh connection when the host still answers one.
     fn reconnected(&self) -> bool {
         match self.reconnect.as_ref().and_then(|r| r()) {
-            Some(fresh) => {
+            Some((fresh, noticed)) => {
+                self.withdraw_notice();
+                *self.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
                 *self.store.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
                 true
             }
             None => false,
+        }
+    }
+
+    /// Withdraw the heartbeat connection's close notice before it is let go (it goes in order,
+    /// ahead of the close): this rank is not dying.
+    fn withdraw_notice(&self) {
+        if let Some(conn) = self.noticed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = conn.on_close("", b"");
         }
     }
 
@@ -97,6 +136,8 @@ pub struct Liveness {
 impl Liveness {
     /// Connect a heartbeat connection to the store at `addr:port` (within `connect_within`) and
     /// start bumping `rank`'s counter under `prefix`. `store_host` names who hosts the store.
+    /// With `notices` (the store is our server) the connection leaves a close notice, so that
+    /// the others learn of this rank's death at once (see module docs).
     pub fn start(
         addr: &str,
         port: u16,
@@ -104,17 +145,25 @@ impl Liveness {
         rank: u32,
         store_host: String,
         connect_within: Duration,
+        notices: bool,
     ) -> Result<Liveness, String> {
-        let conn = TcpStore::connect(addr, port, connect_within.max(REPLY_LIMIT))
-            .map_err(|e| format!("liveness connection to {store_host}: {e}"))?
-            .with_reply_timeout(REPLY_LIMIT);
-        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, Arc::new(conn)));
         let (addr, prefix) = (addr.to_string(), prefix.to_string());
-        let reconnect: Reconnect = Box::new(move || {
-            let conn = TcpStore::connect(&addr, port, REPLY_LIMIT).ok()?.with_reply_timeout(REPLY_LIMIT);
-            Some(Arc::new(PrefixStore::new(&prefix, Arc::new(conn))) as Arc<dyn Store>)
-        });
-        Ok(Self::with(store, Some(reconnect), rank, store_host))
+        let connect = move |within: Duration| -> Result<Connection, StoreError> {
+            let conn = Arc::new(TcpStore::connect(&addr, port, within)?.with_reply_timeout(REPLY_LIMIT));
+            let noticed = if notices {
+                conn.on_close(&format!("{prefix}/{CLOSED_KEY}"), format!("{rank},").as_bytes())?;
+                Some(Arc::clone(&conn))
+            } else {
+                None
+            };
+            Ok((Arc::new(PrefixStore::new(&prefix, conn)) as Arc<dyn Store>, noticed))
+        };
+        let (store, noticed) = connect(connect_within.max(REPLY_LIMIT))
+            .map_err(|e| format!("liveness connection to {store_host}: {e}"))?;
+        let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok());
+        let l = Self::with(store, Some(reconnect), rank, store_host);
+        *l.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
+        Ok(l)
     }
 
     /// Heartbeat through `store` (tests: an in-process store).
@@ -125,6 +174,7 @@ impl Liveness {
     fn with(store: Arc<dyn Store>, reconnect: Option<Reconnect>, rank: u32, store_host: String) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
+            noticed: Mutex::new(None),
             reconnect,
             stop: AtomicBool::new(false),
             store_silent: Mutex::new(None),
@@ -132,6 +182,8 @@ impl Liveness {
             last_silent: Mutex::new(None),
             before_recovery: Mutex::new(Vec::new()),
             on_gone: Mutex::new(None),
+            dead: Mutex::new(Vec::new()),
+            on_dead: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -146,6 +198,17 @@ impl Liveness {
     /// without it a call waits out its own reply timeout).
     pub fn on_store_gone(&self, f: Box<dyn Fn() + Send + Sync>) {
         *self.shared.on_gone.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+    }
+
+    /// Have `f` run whenever ranks are found dead by their close notice (with every rank found so
+    /// far); `None` stops it. Runs on the heartbeat's thread: keep it short.
+    pub fn on_peer_death(&self, f: Option<PeerDeath>) {
+        *self.shared.on_dead.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+
+    /// The ranks found dead so far (see module docs), ascending.
+    pub fn dead(&self) -> Vec<u32> {
+        self.shared.dead.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Why the store's host is taken for gone, when it is.
@@ -184,12 +247,14 @@ impl Liveness {
         Ok(silent)
     }
 
-    /// The ranks a question of the last `within` found silent (empty when none was asked).
+    /// The ranks found dead, and those a question of the last `within` found silent.
     pub fn recently_silent(&self, within: Duration) -> Vec<u32> {
-        match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let mut silent = match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some((at, silent)) if at.elapsed() <= within => silent.clone(),
             _ => Vec::new(),
-        }
+        };
+        silent.extend(self.dead().into_iter().filter(|r| !silent.contains(r)).collect::<Vec<_>>());
+        silent
     }
 
     /// A sentence naming who stopped answering among `ranks` (this rank `me` left out): the
@@ -201,6 +266,16 @@ impl Liveness {
         let others: Vec<u32> = ranks.iter().copied().filter(|&r| r != me).collect();
         if others.is_empty() {
             return None;
+        }
+        let dead: Vec<u32> = self.dead().into_iter().filter(|r| others.contains(r)).collect();
+        if !dead.is_empty() {
+            let record: Vec<String> = dead.iter().map(u32::to_string).collect();
+            let store = self.shared.store();
+            let _ = store.set(&failed_key(me), record.join(",").as_bytes());
+            return Some(format!(
+                "rank(s) {} died: its connection to the rendezvous store closed (the process exited or was killed)",
+                self.who(&dead)
+            ));
         }
         let silent = match self.silent(&others) {
             Err(store_gone) => return Some(store_gone),
@@ -230,7 +305,7 @@ impl Liveness {
         let _ = self.shared.store().set(&failed_key(me), record.join(",").as_bytes());
         let mut text = format!(
             "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
-            self.name_ranks(&roots),
+            self.who(&roots),
             SILENT_AFTER.as_secs_f64()
         );
         if !followers.is_empty() {
@@ -243,6 +318,19 @@ impl Liveness {
     /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
     pub fn number_as_before(&self, before: Vec<u32>) {
         *self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner()) = before;
+    }
+
+    /// `ranks` with the hosts they published, e.g. "5 on host 'n1' (10.0.0.2)" (see
+    /// [`super::host::describe`]), numbered as [`Self::name_ranks`] does.
+    fn who(&self, ranks: &[u32]) -> String {
+        let bare = super::host::format_ranks(ranks);
+        let hosts = super::host::describe(self.shared.store().as_ref(), ranks);
+        let numbered = self.name_ranks(ranks);
+        match (hosts == bare, numbered == bare) {
+            (true, _) => numbered,
+            (false, true) => hosts,
+            (false, false) => format!("{numbered} ({hosts})"),
+        }
     }
 
     /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
@@ -290,6 +378,30 @@ impl Guarded {
         silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
     }
 
+    /// While peers' deaths end waits (see [`Liveness::on_peer_death`]) and one died: waiting for
+    /// keys is pointless, a wait fails at once naming the dead.
+    fn dead(&self) -> Option<StoreError> {
+        if self.liveness.on_dead.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return None;
+        }
+        let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner());
+        (!dead.is_empty()).then(|| {
+            StoreError::Closed(format!(
+                "rank(s) {} died (its connection to the rendezvous store closed): not waiting for keys any longer",
+                super::host::format_ranks(&dead)
+            ))
+        })
+    }
+
+    /// A wait (`f`), failing at once once a peer died (see [`Self::dead`]), and reported as that
+    /// when a death ended it.
+    fn wait_call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(e) = self.dead() {
+            return Err(e);
+        }
+        self.call(f).map_err(|e| self.dead().unwrap_or(e))
+    }
+
     /// `f` on the store unless its host is known gone; a failure that comes with the host found
     /// gone (the call was ended by it) is reported as that.
     fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -305,7 +417,7 @@ impl Store for Guarded {
         self.call(|s| s.set(key, value))
     }
     fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
-        self.call(|s| s.get(key))
+        self.wait_call(|s| s.get(key))
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         self.call(|s| s.add(key, delta))
@@ -317,7 +429,7 @@ impl Store for Guarded {
         self.call(|s| s.check(keys))
     }
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        self.call(|s| s.wait(keys, timeout))
+        self.wait_call(|s| s.wait(keys, timeout))
     }
     fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
         self.call(|s| s.delete_key(key))
@@ -329,7 +441,7 @@ impl Store for Guarded {
         self.inner.timeout()
     }
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.call(|s| s.multi_get(keys))
+        self.wait_call(|s| s.multi_get(keys))
     }
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
         self.call(|s| s.multi_set(items))
@@ -343,11 +455,13 @@ impl Drop for Liveness {
             // The beat sleeps in short slices and waits at most REPLY_LIMIT for a reply.
             let _ = t.join();
         }
+        self.shared.withdraw_notice();
     }
 }
 
 fn beat(s: &Shared, rank: u32) {
     let k = key(rank);
+    let mut watch = Watch::default();
     while !s.stop.load(Ordering::SeqCst) {
         let t0 = Instant::now();
         match s.store().add(&k, 1) {
@@ -364,7 +478,76 @@ fn beat(s: &Shared, rank: u32) {
         }
         let next = t0 + HEARTBEAT_PERIOD;
         while !s.stop.load(Ordering::SeqCst) && Instant::now() < next {
+            if s.noticed.lock().unwrap_or_else(|p| p.into_inner()).is_some() && watch.due() {
+                watch.look(s, rank);
+            }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The close notices a rank has read, and the ranks they named whose death is being confirmed.
+#[derive(Default)]
+struct Watch {
+    /// Bytes of [`CLOSED_KEY`]'s value read so far.
+    read: usize,
+    /// Rank named -> its heartbeat counter when named, and when.
+    confirming: BTreeMap<u32, (i64, Instant)>,
+    last: Option<Instant>,
+}
+
+impl Watch {
+    fn due(&mut self) -> bool {
+        let now = Instant::now();
+        if self.last.is_some_and(|l| now < l + WATCH_PERIOD) {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
+
+    /// Read new close notices; confirm those named long enough ago; report the confirmed.
+    fn look(&mut self, s: &Shared, me: u32) {
+        let store = s.store();
+        if let Ok(true) = store.check(&[CLOSED_KEY]) {
+            if let Ok(v) = store.get(CLOSED_KEY) {
+                let new = v.get(self.read..).unwrap_or_default();
+                self.read = v.len();
+                let known = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                for r in String::from_utf8_lossy(new).split(',').filter_map(|x| x.trim().parse::<u32>().ok()) {
+                    if r == me || known.contains(&r) || self.confirming.contains_key(&r) {
+                        continue;
+                    }
+                    if let Ok(n) = store.add(&key(r), 0) {
+                        self.confirming.insert(r, (n, Instant::now()));
+                    }
+                }
+            }
+        }
+        let due: Vec<(u32, i64)> = self
+            .confirming
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() >= SILENT_AFTER)
+            .map(|(&r, &(n, _))| (r, n))
+            .collect();
+        let mut found = false;
+        for (r, before) in due {
+            self.confirming.remove(&r);
+            // A rank still beating only let a connection go (it reconnected): not dead.
+            if store.add(&key(r), 0).is_ok_and(|n| n == before) {
+                let mut dead = s.dead.lock().unwrap_or_else(|p| p.into_inner());
+                if !dead.contains(&r) {
+                    dead.push(r);
+                    dead.sort_unstable();
+                    found = true;
+                }
+            }
+        }
+        if found {
+            let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(f) = s.on_dead.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                f(&dead);
+            }
         }
     }
 }

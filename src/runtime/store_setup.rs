@@ -37,6 +37,13 @@ impl StoreHandles {
         Some(Box::new(move || pool.abort_all()))
     }
 
+    /// A function that ends the calls blocked on this rank's store connections right now (a peer
+    /// they wait for died), leaving the store usable; None for the in-process store.
+    pub fn busy_aborter(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let pool = self.pool.clone()?;
+        Some(Box::new(move || pool.abort_busy()))
+    }
+
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
     pub fn round_trips(&self) -> u64 {
         self.pool.as_ref().map(|p| p.round_trips()).unwrap_or(0)

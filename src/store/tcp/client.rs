@@ -165,6 +165,12 @@ impl TcpStore {
         }
     }
 
+    /// Whether calls can still go over this connection (not broken by a failed exchange or an
+    /// abort).
+    pub fn is_usable(&self) -> bool {
+        self.lock().is_ok()
+    }
+
     /// The `host:port` this client talks to.
     pub fn peer(&self) -> &str {
         &self.peer
@@ -289,6 +295,15 @@ impl TcpStore {
             wire::CHECK_NOT_READY => Ok(false),
             x => Err(StoreError::Protocol(format!("{} answered CHECK with {x}", self.peer))),
         }
+    }
+
+    /// Have our server append `value` to `key` when this connection closes from this side
+    /// without cancelling first (the process died); an empty `key` cancels. Only for a server of
+    /// this project: torch's server closes the connection on this request.
+    pub fn on_close(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let k = if key.is_empty() { String::new() } else { prefixed(key)? };
+        wire::check_value(key, value)?;
+        self.send(&Encoder::query(Query::OnClose).bytes(k.as_bytes()).bytes(value).finish())
     }
 
     /// Append `value` to the value of `key` (creates it when missing).

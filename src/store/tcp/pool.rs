@@ -48,6 +48,16 @@ impl TcpStorePool {
         }
     }
 
+    /// Shut down the connections a call is blocked on right now (see [`TcpStore::abort`]): those
+    /// calls end at once with an error; the pool drops those connections, and later calls go over
+    /// the idle ones or new ones.
+    pub fn abort_busy(&self) {
+        let idle: Vec<Arc<TcpStore>> = self.idle.lock().map(|i| i.clone()).unwrap_or_default();
+        if let Ok(all) = self.all.lock() {
+            all.iter().filter(|c| !idle.iter().any(|i| Arc::ptr_eq(i, c))).for_each(|c| c.abort());
+        }
+    }
+
     /// Connections opened so far (the first included).
     pub fn connections(&self) -> usize {
         self.all.lock().map_or(0, |all| all.len())
@@ -65,7 +75,12 @@ impl TcpStorePool {
             }
         };
         let result = f(&conn);
-        self.idle.lock().map_err(|_| lock_err())?.push(conn);
+        if conn.is_usable() {
+            self.idle.lock().map_err(|_| lock_err())?.push(conn);
+        } else {
+            // A broken connection (a failed exchange, an abort) serves no later call.
+            self.all.lock().map_err(|_| lock_err())?.retain(|c| !Arc::ptr_eq(c, &conn));
+        }
         result
     }
 }

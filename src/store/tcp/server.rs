@@ -262,6 +262,8 @@ struct Conn {
     /// The peer closed its side: serve what arrived, then close.
     eof: bool,
     in_dirty: bool,
+    /// Appended (value to key) when the client's side closes: see [`wire::Query::OnClose`].
+    on_close: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Conn {
@@ -400,6 +402,7 @@ impl EventLoop {
                         waits: Vec::new(),
                         eof: false,
                         in_dirty: false,
+                        on_close: None,
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
@@ -416,6 +419,7 @@ impl EventLoop {
 
     fn close(&mut self, i: usize, why: Option<String>) {
         let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        let refused = why.is_some();
         if let Some(why) = why {
             let peer = c.peer;
             self.log.log("refused", || format!("closed the connection of client {peer}: {why}"));
@@ -426,6 +430,13 @@ impl EventLoop {
         let _ = self.poll.registry().deregister(&mut c.stream);
         self.live -= 1;
         self.free.push(i);
+        // The client's side went (not a refusal): tell whoever watches it.
+        if let (false, Some((k, v))) = (refused, c.on_close.take()) {
+            if let Err(why) = self.append(&k, &v) {
+                let peer = c.peer;
+                self.log.log("on-close", || format!("dropped the close notice of client {peer}: {why}"));
+            }
+        }
     }
 
     /// Queue `msg` for connection `i`.
@@ -641,26 +652,13 @@ impl EventLoop {
                 self.reply(i, &n.to_le_bytes());
             }
             Request::Append(k, v) => {
-                let cur = self.state.map.get(k).map_or(0, Vec::len);
-                let len = cur as u64 + v.len() as u64;
-                if len > wire::MAX_VALUE_LEN {
-                    return Next::Close(format!(
-                        "APPEND of {} bytes to key '{}' would grow its value to {len} bytes, over the limit of {} bytes",
-                        v.len(),
-                        String::from_utf8_lossy(k),
-                        wire::MAX_VALUE_LEN
-                    ));
+                if let Err(why) = self.append(k, v) {
+                    return Next::Close(why);
                 }
-                let total = self.state.bytes_with(k, len as usize);
-                if total > max_bytes {
-                    return over("APPEND", k, total);
-                }
-                match self.state.map.get_mut(k) {
-                    Some(cur) => {
-                        cur.extend_from_slice(v);
-                        self.state.bytes += v.len() as u64;
-                    }
-                    None => self.set(k, v.to_vec()),
+            }
+            Request::OnClose(k, v) => {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                    c.on_close = (!k.is_empty()).then(|| (k.to_vec(), v.to_vec()));
                 }
             }
             Request::MultiGet(keys) => {
@@ -684,6 +682,37 @@ impl EventLoop {
             }
         }
         Next::Continue
+    }
+
+    /// Append `v` to the value of `k` (set it when missing), within the limits; the refusal
+    /// otherwise.
+    fn append(&mut self, k: &[u8], v: &[u8]) -> Result<(), String> {
+        let cur = self.state.map.get(k).map_or(0, Vec::len);
+        let len = cur as u64 + v.len() as u64;
+        if len > wire::MAX_VALUE_LEN {
+            return Err(format!(
+                "APPEND of {} bytes to key '{}' would grow its value to {len} bytes, over the limit of {} bytes",
+                v.len(),
+                String::from_utf8_lossy(k),
+                wire::MAX_VALUE_LEN
+            ));
+        }
+        let total = self.state.bytes_with(k, len as usize);
+        if total > self.limits.max_store_bytes {
+            return Err(format!(
+                "APPEND to key '{}' would make the store hold {total} bytes, over its limit of {} bytes",
+                String::from_utf8_lossy(k),
+                self.limits.max_store_bytes
+            ));
+        }
+        match self.state.map.get_mut(k) {
+            Some(cur) => {
+                cur.extend_from_slice(v);
+                self.state.bytes += v.len() as u64;
+            }
+            None => self.set(k, v.to_vec()),
+        }
+        Ok(())
     }
 
     /// Set a key and answer the waiters it releases.

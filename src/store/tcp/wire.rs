@@ -32,15 +32,20 @@ pub enum Query {
     MultiSet = 11,
     CancelWait = 12,
     Ping = 13,
+    /// Not torch's: this project's extension, sent only to our own server (torch's closes the
+    /// connection on it). `key, value`: when this connection closes from the client's side (the
+    /// process exited or was killed) the server appends `value` to `key`, waking its waiters; an
+    /// empty key cancels. No reply. See `runtime::liveness`.
+    OnClose = 0x80,
 }
 
 impl Query {
     /// The query for a type byte; `None` for types this implementation does not serve.
     pub fn from_u8(b: u8) -> Option<Query> {
         use Query::*;
-        const ALL: [Query; 14] = [
+        const ALL: [Query; 15] = [
             Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, Append, MultiGet, MultiSet,
-            CancelWait, Ping,
+            CancelWait, Ping, OnClose,
         ];
         ALL.into_iter().find(|q| *q as u8 == b)
     }
@@ -201,6 +206,8 @@ pub enum Request<'a> {
     MultiGet(Vec<&'a [u8]>),
     MultiSet(Vec<(&'a [u8], &'a [u8])>),
     CancelWait,
+    /// See [`Query::OnClose`].
+    OnClose(&'a [u8], &'a [u8]),
 }
 
 /// What the start of a receive buffer holds.
@@ -308,6 +315,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
                 Request::MultiSet(v)
             }
             Query::CancelWait => Request::CancelWait,
+            Query::OnClose => Request::OnClose(c.key()?, c.value()?),
         })
     })();
     match parsed {
