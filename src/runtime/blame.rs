@@ -17,7 +17,16 @@ pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration) -
     }
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let host = format!("{who} at {}:{}", env.master_addr, env.master_port);
-    Liveness::start(&env.master_addr, env.master_port, attempt, env.rank, host, within.min(Duration::from_secs(2))).ok()
+    Liveness::start(
+        &env.master_addr,
+        env.master_port,
+        attempt,
+        env.rank,
+        host,
+        within.min(Duration::from_secs(2)),
+        env.store_token.clone(),
+    )
+    .ok()
 }
 
 /// `e` with the peers that stopped answering named first, when it is a failure that a dead or

@@ -10,7 +10,7 @@
 //! later question is then answered "the store's host stopped answering" at once instead of each
 //! store call waiting out its own timeout.
 
-use crate::store::{PrefixStore, Store, StoreError, TcpStore};
+use crate::store::{PrefixStore, Store, StoreError, StoreToken, TcpStore};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,14 +104,16 @@ impl Liveness {
         rank: u32,
         store_host: String,
         connect_within: Duration,
+        token: Option<StoreToken>,
     ) -> Result<Liveness, String> {
-        let conn = TcpStore::connect(addr, port, connect_within.max(REPLY_LIMIT))
+        let conn = TcpStore::connect_with_token(addr, port, connect_within.max(REPLY_LIMIT), token.as_ref())
             .map_err(|e| format!("liveness connection to {store_host}: {e}"))?
             .with_reply_timeout(REPLY_LIMIT);
         let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, Arc::new(conn)));
         let (addr, prefix) = (addr.to_string(), prefix.to_string());
         let reconnect: Reconnect = Box::new(move || {
-            let conn = TcpStore::connect(&addr, port, REPLY_LIMIT).ok()?.with_reply_timeout(REPLY_LIMIT);
+            let conn =
+                TcpStore::connect_with_token(&addr, port, REPLY_LIMIT, token.as_ref()).ok()?.with_reply_timeout(REPLY_LIMIT);
             Some(Arc::new(PrefixStore::new(&prefix, Arc::new(conn))) as Arc<dyn Store>)
         });
         Ok(Self::with(store, Some(reconnect), rank, store_host))

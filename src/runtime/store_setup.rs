@@ -5,7 +5,8 @@
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
-use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
+use super::checkin::CheckinError;
+use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +47,12 @@ impl StoreHandles {
 /// Environment variable naming the address rank 0's store server binds (see [`host_server`]).
 pub const STORE_BIND_ENV: &str = "MCORE_INIT_STORE_BIND";
 
+/// Store key under which the store's host publishes its job id (see [`super::env::JobId`]) before
+/// any rank checks in. Every other rank reads it before writing anything, so that a rank of
+/// another job that reaches this store (two jobs on one MASTER_ADDR:MASTER_PORT) fails at once,
+/// naming both ids, without touching this job's keys.
+pub const JOB_KEY: &str = "mcore_init/job";
+
 /// Whether `host` resolves to an address of this machine (one a socket can bind).
 fn is_local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
@@ -59,27 +66,73 @@ fn is_local(host: &str) -> bool {
 /// also served on other interfaces). Any other MASTER_ADDR (a host name, which other hosts may
 /// resolve differently, e.g. Debian maps the own name to 127.0.1.1; an address behind NAT) binds
 /// every interface, as torch's server always does; for an IP address that is not local the
-/// server says so on stderr.
+/// server says so on stderr, and so it does for a host name (every interface is served: the
+/// store is reachable from every network this host is on).
 ///
 /// A `bind` that does not cover MASTER_ADDR, when MASTER_ADDR is an address of this host, is
 /// refused at once naming both: every rank, rank 0 included, connects to MASTER_ADDR, where
 /// nothing would listen, and rank 0 would wait the whole timeout for its own store.
-pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<TcpStoreServer, StoreError> {
+/// With a `token`, the server serves only clients that prove they hold it.
+pub fn host_server(
+    master_addr: &str,
+    port: u16,
+    bind: Option<&str>,
+    token: Option<StoreToken>,
+) -> Result<TcpStoreServer, StoreError> {
+    let serve = |host: &str| TcpStoreServer::bind_with_token(host, port, ServerLimits::default(), token.clone());
     if let Some(b) = bind {
         check_bind_covers(b, master_addr)?;
-        return TcpStoreServer::bind(b, port);
+        return serve(b);
     }
     let literal = master_addr.parse::<std::net::IpAddr>().is_ok();
     if master_addr == "localhost" || (literal && is_local(master_addr)) {
-        return TcpStoreServer::bind(master_addr, port);
+        return serve(master_addr);
     }
-    if literal {
-        eprintln!(
-            "mcore_init: MASTER_ADDR={master_addr} is not an address of this host: the rendezvous store binds every \
-             interface (0.0.0.0:{port}); set {STORE_BIND_ENV} to the address to listen on"
-        );
-    }
-    TcpStoreServer::bind("0.0.0.0", port)
+    let why = if literal { "is not an address of this host" } else { "is a host name, not an IP address" };
+    eprintln!(
+        "mcore_init: MASTER_ADDR={} {why}: the rendezvous store binds every interface (0.0.0.0:{port}), \
+         reachable from every network this host is on; set {STORE_BIND_ENV} to the address to listen on",
+        crate::quote::quoted(master_addr)
+    );
+    serve("0.0.0.0")
+}
+
+/// The error of a rank of job `ours` that reached a store of job `theirs`.
+fn other_job(env: &LaunchEnv, theirs: &[u8]) -> CheckinError {
+    let theirs = String::from_utf8_lossy(theirs);
+    let theirs =
+        if theirs.is_empty() { "no job id".to_string() } else { format!("job {}", crate::quote::quoted(&theirs)) };
+    CheckinError::OtherJob(format!(
+        "rank {} belongs to job {}, but the rendezvous store at {}:{} (MASTER_ADDR/MASTER_PORT) belongs to {theirs}: \
+         two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT (nothing of the other \
+         job's was written)",
+        env.rank,
+        env.job_id.describe(),
+        crate::quote::clip(&env.master_addr),
+        env.master_port
+    ))
+}
+
+/// A client rank's check, before it writes anything: the store's job (published under
+/// [`JOB_KEY`] by its host) is this rank's. Waits for the key until `deadline`.
+fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Result<(), CheckinError>, StoreError> {
+    let theirs = if env.use_agent_store {
+        // torchrun's agent store: no host of ours publishes it; the first rank does.
+        client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?
+    } else {
+        client.wait(&[JOB_KEY], deadline.saturating_duration_since(Instant::now()))?;
+        client.get(JOB_KEY)?
+    };
+    Ok(if theirs == env.job_id.id.as_bytes() { Ok(()) } else { Err(other_job(env, &theirs)) })
+}
+
+/// Rank 0 found MASTER_PORT taken: when a store of another job holds it, say so naming both.
+fn port_taken_by_other_job(env: &LaunchEnv) -> Option<CheckinError> {
+    let within = Duration::from_secs(2);
+    let client = TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref()).ok()?;
+    client.wait(&[JOB_KEY], within).ok()?;
+    let theirs = client.get(JOB_KEY).ok()?;
+    (theirs != env.job_id.id.as_bytes()).then(|| other_job(env, &theirs))
 }
 
 /// Whether a server bound to `bind` is reachable at `master_addr`: a wildcard bind (`0.0.0.0`,
@@ -126,7 +179,11 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let deadline = Instant::now() + timeout;
     let server = if env.hosts_store() {
         let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-        Some(host_server(&env.master_addr, env.master_port, bind.as_deref()).map_err(|e| {
+        Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), env.store_token.clone()).map_err(|e| {
+            let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
+            if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
+                return RuntimeError::Checkin(other);
+            }
             RuntimeError::Store(match e {
                 StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
                     "rank 0 cannot host the rendezvous store on MASTER_PORT={}: {m}",
@@ -151,7 +208,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A connection cut by a previous attempt's server shutting down is retried until the deadline.
     let connect = || loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match TcpStore::connect(&env.master_addr, env.master_port, left) {
+        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, left, env.store_token.as_ref());
+        match connected {
             Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                 std::thread::sleep(Duration::from_millis(10))
             }
@@ -159,9 +217,20 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         }
     };
     let mut client = connect().map_err(unreachable)?;
+    // Job ids first: the host publishes its own; every other rank reads it before writing.
+    let job_checked = |client: &TcpStore| -> Result<(), RuntimeError> {
+        match check_job(client, env, deadline) {
+            Ok(verdict) => verdict.map_err(RuntimeError::Checkin),
+            Err(e) => Err(unreachable(e)),
+        }
+    };
     if server.is_some() {
+        client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
         client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
-    } else if !env.use_agent_store {
+    } else {
+        job_checked(&client)?;
+    }
+    if server.is_none() && !env.use_agent_store {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match client.wait(&[open_key.as_str()], left) {
@@ -170,6 +239,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
                 Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                     std::thread::sleep(Duration::from_millis(10));
                     client = connect().map_err(unreachable)?;
+                    job_checked(&client)?;
                 }
                 Err(e) => return Err(unreachable(e)),
             }
@@ -178,7 +248,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port));
+    let pool =
+        Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(env.store_token.clone()));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), _server: server })
 }
 
@@ -209,33 +280,33 @@ mod tests {
     /// The former policy bound 127.0.0.1 for any loopback MASTER_ADDR and 0.0.0.0 for any other.
     #[test]
     fn the_store_binds_master_addr_itself_or_every_interface_when_it_is_not_local() {
-        let s = host_server("127.0.0.2", 0, None).unwrap();
+        let s = host_server("127.0.0.2", 0, None, None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.2");
-        let s = host_server("localhost", 0, None).unwrap();
+        let s = host_server("localhost", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_loopback(), "{}", s.local_addr());
         // 192.0.2.1 (TEST-NET-1) is no address of this host: nothing is sent, only bound.
         assert!(!is_local("192.0.2.1"));
-        let s = host_server("192.0.2.1", 0, None).unwrap();
+        let s = host_server("192.0.2.1", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
         // A host name may resolve differently elsewhere: every interface.
-        let s = host_server("no-such-host.invalid", 0, None).unwrap();
+        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
-        let s = host_server("192.0.2.1", 0, Some("127.0.0.3")).unwrap();
+        let s = host_server("192.0.2.1", 0, Some("127.0.0.3"), None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.3");
-        match host_server("127.0.0.1", 0, Some("no-such-host.invalid")) {
+        match host_server("127.0.0.1", 0, Some("no-such-host.invalid"), None) {
             Err(StoreError::InvalidArgument(m)) => assert!(m.contains("no-such-host.invalid"), "{m}"),
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         // A bind that misses a MASTER_ADDR of this host is refused before binding; wildcards and
         // the address itself cover it.
-        match host_server("127.0.0.1", 0, Some("127.0.0.2")) {
+        match host_server("127.0.0.1", 0, Some("127.0.0.2"), None) {
             Err(StoreError::InvalidArgument(m)) => {
                 assert!(m.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && m.contains("MASTER_ADDR='127.0.0.1'"), "{m}")
             }
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         for covering in ["0.0.0.0", "127.0.0.1"] {
-            let s = host_server("127.0.0.1", 0, Some(covering)).unwrap();
+            let s = host_server("127.0.0.1", 0, Some(covering), None).unwrap();
             assert_eq!(s.local_addr().ip().to_string(), covering);
         }
         assert!(check_bind_covers("::", "127.0.0.1").is_ok());
