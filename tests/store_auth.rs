@@ -48,7 +48,10 @@ fn a_client_without_the_token_or_with_another_is_refused_at_once() {
     let server = server_with("s3cret");
     let start = Instant::now();
     let e = TcpStore::connect("127.0.0.1", server.port(), T).err().expect("served without the token");
-    assert!(matches!(&e, StoreError::Protocol(m) if m.contains("requires a token") && m.contains("MCORE_STORE_TOKEN")), "{e}");
+    assert!(
+        matches!(&e, StoreError::Protocol(m) if m.contains("requires a token") && m.contains("MCORE_STORE_TOKEN")),
+        "{e}"
+    );
     let e = TcpStore::connect_with_token("127.0.0.1", server.port(), T, Some(&token("guess")))
         .err()
         .expect("served with a wrong token");

@@ -112,8 +112,9 @@ impl Liveness {
         let store: Arc<dyn Store> = Arc::new(PrefixStore::new(prefix, Arc::new(conn)));
         let (addr, prefix) = (addr.to_string(), prefix.to_string());
         let reconnect: Reconnect = Box::new(move || {
-            let conn =
-                TcpStore::connect_with_token(&addr, port, REPLY_LIMIT, token.as_ref()).ok()?.with_reply_timeout(REPLY_LIMIT);
+            let conn = TcpStore::connect_with_token(&addr, port, REPLY_LIMIT, token.as_ref())
+                .ok()?
+                .with_reply_timeout(REPLY_LIMIT);
             Some(Arc::new(PrefixStore::new(&prefix, Arc::new(conn))) as Arc<dyn Store>)
         });
         Ok(Self::with(store, Some(reconnect), rank, store_host))

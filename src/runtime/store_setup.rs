@@ -2,10 +2,10 @@
 //! torchrun's agent already serves one (then every rank is a client); a world of one process
 //! without a launcher uses an in-process store.
 
+use super::checkin::CheckinError;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
-use super::checkin::CheckinError;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -104,8 +104,8 @@ fn other_job(env: &LaunchEnv, theirs: &[u8]) -> CheckinError {
         if theirs.is_empty() { "no job id".to_string() } else { format!("job {}", crate::quote::quoted(&theirs)) };
     CheckinError::OtherJob(format!(
         "rank {} belongs to job {}, but the rendezvous store at {}:{} (MASTER_ADDR/MASTER_PORT) belongs to {theirs}: \
-         two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT (nothing of the other \
-         job's was written)",
+         two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT (this rank wrote nothing \
+         in that store)",
         env.rank,
         env.job_id.describe(),
         crate::quote::clip(&env.master_addr),
@@ -129,7 +129,8 @@ fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Re
 /// Rank 0 found MASTER_PORT taken: when a store of another job holds it, say so naming both.
 fn port_taken_by_other_job(env: &LaunchEnv) -> Option<CheckinError> {
     let within = Duration::from_secs(2);
-    let client = TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref()).ok()?;
+    let client =
+        TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref()).ok()?;
     client.wait(&[JOB_KEY], within).ok()?;
     let theirs = client.get(JOB_KEY).ok()?;
     (theirs != env.job_id.id.as_bytes()).then(|| other_job(env, &theirs))
@@ -310,6 +311,68 @@ mod tests {
             assert_eq!(s.local_addr().ip().to_string(), covering);
         }
         assert!(check_bind_covers("::", "127.0.0.1").is_ok());
+    }
+
+    /// Under torchrun's agent store (no host of ours) the first rank records its job id; a rank of
+    /// another job is refused naming both, and writes nothing.
+    #[test]
+    fn on_an_agent_store_the_first_job_id_holds() {
+        let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+        let env_of = |job: &str| {
+            let vars = [
+                ("RANK", "1".to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("MASTER_ADDR", "127.0.0.1".to_string()),
+                ("MASTER_PORT", server.port().to_string()),
+                ("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()),
+                ("TORCHELASTIC_RUN_ID", job.to_string()),
+            ];
+            LaunchEnv::from_lookup(&move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
+        };
+        let client = TcpStore::connect("127.0.0.1", server.port(), Duration::from_secs(10)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
+        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
+        let keys = client.num_keys().unwrap();
+        let Err(e) = check_job(&client, &env_of("run-2"), deadline).unwrap() else { panic!("another job passed") };
+        let e = e.to_string();
+        assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
+        assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
+    }
+
+    /// Set by [`a_host_name_that_binds_every_interface_is_said_on_stderr`] in the process it
+    /// starts: run [`host_name_bind_child`] there.
+    const HOST_NAME_CHILD: &str = "MCORE_TEST_HOST_NAME_BIND_CHILD";
+
+    #[test]
+    fn host_name_bind_child() {
+        if std::env::var_os(HOST_NAME_CHILD).is_none() {
+            return;
+        }
+        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
+        println!("CHILD-BOUND {}", s.local_addr());
+    }
+
+    /// A host-name MASTER_ADDR makes the store bind every interface: stderr says so, naming the
+    /// variable that narrows it.
+    #[test]
+    fn a_host_name_that_binds_every_interface_is_said_on_stderr() {
+        let run = |test: &str| {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+                .env(HOST_NAME_CHILD, "1")
+                .output()
+                .unwrap();
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (stdout, stderr) = run("runtime::store_setup::tests::host_name_bind_child");
+        assert!(stdout.contains("CHILD-BOUND 0.0.0.0:"), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("MASTER_ADDR='no-such-host.invalid' is a host name")
+                && stderr.contains("binds every interface")
+                && stderr.contains(STORE_BIND_ENV),
+            "{stderr}"
+        );
     }
 
     /// Set by [`a_store_bind_that_misses_master_addr_fails_at_once_naming_both`] in the process

@@ -196,7 +196,8 @@ impl TcpStore {
             })
             .map_err(|e| self.fail(&mut c, e, what, limit))?;
         self.write(&mut c, &token.prove(&nonce))?;
-        let verdict = self.read(&mut c, limit, |d| d.u8()).map_err(|e| self.fail(&mut c, e, "the token proof", limit))?;
+        let verdict =
+            self.read(&mut c, limit, |d| d.u8()).map_err(|e| self.fail(&mut c, e, "the token proof", limit))?;
         if verdict != auth::AUTH_OK {
             c.broken = Some("the store refused our token".into());
             return Err(StoreError::Protocol(format!(

@@ -68,7 +68,8 @@ impl TcpStorePool {
         let conn = match idle {
             Some(c) => c,
             None => {
-                let c = Arc::new(TcpStore::connect_with_token(&self.host, self.port, self.timeout, self.token.as_ref())?);
+                let c =
+                    Arc::new(TcpStore::connect_with_token(&self.host, self.port, self.timeout, self.token.as_ref())?);
                 self.all.lock().map_err(|_| lock_err())?.push(c.clone());
                 c
             }
