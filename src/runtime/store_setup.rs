@@ -177,6 +177,14 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if env.world_size == 1 && !env.use_agent_store {
         return Ok(StoreHandles { client: Arc::new(MemoryStore::new(timeout)), tcp: None, pool: None, _server: None });
     }
+    if env.use_agent_store && env.store_token.is_some() {
+        use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{TOKEN_ENV} (or {TOKEN_FILE_ENV}) is set, but torchrun's agent serves the rendezvous store \
+             (TORCHELASTIC_USE_AGENT_STORE=True) and torch's store cannot check a token: unset it, or let rank 0 \
+             host the store"
+        )));
+    }
     let deadline = Instant::now() + timeout;
     let server = if env.hosts_store() {
         let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
@@ -338,6 +346,24 @@ mod tests {
         let e = e.to_string();
         assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
         assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
+    }
+
+    /// torch's agent store cannot check a token: refused at once, naming the variable.
+    #[test]
+    fn a_token_with_the_agent_store_is_an_error_at_once() {
+        let vars = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            ("MCORE_STORE_TOKEN", "t"),
+        ];
+        let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+        let start = Instant::now();
+        let Err(e) = open_store(&env, Duration::from_secs(30), "mcore_init/test/0/0") else { panic!("opened") };
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let e = e.to_string();
+        assert!(e.contains("MCORE_STORE_TOKEN") && e.contains("TORCHELASTIC_USE_AGENT_STORE"), "{e}");
     }
 
     /// Set by [`a_host_name_that_binds_every_interface_is_said_on_stderr`] in the process it
