@@ -81,9 +81,10 @@ fn torch_protocol_bytes_without_the_exchange_touch_no_key() {
     let mut raw = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     raw.write_all(&auth::hello()).unwrap();
-    let mut nonce = [0u8; auth::NONCE_LEN];
-    raw.read_exact(&mut nonce).unwrap();
-    let mut forged = token("guess").prove(&nonce).to_vec();
+    let mut challenge = [0u8; 1 + auth::NONCE_LEN];
+    raw.read_exact(&mut challenge).unwrap();
+    assert_eq!(challenge[0], auth::AUTH_CHALLENGE);
+    let mut forged = token("guess").prove(&challenge[1..]).to_vec();
     forged.extend(Encoder::query(Query::Set).bytes(b"/stolen").bytes(b"1").finish());
     raw.write_all(&forged).unwrap();
     let mut reply = Vec::new();
@@ -94,15 +95,20 @@ fn torch_protocol_bytes_without_the_exchange_touch_no_key() {
     assert_eq!(ok.num_keys().unwrap(), 0);
 }
 
-/// A client with a token against a store that asks for none: the store closes the connection at
-/// the hello (an unknown query type); the error, at the connect timeout, says why.
+/// A client with a token against a store that asks for none: the store answers that it wants
+/// none and closes; the client fails at once (a rank 0 started without the token).
 #[test]
-fn a_token_against_a_store_without_one_names_the_token() {
+fn a_token_against_a_store_without_one_fails_at_once_naming_the_token() {
     let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
-    let e = TcpStore::connect_with_token("127.0.0.1", server.port(), Duration::from_millis(500), Some(&token("x")))
+    let start = Instant::now();
+    let e = TcpStore::connect_with_token("127.0.0.1", server.port(), T, Some(&token("x")))
         .err()
-        .expect("a store without a token answered the hello");
-    assert!(e.to_string().contains("MCORE_STORE_TOKEN is set here"), "{e}");
+        .expect("a store without a token accepted a token");
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert!(
+        matches!(&e, StoreError::Protocol(m) if m.contains("MCORE_STORE_TOKEN is set here") && m.contains("started without one")),
+        "{e}"
+    );
     // Without a token nothing changed.
     let c = TcpStore::connect("127.0.0.1", server.port(), T).unwrap();
     c.set("k", b"v").unwrap();

@@ -7,7 +7,9 @@
 //!
 //! 1. client → server: [`HELLO_TYPE`] (`0xA5`, no query type of torch's), the magic
 //!    [`HELLO_MAGIC`] (`u32` LE) and the version [`VERSION`] (`u8`): 6 bytes.
-//! 2. server → client: a 32-byte nonce, fresh per connection (ChaCha20 seeded from the OS).
+//! 2. server → client: [`AUTH_CHALLENGE`] and a 32-byte nonce, fresh per connection (ChaCha20
+//!    seeded from the OS). A server without a token answers [`AUTH_NOT_WANTED`] instead and
+//!    closes the connection: a client configured with a token fails at once, not at its timeout.
 //! 3. client → server: HMAC-SHA256(token, [`LABEL`] ‖ nonce), 32 bytes.
 //! 4. server → client: [`AUTH_OK`], then the connection is an ordinary TCPStore connection
 //!    (VALIDATE, PING, ...); or [`AUTH_REFUSED`] and the server closes it.
@@ -42,6 +44,10 @@ pub const LABEL: &[u8] = b"mcore_init store auth v1\0";
 pub const AUTH_OK: u8 = 1;
 /// The server refused the proof (then closes the connection).
 pub const AUTH_REFUSED: u8 = 0;
+/// The server's answer to the hello: a nonce follows.
+pub const AUTH_CHALLENGE: u8 = 2;
+/// The answer of a server without a token to a hello (then it closes the connection).
+pub const AUTH_NOT_WANTED: u8 = 3;
 /// Sent, as the only 4 bytes, to a client that did not start with the hello: "MCAR".
 pub const AUTH_REQUIRED: u32 = u32::from_le_bytes(*b"MCAR");
 /// Environment variable holding the token itself.
@@ -128,6 +134,28 @@ pub(super) enum ConnAuth {
     Proof([u8; NONCE_LEN]),
     /// Refused: input is discarded until the client closes.
     Refused,
+    /// A server without a token, before the first byte: a hello is answered [`AUTH_NOT_WANTED`],
+    /// anything else is served.
+    Open,
+}
+
+/// A server without a token: what to do with a connection's first bytes (`Open` state).
+pub(super) fn step_open(state: &mut ConnAuth, input: &[u8]) -> Step {
+    match input.first() {
+        None => Step::Need,
+        Some(&HELLO_TYPE) => {
+            *state = ConnAuth::Refused;
+            Step::Refuse {
+                reply: vec![AUTH_NOT_WANTED],
+                why: "it asked to prove a token (MCORE_STORE_TOKEN is set on its side) but this store has none \
+                      (unset on the host of the store)",
+            }
+        }
+        Some(_) => {
+            *state = ConnAuth::Done;
+            Step::Reply { consumed: 0, reply: Vec::new() }
+        }
+    }
 }
 
 /// What the server does with a connection's first bytes.
@@ -160,6 +188,7 @@ impl ServerAuth {
     pub fn step(&mut self, state: &mut ConnAuth, input: &[u8]) -> Step {
         match *state {
             ConnAuth::Done | ConnAuth::Refused => Step::Need,
+            ConnAuth::Open => step_open(state, input),
             ConnAuth::Hello => {
                 let h = hello();
                 let n = input.len().min(h.len());
@@ -179,7 +208,9 @@ impl ServerAuth {
                 let mut nonce = [0u8; NONCE_LEN];
                 self.rng.fill_bytes(&mut nonce);
                 *state = ConnAuth::Proof(nonce);
-                Step::Reply { consumed: h.len(), reply: nonce.to_vec() }
+                let mut reply = vec![AUTH_CHALLENGE];
+                reply.extend_from_slice(&nonce);
+                Step::Reply { consumed: h.len(), reply }
             }
             ConnAuth::Proof(nonce) => {
                 if input.len() < NONCE_LEN {
@@ -259,17 +290,18 @@ mod tests {
         let mut s = ServerAuth::new(tok.clone()).unwrap();
         let mut st = ConnAuth::Hello;
         assert_eq!(s.step(&mut st, &hello()[..3]), Step::Need);
-        let Step::Reply { consumed: 6, reply: nonce } = s.step(&mut st, &hello()) else { panic!("{st:?}") };
-        assert_eq!(nonce.len(), NONCE_LEN);
+        let Step::Reply { consumed: 6, reply } = s.step(&mut st, &hello()) else { panic!("{st:?}") };
+        assert_eq!((reply.len(), reply[0]), (1 + NONCE_LEN, AUTH_CHALLENGE));
+        let nonce = &reply[1..];
         assert_eq!(s.step(&mut st, &[0; 10]), Step::Need);
-        let proof = tok.prove(&nonce);
+        let proof = tok.prove(nonce);
         assert_eq!(s.step(&mut st, &proof), Step::Reply { consumed: NONCE_LEN, reply: vec![AUTH_OK] });
         assert_eq!(st, ConnAuth::Done);
 
         // Two connections get different nonces; a replayed proof fails on the second.
         let mut st2 = ConnAuth::Hello;
-        let Step::Reply { reply: nonce2, .. } = s.step(&mut st2, &hello()) else { panic!() };
-        assert_ne!(nonce, nonce2);
+        let Step::Reply { reply: reply2, .. } = s.step(&mut st2, &hello()) else { panic!() };
+        assert_ne!(nonce, &reply2[1..]);
         assert!(matches!(s.step(&mut st2, &proof), Step::Refuse { reply, .. } if reply == [AUTH_REFUSED]));
         assert_eq!(st2, ConnAuth::Refused);
 
@@ -279,5 +311,16 @@ mod tests {
         assert!(
             matches!(s.step(&mut st3, &validate), Step::Refuse { reply, .. } if reply == AUTH_REQUIRED.to_le_bytes())
         );
+    }
+
+    #[test]
+    fn a_server_without_a_token_serves_torch_and_answers_a_hello_that_it_wants_none() {
+        let mut st = ConnAuth::Open;
+        assert_eq!(step_open(&mut st, &[]), Step::Need);
+        assert_eq!(step_open(&mut st, &[0, 0xCE]), Step::Reply { consumed: 0, reply: vec![] });
+        assert_eq!(st, ConnAuth::Done);
+        let mut st = ConnAuth::Open;
+        assert!(matches!(step_open(&mut st, &hello()), Step::Refuse { reply, .. } if reply == [AUTH_NOT_WANTED]));
+        assert_eq!(st, ConnAuth::Refused);
     }
 }

@@ -20,8 +20,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Why a server closes a connection (ours logs which one; the protocol has no error reply).
 const CLOSE_REASONS: &str = "a server closes a connection whose request breaks its limits: an APPEND growing a value \
-     past 8 MiB, the store's memory limit, its connection limit, an ADD to a non-integer, or the authentication hello \
-     of a client with MCORE_STORE_TOKEN set to a store started without one; its log names the reason";
+     past 8 MiB, the store's memory limit, its connection limit, or an ADD to a non-integer; its log names the reason";
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -188,13 +187,29 @@ impl TcpStore {
         let what = "the authentication hello (MCORE_STORE_TOKEN is set here: is it set on the store's host too?)";
         let nonce = self
             .read(&mut c, limit, |d| {
+                match d.u8()? {
+                    auth::AUTH_CHALLENGE => {}
+                    auth::AUTH_NOT_WANTED => return Ok(None),
+                    other => {
+                        return Err(ReadError::Protocol(format!("answered the authentication hello with {other}")))
+                    }
+                }
                 let mut n = [0u8; auth::NONCE_LEN];
                 for chunk in n.chunks_mut(8) {
                     chunk.copy_from_slice(&d.u64()?.to_le_bytes());
                 }
-                Ok(n)
+                Ok(Some(n))
             })
             .map_err(|e| self.fail(&mut c, e, what, limit))?;
+        let Some(nonce) = nonce else {
+            c.broken = Some("the store wants no token".into());
+            return Err(StoreError::Protocol(format!(
+                "{} is set here, but the store at {} was started without one: set the same secret on the store's \
+                 host (rank 0), or unset it here",
+                auth::TOKEN_ENV,
+                self.peer
+            )));
+        };
         self.write(&mut c, &token.prove(&nonce))?;
         let verdict =
             self.read(&mut c, limit, |d| d.u8()).map_err(|e| self.fail(&mut c, e, "the token proof", limit))?;

@@ -10,7 +10,7 @@
 //! for a request over its limits) and the server logs the reason to stderr, naming the client.
 //! `shutdown` (or drop) stops the loop and closes every descriptor.
 
-use super::auth::{ConnAuth, ServerAuth, Step, StoreToken};
+use super::auth::{self, ConnAuth, ServerAuth, Step, StoreToken};
 use super::wire::{self, Encoder, Frame, Request};
 use crate::store::StoreError;
 use mio::net::{TcpListener, TcpStream};
@@ -420,7 +420,7 @@ impl EventLoop {
                         wpos: 0,
                         waits: Vec::new(),
                         eof: false,
-                        auth: if self.auth.is_some() { ConnAuth::Hello } else { ConnAuth::Done },
+                        auth: if self.auth.is_some() { ConnAuth::Hello } else { ConnAuth::Open },
                         in_dirty: false,
                     });
                 }
@@ -578,7 +578,6 @@ impl EventLoop {
     /// Run the token exchange on what connection `i` has read (see [`super::auth`]); whether its
     /// requests may be served now. A refused client's input is discarded until it closes.
     fn authenticate(&mut self, i: usize) -> bool {
-        let Some(a) = self.auth.as_mut() else { return true };
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return false };
         loop {
             match c.auth {
@@ -587,14 +586,18 @@ impl EventLoop {
                     c.rbuf = Vec::new();
                     return false;
                 }
-                ConnAuth::Hello | ConnAuth::Proof(_) => {}
+                ConnAuth::Hello | ConnAuth::Proof(_) | ConnAuth::Open => {}
             }
-            match a.step(&mut c.auth, &c.rbuf) {
+            let step = match self.auth.as_mut() {
+                Some(a) => a.step(&mut c.auth, &c.rbuf),
+                None => auth::step_open(&mut c.auth, &c.rbuf),
+            };
+            match step {
                 Step::Need => return false,
                 Step::Reply { consumed, reply } => {
                     c.rbuf.drain(..consumed);
                     c.wbuf.extend_from_slice(&reply);
-                    if !c.in_dirty {
+                    if !reply.is_empty() && !c.in_dirty {
                         c.in_dirty = true;
                         self.dirty.push(i);
                     }
