@@ -383,3 +383,80 @@ fn rank_0_prints_live_progress_while_others_are_missing() {
     let err = text(&out0.stderr);
     assert!(err.contains(": 1/4 ranks checked in"), "{err}");
 }
+
+/// Wait until something accepts connections on 127.0.0.1:`port` (a store came up), at most 30 s.
+fn wait_for_listener(port: &str) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no store came up on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two 4-rank jobs, job ids `job-A` and `job-B`, on one MASTER_PORT. Job A's ranks 0-2 start
+/// (rank 0 hosts the store and waits for rank 3); job B's four ranks then start on that port:
+/// each fails long before the 60 s timeout naming both job ids (rank 0 finds the port taken by
+/// job A's store, ranks 1-3 find job A's id in it). Then job A's rank 3 starts and job A comes
+/// up whole: job B wrote nothing in its store.
+#[test]
+fn a_second_job_on_the_same_port_fails_at_once_naming_both_job_ids() {
+    let Some(plugin) = plugin() else { return };
+    let port = free_port().to_string();
+    let args = ["--timeout", "60"];
+    let job_a: Vec<Child> =
+        (0..3).map(|r| spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_JOB_ID", "job-A")])).collect();
+    wait_for_listener(&port);
+    let start = Instant::now();
+    let job_b: Vec<Child> =
+        (0..4).map(|r| spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_JOB_ID", "job-B")])).collect();
+    let mut slowest = Duration::ZERO;
+    for (r, child) in job_b.into_iter().enumerate() {
+        let out = wait_bounded(child, Duration::from_secs(40));
+        slowest = slowest.max(start.elapsed());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "job B rank {r}: {err}");
+        assert!(err.contains("'job-A'") && err.contains("'job-B' (from MCORE_JOB_ID)"), "job B rank {r}: {err}");
+        eprintln!("job B rank {r} after {:.2} s: {}", start.elapsed().as_secs_f64(), err.trim());
+    }
+    // Functional bound: well before the 60 s timeout (the target is 5 s; printed below).
+    assert!(slowest < Duration::from_secs(20), "job B's ranks took {slowest:?}");
+    eprintln!("job B's 4 ranks all failed within {:.2} s", slowest.as_secs_f64());
+    let mut job_a = job_a;
+    job_a.push(spawn_rank(&plugin, 3, 4, &port, &args, &[("MCORE_JOB_ID", "job-A")]));
+    for (r, child) in job_a.into_iter().enumerate() {
+        let out = wait_bounded(child, Duration::from_secs(90));
+        assert!(out.status.success(), "job A rank {r}: {}\n{}", text(&out.stdout), text(&out.stderr));
+        let line: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap_or("")).unwrap_or(Value::Null);
+        assert_eq!(line["ok"], true, "job A rank {r}: {}", text(&out.stdout));
+    }
+}
+
+/// With MCORE_STORE_TOKEN on every rank a world comes up (every store connection, liveness and
+/// pools included, proves the token); a rank without it is refused at once and rank 0's store
+/// logs the refusal naming the client's address.
+#[test]
+fn a_job_with_a_store_token_comes_up_and_a_rank_without_it_is_refused() {
+    let Some(_) = plugin() else { return };
+    let tok = [("MCORE_STORE_TOKEN", "tok-0123")];
+    let (out, lines) = launch(4, &[], &tok);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(lines.len(), 4, "{}", text(&out.stdout));
+    assert!(lines.iter().all(|l| l["ok"] == true), "{lines:?}");
+    // No connection of the job (pools, heartbeats, rank 0's progress reader) went without it.
+    assert!(!text(&out.stderr).contains("refused client"), "{}", text(&out.stderr));
+
+    let plugin = plugin().unwrap();
+    let port = free_port().to_string();
+    let rank0 = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "10"], &tok);
+    wait_for_listener(&port);
+    let start = Instant::now();
+    let rank1 = wait_bounded(spawn_rank(&plugin, 1, 2, &port, &["--timeout", "60"], &[]), Duration::from_secs(40));
+    let err = text(&rank1.stderr);
+    assert!(start.elapsed() < Duration::from_secs(20), "took {:?}: {err}", start.elapsed());
+    assert_eq!(rank1.status.code(), Some(1), "{err}");
+    assert!(err.contains("requires a token") && err.contains("MCORE_STORE_TOKEN"), "{err}");
+    let out0 = wait_bounded(rank0, Duration::from_secs(40));
+    let err0 = text(&out0.stderr);
+    assert!(!out0.status.success(), "rank 0 came up without rank 1: {err0}");
+    assert!(err0.contains("refused client 127.0.0.1:"), "rank 0's store did not log the refusal: {err0}");
+}

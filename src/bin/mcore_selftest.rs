@@ -699,7 +699,13 @@ mod progress {
         let mut first = true;
         while std::mem::take(&mut first) || sleep_unless(stop, Duration::from_secs(1)) {
             if store.is_none() {
-                store = TcpStore::connect(&env.master_addr, env.master_port, Duration::from_secs(1)).ok();
+                store = TcpStore::connect_with_token(
+                    &env.master_addr,
+                    env.master_port,
+                    Duration::from_secs(1),
+                    env.store_token.as_ref(),
+                )
+                .ok();
             }
             let Some(s) = &store else { continue };
             let n = env.world_size.min(MAX_POLLED);

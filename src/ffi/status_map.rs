@@ -71,7 +71,7 @@ fn runtime_status(e: &RuntimeError) -> mcore_status {
         RuntimeError::Topology(e) => topology_status(e.kind),
         RuntimeError::Store(e) | RuntimeError::StoreConnect { source: e, .. } => store_error_status(e),
         RuntimeError::Checkin(CheckinError::Missing { .. }) => mcore_status::Timeout,
-        RuntimeError::Checkin(CheckinError::Mismatch(_)) => mcore_status::ConfigMismatch,
+        RuntimeError::Checkin(CheckinError::Mismatch(_) | CheckinError::OtherJob(_)) => mcore_status::ConfigMismatch,
         RuntimeError::Checkin(CheckinError::Store(e)) => store_error_status(e),
         RuntimeError::Backend(e) => backend_status(e),
         RuntimeError::Comm(e) => comm_error_status(e),

@@ -15,19 +15,7 @@ pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration) -
     if env.world_size <= 1 {
         return None;
     }
-    let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
-    let host = format!("{who} at {}:{}", env.master_addr, env.master_port);
-    let notices = !env.use_agent_store;
-    Liveness::start(
-        &env.master_addr,
-        env.master_port,
-        attempt,
-        env.rank,
-        host,
-        within.min(Duration::from_secs(2)),
-        notices,
-    )
-    .ok()
+    Liveness::start(env, attempt, within.min(Duration::from_secs(2))).ok()
 }
 
 /// `e` with the peers that stopped answering named first, when it is a failure that a dead or

@@ -26,6 +26,9 @@ pub enum CheckinError {
     Missing { ranks: Vec<u32>, waited: Duration, nodes: String },
     /// Ranks were started with different configurations; the text names them and the values.
     Mismatch(String),
+    /// This rank reached the store of another job (see `store_setup::JOB_KEY`); the text names
+    /// both job ids.
+    OtherJob(String),
     /// The store failed.
     Store(StoreError),
 }
@@ -40,7 +43,7 @@ impl fmt::Display for CheckinError {
                 waited.as_secs_f64(),
                 format_ranks(ranks)
             ),
-            CheckinError::Mismatch(m) => f.write_str(m),
+            CheckinError::Mismatch(m) | CheckinError::OtherJob(m) => f.write_str(m),
             CheckinError::Store(e) => write!(f, "rendezvous store failed: {e}"),
         }
     }

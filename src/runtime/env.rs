@@ -4,9 +4,52 @@
 //! MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT),
 //! then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and OpenMPI (OMPI_COMM_WORLD_RANK,
 //! OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK) as fallbacks for the rank variables.
+//!
+//! The job id ([`JobId`], checked at rendezvous so that two jobs on one MASTER_ADDR:MASTER_PORT
+//! never mix) is the first set of MCORE_JOB_ID (an explicit override), TORCHELASTIC_RUN_ID
+//! (torchrun's `--rdzv-id`; its default `none` counts as unset) and SLURM_JOB_ID. The store's
+//! shared secret comes from MCORE_STORE_TOKEN or MCORE_STORE_TOKEN_FILE
+//! ([`crate::store::StoreToken`]).
 
 use crate::quote::quoted;
+use crate::store::StoreToken;
 use std::fmt;
+
+/// The variables a job id is read from, first set first.
+pub const JOB_ID_VARS: [&str; 3] = ["MCORE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+
+/// Which job this rank belongs to, and the variable that said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobId {
+    /// The id; empty when no variable gave one.
+    pub id: String,
+    /// The variable it came from (empty when none).
+    pub var: &'static str,
+}
+
+impl JobId {
+    /// The first non-empty variable of [`JOB_ID_VARS`] (TORCHELASTIC_RUN_ID=none skipped).
+    fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> JobId {
+        for var in JOB_ID_VARS {
+            let Some(v) = get(var) else { continue };
+            let v = v.trim();
+            if v.is_empty() || (var == "TORCHELASTIC_RUN_ID" && v == "none") {
+                continue;
+            }
+            return JobId { id: v.to_string(), var };
+        }
+        JobId { id: String::new(), var: "" }
+    }
+
+    /// How errors name it: `'job7' (from MCORE_JOB_ID)`, or `no job id`.
+    pub fn describe(&self) -> String {
+        if self.id.is_empty() {
+            format!("no job id (none of {} is set)", JOB_ID_VARS.join(", "))
+        } else {
+            format!("{} (from {})", quoted(&self.id), self.var)
+        }
+    }
+}
 
 /// torch's default store port (`TCPStoreOptions::kDefaultPort`).
 pub(crate) const DEFAULT_MASTER_PORT: u16 = 29500;
@@ -35,6 +78,10 @@ pub struct LaunchEnv {
     /// torchrun's restart counter (0 on the first attempt).
     pub restart_count: u32,
     pub launcher: LauncherKind,
+    /// The job this rank belongs to (see the module docs).
+    pub job_id: JobId,
+    /// The shared secret clients of the store must prove they hold; None: anyone is served.
+    pub store_token: Option<StoreToken>,
 }
 
 /// A variable that is missing or malformed, named with its value.
@@ -179,6 +226,8 @@ impl LaunchEnv {
             run_id: get("TORCHELASTIC_RUN_ID").unwrap_or_else(|| "none".into()),
             restart_count,
             launcher: v.launcher,
+            job_id: JobId::from_lookup(get),
+            store_token: StoreToken::from_lookup(get).map_err(EnvError)?,
         })
     }
 
@@ -248,6 +297,27 @@ mod tests {
         .unwrap();
         assert_eq!((o.rank, o.world_size, o.local_rank), (2, 4, 0));
         assert_eq!(o.launcher, LauncherKind::OpenMpi);
+    }
+
+    #[test]
+    fn the_job_id_comes_from_the_first_variable_set() {
+        let base = [("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            env(&v).unwrap().job_id
+        };
+        assert_eq!(with(&[]).id, "");
+        assert!(with(&[]).describe().contains("no job id"));
+        let all = [("SLURM_JOB_ID", "77"), ("TORCHELASTIC_RUN_ID", "tr"), ("MCORE_JOB_ID", "mine")];
+        assert_eq!(with(&all), JobId { id: "mine".into(), var: "MCORE_JOB_ID" });
+        assert_eq!(with(&all[..2]), JobId { id: "tr".into(), var: "TORCHELASTIC_RUN_ID" });
+        assert_eq!(with(&[("SLURM_JOB_ID", "77"), ("TORCHELASTIC_RUN_ID", "none")]).id, "77");
+        assert_eq!(with(&[("MCORE_JOB_ID", "a b")]).describe(), "'a b' (from MCORE_JOB_ID)");
+        let e = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MCORE_STORE_TOKEN", "")]).unwrap_err();
+        assert!(e.0.contains("MCORE_STORE_TOKEN"), "{e}");
+        let t = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MCORE_STORE_TOKEN", "s")]).unwrap();
+        assert_eq!(t.store_token, StoreToken::new(b"s"));
     }
 
     #[test]

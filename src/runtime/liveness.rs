@@ -20,6 +20,7 @@
 //! initialization: end the calls blocked on the store). From the kill to that: at most
 //! `WATCH_PERIOD + SILENT_AFTER + HEARTBEAT_PERIOD`, 0.75 s.
 
+use super::env::LaunchEnv;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -134,22 +135,20 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// Connect a heartbeat connection to the store at `addr:port` (within `connect_within`) and
-    /// start bumping `rank`'s counter under `prefix`. `store_host` names who hosts the store.
-    /// With `notices` (the store is our server) the connection leaves a close notice, so that
-    /// the others learn of this rank's death at once (see module docs).
-    pub fn start(
-        addr: &str,
-        port: u16,
-        prefix: &str,
-        rank: u32,
-        store_host: String,
-        connect_within: Duration,
-        notices: bool,
-    ) -> Result<Liveness, String> {
-        let (addr, prefix) = (addr.to_string(), prefix.to_string());
+    /// Connect a heartbeat connection to the store at MASTER_ADDR:MASTER_PORT of `env` (within
+    /// `connect_within`) and start bumping this rank's counter under `prefix`. When the store is
+    /// our server (not torchrun's agent) the connection leaves a close notice, so that the others
+    /// learn of this rank's death at once (see module docs); with the job's store token each
+    /// connection first proves it holds it.
+    pub fn start(env: &LaunchEnv, prefix: &str, connect_within: Duration) -> Result<Liveness, String> {
+        let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
+        let store_host = format!("{who} at {}:{}", env.master_addr, env.master_port);
+        let (notices, token, rank, port) = (!env.use_agent_store, env.store_token.clone(), env.rank, env.master_port);
+        let addr = env.master_addr.clone();
+        let prefix = prefix.to_string();
         let connect = move |within: Duration| -> Result<Connection, StoreError> {
-            let conn = Arc::new(TcpStore::connect(&addr, port, within)?.with_reply_timeout(REPLY_LIMIT));
+            let conn = TcpStore::connect_with_token(&addr, port, within, token.as_ref())?;
+            let conn = Arc::new(conn.with_reply_timeout(REPLY_LIMIT));
             let noticed = if notices {
                 conn.on_close(&format!("{prefix}/{CLOSED_KEY}"), format!("{rank},").as_bytes())?;
                 Some(Arc::clone(&conn))

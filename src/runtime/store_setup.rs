@@ -2,10 +2,11 @@
 //! torchrun's agent already serves one (then every rank is a client); a world of one process
 //! without a launcher uses an in-process store.
 
+use super::checkin::CheckinError;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
-use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
+use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,6 +54,12 @@ impl StoreHandles {
 /// Environment variable naming the address rank 0's store server binds (see [`host_server`]).
 pub const STORE_BIND_ENV: &str = "MCORE_INIT_STORE_BIND";
 
+/// Store key under which the store's host publishes its job id (see [`super::env::JobId`]) before
+/// any rank checks in. Every other rank reads it before writing anything, so that a rank of
+/// another job that reaches this store (two jobs on one MASTER_ADDR:MASTER_PORT) fails at once,
+/// naming both ids, without touching this job's keys.
+pub const JOB_KEY: &str = "mcore_init/job";
+
 /// Whether `host` resolves to an address of this machine (one a socket can bind).
 fn is_local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
@@ -66,27 +73,74 @@ fn is_local(host: &str) -> bool {
 /// also served on other interfaces). Any other MASTER_ADDR (a host name, which other hosts may
 /// resolve differently, e.g. Debian maps the own name to 127.0.1.1; an address behind NAT) binds
 /// every interface, as torch's server always does; for an IP address that is not local the
-/// server says so on stderr.
+/// server says so on stderr, and so it does for a host name (every interface is served: the
+/// store is reachable from every network this host is on).
 ///
 /// A `bind` that does not cover MASTER_ADDR, when MASTER_ADDR is an address of this host, is
 /// refused at once naming both: every rank, rank 0 included, connects to MASTER_ADDR, where
 /// nothing would listen, and rank 0 would wait the whole timeout for its own store.
-pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<TcpStoreServer, StoreError> {
+/// With a `token`, the server serves only clients that prove they hold it.
+pub fn host_server(
+    master_addr: &str,
+    port: u16,
+    bind: Option<&str>,
+    token: Option<StoreToken>,
+) -> Result<TcpStoreServer, StoreError> {
+    let serve = |host: &str| TcpStoreServer::bind_with_token(host, port, ServerLimits::default(), token.clone());
     if let Some(b) = bind {
         check_bind_covers(b, master_addr)?;
-        return TcpStoreServer::bind(b, port);
+        return serve(b);
     }
     let literal = master_addr.parse::<std::net::IpAddr>().is_ok();
     if master_addr == "localhost" || (literal && is_local(master_addr)) {
-        return TcpStoreServer::bind(master_addr, port);
+        return serve(master_addr);
     }
-    if literal {
-        eprintln!(
-            "mcore_init: MASTER_ADDR={master_addr} is not an address of this host: the rendezvous store binds every \
-             interface (0.0.0.0:{port}); set {STORE_BIND_ENV} to the address to listen on"
-        );
-    }
-    TcpStoreServer::bind("0.0.0.0", port)
+    let why = if literal { "is not an address of this host" } else { "is a host name, not an IP address" };
+    eprintln!(
+        "mcore_init: MASTER_ADDR={} {why}: the rendezvous store binds every interface (0.0.0.0:{port}), \
+         reachable from every network this host is on; set {STORE_BIND_ENV} to the address to listen on",
+        crate::quote::quoted(master_addr)
+    );
+    serve("0.0.0.0")
+}
+
+/// The error of a rank of job `ours` that reached a store of job `theirs`.
+fn other_job(env: &LaunchEnv, theirs: &[u8]) -> CheckinError {
+    let theirs = String::from_utf8_lossy(theirs);
+    let theirs =
+        if theirs.is_empty() { "no job id".to_string() } else { format!("job {}", crate::quote::quoted(&theirs)) };
+    CheckinError::OtherJob(format!(
+        "rank {} belongs to job {}, but the rendezvous store at {}:{} (MASTER_ADDR/MASTER_PORT) belongs to {theirs}: \
+         two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT (this rank wrote nothing \
+         in that store)",
+        env.rank,
+        env.job_id.describe(),
+        crate::quote::clip(&env.master_addr),
+        env.master_port
+    ))
+}
+
+/// A client rank's check, before it writes anything: the store's job (published under
+/// [`JOB_KEY`] by its host) is this rank's. Waits for the key until `deadline`.
+fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Result<(), CheckinError>, StoreError> {
+    let theirs = if env.use_agent_store {
+        // torchrun's agent store: no host of ours publishes it; the first rank does.
+        client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?
+    } else {
+        client.wait(&[JOB_KEY], deadline.saturating_duration_since(Instant::now()))?;
+        client.get(JOB_KEY)?
+    };
+    Ok(if theirs == env.job_id.id.as_bytes() { Ok(()) } else { Err(other_job(env, &theirs)) })
+}
+
+/// Rank 0 found MASTER_PORT taken: when a store of another job holds it, say so naming both.
+fn port_taken_by_other_job(env: &LaunchEnv) -> Option<CheckinError> {
+    let within = Duration::from_secs(2);
+    let client =
+        TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref()).ok()?;
+    client.wait(&[JOB_KEY], within).ok()?;
+    let theirs = client.get(JOB_KEY).ok()?;
+    (theirs != env.job_id.id.as_bytes()).then(|| other_job(env, &theirs))
 }
 
 /// Whether a server bound to `bind` is reachable at `master_addr`: a wildcard bind (`0.0.0.0`,
@@ -130,10 +184,22 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if env.world_size == 1 && !env.use_agent_store {
         return Ok(StoreHandles { client: Arc::new(MemoryStore::new(timeout)), tcp: None, pool: None, _server: None });
     }
+    if env.use_agent_store && env.store_token.is_some() {
+        use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{TOKEN_ENV} (or {TOKEN_FILE_ENV}) is set, but torchrun's agent serves the rendezvous store \
+             (TORCHELASTIC_USE_AGENT_STORE=True) and torch's store cannot check a token: unset it, or let rank 0 \
+             host the store"
+        )));
+    }
     let deadline = Instant::now() + timeout;
     let server = if env.hosts_store() {
         let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-        Some(host_server(&env.master_addr, env.master_port, bind.as_deref()).map_err(|e| {
+        Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), env.store_token.clone()).map_err(|e| {
+            let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
+            if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
+                return RuntimeError::Checkin(other);
+            }
             RuntimeError::Store(match e {
                 StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
                     "rank 0 cannot host the rendezvous store on MASTER_PORT={}: {m}",
@@ -158,7 +224,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A connection cut by a previous attempt's server shutting down is retried until the deadline.
     let connect = || loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match TcpStore::connect(&env.master_addr, env.master_port, left) {
+        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, left, env.store_token.as_ref());
+        match connected {
             Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                 std::thread::sleep(Duration::from_millis(10))
             }
@@ -166,9 +233,20 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         }
     };
     let mut client = connect().map_err(unreachable)?;
+    // Job ids first: the host publishes its own; every other rank reads it before writing.
+    let job_checked = |client: &TcpStore| -> Result<(), RuntimeError> {
+        match check_job(client, env, deadline) {
+            Ok(verdict) => verdict.map_err(RuntimeError::Checkin),
+            Err(e) => Err(unreachable(e)),
+        }
+    };
     if server.is_some() {
+        client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
         client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
-    } else if !env.use_agent_store {
+    } else {
+        job_checked(&client)?;
+    }
+    if server.is_none() && !env.use_agent_store {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match client.wait(&[open_key.as_str()], left) {
@@ -177,6 +255,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
                 Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                     std::thread::sleep(Duration::from_millis(10));
                     client = connect().map_err(unreachable)?;
+                    job_checked(&client)?;
                 }
                 Err(e) => return Err(unreachable(e)),
             }
@@ -185,7 +264,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port));
+    let pool =
+        Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(env.store_token.clone()));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), _server: server })
 }
 
@@ -216,36 +296,116 @@ mod tests {
     /// The former policy bound 127.0.0.1 for any loopback MASTER_ADDR and 0.0.0.0 for any other.
     #[test]
     fn the_store_binds_master_addr_itself_or_every_interface_when_it_is_not_local() {
-        let s = host_server("127.0.0.2", 0, None).unwrap();
+        let s = host_server("127.0.0.2", 0, None, None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.2");
-        let s = host_server("localhost", 0, None).unwrap();
+        let s = host_server("localhost", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_loopback(), "{}", s.local_addr());
         // 192.0.2.1 (TEST-NET-1) is no address of this host: nothing is sent, only bound.
         assert!(!is_local("192.0.2.1"));
-        let s = host_server("192.0.2.1", 0, None).unwrap();
+        let s = host_server("192.0.2.1", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
         // A host name may resolve differently elsewhere: every interface.
-        let s = host_server("no-such-host.invalid", 0, None).unwrap();
+        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
-        let s = host_server("192.0.2.1", 0, Some("127.0.0.3")).unwrap();
+        let s = host_server("192.0.2.1", 0, Some("127.0.0.3"), None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.3");
-        match host_server("127.0.0.1", 0, Some("no-such-host.invalid")) {
+        match host_server("127.0.0.1", 0, Some("no-such-host.invalid"), None) {
             Err(StoreError::InvalidArgument(m)) => assert!(m.contains("no-such-host.invalid"), "{m}"),
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         // A bind that misses a MASTER_ADDR of this host is refused before binding; wildcards and
         // the address itself cover it.
-        match host_server("127.0.0.1", 0, Some("127.0.0.2")) {
+        match host_server("127.0.0.1", 0, Some("127.0.0.2"), None) {
             Err(StoreError::InvalidArgument(m)) => {
                 assert!(m.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && m.contains("MASTER_ADDR='127.0.0.1'"), "{m}")
             }
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         for covering in ["0.0.0.0", "127.0.0.1"] {
-            let s = host_server("127.0.0.1", 0, Some(covering)).unwrap();
+            let s = host_server("127.0.0.1", 0, Some(covering), None).unwrap();
             assert_eq!(s.local_addr().ip().to_string(), covering);
         }
         assert!(check_bind_covers("::", "127.0.0.1").is_ok());
+    }
+
+    /// Under torchrun's agent store (no host of ours) the first rank records its job id; a rank of
+    /// another job is refused naming both, and writes nothing.
+    #[test]
+    fn on_an_agent_store_the_first_job_id_holds() {
+        let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+        let env_of = |job: &str| {
+            let vars = [
+                ("RANK", "1".to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("MASTER_ADDR", "127.0.0.1".to_string()),
+                ("MASTER_PORT", server.port().to_string()),
+                ("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()),
+                ("TORCHELASTIC_RUN_ID", job.to_string()),
+            ];
+            LaunchEnv::from_lookup(&move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
+        };
+        let client = TcpStore::connect("127.0.0.1", server.port(), Duration::from_secs(10)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
+        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
+        let keys = client.num_keys().unwrap();
+        let Err(e) = check_job(&client, &env_of("run-2"), deadline).unwrap() else { panic!("another job passed") };
+        let e = e.to_string();
+        assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
+        assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
+    }
+
+    /// torch's agent store cannot check a token: refused at once, naming the variable.
+    #[test]
+    fn a_token_with_the_agent_store_is_an_error_at_once() {
+        let vars = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            ("MCORE_STORE_TOKEN", "t"),
+        ];
+        let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+        let start = Instant::now();
+        let Err(e) = open_store(&env, Duration::from_secs(30), "mcore_init/test/0/0") else { panic!("opened") };
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let e = e.to_string();
+        assert!(e.contains("MCORE_STORE_TOKEN") && e.contains("TORCHELASTIC_USE_AGENT_STORE"), "{e}");
+    }
+
+    /// Set by [`a_host_name_that_binds_every_interface_is_said_on_stderr`] in the process it
+    /// starts: run [`host_name_bind_child`] there.
+    const HOST_NAME_CHILD: &str = "MCORE_TEST_HOST_NAME_BIND_CHILD";
+
+    #[test]
+    fn host_name_bind_child() {
+        if std::env::var_os(HOST_NAME_CHILD).is_none() {
+            return;
+        }
+        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
+        println!("CHILD-BOUND {}", s.local_addr());
+    }
+
+    /// A host-name MASTER_ADDR makes the store bind every interface: stderr says so, naming the
+    /// variable that narrows it.
+    #[test]
+    fn a_host_name_that_binds_every_interface_is_said_on_stderr() {
+        let run = |test: &str| {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+                .env(HOST_NAME_CHILD, "1")
+                .output()
+                .unwrap();
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (stdout, stderr) = run("runtime::store_setup::tests::host_name_bind_child");
+        assert!(stdout.contains("CHILD-BOUND 0.0.0.0:"), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("MASTER_ADDR='no-such-host.invalid' is a host name")
+                && stderr.contains("binds every interface")
+                && stderr.contains(STORE_BIND_ENV),
+            "{stderr}"
+        );
     }
 
     /// Set by [`a_store_bind_that_misses_master_addr_fails_at_once_naming_both`] in the process

@@ -11,7 +11,7 @@ pub mod tcp;
 
 pub use memory::MemoryStore;
 pub use prefix::PrefixStore;
-pub use tcp::{ServerLimits, TcpStore, TcpStorePool, TcpStoreServer};
+pub use tcp::{ServerLimits, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 
 use std::fmt;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The TCPStore client: one connection behind a mutex, requests as torch's client sends them
 //! (leading `/` on user keys, WAIT before GET, VALIDATE + PING after connecting).
 
+use super::auth::{self, StoreToken};
 use super::server::TcpStoreServer;
 use super::wire::{self, Decoder, Encoder, Query, ReadError};
 use crate::store::{Store, StoreError};
@@ -19,7 +20,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Why a server closes a connection (ours logs which one; the protocol has no error reply).
 const CLOSE_REASONS: &str = "a server closes a connection whose request breaks its limits: an APPEND growing a value \
-     past 8 MiB, the store's memory limit, its connection limit, an ADD to a non-integer; its log names the reason";
+     past 8 MiB, the store's memory limit, its connection limit, or an ADD to a non-integer; its log names the reason";
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,6 +75,18 @@ impl TcpStore {
     /// `timeout` has passed (a refused connection, and one reset or closed during the VALIDATE +
     /// PING handshake, as torch's client does); `timeout` is also the store timeout of `get`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStore, StoreError> {
+        Self::connect_with_token(host, port, timeout, None)
+    }
+
+    /// [`TcpStore::connect`], first proving to the server that this client holds `token` (see
+    /// [`super::auth`]) when one is given. A server that refuses the token, or that wants one
+    /// when none is given, is an error at once (not retried).
+    pub fn connect_with_token(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        token: Option<&StoreToken>,
+    ) -> Result<TcpStore, StoreError> {
         let peer = format!("{}:{port}", crate::quote::clip(host));
         let start = Instant::now();
         let deadline = start + timeout;
@@ -88,7 +101,7 @@ impl TcpStore {
                         match TcpStream::connect_timeout(&a, left) {
                             // A reset or close during the handshake (a server whose backlog
                             // overflowed, or at its connection limit) is retried like a refusal.
-                            Ok(stream) => match Self::handshake(stream, peer.clone(), timeout) {
+                            Ok(stream) => match Self::handshake(stream, peer.clone(), timeout, token) {
                                 Err(StoreError::Io(m) | StoreError::Closed(m)) => {
                                     last_err = format!("handshake failed: {m}")
                                 }
@@ -122,7 +135,12 @@ impl TcpStore {
         Ok((server, client))
     }
 
-    fn handshake(stream: TcpStream, peer: String, timeout: Duration) -> Result<TcpStore, StoreError> {
+    fn handshake(
+        stream: TcpStream,
+        peer: String,
+        timeout: Duration,
+        token: Option<&StoreToken>,
+    ) -> Result<TcpStore, StoreError> {
         stream.set_nodelay(true).map_err(|e| io_err(&peer, "set TCP_NODELAY on", e))?;
         let aborter = stream.try_clone().ok();
         let store = TcpStore {
@@ -135,9 +153,21 @@ impl TcpStore {
             round_trips: AtomicU64::new(0),
             aborter,
         };
+        if let Some(token) = token {
+            store.authenticate(token)?;
+        }
         store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
         let nonce = std::process::id();
         let echo = store.call(&Encoder::query(Query::Ping).u32(nonce).finish(), |d| d.u32())?;
+        if echo == auth::AUTH_REQUIRED && nonce != auth::AUTH_REQUIRED {
+            return Err(StoreError::Protocol(format!(
+                "the store at {} requires a token and refused this client: set {} (or {}) to the secret of the \
+                 store's host",
+                store.peer,
+                auth::TOKEN_ENV,
+                auth::TOKEN_FILE_ENV
+            )));
+        }
         if echo != nonce {
             return Err(StoreError::Protocol(format!(
                 "{} answered PING {nonce} with {echo}: not a TCPStore server?",
@@ -147,6 +177,52 @@ impl TcpStore {
         let mut store = store;
         store.reply_timeout = None;
         Ok(store)
+    }
+
+    /// Prove to the server that this client holds `token` (the exchange of [`super::auth`]).
+    fn authenticate(&self, token: &StoreToken) -> Result<(), StoreError> {
+        let mut c = self.lock()?;
+        let limit = self.reply_timeout.unwrap_or(self.timeout.max(MIN_REPLY_TIMEOUT));
+        self.write(&mut c, &auth::hello())?;
+        let what = "the authentication hello (MCORE_STORE_TOKEN is set here: is it set on the store's host too?)";
+        let nonce = self
+            .read(&mut c, limit, |d| {
+                match d.u8()? {
+                    auth::AUTH_CHALLENGE => {}
+                    auth::AUTH_NOT_WANTED => return Ok(None),
+                    other => {
+                        return Err(ReadError::Protocol(format!("answered the authentication hello with {other}")))
+                    }
+                }
+                let mut n = [0u8; auth::NONCE_LEN];
+                for chunk in n.chunks_mut(8) {
+                    chunk.copy_from_slice(&d.u64()?.to_le_bytes());
+                }
+                Ok(Some(n))
+            })
+            .map_err(|e| self.fail(&mut c, e, what, limit))?;
+        let Some(nonce) = nonce else {
+            c.broken = Some("the store wants no token".into());
+            return Err(StoreError::Protocol(format!(
+                "{} is set here, but the store at {} was started without one: set the same secret on the store's \
+                 host (rank 0), or unset it here",
+                auth::TOKEN_ENV,
+                self.peer
+            )));
+        };
+        self.write(&mut c, &token.prove(&nonce))?;
+        let verdict =
+            self.read(&mut c, limit, |d| d.u8()).map_err(|e| self.fail(&mut c, e, "the token proof", limit))?;
+        if verdict != auth::AUTH_OK {
+            c.broken = Some("the store refused our token".into());
+            return Err(StoreError::Protocol(format!(
+                "the store at {} refused this client's token: {} (or the file of {}) differs from the store host's",
+                self.peer,
+                auth::TOKEN_ENV,
+                auth::TOKEN_FILE_ENV
+            )));
+        }
+        Ok(())
     }
 
     /// Wait at most `limit` for the reply to a request that does not wait for keys (a liveness

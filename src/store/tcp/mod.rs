@@ -2,11 +2,13 @@
 //! ([`wire`]), a blocking client ([`TcpStore`]) that also talks to torch's own server, and an
 //! event-driven server ([`TcpStoreServer`], limits in [`ServerLimits`]) that torch's client can use.
 
+pub mod auth;
 mod client;
 mod pool;
 mod server;
 pub mod wire;
 
+pub use auth::StoreToken;
 pub use client::TcpStore;
 pub use pool::TcpStorePool;
 pub use server::{ServerLimits, TcpStoreServer};

@@ -8,7 +8,7 @@
 //! ranks. The pool grows to the number of calls in flight at once (one connection while calls
 //! come one by one).
 
-use super::TcpStore;
+use super::{StoreToken, TcpStore};
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +18,8 @@ pub struct TcpStorePool {
     host: String,
     port: u16,
     timeout: Duration,
+    /// Proven by every new connection (see [`TcpStore::connect_with_token`]).
+    token: Option<StoreToken>,
     idle: Mutex<Vec<Arc<TcpStore>>>,
     all: Mutex<Vec<Arc<TcpStore>>>,
 }
@@ -31,9 +33,16 @@ impl TcpStorePool {
             host: host.to_string(),
             port,
             timeout,
+            token: None,
             idle: Mutex::new(vec![first.clone()]),
             all: Mutex::new(vec![first]),
         }
+    }
+
+    /// New connections prove they hold `token` (the server asks for it).
+    pub fn with_token(mut self, token: Option<StoreToken>) -> TcpStorePool {
+        self.token = token;
+        self
     }
 
     /// Request/response exchanges over every connection of the pool so far.
@@ -69,7 +78,8 @@ impl TcpStorePool {
         let conn = match idle {
             Some(c) => c,
             None => {
-                let c = Arc::new(TcpStore::connect(&self.host, self.port, self.timeout)?);
+                let c =
+                    Arc::new(TcpStore::connect_with_token(&self.host, self.port, self.timeout, self.token.as_ref())?);
                 self.all.lock().map_err(|_| lock_err())?.push(c.clone());
                 c
             }

@@ -10,6 +10,7 @@
 //! for a request over its limits) and the server logs the reason to stderr, naming the client.
 //! `shutdown` (or drop) stops the loop and closes every descriptor.
 
+use super::auth::{self, ConnAuth, ServerAuth, Step, StoreToken};
 use super::wire::{self, Encoder, Frame, Request};
 use crate::store::StoreError;
 use mio::net::{TcpListener, TcpStream};
@@ -80,6 +81,21 @@ impl TcpStoreServer {
 
     /// Listen on `host:port` with the given limits.
     pub fn bind_with_limits(host: &str, port: u16, limits: ServerLimits) -> Result<TcpStoreServer, StoreError> {
+        Self::bind_with_token(host, port, limits, None)
+    }
+
+    /// Listen on `host:port` with the given limits; with a `token`, serve only clients that prove
+    /// they hold it (see [`super::auth`]), refusing every other (torch's clients included).
+    pub fn bind_with_token(
+        host: &str,
+        port: u16,
+        limits: ServerLimits,
+        token: Option<StoreToken>,
+    ) -> Result<TcpStoreServer, StoreError> {
+        let auth = token
+            .map(ServerAuth::new)
+            .transpose()
+            .map_err(|e| StoreError::Io(format!("seed the store server's nonces from /dev/urandom: {e}")))?;
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
             .map_err(|e| {
@@ -129,6 +145,7 @@ impl TcpStoreServer {
             dirty: Vec::new(),
             again: Vec::new(),
             log: RateLog::default(),
+            auth,
         };
         let thread = std::thread::Builder::new()
             .name(format!("store-server-{}", addr.port()))
@@ -261,6 +278,8 @@ struct Conn {
     waits: Vec<u64>,
     /// The peer closed its side: serve what arrived, then close.
     eof: bool,
+    /// Where the connection is in the token exchange ([`ConnAuth::Done`] without a token).
+    auth: ConnAuth,
     in_dirty: bool,
     /// Appended (value to key) when the client's side closes: see [`wire::Query::OnClose`].
     on_close: Option<(Vec<u8>, Vec<u8>)>,
@@ -306,6 +325,8 @@ struct EventLoop {
     /// Connections that may have unread input (read budget spent, or paused for their queue).
     again: Vec<usize>,
     log: RateLog,
+    /// The token and nonce source when clients must prove they hold the token.
+    auth: Option<ServerAuth>,
 }
 
 /// What to do with a connection after a request.
@@ -401,6 +422,7 @@ impl EventLoop {
                         wpos: 0,
                         waits: Vec::new(),
                         eof: false,
+                        auth: if self.auth.is_some() { ConnAuth::Hello } else { ConnAuth::Open },
                         in_dirty: false,
                         on_close: None,
                     });
@@ -507,6 +529,22 @@ impl EventLoop {
                 Err(_) => return self.close(i, None),
             }
         }
+        if c.auth != ConnAuth::Done && !self.authenticate(i) {
+            self.flush(i);
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+            if c.auth == ConnAuth::Refused {
+                // The refusal is sent; the client sees the end of the stream after it.
+                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+            }
+            if c.eof {
+                return self.close(i, None);
+            }
+            if more {
+                self.again.push(i);
+            }
+            return;
+        }
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let (mut pos, mut need) = (0, c.need);
         let mut outcome = Next::Continue;
@@ -545,6 +583,42 @@ impl EventLoop {
         }
         if more {
             self.again.push(i);
+        }
+    }
+
+    /// Run the token exchange on what connection `i` has read (see [`super::auth`]); whether its
+    /// requests may be served now. A refused client's input is discarded until it closes.
+    fn authenticate(&mut self, i: usize) -> bool {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return false };
+        loop {
+            match c.auth {
+                ConnAuth::Done => return true,
+                ConnAuth::Refused => {
+                    c.rbuf = Vec::new();
+                    return false;
+                }
+                ConnAuth::Hello | ConnAuth::Proof(_) | ConnAuth::Open => {}
+            }
+            let step = match self.auth.as_mut() {
+                Some(a) => a.step(&mut c.auth, &c.rbuf),
+                None => auth::step_open(&mut c.auth, &c.rbuf),
+            };
+            match step {
+                Step::Need => return false,
+                Step::Reply { consumed, reply } => {
+                    c.rbuf.drain(..consumed);
+                    c.wbuf.extend_from_slice(&reply);
+                    if !reply.is_empty() && !c.in_dirty {
+                        c.in_dirty = true;
+                        self.dirty.push(i);
+                    }
+                }
+                Step::Refuse { reply, why } => {
+                    c.wbuf.extend_from_slice(&reply);
+                    let peer = c.peer;
+                    self.log.log("auth", || format!("refused client {peer}: {why} (connection closed)"));
+                }
+            }
         }
     }
 
