@@ -18,7 +18,10 @@
 //! by its heartbeat standing still for [`SILENT_AFTER`] (a rank that merely reconnected keeps
 //! beating), and then runs the callback given to [`Liveness::on_peer_death`] (during an
 //! initialization: end the calls blocked on the store). From the kill to that: at most
-//! `WATCH_PERIOD + SILENT_AFTER + HEARTBEAT_PERIOD`, 0.75 s.
+//! `WATCH_PERIOD + SILENT_AFTER + HEARTBEAT_PERIOD`, 0.75 s. Where the store is torchrun's agent's
+//! (it cannot tell us of a closed connection), rank 0 reads every heartbeat each second and names
+//! in the same key the ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`] (5 s) after
+//! beating once: slower, and a frozen rank counts as dead there.
 
 use super::env::LaunchEnv;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
@@ -40,8 +43,18 @@ const MAX_READ: usize = 4096;
 /// How often a rank looks for the close notices of other ranks' heartbeat connections.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
 /// The key our server appends `"<rank>,"` to when that rank's heartbeat connection closes without
-/// a goodbye (under the attempt's prefix).
+/// a goodbye (under the attempt's prefix). Where the store is torchrun's agent's, rank 0 writes it
+/// instead, for ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`].
 pub const CLOSED_KEY: &str = "alive/closed";
+/// Where the store is not ours (torchrun's agent's, which cannot tell us of a closed connection):
+/// how long a rank's heartbeat must stand still, after it beat at least once, before rank 0 names
+/// it in [`CLOSED_KEY`]. Longer than [`SILENT_AFTER`]: a frozen process cannot be told from a
+/// dead one here, and a loaded host may starve a heartbeat for a moment.
+pub const AGENT_SILENT_AFTER: Duration = Duration::from_secs(5);
+/// How often rank 0 reads every heartbeat where the store is torchrun's agent's.
+const AGENT_SCAN_PERIOD: Duration = Duration::from_secs(1);
+/// Above this many ranks rank 0 does not scan heartbeats (one request per rank per scan).
+const AGENT_SCAN_MAX: u32 = 1024;
 
 fn key(rank: u32) -> String {
     format!("alive/{rank}")
@@ -81,6 +94,19 @@ struct Shared {
     dead: Mutex<Vec<u32>>,
     /// Run when ranks are found dead (all found so far).
     on_dead: Mutex<Option<PeerDeath>>,
+    /// How deaths are found: our server's close notices, or (the store is not ours) rank 0's
+    /// reading of every heartbeat; `None`: not looked for.
+    finder: Option<Finder>,
+}
+
+/// How a rank's death is found (see module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Finder {
+    /// Our server appends to [`CLOSED_KEY`] when a heartbeat connection closes.
+    CloseNotice,
+    /// Rank 0 reads the `world` ranks' heartbeats and appends those standing still for
+    /// [`AGENT_SILENT_AFTER`].
+    Heartbeats { world: u32 },
 }
 
 /// What to do when peers are found dead (see [`Liveness::on_peer_death`]).
@@ -160,17 +186,30 @@ impl Liveness {
         let (store, noticed) = connect(connect_within.max(REPLY_LIMIT))
             .map_err(|e| format!("liveness connection to {store_host}: {e}"))?;
         let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok());
-        let l = Self::with(store, Some(reconnect), rank, store_host);
+        let finder = if notices { Finder::CloseNotice } else { Finder::Heartbeats { world: env.world_size } };
+        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder));
         *l.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
         Ok(l)
     }
 
-    /// Heartbeat through `store` (tests: an in-process store).
+    /// Heartbeat through `store` (tests: an in-process store). Deaths are not looked for.
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host)
+        Self::with(store, None, rank, store_host, None)
     }
 
-    fn with(store: Arc<dyn Store>, reconnect: Option<Reconnect>, rank: u32, store_host: String) -> Liveness {
+    /// [`Self::on`], and with rank 0 reading the heartbeats of a world of `world` ranks to find
+    /// the dead, as where the store is torchrun's agent's (tests).
+    pub fn on_watching(store: Arc<dyn Store>, rank: u32, world: u32, store_host: String) -> Liveness {
+        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }))
+    }
+
+    fn with(
+        store: Arc<dyn Store>,
+        reconnect: Option<Reconnect>,
+        rank: u32,
+        store_host: String,
+        finder: Option<Finder>,
+    ) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             noticed: Mutex::new(None),
@@ -183,6 +222,7 @@ impl Liveness {
             on_gone: Mutex::new(None),
             dead: Mutex::new(Vec::new()),
             on_dead: Mutex::new(None),
+            finder,
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -271,10 +311,14 @@ impl Liveness {
             let record: Vec<String> = dead.iter().map(u32::to_string).collect();
             let store = self.shared.store();
             let _ = store.set(&failed_key(me), record.join(",").as_bytes());
-            return Some(format!(
-                "rank(s) {} died: its connection to the rendezvous store closed (the process exited or was killed)",
-                self.who(&dead)
-            ));
+            let how = match self.shared.finder {
+                Some(Finder::Heartbeats { .. }) => format!(
+                    "stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
+                    AGENT_SILENT_AFTER.as_secs_f64()
+                ),
+                _ => "died: its connection to the rendezvous store closed (the process exited or was killed)".into(),
+            };
+            return Some(format!("rank(s) {} {how}", self.who(&dead)));
         }
         let silent = match self.silent(&others) {
             Err(store_gone) => return Some(store_gone),
@@ -386,7 +430,7 @@ impl Guarded {
         let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner());
         (!dead.is_empty()).then(|| {
             StoreError::Closed(format!(
-                "rank(s) {} died (its connection to the rendezvous store closed): not waiting for keys any longer",
+                "rank(s) {} died or stopped answering: not waiting for keys any longer",
                 super::host::format_ranks(&dead)
             ))
         })
@@ -477,7 +521,7 @@ fn beat(s: &Shared, rank: u32) {
         }
         let next = t0 + HEARTBEAT_PERIOD;
         while !s.stop.load(Ordering::SeqCst) && Instant::now() < next {
-            if s.noticed.lock().unwrap_or_else(|p| p.into_inner()).is_some() && watch.due() {
+            if s.finder.is_some() && watch.due() {
                 watch.look(s, rank);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -493,6 +537,10 @@ struct Watch {
     /// Rank named -> its heartbeat counter when named, and when.
     confirming: BTreeMap<u32, (i64, Instant)>,
     last: Option<Instant>,
+    /// Rank 0 reading heartbeats (see [`Finder::Heartbeats`]): each rank's counter, and since
+    /// when it has not moved; when it last read them.
+    beats: BTreeMap<u32, (i64, Instant)>,
+    scanned: Option<Instant>,
 }
 
 impl Watch {
@@ -505,8 +553,49 @@ impl Watch {
         true
     }
 
+    /// Rank 0, where the store is not ours: read every heartbeat (each [`AGENT_SCAN_PERIOD`]) and
+    /// name in [`CLOSED_KEY`] the ranks that beat once and then stood still for
+    /// [`AGENT_SILENT_AFTER`]. The only writer of the key there.
+    fn scan(&mut self, s: &Shared, me: u32, world: u32) {
+        if me != 0 || world > AGENT_SCAN_MAX || self.scanned.is_some_and(|t| t.elapsed() < AGENT_SCAN_PERIOD) {
+            return;
+        }
+        self.scanned = Some(Instant::now());
+        let store = s.store();
+        let mut stalled = Vec::new();
+        for r in (0..world).filter(|&r| r != me) {
+            let Ok(n) = store.add(&key(r), 0) else { return };
+            match self.beats.get(&r) {
+                Some(&(before, since)) if before == n => {
+                    if n > 0 && since.elapsed() >= AGENT_SILENT_AFTER {
+                        stalled.push(r);
+                    }
+                }
+                _ => {
+                    self.beats.insert(r, (n, Instant::now()));
+                }
+            }
+        }
+        if stalled.is_empty() {
+            return;
+        }
+        let mut named = match store.check(&[CLOSED_KEY]) {
+            Ok(true) => store.get(CLOSED_KEY).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let already: Vec<u32> = String::from_utf8_lossy(&named).split(',').filter_map(|x| x.parse().ok()).collect();
+        let new: Vec<u32> = stalled.into_iter().filter(|r| !already.contains(r)).collect();
+        if !new.is_empty() {
+            new.iter().for_each(|r| named.extend_from_slice(format!("{r},").as_bytes()));
+            let _ = store.set(CLOSED_KEY, &named);
+        }
+    }
+
     /// Read new close notices; confirm those named long enough ago; report the confirmed.
     fn look(&mut self, s: &Shared, me: u32) {
+        if let Some(Finder::Heartbeats { world }) = s.finder {
+            self.scan(s, me, world);
+        }
         let store = s.store();
         if let Ok(true) = store.check(&[CLOSED_KEY]) {
             if let Ok(v) = store.get(CLOSED_KEY) {
@@ -578,6 +667,31 @@ mod tests {
         a.number_as_before(vec![0, 4, 5]);
         let text = a.blame(&[0, 2], 0).unwrap();
         assert!(text.starts_with("rank(s) 2 (before the recovery: 5) stopped answering"), "{text}");
+    }
+
+    #[test]
+    fn where_the_store_is_not_ours_rank_0_names_a_rank_whose_heartbeat_stood_still() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let host = || "torchrun's agent at 127.0.0.1:1".to_string();
+        let a = Liveness::on_watching(store.clone(), 0, 4, host());
+        let b = Liveness::on_watching(store.clone(), 1, 4, host());
+        let c = Liveness::on_watching(store.clone(), 2, 4, host());
+        // Rank 3 never starts: not named (it is found at check-in instead).
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = Arc::clone(&seen);
+        b.on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
+        std::thread::sleep(HEARTBEAT_PERIOD * 3);
+        drop(c); // rank 2 dies
+        let deadline = Instant::now() + AGENT_SILENT_AFTER + Duration::from_secs(10);
+        while b.dead().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(b.dead(), vec![2]);
+        assert_eq!(*seen.lock().unwrap(), vec![2]);
+        let text = b.blame(&[0, 1, 2, 3], 1).unwrap();
+        assert!(text.starts_with("rank(s) 2 stopped answering: no heartbeat in the store for 5 s"), "{text}");
+        // Live ranks are never named.
+        assert!(!a.dead().contains(&1) && !b.dead().contains(&0));
     }
 
     #[test]
