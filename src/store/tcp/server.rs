@@ -10,6 +10,8 @@
 //! for a request over its limits) and the server logs the reason to stderr, naming the client.
 //! `shutdown` (or drop) stops the loop and closes every descriptor.
 
+mod queues;
+
 use super::wire::{self, Encoder, Frame, Request};
 use crate::store::StoreError;
 use mio::net::{TcpListener, TcpStream};
@@ -174,8 +176,10 @@ struct Waiter {
 #[derive(Default)]
 struct State {
     map: HashMap<Vec<u8>, Vec<u8>>,
-    /// Bytes of all keys and values in `map`.
+    /// Bytes of all keys and values in `map`, and of the queues (see `queues`).
     bytes: u64,
+    /// QUEUE_* state; LIST_KEYS and BARRIER are served there too.
+    queues: queues::Queues,
     waiters: HashMap<u64, Waiter>,
     /// Missing key -> ids of the waiters waiting for it.
     waiting: HashMap<Vec<u8>, Vec<u64>>,
@@ -607,12 +611,12 @@ impl EventLoop {
                 self.reply(i, &now.to_le_bytes());
             }
             Request::Check(keys) => {
-                let ready = keys.iter().all(|k| self.state.map.contains_key(*k));
+                let ready = keys.iter().all(|k| self.state.present(k));
                 self.reply(i, &[if ready { wire::CHECK_READY } else { wire::CHECK_NOT_READY }]);
             }
             Request::Wait(keys) => {
                 let mut missing: Vec<Vec<u8>> =
-                    keys.into_iter().filter(|k| !self.state.map.contains_key(*k)).map(<[u8]>::to_vec).collect();
+                    keys.into_iter().filter(|k| !self.state.present(k)).map(<[u8]>::to_vec).collect();
                 missing.sort();
                 missing.dedup();
                 if missing.is_empty() {
@@ -682,6 +686,11 @@ impl EventLoop {
                     self.set(k, v.to_vec());
                 }
             }
+            req @ (Request::QueuePush(..)
+            | Request::QueuePop(_)
+            | Request::QueueLen(_)
+            | Request::ListKeys
+            | Request::Barrier(..)) => return self.handle_extended(i, req),
         }
         Next::Continue
     }
