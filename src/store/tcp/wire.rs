@@ -420,7 +420,9 @@ mod tests {
         assert!(protocol(&Encoder::query(Query::Set).bytes(b"/k").u64(MAX_VALUE_LEN + 1).finish()).contains("value"));
         assert!(protocol(&Encoder::query(Query::Wait).u64(MAX_KEYS + 1).finish()).contains("131073 keys"));
         assert!(protocol(&[19]).contains("unknown query type 19"));
-        assert!(protocol(&Encoder::query(Query::QueuePush).bytes(b"/q").u64(MAX_VALUE_LEN + 1).finish()).contains("value"));
+        assert!(
+            protocol(&Encoder::query(Query::QueuePush).bytes(b"/q").u64(MAX_VALUE_LEN + 1).finish()).contains("value")
+        );
         let big_value = Encoder::default().u64(MAX_VALUE_LEN + 1).finish();
         assert!(matches!(Decoder::new(big_value.as_slice()).value(), Err(ReadError::Protocol(_))));
         let e = ReadError::Protocol("x".into()).into_store("h:1");
