@@ -9,6 +9,11 @@
 //! no error reply, so a refused request closes that client's connection (as torch's server does
 //! for a request over its limits) and the server logs the reason to stderr, naming the client.
 //! `shutdown` (or drop) stops the loop and closes every descriptor.
+//!
+//! Every query of torch 2.15's `QueryType` is served (docs/wire-protocol.md): the key-value ones
+//! here, QUEUE_PUSH/POP/LEN, LIST_KEYS and BARRIER in `queues` (this module's child), which also
+//! tells CHECK and WAIT that a non-empty queue counts as a present key. A parked BARRIER arrival
+//! is a waiter like a WAIT's, listed under its counter key.
 
 mod queues;
 
