@@ -196,6 +196,29 @@ fn barrier_counts_arrivals_and_releases_all_at_world_size() {
 }
 
 #[test]
+fn writing_a_barrier_counter_releases_its_parked_arrivals_as_torch_does() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let (mut a, mut b, mut w) = (Raw::new(&server), Raw::new(&server), Raw::new(&server));
+    a.barrier("/b", 5);
+    a.ping(1);
+    b.barrier("/b", 5);
+    a.ping(2); // the second arrival wrote the counter without releasing the first
+    b.ping(3);
+    w.send(Encoder::query(Query::Set).bytes(b"/b").bytes(b"7"));
+    assert_eq!(a.u8(), STOP_WAITING);
+    assert_eq!(b.u8(), STOP_WAITING);
+    // APPEND to an existing counter releases too; a later arrival reads the written value.
+    a.barrier("/c", 5);
+    a.ping(4);
+    w.send(Encoder::query(Query::Append).bytes(b"/c").bytes(b"0"));
+    assert_eq!(a.u8(), STOP_WAITING);
+    assert_eq!(w.get("/c"), b"10");
+    a.barrier("/c", 12);
+    a.ping(5);
+    assert_eq!(w.get("/c"), b"11");
+}
+
+#[test]
 fn a_canceled_barrier_arrival_stays_counted() {
     let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
     let (mut a, mut b, mut c) = (Raw::new(&server), Raw::new(&server), Raw::new(&server));

@@ -237,6 +237,12 @@ def scenario(port, calls):
          ok([None, None]))
     case("barrier on a non-integer key fails", lambda: (c2 := client(), c2.set("barbad", "x"), c2.barrier("barbad", 2, SHORT))[2],
          raised("DistNetworkError"))
+    for how, act in [("set", lambda k: b.set(k, "1")), ("add", lambda k: b.add(k, 0)),
+                     ("append", lambda k: b.append(k, "0")), ("multi_set", lambda k: b.multi_set([k], ["1"]))]:
+        key = f"bar-{how}"
+        arrival = in_thread(lambda key=key: a.barrier(key, 5, LONG))
+        case(f"a {how} of a barrier counter releases the parked arrivals (torch's server does)",
+             lambda act=act, key=key, arrival=arrival: (time.sleep(0.2), act(key), arrival())[2], ok())
     waitb = in_thread(lambda: a.wait(["bar5"], LONG))
     case("wait on a barrier key released by its first arrival",
          lambda: (time.sleep(0.2), b.barrier("bar5", 1), waitb())[2], ok())
@@ -246,7 +252,7 @@ def scenario(port, calls):
     case("list_keys", lambda: sorted(lk.list_keys()), ok(sorted(
         ["k1", "k2", "empty", "big", "late", "ctr", "dec", "notnum", "cs1", "w-set", "w-add", "w-append",
          "w-compare_set", "w-multi_set", "wm1", "wm2", "ap", "m1", "m2", "m3", "both", "bar1", "bar2", "bar3",
-         "bar4", "barbad", "bar5"])))
+         "bar4", "barbad", "bar5", "bar-set", "bar-add", "bar-append", "bar-multi_set"])))
 
     # clone.
     cl = outcome(lambda: a.clone())

@@ -668,6 +668,7 @@ impl EventLoop {
                     Some(cur) => {
                         cur.extend_from_slice(v);
                         self.state.bytes += v.len() as u64;
+                        self.written(k);
                     }
                     None => self.set(k, v.to_vec()),
                 }
@@ -710,5 +711,6 @@ impl EventLoop {
             }
             self.reply(conn, &[wire::STOP_WAITING]);
         }
+        self.written(k);
     }
 }

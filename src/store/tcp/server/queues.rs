@@ -22,8 +22,11 @@
 //!   arrivals, and WAITs on key); below, the client is parked on key until then. The counter is
 //!   never reset (torch's neither): reusing a key passes at once. CANCEL_WAIT and a closed
 //!   connection drop a parked barrier arrival like a parked WAIT; its count stays (as in torch).
-//!   Unlike torch, a SET, ADD or APPEND to a counter key with arrivals parked does not release
-//!   them (torch's wakes every socket listed under a written key).
+//!   As in torch, whose server wakes every client listed under a key it writes, a SET, ADD,
+//!   APPEND, successful COMPARE_SET or MULTI_SET of a counter key releases the arrivals parked on
+//!   it ([`EventLoop::written`]); the arrivals themselves write the counter without that.
+//!   (torch also wakes the key's waiters on a COMPARE_SET that stores nothing, even of a missing
+//!   key, releasing WAITs for a key that does not exist; ours does not.)
 //!
 //! Queue items count towards [`super::ServerLimits::max_store_bytes`] with the queue's name and
 //! [`ITEM_OVERHEAD`] bytes per item, so a flood of empty items is bounded too.
@@ -159,13 +162,33 @@ impl EventLoop {
             self.set(key, v);
             self.reply(i, &[wire::STOP_WAITING]);
         } else {
-            self.set(key, v);
+            // Not `set`: an arrival must not release the arrivals before it. Creating the key
+            // releases the WAITs for it, as any creation does.
+            for conn in self.state.insert(key, v) {
+                self.release(conn);
+            }
             let id = self.state.park(i, vec![key.to_vec()]);
             if let Some(c) = self.conns[i].as_mut() {
                 c.waits.push(id);
             }
         }
         Next::Continue
+    }
+
+    /// Key `key` was written (it exists): release what is still parked on it, which can only be
+    /// BARRIER arrivals (a WAIT is parked only under keys missing at the time, and their creation
+    /// released it), as torch's server releases every client listed under a key it writes.
+    pub(super) fn written(&mut self, key: &[u8]) {
+        let Some(ids) = self.state.waiting.remove(key) else { return };
+        for id in ids {
+            let Some(w) = self.state.waiters.get_mut(&id) else { continue };
+            w.missing -= 1;
+            if w.missing == 0 {
+                let conn = w.conn;
+                self.state.waiters.remove(&id);
+                self.release(conn);
+            }
+        }
     }
 
     /// Answer STOP_WAITING to connection `conn`, whose waiter was released.
