@@ -219,6 +219,22 @@ fn writing_a_barrier_counter_releases_its_parked_arrivals_as_torch_does() {
 }
 
 #[test]
+fn a_wait_for_a_counter_parked_before_the_first_arrival_waits_for_completion() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let (mut a, mut b, mut w) = (Raw::new(&server), Raw::new(&server), Raw::new(&server));
+    w.send(Encoder::query(Query::Wait).keys(&["/b"]));
+    w.ping(1);
+    a.barrier("/b", 2);
+    a.ping(2);
+    w.ping(3); // the first arrival created the counter but released nothing (as torch's)
+    assert_eq!(b.check(&["/b"]), CHECK_READY);
+    b.barrier("/b", 2);
+    assert_eq!(b.u8(), STOP_WAITING);
+    assert_eq!(a.u8(), STOP_WAITING);
+    assert_eq!(w.u8(), STOP_WAITING, "the completion released the WAIT too");
+}
+
+#[test]
 fn a_canceled_barrier_arrival_stays_counted() {
     let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
     let (mut a, mut b, mut c) = (Raw::new(&server), Raw::new(&server), Raw::new(&server));

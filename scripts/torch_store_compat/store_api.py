@@ -72,6 +72,14 @@ def in_thread(fn, delay=0.0):
     return result
 
 
+def until(cond, limit=15.0):
+    """Poll cond() until true (a bounded wait); returns its last value."""
+    deadline = time.monotonic() + limit
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
 def scenario(port, calls):
     """Run every case against the server on `port`; returns [(name, got, want)]."""
     out = []
@@ -203,7 +211,7 @@ def scenario(port, calls):
     p1, p2 = client(), client()
     r1 = in_thread(lambda: p1.queue_pop("q3"))
     r2 = in_thread(lambda: p2.queue_pop("q3"))
-    time.sleep(0.3)
+    time.sleep(0.5)  # both pops parked (nothing on the wire tells): a late one could take the item
     q.queue_push("q3", "only")
     time.sleep(0.3)
     first = sorted(str(outcome(lambda r=r: r(0.5))) for r in (r1, r2))
@@ -242,7 +250,18 @@ def scenario(port, calls):
         key = f"bar-{how}"
         arrival = in_thread(lambda key=key: a.barrier(key, 5, LONG))
         case(f"a {how} of a barrier counter releases the parked arrivals (torch's server does)",
-             lambda act=act, key=key, arrival=arrival: (time.sleep(0.2), act(key), arrival())[2], ok())
+             lambda act=act, key=key, arrival=arrival: (until(lambda: b.check([key])), act(key), arrival())[2],
+             ok())
+    # A WAIT for a counter parked before the first arrival: the arrival creates the key but
+    # releases nothing (torch's barrier writes the counter without waking); completion does.
+    early = in_thread(lambda: b.wait(["bar6"], LONG))
+    time.sleep(0.5)  # the WAIT parked first (nothing on the wire tells)
+    first = in_thread(lambda: a.barrier("bar6", 2, LONG))
+    until(lambda: c.check(["bar6"]))
+    case("a WAIT parked before a barrier's first arrival is not released by it",
+         lambda: outcome(lambda: early(0.5)), ok(("raised", "TimeoutError")))
+    case("the barrier's completion releases it", lambda: (c.barrier("bar6", 2, LONG), first(), early())[1:],
+         ok((None, None)))
     waitb = in_thread(lambda: a.wait(["bar5"], LONG))
     case("wait on a barrier key released by its first arrival",
          lambda: (time.sleep(0.2), b.barrier("bar5", 1), waitb())[2], ok())
@@ -252,7 +271,7 @@ def scenario(port, calls):
     case("list_keys", lambda: sorted(lk.list_keys()), ok(sorted(
         ["k1", "k2", "empty", "big", "late", "ctr", "dec", "notnum", "cs1", "w-set", "w-add", "w-append",
          "w-compare_set", "w-multi_set", "wm1", "wm2", "ap", "m1", "m2", "m3", "both", "bar1", "bar2", "bar3",
-         "bar4", "barbad", "bar5", "bar-set", "bar-add", "bar-append", "bar-multi_set"])))
+         "bar4", "barbad", "bar5", "bar-set", "bar-add", "bar-append", "bar-multi_set", "bar6"])))
 
     # clone.
     cl = outcome(lambda: a.clone())

@@ -19,7 +19,9 @@
 //! - BARRIER key, `i64 world_size`: adds one to the ASCII counter under key (creating it at 1; a
 //!   value that is not an integer closes the connection, as torch's `stoll` failing does); at
 //!   `count >= world_size` replies STOP_WAITING and releases every waiter parked on key (earlier
-//!   arrivals, and WAITs on key); below, the client is parked on key until then. The counter is
+//!   arrivals, and WAITs on key); below, the client is parked on key until then, and nothing is
+//!   released: not even a WAIT for the counter parked before the first arrival created it (torch
+//!   writes the counter without waking anyone), which the barrier's completion releases. The counter is
 //!   never reset (torch's neither): reusing a key passes at once. CANCEL_WAIT and a closed
 //!   connection drop a parked barrier arrival like a parked WAIT; its count stays (as in torch).
 //!   As in torch, whose server wakes every client listed under a key it writes, a SET, ADD,
@@ -162,10 +164,15 @@ impl EventLoop {
             self.set(key, v);
             self.reply(i, &[wire::STOP_WAITING]);
         } else {
-            // Not `set`: an arrival must not release the arrivals before it. Creating the key
-            // releases the WAITs for it, as any creation does.
-            for conn in self.state.insert(key, v) {
-                self.release(conn);
+            // Not `set`: an arrival releases nothing, neither the arrivals before it nor (as in
+            // torch, whose barrier writes the counter without waking anyone) the WAITs parked
+            // for the counter before the first arrival: they stay listed under it until the
+            // barrier completes or the key is written.
+            let parked = self.state.waiting.remove(key);
+            let released = self.state.insert(key, v);
+            debug_assert!(released.is_empty());
+            if let Some(ids) = parked {
+                self.state.waiting.insert(key.to_vec(), ids);
             }
             let id = self.state.park(i, vec![key.to_vec()]);
             if let Some(c) = self.conns[i].as_mut() {
