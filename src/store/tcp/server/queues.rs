@@ -7,6 +7,8 @@
 //! - Queues are named like keys but live apart from them: a queue is not a key for GET,
 //!   GETNUMKEYS, DELETE_KEY or LIST_KEYS. CHECK and WAIT take a non-empty queue for a present key,
 //!   so torch's blocking `queue_pop` (WAIT on the name, then QUEUE_POP) sleeps until an item exists.
+//!   (torch's WAIT on several keys counts a non-empty queue among them as missing when it parks,
+//!   so only a push releases it; ours waits only for the keys that are missing.)
 //! - QUEUE_PUSH appends and releases at most one WAIT parked on the name: the oldest first, each
 //!   passed-over waiter counting the name as present (a waiter on several keys is released only
 //!   once all are), until one has nothing left missing. Waking one per item means N blocked
