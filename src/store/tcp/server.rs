@@ -186,7 +186,8 @@ struct State {
     /// QUEUE_* state; LIST_KEYS and BARRIER are served there too.
     queues: queues::Queues,
     waiters: HashMap<u64, Waiter>,
-    /// Missing key -> ids of the waiters waiting for it.
+    /// Key -> ids of the waiters parked on it: a WAIT under each key missing when it parked, a
+    /// BARRIER arrival under its (existing) counter key (see `queues`).
     waiting: HashMap<Vec<u8>, Vec<u64>>,
     next_wait: u64,
 }
