@@ -55,6 +55,11 @@ fn encode(r: &Request<'_>) -> Vec<u8> {
             .fold(Encoder::query(Q::MultiSet).u64(items.len() as u64), |e, (k, v)| e.bytes(k).bytes(v))
             .finish(),
         Request::CancelWait => Encoder::query(Q::CancelWait).finish(),
+        Request::QueuePush(k, v) => Encoder::query(Q::QueuePush).bytes(k).bytes(v).finish(),
+        Request::QueuePop(k) => Encoder::query(Q::QueuePop).bytes(k).finish(),
+        Request::QueueLen(k) => Encoder::query(Q::QueueLen).bytes(k).finish(),
+        Request::ListKeys => Encoder::query(Q::ListKeys).finish(),
+        Request::Barrier(k, n) => Encoder::query(Q::Barrier).bytes(k).i64(*n).finish(),
         Request::OnClose(k, v) => Encoder::query(Q::OnClose).bytes(k).bytes(v).finish(),
     }
 }
@@ -69,7 +74,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
         let last = v.len().saturating_sub(1);
         match rng.below(8) {
             0 if !v.is_empty() => v[at.min(last)] ^= 1 << rng.below(8),
-            1 if !v.is_empty() => v[at.min(last)] = [0, 1, 0x7f, 0x80, 0xff, 13, 14][rng.below(7)],
+            1 if !v.is_empty() => v[at.min(last)] = [0, 1, 0x7f, 0x80, 0xff, 13, 14, 18, 19][rng.below(9)],
             2 if v.len() >= 8 => {
                 let at = at.min(v.len() - 8);
                 v[at..at + 8].copy_from_slice(&LENGTHS[rng.below(LENGTHS.len())].to_le_bytes());

@@ -9,6 +9,13 @@
 //! no error reply, so a refused request closes that client's connection (as torch's server does
 //! for a request over its limits) and the server logs the reason to stderr, naming the client.
 //! `shutdown` (or drop) stops the loop and closes every descriptor.
+//!
+//! Every query of torch 2.15's `QueryType` is served (docs/wire-protocol.md): the key-value ones
+//! here, QUEUE_PUSH/POP/LEN, LIST_KEYS and BARRIER in `queues` (this module's child), which also
+//! tells CHECK and WAIT that a non-empty queue counts as a present key. A parked BARRIER arrival
+//! is a waiter like a WAIT's, listed under its counter key.
+
+mod queues;
 
 use super::auth::{self, ConnAuth, ServerAuth, Step, StoreToken};
 use super::wire::{self, Encoder, Frame, Request};
@@ -191,10 +198,13 @@ struct Waiter {
 #[derive(Default)]
 struct State {
     map: HashMap<Vec<u8>, Vec<u8>>,
-    /// Bytes of all keys and values in `map`.
+    /// Bytes of all keys and values in `map`, and of the queues (see `queues`).
     bytes: u64,
+    /// QUEUE_* state; LIST_KEYS and BARRIER are served there too.
+    queues: queues::Queues,
     waiters: HashMap<u64, Waiter>,
-    /// Missing key -> ids of the waiters waiting for it.
+    /// Key -> ids of the waiters parked on it: a WAIT under each key missing when it parked, a
+    /// BARRIER arrival under its (existing) counter key (see `queues`).
     waiting: HashMap<Vec<u8>, Vec<u64>>,
     next_wait: u64,
 }
@@ -692,12 +702,12 @@ impl EventLoop {
                 self.reply(i, &now.to_le_bytes());
             }
             Request::Check(keys) => {
-                let ready = keys.iter().all(|k| self.state.map.contains_key(*k));
+                let ready = keys.iter().all(|k| self.state.present(k));
                 self.reply(i, &[if ready { wire::CHECK_READY } else { wire::CHECK_NOT_READY }]);
             }
             Request::Wait(keys) => {
                 let mut missing: Vec<Vec<u8>> =
-                    keys.into_iter().filter(|k| !self.state.map.contains_key(*k)).map(<[u8]>::to_vec).collect();
+                    keys.into_iter().filter(|k| !self.state.present(k)).map(<[u8]>::to_vec).collect();
                 missing.sort();
                 missing.dedup();
                 if missing.is_empty() {
@@ -754,6 +764,11 @@ impl EventLoop {
                     self.set(k, v.to_vec());
                 }
             }
+            req @ (Request::QueuePush(..)
+            | Request::QueuePop(_)
+            | Request::QueueLen(_)
+            | Request::ListKeys
+            | Request::Barrier(..)) => return self.handle_extended(i, req),
         }
         Next::Continue
     }
@@ -783,6 +798,7 @@ impl EventLoop {
             Some(cur) => {
                 cur.extend_from_slice(v);
                 self.state.bytes += v.len() as u64;
+                self.written(k);
             }
             None => self.set(k, v.to_vec()),
         }
@@ -799,5 +815,6 @@ impl EventLoop {
             }
             self.reply(conn, &[wire::STOP_WAITING]);
         }
+        self.written(k);
     }
 }

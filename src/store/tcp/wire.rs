@@ -32,6 +32,11 @@ pub enum Query {
     MultiSet = 11,
     CancelWait = 12,
     Ping = 13,
+    QueuePush = 14,
+    QueuePop = 15,
+    QueueLen = 16,
+    ListKeys = 17,
+    Barrier = 18,
     /// Not torch's: this project's extension, sent only to our own server (torch's closes the
     /// connection on it). `key, value`: when this connection closes from the client's side (the
     /// process exited or was killed) the server appends `value` to `key`, waking its waiters; an
@@ -43,9 +48,9 @@ impl Query {
     /// The query for a type byte; `None` for types this implementation does not serve.
     pub fn from_u8(b: u8) -> Option<Query> {
         use Query::*;
-        const ALL: [Query; 15] = [
+        const ALL: [Query; 20] = [
             Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, Append, MultiGet, MultiSet,
-            CancelWait, Ping, OnClose,
+            CancelWait, Ping, QueuePush, QueuePop, QueueLen, ListKeys, Barrier, OnClose,
         ];
         ALL.into_iter().find(|q| *q as u8 == b)
     }
@@ -206,6 +211,13 @@ pub enum Request<'a> {
     MultiGet(Vec<&'a [u8]>),
     MultiSet(Vec<(&'a [u8], &'a [u8])>),
     CancelWait,
+    /// Queue name, item.
+    QueuePush(&'a [u8], &'a [u8]),
+    QueuePop(&'a [u8]),
+    QueueLen(&'a [u8]),
+    ListKeys,
+    /// Counter key, world size.
+    Barrier(&'a [u8], i64),
     /// See [`Query::OnClose`].
     OnClose(&'a [u8], &'a [u8]),
 }
@@ -315,6 +327,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
                 Request::MultiSet(v)
             }
             Query::CancelWait => Request::CancelWait,
+            Query::QueuePush => Request::QueuePush(c.key()?, c.value()?),
+            Query::QueuePop => Request::QueuePop(c.key()?),
+            Query::QueueLen => Request::QueueLen(c.key()?),
+            Query::ListKeys => Request::ListKeys,
+            Query::Barrier => Request::Barrier(c.key()?, c.u64()? as i64),
             Query::OnClose => Request::OnClose(c.key()?, c.value()?),
         })
     })();
@@ -394,10 +411,10 @@ mod tests {
 
     #[test]
     fn every_query_byte_round_trips_and_unknown_is_none() {
-        for b in 0..=13u8 {
+        for b in 0..=18u8 {
             assert_eq!(Query::from_u8(b).unwrap() as u8, b);
         }
-        assert_eq!(Query::from_u8(14), None);
+        assert_eq!(Query::from_u8(19), None);
         assert_eq!(Query::from_u8(255), None);
     }
 
@@ -410,7 +427,10 @@ mod tests {
         assert!(protocol(&Encoder::query(Query::Get).u64(MAX_KEY_LEN + 1).finish()).contains("8193"));
         assert!(protocol(&Encoder::query(Query::Set).bytes(b"/k").u64(MAX_VALUE_LEN + 1).finish()).contains("value"));
         assert!(protocol(&Encoder::query(Query::Wait).u64(MAX_KEYS + 1).finish()).contains("131073 keys"));
-        assert!(protocol(&[14]).contains("unknown query type 14"));
+        assert!(protocol(&[19]).contains("unknown query type 19"));
+        assert!(
+            protocol(&Encoder::query(Query::QueuePush).bytes(b"/q").u64(MAX_VALUE_LEN + 1).finish()).contains("value")
+        );
         let big_value = Encoder::default().u64(MAX_VALUE_LEN + 1).finish();
         assert!(matches!(Decoder::new(big_value.as_slice()).value(), Err(ReadError::Protocol(_))));
         let e = ReadError::Protocol("x".into()).into_store("h:1");
