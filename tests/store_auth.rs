@@ -32,7 +32,10 @@ fn a_client_with_the_token_is_served_and_its_pool_too() {
     assert_eq!(c.get("a").unwrap(), b"1");
     assert_eq!(c.add("n", 3).unwrap(), 3);
     // A pool opens more connections when one is blocked in a WAIT: each proves the token.
-    let pool = Arc::new(TcpStorePool::new(Arc::new(c), "127.0.0.1", server.port()).with_token(Some(tok)));
+    let pool = Arc::new(
+        TcpStorePool::new(Arc::new(c), "127.0.0.1", server.port())
+            .with_token(mcore_init::store::tcp::auth::TokenCell::new(Some(tok))),
+    );
     let waiter = {
         let pool = pool.clone();
         std::thread::spawn(move || pool.get("later"))

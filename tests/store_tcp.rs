@@ -467,3 +467,40 @@ fn a_close_notice_is_appended_when_the_client_goes_and_not_when_it_withdrew_it()
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(s.get("dead").unwrap(), b"3,4,");
 }
+
+#[test]
+fn a_session_store_serves_everyone_until_it_serves_only_holders_of_the_secret() {
+    use mcore_init::store::StoreToken;
+    let secret = StoreToken::new(b"job secret").unwrap();
+    let server =
+        TcpStoreServer::bind_with_session("127.0.0.1", 0, mcore_init::store::ServerLimits::default(), secret.clone())
+            .unwrap();
+    let port = server.port();
+    // During init: clients with and without the secret are served alike.
+    let plain = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    plain.set("a", b"1").unwrap();
+    let holder = TcpStore::connect_with_token("127.0.0.1", port, T, Some(&secret)).unwrap();
+    assert_eq!(holder.get("a").unwrap(), b"1");
+    server.serve_only_holders();
+    // Afterwards a new client without the secret (or with another) is refused, touching nothing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match TcpStore::connect("127.0.0.1", port, Duration::from_secs(2)) {
+            Err(e) => break e.to_string(),
+            Ok(late) if Instant::now() < deadline => {
+                drop(late);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(_) => panic!("a client without the secret is still served"),
+        }
+    };
+    assert!(refused.contains("requires a token"), "{refused}");
+    let other = StoreToken::new(b"guess").unwrap();
+    assert!(TcpStore::connect_with_token("127.0.0.1", port, Duration::from_secs(2), Some(&other)).is_err());
+    // Holders get in; connections made before go on.
+    let late_holder = TcpStore::connect_with_token("127.0.0.1", port, T, Some(&secret)).unwrap();
+    assert_eq!(late_holder.add("n", 2).unwrap(), 2);
+    assert_eq!(plain.add("n", 1).unwrap(), 3);
+    assert_eq!(holder.get("a").unwrap(), b"1");
+    assert_eq!(plain.num_keys().unwrap(), 2);
+}

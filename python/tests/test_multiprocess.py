@@ -249,3 +249,36 @@ def test_no_limit_timeouts_through_the_c_api():
     for seconds in (str(2**63 / 1000), "inf"):
         outs = _run_ranks(lambda r: [sys.executable, "-c", UNLIMITED, str(plugin), seconds], 2)
         assert [o["sum"] for o in outs] == [[2], [2]]
+
+
+OUTSIDER = r"""
+import json, os, socket, sys
+from mcore_init import parallel_state as ps, runtime
+ps.initialize_model_parallel(tensor_model_parallel_size=1, backend=sys.argv[1], timeout=30)
+rank = int(os.environ["RANK"])
+runtime.barrier("data_parallel")
+reply = None
+if rank == 1:
+    # A client that is not one of the job's ranks: torch's VALIDATE then a PING of 4321.
+    with socket.create_connection(("127.0.0.1", int(os.environ["MASTER_PORT"])), timeout=10) as s:
+        s.sendall(bytes([0]) + (0x3C85F7CE).to_bytes(4, "little") + bytes([13]) + (4321).to_bytes(4, "little"))
+        got = b""
+        while len(got) < 4:
+            chunk = s.recv(4 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    reply = got.hex()
+runtime.barrier("data_parallel")
+ps.destroy_model_parallel()
+print(json.dumps({"rank": rank, "reply": reply}), flush=True)
+"""
+
+
+def test_after_init_the_store_serves_only_the_jobs_ranks_unless_kept_open():
+    plugin = str(gloo_plugin())
+    refused = _run_ranks(lambda r: [sys.executable, "-c", OUTSIDER, plugin], 2)
+    # "MCAR": the store wants the job's secret; the outsider's PING is never answered.
+    assert refused[1]["reply"] == b"MCAR".hex(), refused
+    kept = _run_ranks(lambda r: [sys.executable, "-c", OUTSIDER, plugin], 2, MCORE_STORE_KEEP_OPEN="1")
+    assert kept[1]["reply"] == (4321).to_bytes(4, "little").hex(), kept

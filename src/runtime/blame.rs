@@ -6,16 +6,17 @@ use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::liveness::Liveness;
 use crate::backend::{CommError, CommErrorKind};
+use crate::store::tcp::auth::TokenCell;
 use std::time::Duration;
 
 /// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
 /// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
 /// init nothing but the naming of dead ranks.
-pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration) -> Option<Liveness> {
+pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration, token: TokenCell) -> Option<Liveness> {
     if env.world_size <= 1 {
         return None;
     }
-    Liveness::start(env, attempt, within.min(Duration::from_secs(2))).ok()
+    Liveness::start(env, attempt, within.min(Duration::from_secs(2)), token).ok()
 }
 
 /// `e` with the peers that stopped answering named first, when it is a failure that a dead or

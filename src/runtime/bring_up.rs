@@ -11,11 +11,11 @@ use super::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupCreator, LiveGroup, PlanKind, RankPlan,
 };
 use super::host::{self, HostInfo};
-use super::init::RuntimeClaim;
+
 use super::init_args::{BackendResolver, InitArgs};
 use super::leave::{leave, leave_unless, LEAVE_GRACE, RECOVERY_REQUESTED_KEY};
 use super::liveness::Liveness;
-use super::pending::{Kept, Pending};
+use super::pending::{Kept, Pending, RuntimeClaim};
 use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, plan_for};
 use super::runtime_state::{InitTimings, Runtime};
 use super::store_setup::{open_attempt, StoreHandles};
@@ -151,6 +151,8 @@ pub(super) fn bring_up(
                 // Up: a death from now on is found by what fails (or a health check).
                 l.on_peer_death(None);
             }
+            // Every rank holds the job's secret: the store serves only them from now on.
+            opened.store.close_to_outsiders();
             Ok(assemble(args, env, layout, opened, made, start, t_store))
         }
         Err(e) => Err(failed(claim, e, args, env, layout.topology, opened, deadline)),
@@ -245,7 +247,7 @@ fn open(
     deadline: Instant,
 ) -> Result<Opened, RuntimeError> {
     let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
-    let liveness = start_liveness(env, &attempt, left(deadline));
+    let liveness = start_liveness(env, &attempt, left(deadline), store.token());
     if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
         l.on_store_gone(abort);
     }
@@ -287,7 +289,9 @@ fn check_in_create_verify(
 fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     let (env, base) = (s.env, s.opened.base.as_ref());
     host::publish(base, env.rank, &s.opened.host)?;
+    s.opened.store.publish_session(base)?;
     check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline))?;
+    s.opened.store.adopt_session(base)?;
     Ok(())
 }
 

@@ -11,16 +11,13 @@ use super::bring_up::{bring_up, Carried};
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::init_args::{default_factory, settings_of, BackendResolver, InitArgs};
-use super::pending::{check_in_spare, Kept};
+use super::pending::{check_in_spare, Kept, RuntimeClaim};
 use super::runtime_state::Runtime;
-use super::settings::{Claim, IdempotentSlot, InitOutcome, SlotError};
+use super::settings::{IdempotentSlot, InitOutcome, SlotError};
 
 /// The runtime's one lifecycle: idle, a transition running (initialize, recovery, destroy), up,
 /// or not up but keeping what recovery or a lingering store host needs ([`Kept`]).
 static RUNTIME: IdempotentSlot<Runtime, Kept> = IdempotentSlot::new();
-
-/// The right to run one transition of the runtime (see [`Claim`]).
-pub(super) type RuntimeClaim = Claim<'static, Runtime, Kept>;
 
 /// What the runtime reads as while a recovery runs, and while a destroy does.
 pub(super) const RECOVERING: &str = "a recovery is in progress";

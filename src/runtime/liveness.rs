@@ -24,6 +24,7 @@
 //! beating once: slower, and a frozen rank counts as dead there.
 
 use super::env::LaunchEnv;
+use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -164,16 +165,21 @@ impl Liveness {
     /// Connect a heartbeat connection to the store at MASTER_ADDR:MASTER_PORT of `env` (within
     /// `connect_within`) and start bumping this rank's counter under `prefix`. When the store is
     /// our server (not torchrun's agent) the connection leaves a close notice, so that the others
-    /// learn of this rank's death at once (see module docs); with the job's store token each
-    /// connection first proves it holds it.
-    pub fn start(env: &LaunchEnv, prefix: &str, connect_within: Duration) -> Result<Liveness, String> {
+    /// learn of this rank's death at once (see module docs); each connection first proves the
+    /// token `token` holds then, if any (the user's, or the job's own secret).
+    pub fn start(
+        env: &LaunchEnv,
+        prefix: &str,
+        connect_within: Duration,
+        token: TokenCell,
+    ) -> Result<Liveness, String> {
         let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
         let store_host = format!("{who} at {}:{}", env.master_addr, env.master_port);
-        let (notices, token, rank, port) = (!env.use_agent_store, env.store_token.clone(), env.rank, env.master_port);
+        let (notices, rank, port) = (!env.use_agent_store, env.rank, env.master_port);
         let addr = env.master_addr.clone();
         let prefix = prefix.to_string();
         let connect = move |within: Duration| -> Result<Connection, StoreError> {
-            let conn = TcpStore::connect_with_token(&addr, port, within, token.as_ref())?;
+            let conn = TcpStore::connect_with_token(&addr, port, within, token.get().as_ref())?;
             let conn = Arc::new(conn.with_reply_timeout(REPLY_LIMIT));
             let noticed = if notices {
                 conn.on_close(&format!("{prefix}/{CLOSED_KEY}"), format!("{rank},").as_bytes())?;

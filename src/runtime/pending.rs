@@ -9,6 +9,8 @@ use super::error::RuntimeError;
 use super::host;
 use super::init_args::InitArgs;
 use super::leave::LEAVE_GRACE;
+use super::runtime_state::Runtime;
+use super::settings::Claim;
 use super::store_setup::{open_attempt, StoreHandles};
 use crate::store::{PrefixStore, Store};
 use crate::topology::Topology;
@@ -44,6 +46,9 @@ pub(super) struct Lingering {
     pub expected: u32,
     pub timeout: Duration,
 }
+
+/// The right to run one transition of the runtime (see [`Claim`]).
+pub(super) type RuntimeClaim = Claim<'static, Runtime, Kept>;
 
 /// What the runtime's slot keeps when it is not up.
 pub(super) enum Kept {
@@ -111,6 +116,8 @@ pub(super) fn check_in_spare(
             }
             Err(e) => return Err(e.into()),
         };
+    // The job's secret, for the connections a recovery makes once the store serves only the job.
+    let _ = store.adopt_session(base.as_ref());
     let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
     Ok(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by })
 }

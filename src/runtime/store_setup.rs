@@ -6,6 +6,7 @@ use super::checkin::CheckinError;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
+use crate::store::tcp::auth::TokenCell;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,12 +17,59 @@ pub struct StoreHandles {
     client: Arc<dyn Store>,
     tcp: Option<Arc<TcpStore>>,
     pool: Option<Arc<TcpStorePool>>,
-    _server: Option<TcpStoreServer>,
+    /// What this rank's new connections prove: the user's token, or the job's own secret once
+    /// learnt (see [`SESSION_KEY`]).
+    token: TokenCell,
+    /// The host's server and, unless the store stays open to everyone, the job's secret it will
+    /// require once the initialization is over.
+    server: Option<(TcpStoreServer, Option<StoreToken>)>,
 }
+
+/// Where the store's host publishes the job's own secret (under the attempt's prefix) for the
+/// ranks that check in: once the initialization is over, the server serves only new
+/// connections that prove it (a pool growing, a heartbeat reconnecting), not outsiders.
+pub const SESSION_KEY: &str = "session";
+
+/// Environment variable: `1` keeps rank 0's store open to every client after initialization
+/// (e.g. for torch clients of the job's own on the same store).
+pub const KEEP_OPEN_ENV: &str = "MCORE_STORE_KEEP_OPEN";
 
 impl StoreHandles {
     pub fn client(&self) -> Arc<dyn Store> {
         self.client.clone()
+    }
+
+    /// What this rank's new connections prove (shared with its heartbeat).
+    pub fn token(&self) -> TokenCell {
+        self.token.clone()
+    }
+
+    /// The host, before its ranks check in: publish the job's secret under `base` (see
+    /// [`SESSION_KEY`]).
+    pub fn publish_session(&self, base: &dyn Store) -> Result<(), StoreError> {
+        match &self.server {
+            Some((_, Some(secret))) => base.set(SESSION_KEY, secret.bytes()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Any other rank, once checked in: learn the job's secret (when its host published one).
+    pub fn adopt_session(&self, base: &dyn Store) -> Result<(), StoreError> {
+        if self.server.is_some() || self.tcp.is_none() || !base.check(&[SESSION_KEY])? {
+            return Ok(());
+        }
+        if let Some(secret) = StoreToken::new(&base.get(SESSION_KEY)?) {
+            self.token.set_if_none(secret);
+        }
+        Ok(())
+    }
+
+    /// The host, once the initialization is over: from now on serve only new connections that
+    /// prove the job's secret.
+    pub fn close_to_outsiders(&self) {
+        if let Some((server, Some(_))) = &self.server {
+            server.serve_only_holders();
+        }
     }
 
     /// This rank's host and advertised address: the local address of its TCP store connection
@@ -79,14 +127,20 @@ fn is_local(host: &str) -> bool {
 /// A `bind` that does not cover MASTER_ADDR, when MASTER_ADDR is an address of this host, is
 /// refused at once naming both: every rank, rank 0 included, connects to MASTER_ADDR, where
 /// nothing would listen, and rank 0 would wait the whole timeout for its own store.
-/// With a `token`, the server serves only clients that prove they hold it.
+/// With a `token`, the server serves only clients that prove they hold it; else with a
+/// `session` secret, until [`TcpStoreServer::serve_only_holders`] every client, then only those
+/// that prove it.
 pub fn host_server(
     master_addr: &str,
     port: u16,
     bind: Option<&str>,
     token: Option<StoreToken>,
+    session: Option<StoreToken>,
 ) -> Result<TcpStoreServer, StoreError> {
-    let serve = |host: &str| TcpStoreServer::bind_with_token(host, port, ServerLimits::default(), token.clone());
+    let serve = |host: &str| match (&token, &session) {
+        (None, Some(s)) => TcpStoreServer::bind_with_session(host, port, ServerLimits::default(), s.clone()),
+        _ => TcpStoreServer::bind_with_token(host, port, ServerLimits::default(), token.clone()),
+    };
     if let Some(b) = bind {
         check_bind_covers(b, master_addr)?;
         return serve(b);
@@ -182,7 +236,8 @@ fn check_bind_covers(bind: &str, master_addr: &str) -> Result<(), StoreError> {
 /// server of a previous attempt that is still shutting down.
 pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<StoreHandles, RuntimeError> {
     if env.world_size == 1 && !env.use_agent_store {
-        return Ok(StoreHandles { client: Arc::new(MemoryStore::new(timeout)), tcp: None, pool: None, _server: None });
+        let client = Arc::new(MemoryStore::new(timeout));
+        return Ok(StoreHandles { client, tcp: None, pool: None, token: TokenCell::default(), server: None });
     }
     if env.use_agent_store && env.store_token.is_some() {
         use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
@@ -193,9 +248,18 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         )));
     }
     let deadline = Instant::now() + timeout;
+    let token = TokenCell::new(env.store_token.clone());
+    // The job's own secret, required of new connections once the initialization is over.
+    let keep_open = std::env::var(KEEP_OPEN_ENV).is_ok_and(|v| v.trim() == "1");
+    let session =
+        if env.hosts_store() && env.store_token.is_none() && !keep_open { StoreToken::random().ok() } else { None };
+    if let Some(s) = &session {
+        token.set_if_none(s.clone());
+    }
     let server = if env.hosts_store() {
         let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-        Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), env.store_token.clone()).map_err(|e| {
+        let (user, secret) = (env.store_token.clone(), session.clone());
+        Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), user, secret).map_err(|e| {
             let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
             if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
                 return RuntimeError::Checkin(other);
@@ -224,7 +288,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A connection cut by a previous attempt's server shutting down is retried until the deadline.
     let connect = || loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, left, env.store_token.as_ref());
+        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, left, token.get().as_ref());
         match connected {
             Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                 std::thread::sleep(Duration::from_millis(10))
@@ -264,9 +328,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let pool =
-        Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(env.store_token.clone()));
-    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), _server: server })
+    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(token.clone()));
+    let server = server.map(|s| (s, session));
+    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server })
 }
 
 /// Distinguishes successive initializations of one process in store keys (destroy + re-init).
@@ -296,33 +360,33 @@ mod tests {
     /// The former policy bound 127.0.0.1 for any loopback MASTER_ADDR and 0.0.0.0 for any other.
     #[test]
     fn the_store_binds_master_addr_itself_or_every_interface_when_it_is_not_local() {
-        let s = host_server("127.0.0.2", 0, None, None).unwrap();
+        let s = host_server("127.0.0.2", 0, None, None, None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.2");
-        let s = host_server("localhost", 0, None, None).unwrap();
+        let s = host_server("localhost", 0, None, None, None).unwrap();
         assert!(s.local_addr().ip().is_loopback(), "{}", s.local_addr());
         // 192.0.2.1 (TEST-NET-1) is no address of this host: nothing is sent, only bound.
         assert!(!is_local("192.0.2.1"));
-        let s = host_server("192.0.2.1", 0, None, None).unwrap();
+        let s = host_server("192.0.2.1", 0, None, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
         // A host name may resolve differently elsewhere: every interface.
-        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
+        let s = host_server("no-such-host.invalid", 0, None, None, None).unwrap();
         assert!(s.local_addr().ip().is_unspecified(), "{}", s.local_addr());
-        let s = host_server("192.0.2.1", 0, Some("127.0.0.3"), None).unwrap();
+        let s = host_server("192.0.2.1", 0, Some("127.0.0.3"), None, None).unwrap();
         assert_eq!(s.local_addr().ip().to_string(), "127.0.0.3");
-        match host_server("127.0.0.1", 0, Some("no-such-host.invalid"), None) {
+        match host_server("127.0.0.1", 0, Some("no-such-host.invalid"), None, None) {
             Err(StoreError::InvalidArgument(m)) => assert!(m.contains("no-such-host.invalid"), "{m}"),
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         // A bind that misses a MASTER_ADDR of this host is refused before binding; wildcards and
         // the address itself cover it.
-        match host_server("127.0.0.1", 0, Some("127.0.0.2"), None) {
+        match host_server("127.0.0.1", 0, Some("127.0.0.2"), None, None) {
             Err(StoreError::InvalidArgument(m)) => {
                 assert!(m.contains("MCORE_INIT_STORE_BIND='127.0.0.2'") && m.contains("MASTER_ADDR='127.0.0.1'"), "{m}")
             }
             other => panic!("{:?}", other.map(|s| s.local_addr())),
         }
         for covering in ["0.0.0.0", "127.0.0.1"] {
-            let s = host_server("127.0.0.1", 0, Some(covering), None).unwrap();
+            let s = host_server("127.0.0.1", 0, Some(covering), None, None).unwrap();
             assert_eq!(s.local_addr().ip().to_string(), covering);
         }
         assert!(check_bind_covers("::", "127.0.0.1").is_ok());
@@ -382,7 +446,7 @@ mod tests {
         if std::env::var_os(HOST_NAME_CHILD).is_none() {
             return;
         }
-        let s = host_server("no-such-host.invalid", 0, None, None).unwrap();
+        let s = host_server("no-such-host.invalid", 0, None, None, None).unwrap();
         println!("CHILD-BOUND {}", s.local_addr());
     }
 

@@ -28,7 +28,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use sha2::Sha256;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// First byte of the client's hello (torch's query types are 0-18).
 pub const HELLO_TYPE: u8 = 0xA5;
@@ -95,6 +95,20 @@ impl StoreToken {
         }
     }
 
+    /// A fresh random token of 32 bytes (from `/dev/urandom`): the secret a job's own ranks
+    /// share once its initialization is over (see [`TokenCell`]).
+    pub fn random() -> std::io::Result<StoreToken> {
+        use std::io::Read;
+        let mut secret = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+        Ok(StoreToken(secret.as_slice().into()))
+    }
+
+    /// The secret itself (to hand it to the job's own ranks; never logged).
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The proof for `nonce`: HMAC-SHA256(token, LABEL ‖ nonce).
     pub fn prove(&self, nonce: &[u8]) -> [u8; NONCE_LEN] {
         let mut mac = self.mac();
@@ -114,6 +128,28 @@ impl StoreToken {
     fn mac(&self) -> Hmac<Sha256> {
         // HMAC takes keys of any length.
         <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC accepts any key length")
+    }
+}
+
+/// The token a client's new connections prove, which can be set after the client was made: the
+/// runtime's connections share one, so that once a job's initialization is over and its store
+/// serves only holders of the job's own secret, every later connection (a pool growing, a
+/// heartbeat reconnecting) proves it.
+#[derive(Clone, Debug, Default)]
+pub struct TokenCell(Arc<Mutex<Option<StoreToken>>>);
+
+impl TokenCell {
+    pub fn new(token: Option<StoreToken>) -> TokenCell {
+        TokenCell(Arc::new(Mutex::new(token)))
+    }
+
+    pub fn get(&self) -> Option<StoreToken> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Set the token unless one is set already (a user's token stays).
+    pub fn set_if_none(&self, token: StoreToken) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(token);
     }
 }
 
@@ -173,6 +209,11 @@ pub(super) enum Step {
 pub(super) struct ServerAuth {
     token: StoreToken,
     rng: ChaCha20Rng,
+    /// The token is the job's own secret (not a user's `MCORE_STORE_TOKEN`): refusals say so.
+    session: bool,
+    /// A job's secret before its initialization is over: a client may prove it (a hello) or not
+    /// (anything else is served as without a token). See [`ServerAuth::require`].
+    pub optional: bool,
 }
 
 impl ServerAuth {
@@ -181,14 +222,42 @@ impl ServerAuth {
         use std::io::Read;
         let mut seed = [0u8; 32];
         std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
-        Ok(ServerAuth { token, rng: ChaCha20Rng::from_seed(seed) })
+        Ok(ServerAuth { token, rng: ChaCha20Rng::from_seed(seed), session: false, optional: false })
+    }
+
+    /// A server side for the job's own secret: optional until [`Self::require`].
+    pub fn session(token: StoreToken) -> std::io::Result<ServerAuth> {
+        Ok(ServerAuth { session: true, optional: true, ..ServerAuth::new(token)? })
+    }
+
+    /// From now on a new connection must prove the token.
+    pub fn require(&mut self) {
+        self.optional = false;
+    }
+
+    /// Where a new connection starts.
+    pub fn first_state(&self) -> ConnAuth {
+        if self.optional {
+            ConnAuth::Open
+        } else {
+            ConnAuth::Hello
+        }
     }
 
     /// Advance `state` with the unconsumed `input` of the connection.
     pub fn step(&mut self, state: &mut ConnAuth, input: &[u8]) -> Step {
         match *state {
             ConnAuth::Done | ConnAuth::Refused => Step::Need,
-            ConnAuth::Open => step_open(state, input),
+            // Optional: a hello goes through the exchange, anything else is served.
+            ConnAuth::Open if input.first() == Some(&HELLO_TYPE) => {
+                *state = ConnAuth::Hello;
+                self.step(state, input)
+            }
+            ConnAuth::Open if self.optional => step_open(state, input),
+            ConnAuth::Open => {
+                *state = ConnAuth::Hello;
+                self.step(state, input)
+            }
             ConnAuth::Hello => {
                 let h = hello();
                 let n = input.len().min(h.len());
@@ -196,6 +265,9 @@ impl ServerAuth {
                     *state = ConnAuth::Refused;
                     let why = if input[0] == HELLO_TYPE {
                         "its authentication hello has another version or magic"
+                    } else if self.session {
+                        "the job's initialization is over and its store serves only the job's own ranks now \
+                         (MCORE_STORE_KEEP_OPEN=1 on the store's host keeps it open to every client)"
                     } else {
                         "it sent a request without proving it holds the store's token (MCORE_STORE_TOKEN): \
                          a torch client, or one of ours without the token"

@@ -162,7 +162,8 @@ impl TcpStore {
         if echo == auth::AUTH_REQUIRED && nonce != auth::AUTH_REQUIRED {
             return Err(StoreError::Protocol(format!(
                 "the store at {} requires a token and refused this client: set {} (or {}) to the secret of the \
-                 store's host",
+                 store's host; or the store belongs to a job whose initialization is over (it then serves only \
+                 that job's ranks: another job on the same MASTER_PORT?)",
                 store.peer,
                 auth::TOKEN_ENV,
                 auth::TOKEN_FILE_ENV

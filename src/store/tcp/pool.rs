@@ -8,7 +8,8 @@
 //! ranks. The pool grows to the number of calls in flight at once (one connection while calls
 //! come one by one).
 
-use super::{StoreToken, TcpStore};
+use super::auth::TokenCell;
+use super::TcpStore;
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,8 +19,8 @@ pub struct TcpStorePool {
     host: String,
     port: u16,
     timeout: Duration,
-    /// Proven by every new connection (see [`TcpStore::connect_with_token`]).
-    token: Option<StoreToken>,
+    /// Proven by every new connection, when set (see [`TcpStore::connect_with_token`]).
+    token: TokenCell,
     idle: Mutex<Vec<Arc<TcpStore>>>,
     all: Mutex<Vec<Arc<TcpStore>>>,
 }
@@ -33,14 +34,14 @@ impl TcpStorePool {
             host: host.to_string(),
             port,
             timeout,
-            token: None,
+            token: TokenCell::default(),
             idle: Mutex::new(vec![first.clone()]),
             all: Mutex::new(vec![first]),
         }
     }
 
-    /// New connections prove they hold `token` (the server asks for it).
-    pub fn with_token(mut self, token: Option<StoreToken>) -> TcpStorePool {
+    /// New connections prove they hold the token `token` holds then (the server asks for it).
+    pub fn with_token(mut self, token: TokenCell) -> TcpStorePool {
         self.token = token;
         self
     }
@@ -78,8 +79,12 @@ impl TcpStorePool {
         let conn = match idle {
             Some(c) => c,
             None => {
-                let c =
-                    Arc::new(TcpStore::connect_with_token(&self.host, self.port, self.timeout, self.token.as_ref())?);
+                let c = Arc::new(TcpStore::connect_with_token(
+                    &self.host,
+                    self.port,
+                    self.timeout,
+                    self.token.get().as_ref(),
+                )?);
                 self.all.lock().map_err(|_| lock_err())?.push(c.clone());
                 c
             }

@@ -61,6 +61,8 @@ impl Default for ServerLimits {
 /// A TCPStore server, wire-compatible with torch's (see the module docs).
 pub struct TcpStoreServer {
     stop: Arc<AtomicBool>,
+    /// Set once new connections must prove the job's secret (see [`Self::serve_only_holders`]).
+    close: Arc<AtomicBool>,
     waker: Arc<Waker>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
@@ -99,8 +101,19 @@ impl TcpStoreServer {
         limits: ServerLimits,
         token: Option<StoreToken>,
     ) -> Result<TcpStoreServer, StoreError> {
+        Self::bind_inner(host, port, limits, token.map(|t| (t, false)))
+    }
+
+    /// `token`: the secret, and whether it is a job's own (optional until
+    /// [`Self::serve_only_holders`]).
+    fn bind_inner(
+        host: &str,
+        port: u16,
+        limits: ServerLimits,
+        token: Option<(StoreToken, bool)>,
+    ) -> Result<TcpStoreServer, StoreError> {
         let auth = token
-            .map(ServerAuth::new)
+            .map(|(t, session)| if session { ServerAuth::session(t) } else { ServerAuth::new(t) })
             .transpose()
             .map_err(|e| StoreError::Io(format!("seed the store server's nonces from /dev/urandom: {e}")))?;
         let addrs: Vec<SocketAddr> = (host, port)
@@ -140,7 +153,9 @@ impl TcpStoreServer {
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| io("register the listener", e))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let close = Arc::new(AtomicBool::new(false));
         let mut ev = EventLoop {
+            close: Arc::clone(&close),
             poll,
             listener,
             stop: stop.clone(),
@@ -158,7 +173,28 @@ impl TcpStoreServer {
             .name(format!("store-server-{}", addr.port()))
             .spawn(move || ev.run())
             .map_err(|e| io("spawn the thread", e))?;
-        Ok(TcpStoreServer { stop, waker, addr, thread: Some(thread) })
+        Ok(TcpStoreServer { stop, close, waker, addr, thread: Some(thread) })
+    }
+
+    /// Listen on `host:port` with the job's own secret `session`: until
+    /// [`Self::serve_only_holders`] a client may prove it or not (torch's clients are served as
+    /// without a token); from then on only new connections that prove it are served.
+    pub fn bind_with_session(
+        host: &str,
+        port: u16,
+        limits: ServerLimits,
+        session: StoreToken,
+    ) -> Result<TcpStoreServer, StoreError> {
+        Self::bind_inner(host, port, limits, Some((session, true)))
+    }
+
+    /// New connections must prove the secret given to [`Self::bind_with_session`] from now on;
+    /// connections already made (those that sent a first byte) go on. Used once a job's
+    /// initialization is over: its ranks hold the job's secret, outsiders do not. No effect on a
+    /// server without one.
+    pub fn serve_only_holders(&self) {
+        self.close.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
     }
 
     /// The port the server listens on.
@@ -337,6 +373,8 @@ struct EventLoop {
     log: RateLog,
     /// The token and nonce source when clients must prove they hold the token.
     auth: Option<ServerAuth>,
+    /// Set when the optional secret becomes required ([`TcpStoreServer::serve_only_holders`]).
+    close: Arc<AtomicBool>,
 }
 
 /// What to do with a connection after a request.
@@ -369,6 +407,7 @@ impl EventLoop {
                 eprintln!("mcore_init store server: event loop failed: {e}; the server stops");
                 return;
             }
+            self.require_later_token();
             if accept_paused || events.iter().any(|e| e.token() == LISTENER) {
                 accept_paused = self.accept();
             }
@@ -432,7 +471,7 @@ impl EventLoop {
                         wpos: 0,
                         waits: Vec::new(),
                         eof: false,
-                        auth: if self.auth.is_some() { ConnAuth::Hello } else { ConnAuth::Open },
+                        auth: self.auth.as_ref().map_or(ConnAuth::Open, ServerAuth::first_state),
                         in_dirty: false,
                         on_close: None,
                     });
@@ -593,6 +632,21 @@ impl EventLoop {
         }
         if more {
             self.again.push(i);
+        }
+    }
+
+    /// Once [`TcpStoreServer::serve_only_holders`] was called: new connections, and those that
+    /// have not sent a byte yet, must prove the secret.
+    fn require_later_token(&mut self) {
+        if !self.close.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Some(a) = self.auth.as_mut().filter(|a| a.optional) else { return };
+        a.require();
+        for c in self.conns.iter_mut().flatten() {
+            if c.auth == ConnAuth::Open && c.rbuf.is_empty() {
+                c.auth = ConnAuth::Hello;
+            }
         }
     }
 
