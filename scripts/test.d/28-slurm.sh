@@ -125,23 +125,11 @@ env "${unset_vars[@]}" LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH
   >"$out" 2>"$err"
 rc=$?
 if [ "$rc" -eq 0 ]; then suite_ok "srun -n 8 exited 0"; else suite_bad "srun -n 8 exited with status $rc"; tail -n 20 "$err"; fi
-if python3 - "$out" <<'PY'; then suite_ok "8 JSON lines: ranks 0-7 at distinct coordinates, each ok with every group of its kinds verified, all on 127.0.0.1"; else suite_bad "srun's JSON lines (above)"; cat "$out"; fi
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-ranks = sorted(l.get("rank") for l in lines)
-assert ranks == list(range(8)), f"ranks {ranks}"
-bad = [l for l in lines if l.get("ok") is not True or l.get("world_size") != 8]
-assert not bad, f"not ok: {bad}"
-# Each rank verified a group of every kind it belongs to (position_embedding: some ranks only).
-short = [(l["rank"], l["groups"], len(l["kinds"])) for l in lines if l["groups"] != len(l["kinds"]) or l["groups"] < 20]
-assert not short, f"(rank, groups verified, kinds): {short}"
-need = {"tensor_model_parallel", "pipeline_model_parallel", "data_parallel"}
-assert all(need <= set(l["kinds"]) for l in lines), "a rank without tp/pp/dp groups"
-coords = sorted(l["line"].split(" ok ")[1].split(" |")[0] for l in lines)
-assert len(set(coords)) == 8, f"coordinates not distinct: {coords}"
-addrs = {l["host"]["addr"] for l in lines}
-assert addrs == {"127.0.0.1"}, f"advertised addresses {addrs}"
-PY
+if python3 scripts/lib/selftest_lines.py "$out" 8 127.0.0.1; then
+  suite_ok "8 JSON lines: ranks 0-7 at distinct coordinates, each ok with every group of its kinds verified, all on 127.0.0.1"
+else
+  suite_bad "srun's JSON lines:"; cat "$out"
+fi
 # Rank 0's MCORE_LOG=debug line: where it met the others, and why.
 meet=$(grep -m1 'rank 0 meets the others at' "$err")
 echo "slurm: $meet"
