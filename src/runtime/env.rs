@@ -2,8 +2,15 @@
 //!
 //! torchrun's variables first (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 //! MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT),
-//! then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and OpenMPI (OMPI_COMM_WORLD_RANK,
-//! OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK) as fallbacks for the rank variables.
+//! then OpenMPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//! OMPI_COMM_WORLD_LOCAL_SIZE) and Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and
+//! [`SLURM_TASKS_PER_NODE_VARS`] at SLURM_NODEID) as fallbacks for the rank variables.
+//!
+//! Under Slurm and OpenMPI nothing needs setting by hand: without MASTER_ADDR, all ranks on one
+//! node meet on 127.0.0.1, and a Slurm step on several nodes at the first host of
+//! [`SLURM_NODELIST_VARS`] ([`hostlist`]); without MASTER_PORT, the port is derived from what
+//! every rank of the job shares ([`slurm_port`], [`hashed_port`]). docs/multihost.md has the
+//! table; [`LaunchEnv::rendezvous_why`] says which rule applied.
 //!
 //! The job id ([`JobId`], checked at rendezvous so that two jobs on one MASTER_ADDR:MASTER_PORT
 //! never mix) is the first set of MCORE_JOB_ID (an explicit override), TORCHELASTIC_RUN_ID
