@@ -37,6 +37,11 @@ chmod 700 "$dir"
 # Stop what was started (by its pid file, the daemon's own), wait up to 10 s each, remove the files.
 stop_all() {
   local f pid i
+  # Steps left by a failed check first (their tasks are not the daemons' children), up to 10 s.
+  if [ -f "$dir/slurmctld.pid" ] && [ -n "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; then
+    timeout 5 scancel --partition=mcore >/dev/null 2>&1
+    for i in $(seq 20); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
+  fi
   for f in slurmd slurmctld munged; do
     [ -f "$dir/$f.pid" ] || continue
     pid=$(cat "$dir/$f.pid" 2>/dev/null)
@@ -107,7 +112,8 @@ if ! slurmctld -i || ! slurmd -N "$node"; then
   show_logs; suite_abort slurm "slurmctld or slurmd did not start"
 fi
 state=""
-for _ in $(seq 60); do
+deadline=$((SECONDS + 30))
+while [ "$SECONDS" -lt "$deadline" ]; do
   state=$(timeout 5 sinfo -h -n "$node" -o %T 2>/dev/null)
   [ "$state" = idle ] && break
   sleep 0.5
