@@ -8,6 +8,9 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 [ -f /usr/include/gloo/config.h ] || need+=(libgloo-dev)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+# Slurm (slurmctld, slurmd, slurm-client, munge) and OpenMPI (openmpi-bin) are installed by the
+# suites that use them (scripts/test.d/28-slurm.sh, 29-mpirun.sh), through apt_install in
+# scripts/lib/suite.sh, so that a machine that never runs them gets no daemons' packages.
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing ${need[*]}" >&2

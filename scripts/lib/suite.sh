@@ -22,6 +22,8 @@
 #                                   target/c-examples/lib the way an install lays it out
 #   stage_cmake_package             install the top-level CMake build afresh into target/stage
 #                                   (build tree target/cmake-build)
+#   apt_install PKG...              install Debian packages (as root, or with sudo -n); non-zero
+#                                   when they cannot be installed
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_pass=0
 suite_fail=0
@@ -123,4 +125,14 @@ stage_cmake_package() {
   rm -rf "$stage" "$build"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMCORE_CARGO_TARGET_DIR="$PWD/target" \
     && cmake --build "$build" && cmake --install "$build" --prefix "$stage"
+}
+
+apt_install() {
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || return 1
+    sudo=(sudo -n)
+  fi
+  "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 || return 1
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null 2>&1
 }

@@ -264,6 +264,10 @@ fn open(
     let host = store.host();
     if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
         eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
+        eprintln!(
+            "mcore_init: rank {} meets the others at {}:{} ({})",
+            env.rank, env.master_addr, env.master_port, env.rendezvous_why
+        );
     }
     Ok(Opened { base, liveness, store, attempt, host })
 }

@@ -2,8 +2,15 @@
 //!
 //! torchrun's variables first (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 //! MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT),
-//! then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and OpenMPI (OMPI_COMM_WORLD_RANK,
-//! OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK) as fallbacks for the rank variables.
+//! then OpenMPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//! OMPI_COMM_WORLD_LOCAL_SIZE) and Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and
+//! [`SLURM_TASKS_PER_NODE_VARS`] at SLURM_NODEID) as fallbacks for the rank variables.
+//!
+//! Under Slurm and OpenMPI nothing needs setting by hand: without MASTER_ADDR, all ranks on one
+//! node meet on 127.0.0.1, and a Slurm step on several nodes at the first host of
+//! [`SLURM_NODELIST_VARS`] ([`hostlist`]); without MASTER_PORT, the port is derived from what
+//! every rank of the job shares ([`slurm_port`], [`hashed_port`]). docs/multihost.md has the
+//! table; [`LaunchEnv::rendezvous_why`] says which rule applied.
 //!
 //! The job id ([`JobId`], checked at rendezvous so that two jobs on one MASTER_ADDR:MASTER_PORT
 //! never mix) is the first set of MCORE_JOB_ID (an explicit override), TORCHELASTIC_RUN_ID
@@ -11,6 +18,7 @@
 //! shared secret comes from MCORE_STORE_TOKEN or MCORE_STORE_TOKEN_FILE
 //! ([`crate::store::StoreToken`]).
 
+use super::hostlist;
 use crate::quote::quoted;
 use crate::store::StoreToken;
 use std::fmt;
@@ -82,6 +90,8 @@ pub struct LaunchEnv {
     pub job_id: JobId,
     /// The shared secret clients of the store must prove they hold; None: anyone is served.
     pub store_token: Option<StoreToken>,
+    /// Where MASTER_ADDR and MASTER_PORT came from (the variables, or what stood in for them).
+    pub rendezvous_why: String,
 }
 
 /// A variable that is missing or malformed, named with its value.
@@ -113,9 +123,10 @@ struct RankVars {
 
 fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError> {
     // (rank, world size, local rank, local world size) variable names per launcher, in priority order.
+    // OpenMPI comes before Slurm: mpirun inside a Slurm allocation leaves the allocation's
+    // SLURM_PROCID (one value for every rank it starts) in its ranks' environment.
     const CONVENTIONS: [(LauncherKind, [&str; 4]); 3] = [
         (LauncherKind::Torchrun, ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"]),
-        (LauncherKind::Slurm, ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
         (
             LauncherKind::OpenMpi,
             [
@@ -125,6 +136,7 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
                 "OMPI_COMM_WORLD_LOCAL_SIZE",
             ],
         ),
+        (LauncherKind::Slurm, ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
     ];
     for (launcher, [rank_v, size_v, local_v, local_size_v]) in CONVENTIONS {
         let (Some(rank), Some(size)) = (get(rank_v), get(size_v)) else { continue };
@@ -134,18 +146,13 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
             Some(v) => parse_u32(local_v, &v)?,
             None => rank,
         };
-        // Slurm's tasks-per-node may read "4(x2)"; take the leading number.
-        let local_world_size = match get(local_size_v) {
-            Some(v) => {
-                let head: String = v.chars().take_while(|c| c.is_ascii_digit()).collect();
-                Some(parse_u32(local_size_v, &head).map_err(|_| {
-                    EnvError(format!(
-                        "environment variable {local_size_v}={} is not a non-negative integer",
-                        quoted(&v)
-                    ))
-                })?)
+        let local_world_size = if launcher == LauncherKind::Slurm {
+            slurm_local_world_size(get)?
+        } else {
+            match get(local_size_v) {
+                Some(v) => Some(parse_u32(local_size_v, &v)?),
+                None => None,
             }
-            None => None,
         };
         return Ok(RankVars { rank, world_size, local_rank, local_world_size, launcher });
     }
@@ -154,6 +161,145 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
          (SLURM_PROCID, SLURM_NTASKS) or OpenMPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)"
             .to_string(),
     ))
+}
+
+/// The variables Slurm gives the step's (or else the job's) tasks per node, first set first.
+pub const SLURM_TASKS_PER_NODE_VARS: [&str; 3] =
+    ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"];
+
+/// The variables Slurm gives the step's (or else the job's) nodes in, first set first.
+pub const SLURM_NODELIST_VARS: [&str; 3] = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"];
+
+/// Ports derived from a job id (Slurm, OpenMPI) fall in `DERIVED_PORT_BASE ..
+/// DERIVED_PORT_BASE + DERIVED_PORT_SPAN`: unprivileged, and below Linux's default ephemeral
+/// range (32768-60999), so that no outgoing connection of the machine holds it by chance.
+pub const DERIVED_PORT_BASE: u16 = 20000;
+/// See [`DERIVED_PORT_BASE`].
+pub const DERIVED_PORT_SPAN: u16 = 12000;
+
+/// Slurm's port for a job step: `20000 + (16 × SLURM_JOB_ID + SLURM_STEP_ID mod 16) mod 12000`,
+/// so that the steps of one job (up to 16 at once) and 750 consecutive jobs on one node differ.
+pub fn slurm_port(job_id: u64, step_id: u64) -> u16 {
+    let n = (job_id % u64::from(DERIVED_PORT_SPAN)) * 16 + step_id % 16;
+    DERIVED_PORT_BASE + (n % u64::from(DERIVED_PORT_SPAN)) as u16
+}
+
+/// OpenMPI's port for a job: `20000 + FNV-1a-64(the job's name) mod 12000`.
+pub fn hashed_port(name: &str) -> u16 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    DERIVED_PORT_BASE + (h % u64::from(DERIVED_PORT_SPAN)) as u16
+}
+
+/// This node's task count under Slurm: the first set of [`SLURM_TASKS_PER_NODE_VARS`] (its
+/// `4(x2),3` form expanded) at SLURM_NODEID (node 0 when unset).
+fn slurm_local_world_size(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<u32>, EnvError> {
+    let Some((var, spec)) = SLURM_TASKS_PER_NODE_VARS.iter().find_map(|v| get(v).map(|s| (*v, s))) else {
+        return Ok(None);
+    };
+    let node = match get("SLURM_NODEID") {
+        Some(n) => u64::from(parse_u32("SLURM_NODEID", &n)?),
+        None => 0,
+    };
+    hostlist::tasks_on_node(spec.trim(), node)
+        .map(Some)
+        .map_err(|e| EnvError(format!("environment variable {var}={e}")))
+}
+
+fn first_set(get: &dyn Fn(&str) -> Option<String>, vars: &[&'static str]) -> Option<(&'static str, String)> {
+    vars.iter().find_map(|v| get(v).filter(|s| !s.trim().is_empty()).map(|s| (*v, s.trim().to_string())))
+}
+
+/// MASTER_ADDR, or what the launcher's variables say in its place, and why.
+fn master_addr(get: &dyn Fn(&str) -> Option<String>, v: &RankVars) -> Result<(String, String), EnvError> {
+    if let Some(a) = get("MASTER_ADDR").filter(|s| !s.trim().is_empty()) {
+        return Ok((a.trim().to_string(), "MASTER_ADDR".into()));
+    }
+    if v.world_size == 1 {
+        return Ok(("127.0.0.1".into(), "a job of one rank".into()));
+    }
+    match v.launcher {
+        LauncherKind::Torchrun => {
+            Err(EnvError("MASTER_ADDR is not set: every rank needs the address of the rendezvous store".into()))
+        }
+        LauncherKind::Slurm => {
+            let Some((var, list)) = first_set(get, &SLURM_NODELIST_VARS) else {
+                return Err(EnvError(format!(
+                    "MASTER_ADDR is not set, and under Slurm none of {} is set to take the first host from: \
+                     set MASTER_ADDR to an address of rank 0's node",
+                    SLURM_NODELIST_VARS.join(", ")
+                )));
+            };
+            let hosts = hostlist::HostList::parse(&list).map_err(|e| {
+                EnvError(format!(
+                    "MASTER_ADDR is not set, and {var}={e}; set MASTER_ADDR to an address of rank 0's node"
+                ))
+            })?;
+            if hosts.len() == 1 {
+                Ok(("127.0.0.1".into(), format!("the step runs on one node ({var}={}): loopback", quoted(&list))))
+            } else {
+                let first = hosts.first();
+                Ok((first.clone(), format!("the first host of {var}={}", quoted(&list))))
+            }
+        }
+        LauncherKind::OpenMpi => {
+            let local = get("OMPI_COMM_WORLD_LOCAL_SIZE");
+            if local.as_deref().map(str::trim) == Some(&v.world_size.to_string()) {
+                return Ok((
+                    "127.0.0.1".into(),
+                    format!("every rank runs on this node (OMPI_COMM_WORLD_LOCAL_SIZE={}): loopback", v.world_size),
+                ));
+            }
+            Err(EnvError(format!(
+                "MASTER_ADDR is not set, and this OpenMPI job spans several nodes (OMPI_COMM_WORLD_LOCAL_SIZE={} \
+                 of OMPI_COMM_WORLD_SIZE={}): set MASTER_ADDR to an address of rank 0's node (and MASTER_PORT) and \
+                 pass both with `mpirun -x MASTER_ADDR -x MASTER_PORT`",
+                local.as_deref().map_or("unset".to_string(), quoted),
+                v.world_size
+            )))
+        }
+    }
+}
+
+/// MASTER_PORT, or one derived from what every rank of the job shares, and why.
+fn master_port(get: &dyn Fn(&str) -> Option<String>, launcher: LauncherKind) -> Result<(u16, String), EnvError> {
+    if let Some(p) = get("MASTER_PORT") {
+        let port = p.trim().parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+            EnvError(format!("environment variable MASTER_PORT={} is not a port number (1-65535)", quoted(&p)))
+        })?;
+        return Ok((port, "MASTER_PORT".into()));
+    }
+    match launcher {
+        LauncherKind::Slurm => {
+            let Some((_, job)) = first_set(get, &["SLURM_JOB_ID", "SLURM_JOBID"]) else {
+                return Ok((DEFAULT_MASTER_PORT, "the default (no MASTER_PORT, no SLURM_JOB_ID)".into()));
+            };
+            let number = |var: &str, s: &str| {
+                s.parse::<u64>().map_err(|_| {
+                    EnvError(format!(
+                        "MASTER_PORT is not set, and {var}={} is not a number to derive one from: set MASTER_PORT",
+                        quoted(s)
+                    ))
+                })
+            };
+            let job_id = number("SLURM_JOB_ID", &job)?;
+            let (step_var, step) = first_set(get, &["SLURM_STEP_ID", "SLURM_STEPID"]).unwrap_or(("", "0".into()));
+            let step_id = if step_var.is_empty() { 0 } else { number(step_var, &step)? };
+            let port = slurm_port(job_id, step_id);
+            Ok((port, format!("derived from SLURM_JOB_ID={job_id}, SLURM_STEP_ID={step_id}")))
+        }
+        LauncherKind::OpenMpi => {
+            const VARS: [&str; 3] = ["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"];
+            match first_set(get, &VARS) {
+                Some((var, name)) => Ok((hashed_port(&name), format!("derived from {var}={}", quoted(&name)))),
+                None => Ok((DEFAULT_MASTER_PORT, format!("the default (no MASTER_PORT, none of {})", VARS.join(", ")))),
+            }
+        }
+        LauncherKind::Torchrun => Ok((DEFAULT_MASTER_PORT, "the default".into())),
+    }
 }
 
 impl LaunchEnv {
@@ -182,22 +328,8 @@ impl LaunchEnv {
                 v.local_rank
             )));
         }
-        let master_addr = get("MASTER_ADDR").filter(|s| !s.trim().is_empty());
-        let master_addr = match (master_addr, v.world_size) {
-            (Some(a), _) => a.trim().to_string(),
-            (None, 1) => "127.0.0.1".to_string(),
-            (None, _) => {
-                return Err(EnvError(
-                    "MASTER_ADDR is not set: every rank needs the address of the rendezvous store".into(),
-                ))
-            }
-        };
-        let master_port = match get("MASTER_PORT") {
-            Some(p) => p.trim().parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                EnvError(format!("environment variable MASTER_PORT={} is not a port number (1-65535)", quoted(&p)))
-            })?,
-            None => DEFAULT_MASTER_PORT,
-        };
+        let (master_addr, addr_why) = master_addr(get, &v)?;
+        let (master_port, port_why) = master_port(get, v.launcher)?;
         let use_agent_store = match get("TORCHELASTIC_USE_AGENT_STORE") {
             None => false,
             Some(s) => match s.trim() {
@@ -228,6 +360,7 @@ impl LaunchEnv {
             launcher: v.launcher,
             job_id: JobId::from_lookup(get),
             store_token: StoreToken::from_lookup(get).map_err(EnvError)?,
+            rendezvous_why: format!("address: {addr_why}; port: {port_why}"),
         })
     }
 
@@ -297,6 +430,100 @@ mod tests {
         .unwrap();
         assert_eq!((o.rank, o.world_size, o.local_rank), (2, 4, 0));
         assert_eq!(o.launcher, LauncherKind::OpenMpi);
+    }
+
+    #[test]
+    fn srun_needs_nothing_set_by_hand() {
+        let step = |rank: &'static str, extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![
+                ("SLURM_PROCID", rank),
+                ("SLURM_NTASKS", "12"),
+                ("SLURM_LOCALID", "0"),
+                ("SLURM_NODEID", "2"),
+                ("SLURM_STEP_TASKS_PER_NODE", "5(x2),2"),
+                ("SLURM_TASKS_PER_NODE", "4(x3)"),
+                ("SLURM_STEP_NODELIST", "gpu-a[07-08],gpu-b3"),
+                ("SLURM_JOB_NODELIST", "other[1-9]"),
+                ("SLURM_JOB_ID", "4242"),
+                ("SLURM_STEP_ID", "3"),
+            ];
+            v.extend_from_slice(extra);
+            env(&v).unwrap()
+        };
+        let e = step("10", &[]);
+        assert_eq!((e.master_addr.as_str(), e.master_port), ("gpu-a07", slurm_port(4242, 3)));
+        assert_eq!(e.local_world_size, 2, "node 2 of 5(x2),2");
+        assert!(e.rendezvous_why.contains("SLURM_STEP_NODELIST") && e.rendezvous_why.contains("SLURM_JOB_ID=4242"));
+        // Every rank of the step agrees; another step of the job gets another port.
+        assert_eq!(step("0", &[("SLURM_NODEID", "0")]).master_port, e.master_port);
+        assert_ne!(step("10", &[("SLURM_STEP_ID", "4")]).master_port, e.master_port);
+        // The formula, as documented, stays in the unprivileged range below the ephemeral one.
+        assert_eq!(slurm_port(4242, 3), 20000 + ((16 * 4242 + 3) % 12000) as u16);
+        for (job, step) in [(0, 0), (u64::from(u32::MAX), 15), (749, 15), (u64::MAX, u64::MAX)] {
+            assert!((20000..32000).contains(&slurm_port(job, step)));
+        }
+        let ports: std::collections::HashSet<u16> = (1000..1750).map(|j| slurm_port(j, 0)).collect();
+        assert_eq!(ports.len(), 750, "750 consecutive jobs get 750 ports");
+        // What is set by hand wins.
+        let e = step("10", &[("MASTER_ADDR", "10.1.1.1"), ("MASTER_PORT", "29999")]);
+        assert_eq!((e.master_addr.as_str(), e.master_port), ("10.1.1.1", 29999));
+        // The job's list when the step's is missing; one node: loopback.
+        let one = env(&[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "3"),
+            ("SLURM_TASKS_PER_NODE", "8"),
+            ("SLURM_JOB_NODELIST", "vm"),
+            ("SLURM_JOB_ID", "7"),
+        ])
+        .unwrap();
+        assert_eq!((one.master_addr.as_str(), one.local_world_size), ("127.0.0.1", 8));
+        assert_eq!(one.master_port, slurm_port(7, 0));
+        assert!(one.rendezvous_why.contains("SLURM_JOB_NODELIST='vm'"), "{}", one.rendezvous_why);
+    }
+
+    #[test]
+    fn srun_errors_say_what_was_tried() {
+        let base = [("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("SLURM_JOB_ID", "5")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            env(&v).unwrap_err().0
+        };
+        let e = with(&[]);
+        assert!(e.contains("MASTER_ADDR") && e.contains("SLURM_STEP_NODELIST, SLURM_JOB_NODELIST"), "{e}");
+        let e = with(&[("SLURM_STEP_NODELIST", "node[01-04")]);
+        assert!(e.contains("SLURM_STEP_NODELIST='node[01-04'") && e.contains("never closed"), "{e}");
+        let e = with(&[("SLURM_STEP_NODELIST", "n[1-2]"), ("SLURM_STEP_ID", "batch")]);
+        assert!(e.contains("SLURM_STEP_ID='batch'") && e.contains("MASTER_PORT"), "{e}");
+        let e =
+            with(&[("SLURM_STEP_NODELIST", "n[1-2]"), ("SLURM_STEP_TASKS_PER_NODE", "1(x1)"), ("SLURM_NODEID", "1")]);
+        assert!(e.contains("SLURM_STEP_TASKS_PER_NODE='1(x1)'") && e.contains("node 1"), "{e}");
+    }
+
+    #[test]
+    fn mpirun_on_one_node_needs_nothing_set_by_hand() {
+        let rank = |r: &'static str, local: &'static str| {
+            env(&[
+                ("OMPI_COMM_WORLD_RANK", r),
+                ("OMPI_COMM_WORLD_SIZE", "8"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", r),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", local),
+                ("PMIX_NAMESPACE", "444858369"),
+                ("OMPI_MCA_ess_base_jobid", "444858369"),
+                // mpirun inside a Slurm allocation: the allocation's variables are not the ranks'.
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "1"),
+            ])
+        };
+        let (a, b) = (rank("0", "8").unwrap(), rank("7", "8").unwrap());
+        assert_eq!((a.rank, b.rank, a.launcher), (0, 7, LauncherKind::OpenMpi));
+        assert_eq!(a.master_addr, "127.0.0.1");
+        assert_eq!((a.master_port, b.master_port), (hashed_port("444858369"), hashed_port("444858369")));
+        assert!((20000..32000).contains(&a.master_port));
+        assert!(a.rendezvous_why.contains("PMIX_NAMESPACE"), "{}", a.rendezvous_why);
+        let e = rank("0", "4").unwrap_err().0;
+        assert!(e.contains("OMPI_COMM_WORLD_LOCAL_SIZE='4'") && e.contains("-x MASTER_ADDR -x MASTER_PORT"), "{e}");
     }
 
     #[test]

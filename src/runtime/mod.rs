@@ -10,6 +10,7 @@ pub mod env;
 pub mod error;
 pub mod groups;
 pub mod host;
+pub mod hostlist;
 mod init;
 mod init_args;
 mod leave;

@@ -266,8 +266,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             }
             RuntimeError::Store(match e {
                 StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
-                    "rank 0 cannot host the rendezvous store on MASTER_PORT={}: {m}",
-                    env.master_port
+                    "rank 0 cannot host the rendezvous store on MASTER_PORT={} ({}): {m}",
+                    env.master_port, env.rendezvous_why
                 )),
                 other => other,
             })
@@ -278,9 +278,10 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let unreachable = |source| RuntimeError::StoreConnect {
         what: format!(
-            "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT)",
+            "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT; {})",
             crate::quote::clip(&env.master_addr),
-            env.master_port
+            env.master_port,
+            env.rendezvous_why
         ),
         source,
     };
