@@ -133,11 +133,17 @@ void case_one_rank(const Plugin &p) {
   spec.size = 1;
   spec.timeout_ms = 10000;
   spec.buffer_size_mb = 64;
+  spec.host_addr = "127.0.0.1";
+  const char *ifname = std::getenv("HCCL_SOCKET_IFNAME");
   void *comm = nullptr;
   char err[1024] = "";
   int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
   CHECK(rc == MCORE_HCCL_OK && comm != nullptr, "create: %d %s", rc, err);
   if (comm == nullptr) return;
+  // The root's interface: the group's host_addr, unless HCCL_SOCKET_IFNAME chose one.
+  const char *ip = std::getenv("HCCL_IF_IP");
+  if (ifname == nullptr) CHECK(ip != nullptr && std::strcmp(ip, "127.0.0.1") == 0, "HCCL_IF_IP=%s", ip ? ip : "(unset)");
+  else CHECK(ip == nullptr, "HCCL_IF_IP=%s set although HCCL_SOCKET_IFNAME=%s", ip, ifname);
   CHECK(store.kv.count("tp/0/hccl_root_info") == 1 && store.kv["tp/0/hccl_root_info"].size() == 4108, "root info stored");
   void *again = nullptr;
   rc = p.create_group(&spec, &cb, &again, err, sizeof err);
