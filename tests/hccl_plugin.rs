@@ -96,6 +96,10 @@ fn stub_child() {
             assert_eq!(v, [7]);
             assert!(b.split(&mut world, 0, 0, None).unwrap().is_none(), "a non-member got a communicator");
             tp.destroy().unwrap();
+            // Abort (recovery's release) on a thread without a current device.
+            let g = GroupInfo::new("pp/0", vec![0], 0, T).unwrap();
+            let mut pp = b.split(&mut world, 0, 0, Some(&g)).unwrap().expect("a member got no communicator");
+            std::thread::spawn(move || pp.abort()).join().unwrap().unwrap();
             world.destroy().unwrap();
         }
         other => panic!("unknown case {other}"),
@@ -132,6 +136,7 @@ fn run_children(case: &str, ranks: u32, variant: &str) {
         assert!(out.status.success() && text.contains(&format!("CHILD-OK rank={r}")), "rank {r}: {text}");
         if case == "split" {
             assert!(text.contains("falling back to a communicator from root info"), "rank {r}: {text}");
+            assert!(text.contains("group pp/0: aclrtDeviceTaskAbort(0) returned 0"), "rank {r}: {text}");
         }
         if case == "group" {
             assert!(text.contains("HcclCommDestroy succeeded after 3 tries"), "rank {r}: {text}");
