@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -29,8 +30,8 @@ const HcclApi *api_or(Status *st, const std::string &what) {
   return api;
 }
 
-// The device for a new communicator: the thread's current one when set, else `requested`, else
-// LOCAL_RANK, else 0 (then set on this thread).
+// The device for a new communicator: `requested` (the C API's spec) when given, else the thread's
+// current one when set, else MCORE_HCCL_DEVICE, else LOCAL_RANK, else 0 (then set on this thread).
 Status choose_device(const HcclApi *api, int32_t requested, const std::string &group, int32_t *out) {
   int32_t cur = -1;
   if (requested < 0 && api->GetDevice(&cur) == ACL_SUCCESS && cur >= 0) {
@@ -38,7 +39,17 @@ Status choose_device(const HcclApi *api, int32_t requested, const std::string &g
     return {};
   }
   int32_t dev = requested;
-  const char *why = "the init arguments";
+  const char *why = "the group spec";
+  const char *explicit_dev = std::getenv("MCORE_HCCL_DEVICE");
+  if (dev < 0 && explicit_dev != nullptr && *explicit_dev != '\0') {
+    char *end = nullptr;
+    long v = std::strtol(explicit_dev, &end, 10);
+    if (*end != '\0' || v < 0 || v >= INT32_MAX)
+      return fail(MCORE_HCCL_INVALID_ARGUMENT,
+                  std::string("MCORE_HCCL_DEVICE=") + explicit_dev + " is not a device number");
+    dev = static_cast<int32_t>(v);
+    why = "MCORE_HCCL_DEVICE";
+  }
   if (dev < 0) {
     const char *lr = std::getenv("LOCAL_RANK");
     char *end = nullptr;
@@ -232,10 +243,18 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
   int64_t connect_s = 0;
   Status st = connect_timeout_s(&connect_s);
   if (!st.ok()) return st;
-  if (spec.timeout_ms != 0 && static_cast<uint64_t>(connect_s + kConnectGraceS) * 1000 > spec.timeout_ms)
-    debug("group " + name + ": HCCL waits up to HCCL_CONNECT_TIMEOUT + 20 = " + std::to_string(connect_s + 20) +
-          " s for its peers, longer than the group's " + std::to_string(spec.timeout_ms) +
-          " ms; members are awaited through the store first, within the group's bound");
+  if (spec.timeout_ms != 0 && static_cast<uint64_t>(connect_s + kConnectGraceS) * 1000 > spec.timeout_ms) {
+    std::string line = "group " + name + ": HCCL waits up to HCCL_CONNECT_TIMEOUT + 20 = " +
+                       std::to_string(connect_s + kConnectGraceS) + " s for its peers, longer than the group's " +
+                       std::to_string(spec.timeout_ms) +
+                       " ms; members are awaited through the store first, within the group's bound, but a connection "
+                       "HCCL cannot make once all arrived ends only at HCCL's timeout (HCCL_CONNECT_TIMEOUT, 120..7200 s)";
+    static std::once_flag once;
+    bool first = false;
+    std::call_once(once, [&] { first = true; });
+    if (first) warn(line);
+    else debug(line);
+  }
   const HcclApi *api = api_or(&st, "group " + name);
   if (api == nullptr) return st;
   HcclCommConfig config;

@@ -140,6 +140,13 @@ void case_one_rank(const Plugin &p) {
   int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
   CHECK(rc == MCORE_HCCL_OK && comm != nullptr, "create: %d %s", rc, err);
   if (comm == nullptr) return;
+  // No current device on this thread: the plugin set MCORE_HCCL_DEVICE's, else 0 (no LOCAL_RANK).
+  void *acl = dlopen(std::getenv("MCORE_HCCL_ACL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  auto get_device = acl ? reinterpret_cast<int32_t (*)(int32_t *)>(dlsym(acl, "aclrtGetDevice")) : nullptr;
+  int32_t dev = -1;
+  const char *want_dev = std::getenv("MCORE_HCCL_DEVICE");
+  CHECK(get_device != nullptr && get_device(&dev) == 0 && dev == (want_dev ? std::atoi(want_dev) : 0),
+        "current device %d", dev);
   // The root's interface: the group's host_addr, unless HCCL_SOCKET_IFNAME chose one.
   const char *ip = std::getenv("HCCL_IF_IP");
   if (ifname == nullptr) CHECK(ip != nullptr && std::strcmp(ip, "127.0.0.1") == 0, "HCCL_IF_IP=%s", ip ? ip : "(unset)");
