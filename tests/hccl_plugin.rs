@@ -1,7 +1,10 @@
 //! The HCCL backend plugin (backends/hccl) loaded through the library's plugin loader, as
 //! `--backend hccl` will load it: without libhccl.so creating a group fails naming libhccl.so;
-//! with the stand-in libhccl.so of its tests, two real processes exchange root info through a
-//! file store and get communicators, and a split names the missing HcclCreateSubCommConfig.
+//! with the test doubles of libhccl.so and libascendcl.so (backends/hccl/tests/double, for the
+//! plugin's logic only), two real processes exchange root info through a file store, get
+//! communicators whose all-reduce sums across the processes, and destroy them from another thread
+//! (which has no current device of its own); a split without HcclCreateSubCommConfig falls back
+//! to a communicator from root info.
 //!
 //! Needs the plugin built (scripts/test.d/31-hccl-plugin.sh builds it into target/hccl-plugin/
 //! and sets MCORE_HCCL_TEST_REQUIRE=1); otherwise the tests say why and pass.
@@ -71,19 +74,32 @@ fn stub_child() {
     let rank: u32 = std::env::var("MCORE_HCCL_TEST_RANK").unwrap().parse().unwrap();
     match case.as_str() {
         "group" => {
+            assert!(b.supports_allreduce() && b.prefers_per_group());
             let g = GroupInfo::new("tp/0", vec![0, 1], rank, T).unwrap();
-            let comm = b.create_group(&g, file_store(&dir)).unwrap();
+            let mut comm = b.create_group(&g, file_store(&dir)).unwrap();
             assert_eq!((comm.rank(), comm.size()), (rank, 2));
             assert!(!comm.raw_handle().is_null());
-            comm.destroy().unwrap();
+            let mut v = [i64::from(rank) + 1, 10, -(1 << 40)];
+            comm.allreduce_sum_i64(&mut v).unwrap();
+            assert_eq!(v, [3, 20, -(2 << 40)], "the sum over both processes");
+            comm.barrier().unwrap();
+            // Destroyed on a thread that never set a device: the plugin sets the communicator's.
+            std::thread::spawn(move || comm.destroy()).join().unwrap().unwrap();
         }
         "split" => {
             let w = GroupInfo::new("world", vec![0], 0, T).unwrap();
             let mut world = b.create_world(&w, file_store(&dir)).unwrap();
             let g = GroupInfo::new("tp/0", vec![0], 0, T).unwrap();
-            let err = b.split(&mut world, 0, 0, Some(&g)).unwrap_err().to_string();
-            assert!(err.contains("HcclCreateSubCommConfig") && err.contains("tp/0"), "{err}");
+            let mut tp = b.split(&mut world, 0, 0, Some(&g)).unwrap().expect("a member got no communicator");
+            let mut v = [7i64];
+            tp.allreduce_sum_i64(&mut v).unwrap();
+            assert_eq!(v, [7]);
             assert!(b.split(&mut world, 0, 0, None).unwrap().is_none(), "a non-member got a communicator");
+            tp.destroy().unwrap();
+            // Abort (recovery's release) on a thread without a current device.
+            let g = GroupInfo::new("pp/0", vec![0], 0, T).unwrap();
+            let mut pp = b.split(&mut world, 0, 0, Some(&g)).unwrap().expect("a member got no communicator");
+            std::thread::spawn(move || pp.abort()).join().unwrap().unwrap();
             world.destroy().unwrap();
         }
         other => panic!("unknown case {other}"),
@@ -91,8 +107,9 @@ fn stub_child() {
     println!("CHILD-OK rank={rank}");
 }
 
-fn run_children(case: &str, ranks: u32) {
-    let Some(stub) = built("build/stub/libhccl.so") else { return };
+fn run_children(case: &str, ranks: u32, variant: &str) {
+    let Some(stub) = built(&format!("double/{variant}/libhccl.so")) else { return };
+    let Some(acl) = built("double/acl/libascendcl.so") else { return };
     let dir = temp_dir(case);
     std::fs::create_dir_all(&dir).unwrap();
     let children: Vec<_> = (0..ranks)
@@ -101,6 +118,9 @@ fn run_children(case: &str, ranks: u32) {
                 .args(["--exact", "stub_child", "--ignored", "--nocapture", "--test-threads=1"])
                 .env(CHILD_ENV, case)
                 .env("MCORE_HCCL_LIBRARY", &stub)
+                .env("MCORE_HCCL_ACL_LIBRARY", &acl)
+                .env("MCORE_HCCL_DOUBLE_DIR", &dir)
+                .env("MCORE_LOG", "debug")
                 .env("MCORE_HCCL_TEST_DIR", &dir)
                 .env("MCORE_HCCL_TEST_RANK", r.to_string())
                 .stdout(std::process::Stdio::piped())
@@ -114,16 +134,28 @@ fn run_children(case: &str, ranks: u32) {
         let out = c.wait_with_output().unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains(&format!("CHILD-OK rank={r}")), "rank {r}: {text}");
+        if case == "split" {
+            assert!(text.contains("falling back to a communicator from root info"), "rank {r}: {text}");
+            assert!(text.contains("group pp/0: aclrtDeviceTaskAbort(0) returned 0"), "rank {r}: {text}");
+        }
+        if case == "group" {
+            assert!(text.contains("HcclCommDestroy succeeded after 3 tries"), "rank {r}: {text}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn two_processes_exchange_root_info_through_the_store() {
-    run_children("group", 2);
+fn two_processes_exchange_root_info_and_sum_across_them() {
+    run_children("group", 2, "gen12");
 }
 
 #[test]
-fn split_without_sub_comm_support_names_the_symbol() {
-    run_children("split", 1);
+fn two_processes_on_the_oldest_config_generation() {
+    run_children("group", 2, "gen2");
+}
+
+#[test]
+fn split_without_sub_comm_support_falls_back_to_root_info() {
+    run_children("split", 1, "gen12-nosplit");
 }

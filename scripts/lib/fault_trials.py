@@ -55,7 +55,7 @@ def run_trial(i, world, victim, point, sig, a, rng):
         "MASTER_PORT": str(port),
         "LD_LIBRARY_PATH": a.plugin_dir + (":" + os.environ["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in os.environ else ""),
     })
-    argv = [a.selftest, "--json", "--backend", "gloo", "--timeout", str(a.timeout), "--tp", "2", "--pp", "2",
+    argv = [a.selftest, "--json", "--backend", a.backend, "--timeout", str(a.timeout), "--tp", "2", "--pp", "2",
             "--fault", f"{victim}:{point}:{sig}"]
     # A fault during recovery: rank `failed` is killed after init (--fail-rank, by rank 0) and the
     # victim goes as the survivors begin to recover. The chain's deadline: init (T), then the
@@ -119,6 +119,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--selftest", required=True)
     p.add_argument("--plugin-dir", required=True)
+    p.add_argument("--backend", default="gloo", help="the backend under test (its plugin in --plugin-dir)")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--seed", type=int, default=23)
     p.add_argument("--timeout", type=float, default=5.0)

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Build the HCCL backend plugin (backends/hccl, C++17, CMake; no Ascend toolkit needed) into
 # target/hccl-plugin/libmcore_init_hccl.so and run its tests: the C++ cases (ctest: no libhccl.so,
-# a library without HCCL's symbols, root-info exchange, config and timeouts against a stand-in
-# libhccl.so) and tests/hccl_plugin.rs (the plugin loaded through the library's plugin loader).
+# a library without HCCL's symbols, config generations, timeouts, a missing peer, against the test
+# doubles of libhccl.so and libascendcl.so in target/hccl-plugin/double), tests/hccl_plugin.rs
+# (the plugin loaded through the library's plugin loader, two real processes), and mcore-selftest
+# --backend hccl through mcore-launch with the doubles: 1, 2, 4 and 8 processes (tp2 pp2 cp2 at 8)
+# with verification on, once per config generation the double models, once without int64, split
+# with and without HcclCreateSubCommConfig (the fallback said at MCORE_LOG=debug), and peers that
+# never arrive (scripts/lib/fault_trials.py). The doubles are for the plugin's logic only: real
+# HCCL is not tested here (docs/backends.md says what to run on an Ascend node).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 build=target/hccl-plugin/build
@@ -19,5 +25,52 @@ suite_count_ctest ctest "$log"
 MCORE_HCCL_TEST_REQUIRE=1 cargo test --release --locked --test hccl_plugin >"$log" 2>&1
 cat "$log"
 suite_count_cargo "tests/hccl_plugin.rs" "$log"
+# mcore-selftest --backend hccl through mcore-launch, with the doubles.
+cargo build --release --locked --quiet --bins || suite_abort hccl-plugin "cargo build --bins"
+dbl=$PWD/target/hccl-plugin/double
+world() {  # world LABEL N VARIANT STRATEGY|- TEXT|- [VAR=VALUE...] -- SELFTEST_ARGS...
+  local label=$1 n=$2 variant=$3 strategy=$4 text=$5 dir
+  shift 5
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  dir=$(mktemp -d)
+  echo "hccl-plugin: $label: $n processes, double $variant: mcore-selftest $*"
+  env "${envs[@]}" LD_LIBRARY_PATH="$PWD/target/hccl-plugin" MCORE_HCCL_LIBRARY="$dbl/$variant/libhccl.so" \
+    MCORE_HCCL_ACL_LIBRARY="$dbl/acl/libascendcl.so" MCORE_HCCL_DOUBLE_DIR="$dir" \
+    timeout 300 ./target/release/mcore-launch --nproc "$n" --timeout 120 -- \
+    ./target/release/mcore-selftest --backend hccl --json "$@" >"$log" 2>&1
+  local rc=$?
+  if [ "$rc" -eq 0 ] && python3 scripts/lib/hccl_world.py "$log" "$n" "$strategy" "${text#-}"; then
+    suite_ok
+  else
+    echo "  (mcore-launch exit $rc)"; suite_bad "selftest $label"
+  fi
+  rm -rf "$dir"
+}
+world "1 process" 1 gen12 per-group - --
+world "2 processes" 2 gen12 per-group - -- --tp 2
+world "4 processes" 4 gen12 per-group - -- --tp 2 --pp 2
+world "8 processes" 8 gen12 per-group "HcclCommDestroy succeeded after 3 tries" MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2
+world "8, config generation 2 (version 1, no capability call)" 8 gen2 per-group "config version 1 (32 bytes" \
+  MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2
+world "8, config generation 4 (no 'not set')" 8 gen4 per-group "capability 4, buffer 200, deterministic 0" \
+  MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2
+world "8, no int64 all-reduce" 8 gen12 per-group "summing int32" MCORE_LOG=debug MCORE_HCCL_DOUBLE_NO_INT64=1 -- \
+  --tp 2 --pp 2 --cp 2
+world "8, split with HcclCreateSubCommConfig" 8 gen12 split - -- --tp 2 --pp 2 --cp 2 --comm-strategy split
+world "8, split without HcclCreateSubCommConfig" 8 gen12-nosplit split "falling back to a communicator from root info" \
+  MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 --comm-strategy split
+# A peer that never arrives (stopped before init, or after its check-in): every other rank ends
+# within the deadline (T = 5 s, + 2 s) naming it.
+hccl_faults() {
+  MCORE_HCCL_LIBRARY="$dbl/gen12/libhccl.so" MCORE_HCCL_ACL_LIBRARY="$dbl/acl/libascendcl.so" \
+    MCORE_HCCL_DOUBLE_DIR="$1" python3 scripts/lib/fault_trials.py --selftest target/release/mcore-selftest \
+    --plugin-dir "$PWD/target/hccl-plugin" --backend hccl --trials 4 --worlds 4,8 --victim 3 \
+    --only start:stop,checkin:stop --seed 25 --timeout 5 --json-out target/hccl-faults.json
+}
+fdir=$(mktemp -d)
+suite_check "hccl: a peer that never arrives (4 trials, T = 5 s)" hccl_faults "$fdir"
+rm -rf "$fdir"
 rm -f "$log"
 suite_end hccl-plugin

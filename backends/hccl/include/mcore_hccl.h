@@ -22,6 +22,7 @@ extern "C" {
 #define MCORE_HCCL_BACKEND 12
 #define MCORE_HCCL_UNSUPPORTED 13
 #define MCORE_HCCL_LIBRARY_LOAD 14
+#define MCORE_HCCL_PEER_FAILED 19
 
 /* The rendezvous store, as callbacks (user_data first). */
 typedef struct mcore_hccl_store {
@@ -41,18 +42,24 @@ typedef struct mcore_hccl_group_spec {
   uint32_t rank;           /* this rank's index in the group */
   uint64_t timeout_ms;     /* how long to wait for the root info in the store */
   int32_t device;          /* Ascend device to select with aclrtSetDevice, or -1 to keep the current */
-  uint32_t buffer_size_mb; /* hcclBufferSize, 0 = HCCL's default */
+  uint32_t buffer_size_mb; /* hcclBufferSize, 0 = HCCL's default (HCCL_BUFFSIZE or 200 MB) */
+  uint32_t deterministic;  /* hcclDeterministic 0, 1 or 2; 0xffffffff = HCCL's default (HCCL_DETERMINISTIC) */
+  const char *host_addr;   /* group rank 0's root-info interface (HCCL_IF_IP) unless HCCL_IF_IP or
+                              HCCL_SOCKET_IFNAME is set; NULL = HCCL's choice */
 } mcore_hccl_group_spec;
 
-/* Fill a spec with defaults (device -1, 300 s, HCCL's buffer size). */
+/* Fill a spec with defaults (device -1 = the thread's current device, else LOCAL_RANK, else 0;
+ * 300 s; HCCL's buffer size and deterministic setting). */
 void mcore_hccl_group_spec_init(mcore_hccl_group_spec *spec);
 
 /* Open libhccl.so and resolve its symbols (done once; later calls return the first result). */
 int32_t mcore_hccl_load(char *err, size_t err_len);
 
 /* Create this rank's communicator of a group: group rank 0 calls HcclGetRootInfo and publishes the
- * 4108 bytes under "<name>/hccl_root_info"; the others read them; then every member calls
- * HcclCommInitRootInfoConfig (bounded by HCCL_CONNECT_TIMEOUT). *out_comm is written on success. */
+ * 4108 bytes under "<name>/hccl_root_info"; the others read them; every member announces itself
+ * under "<name>/hccl_arrived/<rank>" and waits for the others (up to timeout_ms, naming the ranks
+ * that did not come); then every member calls HcclCommInitRootInfoConfig (bounded by
+ * HCCL_CONNECT_TIMEOUT). *out_comm (an opaque handle of this plugin) is written on success. */
 int32_t mcore_hccl_create_group(const mcore_hccl_group_spec *spec, const mcore_hccl_store *store, void **out_comm,
                                 char *err, size_t err_len);
 
@@ -61,11 +68,17 @@ int32_t mcore_hccl_create_group(const mcore_hccl_group_spec *spec, const mcore_h
 int32_t mcore_hccl_create_subgroup(void *parent, const char *name, const uint32_t *parent_ranks, uint32_t n,
                                    uint32_t sub_rank, uint64_t sub_comm_id, void **out_comm, char *err, size_t err_len);
 
-/* HcclCommDestroy; NULL is a no-op. */
+/* HcclCommDestroy (retried while HCCL answers HCCL_E_AGAIN, within the group's timeout) on the
+ * communicator's device, from any thread; frees its stream and buffers. NULL is a no-op. */
 int32_t mcore_hccl_destroy(void *comm, char *err, size_t err_len);
 
+/* In-place sum of count int64 values over the communicator (HcclAllReduce on the communicator's
+ * stream with device buffers; int32 where the library does not support int64), bounded by the
+ * group's timeout. */
+int32_t mcore_hccl_allreduce_sum_i64(void *comm, int64_t *inout, size_t count, char *err, size_t err_len);
+
 /* The connect timeout HCCL will use, in seconds (HCCL_CONNECT_TIMEOUT, default 120), or -1 and a
- * message when the variable is not a whole number of seconds. */
+ * message when the variable is not a whole number of seconds in HCCL's documented 120..7200. */
 int64_t mcore_hccl_connect_timeout_s(char *err, size_t err_len);
 
 #ifdef __cplusplus

@@ -2,22 +2,24 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <strings.h>
 
 namespace mcore_hccl {
 
+ConfigInfo config_info(const HcclCommConfig *config) {
+  ConfigInfo info;
+  static_assert(sizeof(ConfigInfo) == sizeof(config->reserved), "HcclCommConfig info header is 24 bytes");
+  std::memcpy(&info, config->reserved, sizeof(info));
+  return info;
+}
+
 void config_init(HcclCommConfig *config) {
   std::memset(config, 0, sizeof(*config));
-  struct Info {
-    size_t size;
-    uint32_t magic;
-    uint32_t version;
-    uint64_t reserved;
-  };
-  static_assert(sizeof(Info) == sizeof(config->reserved), "HcclCommConfig info header is 24 bytes");
-  Info info{sizeof(HcclCommConfig), kConfigMagic, kConfigVersion, 0};
+  ConfigInfo info{sizeof(HcclCommConfig), kConfigMagic, kConfigVersion, 0};
   std::memcpy(config->reserved, &info, sizeof(info));
   config->hcclBufferSize = kNotSet;
   config->hcclDeterministic = kNotSet;
@@ -29,6 +31,17 @@ void config_init(HcclCommConfig *config) {
   config->hcclSymWinMaxMemSizePerRank = 16;  // HCCL_DEFAULT_SYMMETRIC_MEMORY_STRIDE
 }
 
+bool debug_enabled() {
+  const char *v = std::getenv("MCORE_LOG");
+  return v != nullptr && strcasecmp(v, "debug") == 0;
+}
+
+void debug(const std::string &line) {
+  if (debug_enabled()) std::fprintf(stderr, "mcore_init hccl: debug: %s\n", line.c_str());
+}
+
+void warn(const std::string &line) { std::fprintf(stderr, "mcore_init hccl: warning: %s\n", line.c_str()); }
+
 namespace {
 
 std::mutex g_mutex;
@@ -37,17 +50,45 @@ HcclApi g_api;
 std::string g_error;
 
 template <typename F>
-bool resolve(void *handle, const char *name, F *out, const std::string &path, std::string *err) {
+bool resolve(void *handle, const char *name, F *out, const std::string &path, const char *what, std::string *err) {
   dlerror();
   void *p = dlsym(handle, name);
   if (p == nullptr) {
     if (err != nullptr) {
       const char *why = dlerror();
-      *err = path + " is not a usable HCCL library: symbol " + name + " is missing (" + (why ? why : "not found") + ")";
+      *err = path + " is not a usable " + what + " library: symbol " + name + " is missing (" +
+             (why ? why : "not found") + ")";
     }
     return false;
   }
   *out = reinterpret_cast<F>(p);
+  return true;
+}
+
+bool load_acl(HcclApi *api, std::string *err) {
+  const char *env = std::getenv("MCORE_HCCL_ACL_LIBRARY");
+  std::string path = (env != nullptr && *env != '\0') ? env : "libascendcl.so";
+  void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char *why = dlerror();
+    *err = "libascendcl.so could not be loaded (tried " + path + ": " + (why ? why : "unknown error") +
+           "); HCCL needs it for the device, its buffers and streams. Source the CANN toolkit's set_env.sh, or set "
+           "MCORE_HCCL_ACL_LIBRARY to the file";
+    return false;
+  }
+  api->acl_path = path;
+  const char *w = "AscendCL";
+  if (!resolve(h, "aclrtSetDevice", &api->SetDevice, path, w, err) ||
+      !resolve(h, "aclrtGetDevice", &api->GetDevice, path, w, err) ||
+      !resolve(h, "aclrtMalloc", &api->Malloc, path, w, err) || !resolve(h, "aclrtFree", &api->Free, path, w, err) ||
+      !resolve(h, "aclrtMemcpy", &api->Memcpy, path, w, err) ||
+      !resolve(h, "aclrtCreateStream", &api->CreateStream, path, w, err) ||
+      !resolve(h, "aclrtDestroyStream", &api->DestroyStream, path, w, err) ||
+      !resolve(h, "aclrtSynchronizeStreamWithTimeout", &api->SynchronizeStreamWithTimeout, path, w, err)) {
+    dlclose(h);
+    return false;
+  }
+  resolve(h, "aclrtDeviceTaskAbort", &api->DeviceTaskAbort, path, w, nullptr);
   return true;
 }
 
@@ -64,15 +105,27 @@ bool load_locked(std::string *err) {
   }
   HcclApi api;
   api.path = path;
-  if (!resolve(h, "HcclGetRootInfo", &api.GetRootInfo, path, err) ||
-      !resolve(h, "HcclCommInitRootInfoConfig", &api.CommInitRootInfoConfig, path, err) ||
-      !resolve(h, "HcclCommDestroy", &api.CommDestroy, path, err) ||
-      !resolve(h, "HcclGetErrorString", &api.GetErrorString, path, err)) {
+  const char *w = "HCCL";
+  if (!resolve(h, "HcclGetRootInfo", &api.GetRootInfo, path, w, err) ||
+      !resolve(h, "HcclCommInitRootInfoConfig", &api.CommInitRootInfoConfig, path, w, err) ||
+      !resolve(h, "HcclCommDestroy", &api.CommDestroy, path, w, err) ||
+      !resolve(h, "HcclAllReduce", &api.AllReduce, path, w, err) ||
+      !resolve(h, "HcclBarrier", &api.Barrier, path, w, err)) {
     dlclose(h);
     return false;
   }
-  resolve(h, "HcclCreateSubCommConfig", &api.CreateSubCommConfig, path, nullptr);
-  g_api = api;  // the handle stays open for the process
+  resolve(h, "HcclGetErrorString", &api.GetErrorString, path, w, nullptr);
+  resolve(h, "HcclCreateSubCommConfig", &api.CreateSubCommConfig, path, w, nullptr);
+  resolve(h, "HcclGetCommConfigCapability", &api.GetCommConfigCapability, path, w, nullptr);
+  resolve(h, "HcclGetCommAsyncError", &api.GetCommAsyncError, path, w, nullptr);
+  // After libhccl.so, whose own dependency on libascendcl.so is then already loaded: one copy of
+  // the runtime (and of its per-thread current device) serves both.
+  if (!load_acl(&api, err)) return false;
+  debug(path + " loaded: config capability " + std::to_string(api.capability()) +
+        (api.GetCommConfigCapability ? "" : " (no HcclGetCommConfigCapability)") +
+        (api.CreateSubCommConfig ? "" : ", no HcclCreateSubCommConfig") +
+        (api.DeviceTaskAbort ? "" : ", no aclrtDeviceTaskAbort"));
+  g_api = api;  // the handles stay open for the process
   return true;
 }
 
@@ -89,18 +142,6 @@ const HcclApi *HcclApi::get(std::string *err) {
     return nullptr;
   }
   return &g_api;
-}
-
-bool load_acl(std::string *err) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_api.AclrtSetDevice != nullptr) return true;
-  void *h = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char *why = dlerror();
-    *err = std::string("libascendcl.so could not be loaded to select the device (") + (why ? why : "unknown error") + ")";
-    return false;
-  }
-  return resolve(h, "aclrtSetDevice", &g_api.AclrtSetDevice, "libascendcl.so", err);
 }
 
 std::string HcclApi::describe(HcclResult rc) const {

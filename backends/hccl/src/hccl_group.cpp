@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace mcore_hccl {
@@ -11,20 +14,198 @@ namespace mcore_hccl {
 namespace {
 
 constexpr int64_t kDefaultConnectTimeoutS = 120;  // HCCL's default for HCCL_CONNECT_TIMEOUT
+constexpr int64_t kMinConnectTimeoutS = 120;      // HCCL_CONNECT_TIMEOUT's documented range
+constexpr int64_t kMaxConnectTimeoutS = 7200;
+constexpr int64_t kConnectGraceS = 20;  // HCCL waits HCCL_CONNECT_TIMEOUT + 20 s
+constexpr uint32_t kDefaultBufferMb = 200;  // HCCL_BUFFSIZE's default
+
+using Clock = std::chrono::steady_clock;
 
 Status fail(int32_t code, std::string message) { return Status{code, std::move(message)}; }
 
-Status select_device(int32_t device, const std::string &group) {
-  if (device < 0) return {};
+const HcclApi *api_or(Status *st, const std::string &what) {
   std::string err;
-  if (!load_acl(&err)) return fail(MCORE_HCCL_LIBRARY_LOAD, "group " + group + ": " + err);
-  std::string ignored;
-  const HcclApi *api = HcclApi::get(&ignored);
-  int32_t rc = api->AclrtSetDevice(device);
-  if (rc != 0)
-    return fail(MCORE_HCCL_BACKEND,
-                "group " + group + ": aclrtSetDevice(" + std::to_string(device) + ") failed with " + std::to_string(rc));
+  const HcclApi *api = HcclApi::get(&err);
+  if (api == nullptr) *st = fail(MCORE_HCCL_LIBRARY_LOAD, what + ": " + err);
+  return api;
+}
+
+// The device for a new communicator: `requested` (the C API's spec) when given, else the thread's
+// current one when set, else MCORE_HCCL_DEVICE, else LOCAL_RANK, else 0 (then set on this thread).
+Status choose_device(const HcclApi *api, int32_t requested, const std::string &group, int32_t *out) {
+  int32_t cur = -1;
+  if (requested < 0 && api->GetDevice(&cur) == ACL_SUCCESS && cur >= 0) {
+    *out = cur;
+    return {};
+  }
+  int32_t dev = requested;
+  const char *why = "the group spec";
+  const char *explicit_dev = std::getenv("MCORE_HCCL_DEVICE");
+  if (dev < 0 && explicit_dev != nullptr && *explicit_dev != '\0') {
+    char *end = nullptr;
+    long v = std::strtol(explicit_dev, &end, 10);
+    if (*end != '\0' || v < 0 || v >= INT32_MAX)
+      return fail(MCORE_HCCL_INVALID_ARGUMENT,
+                  std::string("MCORE_HCCL_DEVICE=") + explicit_dev + " is not a device number");
+    dev = static_cast<int32_t>(v);
+    why = "MCORE_HCCL_DEVICE";
+  }
+  if (dev < 0) {
+    const char *lr = std::getenv("LOCAL_RANK");
+    char *end = nullptr;
+    long v = (lr != nullptr && *lr != '\0') ? std::strtol(lr, &end, 10) : -1;
+    if (lr != nullptr && end != nullptr && *end == '\0' && v >= 0 && v < INT32_MAX) {
+      dev = static_cast<int32_t>(v);
+      why = "LOCAL_RANK";
+    } else {
+      dev = 0;
+      why = "the default (no current device, no LOCAL_RANK)";
+    }
+  }
+  aclError rc = api->SetDevice(dev);
+  if (rc != ACL_SUCCESS)
+    return fail(MCORE_HCCL_BACKEND, "group " + group + ": aclrtSetDevice(" + std::to_string(dev) + ") from " + why +
+                                        " failed with ACL error " + std::to_string(rc));
+  debug("group " + group + ": device " + std::to_string(dev) + " set from " + why);
+  *out = dev;
   return {};
+}
+
+// Make the communicator's device current on this thread (destroy and abort may run anywhere).
+Status enter_device(const HcclApi *api, const Comm *c) {
+  int32_t cur = -1;
+  if (api->GetDevice(&cur) == ACL_SUCCESS && cur == c->device) return {};
+  aclError rc = api->SetDevice(c->device);
+  if (rc != ACL_SUCCESS)
+    return fail(MCORE_HCCL_BACKEND, "group " + c->name + ": aclrtSetDevice(" + std::to_string(c->device) +
+                                        ") failed with ACL error " + std::to_string(rc));
+  return {};
+}
+
+int32_t sync_timeout_ms(uint64_t timeout_ms) {
+  if (timeout_ms == 0 || timeout_ms > static_cast<uint64_t>(INT32_MAX)) return INT32_MAX;
+  return static_cast<int32_t>(timeout_ms);
+}
+
+int32_t init_status(HcclResult rc) {
+  switch (rc) {
+    case HCCL_E_TIMEOUT:
+      return MCORE_HCCL_TIMEOUT;
+    case HCCL_E_TCP_CONNECT:
+    case HCCL_E_ROCE_CONNECT:
+    case HCCL_E_NETWORK:
+    case HCCL_E_REMOTE:
+      return MCORE_HCCL_PEER_FAILED;
+    default:
+      return MCORE_HCCL_BACKEND;
+  }
+}
+
+bool env_u32(const char *name, uint32_t *out) {
+  const char *v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  char *end = nullptr;
+  unsigned long x = std::strtoul(v, &end, 10);
+  if (*end != '\0' || x > UINT32_MAX) return false;
+  *out = static_cast<uint32_t>(x);
+  return true;
+}
+
+// The config the library understands: its version and size, explicit values where it does not
+// understand "not set", and an error naming the capability when a request cannot be honoured.
+Status build_config(const HcclApi *api, const std::string &name, uint32_t buffer_mb, uint32_t deterministic,
+                    HcclCommConfig *config) {
+  config_init(config);
+  const uint32_t cap = api->capability();
+  // "Not set" (0xffffffff) and deterministic 2 came with the releases that also added the
+  // execution-timeout option; earlier ones read 0xffffffff as a value and refuse it.
+  const bool knows_not_set = cap > CAP_EXEC_TIMEOUT;
+  if (deterministic != kNotSet && deterministic > 2)
+    return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + name + ": deterministic " + std::to_string(deterministic) +
+                                                 " is not one of 0, 1, 2");
+  if (deterministic == 2 && !knows_not_set)
+    return fail(MCORE_HCCL_UNSUPPORTED,
+                "group " + name + ": deterministic 2 (strict) needs a CANN whose HcclGetCommConfigCapability() "
+                "includes HCCL_COMM_CONFIG_EXEC_TIMEOUT (8); " + api->path + " reports " + std::to_string(cap) +
+                    (api->GetCommConfigCapability ? "" : " (it has no HcclGetCommConfigCapability)"));
+  if (buffer_mb != 0) config->hcclBufferSize = buffer_mb;
+  if (deterministic != kNotSet) config->hcclDeterministic = deterministic;
+  if (!knows_not_set) {
+    // Send what HCCL would have chosen from its environment.
+    if (config->hcclBufferSize == kNotSet && !env_u32("HCCL_BUFFSIZE", &config->hcclBufferSize))
+      config->hcclBufferSize = kDefaultBufferMb;
+    if (config->hcclDeterministic == kNotSet) {
+      const char *d = std::getenv("HCCL_DETERMINISTIC");
+      config->hcclDeterministic = (d != nullptr && strcasecmp(d, "true") == 0) ? 1 : 0;
+    }
+    config->hcclRdmaTrafficClass = 0;
+    config->hcclRdmaServiceLevel = 0;
+  }
+  if (cap > CAP_COMM_NAME) {
+    std::strncpy(config->hcclCommName, name.c_str(), kCommNameBytes - 1);
+  } else {
+    // The first config version: info header, buffer size, deterministic.
+    ConfigInfo info{kConfigV1Bytes, kConfigMagic, 1, 0};
+    std::memcpy(config->reserved, &info, sizeof(info));
+    debug("group " + name + ": " + api->path + " predates HCCL_COMM_CONFIG_COMM_NAME; config version 1 (" +
+          std::to_string(kConfigV1Bytes) + " bytes), no communicator name");
+  }
+  debug("group " + name + ": config version " + std::to_string(config_info(config).version) + ", " +
+        std::to_string(config_info(config).size) + " bytes, capability " + std::to_string(cap) + ", buffer " +
+        std::to_string(config->hcclBufferSize) + ", deterministic " + std::to_string(config->hcclDeterministic));
+  return {};
+}
+
+// A new Comm around an HCCL communicator: its stream, on its device.
+Status finish_comm(const HcclApi *api, HcclComm h, int32_t device, const std::string &name, uint32_t rank,
+                   uint32_t size, uint64_t timeout_ms, Comm **out) {
+  auto *c = new Comm();
+  c->handle = h;
+  c->device = device;
+  c->name = name;
+  c->rank = rank;
+  c->size = size;
+  c->timeout_ms = timeout_ms;
+  aclError rc = api->CreateStream(&c->stream);
+  if (rc != ACL_SUCCESS) {
+    c->stream = nullptr;
+    Status st = fail(MCORE_HCCL_BACKEND, "group " + name + ": aclrtCreateStream failed with ACL error " +
+                                             std::to_string(rc));
+    hccl_destroy(c, false);
+    return st;
+  }
+  *out = c;
+  return {};
+}
+
+// Wait until every member announced itself under <name>/hccl_arrived/<rank>: a peer that never
+// comes is named here, within the group's bound, instead of inside HCCL's uninterruptible init.
+Status wait_for_members(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, const std::string &name,
+                        Clock::time_point deadline) {
+  const std::string mine = name + "/hccl_arrived/" + std::to_string(spec.rank);
+  const uint8_t one = 1;
+  int32_t s = store.set(store.user_data, mine.c_str(), &one, 1);
+  if (s != MCORE_HCCL_OK) return fail(s, "group " + name + ": announcing rank " + std::to_string(spec.rank) + " failed");
+  std::vector<uint32_t> missing;
+  int32_t first = MCORE_HCCL_OK;
+  for (uint32_t r = 0; r < spec.size; ++r) {
+    if (r == spec.rank) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const std::string key = name + "/hccl_arrived/" + std::to_string(r);
+    uint8_t buf = 0;
+    size_t len = 0;
+    s = store.get(store.user_data, key.c_str(), &buf, 1, &len, static_cast<uint64_t>(std::max<int64_t>(left, 1)));
+    if (s != MCORE_HCCL_OK) {
+      missing.push_back(r);
+      if (first == MCORE_HCCL_OK) first = s;
+    }
+  }
+  if (missing.empty()) return {};
+  std::string list;
+  for (uint32_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return fail(first == MCORE_HCCL_OK ? MCORE_HCCL_TIMEOUT : first,
+              "group " + name + ": group rank(s) " + list + " of " + std::to_string(spec.size) +
+                  " did not arrive for HcclCommInitRootInfoConfig within " + std::to_string(spec.timeout_ms) + " ms");
 }
 
 }  // namespace
@@ -41,13 +222,17 @@ Status connect_timeout_s(int64_t *out) {
   if (errno != 0 || end == v || *end != '\0' || s <= 0)
     return fail(MCORE_HCCL_INVALID_ARGUMENT,
                 std::string("HCCL_CONNECT_TIMEOUT=") + v + " is not a positive whole number of seconds");
+  if (s < kMinConnectTimeoutS || s > kMaxConnectTimeoutS)
+    return fail(MCORE_HCCL_INVALID_ARGUMENT, std::string("HCCL_CONNECT_TIMEOUT=") + v +
+                                                 " is outside HCCL's documented range of 120..7200 seconds");
   *out = s;
   return {};
 }
 
 std::string root_info_key(const std::string &name) { return name + "/hccl_root_info"; }
 
-Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, HcclComm *out) {
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out) {
+  const auto start = Clock::now();
   std::string name = spec.name != nullptr ? spec.name : "";
   if (name.empty()) return fail(MCORE_HCCL_INVALID_ARGUMENT, "group spec has no name");
   if (spec.size == 0 || spec.rank >= spec.size)
@@ -58,15 +243,39 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
   int64_t connect_s = 0;
   Status st = connect_timeout_s(&connect_s);
   if (!st.ok()) return st;
-  std::string err;
-  const HcclApi *api = HcclApi::get(&err);
-  if (api == nullptr) return fail(MCORE_HCCL_LIBRARY_LOAD, "group " + name + ": " + err);
-  st = select_device(spec.device, name);
+  if (spec.timeout_ms != 0 && static_cast<uint64_t>(connect_s + kConnectGraceS) * 1000 > spec.timeout_ms) {
+    std::string line = "group " + name + ": HCCL waits up to HCCL_CONNECT_TIMEOUT + 20 = " +
+                       std::to_string(connect_s + kConnectGraceS) + " s for its peers, longer than the group's " +
+                       std::to_string(spec.timeout_ms) +
+                       " ms; members are awaited through the store first, within the group's bound, but a connection "
+                       "HCCL cannot make once all arrived ends only at HCCL's timeout (HCCL_CONNECT_TIMEOUT, 120..7200 s)";
+    static std::once_flag once;
+    bool first = false;
+    std::call_once(once, [&] { first = true; });
+    if (first) warn(line);
+    else debug(line);
+  }
+  const HcclApi *api = api_or(&st, "group " + name);
+  if (api == nullptr) return st;
+  HcclCommConfig config;
+  st = build_config(api, name, spec.buffer_size_mb, spec.deterministic, &config);
   if (!st.ok()) return st;
+  int32_t device = 0;
+  st = choose_device(api, spec.device, name, &device);
+  if (!st.ok()) return st;
+  const auto deadline = start + std::chrono::milliseconds(spec.timeout_ms == 0 ? INT32_MAX : spec.timeout_ms);
 
   HcclRootInfo root{};
   const std::string key = root_info_key(name);
   if (spec.rank == 0) {
+    const char *if_ip = std::getenv("HCCL_IF_IP");
+    const char *ifname = std::getenv("HCCL_SOCKET_IFNAME");
+    if ((if_ip == nullptr || *if_ip == '\0') && (ifname == nullptr || *ifname == '\0') && spec.host_addr != nullptr &&
+        *spec.host_addr != '\0') {
+      // HCCL reads HCCL_IF_IP when it builds the root info: bind where peers reach this host.
+      setenv("HCCL_IF_IP", spec.host_addr, 0);
+      debug("group " + name + ": HCCL_IF_IP=" + spec.host_addr + " (the address peers reach this host at)");
+    }
     HcclResult rc = api->GetRootInfo(&root);
     if (rc != HCCL_SUCCESS) return fail(MCORE_HCCL_BACKEND, "group " + name + ": HcclGetRootInfo failed: " + api->describe(rc));
     int32_t s = store.set(store.user_data, key.c_str(), reinterpret_cast<const uint8_t *>(root.internal), kRootInfoBytes);
@@ -83,59 +292,195 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
       return fail(MCORE_HCCL_BACKEND, "group " + name + ": root info under " + key + " is " + std::to_string(len) +
                                           " bytes, expected " + std::to_string(kRootInfoBytes));
   }
+  if (spec.size > 1) {
+    st = wait_for_members(spec, store, name, deadline);
+    if (!st.ok()) return st;
+  }
 
-  HcclCommConfig config;
-  config_init(&config);
-  if (spec.buffer_size_mb != 0) config.hcclBufferSize = spec.buffer_size_mb;
-  std::strncpy(config.hcclCommName, name.c_str(), kCommNameBytes - 1);
   HcclComm comm = nullptr;
   HcclResult rc = api->CommInitRootInfoConfig(spec.size, &root, spec.rank, &config, &comm);
   if (rc != HCCL_SUCCESS) {
     std::string msg = "group " + name + " (rank " + std::to_string(spec.rank) + " of " + std::to_string(spec.size) +
                       "): HcclCommInitRootInfoConfig failed: " + api->describe(rc);
-    if (rc == HCCL_E_TIMEOUT)
-      return fail(MCORE_HCCL_TIMEOUT, msg + "; peers did not connect within HCCL_CONNECT_TIMEOUT=" +
-                                          std::to_string(connect_s) + " s");
-    return fail(MCORE_HCCL_BACKEND, msg);
+    if (rc == HCCL_E_TIMEOUT) msg += "; peers did not connect within HCCL_CONNECT_TIMEOUT=" + std::to_string(connect_s) + " s";
+    if (rc == HCCL_E_PARA || rc == HCCL_E_MEMORY)
+      msg += " (config version " + std::to_string(config_info(&config).version) + ", " +
+             std::to_string(config_info(&config).size) + " bytes, capability " + std::to_string(api->capability()) + ")";
+    return fail(init_status(rc), msg);
   }
   if (comm == nullptr)
     return fail(MCORE_HCCL_BACKEND, "group " + name + ": HcclCommInitRootInfoConfig returned no communicator");
-  *out = comm;
-  return {};
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return finish_comm(api, comm, device, name, spec.rank, spec.size,
+                     spec.timeout_ms == 0 ? 0 : static_cast<uint64_t>(std::max<int64_t>(left, 1000)), out);
 }
 
-Status hccl_create_subgroup(HcclComm parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
-                            uint32_t sub_rank, uint64_t sub_comm_id, HcclComm *out) {
+Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
+                            uint32_t sub_rank, uint64_t sub_comm_id, Comm **out) {
   if (parent == nullptr || parent_ranks == nullptr || n == 0 || sub_rank >= n)
     return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + name + ": sub-communicator needs a parent, ranks and sub_rank < " +
                                                  std::to_string(n));
   if (!std::is_sorted(parent_ranks, parent_ranks + n))
     return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + name + ": parent ranks must be ascending");
-  std::string err;
-  const HcclApi *api = HcclApi::get(&err);
-  if (api == nullptr) return fail(MCORE_HCCL_LIBRARY_LOAD, "group " + name + ": " + err);
+  Status st;
+  const HcclApi *api = api_or(&st, "group " + name);
+  if (api == nullptr) return st;
   if (api->CreateSubCommConfig == nullptr)
     return fail(MCORE_HCCL_UNSUPPORTED, "group " + name + ": " + api->path +
                                             " has no HcclCreateSubCommConfig; create the group from root info instead");
-  std::vector<uint32_t> ranks(parent_ranks, parent_ranks + n);
   HcclCommConfig config;
-  config_init(&config);
-  std::strncpy(config.hcclCommName, name.c_str(), kCommNameBytes - 1);
+  st = build_config(api, name, 0, kNotSet, &config);
+  if (!st.ok()) return st;
+  st = enter_device(api, parent);
+  if (!st.ok()) return st;
+  std::vector<uint32_t> ranks(parent_ranks, parent_ranks + n);
   HcclComm comm = nullptr;
-  HcclResult rc = api->CreateSubCommConfig(&parent, n, ranks.data(), sub_comm_id, sub_rank, &config, &comm);
+  HcclComm ph = parent->handle;
+  HcclResult rc = api->CreateSubCommConfig(&ph, n, ranks.data(), sub_comm_id, sub_rank, &config, &comm);
   if (rc != HCCL_SUCCESS || comm == nullptr)
-    return fail(MCORE_HCCL_BACKEND, "group " + name + ": HcclCreateSubCommConfig failed: " + api->describe(rc));
-  *out = comm;
+    return fail(rc == HCCL_SUCCESS ? MCORE_HCCL_BACKEND : init_status(rc),
+                "group " + name + ": HcclCreateSubCommConfig failed: " + api->describe(rc));
+  return finish_comm(api, comm, parent->device, name, sub_rank, n, parent->timeout_ms, out);
+}
+
+namespace {
+
+Status sync_stream(const HcclApi *api, Comm *c, const char *what) {
+  aclError rc = api->SynchronizeStreamWithTimeout(c->stream, sync_timeout_ms(c->timeout_ms));
+  if (rc == ACL_SUCCESS) return {};
+  std::string msg = "group " + c->name + ": " + what + " did not complete: aclrtSynchronizeStreamWithTimeout(" +
+                    std::to_string(sync_timeout_ms(c->timeout_ms)) + " ms) returned ACL error " + std::to_string(rc);
+  HcclResult async = HCCL_SUCCESS;
+  if (api->GetCommAsyncError != nullptr && api->GetCommAsyncError(c->handle, &async) == HCCL_SUCCESS &&
+      async != HCCL_SUCCESS)
+    msg += "; the communicator's asynchronous error: " + api->describe(async);
+  if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) return fail(MCORE_HCCL_TIMEOUT, msg);
+  return fail(async == HCCL_SUCCESS ? MCORE_HCCL_BACKEND : init_status(async), msg);
+}
+
+Status ensure_buffer(const HcclApi *api, Comm *c, size_t bytes) {
+  if (c->buf != nullptr && c->buf_bytes >= bytes) return {};
+  if (c->buf != nullptr) api->Free(c->buf);
+  c->buf = nullptr;
+  c->buf_bytes = 0;
+  void *p = nullptr;
+  aclError rc = api->Malloc(&p, std::max<size_t>(bytes, 64), ACL_MEM_MALLOC_HUGE_FIRST);
+  if (rc != ACL_SUCCESS || p == nullptr)
+    return fail(MCORE_HCCL_BACKEND, "group " + c->name + ": aclrtMalloc(" + std::to_string(bytes) +
+                                        ") failed with ACL error " + std::to_string(rc));
+  c->buf = p;
+  c->buf_bytes = std::max<size_t>(bytes, 64);
   return {};
 }
 
-Status hccl_destroy(HcclComm comm) {
-  if (comm == nullptr) return {};
-  std::string err;
-  const HcclApi *api = HcclApi::get(&err);
-  if (api == nullptr) return fail(MCORE_HCCL_LIBRARY_LOAD, err);
-  HcclResult rc = api->CommDestroy(comm);
-  if (rc != HCCL_SUCCESS) return fail(MCORE_HCCL_BACKEND, "HcclCommDestroy failed: " + api->describe(rc));
+}  // namespace
+
+Status hccl_allreduce_sum_i64(Comm *c, int64_t *inout, size_t count) {
+  if (c == nullptr || (inout == nullptr && count > 0))
+    return fail(MCORE_HCCL_INVALID_ARGUMENT, "all-reduce needs a communicator and a buffer");
+  if (count == 0) return {};
+  Status st;
+  const HcclApi *api = api_or(&st, "group " + c->name);
+  if (api == nullptr) return st;
+  st = enter_device(api, c);
+  if (!st.ok()) return st;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool i32 = c->int32_only;
+    std::vector<int32_t> narrow;
+    const void *host = inout;
+    size_t bytes = count * sizeof(int64_t);
+    if (i32) {
+      const int64_t limit = INT32_MAX / static_cast<int64_t>(std::max<uint32_t>(c->size, 1));
+      narrow.resize(count);
+      for (size_t i = 0; i < count; ++i) {
+        if (inout[i] > limit || inout[i] < -limit)
+          return fail(MCORE_HCCL_UNSUPPORTED, "group " + c->name + ": " + api->path +
+                                                  " sums no int64 here and value " + std::to_string(inout[i]) +
+                                                  " could overflow an int32 sum over " + std::to_string(c->size) +
+                                                  " ranks");
+        narrow[i] = static_cast<int32_t>(inout[i]);
+      }
+      host = narrow.data();
+      bytes = count * sizeof(int32_t);
+    }
+    st = ensure_buffer(api, c, bytes);
+    if (!st.ok()) return st;
+    aclError arc = api->Memcpy(c->buf, c->buf_bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE);
+    if (arc != ACL_SUCCESS)
+      return fail(MCORE_HCCL_BACKEND, "group " + c->name + ": aclrtMemcpy to the device failed with ACL error " +
+                                          std::to_string(arc));
+    HcclResult rc = api->AllReduce(c->buf, c->buf, count, i32 ? HCCL_DATA_TYPE_INT32 : HCCL_DATA_TYPE_INT64,
+                                   HCCL_REDUCE_SUM, c->handle, c->stream);
+    if (rc == HCCL_E_NOT_SUPPORT && !i32) {
+      debug("group " + c->name + ": HcclAllReduce has no int64 here (" + api->describe(rc) + "); summing int32");
+      c->int32_only = true;
+      continue;
+    }
+    if (rc != HCCL_SUCCESS)
+      return fail(init_status(rc), "group " + c->name + ": HcclAllReduce failed: " + api->describe(rc));
+    st = sync_stream(api, c, "HcclAllReduce");
+    if (!st.ok()) return st;
+    void *dst = i32 ? static_cast<void *>(narrow.data()) : static_cast<void *>(inout);
+    arc = api->Memcpy(dst, bytes, c->buf, bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    if (arc != ACL_SUCCESS)
+      return fail(MCORE_HCCL_BACKEND, "group " + c->name + ": aclrtMemcpy from the device failed with ACL error " +
+                                          std::to_string(arc));
+    if (i32)
+      for (size_t i = 0; i < count; ++i) inout[i] = narrow[i];
+    return {};
+  }
+  return fail(MCORE_HCCL_BACKEND, "group " + c->name + ": HcclAllReduce refused int32 and int64");
+}
+
+Status hccl_barrier(Comm *c) {
+  if (c == nullptr) return fail(MCORE_HCCL_INVALID_ARGUMENT, "barrier needs a communicator");
+  Status st;
+  const HcclApi *api = api_or(&st, "group " + c->name);
+  if (api == nullptr) return st;
+  st = enter_device(api, c);
+  if (!st.ok()) return st;
+  HcclResult rc = api->Barrier(c->handle, c->stream);
+  if (rc != HCCL_SUCCESS) return fail(init_status(rc), "group " + c->name + ": HcclBarrier failed: " + api->describe(rc));
+  return sync_stream(api, c, "HcclBarrier");
+}
+
+Status hccl_destroy(Comm *c, bool abort) {
+  if (c == nullptr) return {};
+  Status st;
+  const HcclApi *api = api_or(&st, "group " + c->name);
+  if (api == nullptr) return st;
+  st = enter_device(api, c);
+  if (!st.ok()) return st;
+  const uint64_t bound_ms = c->timeout_ms == 0 ? 60000 : std::min<uint64_t>(c->timeout_ms, 600000);
+  if (abort && api->DeviceTaskAbort != nullptr) {
+    aclError rc = api->DeviceTaskAbort(c->device, static_cast<uint32_t>(std::min<uint64_t>(bound_ms, 10000)));
+    debug("group " + c->name + ": aclrtDeviceTaskAbort(" + std::to_string(c->device) + ") returned " +
+          std::to_string(rc));
+  }
+  if (c->handle != nullptr) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(bound_ms);
+    auto pause = std::chrono::milliseconds(2);
+    int tries = 0;
+    for (;;) {
+      HcclResult rc = api->CommDestroy(c->handle);
+      ++tries;
+      if (rc == HCCL_SUCCESS) break;
+      if (rc == HCCL_E_AGAIN && Clock::now() + pause < deadline) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(100));
+        continue;
+      }
+      // HCCL still holds the communicator: keep our stream and buffer alive with it.
+      return fail(rc == HCCL_E_AGAIN ? MCORE_HCCL_TIMEOUT : MCORE_HCCL_BACKEND,
+                  "group " + c->name + ": HcclCommDestroy failed after " + std::to_string(tries) +
+                      " tries: " + api->describe(rc));
+    }
+    if (tries > 1) debug("group " + c->name + ": HcclCommDestroy succeeded after " + std::to_string(tries) + " tries");
+    c->handle = nullptr;
+  }
+  if (c->stream != nullptr) api->DestroyStream(c->stream);
+  if (c->buf != nullptr) api->Free(c->buf);
+  delete c;
   return {};
 }
 

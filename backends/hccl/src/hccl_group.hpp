@@ -1,6 +1,8 @@
-// Group creation with HCCL: the logic the mcore_backend_v1 vtable slots will call.
+// Group creation, the verification collectives and teardown with HCCL: the logic the C API and the
+// mcore_backend_v1 vtable slots call.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "hccl_api.hpp"
@@ -15,15 +17,34 @@ struct Status {
   bool ok() const { return code == MCORE_HCCL_OK; }
 };
 
-// HCCL_CONNECT_TIMEOUT in seconds (default 120); code != OK when it is not a whole number.
+// This plugin's communicator: HCCL's handle and what its operations need on any thread.
+struct Comm {
+  HcclComm handle = nullptr;
+  int32_t device = 0;             // set (aclrtSetDevice) before every HCCL call on this communicator
+  aclrtStream stream = nullptr;   // the communicator's own stream
+  void *buf = nullptr;            // device buffer of the verification all-reduce
+  size_t buf_bytes = 0;
+  bool int32_only = false;        // HcclAllReduce refused int64 (HCCL_E_NOT_SUPPORT): sum as int32
+  std::string name;
+  uint32_t rank = 0, size = 0;
+  uint64_t timeout_ms = 0;        // the group's bound for each operation
+  const void *world_store = nullptr;  // create_world's store (valid until this comm is destroyed)
+};
+
+// HCCL_CONNECT_TIMEOUT in seconds (default 120); code != OK when it is not a whole number in HCCL's
+// documented range 120..7200.
 Status connect_timeout_s(int64_t *out);
 
 // The store key under which group `name` publishes its root info.
 std::string root_info_key(const std::string &name);
 
-Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, HcclComm *out);
-Status hccl_create_subgroup(HcclComm parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
-                            uint32_t sub_rank, uint64_t sub_comm_id, HcclComm *out);
-Status hccl_destroy(HcclComm comm);
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out);
+Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
+                            uint32_t sub_rank, uint64_t sub_comm_id, Comm **out);
+Status hccl_allreduce_sum_i64(Comm *comm, int64_t *inout, size_t count);
+Status hccl_barrier(Comm *comm);
+// Destroys the communicator (retrying HCCL_E_AGAIN); `abort` ends its device's tasks first
+// (aclrtDeviceTaskAbort, where the runtime has it). The Comm is freed when HCCL released it.
+Status hccl_destroy(Comm *comm, bool abort);
 
 }  // namespace mcore_hccl

@@ -36,6 +36,7 @@ void mcore_hccl_group_spec_init(mcore_hccl_group_spec *spec) {
   spec->struct_size = sizeof(*spec);
   spec->timeout_ms = 300000;
   spec->device = -1;
+  spec->deterministic = 0xffffffffu;
 }
 
 int32_t mcore_hccl_load(char *err, size_t err_len) {
@@ -55,7 +56,10 @@ int32_t mcore_hccl_create_group(const mcore_hccl_group_spec *spec, const mcore_h
       return mcore_hccl::Status{MCORE_HCCL_INVALID_ARGUMENT,
                                 "spec->struct_size " + std::to_string(spec->struct_size) +
                                     " is smaller than mcore_hccl_group_spec; fill it with mcore_hccl_group_spec_init"};
-    return mcore_hccl::hccl_create_group(*spec, *store, out_comm);
+    mcore_hccl::Comm *c = nullptr;
+    mcore_hccl::Status st = mcore_hccl::hccl_create_group(*spec, *store, &c);
+    if (st.ok()) *out_comm = c;
+    return st;
   });
 }
 
@@ -63,12 +67,22 @@ int32_t mcore_hccl_create_subgroup(void *parent, const char *name, const uint32_
                                    uint32_t sub_rank, uint64_t sub_comm_id, void **out_comm, char *err, size_t err_len) {
   return guarded(err, err_len, [&] {
     if (out_comm == nullptr) return mcore_hccl::Status{MCORE_HCCL_INVALID_ARGUMENT, "out_comm must not be NULL"};
-    return mcore_hccl::hccl_create_subgroup(parent, name ? name : "", parent_ranks, n, sub_rank, sub_comm_id, out_comm);
+    mcore_hccl::Comm *c = nullptr;
+    mcore_hccl::Status st = mcore_hccl::hccl_create_subgroup(static_cast<mcore_hccl::Comm *>(parent), name ? name : "",
+                                                             parent_ranks, n, sub_rank, sub_comm_id, &c);
+    if (st.ok()) *out_comm = c;
+    return st;
   });
 }
 
 int32_t mcore_hccl_destroy(void *comm, char *err, size_t err_len) {
-  return guarded(err, err_len, [&] { return mcore_hccl::hccl_destroy(comm); });
+  return guarded(err, err_len, [&] { return mcore_hccl::hccl_destroy(static_cast<mcore_hccl::Comm *>(comm), false); });
+}
+
+int32_t mcore_hccl_allreduce_sum_i64(void *comm, int64_t *inout, size_t count, char *err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    return mcore_hccl::hccl_allreduce_sum_i64(static_cast<mcore_hccl::Comm *>(comm), inout, count);
+  });
 }
 
 int64_t mcore_hccl_connect_timeout_s(char *err, size_t err_len) {

@@ -35,6 +35,7 @@ struct Plugin {
   decltype(&mcore_hccl_create_subgroup) create_subgroup;
   decltype(&mcore_hccl_destroy) destroy;
   decltype(&mcore_hccl_connect_timeout_s) connect_timeout_s;
+  decltype(&mcore_hccl_allreduce_sum_i64) allreduce;
 };
 
 template <typename F>
@@ -59,6 +60,7 @@ Plugin open_plugin(const char *path) {
   sym(h, "mcore_hccl_create_subgroup", &p.create_subgroup);
   sym(h, "mcore_hccl_destroy", &p.destroy);
   sym(h, "mcore_hccl_connect_timeout_s", &p.connect_timeout_s);
+  sym(h, "mcore_hccl_allreduce_sum_i64", &p.allreduce);
   return p;
 }
 
@@ -90,13 +92,6 @@ struct MemStore {
   mcore_hccl_store callbacks() { return mcore_hccl_store{this, &MemStore::set, &MemStore::get}; }
 };
 
-std::string stub_log() {
-  void *h = dlopen(std::getenv("MCORE_HCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) return "";
-  auto f = reinterpret_cast<const char *(*)()>(dlsym(h, "hccl_stub_log"));
-  return f ? f() : "";
-}
-
 bool has(const char *text, const char *part) { return std::strstr(text, part) != nullptr; }
 
 void case_no_library(const Plugin &p) {
@@ -126,35 +121,101 @@ void case_missing_symbols(const Plugin &p) {
   CHECK(has(err, "libm.so.6") && has(err, "HcclGetRootInfo"), "message: %s", err);
 }
 
-void case_two_ranks(const Plugin &p) {
+// A group of one on the calling thread (no current device: the plugin sets one), an all-reduce
+// through device buffers and the stream, and HcclCommDestroy (busy twice in the double) from
+// another thread, which has no current device of its own.
+void case_one_rank(const Plugin &p) {
   MemStore store;
   auto cb = store.callbacks();
-  void *comms[2] = {nullptr, nullptr};
-  int32_t rcs[2] = {-1, -1};
-  char errs[2][1024] = {"", ""};
-  std::vector<std::thread> ts;
-  for (uint32_t r = 0; r < 2; ++r) {
-    ts.emplace_back([&, r] {
-      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(0));
-      mcore_hccl_group_spec spec;
-      p.spec_init(&spec);
-      spec.name = "tp/0";
-      spec.size = 2;
-      spec.rank = r;
-      spec.timeout_ms = 10000;
-      spec.buffer_size_mb = 64;
-      rcs[r] = p.create_group(&spec, &cb, &comms[r], errs[r], sizeof errs[r]);
-    });
-  }
-  for (auto &t : ts) t.join();
-  for (int r = 0; r < 2; ++r) CHECK(rcs[r] == MCORE_HCCL_OK && comms[r] != nullptr, "rank %d: %d %s", r, rcs[r], errs[r]);
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "tp/0";
+  spec.size = 1;
+  spec.timeout_ms = 10000;
+  spec.buffer_size_mb = 64;
+  spec.host_addr = "127.0.0.1";
+  const char *ifname = std::getenv("HCCL_SOCKET_IFNAME");
+  void *comm = nullptr;
+  char err[1024] = "";
+  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_OK && comm != nullptr, "create: %d %s", rc, err);
+  if (comm == nullptr) return;
+  // No current device on this thread: the plugin set MCORE_HCCL_DEVICE's, else 0 (no LOCAL_RANK).
+  void *acl = dlopen(std::getenv("MCORE_HCCL_ACL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  auto get_device = acl ? reinterpret_cast<int32_t (*)(int32_t *)>(dlsym(acl, "aclrtGetDevice")) : nullptr;
+  int32_t dev = -1;
+  const char *want_dev = std::getenv("MCORE_HCCL_DEVICE");
+  CHECK(get_device != nullptr && get_device(&dev) == 0 && dev == (want_dev ? std::atoi(want_dev) : 0),
+        "current device %d", dev);
+  // The root's interface: the group's host_addr, unless HCCL_SOCKET_IFNAME chose one.
+  const char *ip = std::getenv("HCCL_IF_IP");
+  if (ifname == nullptr) CHECK(ip != nullptr && std::strcmp(ip, "127.0.0.1") == 0, "HCCL_IF_IP=%s", ip ? ip : "(unset)");
+  else CHECK(ip == nullptr, "HCCL_IF_IP=%s set although HCCL_SOCKET_IFNAME=%s", ip, ifname);
   CHECK(store.kv.count("tp/0/hccl_root_info") == 1 && store.kv["tp/0/hccl_root_info"].size() == 4108, "root info stored");
-  std::string log = stub_log();
-  for (const char *want : {"init n=2 rank=0 name=tp/0 buf=64 det=4294967295 exec=-1 same_root=1;",
-                           "init n=2 rank=1 name=tp/0 buf=64 det=4294967295 exec=-1 same_root=1;"})
-    CHECK(log.find(want) != std::string::npos, "log lacks %s: %s", want, log.c_str());
-  char err[256];
-  for (auto *c : comms) CHECK(p.destroy(c, err, sizeof err) == MCORE_HCCL_OK, "destroy: %s", err);
+  void *again = nullptr;
+  rc = p.create_group(&spec, &cb, &again, err, sizeof err);
+  void *lib = dlopen(std::getenv("MCORE_HCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  if (lib != nullptr && dlsym(lib, "HcclGetCommConfigCapability") != nullptr) {  // names are sent
+    CHECK(rc != MCORE_HCCL_OK && has(err, "tp/0"), "a second live communicator named tp/0 was accepted: %d %s", rc, err);
+  } else {  // the oldest config has no name: a second communicator is fine
+    CHECK(rc == MCORE_HCCL_OK, "second communicator: %d %s", rc, err);
+    CHECK(p.destroy(again, err, sizeof err) == MCORE_HCCL_OK, "destroy: %s", err);
+  }
+  int64_t v[3] = {5, -7, 1LL << 40};
+  rc = p.allreduce(comm, v, 3, err, sizeof err);
+  const char *no64 = std::getenv("MCORE_HCCL_DOUBLE_NO_INT64");
+  if (no64 != nullptr && std::strcmp(no64, "1") == 0) {
+    CHECK(rc == MCORE_HCCL_UNSUPPORTED && has(err, "int32"), "2^40 summed as int32: %d %s", rc, err);
+    v[2] = 9;
+    rc = p.allreduce(comm, v, 3, err, sizeof err);
+    CHECK(rc == MCORE_HCCL_OK && v[0] == 5 && v[1] == -7 && v[2] == 9, "int32 sum: %d %s", rc, err);
+  } else {
+    CHECK(rc == MCORE_HCCL_OK && v[0] == 5 && v[1] == -7 && v[2] == (1LL << 40), "sum: %d %s", rc, err);
+  }
+  std::thread t([&] { rc = p.destroy(comm, err, sizeof err); });
+  t.join();
+  CHECK(rc == MCORE_HCCL_OK, "destroy from another thread: %s", err);
+}
+
+// Deterministic 2 on a library that does not understand it: refused naming the capability;
+// deterministic 1 works there.
+void case_strict_refused(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "dp/0";
+  spec.size = 1;
+  spec.timeout_ms = 10000;
+  spec.deterministic = 2;
+  void *comm = nullptr;
+  char err[1024] = "";
+  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_UNSUPPORTED && has(err, "HCCL_COMM_CONFIG_EXEC_TIMEOUT") && has(err, "dp/0"), "%d %s", rc, err);
+  spec.deterministic = 1;
+  rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  CHECK(rc == MCORE_HCCL_OK, "deterministic 1: %d %s", rc, err);
+  CHECK(p.destroy(comm, err, sizeof err) == MCORE_HCCL_OK, "destroy: %s", err);
+}
+
+// Rank 0 of 2 whose peer never comes: ends at the group's bound naming the missing rank.
+void case_peer_missing(const Plugin &p) {
+  MemStore store;
+  auto cb = store.callbacks();
+  mcore_hccl_group_spec spec;
+  p.spec_init(&spec);
+  spec.name = "pp/1";
+  spec.size = 2;
+  spec.timeout_ms = 300;
+  void *comm = nullptr;
+  char err[1024] = "";
+  auto t0 = std::chrono::steady_clock::now();
+  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(rc == MCORE_HCCL_TIMEOUT, "status %d: %s", rc, err);
+  CHECK(has(err, "pp/1") && has(err, "rank(s) 1 of 2 did not arrive"), "message: %s", err);
+  CHECK(s < 0.3 + 5.0, "ended %.1f s after a 0.3 s bound", s);
+  CHECK(comm == nullptr, "out_comm written on failure");
 }
 
 void case_store_timeout(const Plugin &p) {
@@ -177,22 +238,12 @@ void case_store_timeout(const Plugin &p) {
 void case_connect_timeout(const Plugin &p) {
   char err[1024] = "";
   CHECK(p.connect_timeout_s(err, sizeof err) == 300, "HCCL_CONNECT_TIMEOUT=300 read as %lld", (long long)p.connect_timeout_s(err, sizeof err));
-  MemStore store;
-  auto cb = store.callbacks();
-  mcore_hccl_group_spec spec;
-  p.spec_init(&spec);
-  spec.name = "pp/1";
-  spec.size = 3;  // the stub answers HCCL_E_TIMEOUT for 3 ranks
-  void *comm = nullptr;
-  int32_t rc = p.create_group(&spec, &cb, &comm, err, sizeof err);
-  CHECK(rc == MCORE_HCCL_TIMEOUT, "status %d", rc);
-  CHECK(has(err, "pp/1") && has(err, "HCCL_CONNECT_TIMEOUT=300 s") && has(err, "stub: timeout"), "message: %s", err);
 }
 
 void case_bad_connect_timeout(const Plugin &p) {
   char err[1024] = "";
-  CHECK(p.connect_timeout_s(err, sizeof err) == -1, "accepted HCCL_CONNECT_TIMEOUT=2m");
-  CHECK(has(err, "HCCL_CONNECT_TIMEOUT=2m"), "message: %s", err);
+  CHECK(p.connect_timeout_s(err, sizeof err) == -1, "accepted HCCL_CONNECT_TIMEOUT=60");
+  CHECK(has(err, "HCCL_CONNECT_TIMEOUT=60") && has(err, "120..7200"), "message: %s", err);
   MemStore store;
   auto cb = store.callbacks();
   mcore_hccl_group_spec spec;
@@ -252,7 +303,9 @@ int main(int argc, char **argv) {
   std::string c = argv[1];
   if (c == "no_library") case_no_library(p);
   else if (c == "missing_symbols") case_missing_symbols(p);
-  else if (c == "two_ranks") case_two_ranks(p);
+  else if (c == "one_rank") case_one_rank(p);
+  else if (c == "strict_refused") case_strict_refused(p);
+  else if (c == "peer_missing") case_peer_missing(p);
   else if (c == "store_timeout") case_store_timeout(p);
   else if (c == "connect_timeout") case_connect_timeout(p);
   else if (c == "bad_connect_timeout") case_bad_connect_timeout(p);
