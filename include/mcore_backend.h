@@ -39,6 +39,13 @@
 #define MCORE_BACKEND_FLAG_CONCURRENT_CREATE 2
 
 /**
+ * `mcore_backend_v1.flags`: the backend places its communicators on a device and reads
+ * `mcore_backend_group_info.device` (a device given at initialization is refused for a
+ * backend without this flag).
+ */
+#define MCORE_BACKEND_FLAG_TAKES_DEVICE 4
+
+/**
  * `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
  * flight before shrinking (the library aborts it afterwards).
  */
@@ -198,6 +205,13 @@ typedef struct mcore_backend_group_info {
    * `struct_size` covers it.
    */
   const char *host_addr;
+  /**
+   * The device the caller asked for (the init arguments' device), or -1 when none was given.
+   * Only backends whose vtable sets `MCORE_BACKEND_FLAG_TAKES_DEVICE` are given one (the
+   * library refuses a device for the others). Appended in 0.2: read it only when
+   * `struct_size` covers it.
+   */
+  int32_t device;
 } mcore_backend_group_info;
 
 /**

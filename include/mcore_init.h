@@ -381,8 +381,10 @@ typedef struct mcore_init_args {
    */
   bool split_share;
   /**
-   * The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
-   * unset). Differs between ranks by design, so it is not part of the cross-rank check.
+   * The device of this rank's communicators: the CUDA device for NCCL, the NPU for HCCL (a
+   * plugin that sets `MCORE_BACKEND_FLAG_TAKES_DEVICE`; refused for other backends); -1
+   * (default) = the backend's choice (`LOCAL_RANK`, 0 when unset). Differs between ranks by
+   * design, so it is not part of the cross-rank check.
    */
   int32_t device;
   /**

@@ -55,6 +55,11 @@ pub struct mcore_backend_group_info {
     /// bind there unless its own settings say otherwise. Appended in 0.1: read it only when
     /// `struct_size` covers it.
     pub host_addr: *const c_char,
+    /// The device the caller asked for (the init arguments' device), or -1 when none was given.
+    /// Only backends whose vtable sets `MCORE_BACKEND_FLAG_TAKES_DEVICE` are given one (the
+    /// library refuses a device for the others). Appended in 0.2: read it only when
+    /// `struct_size` covers it.
+    pub device: i32,
 }
 
 /// Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
@@ -249,6 +254,10 @@ pub const MCORE_BACKEND_FLAG_PREFER_PER_GROUP: u32 = 1;
 /// the same group while its other groups are still being created. The library then also runs
 /// the verification all-reduces of a rank's communicators on several threads at once.
 pub const MCORE_BACKEND_FLAG_CONCURRENT_CREATE: u32 = 2;
+/// `mcore_backend_v1.flags`: the backend places its communicators on a device and reads
+/// `mcore_backend_group_info.device` (a device given at initialization is refused for a
+/// backend without this flag).
+pub const MCORE_BACKEND_FLAG_TAKES_DEVICE: u32 = 4;
 
 /// `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
 /// flight before shrinking (the library aborts it afterwards).

@@ -49,6 +49,11 @@ impl Backend {
         self.vt.creates_concurrently()
     }
 
+    /// Whether it places communicators on the device it is given (`MCORE_BACKEND_FLAG_TAKES_DEVICE`).
+    pub fn takes_device(&self) -> bool {
+        self.vt.takes_device()
+    }
+
     /// Whether its communicators can all-reduce (`allreduce_sum_i64`), which verification needs.
     pub fn supports_allreduce(&self) -> bool {
         self.vt.has_allreduce()

@@ -20,6 +20,8 @@ pub struct GroupInfo {
     /// The address this process advertises to its peers (the local address of its connection
     /// to the rendezvous store); `None` when there is none to offer.
     pub host_addr: Option<String>,
+    /// The device the caller asked for (backends that take one); `None` when none was given.
+    pub device: Option<u32>,
 }
 
 impl GroupInfo {
@@ -57,12 +59,19 @@ impl GroupInfo {
             // Longer than no limit is no limit: a backend's signed millisecond count must hold it.
             timeout: crate::timeout::clamp(timeout),
             host_addr: None,
+            device: None,
         })
     }
 
     /// The same group, with the address this process advertises to its peers.
     pub fn with_host_addr(mut self, addr: Option<&str>) -> Self {
         self.host_addr = addr.map(str::to_string);
+        self
+    }
+
+    /// The same group, with the device the caller asked for.
+    pub fn with_device(mut self, device: Option<u32>) -> Self {
+        self.device = device;
         self
     }
 

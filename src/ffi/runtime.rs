@@ -61,8 +61,10 @@ pub struct mcore_init_args {
     /// Children of a split share the parent's resources (NCCL `splitShare`) unless a kind's
     /// options say otherwise. Default false: aborting one communicator leaves the others intact.
     pub split_share: bool,
-    /// The CUDA device of this rank's NCCL communicators; -1 (default) = `LOCAL_RANK` (0 when
-    /// unset). Differs between ranks by design, so it is not part of the cross-rank check.
+    /// The device of this rank's communicators: the CUDA device for NCCL, the NPU for HCCL (a
+    /// plugin that sets `MCORE_BACKEND_FLAG_TAKES_DEVICE`; refused for other backends); -1
+    /// (default) = the backend's choice (`LOCAL_RANK`, 0 when unset). Differs between ranks by
+    /// design, so it is not part of the cross-rank check.
     pub device: i32,
     /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the dp-cp
     /// and (ep > 1) expert-dp groups as separate communicators with the same members (for
@@ -196,7 +198,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
                 -1 => None,
                 d => Some(
                     u32::try_from(d)
-                        .map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a CUDA device ordinal")))?,
+                        .map_err(|_| FfiError::invalid_arg(format!("device {d} is not -1 or a device ordinal")))?,
                 ),
             },
             create_all_gather_groups: c.create_all_gather_groups,

@@ -320,6 +320,7 @@ fn create(
             config: &args.comm_config,
             deadline: Instant::now() + left(s.deadline),
             host_addr: Some(host_addr.as_str()),
+            device: args.device,
         }
         .create(strategy, world)
     };

@@ -182,7 +182,8 @@ pub fn create_groups(
     host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
     let deadline = Instant::now() + timeout;
-    GroupCreator { plan, factory, store_for, progress_store, config, deadline, host_addr }.create(strategy, None)
+    GroupCreator { plan, factory, store_for, progress_store, config, deadline, host_addr, device: None }
+        .create(strategy, None)
 }
 
 /// One rank's creation of the communicators of its plan: what both strategies share (see
@@ -198,6 +199,8 @@ pub struct GroupCreator<'a> {
     /// Bounds the whole creation: each group gets what is left of it.
     pub deadline: Instant,
     pub host_addr: Option<&'a str>,
+    /// The device the caller asked for, handed to backends that take one.
+    pub device: Option<u32>,
 }
 
 /// Where a kind's new communicator comes from.
@@ -420,7 +423,7 @@ impl GroupCreator<'_> {
     fn info_of(&self, name: &str, members: &[u32]) -> Result<GroupInfo, GroupError> {
         let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         GroupInfo::new(name, members.to_vec(), self.plan.rank, left)
-            .map(|g| g.with_host_addr(self.host_addr))
+            .map(|g| g.with_host_addr(self.host_addr).with_device(self.device))
             .map_err(|e| GroupError::new(name, members, e.into()))
     }
 

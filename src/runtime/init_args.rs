@@ -140,11 +140,13 @@ pub fn default_factory(args: &InitArgs) -> Result<Arc<dyn CommFactory>, RuntimeE
     if args.backend == "nccl" && crate::backend::get("nccl").is_err() {
         return Ok(Arc::new(crate::backend::nccl::NcclFactory::from_env(args.device).map_err(CommError::from)?));
     }
-    if let Some(d) = args.device {
+    let backend = crate::backend::resolve(&args.backend)?;
+    if let Some(d) = args.device.filter(|_| !backend.takes_device()) {
         return Err(RuntimeError::InvalidArgument(format!(
-            "device {d} was given, but backend '{}' does not take a device (only nccl does)",
+            "device {d} was given, but backend '{}' does not take a device (nccl does, and plugins that set \
+             MCORE_BACKEND_FLAG_TAKES_DEVICE, e.g. hccl)",
             args.backend
         )));
     }
-    Ok(Arc::new(crate::backend::resolve(&args.backend)?))
+    Ok(Arc::new(backend))
 }

@@ -88,6 +88,8 @@ Status create_from_root_info(const mcore_backend_group_info *group, const mcore_
   spec.rank = group->group_rank;
   spec.timeout_ms = group->timeout_ms;
   spec.host_addr = host_addr(group);
+  // The device mcore_initialize was given (-1: none), when the library is new enough to pass it.
+  if (group->struct_size >= offsetof(mcore_backend_group_info, device) + sizeof(int32_t)) spec.device = group->device;
   spec.buffer_size_mb = env_u32("MCORE_HCCL_BUFFER_MB", 0);
   spec.deterministic = env_u32("MCORE_HCCL_DETERMINISTIC", 0xffffffffu);
   PrefixedStore ps{store, prefix};
@@ -177,6 +179,7 @@ mcore_backend_v1 make_vtable() {
   // behind ROOTINFO_SUBCOMM_ENABLE=1): `auto` creates groups from root info unless asked.
   const char *sub = std::getenv("ROOTINFO_SUBCOMM_ENABLE");
   vt.flags = (sub != nullptr && std::strcmp(sub, "1") == 0) ? 0 : MCORE_BACKEND_FLAG_PREFER_PER_GROUP;
+  vt.flags |= MCORE_BACKEND_FLAG_TAKES_DEVICE;
   return vt;
 }
 

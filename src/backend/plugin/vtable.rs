@@ -84,6 +84,7 @@ impl CGroup {
             global_ranks: g.global_ranks.as_ptr(),
             timeout_ms: g.timeout.as_millis().min(u64::MAX as u128) as u64,
             host_addr: host_addr.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
+            device: g.device.and_then(|d| i32::try_from(d).ok()).unwrap_or(-1),
         };
         Ok(CGroup { _name: name, _host_addr: host_addr, c })
     }
@@ -162,6 +163,11 @@ impl Vtable {
     /// Whether `create_group` may run on several threads at once (`MCORE_BACKEND_FLAG_CONCURRENT_CREATE`).
     pub fn creates_concurrently(&self) -> bool {
         self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_CONCURRENT_CREATE != 0
+    }
+
+    /// Whether it reads the device of `mcore_backend_group_info` (`MCORE_BACKEND_FLAG_TAKES_DEVICE`).
+    pub fn takes_device(&self) -> bool {
+        self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_TAKES_DEVICE != 0
     }
 
     /// Whether it verifies communicators (`allreduce_sum_i64`).
