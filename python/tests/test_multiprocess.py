@@ -227,7 +227,7 @@ def test_communicator_options_are_checked_before_any_rendezvous():
     assert "/nonexistent/nccl.yaml" in o["missing_file"][1]
     assert "device 0 was given, but backend '" in o["device_with_gloo"][1]
     assert "does not take a device (nccl does, and plugins that set" in o["device_with_gloo"][1]
-    assert "device -5 is not -1 or a CUDA device ordinal" in o["negative_device"][1]
+    assert "device -5 is not -1 or a device ordinal" in o["negative_device"][1]
 
 
 UNLIMITED = r"""
