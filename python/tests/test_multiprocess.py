@@ -278,7 +278,7 @@ print(json.dumps({"rank": rank, "reply": reply}), flush=True)
 def test_after_init_the_store_serves_only_the_jobs_ranks_unless_kept_open():
     plugin = str(gloo_plugin())
     refused = _run_ranks(lambda r: [sys.executable, "-c", OUTSIDER, plugin], 2)
-    # "MCAR": the store wants the job's secret; the outsider's PING is never answered.
-    assert refused[1]["reply"] == b"MCAR".hex(), refused
+    # "MCAS": the store serves only the job's ranks now; the outsider's PING is never answered.
+    assert refused[1]["reply"] == b"MCAS".hex(), refused
     kept = _run_ranks(lambda r: [sys.executable, "-c", OUTSIDER, plugin], 2, MCORE_STORE_KEEP_OPEN="1")
     assert kept[1]["reply"] == (4321).to_bytes(4, "little").hex(), kept

@@ -50,6 +50,11 @@ pub const AUTH_CHALLENGE: u8 = 2;
 pub const AUTH_NOT_WANTED: u8 = 3;
 /// Sent, as the only 4 bytes, to a client that did not start with the hello: "MCAR".
 pub const AUTH_REQUIRED: u32 = u32::from_le_bytes(*b"MCAR");
+/// Sent instead of [`AUTH_REQUIRED`] by a store whose job's initialization is over and that now
+/// serves only the job's own ranks (the job's secret, not a user's token): "MCAS". Our client
+/// takes it for a store that may be going away (the previous initialization's, in a destroy and
+/// re-init) and retries until its deadline.
+pub const AUTH_CLOSED: u32 = u32::from_le_bytes(*b"MCAS");
 /// Environment variable holding the token itself.
 pub const TOKEN_ENV: &str = "MCORE_STORE_TOKEN";
 /// Environment variable naming a file whose content (less one trailing newline) is the token.
@@ -272,7 +277,8 @@ impl ServerAuth {
                         "it sent a request without proving it holds the store's token (MCORE_STORE_TOKEN): \
                          a torch client, or one of ours without the token"
                     };
-                    return Step::Refuse { reply: AUTH_REQUIRED.to_le_bytes().to_vec(), why };
+                    let code = if self.session { AUTH_CLOSED } else { AUTH_REQUIRED };
+                    return Step::Refuse { reply: code.to_le_bytes().to_vec(), why };
                 }
                 if n < h.len() {
                     return Step::Need;

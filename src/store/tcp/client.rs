@@ -162,11 +162,17 @@ impl TcpStore {
         if echo == auth::AUTH_REQUIRED && nonce != auth::AUTH_REQUIRED {
             return Err(StoreError::Protocol(format!(
                 "the store at {} requires a token and refused this client: set {} (or {}) to the secret of the \
-                 store's host; or the store belongs to a job whose initialization is over (it then serves only \
-                 that job's ranks: another job on the same MASTER_PORT?)",
+                 store's host",
                 store.peer,
                 auth::TOKEN_ENV,
                 auth::TOKEN_FILE_ENV
+            )));
+        }
+        if echo == auth::AUTH_CLOSED && nonce != auth::AUTH_CLOSED {
+            return Err(StoreError::Closed(format!(
+                "the store at {} serves only its job's own ranks: that job's initialization is over (a previous \
+                 initialization's store still going away, or another job on the same MASTER_PORT)",
+                store.peer
             )));
         }
         if echo != nonce {
