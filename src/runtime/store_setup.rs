@@ -5,7 +5,7 @@
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use crate::quote::quoted;
-use crate::store::{MemoryStore, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
+use crate::store::{MemoryStore, ServerLimits, Store, StoreError, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +46,22 @@ impl StoreHandles {
 /// Environment variable naming the address rank 0's store server binds (see [`host_server`]).
 pub const STORE_BIND_ENV: &str = "MCORE_INIT_STORE_BIND";
 
+/// Environment variable giving the memory budget of rank 0's store server in bytes (default:
+/// [`ServerLimits::max_memory_bytes`], 6 GiB).
+pub const STORE_MAX_MEMORY_ENV: &str = "MCORE_INIT_STORE_MAX_MEMORY";
+
+/// The limits of rank 0's store server: the defaults, with the memory budget from
+/// `MCORE_INIT_STORE_MAX_MEMORY` when set.
+fn server_limits() -> Result<ServerLimits, StoreError> {
+    let mut limits = ServerLimits::default();
+    if let Some(v) = std::env::var(STORE_MAX_MEMORY_ENV).ok().filter(|v| !v.is_empty()) {
+        limits.max_memory_bytes = v.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            StoreError::InvalidArgument(format!("{STORE_MAX_MEMORY_ENV}={} is not a number of bytes", quoted(&v)))
+        })?;
+    }
+    Ok(limits)
+}
+
 /// Whether `host` resolves to an address of this machine (one a socket can bind).
 fn is_local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
@@ -67,11 +83,11 @@ fn is_local(host: &str) -> bool {
 pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<TcpStoreServer, StoreError> {
     if let Some(b) = bind {
         check_bind_covers(b, master_addr)?;
-        return TcpStoreServer::bind(b, port);
+        return TcpStoreServer::bind_with_limits(b, port, server_limits()?);
     }
     let literal = master_addr.parse::<std::net::IpAddr>().is_ok();
     if master_addr == "localhost" || (literal && is_local(master_addr)) {
-        return TcpStoreServer::bind(master_addr, port);
+        return TcpStoreServer::bind_with_limits(master_addr, port, server_limits()?);
     }
     if literal {
         eprintln!(
@@ -79,7 +95,7 @@ pub fn host_server(master_addr: &str, port: u16, bind: Option<&str>) -> Result<T
              interface (0.0.0.0:{port}); set {STORE_BIND_ENV} to the address to listen on"
         );
     }
-    TcpStoreServer::bind("0.0.0.0", port)
+    TcpStoreServer::bind_with_limits("0.0.0.0", port, server_limits()?)
 }
 
 /// Whether a server bound to `bind` is reachable at `master_addr`: a wildcard bind (`0.0.0.0`,

@@ -2,19 +2,38 @@
 //! libuv server does. One descriptor per connection, a listen backlog of at least 4096, reads
 //! buffered per connection, replies queued per connection and written without blocking, so a
 //! client that stops reading only fills its own queue. A WAIT whose keys are missing is indexed
-//! under each missing key: creating a key costs what its own waiters are, not what all are.
-//! Memory is bounded: values (APPEND results included) by [`wire::MAX_VALUE_LEN`], the bytes of
-//! all keys and values by [`ServerLimits::max_store_bytes`], connections by
-//! [`ServerLimits::max_connections`], one request by [`wire::MAX_REQUEST_LEN`]. The protocol has
-//! no error reply, so a refused request closes that client's connection (as torch's server does
-//! for a request over its limits) and the server logs the reason to stderr, naming the client.
-//! `shutdown` (or drop) stops the loop and closes every descriptor.
+//! under each missing key in a set: creating a key costs what its own waiters are, and a WAIT
+//! canceled or closed costs its own keys, whatever the number of other waiters.
+//!
+//! No request can kill or stall the server; every bound is a [`ServerLimits`] field:
+//! - data: values (APPEND results included) by [`wire::MAX_VALUE_LEN`], the bytes of all keys and
+//!   values by `max_store_bytes` (4 GiB);
+//! - everything held (data, buffered requests, unsent replies, parked WAITs) by
+//!   `max_memory_bytes` (6 GiB), less 64 KiB per connection (see the field);
+//! - one request by `max_request_bytes` (64 MiB); one reply by `max_reply_bytes` (64 MiB): a
+//!   MULTI_GET's reply is sized before it is built and refused if larger; unsent replies per
+//!   connection by `max_unsent_bytes` (80 MiB), and a connection with 16 MiB unsent is not read
+//!   until its client reads;
+//! - parked WAIT keys per connection by `max_parked_keys` (262,144);
+//! - connections by `max_connections` (262,144) and by the open-file limit less `reserved_fds`
+//!   (128). A connection with no request (VALIDATE aside) `idle_timeout` (20 s) after connecting
+//!   is closed, as is one whose request stays half-sent that long; at the connection cap, or when
+//!   accept runs out of descriptors, the oldest connection that has made no request is evicted
+//!   for the new one, and if there is none, a spare descriptor accepts and closes the new one
+//!   (no busy retry on a full backlog).
+//!
+//! A request that arrives in pieces is parsed a few times, not once per piece (the parser's
+//! `Incomplete` counts the length prefixes still to come). The protocol has no error reply, so a
+//! refused request closes that client's connection (as torch's server does for a request over
+//! its limits), and the server logs the client's address and the limit crossed to stderr (at
+//! most one line per second per kind, the rest counted). `shutdown` (or drop) stops the loop and
+//! closes every descriptor.
 
-use super::wire::{self, Encoder, Frame, Request};
+use super::wire::{self, Frame, Request};
 use crate::store::StoreError;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,18 +54,62 @@ const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 
-/// Bounds on what clients can make the server hold.
+/// A connection holding at most this many bytes (request, unsent replies, parked waits) is
+/// served even when the memory budget is spent, so that hogs are refused but ordinary clients
+/// are not; the budget is exceeded by at most this much per connection.
+const SMALL_HOLD: usize = 64 * 1024;
+
+/// Bounds on what clients can make the server hold. A request that would cross one closes its
+/// connection (the protocol has no error reply); the server logs the client and the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
     /// Most bytes of keys plus values stored at once (default 4 GiB).
     pub max_store_bytes: u64,
-    /// Most open client connections (default 262,144); more are accepted and closed at once.
+    /// Most bytes the server holds in all (default 6 GiB): stored keys and values (plus 64
+    /// bytes per key), connections' buffered requests and unsent replies (their buffers'
+    /// capacity, plus 512 bytes per connection), parked WAITs (96 bytes each, 48 per key, and
+    /// each waited-for key's bytes). A request, reply or WAIT that would cross it is refused,
+    /// unless its connection holds at most 64 KiB with it (ordinary clients stay served while
+    /// hogs are refused).
+    pub max_memory_bytes: u64,
+    /// Most open client connections (default 262,144); more are accepted and closed at once,
+    /// after evicting the oldest connection that has made no request, if any. The open-file
+    /// limit less [`ServerLimits::reserved_fds`] caps it too.
     pub max_connections: usize,
+    /// Descriptors left to the rest of the process (default 128): the server holds at most
+    /// `RLIMIT_NOFILE` minus this many connections, so that a flood of connections cannot
+    /// starve its host (a rank's own communicators) of descriptors.
+    pub reserved_fds: usize,
+    /// Most bytes of one request buffered per connection (default 64 MiB, the protocol's
+    /// [`wire::MAX_REQUEST_LEN`]).
+    pub max_request_bytes: usize,
+    /// Most bytes of one reply (default 64 MiB): a MULTI_GET (or GET) whose reply would be
+    /// larger is refused before its reply is built.
+    pub max_reply_bytes: usize,
+    /// Most reply bytes queued unsent per connection (default 80 MiB). A connection is not read
+    /// while 16 MiB or more of its replies are unsent (its client does not read them).
+    pub max_unsent_bytes: usize,
+    /// Most keys of parked WAITs per connection, each WAIT counting its missing keys (default
+    /// 262,144).
+    pub max_parked_keys: usize,
+    /// A connection that has made no request (VALIDATE aside) this long after connecting is
+    /// closed, as is one whose request stays half-sent this long (default 20 s).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
-        ServerLimits { max_store_bytes: 4 << 30, max_connections: 262_144 }
+        ServerLimits {
+            max_store_bytes: 4 << 30,
+            max_memory_bytes: 6 << 30,
+            max_connections: 262_144,
+            reserved_fds: 128,
+            max_request_bytes: wire::MAX_REQUEST_LEN,
+            max_reply_bytes: 64 << 20,
+            max_unsent_bytes: 80 << 20,
+            max_parked_keys: 262_144,
+            idle_timeout: Duration::from_secs(20),
+        }
     }
 }
 
@@ -129,7 +192,14 @@ impl TcpStoreServer {
             dirty: Vec::new(),
             again: Vec::new(),
             log: RateLog::default(),
+            buffered: 0,
+            fresh: VecDeque::new(),
+            next_serial: 0,
+            spare: std::fs::File::open("/dev/null").ok(),
+            next_sweep: Instant::now() + SWEEP_EVERY,
+            cap: 1,
         };
+        ev.cap = ev.connection_cap();
         let thread = std::thread::Builder::new()
             .name(format!("store-server-{}", addr.port()))
             .spawn(move || ev.run())
@@ -165,11 +235,21 @@ impl Drop for TcpStoreServer {
 /// A WAIT parked until its keys exist.
 struct Waiter {
     conn: usize,
-    /// Keys missing when it parked; it is listed under each in `State::waiting` until created.
-    keys: Vec<Vec<u8>>,
+    /// Keys missing when it parked (shared with the index); listed under each in
+    /// `State::waiting` until created.
+    keys: Vec<Arc<[u8]>>,
     /// How many of `keys` are still missing.
     missing: usize,
 }
+
+/// Bytes charged to the memory budget for one parked WAIT and for each of its keys (the waiter,
+/// its index entries, the connection's list), besides a key's bytes the first time it is indexed.
+const WAITER_COST: u64 = 96;
+const WAIT_KEY_COST: u64 = 48;
+/// Bytes charged per stored key besides its key and value (the hash table entry).
+const ENTRY_COST: u64 = 64;
+/// Bytes charged per connection besides its buffers.
+const CONN_COST: u64 = 512;
 
 #[derive(Default)]
 struct State {
@@ -177,9 +257,12 @@ struct State {
     /// Bytes of all keys and values in `map`.
     bytes: u64,
     waiters: HashMap<u64, Waiter>,
-    /// Missing key -> ids of the waiters waiting for it.
-    waiting: HashMap<Vec<u8>, Vec<u64>>,
+    /// Missing key -> ids of the waiters waiting for it (a set: a canceled or closed waiter
+    /// leaves in time proportional to its own keys, whatever the number of other waiters).
+    waiting: HashMap<Arc<[u8]>, HashSet<u64>>,
     next_wait: u64,
+    /// Bytes charged for the parked waiters and their index.
+    wait_bytes: u64,
 }
 
 impl State {
@@ -191,21 +274,31 @@ impl State {
         }
     }
 
-    /// Set `key`; returns the connections of the waiters it released.
-    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Vec<usize> {
+    /// Bytes charged to the memory budget for the data and the waiters.
+    fn charged(&self) -> u64 {
+        self.bytes + ENTRY_COST * self.map.len() as u64 + self.wait_bytes
+    }
+
+    /// Set `key`; returns the (connection, waiter id, its key count) of every waiter it released.
+    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Vec<(usize, u64, usize)> {
         self.bytes = self.bytes_with(key, value.len());
         if let Some(v) = self.map.get_mut(key) {
             *v = value;
             return Vec::new();
         }
         self.map.insert(key.to_vec(), value);
+        let Some(ids) = self.waiting.remove(key) else { return Vec::new() };
+        self.wait_bytes -= key.len() as u64;
         let mut released = Vec::new();
-        for id in self.waiting.remove(key).unwrap_or_default() {
+        for id in ids {
             let Some(w) = self.waiters.get_mut(&id) else { continue };
             w.missing -= 1;
             if w.missing == 0 {
-                released.push(w.conn);
+                let n = w.keys.len();
+                released.push((w.conn, id, n));
+                let n = n as u64;
                 self.waiters.remove(&id);
+                self.wait_bytes -= WAITER_COST + WAIT_KEY_COST * n;
             }
         }
         released
@@ -221,31 +314,44 @@ impl State {
         }
     }
 
+    /// Bytes parking a waiter for `missing` would charge.
+    fn park_cost(&self, missing: &[&[u8]]) -> u64 {
+        let new_keys: u64 = missing.iter().filter(|k| !self.waiting.contains_key(**k)).map(|k| k.len() as u64).sum();
+        WAITER_COST + WAIT_KEY_COST * missing.len() as u64 + new_keys
+    }
+
     /// Park a waiter for `missing` keys (not empty, no duplicates); returns its id.
-    fn park(&mut self, conn: usize, missing: Vec<Vec<u8>>) -> u64 {
+    fn park(&mut self, conn: usize, missing: &[&[u8]]) -> u64 {
         self.next_wait += 1;
         let id = self.next_wait;
-        for k in &missing {
-            self.waiting.entry(k.clone()).or_default().push(id);
+        self.wait_bytes += self.park_cost(missing);
+        let mut keys = Vec::with_capacity(missing.len());
+        for k in missing {
+            let shared = match self.waiting.get_key_value(*k) {
+                Some((shared, _)) => shared.clone(),
+                None => Arc::from(*k),
+            };
+            self.waiting.entry(shared.clone()).or_default().insert(id);
+            keys.push(shared);
         }
-        let missing_n = missing.len();
-        self.waiters.insert(id, Waiter { conn, keys: missing, missing: missing_n });
+        self.waiters.insert(id, Waiter { conn, keys, missing: missing.len() });
         id
     }
 
-    /// Forget waiter `id` (canceled, or its connection closed). Whether it was still parked.
-    fn unpark(&mut self, id: u64) -> bool {
-        let Some(w) = self.waiters.remove(&id) else { return false };
-        // Keys created since have no list left (or a new one without this id).
+    /// Forget waiter `id` (canceled, or its connection closed), in time proportional to its keys.
+    fn unpark(&mut self, id: u64) {
+        let Some(w) = self.waiters.remove(&id) else { return };
+        self.wait_bytes -= WAITER_COST + WAIT_KEY_COST * w.keys.len() as u64;
+        // Keys created since have no set left (or a new one without this id).
         for k in w.keys {
             if let Some(ids) = self.waiting.get_mut(&k) {
-                ids.retain(|i| *i != id);
+                ids.remove(&id);
                 if ids.is_empty() {
                     self.waiting.remove(&k);
+                    self.wait_bytes -= k.len() as u64;
                 }
             }
         }
-        true
     }
 }
 
@@ -258,15 +364,31 @@ struct Conn {
     wbuf: Vec<u8>,
     wpos: usize,
     /// Ids of this connection's parked waiters.
-    waits: Vec<u64>,
+    waits: HashSet<u64>,
+    /// Keys of this connection's parked waiters, in all.
+    wait_keys: usize,
     /// The peer closed its side: serve what arrived, then close.
     eof: bool,
     in_dirty: bool,
+    /// It made a request other than VALIDATE: never dropped as idle.
+    served: bool,
+    accepted: Instant,
+    /// When bytes last arrived.
+    heard: Instant,
+    /// Which connection this is (slots are reused; `EventLoop::fresh` names connections by it).
+    serial: u64,
+    /// Bytes of its buffers charged to the memory budget.
+    charged: u64,
 }
 
 impl Conn {
     fn queued(&self) -> usize {
         self.wbuf.len() - self.wpos
+    }
+    /// Bytes this connection holds for requests not served yet and replies not sent yet.
+    fn held(&self) -> usize {
+        let waits = self.waits.len() as u64 * WAITER_COST + self.wait_keys as u64 * WAIT_KEY_COST;
+        self.rbuf.len() + self.queued() + waits as usize
     }
 }
 
@@ -304,6 +426,19 @@ struct EventLoop {
     /// Connections that may have unread input (read budget spent, or paused for their queue).
     again: Vec<usize>,
     log: RateLog,
+    /// Bytes of every connection's buffers charged to the memory budget.
+    buffered: u64,
+    /// Connections that have made no request yet, oldest first (slot, serial); stale entries
+    /// (closed or served since) are skipped when met.
+    fresh: VecDeque<(usize, u64)>,
+    next_serial: u64,
+    /// A descriptor kept in reserve: when accept fails for want of descriptors (EMFILE) and no
+    /// idle connection can be evicted, it is closed to accept and close one pending connection
+    /// (the client sees a reset and retries), so the loop does not spin on a full backlog.
+    spare: Option<std::fs::File>,
+    next_sweep: Instant,
+    /// [`EventLoop::connection_cap`] as last computed.
+    cap: usize,
 }
 
 /// What to do with a connection after a request.
@@ -316,16 +451,35 @@ fn parse_counter(v: &[u8]) -> Option<i64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
+/// The soft limit on open descriptors of this process (`RLIMIT_NOFILE`, from
+/// /proc/self/limits: this module has no unsafe code), if known.
+fn open_file_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// How often idle and stalled connections are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 impl EventLoop {
     fn run(&mut self) {
         let mut events = Events::with_capacity(4096);
-        let mut accept_paused = false;
+        let mut accept_again: Option<Duration> = None;
         let mut scratch = vec![0u8; 64 * 1024];
         while !self.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= self.next_sweep {
+                self.cap = self.connection_cap();
+                self.sweep(now);
+                self.next_sweep = now + SWEEP_EVERY;
+            }
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
-            } else if accept_paused {
-                Some(Duration::from_millis(10))
+            } else if let Some(d) = accept_again {
+                Some(d)
+            } else if self.live > 0 {
+                Some(self.next_sweep.saturating_duration_since(now))
             } else {
                 None
             };
@@ -336,8 +490,8 @@ impl EventLoop {
                 eprintln!("mcore_init store server: event loop failed: {e}; the server stops");
                 return;
             }
-            if accept_paused || events.iter().any(|e| e.token() == LISTENER) {
-                accept_paused = self.accept();
+            if accept_again.is_some() || events.iter().any(|e| e.token() == LISTENER) {
+                accept_again = self.accept();
             }
             for e in events.iter() {
                 let t = e.token().0;
@@ -366,15 +520,67 @@ impl EventLoop {
         }
     }
 
-    /// Accept until the backlog is empty. Returns true when out of descriptors (retry soon).
-    fn accept(&mut self) -> bool {
-        loop {
+    /// Most connections served at once: the limit, and the open-file limit less the descriptors
+    /// left to the rest of the process (read again at every sweep: the process may raise it).
+    fn connection_cap(&self) -> usize {
+        let fds = open_file_limit().map_or(usize::MAX, |n| n.saturating_sub(self.limits.reserved_fds as u64) as usize);
+        self.limits.max_connections.min(fds).max(1)
+    }
+
+    /// Close the oldest connection that has made no request. Whether there was one.
+    fn evict_idle(&mut self, why: &str) -> bool {
+        while let Some((i, serial)) = self.fresh.pop_front() {
+            let idle = self.conns.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial && !c.served);
+            if idle {
+                self.close_as(i, "idle", format!("no request since it connected, evicted {why}"));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Drop connections that made no request within the idle timeout, and those whose request
+    /// stopped arriving half-sent for as long.
+    fn sweep(&mut self, now: Instant) {
+        let window = self.limits.idle_timeout;
+        while let Some(&(i, serial)) = self.fresh.front() {
+            let Some(c) = self.conns.get(i).and_then(Option::as_ref).filter(|c| c.serial == serial && !c.served) else {
+                self.fresh.pop_front();
+                continue;
+            };
+            if now.duration_since(c.accepted) < window {
+                break;
+            }
+            self.fresh.pop_front();
+            let secs = window.as_secs_f64();
+            self.close_as(i, "idle", format!("no request within {secs:.0} s of connecting (the idle timeout)"));
+        }
+        let stalled: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .filter(|(_, c)| !c.rbuf.is_empty() && now.duration_since(c.heard) >= window)
+            .map(|(i, _)| i)
+            .collect();
+        for i in stalled {
+            let secs = window.as_secs_f64();
+            self.close_as(i, "stalled", format!("a request left half-sent for {secs:.0} s (the idle timeout)"));
+        }
+    }
+
+    /// Accept until the backlog is empty; `Some(pause)`: the backlog may hold more, accept
+    /// again after `pause` (none: more this turn's share; 10 ms: out of descriptors).
+    fn accept(&mut self) -> Option<Duration> {
+        let cap = self.cap;
+        // At most half the cap per turn: connections accepted earlier get their first request
+        // read before a flood of new ones could evict them as idle.
+        for _ in 0..cap.div_ceil(2) {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
-                    if self.live >= self.limits.max_connections {
-                        let max = self.limits.max_connections;
+                    if self.live >= cap && !self.evict_idle("for a new connection at the connection limit") {
                         self.log.log("connections", || {
-                            format!("refused client {peer}: at the limit of {max} connections (connection closed)")
+                            format!("refused client {peer}: at the limit of {cap} connections (connection closed)")
                         });
                         continue;
                     }
@@ -390,6 +596,8 @@ impl EventLoop {
                         continue;
                     }
                     self.live += 1;
+                    self.next_serial += 1;
+                    let now = Instant::now();
                     self.conns[i] = Some(Conn {
                         stream,
                         peer,
@@ -397,35 +605,115 @@ impl EventLoop {
                         need: 1,
                         wbuf: Vec::new(),
                         wpos: 0,
-                        waits: Vec::new(),
+                        waits: HashSet::new(),
+                        wait_keys: 0,
                         eof: false,
                         in_dirty: false,
+                        served: false,
+                        accepted: now,
+                        heard: now,
+                        serial: self.next_serial,
+                        charged: CONN_COST,
                     });
+                    self.buffered += CONN_COST;
+                    self.fresh.push_back((i, self.next_serial));
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::ConnectionAborted => {}
                 Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: the pending connections wait in the backlog.
+                    // EMFILE/ENFILE/ENOBUFS: make room by evicting an idle connection, else
+                    // refuse one pending connection with the spare descriptor.
+                    if self.evict_idle("for a new connection: out of descriptors") {
+                        continue;
+                    }
+                    if let Some(spare) = self.spare.take() {
+                        drop(spare);
+                        if let Ok((s, peer)) = self.listener.accept() {
+                            drop(s);
+                            self.log.log("accept", || {
+                                format!("refused client {peer}: out of descriptors ({e}; connection closed)")
+                            });
+                        }
+                        self.spare = std::fs::File::open("/dev/null").ok();
+                        if self.spare.is_some() {
+                            continue;
+                        }
+                    }
                     self.log.log("accept", || format!("cannot accept connections: {e} (retrying)"));
-                    return true;
+                    return Some(Duration::from_millis(10));
                 }
             }
         }
+        // The turn's share is spent: come back after serving what arrived.
+        Some(Duration::ZERO)
     }
 
     fn close(&mut self, i: usize, why: Option<String>) {
-        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
-        if let Some(why) = why {
-            let peer = c.peer;
-            self.log.log("refused", || format!("closed the connection of client {peer}: {why}"));
+        match why {
+            Some(why) => self.close_as(i, "refused", why),
+            None => self.drop_conn(i),
         }
-        for id in c.waits.drain(..) {
+    }
+
+    /// Close connection `i`, logging (rate-limited per `kind`) the client and `why`.
+    fn close_as(&mut self, i: usize, kind: &'static str, why: String) {
+        let Some(peer) = self.conns.get(i).and_then(Option::as_ref).map(|c| c.peer) else { return };
+        self.log.log(kind, || format!("closed the connection of client {peer}: {why}"));
+        self.drop_conn(i);
+    }
+
+    fn drop_conn(&mut self, i: usize) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        for id in c.waits.drain() {
             self.state.unpark(id);
         }
         let _ = self.poll.registry().deregister(&mut c.stream);
+        self.buffered -= c.charged;
         self.live -= 1;
         self.free.push(i);
+    }
+
+    /// Bytes charged to the memory budget: data, waiters, connections and their buffers.
+    fn memory(&self) -> u64 {
+        self.state.charged() + self.buffered
+    }
+
+    /// Charge connection `i`'s buffers as they are now.
+    fn account(&mut self, i: usize) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        let now = CONN_COST + (c.rbuf.capacity() + c.wbuf.capacity()) as u64;
+        self.buffered = self.buffered - c.charged + now;
+        c.charged = now;
+    }
+
+    /// Why connection `i` may not hold `more` bytes more (request or reply) on top of what it
+    /// holds, if it may not: over the memory budget (a connection holding at most
+    /// [`SMALL_HOLD`] bytes is always served, so that a full budget never locks out ordinary
+    /// clients), or, for a reply, over the per-request or per-connection reply limits.
+    fn refusal(&self, i: usize, more: usize, reply: bool) -> Option<String> {
+        let c = self.conns.get(i).and_then(Option::as_ref)?;
+        let l = &self.limits;
+        if reply && more > l.max_reply_bytes {
+            return Some(format!("a reply of {more} bytes, over the limit of {} bytes per request", l.max_reply_bytes));
+        }
+        if reply && c.queued() + more > l.max_unsent_bytes {
+            return Some(format!(
+                "{} reply bytes unsent to it, over the limit of {} bytes per connection",
+                c.queued() + more,
+                l.max_unsent_bytes
+            ));
+        }
+        let total = self.memory() + more as u64;
+        if total > l.max_memory_bytes && c.held() + more > SMALL_HOLD {
+            return Some(format!(
+                "holding {} more bytes for it would make the server hold {total} bytes, over its memory budget of {} \
+                 bytes",
+                c.held() + more,
+                l.max_memory_bytes
+            ));
+        }
+        None
     }
 
     /// Queue `msg` for connection `i`.
@@ -438,10 +726,33 @@ impl EventLoop {
         }
     }
 
+    /// Queue a reply of `len` bytes built by `build` (which must write exactly `len` bytes),
+    /// or refuse it before building it.
+    fn reply_with(&mut self, i: usize, len: usize, build: impl FnOnce(&State, &mut Vec<u8>)) -> Next {
+        if let Some(why) = self.refusal(i, len, true) {
+            return Next::Close(why);
+        }
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return Next::Continue };
+        c.wbuf.reserve(len);
+        build(&self.state, &mut c.wbuf);
+        if !c.in_dirty {
+            c.in_dirty = true;
+            self.dirty.push(i);
+        }
+        self.account(i);
+        Next::Continue
+    }
+
+    /// Unsent bytes at which a connection is no longer read until its client reads.
+    fn pause_at(&self) -> usize {
+        WRITE_HIGH_WATER.min(self.limits.max_unsent_bytes / 2).max(1)
+    }
+
     /// Write what connection `i` has queued, without blocking.
     fn flush(&mut self, i: usize) {
+        let pause = self.pause_at();
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
-        let was_full = c.queued() >= WRITE_HIGH_WATER;
+        let was_full = c.queued() >= pause;
         while c.wpos < c.wbuf.len() {
             match c.stream.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => return self.close(i, None),
@@ -460,17 +771,22 @@ impl EventLoop {
         } else if c.wpos > c.wbuf.len() / 2 {
             c.wbuf.drain(..c.wpos);
             c.wpos = 0;
+            if c.wbuf.capacity() > 2 * c.wbuf.len() + READ_BUDGET {
+                c.wbuf.shrink_to(c.wbuf.len() + READ_BUDGET);
+            }
         }
-        if was_full && c.queued() < WRITE_HIGH_WATER {
+        if was_full && c.queued() < pause {
             self.again.push(i);
         }
+        self.account(i);
     }
 
     /// Read what connection `i` has (up to the budget) and serve every complete request.
     /// `short_ok`: a short read may end the reading (else read until WouldBlock or the end).
     fn read(&mut self, i: usize, scratch: &mut [u8], short_ok: bool) {
+        let pause = self.pause_at();
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
-        if c.queued() >= WRITE_HIGH_WATER {
+        if c.queued() >= pause {
             return; // resumed by flush once the client reads
         }
         let mut got = 0;
@@ -496,6 +812,9 @@ impl EventLoop {
                 Err(_) => return self.close(i, None),
             }
         }
+        if got > 0 {
+            c.heard = Instant::now();
+        }
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let (mut pos, mut need) = (0, c.need);
         let mut outcome = Next::Continue;
@@ -505,9 +824,14 @@ impl EventLoop {
                 Ok(Frame::Complete(req, n)) => {
                     pos += n;
                     need = 1;
+                    if !matches!(req, Request::Validate(_)) {
+                        if let Some(c) = self.conns[i].as_mut() {
+                            c.served = true;
+                        }
+                    }
                     outcome = self.handle(i, req);
                     let queued = self.conns[i].as_ref().map_or(0, Conn::queued);
-                    if matches!(outcome, Next::Close(_)) || queued >= WRITE_HIGH_WATER {
+                    if matches!(outcome, Next::Close(_)) || queued >= pause {
                         break;
                     }
                 }
@@ -517,17 +841,29 @@ impl EventLoop {
                 }
             }
         }
+        if matches!(outcome, Next::Continue) && need > self.limits.max_request_bytes {
+            outcome = Next::Close(format!(
+                "a request of at least {need} bytes, over the limit of {} bytes buffered per connection",
+                self.limits.max_request_bytes
+            ));
+        }
         if let Next::Close(why) = outcome {
             return self.close(i, Some(why));
         }
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
         rbuf.drain(..pos);
-        if rbuf.is_empty() && rbuf.capacity() > READ_BUDGET {
-            rbuf = Vec::new(); // a big request is done: do not keep its buffer per connection
+        if rbuf.capacity() > READ_BUDGET && rbuf.capacity() > 2 * rbuf.len() {
+            // A big request is done: do not keep its buffer per connection.
+            rbuf.shrink_to(rbuf.len().max(READ_BUDGET / 4));
         }
         c.rbuf = rbuf;
         c.need = need;
-        if c.eof {
+        let eof = c.eof;
+        self.account(i);
+        if let Some(why) = self.refusal(i, 0, false) {
+            return self.close(i, Some(why));
+        }
+        if eof {
             // Replies to what arrived before the close are flushed first (best effort).
             self.flush(i);
             return self.close(i, None);
@@ -555,6 +891,9 @@ impl EventLoop {
                 if total > max_bytes {
                     return over("SET", k, total);
                 }
+                if let Some(why) = self.growth_refusal(i, total) {
+                    return Next::Close(why);
+                }
                 self.set(k, v.to_vec());
             }
             Request::CompareSet(k, expected, desired) => {
@@ -571,15 +910,18 @@ impl EventLoop {
                         if total > max_bytes {
                             return over("COMPARE_SET", k, total);
                         }
+                        if let Some(why) = self.growth_refusal(i, total) {
+                            return Next::Close(why);
+                        }
                         self.set(k, desired.to_vec());
                         desired.to_vec()
                     }
                 };
-                self.reply(i, &Encoder::default().bytes(&now).finish());
+                return self.reply_with(i, 8 + now.len(), |_, w| put_value(w, Some(&now)));
             }
             Request::Get(k) => {
-                let msg = Encoder::default().bytes(self.state.map.get(k).map_or(&[][..], |v| v)).finish();
-                self.reply(i, &msg);
+                let len = 8 + self.state.map.get(k).map_or(0, Vec::len);
+                return self.reply_with(i, len, |s, w| put_value(w, s.map.get(k)));
             }
             Request::Add(k, delta) => {
                 let cur = match self.state.map.get(k) {
@@ -603,6 +945,9 @@ impl EventLoop {
                 if total > max_bytes {
                     return over("ADD", k, total);
                 }
+                if let Some(why) = self.growth_refusal(i, total) {
+                    return Next::Close(why);
+                }
                 self.set(k, v);
                 self.reply(i, &now.to_le_bytes());
             }
@@ -611,23 +956,38 @@ impl EventLoop {
                 self.reply(i, &[if ready { wire::CHECK_READY } else { wire::CHECK_NOT_READY }]);
             }
             Request::Wait(keys) => {
-                let mut missing: Vec<Vec<u8>> =
-                    keys.into_iter().filter(|k| !self.state.map.contains_key(*k)).map(<[u8]>::to_vec).collect();
+                let mut missing: Vec<&[u8]> = keys.into_iter().filter(|k| !self.state.map.contains_key(*k)).collect();
                 missing.sort();
                 missing.dedup();
                 if missing.is_empty() {
                     self.reply(i, &[wire::STOP_WAITING]);
                 } else {
-                    let id = self.state.park(i, missing);
+                    let parked = self.conns[i].as_ref().map_or(0, |c| c.wait_keys);
+                    let max = self.limits.max_parked_keys;
+                    if parked + missing.len() > max {
+                        return Next::Close(format!(
+                            "a WAIT for {} missing keys on top of {parked} parked, over the limit of {max} parked WAIT \
+                             keys per connection",
+                            missing.len()
+                        ));
+                    }
+                    if let Some(why) = self.refusal(i, self.state.park_cost(&missing) as usize, false) {
+                        return Next::Close(why);
+                    }
+                    let id = self.state.park(i, &missing);
                     if let Some(c) = self.conns[i].as_mut() {
-                        c.waits.push(id);
+                        c.waits.insert(id);
+                        c.wait_keys += missing.len();
                     }
                 }
             }
             Request::CancelWait => {
                 // In order on this connection: a STOP_WAITING of a wait that fired is queued before.
-                let waits = self.conns[i].as_mut().map(|c| std::mem::take(&mut c.waits)).unwrap_or_default();
-                for id in waits {
+                let waits = self.conns[i].as_mut().map(|c| {
+                    c.wait_keys = 0;
+                    std::mem::take(&mut c.waits)
+                });
+                for id in waits.unwrap_or_default() {
                     self.state.unpark(id);
                 }
                 self.reply(i, &[wire::WAIT_CANCELED]);
@@ -655,6 +1015,9 @@ impl EventLoop {
                 if total > max_bytes {
                     return over("APPEND", k, total);
                 }
+                if let Some(why) = self.growth_refusal(i, total) {
+                    return Next::Close(why);
+                }
                 match self.state.map.get_mut(k) {
                     Some(cur) => {
                         cur.extend_from_slice(v);
@@ -664,9 +1027,10 @@ impl EventLoop {
                 }
             }
             Request::MultiGet(keys) => {
-                let e =
-                    keys.iter().fold(Encoder::default(), |e, k| e.bytes(self.state.map.get(*k).map_or(&[][..], |v| v)));
-                self.reply(i, &e.finish());
+                // The reply's size first: one too big is refused before anything is built.
+                let len =
+                    keys.iter().map(|k| 8 + self.state.map.get(*k).map_or(0, Vec::len)).fold(0, usize::saturating_add);
+                return self.reply_with(i, len, |s, w| keys.iter().for_each(|k| put_value(w, s.map.get(*k))));
             }
             Request::MultiSet(items) => {
                 // All or nothing: check the bytes the whole request would leave first.
@@ -678,6 +1042,9 @@ impl EventLoop {
                     let k = items.first().map_or(&[][..], |x| x.0);
                     return over("MULTI_SET", k, total);
                 }
+                if let Some(why) = self.growth_refusal(i, total) {
+                    return Next::Close(why);
+                }
                 for (k, v) in items {
                     self.set(k, v.to_vec());
                 }
@@ -686,15 +1053,30 @@ impl EventLoop {
         Next::Continue
     }
 
-    /// Set a key and answer the waiters it releases.
+    /// Set a key and answer the waiters it releases (in time proportional to them).
     fn set(&mut self, k: &[u8], v: Vec<u8>) {
-        for conn in self.state.insert(k, v) {
+        for (conn, id, keys) in self.state.insert(k, v) {
             if let Some(c) = self.conns[conn].as_mut() {
-                // The waiter is done: drop its id (at most a few per connection).
-                let state = &self.state;
-                c.waits.retain(|id| state.waiters.contains_key(id));
+                c.waits.remove(&id);
+                c.wait_keys -= keys;
             }
+            // A wake-up is one byte, never refused: a connection has at most
+            // `max_parked_keys` of them pending.
             self.reply(conn, &[wire::STOP_WAITING]);
         }
     }
+
+    /// Why storing data that leaves the store holding `total` bytes of keys and values is
+    /// refused by the memory budget, if it is.
+    fn growth_refusal(&self, i: usize, total: u64) -> Option<String> {
+        let growth = total.saturating_sub(self.state.bytes) + ENTRY_COST;
+        self.refusal(i, growth as usize, false)
+    }
+}
+
+/// A value as the protocol writes it (`u64` length + bytes; a missing key reads as empty).
+fn put_value(w: &mut Vec<u8>, v: Option<&Vec<u8>>) {
+    let v = v.map_or(&[][..], |v| v.as_slice());
+    w.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    w.extend_from_slice(v);
 }
