@@ -198,6 +198,7 @@ impl TcpStoreServer {
             spare: std::fs::File::open("/dev/null").ok(),
             next_sweep: Instant::now() + SWEEP_EVERY,
             cap: 1,
+            turn_big: 0,
         };
         ev.cap = ev.connection_cap();
         let thread = std::thread::Builder::new()
@@ -234,6 +235,7 @@ impl Drop for TcpStoreServer {
 
 /// A WAIT parked until its keys exist.
 struct Waiter {
+    id: u64,
     conn: usize,
     /// Keys missing when it parked (shared with the index); listed under each in
     /// `State::waiting` until created.
@@ -251,18 +253,83 @@ const ENTRY_COST: u64 = 64;
 /// Bytes charged per connection besides its buffers.
 const CONN_COST: u64 = 512;
 
+/// The parked waiters in a slab: an id is its slot (low 32 bits) and a count of the waiters
+/// parked before it (high 32 bits, so an id recurs only after 4 billion WAITs). Growing it copies
+/// a vector once in a while; a hash table of 250,000 waiters took tens of milliseconds to rehash.
+#[derive(Default)]
+struct Waiters {
+    slots: Vec<Option<Waiter>>,
+    free: Vec<u32>,
+    count: u32,
+}
+
+impl Waiters {
+    /// The id the next [`Waiters::insert`] must use.
+    fn next_id(&mut self) -> u64 {
+        self.count = self.count.wrapping_add(1);
+        let slot = self.free.last().map_or(self.slots.len() as u64, |s| u64::from(*s));
+        (u64::from(self.count) << 32) | (slot & 0xFFFF_FFFF)
+    }
+    /// Store `w` under `id` (from [`Waiters::next_id`], nothing inserted in between).
+    fn insert(&mut self, id: u64, w: Waiter) {
+        let slot = (id & 0xFFFF_FFFF) as usize;
+        if self.free.last().is_some_and(|s| *s as usize == slot) {
+            self.free.pop();
+            self.slots[slot] = Some(w);
+        } else {
+            self.slots.push(Some(w));
+        }
+    }
+    fn get_mut(&mut self, id: u64) -> Option<&mut Waiter> {
+        self.slots.get_mut((id & 0xFFFF_FFFF) as usize)?.as_mut().filter(|w| w.id == id)
+    }
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let slot = (id & 0xFFFF_FFFF) as usize;
+        let s = self.slots.get_mut(slot)?;
+        if s.as_ref()?.id != id {
+            return None;
+        }
+        self.free.push(slot as u32);
+        s.take()
+    }
+}
+
+/// Hashing of waiter ids (numbered by the server, so no client chooses them): a multiply, far
+/// cheaper than SipHash when a table of 250,000 waiters grows or is walked.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Ids = std::hash::BuildHasherDefault<IdHasher>;
+
 #[derive(Default)]
 struct State {
     map: HashMap<Vec<u8>, Vec<u8>>,
     /// Bytes of all keys and values in `map`.
     bytes: u64,
-    waiters: HashMap<u64, Waiter>,
+    waiters: Waiters,
     /// Missing key -> ids of the waiters waiting for it (a set: a canceled or closed waiter
     /// leaves in time proportional to its own keys, whatever the number of other waiters).
-    waiting: HashMap<Arc<[u8]>, HashSet<u64>>,
-    next_wait: u64,
+    waiting: HashMap<Arc<[u8]>, HashSet<u64, Ids>>,
     /// Bytes charged for the parked waiters and their index.
     wait_bytes: u64,
+    /// Waiters one of whose keys was created, not yet counted (see [`EventLoop::backlogs`]).
+    woken: VecDeque<u64>,
+    /// Waiters canceled or closed, not yet removed from the index (see [`EventLoop::backlogs`]).
+    doomed: Vec<u64>,
 }
 
 impl State {
@@ -279,29 +346,30 @@ impl State {
         self.bytes + ENTRY_COST * self.map.len() as u64 + self.wait_bytes
     }
 
-    /// Set `key`; returns the (connection, waiter id, its key count) of every waiter it released.
-    fn insert(&mut self, key: &[u8], value: Vec<u8>) -> Vec<(usize, u64, usize)> {
+    /// Set `key`. Its waiters move to [`State::woken`], served a share per turn of the loop.
+    fn insert(&mut self, key: &[u8], value: Vec<u8>) {
         self.bytes = self.bytes_with(key, value.len());
         if let Some(v) = self.map.get_mut(key) {
             *v = value;
-            return Vec::new();
+            return;
         }
         self.map.insert(key.to_vec(), value);
-        let Some(ids) = self.waiting.remove(key) else { return Vec::new() };
+        let Some(ids) = self.waiting.remove(key) else { return };
         self.wait_bytes -= key.len() as u64;
-        let mut released = Vec::new();
-        for id in ids {
-            let Some(w) = self.waiters.get_mut(&id) else { continue };
-            w.missing -= 1;
-            if w.missing == 0 {
-                let n = w.keys.len();
-                released.push((w.conn, id, n));
-                let n = n as u64;
-                self.waiters.remove(&id);
-                self.wait_bytes -= WAITER_COST + WAIT_KEY_COST * n;
-            }
+        self.woken.extend(ids);
+    }
+
+    /// One of waiter `id`'s keys was created: the (connection, key count) of the waiter if that
+    /// was its last missing key (it is then forgotten).
+    fn key_created(&mut self, id: u64) -> Option<(usize, usize)> {
+        let w = self.waiters.get_mut(id)?;
+        w.missing -= 1;
+        if w.missing > 0 {
+            return None;
         }
-        released
+        let w = self.waiters.remove(id)?;
+        self.wait_bytes -= WAITER_COST + WAIT_KEY_COST * w.keys.len() as u64;
+        Some((w.conn, w.keys.len()))
     }
 
     fn remove(&mut self, key: &[u8]) -> bool {
@@ -322,8 +390,7 @@ impl State {
 
     /// Park a waiter for `missing` keys (not empty, no duplicates); returns its id.
     fn park(&mut self, conn: usize, missing: &[&[u8]]) -> u64 {
-        self.next_wait += 1;
-        let id = self.next_wait;
+        let id = self.waiters.next_id();
         self.wait_bytes += self.park_cost(missing);
         let mut keys = Vec::with_capacity(missing.len());
         for k in missing {
@@ -334,13 +401,13 @@ impl State {
             self.waiting.entry(shared.clone()).or_default().insert(id);
             keys.push(shared);
         }
-        self.waiters.insert(id, Waiter { conn, keys, missing: missing.len() });
+        self.waiters.insert(id, Waiter { id, conn, keys, missing: missing.len() });
         id
     }
 
     /// Forget waiter `id` (canceled, or its connection closed), in time proportional to its keys.
     fn unpark(&mut self, id: u64) {
-        let Some(w) = self.waiters.remove(&id) else { return };
+        let Some(w) = self.waiters.remove(id) else { return };
         self.wait_bytes -= WAITER_COST + WAIT_KEY_COST * w.keys.len() as u64;
         // Keys created since have no set left (or a new one without this id).
         for k in w.keys {
@@ -364,12 +431,14 @@ struct Conn {
     wbuf: Vec<u8>,
     wpos: usize,
     /// Ids of this connection's parked waiters.
-    waits: HashSet<u64>,
+    waits: HashSet<u64, Ids>,
     /// Keys of this connection's parked waiters, in all.
     wait_keys: usize,
     /// The peer closed its side: serve what arrived, then close.
     eof: bool,
     in_dirty: bool,
+    /// Listed in `EventLoop::again` (listed once however often it is deferred).
+    in_again: bool,
     /// It made a request other than VALIDATE: never dropped as idle.
     served: bool,
     accepted: Instant,
@@ -437,6 +506,8 @@ struct EventLoop {
     /// (the client sees a reset and retries), so the loop does not spin on a full backlog.
     spare: Option<std::fs::File>,
     next_sweep: Instant,
+    /// Bytes of big replies (over 64 KiB) built in this turn of the loop.
+    turn_big: usize,
     /// [`EventLoop::connection_cap`] as last computed.
     cap: usize,
 }
@@ -445,6 +516,8 @@ struct EventLoop {
 enum Next {
     Continue,
     Close(String),
+    /// Not served now (this turn's share of big replies is spent): serve it again next turn.
+    Defer,
 }
 
 fn parse_counter(v: &[u8]) -> Option<i64> {
@@ -459,6 +532,13 @@ fn open_file_limit() -> Option<u64> {
     line["Max open files".len()..].split_whitespace().next()?.parse().ok()
 }
 
+/// Bytes of big replies built per turn of the loop, at most (one more reply may cross it).
+const TURN_BIG_REPLIES: usize = 8 * 1024 * 1024;
+/// Waiters woken, and waiters removed, per turn of the loop at most (each a few hash-table
+/// operations: a few milliseconds a turn).
+const BACKLOG_SHARE: usize = 4096;
+/// Requests served per visit of a connection at most (a few hundred microseconds).
+const VISIT_REQUESTS: usize = 512;
 /// How often idle and stalled connections are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -468,13 +548,14 @@ impl EventLoop {
         let mut accept_again: Option<Duration> = None;
         let mut scratch = vec![0u8; 64 * 1024];
         while !self.stop.load(Ordering::SeqCst) {
+            self.turn_big = 0;
             let now = Instant::now();
             if now >= self.next_sweep {
                 self.cap = self.connection_cap();
                 self.sweep(now);
                 self.next_sweep = now + SWEEP_EVERY;
             }
-            let timeout = if !self.again.is_empty() {
+            let timeout = if !self.again.is_empty() || !self.state.woken.is_empty() || !self.state.doomed.is_empty() {
                 Some(Duration::ZERO)
             } else if let Some(d) = accept_again {
                 Some(d)
@@ -490,6 +571,9 @@ impl EventLoop {
                 eprintln!("mcore_init store server: event loop failed: {e}; the server stops");
                 return;
             }
+            // Connections left with work by the last turn get one visit in this one, after the
+            // events: a turn visits each connection about once (round robin).
+            let again = std::mem::take(&mut self.again);
             if accept_again.is_some() || events.iter().any(|e| e.token() == LISTENER) {
                 accept_again = self.accept();
             }
@@ -508,9 +592,13 @@ impl EventLoop {
                     self.read(i, &mut scratch, !(e.is_read_closed() || e.is_error()));
                 }
             }
-            for i in std::mem::take(&mut self.again) {
+            for i in again {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                    c.in_again = false;
+                }
                 self.read(i, &mut scratch, false);
             }
+            self.backlogs();
             for i in std::mem::take(&mut self.dirty) {
                 if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                     c.in_dirty = false;
@@ -605,10 +693,11 @@ impl EventLoop {
                         need: 1,
                         wbuf: Vec::new(),
                         wpos: 0,
-                        waits: HashSet::new(),
+                        waits: HashSet::default(),
                         wait_keys: 0,
                         eof: false,
                         in_dirty: false,
+                        in_again: false,
                         served: false,
                         accepted: now,
                         heard: now,
@@ -665,9 +754,7 @@ impl EventLoop {
 
     fn drop_conn(&mut self, i: usize) {
         let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else { return };
-        for id in c.waits.drain() {
-            self.state.unpark(id);
-        }
+        self.state.doomed.extend(c.waits.drain());
         let _ = self.poll.registry().deregister(&mut c.stream);
         self.buffered -= c.charged;
         self.live -= 1;
@@ -727,10 +814,18 @@ impl EventLoop {
     }
 
     /// Queue a reply of `len` bytes built by `build` (which must write exactly `len` bytes),
-    /// or refuse it before building it.
-    fn reply_with(&mut self, i: usize, len: usize, build: impl FnOnce(&State, &mut Vec<u8>)) -> Next {
+    /// or refuse it before building it. `deferrable` (a request that changed nothing: GET,
+    /// MULTI_GET): a big reply past this turn's share is built on a later turn instead, so that
+    /// clients with small requests are answered between the copies of big replies.
+    fn reply_with(&mut self, i: usize, len: usize, deferrable: bool, build: impl FnOnce(&State, &mut Vec<u8>)) -> Next {
         if let Some(why) = self.refusal(i, len, true) {
             return Next::Close(why);
+        }
+        if len > SMALL_HOLD {
+            if deferrable && self.turn_big >= TURN_BIG_REPLIES {
+                return Next::Defer;
+            }
+            self.turn_big += len;
         }
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return Next::Continue };
         c.wbuf.reserve(len);
@@ -775,7 +870,8 @@ impl EventLoop {
                 c.wbuf.shrink_to(c.wbuf.len() + READ_BUDGET);
             }
         }
-        if was_full && c.queued() < pause {
+        if was_full && c.queued() < pause && !c.in_again {
+            c.in_again = true;
             self.again.push(i);
         }
         self.account(i);
@@ -792,7 +888,8 @@ impl EventLoop {
         let mut got = 0;
         let mut more = false;
         while !c.eof {
-            if got >= READ_BUDGET {
+            // Enough read for this visit, or enough buffered to serve before reading on.
+            if got >= READ_BUDGET || c.rbuf.len() >= c.need.max(READ_BUDGET) {
                 more = true;
                 break;
             }
@@ -818,18 +915,29 @@ impl EventLoop {
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let (mut pos, mut need) = (0, c.need);
         let mut outcome = Next::Continue;
+        let mut served = 0;
         while rbuf.len() - pos >= need {
+            if served == VISIT_REQUESTS {
+                more = true; // the rest on the next turn
+                break;
+            }
+            served += 1;
             match wire::parse_request(&rbuf[pos..]) {
                 Ok(Frame::Incomplete(n)) => need = n,
                 Ok(Frame::Complete(req, n)) => {
-                    pos += n;
-                    need = 1;
                     if !matches!(req, Request::Validate(_)) {
                         if let Some(c) = self.conns[i].as_mut() {
                             c.served = true;
                         }
                     }
                     outcome = self.handle(i, req);
+                    if matches!(outcome, Next::Defer) {
+                        // Served on a later turn, from the same bytes.
+                        more = true;
+                        break;
+                    }
+                    pos += n;
+                    need = 1;
                     let queued = self.conns[i].as_ref().map_or(0, Conn::queued);
                     if matches!(outcome, Next::Close(_)) || queued >= pause {
                         break;
@@ -863,13 +971,17 @@ impl EventLoop {
         if let Some(why) = self.refusal(i, 0, false) {
             return self.close(i, Some(why));
         }
+        if more {
+            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut).filter(|c| !c.in_again) {
+                c.in_again = true;
+                self.again.push(i);
+            }
+            return;
+        }
         if eof {
             // Replies to what arrived before the close are flushed first (best effort).
             self.flush(i);
             return self.close(i, None);
-        }
-        if more {
-            self.again.push(i);
         }
     }
 
@@ -917,11 +1029,11 @@ impl EventLoop {
                         desired.to_vec()
                     }
                 };
-                return self.reply_with(i, 8 + now.len(), |_, w| put_value(w, Some(&now)));
+                return self.reply_with(i, 8 + now.len(), false, |_, w| put_value(w, Some(&now)));
             }
             Request::Get(k) => {
                 let len = 8 + self.state.map.get(k).map_or(0, Vec::len);
-                return self.reply_with(i, len, |s, w| put_value(w, s.map.get(k)));
+                return self.reply_with(i, len, true, |s, w| put_value(w, s.map.get(k)));
             }
             Request::Add(k, delta) => {
                 let cur = match self.state.map.get(k) {
@@ -987,9 +1099,9 @@ impl EventLoop {
                     c.wait_keys = 0;
                     std::mem::take(&mut c.waits)
                 });
-                for id in waits.unwrap_or_default() {
-                    self.state.unpark(id);
-                }
+                // Removed from the index a share per turn; a wake-up of theirs is dropped as they
+                // are no longer among the connection's waits.
+                self.state.doomed.extend(waits.unwrap_or_default());
                 self.reply(i, &[wire::WAIT_CANCELED]);
             }
             Request::GetNumKeys => {
@@ -1030,7 +1142,7 @@ impl EventLoop {
                 // The reply's size first: one too big is refused before anything is built.
                 let len =
                     keys.iter().map(|k| 8 + self.state.map.get(*k).map_or(0, Vec::len)).fold(0, usize::saturating_add);
-                return self.reply_with(i, len, |s, w| keys.iter().for_each(|k| put_value(w, s.map.get(*k))));
+                return self.reply_with(i, len, true, |s, w| keys.iter().for_each(|k| put_value(w, s.map.get(*k))));
             }
             Request::MultiSet(items) => {
                 // All or nothing: check the bytes the whole request would leave first.
@@ -1053,16 +1165,30 @@ impl EventLoop {
         Next::Continue
     }
 
-    /// Set a key and answer the waiters it releases (in time proportional to them).
+    /// Set a key; the waiters it releases are answered by [`EventLoop::backlogs`].
     fn set(&mut self, k: &[u8], v: Vec<u8>) {
-        for (conn, id, keys) in self.state.insert(k, v) {
-            if let Some(c) = self.conns[conn].as_mut() {
-                c.waits.remove(&id);
+        self.state.insert(k, v);
+    }
+
+    /// A share of the waiters woken (answered when their last key was created) and of those
+    /// canceled or closed (removed from the index), so that one SET releasing 250,000 waiters
+    /// or one close of a connection with as many stalls no other client for long.
+    fn backlogs(&mut self) {
+        for _ in 0..BACKLOG_SHARE {
+            let Some(id) = self.state.woken.pop_front() else { break };
+            let Some((conn, keys)) = self.state.key_created(id) else { continue };
+            let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else { continue };
+            // Not among the connection's waits: canceled (or its connection closed, the slot
+            // reused) since; ids are never reused.
+            if c.waits.remove(&id) {
                 c.wait_keys -= keys;
+                // One byte, never refused: a connection has at most `max_parked_keys` pending.
+                self.reply(conn, &[wire::STOP_WAITING]);
             }
-            // A wake-up is one byte, never refused: a connection has at most
-            // `max_parked_keys` of them pending.
-            self.reply(conn, &[wire::STOP_WAITING]);
+        }
+        for _ in 0..BACKLOG_SHARE {
+            let Some(id) = self.state.doomed.pop() else { break };
+            self.state.unpark(id);
         }
     }
 
