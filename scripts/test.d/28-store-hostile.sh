@@ -11,7 +11,7 @@ log=target/store-hostile.log
 MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test store_hostile -- --test-threads 1 --nocapture \
   >"$log" 2>&1
 rc=$?
-grep -E '^store_hostile |^  rank 0:' "$log"
+grep -oE 'store_hostile .*|  rank 0: .*' "$log"
 suite_count_cargo "tests/store_hostile.rs" "$log" "$rc"
 [ "$rc" -eq 0 ] || tail -n 40 "$log"
 suite_end store-hostile

@@ -199,6 +199,7 @@ impl TcpStoreServer {
             next_sweep: Instant::now() + SWEEP_EVERY,
             cap: 1,
             turn_big: 0,
+            turn_start: Instant::now(),
         };
         ev.cap = ev.connection_cap();
         let thread = std::thread::Builder::new()
@@ -508,6 +509,8 @@ struct EventLoop {
     next_sweep: Instant,
     /// Bytes of big replies (over 64 KiB) built in this turn of the loop.
     turn_big: usize,
+    /// When this turn of the loop began (the clock of idle and stalled connections).
+    turn_start: Instant,
     /// [`EventLoop::connection_cap`] as last computed.
     cap: usize,
 }
@@ -550,6 +553,7 @@ impl EventLoop {
         while !self.stop.load(Ordering::SeqCst) {
             self.turn_big = 0;
             let now = Instant::now();
+            self.turn_start = now;
             if now >= self.next_sweep {
                 self.cap = self.connection_cap();
                 self.sweep(now);
@@ -571,9 +575,6 @@ impl EventLoop {
                 eprintln!("mcore_init store server: event loop failed: {e}; the server stops");
                 return;
             }
-            // Connections left with work by the last turn get one visit in this one, after the
-            // events: a turn visits each connection about once (round robin).
-            let again = std::mem::take(&mut self.again);
             if accept_again.is_some() || events.iter().any(|e| e.token() == LISTENER) {
                 accept_again = self.accept();
             }
@@ -592,7 +593,9 @@ impl EventLoop {
                     self.read(i, &mut scratch, !(e.is_read_closed() || e.is_error()));
                 }
             }
-            for i in again {
+            // Connections left with work (by the last turn or by these events) get one more
+            // visit: a turn visits each connection at most twice (round robin).
+            for i in std::mem::take(&mut self.again) {
                 if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                     c.in_again = false;
                 }
@@ -648,7 +651,7 @@ impl EventLoop {
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
-            .filter(|(_, c)| !c.rbuf.is_empty() && now.duration_since(c.heard) >= window)
+            .filter(|(_, c)| !c.rbuf.is_empty() && c.rbuf.len() < c.need && now.duration_since(c.heard) >= window)
             .map(|(i, _)| i)
             .collect();
         for i in stalled {
@@ -685,7 +688,7 @@ impl EventLoop {
                     }
                     self.live += 1;
                     self.next_serial += 1;
-                    let now = Instant::now();
+                    let now = self.turn_start;
                     self.conns[i] = Some(Conn {
                         stream,
                         peer,
@@ -910,7 +913,7 @@ impl EventLoop {
             }
         }
         if got > 0 {
-            c.heard = Instant::now();
+            c.heard = self.turn_start;
         }
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let (mut pos, mut need) = (0, c.need);
