@@ -55,13 +55,13 @@ fn raise_nofile(want: u64) -> u64 {
     // SAFETY: getrlimit/setrlimit read and write the struct given and nothing else.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if (r.rlim_cur as u64) < want {
+        if r.rlim_cur < want as libc::rlim_t {
             r.rlim_cur = (want as libc::rlim_t).min(r.rlim_max);
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
     }
-    r.rlim_cur as u64
+    r.rlim_cur
 }
 
 fn spawn_rank(plugin: &str, rank: u32, port: u16, log: &std::path::Path) -> Child {
@@ -382,7 +382,7 @@ fn requests_left_half_sent() {
             let _ = s.write_all(&head).and_then(|_| s.write_all(&half));
             big.push(s);
         }
-        let mut small: Vec<TcpStream> = (0..200)
+        let small: Vec<TcpStream> = (0..200)
             .filter_map(|_| {
                 let mut s = raw(port).ok()?;
                 s.write_all(&[Query::Set as u8, 8, 0]).ok()?;
@@ -414,7 +414,7 @@ fn replies_never_read() {
         // reading.
         let get = Encoder::query(Query::Get).bytes(BIG.as_bytes()).finish();
         let batch: Vec<u8> = get.iter().copied().cycle().take(get.len() * 16).collect();
-        let mut conns: Vec<TcpStream> = (0..40)
+        let conns: Vec<TcpStream> = (0..40)
             .filter_map(|_| {
                 let mut s = raw(port).ok()?;
                 s.write_all(&batch).ok()?;
@@ -438,7 +438,7 @@ fn replies_never_read() {
 fn idle_connections_at_the_open_file_limit() {
     run_case("idle", |port, stop| {
         // 1,100 connections that never send a byte, against rank 0's limit of 1,024 descriptors.
-        let mut idle: Vec<TcpStream> = (0..1100).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+        let idle: Vec<TcpStream> = (0..1100).filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok()).collect();
         assert!(idle.len() >= 1000, "only {} idle connections opened", idle.len());
         std::thread::sleep(Duration::from_millis(300));
         vec![std::thread::spawn(move || {

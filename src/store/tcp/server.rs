@@ -984,7 +984,7 @@ impl EventLoop {
         if eof {
             // Replies to what arrived before the close are flushed first (best effort).
             self.flush(i);
-            return self.close(i, None);
+            self.close(i, None);
         }
     }
 
