@@ -195,3 +195,79 @@ fn every_close_right_after_a_request_frees_its_connection() {
     let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
     assert_eq!(c.num_keys().unwrap(), 200);
 }
+
+/// At the connection cap, a new client evicts the oldest connection that never made a request;
+/// the others are dropped once the idle timeout passes, while a client that made requests stays.
+#[test]
+fn idle_connections_are_evicted_at_the_cap_and_dropped_after_the_idle_timeout() {
+    let limits = ServerLimits { max_connections: 4, idle_timeout: Duration::from_secs(1), ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
+    let port = server.port();
+    let a = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let mut idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // A fifth client at a cap of 4: the oldest idle one makes room.
+    let b = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    b.set("k", b"v").unwrap();
+    let mut byte = [0u8; 1];
+    idle[0].set_read_timeout(Some(T)).unwrap();
+    assert!(matches!(idle[0].read(&mut byte), Ok(0) | Err(_)), "the oldest idle connection was not evicted");
+    // The other idle ones go when the idle timeout passes; the clients that made requests stay.
+    for s in &mut idle[1..] {
+        s.set_read_timeout(Some(T)).unwrap();
+        assert!(matches!(s.read(&mut byte), Ok(0) | Err(_)), "an idle connection outlived the idle timeout");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(a.get("k").unwrap(), b"v");
+    assert_eq!(b.get("k").unwrap(), b"v");
+}
+
+/// WAITs past the per-connection cap of parked keys close that connection only; its waiters are
+/// forgotten, and a SET of their key then wakes only the others.
+#[test]
+fn parked_waits_are_capped_per_connection() {
+    let limits = ServerLimits { max_parked_keys: 100, ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
+    let port = server.port();
+    let wait = Encoder::query(Query::Wait).keys(&["/w"]).finish();
+    let mut hog = raw(port);
+    hog.write_all(&wait.repeat(101)).unwrap();
+    hog.set_read_timeout(Some(T)).unwrap();
+    let mut b = [9u8; 1];
+    assert!(matches!(hog.read(&mut b), Ok(0) | Err(_)), "the 101st parked WAIT was not refused");
+    let mut ok = raw(port);
+    ok.write_all(&wait.repeat(100)).unwrap();
+    let ctl = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    ctl.set("w", b"1").unwrap();
+    ok.set_read_timeout(Some(T)).unwrap();
+    let mut woken = [9u8; 100];
+    ok.read_exact(&mut woken).unwrap();
+    assert!(woken.iter().all(|x| *x == 0));
+}
+
+/// A connection the server drops for breaking a limit (here a request left half-sent past the
+/// idle timeout) is not a client's death: its close notice (ON_CLOSE) is not appended. A client
+/// that closes its side has its notice appended.
+#[test]
+fn a_connection_dropped_by_a_limit_leaves_no_close_notice() {
+    let limits = ServerLimits { idle_timeout: Duration::from_secs(1), ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
+    let port = server.port();
+    let ctl = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let mut stalled = raw(port);
+    stalled.write_all(&Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"stalled,").finish()).unwrap();
+    let set = Encoder::query(Query::Set).bytes(b"/k").bytes(b"value").finish();
+    stalled.write_all(&set[..set.len() - 2]).unwrap();
+    stalled.set_read_timeout(Some(T)).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(stalled.read(&mut b), Ok(0) | Err(_)), "a half-sent request outlived the idle timeout");
+    let mut gone = raw(port);
+    gone.write_all(&Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"gone,").finish()).unwrap();
+    drop(gone);
+    let deadline = Instant::now() + T;
+    while ctl.get("dead").unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(ctl.get("dead").unwrap(), b"gone,");
+}

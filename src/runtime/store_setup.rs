@@ -108,6 +108,22 @@ pub const STORE_BIND_ENV: &str = "MCORE_INIT_STORE_BIND";
 /// naming both ids, without touching this job's keys.
 pub const JOB_KEY: &str = "mcore_init/job";
 
+/// Environment variable giving the memory budget of rank 0's store server in bytes (default:
+/// [`ServerLimits::max_memory_bytes`], 6 GiB).
+pub const STORE_MAX_MEMORY_ENV: &str = "MCORE_INIT_STORE_MAX_MEMORY";
+
+/// The limits of rank 0's store server: the defaults, with the memory budget from
+/// `MCORE_INIT_STORE_MAX_MEMORY` when set.
+fn server_limits() -> Result<ServerLimits, StoreError> {
+    let mut limits = ServerLimits::default();
+    if let Some(v) = std::env::var(STORE_MAX_MEMORY_ENV).ok().filter(|v| !v.is_empty()) {
+        limits.max_memory_bytes = v.trim().parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            StoreError::InvalidArgument(format!("{STORE_MAX_MEMORY_ENV}={} is not a number of bytes", quoted(&v)))
+        })?;
+    }
+    Ok(limits)
+}
+
 /// Whether `host` resolves to an address of this machine (one a socket can bind).
 fn is_local(host: &str) -> bool {
     use std::net::ToSocketAddrs;
@@ -137,9 +153,10 @@ pub fn host_server(
     token: Option<StoreToken>,
     session: Option<StoreToken>,
 ) -> Result<TcpStoreServer, StoreError> {
+    let limits = server_limits()?;
     let serve = |host: &str| match (&token, &session) {
-        (None, Some(s)) => TcpStoreServer::bind_with_session(host, port, ServerLimits::default(), s.clone()),
-        _ => TcpStoreServer::bind_with_token(host, port, ServerLimits::default(), token.clone()),
+        (None, Some(s)) => TcpStoreServer::bind_with_session(host, port, limits, s.clone()),
+        _ => TcpStoreServer::bind_with_token(host, port, limits, token.clone()),
     };
     if let Some(b) = bind {
         check_bind_covers(b, master_addr)?;

@@ -19,8 +19,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// that does not (its process frozen) must not hold the caller past its deadline for long.
 const CANCEL_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Why a server closes a connection (ours logs which one; the protocol has no error reply).
-const CLOSE_REASONS: &str = "a server closes a connection whose request breaks its limits: an APPEND growing a value \
-     past 8 MiB, the store's memory limit, its connection limit, or an ADD to a non-integer; its log names the reason";
+const CLOSE_REASONS: &str = "either the server is gone (its process ended or was killed), or it closed this \
+     connection for breaking one of its limits: an APPEND growing a value past 8 MiB, the store's data or memory \
+     limit, a reply too big (MULTI_GET) or too many replies left unread, too many parked WAITs, its connection limit \
+     (an idle connection is evicted), no request within its idle timeout, or an ADD to a non-integer; our server's \
+     log names the client and the limit";
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -237,6 +237,18 @@ enum Short {
     Bad(String),
 }
 
+impl Short {
+    /// A shortfall of `more` bytes more than this field's end: the fields still to come need at
+    /// least that many (their length prefixes), so a request arriving in pieces is parsed again
+    /// a few times, not once per piece.
+    fn at_least(self, more: usize) -> Short {
+        match self {
+            Short::Need(n) => Short::Need(n.saturating_add(more)),
+            bad => bad,
+        }
+    }
+}
+
 /// A cursor over a receive buffer that never allocates for a field before it has fully arrived.
 struct Cursor<'a> {
     buf: &'a [u8],
@@ -290,8 +302,8 @@ impl<'a> Cursor<'a> {
         let n = self.count()?;
         // No capacity from the peer's count: a short buffer must not reserve 128 K slots.
         let mut v = Vec::new();
-        for _ in 0..n {
-            v.push(self.key()?);
+        for done in 0..n {
+            v.push(self.key().map_err(|e| e.at_least(8 * (n - done - 1)))?);
         }
         Ok(v)
     }
@@ -321,8 +333,9 @@ pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
             Query::MultiSet => {
                 let n = c.count()?;
                 let mut v = Vec::new();
-                for _ in 0..n {
-                    v.push((c.key()?, c.value()?));
+                for done in 0..n {
+                    let more = 16 * (n - done - 1);
+                    v.push((c.key().map_err(|e| e.at_least(more + 8))?, c.value().map_err(|e| e.at_least(more))?));
                 }
                 Request::MultiSet(v)
             }

@@ -31,12 +31,16 @@
 //!   it ([`EventLoop::written`]); the arrivals themselves write the counter without that.
 //!   (torch also wakes the key's waiters on a COMPARE_SET that stores nothing, even of a missing
 //!   key, releasing WAITs for a key that does not exist; ours does not.)
+//!   A parked arrival counts towards the connection's parked keys
+//!   ([`super::ServerLimits::max_parked_keys`]) and the memory budget like a WAIT for one key;
+//!   released arrivals are answered by [`EventLoop::backlogs`], a share per turn, like WAITs.
 //!
-//! Queue items count towards [`super::ServerLimits::max_store_bytes`] with the queue's name and
-//! [`ITEM_OVERHEAD`] bytes per item, so a flood of empty items is bounded too.
+//! Queue items count towards [`super::ServerLimits::max_store_bytes`] and the memory budget with
+//! the queue's name and [`ITEM_OVERHEAD`] bytes per item, so a flood of empty items is bounded
+//! too. A QUEUE_POP or LIST_KEYS reply is sized before it is built, within the reply limits.
 
-use super::{EventLoop, Next, State};
-use crate::store::tcp::wire::{self, Encoder, Request};
+use super::{Conn, EventLoop, Next, State};
+use crate::store::tcp::wire::{self, Request};
 use std::collections::{HashMap, VecDeque};
 
 /// Bytes charged per queued item beyond its length (its slot in the queue).
@@ -59,30 +63,6 @@ impl State {
     pub(super) fn present(&self, key: &[u8]) -> bool {
         self.map.contains_key(key) || self.queues.len(key) > 0
     }
-
-    /// An item was pushed to queue `name`: release at most one waiter parked on it (see the module
-    /// docs) and return its connection.
-    fn release_one(&mut self, name: &[u8]) -> Option<usize> {
-        let ids = self.waiting.get_mut(name)?;
-        let mut released = None;
-        let mut passed = 0;
-        for id in ids.iter() {
-            passed += 1;
-            let Some(w) = self.waiters.get_mut(id) else { continue };
-            w.missing -= 1;
-            if w.missing == 0 {
-                released = Some((*id, w.conn));
-                break;
-            }
-        }
-        ids.drain(..passed);
-        if ids.is_empty() {
-            self.waiting.remove(name);
-        }
-        let (id, conn) = released?;
-        self.waiters.remove(&id);
-        Some(conn)
-    }
 }
 
 fn lossy(k: &[u8]) -> String {
@@ -104,35 +84,51 @@ impl EventLoop {
                         lossy(name)
                     ));
                 }
+                // The budget counts a stored key's table entry; an item's slot is ITEM_OVERHEAD.
+                if let Some(why) = self.growth_refusal(i, total) {
+                    return Next::Close(why);
+                }
                 self.state.bytes = total;
                 self.state.queues.map.entry(name.to_vec()).or_default().push_back(item.to_vec());
-                if let Some(conn) = self.state.release_one(name) {
-                    self.release(conn);
-                }
+                self.release_one(name);
             }
             Request::QueuePop(name) => {
                 let len = self.state.queues.len(name);
-                let mut msg = Encoder::default().i64(len as i64);
+                let item_len = self.state.queues.map.get(name).and_then(|q| q.front()).map(|v| 8 + v.len());
+                // Sized first: a pop that cannot be answered takes nothing.
+                if let Some(why) = self.refusal(i, 8 + item_len.unwrap_or(0), true) {
+                    return Next::Close(why);
+                }
+                let mut msg = Vec::with_capacity(8 + item_len.unwrap_or(0));
+                msg.extend_from_slice(&(len as i64).to_le_bytes());
                 if let Some(q) = self.state.queues.map.get_mut(name) {
                     if let Some(item) = q.pop_front() {
                         self.state.bytes -= item.len() as u64 + ITEM_OVERHEAD;
-                        msg = msg.bytes(&item);
+                        msg.extend_from_slice(&(item.len() as u64).to_le_bytes());
+                        msg.extend_from_slice(&item);
                     }
                     if q.is_empty() {
                         self.state.queues.map.remove(name);
                         self.state.bytes -= name.len() as u64;
                     }
                 }
-                self.reply(i, &msg.finish());
+                self.reply(i, &msg);
+                self.account(i);
             }
             Request::QueueLen(name) => {
                 let n = self.state.queues.len(name) as i64;
                 self.reply(i, &n.to_le_bytes());
             }
             Request::ListKeys => {
-                let e = Encoder::default().i64(self.state.map.len() as i64);
-                let msg = self.state.map.keys().fold(e, |e, k| e.bytes(k)).finish();
-                self.reply(i, &msg);
+                // Sized before it is built, like a MULTI_GET's: one too big is refused.
+                let len = self.state.map.keys().map(|k| 8 + k.len()).fold(8, usize::saturating_add);
+                return self.reply_with(i, len, true, |s, w| {
+                    w.extend_from_slice(&(s.map.len() as i64).to_le_bytes());
+                    for k in s.map.keys() {
+                        w.extend_from_slice(&(k.len() as u64).to_le_bytes());
+                        w.extend_from_slice(k);
+                    }
+                });
             }
             Request::Barrier(key, world_size) => return self.barrier(i, key, world_size),
             other => return Next::Close(format!("internal error: {other:?} is not a queue or barrier query")),
@@ -160,52 +156,77 @@ impl EventLoop {
                 self.limits.max_store_bytes
             ));
         }
+        if let Some(why) = self.growth_refusal(i, total) {
+            return Next::Close(why);
+        }
         if count >= world_size {
-            // Re-create the key so that setting it releases everything parked on it.
-            self.state.remove(key);
+            // Writing the counter releases everything parked on it (see `written`).
             self.set(key, v);
             self.reply(i, &[wire::STOP_WAITING]);
-        } else {
-            // Not `set`: an arrival releases nothing, neither the arrivals before it nor (as in
-            // torch, whose barrier writes the counter without waking anyone) the WAITs parked
-            // for the counter before the first arrival: they stay listed under it until the
-            // barrier completes or the key is written.
-            let parked = self.state.waiting.remove(key);
-            let released = self.state.insert(key, v);
-            debug_assert!(released.is_empty());
-            if let Some(ids) = parked {
-                self.state.waiting.insert(key.to_vec(), ids);
-            }
-            let id = self.state.park(i, vec![key.to_vec()]);
-            if let Some(c) = self.conns[i].as_mut() {
-                c.waits.push(id);
-            }
+            return Next::Continue;
+        }
+        // Parked like a WAIT for one key, within the same limits.
+        let parked = self.conns[i].as_ref().map_or(0, |c| c.wait_keys);
+        let max = self.limits.max_parked_keys;
+        if parked + 1 > max {
+            return Next::Close(format!(
+                "a BARRIER arrival on key '{}' on top of {parked} parked WAIT keys, over the limit of {max} parked \
+                 WAIT keys per connection",
+                lossy(key)
+            ));
+        }
+        if let Some(why) = self.refusal(i, self.state.park_cost(&[key]) as usize, false) {
+            return Next::Close(why);
+        }
+        // Not `set`: an arrival releases nothing, neither the arrivals before it nor (as in
+        // torch, whose barrier writes the counter without waking anyone) the WAITs parked for
+        // the counter before the first arrival: they stay listed under it until the barrier
+        // completes or the key is written.
+        let listed = self.state.waiting.remove_entry(key);
+        self.state.insert(key, v);
+        if let Some((k, ids)) = listed {
+            self.state.waiting.insert(k, ids);
+        }
+        let id = self.state.park(i, &[key]);
+        if let Some(c) = self.conns[i].as_mut() {
+            c.waits.insert(id);
+            c.wait_keys += 1;
         }
         Next::Continue
     }
 
     /// Key `key` was written (it exists): release what is still parked on it, which can only be
-    /// BARRIER arrivals (a WAIT is parked only under keys missing at the time, and their creation
-    /// released it), as torch's server releases every client listed under a key it writes.
+    /// BARRIER arrivals and WAITs parked before the counter's first arrival created it (a WAIT is
+    /// parked only under keys missing at the time, and their creation released it), as torch's
+    /// server releases every client listed under a key it writes. They are answered by
+    /// [`EventLoop::backlogs`], a share per turn.
     pub(super) fn written(&mut self, key: &[u8]) {
         let Some(ids) = self.state.waiting.remove(key) else { return };
-        for id in ids {
-            let Some(w) = self.state.waiters.get_mut(&id) else { continue };
-            w.missing -= 1;
-            if w.missing == 0 {
-                let conn = w.conn;
-                self.state.waiters.remove(&id);
-                self.release(conn);
-            }
-        }
+        self.state.wait_bytes -= key.len() as u64;
+        self.state.woken.extend(ids);
     }
 
-    /// Answer STOP_WAITING to connection `conn`, whose waiter was released.
-    fn release(&mut self, conn: usize) {
-        if let Some(c) = self.conns[conn].as_mut() {
-            let state = &self.state;
-            c.waits.retain(|id| state.waiters.contains_key(id));
+    /// An item was pushed to queue `name`: release at most one waiter parked on it (see the
+    /// module docs), the oldest first. Waiters canceled or closed but not yet removed from the
+    /// index (see [`State::doomed`]) are passed over without taking the wake-up.
+    fn release_one(&mut self, name: &[u8]) {
+        loop {
+            let Some(ids) = self.state.waiting.get_mut(name) else { return };
+            let id = ids.pop_first();
+            if ids.is_empty() {
+                self.state.waiting.remove(name);
+                self.state.wait_bytes -= name.len() as u64;
+            }
+            let Some(id) = id else { return };
+            let Some(conn) = self.state.waiters.get_mut(id).map(|w| w.conn) else { continue };
+            let live = self.conns.get(conn).and_then(Option::as_ref).is_some_and(|c: &Conn| c.waits.contains(&id));
+            if !live {
+                continue;
+            }
+            if let Some((conn, keys)) = self.state.key_created(id) {
+                self.wake(conn, id, keys);
+                return;
+            }
         }
-        self.reply(conn, &[wire::STOP_WAITING]);
     }
 }
