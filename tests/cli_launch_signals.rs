@@ -8,9 +8,10 @@
 //! store on MASTER_PORT and every rank connects to it, as `mcore-selftest`'s ranks do at init,
 //! without needing a communicator backend.
 
+mod common;
+
 use mcore_init::store::{Store, TcpStore};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -21,10 +22,6 @@ const ROLE: &str = "MCORE_LAUNCH_TEST_RANK";
 const GRACE: Duration = Duration::from_secs(5);
 /// How much longer than its grace the launcher may take to exit, and its ranks to be gone.
 const SLACK: Duration = Duration::from_secs(2);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn env_u32(name: &str) -> u32 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} is not set"))
@@ -222,7 +219,7 @@ fn signal_stops_every_rank(
     pids_per_rank: usize,
 ) -> String {
     let nproc = 2;
-    let port = free_port();
+    let port = common::free_port();
     let mut launch = Launch::start(&[&["--nproc", "2"], flags].concat(), port, role, program);
     launch.wait_for_pids(nproc * pids_per_rank);
     let sent = Instant::now();
@@ -289,7 +286,7 @@ fn ranks_that_ignore_sigterm_get_sigkill_after_the_grace() {
 #[test]
 fn a_second_signal_sends_sigkill_at_once() {
     // A grace of an hour: only the second signal can end this within the test's bound.
-    let port = free_port();
+    let port = common::free_port();
     let mut launch = Launch::start(&["--nproc", "2", "--grace", "3600"], port, "run", &rank_command(true));
     launch.wait_for_pids(4);
     send("TERM", launch.child.id());
@@ -322,7 +319,7 @@ fn sigterm_to_selftest_ranks_stuck_in_init_then_relaunch() {
         return;
     };
     let selftest = env!("CARGO_BIN_EXE_mcore-selftest");
-    let port = free_port();
+    let port = common::free_port();
     let stuck =
         ["sh", "-c", "echo pid $$; WORLD_SIZE=3 exec \"$0\" \"$@\"", selftest, "--backend", &plugin, "--timeout", "60"];
     let mut launch = Launch::start(&["--nproc", "2"], port, "", &stuck.map(String::from));

@@ -4,6 +4,8 @@
 //! 20 destroy + re-init cycles. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/25-runtime.sh sets it);
 //! without it every test says so and returns.
 
+mod common;
+
 use serde_json::Value;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
@@ -13,17 +15,7 @@ const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
 const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
 
 fn plugin() -> Option<String> {
-    let p = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists());
-    if p.is_none() {
-        eprintln!(
-            "skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/25-runtime.sh)"
-        );
-    }
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    common::gloo_plugin("scripts/test.d/25-runtime.sh")
 }
 
 /// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
@@ -171,7 +163,7 @@ fn worlds_of_4_8_16_in_several_layouts_verify_every_group() {
 #[test]
 fn a_rank_that_never_starts_is_named_by_every_other_rank() {
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let children: Vec<Child> =
         [0u32, 1, 3].iter().map(|&r| spawn_rank(&plugin, r, 4, &port, &["--tp", "2", "--timeout", "3"], &[])).collect();
     for child in children {
@@ -199,7 +191,7 @@ fn a_rank_that_dies_after_rendezvous_makes_the_others_fail_not_hang() {
 fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
     // Without mcore-launch stopping anyone: ranks 0, 2, 3 must end with an error on their own.
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let children: Vec<(u32, Child)> = (0u32..4)
         .map(|r| {
             let args = ["--tp", "2", "--timeout", "5"];
@@ -221,7 +213,7 @@ fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
 /// Start 4 ranks, rank `odd` with `odd_args` and the others with `args` (all with a 20 s
 /// timeout); every rank must exit 1: their stderr.
 fn four_ranks_one_differing(plugin: &str, odd: u32, args: &[&str], odd_args: &[&str]) -> Vec<String> {
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let children: Vec<Child> = (0u32..4)
         .map(|r| {
             let mut a = if r == odd { odd_args.to_vec() } else { args.to_vec() };
@@ -284,7 +276,7 @@ fn port_in_use_is_a_clear_error() {
 #[test]
 fn a_store_bind_that_misses_master_addr_is_an_error_at_once() {
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let start = Instant::now();
     let child = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "60"], &[("MCORE_INIT_STORE_BIND", "127.0.0.2")]);
     let out = wait_bounded(child, Duration::from_secs(30));
@@ -368,7 +360,7 @@ fn human_output_of_8_ranks_fits_one_screen() {
 #[test]
 fn rank_0_prints_live_progress_while_others_are_missing() {
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let env = [("MCORE_SELFTEST_PROGRESS_MIN", "4")];
     let first = spawn_rank(&plugin, 0, 4, &port, &["--timeout", "60"], &env);
     std::thread::sleep(Duration::from_millis(2500));
@@ -401,7 +393,7 @@ fn wait_for_listener(port: &str) {
 #[test]
 fn a_second_job_on_the_same_port_fails_at_once_naming_both_job_ids() {
     let Some(plugin) = plugin() else { return };
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let args = ["--timeout", "60"];
     let job_a: Vec<Child> =
         (0..3).map(|r| spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_JOB_ID", "job-A")])).collect();
@@ -446,7 +438,7 @@ fn a_job_with_a_store_token_comes_up_and_a_rank_without_it_is_refused() {
     assert!(!text(&out.stderr).contains("refused client"), "{}", text(&out.stderr));
 
     let plugin = plugin().unwrap();
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let rank0 = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "10"], &tok);
     wait_for_listener(&port);
     let start = Instant::now();

@@ -15,10 +15,12 @@
 //! open-file limit. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it);
 //! without it every test says so and returns.
 
+mod common;
+
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,17 +38,7 @@ const NOFILE: u64 = 1024;
 const IO_LIMIT: Duration = Duration::from_secs(30);
 
 fn plugin() -> Option<String> {
-    let p = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists());
-    if p.is_none() {
-        eprintln!(
-            "skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run scripts/test.d/33-store-hostile.sh)"
-        );
-    }
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    common::gloo_plugin("scripts/test.d/33-store-hostile.sh")
 }
 
 /// Raise this process's open-file limit to `want` (or its hard limit); the limit now.
@@ -218,7 +210,7 @@ fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-hostile").join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let case_start = Instant::now();
     let rank0 = spawn_rank(&plugin, 0, port, &dir.join("rank0"));
     let pid = rank0.id();

@@ -95,3 +95,18 @@ pub fn backend_probe() -> PathBuf {
     );
     probe
 }
+
+/// A free TCP port on loopback (bound then released; a test's own processes take it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `MCORE_GLOO_PLUGIN` when it names a built plugin; otherwise `None`, saying on stderr that
+/// the test is skipped and that `suite` (a scripts/test.d script) runs it with the plugin.
+pub fn gloo_plugin(suite: &str) -> Option<String> {
+    let p = std::env::var("MCORE_GLOO_PLUGIN").ok().filter(|p| std::path::Path::new(p).exists());
+    if p.is_none() {
+        eprintln!("skipped: MCORE_GLOO_PLUGIN is not set to a built libmcore_init_gloo.so (run {suite})");
+    }
+    p
+}
