@@ -472,9 +472,14 @@ fn a_close_notice_is_appended_when_the_client_goes_and_not_when_it_withdrew_it()
 fn a_session_store_serves_everyone_until_it_serves_only_holders_of_the_secret() {
     use mcore_init::store::StoreToken;
     let secret = StoreToken::new(b"job secret").unwrap();
-    let server =
-        TcpStoreServer::bind_with_session("127.0.0.1", 0, mcore_init::store::ServerLimits::default(), secret.clone())
-            .unwrap();
+    let server = TcpStoreServer::bind_with_session(
+        "127.0.0.1",
+        0,
+        mcore_init::store::ServerLimits::default(),
+        secret.clone(),
+        "job-A",
+    )
+    .unwrap();
     let port = server.port();
     // During init: clients with and without the secret are served alike.
     let plain = TcpStore::connect("127.0.0.1", port, T).unwrap();
@@ -494,7 +499,7 @@ fn a_session_store_serves_everyone_until_it_serves_only_holders_of_the_secret() 
             Ok(_) => panic!("a client without the secret is still served"),
         }
     };
-    assert!(refused.contains("serves only its job's own ranks"), "{refused}");
+    assert!(refused.contains("serves only the ranks of job 'job-A' now"), "{refused}");
     let other = StoreToken::new(b"guess").unwrap();
     assert!(TcpStore::connect_with_token("127.0.0.1", port, Duration::from_secs(2), Some(&other)).is_err());
     // Holders get in; connections made before go on.

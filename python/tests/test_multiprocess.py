@@ -282,3 +282,34 @@ def test_after_init_the_store_serves_only_the_jobs_ranks_unless_kept_open():
     assert refused[1]["reply"] == b"MCAS".hex(), refused
     kept = _run_ranks(lambda r: [sys.executable, "-c", OUTSIDER, plugin], 2, MCORE_STORE_KEEP_OPEN="1")
     assert kept[1]["reply"] == (4321).to_bytes(4, "little").hex(), kept
+
+
+LATE_JOB = r"""
+import json, os, subprocess, sys, time
+from mcore_init import parallel_state as ps, runtime
+ps.initialize_model_parallel(tensor_model_parallel_size=1, backend=sys.argv[1], timeout=30)
+rank = int(os.environ["RANK"])
+runtime.barrier("data_parallel")
+late = None
+if rank == 1:
+    # A rank of another job on the same port, once this job's initialization is over.
+    other = ("from mcore_init import parallel_state as ps\n"
+             "try:\n    ps.initialize_model_parallel(backend=%r, timeout=30)\n    print('UP')\n"
+             "except Exception as exc:\n    print(str(exc))\n") % sys.argv[1]
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, MCORE_JOB_ID="job-B"))
+    late = {"seconds": time.monotonic() - t0, "out": res.stdout.strip()}
+runtime.barrier("data_parallel")
+ps.destroy_model_parallel()
+print(json.dumps({"rank": rank, "late": late}), flush=True)
+"""
+
+
+def test_a_rank_of_another_job_meeting_a_store_after_init_fails_at_once_naming_both_jobs():
+    plugin = str(gloo_plugin())
+    outs = _run_ranks(lambda r: [sys.executable, "-c", LATE_JOB, plugin], 2, MCORE_JOB_ID="job-A")
+    late = outs[1]["late"]
+    assert "'job-A'" in late["out"] and "'job-B'" in late["out"], late
+    # Well before its 30 s timeout: the store's refusal named job-A.
+    assert late["seconds"] < 20, late

@@ -144,18 +144,18 @@ fn is_local(host: &str) -> bool {
 /// refused at once naming both: every rank, rank 0 included, connects to MASTER_ADDR, where
 /// nothing would listen, and rank 0 would wait the whole timeout for its own store.
 /// With a `token`, the server serves only clients that prove they hold it; else with a
-/// `session` secret, until [`TcpStoreServer::serve_only_holders`] every client, then only those
-/// that prove it.
+/// `session` secret (and the job's id), until [`TcpStoreServer::serve_only_holders`] every
+/// client, then only those that prove it.
 pub fn host_server(
     master_addr: &str,
     port: u16,
     bind: Option<&str>,
     token: Option<StoreToken>,
-    session: Option<StoreToken>,
+    session: Option<(StoreToken, &str)>,
 ) -> Result<TcpStoreServer, StoreError> {
     let limits = server_limits()?;
     let serve = |host: &str| match (&token, &session) {
-        (None, Some(s)) => TcpStoreServer::bind_with_session(host, port, limits, s.clone()),
+        (None, Some((s, job))) => TcpStoreServer::bind_with_session(host, port, limits, s.clone(), job),
         _ => TcpStoreServer::bind_with_token(host, port, limits, token.clone()),
     };
     if let Some(b) = bind {
@@ -207,8 +207,13 @@ fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Re
 /// Rank 0 found MASTER_PORT taken: when a store of another job holds it, say so naming both.
 fn port_taken_by_other_job(env: &LaunchEnv) -> Option<CheckinError> {
     let within = Duration::from_secs(2);
-    let client =
-        TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref()).ok()?;
+    let client = match TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref())
+    {
+        Ok(c) => c,
+        // Its initialization is over: it names its job.
+        Err(StoreError::Locked { job, .. }) => return (job != env.job_id.id).then(|| other_job(env, job.as_bytes())),
+        Err(_) => return None,
+    };
     client.wait(&[JOB_KEY], within).ok()?;
     let theirs = client.get(JOB_KEY).ok()?;
     (theirs != env.job_id.id.as_bytes()).then(|| other_job(env, &theirs))
@@ -275,7 +280,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     }
     let server = if env.hosts_store() {
         let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-        let (user, secret) = (env.store_token.clone(), session.clone());
+        let (user, secret) = (env.store_token.clone(), session.clone().map(|s| (s, env.job_id.id.as_str())));
         Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), user, secret).map_err(|e| {
             let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
             if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
@@ -311,10 +316,19 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                 std::thread::sleep(Duration::from_millis(10))
             }
+            // This job's previous initialization's store, going away (a destroy and re-init).
+            Err(StoreError::Locked { job, .. }) if job == env.job_id.id && !left.is_zero() => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
             other => return other,
         }
     };
-    let mut client = connect().map_err(unreachable)?;
+    // Another job's store whose initialization is over names that job: fail at once, naming both.
+    let reach = |e: StoreError| match e {
+        StoreError::Locked { job, .. } => RuntimeError::Checkin(other_job(env, job.as_bytes())),
+        e => unreachable(e),
+    };
+    let mut client = connect().map_err(reach)?;
     // Job ids first: the host publishes its own; every other rank reads it before writing.
     let job_checked = |client: &TcpStore| -> Result<(), RuntimeError> {
         match check_job(client, env, deadline) {
@@ -336,7 +350,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
                 // The server of a previous attempt went away under us: connect again.
                 Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                     std::thread::sleep(Duration::from_millis(10));
-                    client = connect().map_err(unreachable)?;
+                    client = connect().map_err(reach)?;
                     job_checked(&client)?;
                 }
                 Err(e) => return Err(unreachable(e)),

@@ -33,6 +33,9 @@ pub enum StoreError {
     InvalidArgument(String),
     /// The store was shut down (server stopped, connection closed by the peer).
     Closed(String),
+    /// The store at `peer` serves only the ranks of job `job` now (that job's initialization is
+    /// over): a previous initialization's store still going away, or another job's.
+    Locked { peer: String, job: String },
 }
 
 impl fmt::Display for StoreError {
@@ -47,6 +50,11 @@ impl fmt::Display for StoreError {
             StoreError::Io(m) => write!(f, "store I/O error: {m}"),
             StoreError::Protocol(m) => write!(f, "store protocol error: {m}"),
             StoreError::InvalidArgument(m) => write!(f, "invalid store argument: {m}"),
+            StoreError::Locked { peer, job } => write!(
+                f,
+                "the store at {peer} serves only the ranks of job {} now: that job's initialization is over",
+                crate::quote::quoted(job)
+            ),
             StoreError::Closed(m) => write!(f, "store closed: {m}"),
         }
     }

@@ -99,6 +99,8 @@ pub fn store_error_status(e: &StoreError) -> mcore_status {
         StoreError::Protocol(_) => mcore_status::Protocol,
         StoreError::InvalidArgument(_) => mcore_status::InvalidArgument,
         StoreError::Closed(_) => mcore_status::PeerFailed,
+        // Another job's store (or one going away): the configuration's concern.
+        StoreError::Locked { .. } => mcore_status::ConfigMismatch,
     }
 }
 

@@ -55,6 +55,8 @@ pub const AUTH_REQUIRED: u32 = u32::from_le_bytes(*b"MCAR");
 /// takes it for a store that may be going away (the previous initialization's, in a destroy and
 /// re-init) and retries until its deadline.
 pub const AUTH_CLOSED: u32 = u32::from_le_bytes(*b"MCAS");
+/// Most bytes of the job id that follows [`AUTH_CLOSED`] (a `u64` length, then the bytes).
+pub const MAX_JOB_LABEL: usize = 256;
 /// Environment variable holding the token itself.
 pub const TOKEN_ENV: &str = "MCORE_STORE_TOKEN";
 /// Environment variable naming a file whose content (less one trailing newline) is the token.
@@ -214,8 +216,10 @@ pub(super) enum Step {
 pub(super) struct ServerAuth {
     token: StoreToken,
     rng: ChaCha20Rng,
-    /// The token is the job's own secret (not a user's `MCORE_STORE_TOKEN`): refusals say so.
+    /// The token is the job's own secret (not a user's `MCORE_STORE_TOKEN`): refusals say so, and
+    /// name this job (its id, at most [`MAX_JOB_LABEL`] bytes).
     session: bool,
+    job: Vec<u8>,
     /// A job's secret before its initialization is over: a client may prove it (a hello) or not
     /// (anything else is served as without a token). See [`ServerAuth::require`].
     pub optional: bool,
@@ -227,12 +231,13 @@ impl ServerAuth {
         use std::io::Read;
         let mut seed = [0u8; 32];
         std::fs::File::open("/dev/urandom")?.read_exact(&mut seed)?;
-        Ok(ServerAuth { token, rng: ChaCha20Rng::from_seed(seed), session: false, optional: false })
+        Ok(ServerAuth { token, rng: ChaCha20Rng::from_seed(seed), session: false, job: Vec::new(), optional: false })
     }
 
     /// A server side for the job's own secret: optional until [`Self::require`].
-    pub fn session(token: StoreToken) -> std::io::Result<ServerAuth> {
-        Ok(ServerAuth { session: true, optional: true, ..ServerAuth::new(token)? })
+    pub fn session(token: StoreToken, job: &[u8]) -> std::io::Result<ServerAuth> {
+        let job = job[..job.len().min(MAX_JOB_LABEL)].to_vec();
+        Ok(ServerAuth { session: true, job, optional: true, ..ServerAuth::new(token)? })
     }
 
     /// From now on a new connection must prove the token.
@@ -277,8 +282,16 @@ impl ServerAuth {
                         "it sent a request without proving it holds the store's token (MCORE_STORE_TOKEN): \
                          a torch client, or one of ours without the token"
                     };
-                    let code = if self.session { AUTH_CLOSED } else { AUTH_REQUIRED };
-                    return Step::Refuse { reply: code.to_le_bytes().to_vec(), why };
+                    let reply = if self.session {
+                        // "MCAS", then the job's id as a blob: a rank of another job can name both.
+                        let mut r = AUTH_CLOSED.to_le_bytes().to_vec();
+                        r.extend_from_slice(&(self.job.len() as u64).to_le_bytes());
+                        r.extend_from_slice(&self.job);
+                        r
+                    } else {
+                        AUTH_REQUIRED.to_le_bytes().to_vec()
+                    };
+                    return Step::Refuse { reply, why };
                 }
                 if n < h.len() {
                     return Step::Need;

@@ -161,7 +161,12 @@ impl TcpStore {
         }
         store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
         let nonce = std::process::id();
-        let echo = store.call(&Encoder::query(Query::Ping).u32(nonce).finish(), |d| d.u32())?;
+        let (echo, job) = store.call(&Encoder::query(Query::Ping).u32(nonce).finish(), |d| {
+            let echo = d.u32()?;
+            // A store that serves only its job's ranks names the job after its refusal.
+            let job = if echo == auth::AUTH_CLOSED && nonce != auth::AUTH_CLOSED { Some(d.value()?) } else { None };
+            Ok((echo, job))
+        })?;
         if echo == auth::AUTH_REQUIRED && nonce != auth::AUTH_REQUIRED {
             return Err(StoreError::Protocol(format!(
                 "the store at {} requires a token and refused this client: set {} (or {}) to the secret of the \
@@ -171,12 +176,9 @@ impl TcpStore {
                 auth::TOKEN_FILE_ENV
             )));
         }
-        if echo == auth::AUTH_CLOSED && nonce != auth::AUTH_CLOSED {
-            return Err(StoreError::Closed(format!(
-                "the store at {} serves only its job's own ranks: that job's initialization is over (a previous \
-                 initialization's store still going away, or another job on the same MASTER_PORT)",
-                store.peer
-            )));
+        if let Some(job) = job {
+            let job = String::from_utf8_lossy(&job).into_owned();
+            return Err(StoreError::Locked { peer: store.peer.clone(), job });
         }
         if echo != nonce {
             return Err(StoreError::Protocol(format!(

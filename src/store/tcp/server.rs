@@ -165,19 +165,22 @@ impl TcpStoreServer {
         limits: ServerLimits,
         token: Option<StoreToken>,
     ) -> Result<TcpStoreServer, StoreError> {
-        Self::bind_inner(host, port, limits, token.map(|t| (t, false)))
+        Self::bind_inner(host, port, limits, token.map(|t| (t, None)))
     }
 
     /// Listen on `host:port` with the job's own secret `session`: until
     /// [`Self::serve_only_holders`] a client may prove it or not (torch's clients are served as
     /// without a token); from then on only new connections that prove it are served.
+    /// `job` (the job's id) is sent to the clients it refuses then, so that a rank of another
+    /// job can name both.
     pub fn bind_with_session(
         host: &str,
         port: u16,
         limits: ServerLimits,
         session: StoreToken,
+        job: &str,
     ) -> Result<TcpStoreServer, StoreError> {
-        Self::bind_inner(host, port, limits, Some((session, true)))
+        Self::bind_inner(host, port, limits, Some((session, Some(job.as_bytes().to_vec()))))
     }
 
     /// New connections must prove the secret given to [`Self::bind_with_session`] from now on;
@@ -189,16 +192,19 @@ impl TcpStoreServer {
         let _ = self.waker.wake();
     }
 
-    /// `token`: the secret, and whether it is a job's own (optional until
-    /// [`Self::serve_only_holders`]).
+    /// `token`: the secret and, for a job's own (optional until [`Self::serve_only_holders`]),
+    /// the job's id.
     fn bind_inner(
         host: &str,
         port: u16,
         limits: ServerLimits,
-        token: Option<(StoreToken, bool)>,
+        token: Option<(StoreToken, Option<Vec<u8>>)>,
     ) -> Result<TcpStoreServer, StoreError> {
         let auth = token
-            .map(|(t, session)| if session { ServerAuth::session(t) } else { ServerAuth::new(t) })
+            .map(|(t, job)| match job {
+                Some(job) => ServerAuth::session(t, &job),
+                None => ServerAuth::new(t),
+            })
             .transpose()
             .map_err(|e| StoreError::Io(format!("seed the store server's nonces from /dev/urandom: {e}")))?;
         let addrs: Vec<SocketAddr> = (host, port)
