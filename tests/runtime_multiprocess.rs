@@ -18,16 +18,6 @@ fn plugin() -> Option<String> {
     common::gloo_plugin("scripts/test.d/25-runtime.sh")
 }
 
-/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
-fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
-}
-
 /// Run `mcore-launch --nproc n -- mcore-selftest <args>`; the JSON line of every rank.
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
     let plugin = plugin().unwrap();
@@ -39,7 +29,7 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
+    let out = common::wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
     let lines = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_once("]: ").map(|(_, j)| j.to_string()))
@@ -167,7 +157,7 @@ fn a_rank_that_never_starts_is_named_by_every_other_rank() {
     let children: Vec<Child> =
         [0u32, 1, 3].iter().map(|&r| spawn_rank(&plugin, r, 4, &port, &["--tp", "2", "--timeout", "3"], &[])).collect();
     for child in children {
-        let out = wait_bounded(child, Duration::from_secs(60));
+        let out = common::wait_bounded(child, Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
         let err = text(&out.stderr);
         assert!(err.contains("rank(s) 2 never checked in"), "{err}");
@@ -199,7 +189,7 @@ fn a_rank_that_dies_is_reported_by_its_peers_within_the_timeout() {
         })
         .collect();
     for (r, child) in children {
-        let out = wait_bounded(child, Duration::from_secs(90));
+        let out = common::wait_bounded(child, Duration::from_secs(90));
         assert!(out.status.code().is_some(), "rank {r} hung and was killed");
         if r == 1 {
             assert_eq!(out.status.code(), Some(3));
@@ -224,7 +214,7 @@ fn four_ranks_one_differing(plugin: &str, odd: u32, args: &[&str], odd_args: &[&
     children
         .into_iter()
         .map(|child| {
-            let out = wait_bounded(child, Duration::from_secs(60));
+            let out = common::wait_bounded(child, Duration::from_secs(60));
             assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
             text(&out.stderr)
         })
@@ -265,7 +255,7 @@ fn port_in_use_is_a_clear_error() {
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = squatter.local_addr().unwrap().port().to_string();
     let child = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "5"], &[]);
-    let out = wait_bounded(child, Duration::from_secs(60));
+    let out = common::wait_bounded(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains(&format!("MASTER_PORT={port}")) && err.contains("in use"), "{err}");
@@ -279,7 +269,7 @@ fn a_store_bind_that_misses_master_addr_is_an_error_at_once() {
     let port = common::free_port().to_string();
     let start = Instant::now();
     let child = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "60"], &[("MCORE_INIT_STORE_BIND", "127.0.0.2")]);
-    let out = wait_bounded(child, Duration::from_secs(30));
+    let out = common::wait_bounded(child, Duration::from_secs(30));
     let err = text(&out.stderr);
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}: {err}", start.elapsed());
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -327,7 +317,7 @@ fn human_output_of_8_ranks_fits_one_screen() {
         .args(["--tp", "2", "--pp", "2", "--cp", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let out = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
+    let out = common::wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(300));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -365,9 +355,9 @@ fn rank_0_prints_live_progress_while_others_are_missing() {
     let first = spawn_rank(&plugin, 0, 4, &port, &["--timeout", "60"], &env);
     std::thread::sleep(Duration::from_millis(2500));
     let rest: Vec<Child> = (1..4).map(|r| spawn_rank(&plugin, r, 4, &port, &["--timeout", "60"], &env)).collect();
-    let out0 = wait_bounded(first, Duration::from_secs(90));
+    let out0 = common::wait_bounded(first, Duration::from_secs(90));
     for c in rest {
-        let o = wait_bounded(c, Duration::from_secs(90));
+        let o = common::wait_bounded(c, Duration::from_secs(90));
         assert!(o.status.success(), "{}", text(&o.stderr));
         assert!(!text(&o.stderr).contains("ranks checked in"), "only rank 0 reports progress");
     }
@@ -403,7 +393,7 @@ fn a_second_job_on_the_same_port_fails_at_once_naming_both_job_ids() {
         (0..4).map(|r| spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_JOB_ID", "job-B")])).collect();
     let mut slowest = Duration::ZERO;
     for (r, child) in job_b.into_iter().enumerate() {
-        let out = wait_bounded(child, Duration::from_secs(40));
+        let out = common::wait_bounded(child, Duration::from_secs(40));
         slowest = slowest.max(start.elapsed());
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "job B rank {r}: {err}");
@@ -416,7 +406,7 @@ fn a_second_job_on_the_same_port_fails_at_once_naming_both_job_ids() {
     let mut job_a = job_a;
     job_a.push(spawn_rank(&plugin, 3, 4, &port, &args, &[("MCORE_JOB_ID", "job-A")]));
     for (r, child) in job_a.into_iter().enumerate() {
-        let out = wait_bounded(child, Duration::from_secs(90));
+        let out = common::wait_bounded(child, Duration::from_secs(90));
         assert!(out.status.success(), "job A rank {r}: {}\n{}", text(&out.stdout), text(&out.stderr));
         let line: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap_or("")).unwrap_or(Value::Null);
         assert_eq!(line["ok"], true, "job A rank {r}: {}", text(&out.stdout));
@@ -442,12 +432,13 @@ fn a_job_with_a_store_token_comes_up_and_a_rank_without_it_is_refused() {
     let rank0 = spawn_rank(&plugin, 0, 2, &port, &["--timeout", "10"], &tok);
     wait_for_listener(&port);
     let start = Instant::now();
-    let rank1 = wait_bounded(spawn_rank(&plugin, 1, 2, &port, &["--timeout", "60"], &[]), Duration::from_secs(40));
+    let rank1 =
+        common::wait_bounded(spawn_rank(&plugin, 1, 2, &port, &["--timeout", "60"], &[]), Duration::from_secs(40));
     let err = text(&rank1.stderr);
     assert!(start.elapsed() < Duration::from_secs(20), "took {:?}: {err}", start.elapsed());
     assert_eq!(rank1.status.code(), Some(1), "{err}");
     assert!(err.contains("requires a token") && err.contains("MCORE_STORE_TOKEN"), "{err}");
-    let out0 = wait_bounded(rank0, Duration::from_secs(40));
+    let out0 = common::wait_bounded(rank0, Duration::from_secs(40));
     let err0 = text(&out0.stderr);
     assert!(!out0.status.success(), "rank 0 came up without rank 1: {err0}");
     assert!(err0.contains("refused client 127.0.0.1:"), "rank 0's store did not log the refusal: {err0}");

@@ -87,16 +87,6 @@ fn spawn_rank(plugin: &str, rank: u32, port: u16, log: &std::path::Path) -> Chil
     cmd.spawn().unwrap()
 }
 
-/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
-fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    child.wait_with_output().unwrap()
-}
-
 /// A field (in KiB) of /proc/PID/status, if the process still has memory.
 fn proc_kib(pid: u32, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -235,14 +225,14 @@ fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
     let in_place = attack_start.elapsed();
     let init_start = Instant::now();
     let others: Vec<Child> = (1..WORLD).map(|r| spawn_rank(&plugin, r, port, &dir.join(format!("rank{r}")))).collect();
-    let mut outs: Vec<Output> = others.into_iter().map(|c| wait_bounded(c, Duration::from_secs(120))).collect();
+    let mut outs: Vec<Output> = others.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(120))).collect();
     let init = init_start.elapsed();
     stop.store(true, Ordering::SeqCst);
     let summaries: Vec<String> = threads.into_iter().map(|t| t.join().expect("an attack thread failed")).collect();
     probe_stop.store(true, Ordering::SeqCst);
     let (pings, worst, probe_err) = probe.join().unwrap();
     let peak = rss.join().unwrap();
-    outs.insert(0, wait_bounded(rank0, Duration::from_secs(120)));
+    outs.insert(0, common::wait_bounded(rank0, Duration::from_secs(120)));
     let log = |r: usize| {
         let read = |ext| std::fs::read_to_string(dir.join(format!("rank{r}")).with_extension(ext)).unwrap_or_default();
         format!("stdout: {}\nstderr: {}", read("out"), read("err"))

@@ -314,9 +314,7 @@ impl Liveness {
         }
         let dead: Vec<u32> = self.dead().into_iter().filter(|r| others.contains(r)).collect();
         if !dead.is_empty() {
-            let record: Vec<String> = dead.iter().map(u32::to_string).collect();
-            let store = self.shared.store();
-            let _ = store.set(&failed_key(me), record.join(",").as_bytes());
+            self.record_blame(me, &dead);
             let how = match self.shared.finder {
                 Some(Finder::Heartbeats { .. }) => format!(
                     "stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
@@ -350,8 +348,7 @@ impl Liveness {
             }
         }
         let roots: Vec<u32> = roots.into_iter().collect();
-        let record: Vec<String> = roots.iter().map(u32::to_string).collect();
-        let _ = self.shared.store().set(&failed_key(me), record.join(",").as_bytes());
+        self.record_blame(me, &roots);
         let mut text = format!(
             "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
             self.who(&roots),
@@ -391,6 +388,13 @@ impl Liveness {
             return now;
         }
         format!("{now} (before the recovery: {})", old.join(", "))
+    }
+
+    /// Record that this rank (`me`) blames `ranks`, for the ranks that ask later (see
+    /// [`Self::record_of`]).
+    fn record_blame(&self, me: u32, ranks: &[u32]) {
+        let record: Vec<String> = ranks.iter().map(u32::to_string).collect();
+        let _ = self.shared.store().set(&failed_key(me), record.join(",").as_bytes());
     }
 
     /// The ranks that rank `r` blamed when it failed, if it recorded any.

@@ -110,3 +110,13 @@ pub fn gloo_plugin(suite: &str) -> Option<String> {
     }
     p
 }
+
+/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
+pub fn wait_bounded(mut child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
