@@ -24,6 +24,9 @@
 #                                   (build tree target/cmake-build)
 #   apt_install PKG...              install Debian packages (as root, or with sudo -n); non-zero
 #                                   when they cannot be installed
+#   suite_need NAME "TOOL..." PKG...
+#                                   install PKGs when a TOOL is missing; when they cannot be
+#                                   installed, end suite NAME as skipped (exit 0)
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_pass=0
 suite_fail=0
@@ -135,4 +138,17 @@ apt_install() {
   fi
   "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 || return 1
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null 2>&1
+}
+
+suite_need() {
+  local name=$1 tools=$2 t
+  local missing=()
+  shift 2
+  for t in $tools; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  echo "$name: installing $* (missing: ${missing[*]})"
+  apt_install "$@" && return 0
+  echo "SKIP: $name: Debian's $* cannot be installed here (apt-get failed)"
+  suite_end "$name" " (skipped: packages cannot be installed)"
+  exit 0
 }

@@ -9,18 +9,7 @@
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 export PATH=$PATH:/usr/sbin:/sbin
-missing=()
-for tool in slurmctld slurmd srun sinfo scontrol munged mungekey; do
-  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "slurm: installing slurmctld slurmd slurm-client munge (missing: ${missing[*]})"
-  if ! apt_install slurmctld slurmd slurm-client munge; then
-    echo "SKIP: slurm: Debian's slurmctld/slurmd/slurm-client/munge cannot be installed here (apt-get failed)"
-    suite_end slurm " (skipped: packages cannot be installed)"
-    exit 0
-  fi
-fi
+suite_need slurm "slurmctld slurmd srun sinfo scontrol munged mungekey" slurmctld slurmd slurm-client munge
 if [ "$(id -u)" -ne 0 ]; then
   echo "SKIP: slurm: slurmd must run as root to start tasks, and this suite runs as $(id -un)"
   suite_end slurm " (skipped: not root)"

@@ -7,14 +7,7 @@
 # All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "mpirun: installing openmpi-bin"
-  if ! apt_install openmpi-bin; then
-    echo "SKIP: mpirun: Debian's openmpi-bin cannot be installed here (apt-get failed)"
-    suite_end mpirun " (skipped: openmpi-bin cannot be installed)"
-    exit 0
-  fi
-fi
+suite_need mpirun mpirun openmpi-bin
 echo "mpirun: $(mpirun --version 2>/dev/null | head -n 1)"
 cargo build --release --locked --quiet --bin mcore-selftest || suite_abort mpirun "cargo build failed"
 plugin=$(gloo_plugin)
