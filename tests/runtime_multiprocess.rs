@@ -235,6 +235,134 @@ fn mismatched_configs_are_an_error_naming_the_ranks() {
     }
 }
 
+/// This rank's groups in its JSON report: kind key (`<grid>:<kind>` with several grids) →
+/// members.
+fn members_of(line: &Value) -> std::collections::BTreeMap<String, Vec<u32>> {
+    line["members"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no members in {line}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_array().unwrap().iter().map(|r| r.as_u64().unwrap() as u32).collect()))
+        .collect()
+}
+
+/// Megatron-Core 0.19.2's groups of the conformance config `id`: our kind key → its groups.
+fn megatron_groups(id: &str) -> std::collections::BTreeMap<String, Vec<Vec<u32>>> {
+    let file = common::read_conformance_json("v0.19.2/megatron_groups.json.gz");
+    let entry = file["configs"].as_array().unwrap().iter().find(|c| c["config"]["id"] == id).unwrap().clone();
+    let mut out = std::collections::BTreeMap::new();
+    for (global, v) in entry["groups_by_global"].as_object().unwrap() {
+        // Module globals name our kinds (`_TENSOR_MODEL_PARALLEL_GROUP` is tensor_model_parallel);
+        // Gloo and all-gather twins and the gtp-remat aliases are not compared here.
+        if global.contains("GLOO") || global.ends_with("_AG") || global.contains("GTP") || global.contains('[') {
+            continue;
+        }
+        let key = global.trim_start_matches('_').replacen("_GROUP", "", 1).to_lowercase();
+        let groups = v["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_array().unwrap().iter().map(|r| r.as_u64().unwrap() as u32).collect())
+            .collect();
+        out.insert(key, groups);
+    }
+    out
+}
+
+#[test]
+fn two_grids_colocated_on_16_ranks_verify_every_group_and_share_communicators() {
+    if plugin().is_none() {
+        return;
+    }
+    // An RL job's layout: the trainer tp2 pp2 and the rollout engine tp4 on the same 16 ranks.
+    let lines = assert_all_ok(16, &["--tp", "2", "--pp", "2", "--grid", "rollout:tp=4", "--seed", "1234"]);
+    for l in &lines {
+        let rank = l["rank"].as_u64().unwrap() as u32;
+        let m = members_of(l);
+        assert_eq!(l["grids"], serde_json::json!(["default", "rollout"]), "{l}");
+        // Megatron's order tp-cp-ep-dp-pp: tp blocks of 2 and 4; pp strides of 8 (train only).
+        assert_eq!(m["default:tensor_model_parallel"], vec![rank / 2 * 2, rank / 2 * 2 + 1], "{l}");
+        assert_eq!(m["rollout:tensor_model_parallel"], (rank / 4 * 4..rank / 4 * 4 + 4).collect::<Vec<_>>(), "{l}");
+        assert_eq!(m["default:pipeline_model_parallel"], vec![rank % 8, rank % 8 + 8], "{l}");
+        assert_eq!(m["rollout:data_parallel"], (0..4).map(|i| rank % 4 + 4 * i).collect::<Vec<_>>(), "{l}");
+        // Both grids' seeds verified (the model-parallel and default streams of each).
+        assert_eq!(l["rng_streams_verified"], 4, "{l}");
+        // Groups with the same members and options share one communicator across grids
+        // (e.g. the rollout's one-rank pipeline group and the trainer's context group).
+        let reused: Vec<&str> = l["reused_kinds"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
+        assert!(reused.contains(&"rollout:pipeline_model_parallel"), "{l}");
+    }
+}
+
+#[test]
+fn two_grids_side_by_side_match_megatron_for_their_windows() {
+    if plugin().is_none() {
+        return;
+    }
+    // Megatron-Core 0.19.2's vectors v192x0022 (tp2 pp2 on ranks 0-7 of 16) and cfg0347 (tp2 pp2
+    // on ranks 8-15 of 16): one job holds both as two grids.
+    let args = ["--tp", "2", "--pp", "2", "--local-world-size", "8"];
+    let rollout = "rollout:tp=2,pp=2,rank-offset=8,local-world-size=8";
+    let lines = assert_all_ok(16, &[&args[..], &["--grid", rollout, "--seed", "7"]].concat());
+    let (train, roll) = (megatron_groups("v192x0022"), megatron_groups("cfg0347"));
+    let mut compared = 0;
+    for l in &lines {
+        let rank = l["rank"].as_u64().unwrap() as u32;
+        let m = members_of(l);
+        let (grid, want, other) = if rank < 8 { ("default", &train, "rollout") } else { ("rollout", &roll, "default") };
+        for (key, groups) in want {
+            let ours = m.get(&format!("{grid}:{key}"));
+            assert_eq!(ours, groups.iter().find(|g| g.contains(&rank)), "rank {rank} {grid}:{key}");
+            compared += 1;
+        }
+        assert!(!m.keys().any(|k| k.starts_with(&format!("{other}:"))), "rank {rank} is outside {other}: {l}");
+    }
+    assert!(compared > 16 * 15, "{compared} groups compared");
+    // The issue's own layout: the rollout engine tp4 on ranks 8-15.
+    let rollout = "rollout:tp=4,rank-offset=8,local-world-size=8";
+    for l in assert_all_ok(16, &[&args[..], &["--grid", rollout]].concat()) {
+        let rank = l["rank"].as_u64().unwrap() as u32;
+        let m = members_of(&l);
+        if rank >= 8 {
+            assert_eq!(m["rollout:tensor_model_parallel"], (rank / 4 * 4..rank / 4 * 4 + 4).collect::<Vec<_>>());
+        } else {
+            assert_eq!(m["default:tensor_model_parallel"], vec![rank / 2 * 2, rank / 2 * 2 + 1]);
+        }
+    }
+}
+
+#[test]
+fn grids_that_differ_between_ranks_are_named_with_the_field() {
+    let Some(plugin) = plugin() else { return };
+    let base = ["--tp", "2", "--grid", "rollout:tp=4"];
+    for err in four_ranks_one_differing(&plugin, 3, &base, &["--tp", "2", "--grid", "rollout:tp=2"]) {
+        assert!(err.contains("rank(s) 3 on host '") && err.contains("grid[rollout].tp: 4 -> 2"), "{err}");
+    }
+}
+
+#[test]
+fn ranks_in_no_grid_are_named_before_any_rendezvous() {
+    let Some(plugin) = plugin() else { return };
+    // The default grid covers ranks 0-1, the rollout rank 2: rank 3 would belong to no group.
+    let args = ["--local-world-size", "2", "--grid", "rollout:rank-offset=2,local-world-size=1"];
+    for err in four_ranks_one_differing(&plugin, 0, &args, &args) {
+        assert!(err.contains("rank(s) 3 of the world of 4 are in none of the grids default, rollout"), "{err}");
+    }
+}
+
+#[test]
+fn recovery_of_a_job_with_several_grids_is_refused_naming_the_grid() {
+    if plugin().is_none() {
+        return;
+    }
+    let args = ["--tp", "2", "--grid", "rollout:tp=4", "--fail-rank", "5", "--timeout", "20"];
+    let (out, lines) = launch(8, &args, &[]);
+    assert!(!out.status.success());
+    let refused =
+        lines.iter().filter(|l| l["error"].as_str().is_some_and(|e| e.contains("grid 'rollout' cannot be re-formed")));
+    assert!(refused.count() >= 1, "{}", text(&out.stdout));
+}
+
 #[test]
 fn ranks_asking_for_different_strategies_are_a_config_mismatch() {
     let Some(plugin) = plugin() else { return };

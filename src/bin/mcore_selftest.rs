@@ -97,11 +97,19 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
             "--fault" => fault::arm(flags.value(flag, inline)?)?,
+            "--grid" => {
+                let (name, topology) = common::cli::grid_flag(flags.value(flag, inline)?)?;
+                init.grids.push(runtime::GridSpec { name, topology, seed: None });
+            }
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
             }
             _ => return Err(format!("unknown option '{flag}'")),
         }
+    }
+    // Every grid is seeded as the first is (from its own coordinates).
+    for g in &mut init.grids {
+        g.seed = init.seed;
     }
     let fail = match (fail_rank, window, fail_at) {
         (Some(ranks), window, at) if cycles == 1 => {
@@ -140,9 +148,18 @@ fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
 /// `model-parallel-rng` seeds; the sum must equal the seeds the policy predicts for the members,
 /// so ranks that must differ (tp peers) and ranks that must agree (replicas) are both checked.
 fn verify_rng(rt: &Runtime, args: &InitArgs) -> Result<usize, String> {
-    let (Some(rng), Some(seed)) = (&rt.rng, args.seed) else { return Ok(0) };
+    let mut checked = 0;
+    for (grid, (_, _, seed)) in rt.grids.iter().zip(args.all_grids()) {
+        checked += verify_grid_rng(rt, grid, seed, args)?;
+    }
+    Ok(checked)
+}
+
+/// [`verify_rng`] of one grid: its seeds predicted from the members' coordinates in it.
+fn verify_grid_rng(rt: &Runtime, grid: &runtime::Grid, seed: Option<i64>, args: &InitArgs) -> Result<usize, String> {
+    let (Some(rng), Some(seed)) = (&grid.rng, seed) else { return Ok(0) };
     let predicted = |rank: u32| {
-        rank_stream_seeds(&rt.topology, rank, &args.seed_policy, seed, args.data_parallel_random_init)
+        rank_stream_seeds(&grid.topology, rank, &args.seed_policy, seed, args.data_parallel_random_init)
             .map_err(|e| format!("rank {rank}: {e}"))
     };
     let names: Vec<String> = predicted(rt.env.rank)?
@@ -157,7 +174,7 @@ fn verify_rng(rt: &Runtime, args: &InitArgs) -> Result<usize, String> {
             .map(|n| rng.tracker().state(n).map(|s| s.seed as i64).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?
     };
-    for g in &rt.groups {
+    for g in rt.groups.iter().filter(|g| g.plan.grid == grid.tag) {
         let mut values = actual.clone();
         let mut comm = g.comm.lock().map_err(|_| format!("{}: communicator lock poisoned", g.plan.kind))?;
         comm.allreduce_sum_i64(&mut values).map_err(|e| format!("{}: RNG all-reduce failed: {e}", g.plan.kind))?;
@@ -170,8 +187,9 @@ fn verify_rng(rt: &Runtime, args: &InitArgs) -> Result<usize, String> {
         }
         if values != want {
             return Err(format!(
-                "{}/{}: sum of the members' {names:?} seeds is {values:?}, the {} policy predicts {want:?}",
-                g.plan.kind, g.plan.index, args.seed_policy
+                "{}: sum of the members' {names:?} seeds is {values:?}, the {} policy predicts {want:?}",
+                g.plan.name(),
+                args.seed_policy
             ));
         }
     }
@@ -198,10 +216,13 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
             "groups": t.groups.as_secs_f64(), "world": t.world.as_secs_f64(), "verify": t.verify.as_secs_f64(),
         },
         // Per kind: the time this rank spent creating its communicator (split collective or init).
-        "create_s": rt.groups.iter().map(|g| (g.plan.kind.to_string(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
+        "create_s": rt.groups.iter().map(|g| (g.plan.key(), json!(g.created_in.as_secs_f64()))).collect::<serde_json::Map<_, _>>(),
         // Kinds whose groups use another kind's communicator (same members and options).
-        "reused_kinds": rt.groups.iter().filter(|g| g.comm_name != g.plan.name()).map(|g| g.plan.kind.to_string()).collect::<Vec<_>>(),
-        "kinds": rt.groups.iter().map(|g| g.plan.kind.to_string()).collect::<Vec<_>>(),
+        "reused_kinds": rt.groups.iter().filter(|g| g.comm_name != g.plan.name()).map(|g| g.plan.key()).collect::<Vec<_>>(),
+        "kinds": rt.groups.iter().map(|g| g.plan.key()).collect::<Vec<_>>(),
+        "grids": rt.grids.iter().map(|g| g.name.clone()).collect::<Vec<_>>(),
+        // Per kind: the members of this rank's group (what was verified).
+        "members": rt.groups.iter().map(|g| (g.plan.key(), json!(g.plan.members))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -450,7 +471,7 @@ mod recovery {
     /// survivors recover, naming them as suspected.
     pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
         let (store, rank, world, layout_world) =
-            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.topology.world_size()))
+            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.topology().world_size()))
                 .map_err(|e| e.to_string())?;
         let timeout = args.timeout;
         check_ranks(f, world)?;
@@ -582,7 +603,7 @@ mod human {
             ("ep", ExpertModelParallel),
         ] {
             // A coordinate of a size-1 axis says nothing: left out, to keep the line short.
-            if let Ok(Some(m)) = rt.topology.membership(kind, rank).map(|m| m.filter(|m| m.size() > 1)) {
+            if let Ok(Some(m)) = rt.topology().membership(kind, rank).map(|m| m.filter(|m| m.size() > 1)) {
                 let _ = write!(coords, " {name} {}/{}", m.rank, m.size());
             }
         }

@@ -5,7 +5,7 @@
 use super::runtime::with_rt;
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::runtime::{LiveGroup, Runtime};
-use crate::topology::GroupKind;
+use crate::topology::{GroupKind, RankView};
 
 /// Run a getter: its value, or -1 with the last error set (not initialized, not a member).
 fn getter(f: impl FnOnce(&Runtime) -> Result<i64, FfiError>) -> i32 {
@@ -26,6 +26,23 @@ fn member(rt: &Runtime, kind: GroupKind) -> Result<&LiveGroup, FfiError> {
         FfiError::new(
             mcore_status::NotMember,
             format!("rank {} is not a member of any {} group", rt.env.rank, kind.key()),
+        )
+    })
+}
+
+/// This rank's place in the default grid, or `NotMember` naming the grid's window.
+fn view(rt: &Runtime) -> Result<&RankView, FfiError> {
+    rt.view().ok_or_else(|| {
+        let t = rt.topology();
+        FfiError::new(
+            mcore_status::NotMember,
+            format!(
+                "rank {} is outside the default grid '{}' (ranks {}..{})",
+                rt.env.rank,
+                rt.grids[0].name,
+                t.rank_offset(),
+                u64::from(t.rank_offset()) + u64::from(t.world_size()) - 1
+            ),
         )
     })
 }
@@ -224,25 +241,25 @@ pub extern "C" fn mcore_get_expert_data_parallel_src_rank() -> i32 {
 /// Global rank of the last pipeline stage of this rank's pipeline; -1 when not initialized.
 #[no_mangle]
 pub extern "C" fn mcore_get_pipeline_model_parallel_last_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.last as i64))
+    getter(|rt| Ok(view(rt)?.pipeline.last as i64))
 }
 
 /// Global rank of the next pipeline stage (wraps around); -1 when not initialized.
 #[no_mangle]
 pub extern "C" fn mcore_get_pipeline_model_parallel_next_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.next as i64))
+    getter(|rt| Ok(view(rt)?.pipeline.next as i64))
 }
 
 /// Global rank of the previous pipeline stage (wraps around); -1 when not initialized.
 #[no_mangle]
 pub extern "C" fn mcore_get_pipeline_model_parallel_prev_rank() -> i32 {
-    getter(|rt| Ok(rt.view.pipeline.prev as i64))
+    getter(|rt| Ok(view(rt)?.pipeline.prev as i64))
 }
 
 /// Virtual pipeline size (0 without an interleaved schedule); -1 when not initialized.
 #[no_mangle]
 pub extern "C" fn mcore_get_virtual_pipeline_model_parallel_world_size() -> i32 {
-    getter(|rt| Ok(rt.topology.sizes().vpp.unwrap_or(0) as i64))
+    getter(|rt| Ok(rt.topology().sizes().vpp.unwrap_or(0) as i64))
 }
 
 /// Stage tests of this rank: `vp_stage` -1 ignores virtual stages (Megatron's
@@ -265,18 +282,18 @@ fn stage_test(
 /// given): 1, 0, or -1 on error.
 #[no_mangle]
 pub extern "C" fn mcore_is_pipeline_first_stage(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_pipeline_first_stage(rt.env.rank, vp), vp_stage)
+    stage_test(|rt, vp| rt.topology().is_pipeline_first_stage(rt.env.rank, vp), vp_stage)
 }
 
 /// Whether this rank is on the last pipeline stage (and on the last virtual stage when
 /// `vp_stage` is given): 1, 0, or -1 on error.
 #[no_mangle]
 pub extern "C" fn mcore_is_pipeline_last_stage(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_pipeline_last_stage(rt.env.rank, vp), vp_stage)
+    stage_test(|rt, vp| rt.topology().is_pipeline_last_stage(rt.env.rank, vp), vp_stage)
 }
 
 /// Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
 #[no_mangle]
 pub extern "C" fn mcore_is_rank_in_embedding_group(vp_stage: i32) -> i32 {
-    stage_test(|rt, vp| rt.topology.is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
+    stage_test(|rt, vp| rt.topology().is_rank_in_embedding_group(rt.env.rank, vp), vp_stage)
 }

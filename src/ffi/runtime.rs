@@ -183,6 +183,8 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
         };
         let args = InitArgs {
             topology,
+            grid_name: runtime::DEFAULT_GRID.into(),
+            grids: Vec::new(),
             backend,
             timeout: init_timeout(c.timeout_ms)?,
             verify: c.verify,
@@ -260,7 +262,7 @@ pub unsafe extern "C" fn mcore_runtime_rng_tracker(out_tracker: *mut *mut mcore_
     ffi_guard(|| {
         let out = out_ptr(out_tracker, "out_tracker")?;
         let rng = with_rt(|rt| {
-            rt.rng.clone().ok_or_else(|| {
+            rt.rng().cloned().ok_or_else(|| {
                 FfiError::new(
                     mcore_status::NotInitialized,
                     "the runtime was initialized without seed_rng: no RNG streams",

@@ -8,22 +8,23 @@ use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::groups::{
-    distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GroupCreator, LiveGroup, PlanKind, RankPlan,
+    distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
+    RankPlan,
 };
 use super::host::{self, HostInfo};
 
-use super::init_args::{BackendResolver, InitArgs};
+use super::init_args::{check_grid_name, BackendResolver, InitArgs};
 use super::leave::{leave, leave_unless, LEAVE_GRACE, RECOVERY_REQUESTED_KEY};
 use super::liveness::Liveness;
 use super::pending::{Kept, Pending, RuntimeClaim};
-use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, plan_for};
+use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
 use super::runtime_state::{InitTimings, Runtime};
 use super::store_setup::{open_attempt, StoreHandles};
 use crate::backend::{CommError, CommFactory, Communicator};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
 use crate::store::{PrefixStore, Store};
-use crate::topology::{GroupKind, RankView, Topology};
+use crate::topology::Topology;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,17 +72,15 @@ pub(super) struct Carried {
     pub kept: Vec<LiveGroup>,
 }
 
-/// The layout, validated before touching the network, and what this rank creates in it.
+/// The job's grids, validated before touching the network, and what this rank creates in them.
 struct Layout {
-    topology: Topology,
-    view: RankView,
-    rng: Option<Arc<Mutex<RankRng>>>,
+    /// The first is the default grid.
+    grids: Vec<Grid>,
     backend: Arc<dyn CommFactory>,
     /// The strategy used (`Auto` resolved).
     strategy: CommStrategy,
     /// What this rank creates: the aliased kinds (and the kinds a recovery kept) left out.
     plan: RankPlan,
-    aliases: Vec<(GroupKind, GroupKind)>,
 }
 
 /// This initialization's store, open. Fields drop in order: the view of the store, the
@@ -135,8 +134,8 @@ pub(super) fn bring_up(
         Some(Carried { store, attempt, world, kept, .. }) => (Some((store, attempt)), world, kept),
         None => (None, None, Vec::new()),
     };
-    layout.plan.kinds.retain(|k| !kept.iter().any(|g| g.plan.kind == *k));
-    layout.plan.groups.retain(|p| !kept.iter().any(|g| g.plan.kind == p.kind));
+    layout.plan.kinds.retain(|(t, k)| !kept.iter().any(|g| g.plan.is(t, *k)));
+    layout.plan.groups.retain(|p| !kept.iter().any(|g| g.plan.is(&p.grid, p.kind)));
     check_options(args, &layout)?;
 
     let deadline = start + args.timeout;
@@ -155,26 +154,108 @@ pub(super) fn bring_up(
             opened.store.close_to_outsiders();
             Ok(assemble(args, env, layout, opened, made, start, t_store))
         }
-        Err(e) => Err(failed(claim, e, args, env, layout.topology, opened, deadline)),
+        Err(e) => {
+            let first = layout.grids.swap_remove(0).topology;
+            Err(failed(claim, e, args, env, first, opened, deadline))
+        }
     }
 }
 
 /// Validate everything that needs no network, so that a bad layout or backend fails fast on every
-/// rank: the timeout, the layout and this rank's place in it, its RNG streams, the backend and
+/// rank: the timeout, every grid and this rank's place in it, its RNG streams, the backend and
 /// strategy, and the plan of what this rank creates.
 fn validate(args: &InitArgs, env: &LaunchEnv, factory: &BackendResolver) -> Result<Layout, RuntimeError> {
     if args.timeout.is_zero() {
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
     }
-    let topology = validate_topology(args, env)?;
-    let view = topology.rank_view(env.rank)?;
-    let rng = seed_rng(args, &topology, env.rank)?;
+    let grids = if args.grids.is_empty() { vec![only_grid(args, env)?] } else { several_grids(args, env)? };
     let (backend, strategy) = choose_backend(args, factory)?;
-    let mut plan = plan_for(&topology, &view);
+    let layout_world = args.layout_world(env.world_size)?;
+    let plan = job_plan(&grids, env.rank, (0..layout_world).collect());
+    Ok(Layout { grids, backend, strategy, plan })
+}
+
+/// A grid of the job as this rank sees it: its layout over `layout_world`, this rank's place in
+/// it (when in its window) and RNG streams (when `seed` is given), `tag` its groups' tag.
+fn grid(
+    args: &InitArgs,
+    name: &str,
+    tag: GridTag,
+    topology: Topology,
+    seed: Option<i64>,
+    rank: u32,
+) -> Result<Grid, RuntimeError> {
+    let view = if topology.in_grid(rank) { Some(topology.rank_view(rank)?) } else { None };
+    let rng = match (seed, &view) {
+        (Some(seed), Some(_)) => seed_rng(args, &topology, rank, seed)?,
+        _ => None,
+    };
     let aliases = aliased_kinds(&topology, &args.comm_config);
-    plan.kinds.retain(|k| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == *k));
-    plan.groups.retain(|g| !aliases.iter().any(|(a, _)| PlanKind::Group(*a) == g.kind));
-    Ok(Layout { topology, view, rng, backend, strategy, plan, aliases })
+    Ok(Grid { name: name.to_string(), tag, topology, view, rng, aliases })
+}
+
+/// The job's only grid, which must cover every rank of the world less its spares.
+fn only_grid(args: &InitArgs, env: &LaunchEnv) -> Result<Grid, RuntimeError> {
+    check_grid_name(&args.grid_name)?;
+    let topology = validate_topology(args, env)?;
+    grid(args, &args.grid_name, None, topology, args.seed, env.rank)
+}
+
+/// Several grids: each valid over the world and inside it, names unique, every rank of the world
+/// in at least one of them.
+fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeError> {
+    if args.spares > 0 {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "spares ({}) with several grids: recovery re-forms one grid, so spares need a job of one grid",
+            args.spares
+        )));
+    }
+    let world = args.layout_world(env.world_size)?;
+    let mut grids: Vec<Grid> = Vec::new();
+    for (name, config, seed) in args.all_grids() {
+        check_grid_name(name)?;
+        if grids.iter().any(|g| g.name == name) {
+            return Err(RuntimeError::InvalidArgument(format!("grid name '{name}' is given twice")));
+        }
+        let in_grid = |e: String| RuntimeError::InvalidArgument(format!("grid '{name}': {e}"));
+        let topology = Topology::new(config.clone(), world).map_err(|e| in_grid(e.to_string()))?;
+        let end = u64::from(topology.rank_offset()) + u64::from(topology.world_size());
+        if end > u64::from(world) {
+            return Err(in_grid(format!(
+                "covers ranks {}..{}, beyond the world of {world} ranks (set local_world_size to its size)",
+                topology.rank_offset(),
+                end - 1
+            )));
+        }
+        grids.push(grid(args, name, Some(Arc::from(name)), topology, seed, env.rank)?);
+    }
+    let mut windows: Vec<(u64, u64)> = grids
+        .iter()
+        .map(|g| {
+            (
+                u64::from(g.topology.rank_offset()),
+                u64::from(g.topology.rank_offset()) + u64::from(g.topology.world_size()),
+            )
+        })
+        .collect();
+    windows.sort_unstable();
+    let mut uncovered: Vec<String> = Vec::new();
+    let mut next = 0u64;
+    for (start, end) in windows.into_iter().chain([(u64::from(world), u64::from(world))]) {
+        if start > next {
+            uncovered.push(if start - next == 1 { next.to_string() } else { format!("{next}-{}", start - 1) });
+        }
+        next = next.max(end);
+    }
+    if !uncovered.is_empty() {
+        let names: Vec<&str> = grids.iter().map(|g| g.name.as_str()).collect();
+        return Err(RuntimeError::InvalidArgument(format!(
+            "rank(s) {} of the world of {world} are in none of the grids {}: every rank must be in at least one",
+            uncovered.join(", "),
+            names.join(", ")
+        )));
+    }
+    Ok(grids)
 }
 
 /// The layout of `args` over the world less its spares, which must cover every rank of it.
@@ -196,9 +277,13 @@ fn validate_topology(args: &InitArgs, env: &LaunchEnv) -> Result<Topology, Runti
     Ok(topology)
 }
 
-/// This rank's RNG streams, seeded by the policy (none without a seed).
-fn seed_rng(args: &InitArgs, topology: &Topology, rank: u32) -> Result<Option<Arc<Mutex<RankRng>>>, RuntimeError> {
-    let Some(seed) = args.seed else { return Ok(None) };
+/// This rank's RNG streams in `topology`, seeded by the policy from `seed`.
+fn seed_rng(
+    args: &InitArgs,
+    topology: &Topology,
+    rank: u32,
+    seed: i64,
+) -> Result<Option<Arc<Mutex<RankRng>>>, RuntimeError> {
     let req = seed_request(topology, rank, &args.seed_policy, seed, args.data_parallel_random_init)?;
     let mut rng = RankRng::new(coordinates(topology, rank)?);
     rng.seed(&req)?;
@@ -232,7 +317,7 @@ fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
         |what: String| move |e: CommError| RuntimeError::Comm(e.context(format!("communicator options of {what}")));
     let backend = &layout.backend;
     backend.check_options(&args.comm_config.default).map_err(options_error("every kind (the default)".into()))?;
-    for kind in &layout.plan.kinds {
+    for (_, kind) in &layout.plan.kinds {
         backend.check_options(&kind.options(&args.comm_config)).map_err(options_error(kind.to_string()))?;
     }
     Ok(())
@@ -326,12 +411,18 @@ fn create(
     };
     let mut created = create(&layout.plan, layout.strategy, premade_world)?;
     created.groups.extend(kept);
-    // In the layout's kind order, as if all were created now.
-    let order = layout.topology.kinds();
-    created.groups.sort_by_key(|g| order.iter().position(|&k| PlanKind::Group(k) == g.plan.kind));
-    add_alias_groups(&layout.view, &layout.aliases, &mut created.groups);
+    // In the grids' order and each's kind order, as if all were created now.
+    let order: Vec<(&GridTag, PlanKind)> = layout
+        .grids
+        .iter()
+        .flat_map(|g| g.topology.kinds().into_iter().map(move |k| (&g.tag, PlanKind::Group(k))))
+        .collect();
+    created.groups.sort_by_key(|g| order.iter().position(|(t, k)| g.plan.is(t, *k)));
+    for grid in &layout.grids {
+        add_alias_groups(grid, &mut created.groups);
+    }
     if args.create_all_gather_groups {
-        let plan = all_gather_plan(&layout.topology, &layout.view, &layout.plan);
+        let plan = all_gather_plan(&layout.grids, &layout.plan);
         let made = create(&plan, CommStrategy::PerGroup, None)?;
         created.groups.extend(made.groups);
     }
@@ -371,12 +462,10 @@ fn assemble(
         backend_name: layout.backend.name().to_string(),
         strategy: layout.strategy,
         env,
-        topology: layout.topology,
-        view: layout.view,
+        grids: layout.grids,
         groups,
         communicators,
         host: opened.host,
-        rng: layout.rng,
         world,
         base: opened.base,
         timeout: args.timeout,

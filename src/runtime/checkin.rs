@@ -68,8 +68,41 @@ fn missing_ranks(store: &dyn Store, world_size: u32) -> Result<Vec<u32>, StoreEr
     Ok(missing)
 }
 
+/// The `key=value` pairs of a fingerprint (see `Settings::fingerprint`); a word without `=`
+/// continues the value before it (a value with a space, e.g. a plugin path).
+fn pairs(fingerprint: &[u8]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for word in String::from_utf8_lossy(fingerprint).split(' ') {
+        match (word.split_once('='), out.last_mut()) {
+            (Some((k, v)), _) => out.push((k.to_string(), v.to_string())),
+            (None, Some(last)) => {
+                last.1.push(' ');
+                last.1.push_str(word);
+            }
+            (None, None) => out.push((word.to_string(), String::new())),
+        }
+    }
+    out
+}
+
+/// The settings in which `other` differs from `reference`: `key: reference's -> other's`.
+fn differences(reference: &[u8], other: &[u8]) -> String {
+    let (a, b) = (pairs(reference), pairs(other));
+    let get = |list: &[(String, String)], k: &str| list.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+    let mut out: Vec<String> = Vec::new();
+    for (k, v) in &a {
+        match get(&b, k) {
+            Some(w) if w == *v => {}
+            w => out.push(format!("{k}: {v} -> {}", w.unwrap_or_else(|| "(unset)".into()))),
+        }
+    }
+    out.extend(b.iter().filter(|(k, _)| get(&a, k).is_none()).map(|(k, w)| format!("{k}: (unset) -> {w}")));
+    out.join(", ")
+}
+
 /// Compare fingerprints against rank 0's; describe the ranks that differ, each set of ranks as
-/// `describe` names it (with their hosts, when known).
+/// `describe` names it (with their hosts, when known), with the settings in which they differ
+/// (a further grid's are `grid[<name>].<key>`).
 fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) -> Option<String> {
     let reference = &fingerprints[0];
     let mut by_value: BTreeMap<&[u8], Vec<u32>> = BTreeMap::new();
@@ -81,10 +114,11 @@ fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) 
     if by_value.is_empty() {
         return None;
     }
-    let mut text = format!(
-        "ranks were started with different configurations: rank 0 has '{}'",
-        String::from_utf8_lossy(reference)
-    );
+    let mut text = String::from("ranks were started with different configurations:");
+    for (fp, ranks) in &by_value {
+        text.push_str(&format!(" rank(s) {} differ from rank 0 in {};", describe(ranks), differences(reference, fp)));
+    }
+    text.push_str(&format!(" rank 0 has '{}'", String::from_utf8_lossy(reference)));
     for (fp, ranks) in by_value {
         text.push_str(&format!("; rank(s) {} have '{}'", describe(&ranks), String::from_utf8_lossy(fp)));
     }

@@ -59,9 +59,15 @@ impl std::fmt::Display for PlanKind {
     }
 }
 
+/// Which grid of the job a planned group belongs to: its name when the job has several grids
+/// (see [`super::GridSpec`]), `None` when it has one (names and store keys as before grids).
+pub type GridTag = Option<Arc<str>>;
+
 /// One group of this rank, as the topology lays it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
+    /// The grid it belongs to.
+    pub grid: GridTag,
     /// What it is, e.g. the `tensor_model_parallel` kind.
     pub kind: PlanKind,
     /// Index of the group among the groups of its kind (rank-independent).
@@ -71,10 +77,26 @@ pub struct GroupPlan {
 }
 
 impl GroupPlan {
-    /// The communicator's name, `<kind>/<index>`, equal on every member.
+    /// The communicator's name, `<kind>/<index>` (`<grid>:<kind>/<index>` when the job has
+    /// several grids), equal on every member.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.kind, self.index)
+        format!("{}{}/{}", grid_prefix(&self.grid), self.kind, self.index)
     }
+
+    /// Its kind's key, `<grid>:<kind>` when the job has several grids.
+    pub fn key(&self) -> String {
+        format!("{}{}", grid_prefix(&self.grid), self.kind)
+    }
+
+    /// Whether this is the group of `kind` in `grid`.
+    pub fn is(&self, grid: &GridTag, kind: PlanKind) -> bool {
+        self.kind == kind && self.grid == *grid
+    }
+}
+
+/// `<grid>:` for a grid of a job with several, nothing for the only grid.
+pub fn grid_prefix(grid: &GridTag) -> String {
+    grid.as_deref().map(|g| format!("{g}:")).unwrap_or_default()
 }
 
 fn poisoned() -> CommError {
@@ -88,8 +110,9 @@ pub struct RankPlan {
     pub rank: u32,
     /// The world's global ranks, ascending (the split strategy's parent communicator).
     pub world: Vec<u32>,
-    /// Every group kind of the layout, in its rank-independent order: the order of the splits.
-    pub kinds: Vec<PlanKind>,
+    /// Every group kind of every grid, in a rank-independent order (the grids in the job's
+    /// order, each's kinds in its layout's order): the order of creation and of the splits.
+    pub kinds: Vec<(GridTag, PlanKind)>,
     /// This rank's groups, in the order of `kinds` (kinds it is in no group of are absent).
     pub groups: Vec<GroupPlan>,
 }
@@ -265,9 +288,9 @@ impl GroupCreator<'_> {
     fn start_together(&self) -> Result<HashMap<String, Box<dyn Communicator>>, GroupError> {
         let (plan, factory) = (self.plan, self.factory);
         let mut distinct: Vec<(u64, &GroupPlan, CommOptions)> = Vec::new();
-        for (step, kind) in (2u64..).zip(&plan.kinds) {
+        for (step, (grid, kind)) in (2u64..).zip(&plan.kinds) {
             let options = kind.options(self.config);
-            if let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) {
+            if let Some(p) = plan.groups.iter().find(|g| g.is(grid, *kind)) {
                 if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
                     distinct.push((step, p, options));
                 }
@@ -314,11 +337,11 @@ impl GroupCreator<'_> {
         let mut live = Vec::with_capacity(plan.groups.len());
         // (index into `live`, step) of each communicator this rank created, to wait for.
         let mut created: Vec<(usize, u64)> = Vec::new();
-        for (step, kind) in (2u64..).zip(&plan.kinds) {
+        for (step, (grid, kind)) in (2u64..).zip(&plan.kinds) {
             let options = kind.options(self.config);
             let start = together.unwrap_or_else(Instant::now);
-            let Some(p) = plan.groups.iter().find(|g| g.kind == *kind) else {
-                self.join_without_color(source, step, kind, &options)?;
+            let Some(p) = plan.groups.iter().find(|g| g.is(grid, *kind)) else {
+                self.join_without_color(source, step, grid, kind, &options)?;
                 continue;
             };
             let name = p.name();
@@ -326,7 +349,7 @@ impl GroupCreator<'_> {
             let key = (p.members.clone(), options.clone());
             let (comm_name, comm) = match by_key.get(&key) {
                 Some(shared) => {
-                    self.join_without_color(source, step, kind, &options)?;
+                    self.join_without_color(source, step, grid, kind, &options)?;
                     let shared = shared.clone();
                     let created_in = if together.is_some() { Duration::ZERO } else { start.elapsed() };
                     live.push(LiveGroup {
@@ -364,11 +387,12 @@ impl GroupCreator<'_> {
         &self,
         source: &mut Source,
         step: u64,
+        grid: &GridTag,
         kind: &PlanKind,
         options: &CommOptions,
     ) -> Result<(), GroupError> {
         let Source::Split(w) = source else { return Ok(()) };
-        let what = format!("{kind} (split, joined without a group)");
+        let what = format!("{}{kind} (split, joined without a group)", grid_prefix(grid));
         self.mark(step, &what, &self.plan.world)?;
         w.split(0, None, options).map(drop).map_err(|e| self.failed(step, &what, &self.plan.world, e))
     }
@@ -669,15 +693,21 @@ mod tests {
         let dp = rank % 2;
         let mut groups = vec![
             // Aliases not adjacent: sharing must not depend on plan order.
-            GroupPlan { kind: plan_kind("data_parallel_with_cp"), index: dp, members: vec![dp, dp + 2] },
-            GroupPlan { kind: plan_kind("tensor_model_parallel"), index: tp, members: vec![2 * tp, 2 * tp + 1] },
-            GroupPlan { kind: plan_kind("data_parallel"), index: dp, members: vec![dp, dp + 2] },
+            GroupPlan { grid: None, kind: plan_kind("data_parallel_with_cp"), index: dp, members: vec![dp, dp + 2] },
+            GroupPlan {
+                grid: None,
+                kind: plan_kind("tensor_model_parallel"),
+                index: tp,
+                members: vec![2 * tp, 2 * tp + 1],
+            },
+            GroupPlan { grid: None, kind: plan_kind("data_parallel"), index: dp, members: vec![dp, dp + 2] },
         ];
         if rank == 0 || rank == 3 {
-            groups.push(GroupPlan { kind: plan_kind("embedding"), index: 0, members: vec![0, 3] });
+            groups.push(GroupPlan { grid: None, kind: plan_kind("embedding"), index: 0, members: vec![0, 3] });
         }
-        let kinds =
-            ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"].map(plan_kind).to_vec();
+        let kinds = ["data_parallel_with_cp", "tensor_model_parallel", "data_parallel", "embedding"]
+            .map(|k| (None, plan_kind(k)))
+            .to_vec();
         RankPlan { rank, world: vec![0, 1, 2, 3], kinds, groups }
     }
 

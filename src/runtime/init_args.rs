@@ -14,14 +14,53 @@ use std::time::Duration;
 /// communicator factory.
 pub type BackendResolver = dyn Fn(&InitArgs) -> Result<Arc<dyn CommFactory>, RuntimeError>;
 
+/// The name of the job's first grid unless the caller names it.
+pub const DEFAULT_GRID: &str = "default";
+
 /// Default bound of every wait during initialization (`MCORE_INIT_TIMEOUT` overrides, seconds).
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A further grid of the job: another layout over the same world (the same ranks, colocated, or
+/// a window of them with `rank_offset` and `local_world_size`), e.g. an RL job's rollout engine
+/// beside its trainer. Its groups are created at init with the first grid's, after them.
+#[derive(Clone, Debug)]
+pub struct GridSpec {
+    /// Its name: letters, digits, `_`, `-`, `.`; unique in the job.
+    pub name: String,
+    /// Its layout (the world size is the job's).
+    pub topology: TopologyConfig,
+    /// Seed this grid's RNG streams from its own coordinates (`None`: none for this grid); the
+    /// policy is the job's (`InitArgs::seed_policy`).
+    pub seed: Option<i64>,
+}
+
+/// Longest grid name.
+pub const MAX_GRID_NAME: usize = 64;
+
+/// `name` is a valid grid name (see [`GridSpec::name`]).
+pub fn check_grid_name(name: &str) -> Result<(), RuntimeError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_GRID_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(RuntimeError::InvalidArgument(format!(
+            "grid name {name:?} must be 1 to {MAX_GRID_NAME} letters, digits, '_', '-' or '.'"
+        )))
+    }
+}
 
 /// What to bring up.
 #[derive(Clone, Debug)]
 pub struct InitArgs {
-    /// The parallel layout (world size comes from the environment).
+    /// The parallel layout of the job's first grid, the default that the getters answer (world
+    /// size comes from the environment).
     pub topology: TopologyConfig,
+    /// The first grid's name (`default`).
+    pub grid_name: String,
+    /// The job's further grids (none by default), in creation order after the first.
+    pub grids: Vec<GridSpec>,
     /// Backend: a registered name (`gloo` resolves `libmcore_init_gloo.so`), or a plugin path.
     pub backend: String,
     /// Bound of every wait (rendezvous, each group's creation).
@@ -55,6 +94,8 @@ impl Default for InitArgs {
     fn default() -> Self {
         InitArgs {
             topology: TopologyConfig::default(),
+            grid_name: DEFAULT_GRID.into(),
+            grids: Vec::new(),
             backend: "gloo".into(),
             timeout: DEFAULT_INIT_TIMEOUT,
             verify: true,
@@ -71,6 +112,12 @@ impl Default for InitArgs {
 }
 
 impl InitArgs {
+    /// Every grid of the job, the first one first: (name, layout, seed).
+    pub fn all_grids(&self) -> impl Iterator<Item = (&str, &TopologyConfig, Option<i64>)> {
+        std::iter::once((self.grid_name.as_str(), &self.topology, self.seed))
+            .chain(self.grids.iter().map(|g| (g.name.as_str(), &g.topology, g.seed)))
+    }
+
     /// The layout's world size in a world of `world_size` processes (the spares left out).
     pub fn layout_world(&self, world_size: u32) -> Result<u32, RuntimeError> {
         world_size.checked_sub(self.spares).filter(|&w| w > 0).ok_or_else(|| {
@@ -86,32 +133,45 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
 
-/// The settings that define an initialization: compared across ranks and across calls.
-pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
-    let t = &args.topology;
+/// One layout's settings, each key prefixed by `prefix` (empty for the first grid).
+fn layout_settings(s: Settings, prefix: &str, t: &TopologyConfig) -> Settings {
     let hcp = if t.hierarchical_cp.is_empty() {
         "-".to_string()
     } else {
         t.hierarchical_cp.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
     };
-    Settings::new()
-        .with("world_size", world_size)
-        .with("tp", t.tp)
-        .with("pp", t.pp)
-        .with("vpp", opt(&t.vpp))
-        .with("cp", t.cp)
-        .with("hcp", hcp)
-        .with("ep", t.ep)
-        .with("etp", opt(&t.etp))
-        .with("dist_opt_instances", t.dist_opt_instances)
-        .with("order", &t.order)
-        .with("rank_offset", t.rank_offset)
-        .with("gtp", t.gtp)
-        .with("egtp", t.egtp)
-        .with("local_world_size", opt(&t.local_world_size))
-        .with("embedding", if t.embedding_ranks.is_some() { "custom" } else { "default" })
-        .with("position_embedding", if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
-        .with("backend", &args.backend)
+    let key = |k: &str| format!("{prefix}{k}");
+    s.with(&key("tp"), t.tp)
+        .with(&key("pp"), t.pp)
+        .with(&key("vpp"), opt(&t.vpp))
+        .with(&key("cp"), t.cp)
+        .with(&key("hcp"), hcp)
+        .with(&key("ep"), t.ep)
+        .with(&key("etp"), opt(&t.etp))
+        .with(&key("dist_opt_instances"), t.dist_opt_instances)
+        .with(&key("order"), &t.order)
+        .with(&key("rank_offset"), t.rank_offset)
+        .with(&key("gtp"), t.gtp)
+        .with(&key("egtp"), t.egtp)
+        .with(&key("local_world_size"), opt(&t.local_world_size))
+        .with(&key("embedding"), if t.embedding_ranks.is_some() { "custom" } else { "default" })
+        .with(&key("position_embedding"), if t.position_embedding_ranks.is_some() { "custom" } else { "default" })
+}
+
+/// The settings that define an initialization: compared across ranks and across calls. A job of
+/// one grid named `default` has the keys it had before grids; further grids add `grids` (the
+/// names) and each grid's layout and seed under `grid[<name>].<key>`.
+pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
+    let mut s = layout_settings(Settings::new().with("world_size", world_size), "", &args.topology);
+    if args.grid_name != DEFAULT_GRID || !args.grids.is_empty() {
+        let names: Vec<&str> = args.all_grids().map(|g| g.0).collect();
+        s = s.with("grids", names.join(","));
+        for g in &args.grids {
+            let prefix = format!("grid[{}].", g.name);
+            s = layout_settings(s, &prefix, &g.topology).with(&format!("{prefix}seed"), opt(&g.seed));
+        }
+    }
+    s.with("backend", &args.backend)
         .with("seed", opt(&args.seed))
         .with("seed_policy", &args.seed_policy)
         .with("data_parallel_random_init", args.data_parallel_random_init)

@@ -27,10 +27,13 @@ pub use bring_up::{set_phase_hook, InitPhase, PhaseHook};
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
-pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
+pub use groups::{GridTag, GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
-pub use init_args::{default_factory, settings_of, timeout_from_env, BackendResolver, InitArgs, DEFAULT_INIT_TIMEOUT};
-pub use plan::plan_for;
+pub use init_args::{
+    default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,
+    DEFAULT_INIT_TIMEOUT,
+};
+pub use plan::{plan_for, Grid};
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
 

@@ -209,7 +209,7 @@ pub enum Health {
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     // The layout's ranks take part; spares stand by elsewhere (a recovery's agreement sees them).
     let (base, rank, world, generation) = with_runtime(|rt| {
-        (rt.base.clone(), rt.env.rank, rt.topology.world_size(), rt.health_checks.fetch_add(1, Ordering::SeqCst))
+        (rt.base.clone(), rt.env.rank, rt.topology().world_size(), rt.health_checks.fetch_add(1, Ordering::SeqCst))
     })?;
     if let Some(suspects) = requested(base.as_ref())? {
         return Ok(Health::Failed(suspects));
@@ -274,7 +274,7 @@ struct Origin {
 fn from_runtime(rt: super::runtime_state::Runtime, suspected: Vec<u32>) -> Origin {
     let super::runtime_state::Runtime {
         env,
-        topology,
+        mut grids,
         groups,
         world,
         base,
@@ -287,7 +287,7 @@ fn from_runtime(rt: super::runtime_state::Runtime, suspected: Vec<u32>) -> Origi
     } = rt;
     Origin {
         env,
-        topology,
+        topology: grids.swap_remove(0).topology,
         args,
         store,
         base,
@@ -337,7 +337,16 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
 /// (no valid layout remains, the store host failed, a wait ran out) it is not up again.
 pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let start = Instant::now();
-    let check = |world: u32, init_timeout: Duration| -> Result<Duration, RuntimeError> {
+    let check = |world: u32, init_timeout: Duration, init: &InitArgs| -> Result<Duration, RuntimeError> {
+        if let Some(g) = init.grids.first() {
+            let names: Vec<&str> = init.all_grids().map(|g| g.0).collect();
+            return Err(RuntimeError::InvalidArgument(format!(
+                "recovery re-forms one grid, and this job has the grids {}: grid '{}' cannot be re-formed \
+                 (destroy and initialize the survivors again instead)",
+                names.join(", "),
+                g.name
+            )));
+        }
         let timeout = args.timeout.unwrap_or(init_timeout);
         if timeout.is_zero() {
             return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
@@ -352,7 +361,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let window = |timeout: Duration| args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let (mut claim, state) = claim_runtime(RECOVERING)?;
     let (origin, timeout) = match state {
-        Some((settings, rt)) => match check(rt.env.world_size, rt.timeout) {
+        Some((settings, rt)) => match check(rt.env.world_size, rt.timeout, &rt.args) {
             Ok(timeout) => (from_runtime(rt, args.suspected.clone()), timeout),
             Err(e) => {
                 claim.up(settings, rt);
@@ -370,7 +379,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
                     return Err(RuntimeError::NotInitialized);
                 }
             };
-            match check(pending.env.world_size, pending.args.timeout) {
+            match check(pending.env.world_size, pending.args.timeout, &pending.args) {
                 Ok(_) if pending.spare => return stand_by(claim, pending, &args, start, window),
                 Ok(timeout) => (from_pending(pending, &args.suspected), timeout),
                 Err(e) => {
@@ -636,7 +645,7 @@ fn keep_unchanged(
         if m.rank != g.group_rank || m.members().len() != g.plan.members.len() {
             continue;
         }
-        let new_plan = GroupPlan { kind: g.plan.kind, index: m.group_index() as u32, members: m.members() };
+        let new_plan = GroupPlan { grid: None, kind: g.plan.kind, index: m.group_index() as u32, members: m.members() };
         let comm_name = new_plan.name();
         kept.push(LiveGroup {
             plan: new_plan,

@@ -8,6 +8,7 @@ use super::groups::{LiveGroup, PlanKind, SharedComm};
 use super::host::HostInfo;
 use super::init_args::InitArgs;
 use super::liveness::Liveness;
+use super::plan::Grid;
 use super::store_setup::StoreHandles;
 use crate::backend::CommError;
 use crate::rng::RankRng;
@@ -33,8 +34,10 @@ pub struct InitTimings {
 /// The live state of an initialized process.
 pub struct Runtime {
     pub env: LaunchEnv,
-    pub topology: Topology,
-    pub view: RankView,
+    /// The job's grids as this rank sees them; the first is the default grid that
+    /// [`Runtime::topology`], [`Runtime::group`] and the Megatron-style getters answer.
+    pub grids: Vec<Grid>,
+    /// This rank's groups of every grid (each's plan names its grid).
     pub groups: Vec<LiveGroup>,
     pub backend_name: String,
     /// The strategy used (`Auto` resolved).
@@ -44,8 +47,6 @@ pub struct Runtime {
     pub communicators: usize,
     /// This rank's host and the address it advertises to peers (see [`super::host`]).
     pub host: HostInfo,
-    /// This rank's RNG streams, seeded by the policy (when `InitArgs::seed` was given).
-    pub rng: Option<Arc<Mutex<RankRng>>>,
     /// The split strategy's world communicator, released after the groups.
     pub(super) world: Option<SharedComm>,
     /// This initialization's private view of the store.
@@ -77,15 +78,41 @@ impl Runtime {
         }
     }
 
-    /// This rank's group of `kind`, if it is a member.
-    pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
-        self.groups.iter().find(|g| g.plan.kind == PlanKind::Group(kind))
+    /// The default grid's layout.
+    pub fn topology(&self) -> &Topology {
+        &self.grids[0].topology
     }
 
-    /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`),
-    /// when initialized with `create_all_gather_groups` and the layout has that twin.
+    /// This rank's place in the default grid (`None`: the rank is outside its window).
+    pub fn view(&self) -> Option<&RankView> {
+        self.grids[0].view.as_ref()
+    }
+
+    /// This rank's RNG streams of the default grid (when it was seeded).
+    pub fn rng(&self) -> Option<&Arc<Mutex<RankRng>>> {
+        self.grids[0].rng.as_ref()
+    }
+
+    /// The grid called `name`.
+    pub fn grid(&self, name: &str) -> Option<&Grid> {
+        self.grids.iter().find(|g| g.name == name)
+    }
+
+    /// This rank's group of `kind` in the default grid, if it is a member.
+    pub fn group(&self, kind: GroupKind) -> Option<&LiveGroup> {
+        self.grid_group(&self.grids[0], kind)
+    }
+
+    /// This rank's group of `kind` in `grid`, if it is a member.
+    pub fn grid_group(&self, grid: &Grid, kind: GroupKind) -> Option<&LiveGroup> {
+        self.groups.iter().find(|g| g.plan.is(&grid.tag, PlanKind::Group(kind)))
+    }
+
+    /// This rank's all-gather twin of `kind` (`data_parallel_with_cp` or `expert_data_parallel`)
+    /// in the default grid, when initialized with `create_all_gather_groups` and the layout has
+    /// that twin.
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
-        self.groups.iter().find(|g| g.plan.kind == PlanKind::AllGatherTwin(kind))
+        self.groups.iter().find(|g| g.plan.is(&self.grids[0].tag, PlanKind::AllGatherTwin(kind)))
     }
 
     /// This initialization's view of the rendezvous store (keys under its attempt's prefix).

@@ -111,12 +111,37 @@ pub fn gloo_plugin(suite: &str) -> Option<String> {
     p
 }
 
-/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status).
+/// Wait for `child` at most `limit`; kill it past that (the test then fails on its status). Its
+/// piped output is read while it runs, so that a child writing more than a pipe holds does not
+/// block (or, for a launcher, give up forwarding its ranks' lines).
 pub fn wait_bounded(mut child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    type Sink = Arc<Mutex<Vec<u8>>>;
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> (Sink, std::thread::JoinHandle<()>) {
+        let sink: Sink = Arc::default();
+        let to = sink.clone();
+        let t = std::thread::spawn(move || {
+            let Some(mut p) = pipe else { return };
+            let mut chunk = [0u8; 65536];
+            while let Ok(n @ 1..) = p.read(&mut chunk) {
+                to.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        (sink, t)
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let _ = child.kill();
-    child.wait_with_output().unwrap()
+    let status = child.wait().unwrap();
+    // A grandchild that outlived the child may hold its pipes open: take what came within 5 s.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !(out.1.is_finished() && err.1.is_finished()) && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let take = |s: &Sink| std::mem::take(&mut *s.lock().unwrap());
+    std::process::Output { status, stdout: take(&out.0), stderr: take(&err.0) }
 }

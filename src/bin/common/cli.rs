@@ -92,6 +92,39 @@ pub fn layout_flag(config: &mut TopologyConfig, flag: &str, value: &str) -> Resu
     Ok(true)
 }
 
+/// A `--grid NAME:key=value,...` value: the grid's name and layout. Keys are the layout flags
+/// without their dashes (`tp=4,rank-offset=8,local-world-size=8`); a part without `=` continues
+/// the value before it (`hcp=2,2`).
+pub fn grid_flag(value: &str) -> Result<(String, TopologyConfig), String> {
+    let (name, spec) = value
+        .split_once(':')
+        .ok_or_else(|| format!("--grid: '{value}' is not NAME:key=value,... (e.g. rollout:tp=4)"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("--grid: '{value}' has no grid name before ':'"));
+    }
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        match (part.split_once('='), pairs.last_mut()) {
+            (Some((k, v)), _) => pairs.push((k.trim().to_string(), v.trim().to_string())),
+            (None, Some(last)) => last.1 = format!("{},{}", last.1, part.trim()),
+            (None, None) => return Err(format!("--grid {name}: '{part}' is not key=value")),
+        }
+    }
+    let mut config = TopologyConfig::default();
+    for (k, v) in pairs {
+        let flag = format!("--{k}");
+        match layout_flag(&mut config, &flag, &v) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!("--grid {name}: unknown key '{k}' (keys are the layout flags: tp, pp, ...)"))
+            }
+            Err(e) => return Err(format!("--grid {name}: {e}")),
+        }
+    }
+    Ok((name.to_string(), config))
+}
+
 /// Whether `flag` is one of the layout flags (they all take a value).
 pub fn is_layout_flag(flag: &str) -> bool {
     layout_flag(&mut TopologyConfig::default(), flag, "1").unwrap_or(true)
@@ -103,6 +136,19 @@ mod tests {
 
     fn args(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn grid_values_name_the_grid_key_and_value() {
+        let (name, c) = grid_flag("rollout:tp=4,rank-offset=8,local-world-size=8,hcp=2,2").unwrap();
+        assert_eq!((name.as_str(), c.tp, c.rank_offset, c.local_world_size), ("rollout", 4, 8, Some(8)));
+        assert_eq!(c.hierarchical_cp, vec![2, 2]);
+        let e = grid_flag("rollout:tq=4").unwrap_err();
+        assert!(e.contains("rollout") && e.contains("'tq'"), "{e}");
+        let e = grid_flag("rollout:tp=x").unwrap_err();
+        assert!(e.contains("rollout") && e.contains("'x'"), "{e}");
+        assert!(grid_flag("tp=4").unwrap_err().contains("NAME:key=value"));
+        assert!(grid_flag(":tp=4").unwrap_err().contains("no grid name"));
     }
 
     #[test]
