@@ -133,85 +133,6 @@ typedef struct mcore_store mcore_store;
 typedef struct mcore_topology mcore_topology;
 
 /**
- * What `mcore_reinitialize` did for this rank.
- */
-typedef struct mcore_recovery_result {
-  /**
-   * true: this rank is not on the new layout (its replica was dropped, or the others found it
-   * failed); its runtime is torn down and it should exit. false: it runs the new layout.
-   */
-  bool left;
-  uint32_t old_rank;
-  /**
-   * The rank on the new layout (equal to `old_rank` when `left`).
-   */
-  uint32_t new_rank;
-  uint32_t old_world_size;
-  uint32_t new_world_size;
-  /**
-   * Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
-   */
-  size_t n_failed;
-  /**
-   * Seconds to agree on the failed set, and for the whole recovery.
-   */
-  double agree_seconds;
-  double total_seconds;
-} mcore_recovery_result;
-
-/**
- * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
- */
-typedef struct mcore_rng_coords {
-  /**
-   * `sizeof(mcore_rng_coords)` as the caller was compiled.
-   */
-  uint32_t struct_size;
-  uint32_t world_size;
-  /**
-   * Global rank.
-   */
-  uint32_t rank;
-  uint32_t pp_rank;
-  /**
-   * Plain data-parallel rank (without context parallelism).
-   */
-  uint32_t dp_rank;
-  uint32_t tp_rank;
-  uint32_t cp_rank;
-  uint32_t ep_rank;
-  uint32_t etp_rank;
-  /**
-   * Caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
-   */
-  uint64_t layout_fingerprint;
-} mcore_rng_coords;
-
-/**
- * A rank's group rank and group size in one group kind (for the `sharded` policy).
- */
-typedef struct mcore_rng_group_position {
-  uint32_t rank;
-  uint32_t size;
-} mcore_rng_group_position;
-
-/**
- * A Philox generator state, the 16-byte layout of a CUDA generator state in PyTorch.
- */
-typedef struct mcore_rng_state {
-  uint64_t seed;
-  uint64_t offset;
-} mcore_rng_state;
-
-/**
- * One named stream seed: NUL-terminated name, seed.
- */
-typedef struct mcore_rng_named_seed {
-  char name[MCORE_RNG_NAME_MAX];
-  uint64_t seed;
-} mcore_rng_named_seed;
-
-/**
  * Chooses the embedding (or position-embedding) ranks of one pipeline group: given its ranks
  * (ascending, `pipeline_len` of them), write a non-empty subset into `out_ranks` (capacity
  * `out_capacity` = `pipeline_len`), set `*out_len`, and return 0; any other return value is an
@@ -314,6 +235,165 @@ typedef struct mcore_topology_config {
 } mcore_topology_config;
 
 /**
+ * A further grid of the job (`mcore_init_args.grids`): another layout over the same world, on
+ * the same ranks (colocated) or a window of them (`rank_offset`, `local_world_size` in its
+ * layout), e.g. an RL job's rollout engine beside its trainer. Fill with
+ * `mcore_grid_spec_init`, then set what differs.
+ */
+typedef struct mcore_grid_spec {
+  /**
+   * `sizeof(mcore_grid_spec)` as compiled by the caller (set by the init function).
+   */
+  uint32_t struct_size;
+  /**
+   * Its name: 1 to 64 letters, digits, `_`, `-`, `.`; unique in the job. Read during the call.
+   */
+  const char *name;
+  /**
+   * Its layout (a config filled by `mcore_topology_config_init`), read during the call; NULL =
+   * every size 1 over the whole world.
+   */
+  const struct mcore_topology_config *topology;
+  /**
+   * Seed this grid's RNG streams from its own coordinates (default false; the policy is the
+   * job's `seed_policy`); see `mcore_grid_rng_tracker`.
+   */
+  bool seed_rng;
+  /**
+   * The grid's base seed.
+   */
+  int64_t seed;
+} mcore_grid_spec;
+
+/**
+ * Where a rank sits in one group.
+ */
+typedef struct mcore_group_info {
+  /**
+   * Index of the group among the groups of its kind (creation order, same on every rank).
+   */
+  uint64_t index;
+  /**
+   * The rank's group rank (index in the ascending member list).
+   */
+  uint32_t rank;
+  /**
+   * Number of members.
+   */
+  uint32_t size;
+} mcore_group_info;
+
+/**
+ * One field of a grid's `ProcessGroupCollection` view (Megatron-Core 0.19.2's field names).
+ */
+typedef struct mcore_pg_entry {
+  /**
+   * The field: "tp", "pp", "mp", "embd", "pos_embd", "cp", "tp_cp", "hcp" (once per level, in
+   * level order), "ep", "expt_tp", "tp_ep", "tp_ep_pp", "tp_ep_pp_with_egtp_remat", "tp_dp_cp",
+   * "dp", "dp_cp", "dp_cp_gtp_remat", "dp_cp_ag", "gtp_remat", "expt_gtp_remat", "expt_dp",
+   * "expt_dp_gtp_remat", "expt_dp_ag", "intra_dp_cp", "intra_expt_dp", "inter_dist_opt",
+   * "intra_dist_opt". A static string.
+   */
+  const char *field;
+  /**
+   * The `mcore_group_kind` that fills it.
+   */
+  int32_t kind;
+  /**
+   * Whether it is the kind's all-gather twin (`dp_cp_ag`, `expt_dp_ag`).
+   */
+  bool all_gather;
+  /**
+   * The rank's group rank and the group size.
+   */
+  uint32_t rank;
+  uint32_t size;
+  /**
+   * The backend's communicator handle (owned by the library until `mcore_destroy`).
+   */
+  void *comm;
+} mcore_pg_entry;
+
+/**
+ * What `mcore_reinitialize` did for this rank.
+ */
+typedef struct mcore_recovery_result {
+  /**
+   * true: this rank is not on the new layout (its replica was dropped, or the others found it
+   * failed); its runtime is torn down and it should exit. false: it runs the new layout.
+   */
+  bool left;
+  uint32_t old_rank;
+  /**
+   * The rank on the new layout (equal to `old_rank` when `left`).
+   */
+  uint32_t new_rank;
+  uint32_t old_world_size;
+  uint32_t new_world_size;
+  /**
+   * Number of agreed failed ranks (the first `failed_len` are in the caller's buffer).
+   */
+  size_t n_failed;
+  /**
+   * Seconds to agree on the failed set, and for the whole recovery.
+   */
+  double agree_seconds;
+  double total_seconds;
+} mcore_recovery_result;
+
+/**
+ * Where a rank sits in the layout. Fill with `mcore_rng_coords_default` first.
+ */
+typedef struct mcore_rng_coords {
+  /**
+   * `sizeof(mcore_rng_coords)` as the caller was compiled.
+   */
+  uint32_t struct_size;
+  uint32_t world_size;
+  /**
+   * Global rank.
+   */
+  uint32_t rank;
+  uint32_t pp_rank;
+  /**
+   * Plain data-parallel rank (without context parallelism).
+   */
+  uint32_t dp_rank;
+  uint32_t tp_rank;
+  uint32_t cp_rank;
+  uint32_t ep_rank;
+  uint32_t etp_rank;
+  /**
+   * Caller-chosen digest of the whole layout (sizes, order); 0 when unknown.
+   */
+  uint64_t layout_fingerprint;
+} mcore_rng_coords;
+
+/**
+ * A rank's group rank and group size in one group kind (for the `sharded` policy).
+ */
+typedef struct mcore_rng_group_position {
+  uint32_t rank;
+  uint32_t size;
+} mcore_rng_group_position;
+
+/**
+ * A Philox generator state, the 16-byte layout of a CUDA generator state in PyTorch.
+ */
+typedef struct mcore_rng_state {
+  uint64_t seed;
+  uint64_t offset;
+} mcore_rng_state;
+
+/**
+ * One named stream seed: NUL-terminated name, seed.
+ */
+typedef struct mcore_rng_named_seed {
+  char name[MCORE_RNG_NAME_MAX];
+  uint64_t seed;
+} mcore_rng_named_seed;
+
+/**
  * What `mcore_initialize` brings up. Fill with `mcore_init_args_init`, then set what differs.
  */
 typedef struct mcore_init_args {
@@ -400,25 +480,20 @@ typedef struct mcore_init_args {
    * ends (docs/recovery.md).
    */
   uint32_t spares;
+  /**
+   * The name of the job's first grid, the default one that every `mcore_runtime_*` and
+   * Megatron-style getter answers (NULL = "default"). Appended in 0.2.
+   */
+  const char *grid_name;
+  /**
+   * The job's further grids (`grids_len` pointers to `mcore_grid_spec`, read during the call;
+   * NULL with 0 = none): other layouts over the same world, colocated or on windows of it,
+   * each with its own groups (`mcore_grid_*` queries). With `topology` NULL, `grids[0]` is the
+   * first grid (its name and seed). Every rank must be in at least one grid. Appended in 0.2.
+   */
+  const struct mcore_grid_spec *const *grids;
+  size_t grids_len;
 } mcore_init_args;
-
-/**
- * Where a rank sits in one group.
- */
-typedef struct mcore_group_info {
-  /**
-   * Index of the group among the groups of its kind (creation order, same on every rank).
-   */
-  uint64_t index;
-  /**
-   * The rank's group rank (index in the ascending member list).
-   */
-  uint32_t rank;
-  /**
-   * Number of members.
-   */
-  uint32_t size;
-} mcore_group_info;
 
 /**
  * The sizes of a layout, derived ones included.
@@ -542,6 +617,111 @@ const char *mcore_last_error_message(void);
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);
+
+/**
+ * Fill `spec` with defaults (no name, every size 1, no seeds).
+ *
+ * # Safety
+ * `spec` is NULL or writable for `sizeof(mcore_grid_spec)` bytes.
+ */
+mcore_status mcore_grid_spec_init(struct mcore_grid_spec *spec);
+
+/**
+ * The number of grids of the initialized job (1 unless it was initialized with `grids`).
+ *
+ * # Safety
+ * `out_count` is writable.
+ */
+mcore_status mcore_grid_count(uint32_t *out_count);
+
+/**
+ * The name of grid `index` (0 is the default grid) into `buf` (`len` bytes, NUL included);
+ * `*out_len` = the bytes needed (also on BUFFER_TOO_SMALL).
+ *
+ * # Safety
+ * `buf` is NULL (with `len` 0) or writable for `len` bytes; `out_len` is writable.
+ */
+mcore_status mcore_grid_name(uint32_t index, char *buf, size_t len, size_t *out_len);
+
+/**
+ * This rank's group of `kind` in `grid` (NULL: the default grid): index, group rank, size.
+ * `MCORE_STATUS_NOT_MEMBER` when the rank has no group of that kind there (outside the grid's
+ * window, or e.g. off the embedding stages); INVALID_ARGUMENT for a grid the job does not have.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `out` is writable.
+ */
+mcore_status mcore_grid_group(const char *grid, int32_t kind, struct mcore_group_info *out);
+
+/**
+ * The global ranks of this rank's group of `kind` in `grid`, ascending, as
+ * `mcore_runtime_group_ranks` gives them for the default grid.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `buf` is NULL (with `len` 0) or writable for `len`
+ * entries; `out_len` is writable.
+ */
+mcore_status mcore_grid_group_ranks(const char *grid,
+                                    int32_t kind,
+                                    uint32_t *buf,
+                                    size_t len,
+                                    size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's group of `kind` in `grid` (an `ncclComm_t`
+ * for NCCL). Groups with the same members and options share one communicator, across grids
+ * too. Owned by the library until `mcore_destroy`.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `out_comm` is writable.
+ */
+mcore_status mcore_grid_communicator(const char *grid, int32_t kind, void **out_comm);
+
+/**
+ * Sum `count` int64 values element-wise over this rank's group of `kind` in `grid`, in place.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `values` is writable for `count` entries.
+ */
+mcore_status mcore_grid_allreduce_sum_i64(const char *grid,
+                                          int32_t kind,
+                                          int64_t *values,
+                                          size_t count);
+
+/**
+ * A new handle on this rank's RNG streams of `grid`, seeded at init from the rank's coordinates
+ * in that grid (the grid's `seed_rng`); release with `mcore_rng_tracker_destroy`.
+ * NOT_INITIALIZED when the grid was not seeded or the rank is outside it.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `out_tracker` is writable.
+ */
+mcore_status mcore_grid_rng_tracker(const char *grid, struct mcore_rng_tracker **out_tracker);
+
+/**
+ * A new topology handle of `grid`'s layout (over the job's world): every `mcore_topology_*`
+ * query works on it (stage tests, any rank's groups, node placement); release it with
+ * `mcore_topology_destroy`. It stays valid after `mcore_destroy`.
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `out` is writable.
+ */
+mcore_status mcore_grid_topology(const char *grid, struct mcore_topology **out);
+
+/**
+ * `grid`'s `ProcessGroupCollection` view on this rank: one entry per field it has a group for,
+ * in Megatron's field order, into `buf` (`len` entries); `*out_len` = the number of entries
+ * (also on BUFFER_TOO_SMALL). Fields without a group here are absent (a twin not created, the
+ * embedding group off its stages, every field on a rank outside the grid).
+ *
+ * # Safety
+ * `grid` is NULL or a NUL-terminated string; `buf` is NULL (with `len` 0) or writable for `len`
+ * entries; `out_len` is writable.
+ */
+mcore_status mcore_grid_pg_collection(const char *grid,
+                                      struct mcore_pg_entry *buf,
+                                      size_t len,
+                                      size_t *out_len);
 
 /**
  * This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not

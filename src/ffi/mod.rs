@@ -9,6 +9,8 @@ pub(crate) mod args;
 pub mod backend;
 mod boundary;
 pub mod error;
+pub mod grid_args;
+pub mod grids;
 mod handle;
 pub mod megatron;
 pub mod recovery;

@@ -2,15 +2,17 @@
 //! initialized process, and Megatron-Core-style getters (`mcore_get_tensor_model_parallel_rank`).
 
 use super::args::{fill_ranks, opt_str_arg, out_ptr, slice_out};
+use super::grid_args::{mcore_grid_spec, read_grids};
 use super::rng::{mcore_rng_tracker, tracker_handle};
 use super::topology::config::{config_from_c, mcore_topology_config, read_config, UserData};
 use super::topology::{kind_from_c, mcore_group_info};
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::abi::read_sized;
+use crate::rng::RankRng;
 use crate::rng::SeedPolicy;
-use crate::runtime::{self, CommConfig, CommStrategy, InitArgs, InitOutcome, LiveGroup, Runtime};
+use crate::runtime::{self, CommConfig, CommStrategy, Grid, InitArgs, InitOutcome, LiveGroup, Runtime};
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `timeout_ms` meaning no limit (any value of `MCORE_TIMEOUT_MAX_MS` or more means the same).
@@ -75,6 +77,15 @@ pub struct mcore_init_args {
     /// by in `mcore_reinitialize` until a recovery gives them a failed rank's place, or the job
     /// ends (docs/recovery.md).
     pub spares: u32,
+    /// The name of the job's first grid, the default one that every `mcore_runtime_*` and
+    /// Megatron-style getter answers (NULL = "default"). Appended in 0.2.
+    pub grid_name: *const c_char,
+    /// The job's further grids (`grids_len` pointers to `mcore_grid_spec`, read during the call;
+    /// NULL with 0 = none): other layouts over the same world, colocated or on windows of it,
+    /// each with its own groups (`mcore_grid_*` queries). With `topology` NULL, `grids[0]` is the
+    /// first grid (its name and seed). Every rank must be in at least one grid. Appended in 0.2.
+    pub grids: *const *const mcore_grid_spec,
+    pub grids_len: usize,
 }
 
 impl Default for mcore_init_args {
@@ -96,6 +107,9 @@ impl Default for mcore_init_args {
             device: -1,
             create_all_gather_groups: false,
             spares: 0,
+            grid_name: std::ptr::null(),
+            grids: std::ptr::null(),
+            grids_len: 0,
         }
     }
 }
@@ -114,7 +128,8 @@ pub unsafe extern "C" fn mcore_init_args_init(args: *mut mcore_init_args) -> mco
 
 /// The `struct_size` of every released layout of `mcore_init_args` (see `crate::abi::sized`;
 /// ABI 2 restarted the list).
-const ARGS_RELEASES: &[u32] = &[std::mem::size_of::<mcore_init_args>() as u32];
+const ARGS_RELEASES: &[u32] =
+    &[std::mem::offset_of!(mcore_init_args, grid_name) as u32, std::mem::size_of::<mcore_init_args>() as u32];
 
 /// The caller's args and their layout config, each read under the one `struct_size` rule.
 ///
@@ -175,6 +190,22 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
         // SAFETY: per the contract above.
         let (c, layout) = unsafe { read_args(args) }?;
         let (topology, user): (_, Option<Arc<UserData>>) = config_from_c(&layout)?;
+        let mut users: Vec<Arc<UserData>> = user.into_iter().collect();
+        // SAFETY: the grid fields are as their docs say, per the struct's contract.
+        let grids = unsafe { read_grids(c.grid_name, c.grids, c.grids_len, !c.topology.is_null(), &mut users) }?;
+        let mut seed = c.seed_rng.then_some(c.seed);
+        let topology = match grids.first {
+            None => topology,
+            Some((name, _, Some(_))) if seed.is_some() => {
+                return Err(FfiError::invalid_arg(format!(
+                    "the first grid '{name}' (grids[0], topology NULL) has seed_rng set, and so do the args: set one"
+                )))
+            }
+            Some((_, first, first_seed)) => {
+                seed = seed.or(first_seed);
+                first
+            }
+        };
         // SAFETY (each opt_str_arg): the string fields are NULL or NUL-terminated, per the struct's contract.
         let backend = unsafe { opt_str_arg(c.backend, "backend") }?.unwrap_or("gloo").to_string();
         let seed_policy = match unsafe { opt_str_arg(c.seed_policy, "seed_policy") }? {
@@ -183,12 +214,12 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
         };
         let args = InitArgs {
             topology,
-            grid_name: runtime::DEFAULT_GRID.into(),
-            grids: Vec::new(),
+            grid_name: grids.grid_name,
+            grids: grids.more,
             backend,
             timeout: init_timeout(c.timeout_ms)?,
             verify: c.verify,
-            seed: c.seed_rng.then_some(c.seed),
+            seed,
             seed_policy,
             data_parallel_random_init: c.data_parallel_random_init,
             comm_strategy: match unsafe { opt_str_arg(c.comm_strategy, "comm_strategy") }? {
@@ -207,7 +238,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             spares: c.spares,
         };
         let outcome = runtime::initialize(args)?;
-        drop(user); // callbacks hold their own reference for as long as the runtime lives
+        drop(users); // callbacks hold their own reference for as long as the runtime lives
         if let Some(out) = unsafe { out_already.as_mut() } {
             *out = outcome == InitOutcome::AlreadyUp;
         }
@@ -240,14 +271,41 @@ pub(crate) fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Res
     runtime::with_runtime(f)?
 }
 
-fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+/// The grid `name` names (NULL: the default grid, the job's first).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+pub(super) unsafe fn grid_of(rt: &Runtime, name: *const c_char) -> Result<&Grid, FfiError> {
+    // SAFETY: per the contract.
+    let Some(name) = (unsafe { opt_str_arg(name, "grid") })? else { return Ok(&rt.grids[0]) };
+    rt.grid(name).ok_or_else(|| {
+        let names: Vec<&str> = rt.grids.iter().map(|g| g.name.as_str()).collect();
+        FfiError::invalid_arg(format!("no grid named '{name}' (this job's grids: {})", names.join(", ")))
+    })
+}
+
+/// This rank's group of `kind` in `grid`, or NOT_MEMBER naming the grid when it has several.
+pub(super) fn group_in<'r>(rt: &'r Runtime, grid: &Grid, kind: i32) -> Result<&'r LiveGroup, FfiError> {
     let kind = kind_from_c(kind)?;
-    rt.group(kind).ok_or_else(|| {
+    rt.grid_group(grid, kind).ok_or_else(|| {
+        let which = if rt.grids.len() > 1 { format!("grid '{}'", grid.name) } else { "this layout".into() };
         FfiError::new(
             mcore_status::NotMember,
-            format!("rank {} is not a member of any {} group in this layout", rt.env.rank, kind.key()),
+            format!("rank {} is not a member of any {} group in {which}", rt.env.rank, kind.key()),
         )
     })
+}
+
+fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+    group_in(rt, &rt.grids[0], kind)
+}
+
+/// A new RNG tracker handle on `rng`, the streams of `what`.
+pub(super) fn rng_handle(rng: Option<&Arc<Mutex<RankRng>>>, what: &str) -> Result<*mut mcore_rng_tracker, FfiError> {
+    let rng = rng.cloned().ok_or_else(|| {
+        FfiError::new(mcore_status::NotInitialized, format!("{what} was initialized without seed_rng: no RNG streams"))
+    })?;
+    Ok(tracker_handle(rng))
 }
 
 /// A new handle on this rank's RNG streams, seeded at init (`seed_rng`): use every
@@ -261,15 +319,7 @@ fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
 pub unsafe extern "C" fn mcore_runtime_rng_tracker(out_tracker: *mut *mut mcore_rng_tracker) -> mcore_status {
     ffi_guard(|| {
         let out = out_ptr(out_tracker, "out_tracker")?;
-        let rng = with_rt(|rt| {
-            rt.rng().cloned().ok_or_else(|| {
-                FfiError::new(
-                    mcore_status::NotInitialized,
-                    "the runtime was initialized without seed_rng: no RNG streams",
-                )
-            })
-        })?;
-        *out = tracker_handle(rng);
+        *out = with_rt(|rt| rng_handle(rt.rng(), "the runtime"))?;
         Ok(())
     })
 }
@@ -374,7 +424,7 @@ pub unsafe extern "C" fn mcore_runtime_communicator(kind: i32, out_comm: *mut *m
 }
 
 /// Write the backend handle of the group `find` picks into `*out_comm`.
-fn write_handle(
+pub(super) fn write_handle(
     out_comm: *mut *mut c_void,
     find: impl FnOnce(&Runtime) -> Result<&LiveGroup, FfiError>,
 ) -> Result<(), FfiError> {
@@ -396,14 +446,16 @@ pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut
     ffi_guard(|| {
         // SAFETY: per the contract above.
         let values = unsafe { slice_out(values, count, "values") }?;
-        with_rt(|rt| {
-            let g = live_group(rt, kind)?;
-            let mut comm =
-                g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-            comm.allreduce_sum_i64(values)
-                .map_err(|e| rt.explain_collective(e).context(format!("all-reduce over {}", g.comm_name)).into())
-        })
+        with_rt(|rt| allreduce(rt, live_group(rt, kind)?, values))
     })
+}
+
+/// Sum `values` over `g`'s communicator, in place; a failure names the group and the ranks that
+/// stopped answering.
+pub(super) fn allreduce(rt: &Runtime, g: &LiveGroup, values: &mut [i64]) -> Result<(), FfiError> {
+    let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+    comm.allreduce_sum_i64(values)
+        .map_err(|e| rt.explain_collective(e).context(format!("all-reduce over {}", g.comm_name)).into())
 }
 
 /// Wait until every member of this rank's group of `kind` arrives.

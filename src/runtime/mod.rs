@@ -16,6 +16,7 @@ mod init_args;
 mod leave;
 pub mod liveness;
 mod pending;
+mod pg_collection;
 mod plan;
 mod progress;
 pub mod recovery;
@@ -33,6 +34,7 @@ pub use init_args::{
     default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,
     DEFAULT_INIT_TIMEOUT,
 };
+pub use pg_collection::{PgSource, PG_COLLECTION_FIELDS};
 pub use plan::{plan_for, Grid};
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
