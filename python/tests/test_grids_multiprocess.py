@@ -51,6 +51,9 @@ for name in mcore_init.grids():
             groups[kind] = {"error": exc.status_name, "message": exc.message}
     pg = {f: ([x._asdict() for x in v] if f == "hcp" else (v._asdict() if v else None))
           for f, v in g.pg_collection().fields().items()}
+    # each field's handle is the communicator of its kind's group (the twins have their own)
+    comms = {v.field: [v.comm, g.communicator(v.kind)] for v in g.pg_collection().fields().values()
+             if v and not isinstance(v, list) and not v.all_gather}
     sums = {}
     if g.is_member():
         for kind in ("tensor_model_parallel", "pipeline_model_parallel", "data_parallel"):
@@ -62,7 +65,7 @@ for name in mcore_init.grids():
     except McoreError as exc:
         rng = exc.status_name
     out["per_grid"][name] = {"q": {key: call(g, key) for key in spec["queries"]}, "groups": groups, "pg": pg,
-                             "member": g.is_member(), "sums": sums, "rng": rng}
+                             "member": g.is_member(), "sums": sums, "rng": rng, "comms": comms}
 try:
     mcore_init.grid("nonexistent")
 except McoreError as exc:
@@ -166,7 +169,9 @@ def _check(vectors, queries, kinds, outs, windows):
                 assert g["ranks"] == want == got["groups"][g["kind"]], (r, name, field, g, want)
                 assert (g["rank"], g["size"], g["all_gather"]) == (want.index(r), len(want), False), (r, name, g)
             assert pg["hcp"] == [] and pg["dp_cp_ag"] is None and pg["expt_dp_ag"] is None
+            assert all(a == b for a, b in got["comms"].values()), (r, name, got["comms"])
             if inside:
+                assert got["comms"]["tp"][0] != 0, (r, name)
                 tp = got["groups"]["tensor_model_parallel"]
                 assert got["sums"]["tensor_model_parallel"] == [sum(tp), len(tp)], (r, name, got["sums"])
                 dp = got["groups"]["data_parallel"]
@@ -212,3 +217,7 @@ def test_colocated_grids_answer_as_megatron_with_their_own_seeds(tmp_path):
         assert rollout["q"]["get_data_parallel_world_size()"] == {"ok": 4}
         assert o["per_grid"]["train"]["rng"] == _seeds(dict(tp=2, pp=2), r, 1234), r
         assert rollout["rng"] == _seeds(dict(tp=4), r, 7), r
+        # the same members ([r]) share one communicator across the grids; different members do not
+        train = o["per_grid"]["train"]
+        assert train["comms"]["cp"][0] == rollout["comms"]["cp"][0] != 0, r
+        assert train["comms"]["tp"][0] != rollout["comms"]["tp"][0], r
