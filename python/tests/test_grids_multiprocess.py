@@ -221,3 +221,43 @@ def test_colocated_grids_answer_as_megatron_with_their_own_seeds(tmp_path):
         train = o["per_grid"]["train"]
         assert train["comms"]["cp"][0] == rollout["comms"]["cp"][0] != 0, r
         assert train["comms"]["tp"][0] != rollout["comms"]["tp"][0], r
+
+
+SINGLE = r"""
+import json, sys
+import mcore_init
+from mcore_init import McoreError, named_grids, parallel_state as ps
+ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                             virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=2,
+                             expert_tensor_parallel_size=1, backend=sys.argv[1], timeout=60, seed=1234)
+g = mcore_init.grid()
+both = [n for n in named_grids.GETTERS if hasattr(ps, n)]
+out = {"grids": mcore_init.grids(), "name": g.name, "both": both,
+       "grid": {n: getattr(g, n)() for n in both if not n.startswith("is_")},
+       "ps": {n: getattr(ps, n)() for n in both if not n.startswith("is_")},
+       "stages": [[f(ignore_virtual=False, vp_stage=k) for f in (g.is_pipeline_first_stage, g.is_pipeline_last_stage,
+                                                                  g.is_rank_in_embedding_group)] for k in range(2)],
+       "ps_stages": [[f(ignore_virtual=False, vp_stage=k) for f in (ps.is_pipeline_first_stage, ps.is_pipeline_last_stage,
+                                                                     ps.is_rank_in_embedding_group)] for k in range(2)],
+       "dp_cp": [g.get_data_parallel_rank(with_context_parallel=True), ps.get_data_parallel_rank(with_context_parallel=True)],
+       "same_comm": g.communicator("data_parallel") == mcore_init.runtime.communicator("data_parallel"),
+       "tracker": list(g.rng_tracker().get_state("default")) == list(mcore_init.runtime.rng_tracker().get_state("default"))}
+try:
+    g.is_pipeline_first_stage(ignore_virtual=False)
+except McoreError as exc:
+    out["vp_required"] = exc.message
+ps.destroy_model_parallel()
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_a_job_without_grids_has_one_grid_named_default_answering_as_parallel_state():
+    plugin = str(gloo_plugin())
+    outs = _run_ranks(lambda r: [sys.executable, "-c", SINGLE, plugin], 4)
+    for r, o in enumerate(outs):
+        assert o["grids"] == ["default"] and o["name"] == "default"
+        assert len(o["both"]) >= 25, o["both"]
+        assert o["grid"] == o["ps"], r
+        assert o["stages"] == o["ps_stages"], r
+        assert o["dp_cp"][0] == o["dp_cp"][1] and o["same_comm"] and o["tracker"], (r, o)
+        assert "vp_stage must be passed" in o["vp_required"]
