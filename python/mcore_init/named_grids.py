@@ -205,6 +205,8 @@ class Grid:
         g = self.group(kind)
         if g is None:
             self.group_ranks(kind)  # raises the library's NOT_MEMBER, naming the rank and the grid
+            raise McoreError(T.NOT_MEMBER, mcore_status_str(T.NOT_MEMBER).decode(),
+                             f"no {kind_name(kind)} group of grid {self.name!r} on this rank")
         return g
 
     def _src(self, kind) -> int:

@@ -229,8 +229,10 @@ import mcore_init
 from mcore_init import McoreError, named_grids, parallel_state as ps
 ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
                              virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=2,
-                             expert_tensor_parallel_size=1, backend=sys.argv[1], timeout=60, seed=1234)
+                             expert_tensor_parallel_size=1, backend=sys.argv[1], timeout=60, seed=1234,
+                             create_all_gather_groups=True)
 g = mcore_init.grid()
+pg = g.pg_collection()
 both = [n for n in named_grids.GETTERS if hasattr(ps, n)]
 out = {"grids": mcore_init.grids(), "name": g.name, "both": both,
        "grid": {n: getattr(g, n)() for n in both if not n.startswith("is_")},
@@ -241,6 +243,9 @@ out = {"grids": mcore_init.grids(), "name": g.name, "both": both,
                                                                      ps.is_rank_in_embedding_group)] for k in range(2)],
        "dp_cp": [g.get_data_parallel_rank(with_context_parallel=True), ps.get_data_parallel_rank(with_context_parallel=True)],
        "same_comm": g.communicator("data_parallel") == mcore_init.runtime.communicator("data_parallel"),
+       "twins": [[t.all_gather, t.ranks == base.ranks, t.comm != base.comm, t.comm == mcore_init.runtime.all_gather_communicator(k)]
+                 for t, base, k in ((pg.dp_cp_ag, pg.dp_cp, "data_parallel_with_cp"),
+                                    (pg.expt_dp_ag, pg.expt_dp, "expert_data_parallel"))],
        "tracker": list(g.rng_tracker().get_state("default")) == list(mcore_init.runtime.rng_tracker().get_state("default"))}
 try:
     g.is_pipeline_first_stage(ignore_virtual=False)
@@ -261,3 +266,4 @@ def test_a_job_without_grids_has_one_grid_named_default_answering_as_parallel_st
         assert o["stages"] == o["ps_stages"], r
         assert o["dp_cp"][0] == o["dp_cp"][1] and o["same_comm"] and o["tracker"], (r, o)
         assert "vp_stage must be passed" in o["vp_required"]
+        assert o["twins"] == [[True, True, True, True]] * 2, (r, o["twins"])  # all-gather twins: own communicators
