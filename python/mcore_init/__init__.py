@@ -2,10 +2,15 @@
 
 Modules: :mod:`~mcore_init.topology` (layouts without processes), :mod:`~mcore_init.rng`
 (policy seeds, tracker, Philox), :mod:`~mcore_init.runtime` (this process's initialization and
-groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names).
+groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names),
+:mod:`~mcore_init.named_grids` (several named grids in one job: :func:`initialize` with
+``grids=``, then :func:`grid` and :func:`grids`).
 """
 
 from ._lib import ABI_VERSION, McoreError, version
+from .named_grids import Grid, PgCollection, PgGroup, grid, grids
+from .runtime import destroy, initialize
 from .topology import GroupInfo, PipelineInfo, RecoveryPlan, Sizes, Topology, plan_recovery
 
-__all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes", "RecoveryPlan", "plan_recovery"]
+__all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes", "RecoveryPlan",
+           "plan_recovery", "initialize", "destroy", "grid", "grids", "Grid", "PgCollection", "PgGroup"]

@@ -76,6 +76,31 @@ class TopologyConfig(CheckedStructure):
     ]
 
 
+class GridSpec(CheckedStructure):
+    """``mcore_grid_spec``: one named grid of ``mcore_init_args.grids``."""
+
+    _fields_ = [
+        ("struct_size", u32),
+        ("name", ctypes.c_char_p),
+        ("topology", ctypes.POINTER(TopologyConfig)),
+        ("seed_rng", ctypes.c_bool),
+        ("seed", ctypes.c_int64),
+    ]
+
+
+class PgEntry(CheckedStructure):
+    """``mcore_pg_entry``: one field of a grid's ``ProcessGroupCollection`` view."""
+
+    _fields_ = [
+        ("field", ctypes.c_char_p),
+        ("kind", i32),
+        ("all_gather", ctypes.c_bool),
+        ("rank", u32),
+        ("size", u32),
+        ("comm", ctypes.c_void_p),
+    ]
+
+
 class InitArgs(CheckedStructure):
     _fields_ = [
         ("struct_size", u32),
@@ -94,6 +119,9 @@ class InitArgs(CheckedStructure):
         ("device", ctypes.c_int32),
         ("create_all_gather_groups", ctypes.c_bool),
         ("spares", ctypes.c_uint32),
+        ("grid_name", ctypes.c_char_p),
+        ("grids", ctypes.POINTER(ctypes.POINTER(GridSpec))),
+        ("grids_len", c_size_t),
     ]
 
 
@@ -135,6 +163,7 @@ class RngNamedSeed(CheckedStructure):
 
 mcore_topology_config_init = declare("mcore_topology_config_init", ctypes.c_int32, ctypes.POINTER(TopologyConfig))
 mcore_init_args_init = declare("mcore_init_args_init", ctypes.c_int32, ctypes.POINTER(InitArgs))
+mcore_grid_spec_init = declare("mcore_grid_spec_init", ctypes.c_int32, ctypes.POINTER(GridSpec))
 mcore_rng_coords_default = declare("mcore_rng_coords_default", ctypes.c_int32, ctypes.POINTER(RngCoords))
 
 
@@ -149,6 +178,7 @@ for _init, _mirror, _size_type in (
     (mcore_topology_config_init, TopologyConfig, u32),
     (mcore_init_args_init, InitArgs, u32),
     (mcore_rng_coords_default, RngCoords, u32),
+    (mcore_grid_spec_init, GridSpec, u32),
 ):
     _size = _recorded_size(_init, _mirror, _size_type)
     if _size != ctypes.sizeof(_mirror):
@@ -168,6 +198,12 @@ def new_init_args():
     args = InitArgs()
     check(mcore_init_args_init(ctypes.byref(args)))
     return args
+
+
+def new_grid_spec():
+    spec = GridSpec()
+    check(mcore_grid_spec_init(ctypes.byref(spec)))
+    return spec
 
 
 def new_rng_coords():

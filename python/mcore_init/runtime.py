@@ -5,7 +5,9 @@ small collectives, ``destroy``. One runtime per process; ``initialize`` is idemp
 
 import ctypes
 import json
-from typing import List, Optional, Sequence, Tuple
+import re
+from collections.abc import Mapping
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
 from . import _types as T
@@ -35,11 +37,29 @@ _barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
 _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
 
 
-def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_instances=1,
-               order="tp-cp-ep-dp-pp", backend="gloo", timeout=None, verify=True, seed=None,
-               seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
-               comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=1, egtp=1,
-               create_all_gather_groups=False, spares=0) -> bool:
+class _Default:
+    """A layout keyword's default in :func:`initialize`'s signature (shown as its value), so
+    that ``grids=`` can tell a layout keyword the caller gave from one left alone."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+_D = _Default
+
+#: initialize's layout keywords (with ``grids=``, each grid's dict takes these and ``rank_offset``,
+#: ``local_world_size``, ``seed``).
+LAYOUT_KEYS = ("tp", "pp", "vpp", "cp", "hcp", "ep", "etp", "dist_opt_instances", "order", "gtp", "egtp")
+
+
+def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1), etp=_D(None),
+               dist_opt_instances=_D(1), order=_D("tp-cp-ep-dp-pp"), backend="gloo", timeout=None, verify=True,
+               seed=None, seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
+               comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=_D(1), egtp=_D(1),
+               create_all_gather_groups=False, spares=0, grids=None) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -57,29 +77,56 @@ def initialize(tp=1, pp=1, vpp=None, cp=1, hcp=None, ep=1, etp=None, dist_opt_in
     when it was already initialized with the same settings (nothing done); other settings raise
     ALREADY_INITIALIZED. Every argument is checked before the library sees any: a wrong type
     raises TypeError, a bad value (out of range, a NUL in a string, NaN seconds) ValueError, both
-    naming the parameter (:mod:`mcore_init._args`)."""
-    return _initialize(Args("initialize"), tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp,
-                       dist_opt_instances=dist_opt_instances, order=order, backend=backend, timeout=timeout,
+    naming the parameter (:mod:`mcore_init._args`).
+
+    ``grids``: several named grids in one job, a dict ``{name: layout}`` in order, e.g.
+    ``{"train": dict(tp=2, pp=2), "rollout": dict(tp=4, rank_offset=8, local_world_size=8, seed=7)}``.
+    The first entry is the default grid (the one :mod:`~mcore_init.parallel_state` and this
+    module's group queries answer); do not pass the layout keywords (``tp``, ``pp``, ...) with
+    it. Each layout takes those keywords plus ``rank_offset``, ``local_world_size`` (the grid's
+    window of the world) and ``seed`` (the grid's RNG streams; a grid without one has none; the
+    top-level ``seed`` seeds the first grid). Per-grid handles: :func:`mcore_init.grid`."""
+    layout = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp, dist_opt_instances=dist_opt_instances,
+                  order=order, gtp=gtp, egtp=egtp)
+    given = [k for k, v in layout.items() if not isinstance(v, _Default)]
+    layout = {k: v.value if isinstance(v, _Default) else v for k, v in layout.items()}
+    return _initialize(Args("initialize"), backend=backend, timeout=timeout,
                        verify=verify, seed=seed, seed_policy=seed_policy,
                        data_parallel_random_init=data_parallel_random_init, comm_strategy=comm_strategy,
                        comm_config=comm_config, comm_config_path=comm_config_path, split_share=split_share,
-                       device=device, gtp=gtp, egtp=egtp, create_all_gather_groups=create_all_gather_groups,
-                       spares=spares)
+                       device=device, create_all_gather_groups=create_all_gather_groups,
+                       spares=spares, grids=grids, layout_given=given, **layout)
 
 
 def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, backend, timeout, verify, seed,
                 seed_policy, data_parallel_random_init, comm_strategy, comm_config, comm_config_path, split_share,
-                device, gtp, egtp, create_all_gather_groups, spares):
-    """:func:`initialize` with its arguments checked by ``a`` (an :class:`Args` naming the caller)."""
+                device, gtp, egtp, create_all_gather_groups, spares, grids=None, layout_given=()):
+    """:func:`initialize` with its arguments checked by ``a`` (an :class:`Args` naming the caller);
+    ``layout_given``: the layout keywords the caller passed (refused together with ``grids``)."""
     # Every argument is checked before the library sees any of them.
-    layout, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, gtp=gtp, egtp=egtp,
-                                 args=a)
+    if grids is None:
+        layout, keep = config_struct(tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, gtp=gtp, egtp=egtp,
+                                     args=a)
+        grid_c = None
+    else:
+        if layout_given:
+            first = next(iter(grids), None) if isinstance(grids, Mapping) else None
+            values = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp, dist_opt_instances=dist_opt_instances,
+                          order=order, gtp=gtp, egtp=egtp)
+            raise a.value_error(layout_given[0], values[layout_given[0]],
+                                f"was given with grids=: the first grid ({first!r}) is the default grid and its "
+                                f"dict gives its layout; pass {', '.join(layout_given)} there")
+        layout, keep = None, None
+        grid_c = grid_specs(a, grids)
     backend = a.text("backend", backend, none=True, path=True)
     timeout = a.seconds("timeout", timeout, inf=True, max_s=None)
     flags = {name: a.flag(name, value) for name, value in (
         ("verify", verify), ("data_parallel_random_init", data_parallel_random_init), ("split_share", split_share),
         ("create_all_gather_groups", create_all_gather_groups))}
     seed = a.int("seed", seed, ctypes.c_int64, none=True)
+    if grid_c is not None and seed is not None and grid_c.seeds[0] is not None:
+        raise a.value_error("seed", seed, f"and grids[{grid_c.names[0]!r}]['seed'] {grid_c.seeds[0]!r} both seed the "
+                                          "first grid: give one")
     policy_b = cstr(a.text("seed_policy", seed_policy, none=True))
     if isinstance(comm_config, dict):
         try:
@@ -96,14 +143,19 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
     device = a.int("device", device, none=True)
 
     args = T.new_init_args()
-    args.topology = ctypes.pointer(layout)
+    if layout is not None:
+        args.topology = ctypes.pointer(layout)
+    else:  # topology NULL: grids[0] is the first grid
+        args.grids, args.grids_len = grid_c.array, len(grid_c.names)
     backend_b = cstr(_lib.bundled_backend(backend)) if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
         args.timeout_ms = T.timeout_ms(timeout)
     args.verify = flags["verify"]
     if seed is not None:
-        args.seed_rng, args.seed, args.seed_policy = True, seed, policy_b
+        args.seed_rng, args.seed = True, seed
+    if seed is not None or (grid_c is not None and any(s is not None for s in grid_c.seeds)):
+        args.seed_policy = policy_b  # the job's policy, for every seeded grid
         args.data_parallel_random_init = flags["data_parallel_random_init"]
     args.comm_strategy, args.comm_config_path, args.comm_config = strings
     args.split_share = flags["split_share"]
@@ -113,8 +165,65 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
         args.device = device
     already = ctypes.c_bool(False)
     check(_initialize_c(ctypes.byref(args), ctypes.byref(already)))
-    del layout, keep, backend_b, policy_b, strings
+    del layout, keep, backend_b, policy_b, strings, grid_c  # kept alive until the call returned
     return already.value
+
+
+#: A grid name as the library takes it: 1 to 64 letters, digits, ``_``, ``-``, ``.``.
+_GRID_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: The keys of a grid's dict in ``initialize(grids=...)``.
+GRID_KEYS = LAYOUT_KEYS + ("rank_offset", "local_world_size", "seed")
+
+
+class _GridArgs(NamedTuple):
+    """``initialize(grids=...)`` as C structs: ``array`` (the ``grids`` pointer array) and
+    everything it points to, kept alive by this object until the call returns."""
+
+    names: List[str]
+    seeds: List[Optional[int]]
+    array: object
+    keep: list
+
+
+def grid_specs(a, grids) -> _GridArgs:
+    """``initialize``'s ``grids`` checked by ``a`` and mapped onto ``mcore_grid_spec`` structs;
+    every error names the grid and the key, e.g. ``initialize(): grids['rollout']['tp'] must be
+    an int, got 1.5 (float)``."""
+    if not isinstance(grids, Mapping):
+        raise a.type_error("grids", "a dict of grid name -> layout dict, in order", grids)
+    if not grids:
+        raise a.value_error("grids", grids, "is empty: give at least one grid (the first is the default grid)")
+    names, seeds, specs, keep = [], [], [], []
+    for name, layout in grids.items():
+        if not isinstance(name, str):
+            raise a.type_error("grids", "keyed by grid names (str)", name)
+        a.text(f"grids[{name!r}]", name)
+        if not _GRID_NAME.fullmatch(name):
+            raise a.value_error("grids", name, "is not a grid name (1 to 64 letters, digits, '_', '-', '.')")
+        where = f"grids[{name!r}]"
+        if not isinstance(layout, Mapping):
+            raise a.type_error(where, "a dict of layout keys (tp=, pp=, ..., rank_offset=, local_world_size=, seed=)",
+                               layout)
+        for key in layout:
+            if key not in GRID_KEYS:
+                raise a.value_error(where, key,
+                                    f"is not a grid key (keys: {', '.join(GRID_KEYS)})")
+        ga = Args(a.func, rename={**a.rename, **{k: f"{where}[{k!r}]" for k in GRID_KEYS}})
+        kw = {k: v for k, v in layout.items() if k != "seed"}
+        cfg, cfg_keep = config_struct(**kw, args=ga)
+        seed = ga.int("seed", layout.get("seed"), ctypes.c_int64, none=True)
+        spec = T.new_grid_spec()
+        name_b = cstr(name)
+        spec.name = name_b
+        spec.topology = ctypes.pointer(cfg)
+        if seed is not None:
+            spec.seed_rng, spec.seed = True, seed
+        names.append(name)
+        seeds.append(seed)
+        specs.append(spec)
+        keep.extend((cfg, cfg_keep, name_b))
+    array = (ctypes.POINTER(T.GridSpec) * len(specs))(*(ctypes.pointer(s) for s in specs))
+    return _GridArgs(names, seeds, array, keep + specs)
 
 
 def destroy():

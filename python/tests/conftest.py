@@ -65,3 +65,13 @@ def child_env(**extra):
     env["MCORE_INIT_LIBRARY"] = lib.lib._name
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def mcore_launch():
+    """The repository's launcher (``MCORE_LAUNCH``, else target/release/mcore-launch), or skip
+    the test with the reason."""
+    env = os.environ.get("MCORE_LAUNCH")
+    path = Path(env) if env else REPO / "target" / "release" / "mcore-launch"
+    if not path.is_file():
+        pytest.skip(f"mcore-launch not built at {path} (cargo build --release --bin mcore-launch, or set MCORE_LAUNCH)")
+    return path
