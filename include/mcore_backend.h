@@ -150,6 +150,10 @@ enum mcore_status
    */
   MCORE_STATUS_BUSY = 21,
   /**
+   * The communicator (its kind named in the message) is suspended: resume it first.
+   */
+  MCORE_STATUS_SUSPENDED = 22,
+  /**
    * A Rust panic was caught at the boundary (a bug: please report the message).
    */
   MCORE_STATUS_PANIC = 99,

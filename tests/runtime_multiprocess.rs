@@ -571,3 +571,67 @@ fn a_job_with_a_store_token_comes_up_and_a_rank_without_it_is_refused() {
     assert!(!out0.status.success(), "rank 0 came up without rank 1: {err0}");
     assert!(err0.contains("refused client 127.0.0.1:"), "rank 0's store did not log the refusal: {err0}");
 }
+
+/// Recreate mode (the Gloo plugin fills no suspend slot): every kind of a 16-rank world
+/// suspended, each suspended group refusing an all-reduce naming its kind, then resumed (the
+/// communicators created again through the store) and every group verified again.
+#[test]
+fn suspend_all_kinds_of_16_ranks_then_resume_verifies_every_group() {
+    if plugin().is_none() {
+        return;
+    }
+    for strategy in ["split", "per-group"] {
+        let args = [
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--cp",
+            "2",
+            "--ep",
+            "2",
+            "--comm-strategy",
+            strategy,
+            "--suspend-resume",
+            "all",
+        ];
+        let lines = assert_all_ok(16, &args);
+        for l in &lines {
+            let sr = &l["suspend_resume"];
+            let groups = l["groups"].as_u64().unwrap();
+            let comms = sr["communicators"].as_array().unwrap();
+            // Aliased kinds share a communicator: suspended and resumed once.
+            assert_eq!(comms.len() as u64, l["communicators"].as_u64().unwrap(), "{strategy}: {l}");
+            assert!(comms.iter().all(|c| c["mode"] == "recreate"), "{strategy}: {sr}");
+            assert_eq!(sr["refused_while_suspended"].as_u64().unwrap(), groups, "{strategy}: {sr}");
+            assert_eq!(sr["verified_after_resume"].as_u64().unwrap(), comms.len() as u64, "{strategy}: {sr}");
+            assert_eq!(sr["groups_verified_after"].as_u64().unwrap(), groups, "{strategy}: {sr}");
+        }
+    }
+}
+
+/// Only the named kinds are suspended (with the kinds sharing their communicators); an unknown
+/// kind is an error naming it on every rank.
+#[test]
+fn suspend_of_chosen_kinds_touches_only_them_and_an_unknown_kind_is_named() {
+    let Some(plugin) = plugin() else { return };
+    let lines =
+        assert_all_ok(8, &["--tp", "2", "--pp", "2", "--suspend-resume", "tensor_model_parallel,data_parallel"]);
+    for l in &lines {
+        let comms = l["suspend_resume"]["communicators"].as_array().unwrap();
+        assert_eq!(comms.len(), 2, "{l}");
+        let kinds: Vec<&str> = comms.iter().map(|c| c["kinds"].as_str().unwrap()).collect();
+        assert!(kinds[0].contains("tensor_model_parallel") && kinds[1].contains("data_parallel"), "{kinds:?}");
+        assert!(comms.iter().all(|c| !c["kinds"].as_str().unwrap().contains("pipeline_model_parallel")), "{l}");
+    }
+    let port = common::free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&plugin, r, 2, &port, &["--tp", "2", "--suspend-resume", "no_such_kind"], &[]))
+        .collect();
+    for c in children {
+        let out = common::wait_bounded(c, Duration::from_secs(60));
+        assert!(!out.status.success());
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(all.contains("'no_such_kind' is not a kind of this layout"), "{all}");
+    }
+}

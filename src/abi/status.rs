@@ -53,6 +53,8 @@ pub enum mcore_status {
     /// The runtime is between states on another thread (an initialize or destroy in progress):
     /// refused at once instead of waiting; call again once that call has returned.
     Busy = 21,
+    /// The communicator (its kind named in the message) is suspended: resume it first.
+    Suspended = 22,
     /// A Rust panic was caught at the boundary (a bug: please report the message).
     Panic = 99,
 }
@@ -94,6 +96,7 @@ impl mcore_status {
             PeerFailed => "a peer failed\0",
             NotMember => "rank is not a member of the group\0",
             Busy => "busy: an initialize or destroy is in progress on another thread\0",
+            Suspended => "the communicator is suspended: resume it first\0",
             Panic => "internal panic (bug)\0",
         }
     }
@@ -101,7 +104,7 @@ impl mcore_status {
     /// The status for a raw code, for codes that come from C (never trusted as the enum).
     pub fn from_code(code: i32) -> Option<Self> {
         use mcore_status::*;
-        const ALL: [mcore_status; 23] = [
+        const ALL: [mcore_status; 24] = [
             Ok,
             InvalidArgument,
             InvalidConfig,
@@ -124,6 +127,7 @@ impl mcore_status {
             PeerFailed,
             NotMember,
             Busy,
+            Suspended,
             Panic,
         ];
         ALL.into_iter().find(|s| *s as i32 == code)

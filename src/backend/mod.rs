@@ -24,4 +24,4 @@ pub use error::BackendError;
 pub use group::GroupInfo;
 pub use options::CommOptions;
 pub use registry::{get, load_plugin, load_plugins_from_env, names, register_vtable, resolve, unregister, PLUGIN_ENV};
-pub use seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
+pub use seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest, SuspendedComm};

@@ -32,6 +32,8 @@ pub enum CommErrorKind {
     NotMember,
     /// The backend reported any other failure.
     Backend,
+    /// The communicator is suspended (the message names its kinds): resume it first.
+    Suspended,
 }
 
 /// A failure of a backend operation: its kind and the message naming the group and values.
@@ -111,6 +113,74 @@ impl From<NcclError> for CommError {
     }
 }
 
+/// Device memory a communicator holds, as its backend reports it (NCCL's `ncclCommMemStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommMemory {
+    /// Bytes a suspend releases.
+    pub suspendable: u64,
+    /// Bytes it keeps while suspended.
+    pub persistent: u64,
+    /// Every byte the backend tracks for it.
+    pub total: u64,
+    /// Whether the suspendable bytes are released now.
+    pub suspended: bool,
+}
+
+/// What stands in a group's communicator slot while it is suspended: every use is an error
+/// naming its kinds ([`CommErrorKind::Suspended`]). `native` holds the communicator its backend
+/// suspended (resumed in place); `None` means it was released (recreate mode: a new one is
+/// created on resume).
+pub struct SuspendedComm {
+    /// The kinds sharing the communicator, e.g. `data_parallel, data_parallel_with_cp`.
+    pub kinds: String,
+    pub native: Option<Box<dyn Communicator>>,
+    /// The memory it held before the suspend, when the backend reports it.
+    pub memory_before: Option<CommMemory>,
+}
+
+impl SuspendedComm {
+    fn refused(&self, what: &str) -> CommError {
+        CommError::new(
+            CommErrorKind::Suspended,
+            format!("cannot {what}: the communicator of kind {} is suspended (resume it first)", self.kinds),
+        )
+    }
+}
+
+impl Communicator for SuspendedComm {
+    fn allreduce_sum_i64(&mut self, _values: &mut [i64]) -> Result<(), CommError> {
+        Err(self.refused("all-reduce"))
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        Err(self.refused("run a barrier"))
+    }
+    fn raw_handle(&self) -> *mut c_void {
+        std::ptr::null_mut()
+    }
+    fn check_usable(&self) -> Result<(), CommError> {
+        Err(self.refused("hand out the handle"))
+    }
+    fn split(
+        &mut self,
+        _color: u32,
+        _group: Option<&GroupInfo>,
+        _options: &CommOptions,
+    ) -> Result<Option<Box<dyn Communicator>>, CommError> {
+        Err(self.refused("split"))
+    }
+    fn memory(&self) -> Option<Result<CommMemory, CommError>> {
+        self.native.as_ref().and_then(|c| c.memory())
+    }
+    fn suspension(&mut self) -> Option<&mut SuspendedComm> {
+        Some(self)
+    }
+    fn abort(&mut self) {
+        if let Some(c) = self.native.as_mut() {
+            c.abort();
+        }
+    }
+}
+
 /// A communicator of one group.
 pub trait Communicator: Send {
     /// Sum `values` element-wise over the group, in place.
@@ -156,6 +226,28 @@ pub trait Communicator: Send {
     /// A peer failed: release what can be released without talking to the peers; the
     /// communicator is not used again (recovery). Default: nothing here, dropping destroys it.
     fn abort(&mut self) {}
+    /// Release the communicator's device memory, keeping the communicator (collective over its
+    /// members). `Unsupported` or `VersionTooOld` (the default): the runtime releases it and
+    /// creates the same one again on resume (recreate mode).
+    fn suspend(&mut self) -> Result<(), CommError> {
+        Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot suspend itself"))
+    }
+    /// Take back what [`Communicator::suspend`] released (collective over its members).
+    fn resume(&mut self) -> Result<(), CommError> {
+        Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot resume itself"))
+    }
+    /// The device memory it holds, when the backend reports it (`None`: unknown).
+    fn memory(&self) -> Option<Result<CommMemory, CommError>> {
+        None
+    }
+    /// `Err` when the communicator must not be used now (suspended), naming why.
+    fn check_usable(&self) -> Result<(), CommError> {
+        Ok(())
+    }
+    /// The suspended state, when this is the stand-in of a suspended communicator.
+    fn suspension(&mut self) -> Option<&mut SuspendedComm> {
+        None
+    }
 }
 
 /// One group of [`CommFactory::create_groups_together`]: its description, the options of its

@@ -13,7 +13,7 @@ use common::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
 use common::os::{boottime_seconds, seconds_since_process_start};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
-use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime};
+use mcore_init::runtime::{self, InitArgs, InitOutcome, Runtime, SuspendReport, SuspendRequest};
 use mcore_init::topology::TopologyConfig;
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -25,7 +25,7 @@ fn usage() -> String {
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop]"
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume KIND[,KIND...]|all]"
     )
 }
 
@@ -43,6 +43,9 @@ struct Options {
     /// `--fail-rank R [--fail-at before|during|verify|after]`: rank R is killed and the survivors
     /// recover (docs/recovery.md); every rank prints its JSON line.
     fail: Option<recovery::FailOptions>,
+    /// `--suspend-resume KINDS|all`: after verifying, suspend those kinds' communicators, check
+    /// that using one is refused, resume them (timed), and verify every kind again.
+    suspend: Option<SuspendRequest>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -50,6 +53,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut cycles = 1;
     let mut json = false;
     let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
+    let mut suspend = None;
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -101,6 +105,14 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 let (name, topology) = common::cli::grid_flag(flags.value(flag, inline)?)?;
                 init.grids.push(runtime::GridSpec { name, topology, seed: None });
             }
+            "--suspend-resume" => {
+                let v = flags.value(flag, inline)?.trim();
+                suspend = Some(match v {
+                    "all" => SuspendRequest::all(),
+                    "" => return Err("--suspend-resume: name kinds (comma-separated) or all".into()),
+                    list => SuspendRequest::kinds(list.split(',').map(str::trim)),
+                });
+            }
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
             }
@@ -123,7 +135,10 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     // A recovery run reports in JSON (every rank's outcome: recovered, left, or the refusal), as
     // the scripts that drive it read it; the human line is its "line" field.
     let json = json || fail.is_some();
-    Ok(Some(Options { init, cycles, json, fail }))
+    if suspend.is_some() && (fail.is_some() || cycles > 1) {
+        return Err("--suspend-resume runs one cycle without --fail-rank".into());
+    }
+    Ok(Some(Options { init, cycles, json, fail, suspend }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -226,8 +241,77 @@ fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize) -> Value 
     })
 }
 
+/// The memory a backend reports, as JSON (null when unknown).
+fn memory_json(m: Option<mcore_init::backend::CommMemory>) -> Value {
+    m.map_or(Value::Null, |m| {
+        json!({"suspendable": m.suspendable, "persistent": m.persistent, "total": m.total, "suspended": m.suspended})
+    })
+}
+
+/// Suspend what `req` names, check that a suspended communicator refuses an all-reduce naming
+/// its kind, resume (timed; the runtime verifies what it resumed), then verify every kind again.
+fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
+    let suspended: SuspendReport = runtime::suspend(req).map_err(|e| format!("suspend: {e}"))?;
+    if suspended.communicators.is_empty() {
+        return Err(format!("suspend of {req:?} suspended no communicator of this rank"));
+    }
+    // Every group of a suspended communicator must refuse, naming the kind as suspended.
+    let refused = runtime::with_runtime(|rt| {
+        let mut refused = 0;
+        for g in &rt.groups {
+            if !suspended.communicators.iter().any(|c| c.name == g.comm_name) {
+                continue;
+            }
+            match verify_group(g, rt.env.rank) {
+                Ok(()) => return Err(format!("{}: an all-reduce on a suspended communicator worked", g.plan.kind)),
+                Err(e)
+                    if e.error.message.contains("suspended") && e.error.message.contains(&g.plan.kind.to_string()) =>
+                {
+                    refused += 1
+                }
+                Err(e) => return Err(format!("{}: a suspended communicator failed otherwise: {e}", g.plan.kind)),
+            }
+        }
+        Ok(refused)
+    })
+    .map_err(|e| e.to_string())??;
+    let resumed = runtime::resume(req).map_err(|e| format!("resume: {e}"))?;
+    if resumed.communicators.len() != suspended.communicators.len() {
+        return Err(format!(
+            "suspended {} communicators but resumed {}",
+            suspended.communicators.len(),
+            resumed.communicators.len()
+        ));
+    }
+    let verified_all = runtime::with_runtime(verify_every_kind).map_err(|e| e.to_string())??;
+    let per_comm: Vec<Value> = suspended
+        .communicators
+        .iter()
+        .filter_map(|s| resumed.communicators.iter().find(|r| r.name == s.name).map(|r| (s, r)))
+        .map(|(s, r)| {
+            json!({
+                "name": s.name, "kinds": s.kinds, "mode": s.mode.to_string(),
+                "memory": memory_json(s.memory), "memory_suspended": memory_json(s.memory_suspended),
+                "suspend_s": s.took.as_secs_f64(), "resume_s": r.took.as_secs_f64(),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "communicators": per_comm,
+        "suspend_s": suspended.took.as_secs_f64(),
+        "resume_s": resumed.took.as_secs_f64(),
+        "verified_after_resume": resumed.verified,
+        "groups_verified_after": verified_all,
+        "refused_while_suspended": refused,
+    }))
+}
+
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
-fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value, String> {
+fn cycle(
+    args: &InitArgs,
+    fail: Option<&recovery::FailOptions>,
+    suspend: Option<&SuspendRequest>,
+) -> Result<Value, String> {
     fault::at(fault::Point::Start);
     if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
         let line = recovery::fail_in_init(args, f)?;
@@ -271,10 +355,16 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
     let line = line.inspect_err(|_| {
         let _ = runtime::destroy();
     })?;
-    let line = match fail {
+    let mut line = match fail {
         Some(f) => recovery::fail_and_recover(args, f, line)?,
         None => line,
     };
+    if let Some(req) = suspend {
+        let checked = suspend_resume(req).inspect_err(|_| {
+            let _ = runtime::destroy();
+        })?;
+        line["suspend_resume"] = checked;
+    }
     fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
@@ -282,13 +372,13 @@ fn cycle(args: &InitArgs, fail: Option<&recovery::FailOptions>) -> Result<Value,
 
 fn run(opts: &Options) -> Result<Value, String> {
     let watcher = progress::start();
-    let first = cycle(&opts.init, opts.fail.as_ref());
+    let first = cycle(&opts.init, opts.fail.as_ref(), opts.suspend.as_ref());
     drop(watcher);
     let mut line = first?;
     if opts.cycles > 1 {
         let first = fds_and_threads();
         for _ in 1..opts.cycles {
-            line = cycle(&opts.init, None)?;
+            line = cycle(&opts.init, None, None)?;
         }
         // Threads of a torn-down runtime may take a moment to be reaped.
         let mut last = fds_and_threads();

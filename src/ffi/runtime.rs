@@ -429,8 +429,9 @@ pub(super) fn write_handle(
     find: impl FnOnce(&Runtime) -> Result<&LiveGroup, FfiError>,
 ) -> Result<(), FfiError> {
     let handle = with_rt(|rt| {
-        let comm =
-            find(rt)?.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+        let g = find(rt)?;
+        let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+        comm.check_usable().map_err(|e| FfiError::from(e.context(format!("communicator {}", g.comm_name))))?;
         Ok(comm.raw_handle())
     })?;
     *out_ptr(out_comm, "out_comm")? = handle;

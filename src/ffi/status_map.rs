@@ -57,6 +57,7 @@ fn comm_status(kind: CommErrorKind) -> mcore_status {
         CommErrorKind::VersionTooOld => mcore_status::VersionTooOld,
         CommErrorKind::NotMember => mcore_status::NotMember,
         CommErrorKind::Backend => mcore_status::Backend,
+        CommErrorKind::Suspended => mcore_status::Suspended,
     }
 }
 

@@ -25,6 +25,7 @@ use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
 use crate::store::{PrefixStore, Store};
 use crate::topology::Topology;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -474,6 +475,8 @@ fn assemble(
         attempt: opened.attempt,
         health_checks: AtomicU64::new(0),
         liveness: opened.liveness,
+        factory: layout.backend.clone(),
+        resumes: Mutex::new(HashMap::new()),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod recovery;
 mod runtime_state;
 pub mod settings;
 mod store_setup;
+pub mod suspend;
 
 pub use bring_up::{set_phase_hook, InitPhase, PhaseHook};
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
@@ -38,6 +39,7 @@ pub use pg_collection::{PgSource, PG_COLLECTION_FIELDS};
 pub use plan::{plan_for, Grid};
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
+pub use suspend::{resume, suspend, CommMemoryEntry, CommTransition, SuspendMode, SuspendReport, SuspendRequest};
 
 /// Tear down what `initialize` brought up; `Ok(false)` when nothing was initialized. A rank that
 /// left a recovered world and hosts the store keeps serving the survivors until they are done

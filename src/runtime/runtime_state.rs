@@ -10,10 +10,11 @@ use super::init_args::InitArgs;
 use super::liveness::Liveness;
 use super::plan::Grid;
 use super::store_setup::StoreHandles;
-use crate::backend::CommError;
+use crate::backend::{CommError, CommFactory};
 use crate::rng::RankRng;
 use crate::store::Store;
 use crate::topology::{GroupKind, RankView, Topology};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,6 +61,10 @@ pub struct Runtime {
     pub(super) liveness: Option<Liveness>,
     /// Health checks run so far (each uses its own generation of store keys).
     pub(super) health_checks: AtomicU64,
+    /// The backend that created the communicators (recreate mode creates them again with it).
+    pub(super) factory: Arc<dyn CommFactory>,
+    /// Recreate-mode resumes so far, per communicator name (each uses its own store keys).
+    pub(super) resumes: Mutex<HashMap<String, u64>>,
 }
 
 impl Runtime {

@@ -571,6 +571,59 @@ impl NcclComm {
         }
     }
 
+    /// `ncclCommSuspend(NCCL_SUSPEND_MEM)`: release the communicator's dynamic device memory
+    /// (2.29.7+; `VersionTooOld` or `MissingSymbol` before). A non-blocking communicator is
+    /// waited for within the op timeout.
+    pub fn suspend(&mut self) -> Result<(), NcclError> {
+        self.wait_ready()?;
+        let comm = self.raw()?;
+        let rc = self.lib.comm_suspend(comm)?;
+        self.settle(rc, "ncclCommSuspend")
+    }
+
+    /// `ncclCommResume`: take back what [`NcclComm::suspend`] released.
+    pub fn resume(&mut self) -> Result<(), NcclError> {
+        let comm = self.raw()?;
+        let rc = self.lib.comm_resume(comm)?;
+        self.settle(rc, "ncclCommResume")
+    }
+
+    /// A call's code: success, an error naming the group, or `ncclInProgress` polled until the
+    /// communicator is idle again within the op timeout.
+    fn settle(&self, rc: c_int, call: &str) -> Result<(), NcclError> {
+        let comm = self.raw()?;
+        let what = format!("group {}", self.group);
+        if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
+            return Err(self.lib.call_error(&format!("{call} for {what}"), rc, Some(comm)));
+        }
+        let (start, mut step) = (Instant::now(), Duration::from_micros(100));
+        while !poll_state(self.lib, comm, &what, call, self.op_timeout, start)? {
+            backoff(&mut step);
+        }
+        Ok(())
+    }
+
+    /// `ncclCommMemStats`: the device memory NCCL tracks for it; `None` before 2.29.7.
+    pub fn memory(&self) -> Option<Result<[u64; 4], NcclError>> {
+        use super::loader::nccl::{
+            NCCL_STAT_GPU_MEM_PERSIST, NCCL_STAT_GPU_MEM_SUSPEND, NCCL_STAT_GPU_MEM_SUSPENDED, NCCL_STAT_GPU_MEM_TOTAL,
+        };
+        let comm = self.raw.as_ref()?;
+        let mut out = [0u64; 4];
+        for (slot, stat) in out.iter_mut().zip([
+            NCCL_STAT_GPU_MEM_SUSPEND,
+            NCCL_STAT_GPU_MEM_SUSPENDED,
+            NCCL_STAT_GPU_MEM_PERSIST,
+            NCCL_STAT_GPU_MEM_TOTAL,
+        ]) {
+            match self.lib.comm_mem_stat(comm, stat)? {
+                Ok(v) => *slot = v,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(out))
+    }
+
     /// `ncclCommAbort`: release without waiting for peers. The communicator is unusable
     /// afterwards (a second call says it was released).
     pub fn abort(&mut self) -> Result<(), NcclError> {

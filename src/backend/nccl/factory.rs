@@ -15,7 +15,7 @@ use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::version::Feature;
-use crate::backend::seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
+use crate::backend::seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest};
 use crate::backend::CommOptions;
 use crate::backend::GroupInfo;
 use crate::store::Store;
@@ -192,6 +192,15 @@ impl CommFactory for NcclFactory {
     }
 }
 
+/// A library without the suspend calls (a symbol missing) is `Unsupported`, as a version too
+/// old is `VersionTooOld`: either way the runtime falls back to recreating.
+fn suspend_error(e: NcclError) -> CommError {
+    match e {
+        NcclError::MissingSymbol { .. } => CommError::new(CommErrorKind::Unsupported, e.to_string()),
+        other => CommError::from(other),
+    }
+}
+
 impl Communicator for NcclComm {
     fn allreduce_sum_i64(&mut self, values: &mut [i64]) -> Result<(), CommError> {
         let t = self.op_timeout();
@@ -206,6 +215,29 @@ impl Communicator for NcclComm {
 
     fn raw_handle(&self) -> *mut c_void {
         NcclComm::raw_handle(self)
+    }
+
+    /// `ncclCommSuspend` with `NCCL_SUSPEND_MEM` where the loaded NCCL has it (2.29.7+); before
+    /// that `VersionTooOld` or `Unsupported` (the runtime then recreates).
+    fn suspend(&mut self) -> Result<(), CommError> {
+        NcclComm::suspend(self).map_err(suspend_error)
+    }
+
+    fn resume(&mut self) -> Result<(), CommError> {
+        NcclComm::resume(self).map_err(suspend_error)
+    }
+
+    /// `ncclCommMemStats` (2.29.7+).
+    fn memory(&self) -> Option<Result<CommMemory, CommError>> {
+        NcclComm::memory(self).map(|r| {
+            r.map(|[suspendable, suspended, persistent, total]| CommMemory {
+                suspendable,
+                persistent,
+                total,
+                suspended: suspended != 0,
+            })
+            .map_err(CommError::from)
+        })
     }
 
     /// `ncclCommSplit` with the member's group rank as key (so the child orders ranks as `group`

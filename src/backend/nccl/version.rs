@@ -44,7 +44,11 @@ impl NcclVersion {
         } else {
             Err(NcclError::VersionTooOld {
                 feature: feature.name().to_string(),
-                needed: format!("{}.{}", needed.major, needed.minor),
+                needed: if needed.patch == 0 {
+                    format!("{}.{}", needed.major, needed.minor)
+                } else {
+                    needed.to_string()
+                },
                 found: self.to_string(),
             })
         }
@@ -68,6 +72,9 @@ pub enum Feature {
     MultiRankGpu,
     /// `ncclCommShrink` (a communicator without some of its ranks, recovery): 2.27.
     CommShrink,
+    /// `ncclCommSuspend`/`ncclCommResume` (release a communicator's device memory and take it
+    /// back): 2.29.7.
+    CommSuspend,
 }
 
 impl Feature {
@@ -77,6 +84,7 @@ impl Feature {
             Feature::CommSplit => NcclVersion::new(2, 18, 0),
             Feature::MultiRankGpu => NcclVersion::new(2, 30, 0),
             Feature::CommShrink => NcclVersion::new(2, 27, 0),
+            Feature::CommSuspend => NcclVersion::new(2, 29, 7),
         }
     }
 
@@ -86,6 +94,7 @@ impl Feature {
             Feature::CommSplit => "ncclCommSplit",
             Feature::MultiRankGpu => "several ranks per GPU (NCCL_MULTI_RANK_GPU_ENABLE)",
             Feature::CommShrink => "ncclCommShrink",
+            Feature::CommSuspend => "ncclCommSuspend/ncclCommResume",
         }
     }
 }

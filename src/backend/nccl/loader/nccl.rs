@@ -25,6 +25,14 @@ pub(crate) const NCCL_SHRINK_DEFAULT: c_int = 0x00;
 /// `NCCL_SHRINK_ABORT`: first terminate the parent's operations in flight (a peer failed), then
 /// shrink; the parent's resources are not freed (abort it afterwards).
 pub(crate) const NCCL_SHRINK_ABORT: c_int = 0x01;
+/// `NCCL_SUSPEND_MEM` (nccl.h 2.29.7): a suspend releases the communicator's dynamic device memory.
+pub(crate) const NCCL_SUSPEND_MEM: c_int = 0x01;
+/// `ncclCommMemStat_t` values (nccl.h 2.29.7): bytes that a suspend can release, whether the
+/// memory is suspended (0 or 1), bytes it keeps, and all bytes NCCL tracks.
+pub(crate) const NCCL_STAT_GPU_MEM_SUSPEND: c_int = 0;
+pub(crate) const NCCL_STAT_GPU_MEM_SUSPENDED: c_int = 1;
+pub(crate) const NCCL_STAT_GPU_MEM_PERSIST: c_int = 2;
+pub(crate) const NCCL_STAT_GPU_MEM_TOTAL: c_int = 3;
 
 // Signatures of cudarc's `nccl::sys` functions, with results read as `c_int` (see the module doc).
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
@@ -44,6 +52,10 @@ type ShrinkFn = unsafe extern "C" fn(
     c_int,
 ) -> c_int;
 type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
+/// `ncclCommSuspend(comm, flags)` (2.29.7).
+type CommFlagsFn = unsafe extern "C" fn(sys::ncclComm_t, c_int) -> c_int;
+/// `ncclCommMemStats(comm, stat, *value)` (2.29.7; the stat enum passed as an int).
+type MemStatsFn = unsafe extern "C" fn(sys::ncclComm_t, c_int, *mut u64) -> c_int;
 type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -76,6 +88,9 @@ struct Fns {
     comm_shrink: Option<ShrinkFn>,
     comm_finalize: Option<CommFn>,
     get_last_error: Option<LastErrorFn>,
+    comm_suspend: Option<CommFlagsFn>,
+    comm_resume: Option<CommFn>,
+    comm_mem_stats: Option<MemStatsFn>,
 }
 
 /// The loaded NCCL library. Obtain it with [`NcclLibrary::global`] (once per process, from the
@@ -258,6 +273,9 @@ impl NcclLibrary {
             comm_shrink: optional(lib, "ncclCommShrink"),
             comm_finalize: optional(lib, "ncclCommFinalize"),
             get_last_error: optional(lib, "ncclGetLastError"),
+            comm_suspend: optional(lib, "ncclCommSuspend"),
+            comm_resume: optional(lib, "ncclCommResume"),
+            comm_mem_stats: optional(lib, "ncclCommMemStats"),
         })
     }
 
@@ -279,6 +297,9 @@ impl NcclLibrary {
             Feature::CommSplit => (self.fns.comm_split.is_some(), "ncclCommSplit"),
             Feature::MultiRankGpu => (true, ""),
             Feature::CommShrink => (self.fns.comm_shrink.is_some(), "ncclCommShrink"),
+            Feature::CommSuspend => {
+                (self.fns.comm_suspend.is_some() && self.fns.comm_resume.is_some(), "ncclCommSuspend/ncclCommResume")
+            }
         };
         if present {
             Ok(())
@@ -391,6 +412,36 @@ impl NcclLibrary {
         // any late write, NULL or a config NCCL copies during the call.
         let rc = unsafe { f(parent.0.as_ptr(), list.as_mut_ptr(), n, slot.out_ptr(), cfg, flags) };
         Ok((rc, slot))
+    }
+
+    /// Whether the library has `ncclCommSuspend` and `ncclCommResume` (2.29.7+, both exported).
+    pub fn has_suspend(&self) -> bool {
+        self.require(Feature::CommSuspend).is_ok()
+    }
+
+    /// `ncclCommSuspend(comm, NCCL_SUSPEND_MEM)`: the code NCCL returned.
+    pub fn comm_suspend(&self, comm: &RawComm) -> Result<c_int, NcclError> {
+        self.require(Feature::CommSuspend)?;
+        let f = self.fns.comm_suspend.expect("checked by require");
+        // SAFETY: live communicator, flags by value.
+        Ok(unsafe { f(comm.0.as_ptr(), NCCL_SUSPEND_MEM) })
+    }
+
+    /// `ncclCommResume(comm)`: the code NCCL returned.
+    pub fn comm_resume(&self, comm: &RawComm) -> Result<c_int, NcclError> {
+        self.require(Feature::CommSuspend)?;
+        let f = self.fns.comm_resume.expect("checked by require");
+        // SAFETY: live communicator.
+        Ok(unsafe { f(comm.0.as_ptr()) })
+    }
+
+    /// `ncclCommMemStats(comm, stat, &value)`; `None` when the library has no such call.
+    pub fn comm_mem_stat(&self, comm: &RawComm, stat: c_int) -> Option<Result<u64, NcclError>> {
+        let f = self.fns.comm_mem_stats?;
+        let mut value: u64 = 0;
+        // SAFETY: live communicator; writes one uint64_t.
+        let rc = unsafe { f(comm.0.as_ptr(), stat, &mut value) };
+        Some(if rc == NCCL_SUCCESS { Ok(value) } else { Err(self.call_error("ncclCommMemStats", rc, Some(comm))) })
     }
 
     /// `ncclGroupStart`: calls up to the matching [`NcclLibrary::group_end`] are started together.

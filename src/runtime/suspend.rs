@@ -1,0 +1,412 @@
+//! Suspending and resuming a set of the runtime's live communicators, selected by kind.
+//!
+//! A communicator whose backend can suspend itself (NCCL 2.29.7+'s `ncclCommSuspend`, a plugin's
+//! `suspend` slot) is suspended in place: it keeps its ranks and gives its device memory back;
+//! resume takes the memory back. Any other is released (recreate mode) and on resume created
+//! again with the same members, name and options, through the store under keys of its own for
+//! each resume, within a deadline; a member that never came is named. Either way, while
+//! suspended the slot of the group holds a [`SuspendedComm`], so every use of it (the raw handle,
+//! an all-reduce, a barrier) is an error naming its kinds. A communicator shared by several
+//! kinds (aliases) is suspended and resumed once, and suspending any of its kinds suspends it.
+//!
+//! Both calls are collective over the members of every communicator they touch: every rank calls
+//! them with the same kinds, as it initialized. The state lives behind each group's own mutex,
+//! held during that communicator's suspend or resume only.
+
+use super::error::RuntimeError;
+use super::groups::{grid_prefix, verify_group, GroupError, LiveGroup};
+use super::init::with_runtime;
+use super::plan::Grid;
+use super::runtime_state::Runtime;
+use crate::backend::{
+    CommError, CommErrorKind, CommMemory, CommOptions, Communicator, GroupInfo, GroupRequest, SuspendedComm,
+};
+use crate::store::{PrefixStore, Store};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which communicators a [`suspend`] or [`resume`] is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuspendRequest {
+    /// Kind keys (`tensor_model_parallel`, `data_parallel_with_cp_all_gather`, ...); `None`:
+    /// every kind of this rank.
+    pub kinds: Option<Vec<String>>,
+    /// The grid the kinds belong to (`None`: the default grid, the first). A communicator that a
+    /// colocated grid shares (equal members) is suspended for both.
+    pub grid: Option<String>,
+    /// Bound of a recreate-mode resume (`None`: the runtime's init timeout).
+    pub timeout: Option<Duration>,
+}
+
+impl SuspendRequest {
+    /// Every kind of the default grid.
+    pub fn all() -> Self {
+        SuspendRequest::default()
+    }
+
+    /// The kinds named by `keys`.
+    pub fn kinds<S: Into<String>>(keys: impl IntoIterator<Item = S>) -> Self {
+        SuspendRequest { kinds: Some(keys.into_iter().map(Into::into).collect()), ..Default::default() }
+    }
+}
+
+/// How a communicator was suspended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuspendMode {
+    /// By its backend, in place (it keeps its ranks).
+    Native,
+    /// Released, created again on resume.
+    Recreate,
+}
+
+impl std::fmt::Display for SuspendMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SuspendMode::Native => "native",
+            SuspendMode::Recreate => "recreate",
+        })
+    }
+}
+
+/// What happened to one communicator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommTransition {
+    /// The communicator's name (`<kind>/<index>` of the first kind sharing it).
+    pub name: String,
+    /// Every kind of this rank sharing it, comma-separated.
+    pub kinds: String,
+    pub mode: SuspendMode,
+    /// Device memory before the suspend (or after the resume), when the backend reports it.
+    pub memory: Option<CommMemory>,
+    /// Its memory while suspended, when the backend reports it (released: `None`).
+    pub memory_suspended: Option<CommMemory>,
+    pub took: Duration,
+}
+
+/// What a [`suspend`] or [`resume`] did: one entry per distinct communicator, in plan order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuspendReport {
+    pub communicators: Vec<CommTransition>,
+    /// Communicators verified after a resume (0 for a suspend, or with verification off).
+    pub verified: usize,
+    pub took: Duration,
+}
+
+/// Suspend the communicators of the kinds `req` names on this rank (all kinds when it names
+/// none). Already suspended ones are left as they are (not reported).
+pub fn suspend(req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
+    with_runtime(|rt| suspend_on(rt, req))?
+}
+
+/// Resume the suspended communicators of the kinds `req` names (all when it names none), then
+/// verify each (when the runtime verifies) with the all-reduce the plan predicts.
+pub fn resume(req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
+    with_runtime(|rt| resume_on(rt, req))?
+}
+
+/// One distinct communicator's memory ([`memory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommMemoryEntry {
+    pub name: String,
+    /// Every kind of this rank sharing it, comma-separated.
+    pub kinds: String,
+    /// What its backend reports (`None`: unknown, or released while suspended).
+    pub memory: Option<CommMemory>,
+    pub suspended: bool,
+}
+
+/// The memory of every distinct communicator of this rank, in plan order.
+pub fn memory() -> Result<Vec<CommMemoryEntry>, RuntimeError> {
+    with_runtime(|rt| {
+        distinct(rt, None, None)
+            .into_iter()
+            .map(|(g, kinds)| {
+                let mut comm = g.comm.lock().map_err(|_| poisoned(g))?;
+                let suspended = comm.suspension().is_some();
+                let memory = comm.memory().and_then(Result::ok);
+                Ok(CommMemoryEntry { name: g.comm_name.clone(), kinds, memory, suspended })
+            })
+            .collect()
+    })?
+}
+
+fn poisoned(g: &LiveGroup) -> RuntimeError {
+    RuntimeError::Group(GroupError {
+        group: g.comm_name.clone(),
+        members: g.plan.members.clone(),
+        error: CommError::new(CommErrorKind::Backend, "communicator lock poisoned"),
+    })
+}
+
+fn group_error(g: &LiveGroup, error: CommError) -> RuntimeError {
+    RuntimeError::Group(GroupError { group: g.comm_name.clone(), members: g.plan.members.clone(), error })
+}
+
+/// The grid `req` names (the default grid when none) and the kinds it names in it (`None`: all),
+/// checked against that grid's layout: an unknown grid or kind is an error naming it and what
+/// there is.
+fn selected<'a>(rt: &'a Runtime, req: &SuspendRequest) -> Result<(&'a Grid, Option<Vec<String>>), RuntimeError> {
+    let grid = match req.grid.as_deref() {
+        None => &rt.grids[0],
+        Some(name) => rt.grid(name).ok_or_else(|| {
+            let names: Vec<&str> = rt.grids.iter().map(|g| g.name.as_str()).collect();
+            RuntimeError::InvalidArgument(format!(
+                "grid {} does not exist (this job's grids: {})",
+                crate::quote::quoted(name),
+                names.join(", ")
+            ))
+        })?,
+    };
+    let Some(kinds) = &req.kinds else { return Ok((grid, None)) };
+    if kinds.is_empty() {
+        return Err(RuntimeError::InvalidArgument(
+            "no kinds were named to suspend or resume (name at least one, or ask for all)".into(),
+        ));
+    }
+    let layout_kinds = grid.topology.kinds();
+    let known: Vec<String> =
+        layout_kinds.iter().flat_map(|k| [k.key().into_owned(), format!("{}_all_gather", k.key())]).collect();
+    for k in kinds {
+        if !known.contains(k) {
+            let list: Vec<String> = layout_kinds.iter().map(|k| k.key().into_owned()).collect();
+            return Err(RuntimeError::InvalidArgument(format!(
+                "kind {} is not a kind of this layout (grid {}; its kinds: {})",
+                crate::quote::quoted(k),
+                grid.name,
+                list.join(", ")
+            )));
+        }
+    }
+    Ok((grid, Some(kinds.clone())))
+}
+
+/// Each distinct communicator of this rank with a group of a selected kind (`None`: all) of
+/// `grid` (`None`: every grid), once, in plan order, with every kind of this rank sharing it
+/// (`<grid>:<kind>` when the job has several grids).
+fn distinct<'a>(rt: &'a Runtime, grid: Option<&Grid>, kinds: Option<&[String]>) -> Vec<(&'a LiveGroup, String)> {
+    let mut out: Vec<(&LiveGroup, String)> = Vec::new();
+    for g in &rt.groups {
+        let in_grid = grid.map_or(true, |grid| g.plan.grid == grid.tag);
+        let chosen = in_grid && kinds.map_or(true, |ks| ks.iter().any(|k| *k == g.plan.kind.to_string()));
+        if !chosen || out.iter().any(|(o, _)| Arc::ptr_eq(&o.comm, &g.comm)) {
+            continue;
+        }
+        let sharing: Vec<String> = rt
+            .groups
+            .iter()
+            .filter(|o| Arc::ptr_eq(&o.comm, &g.comm))
+            .map(|o| format!("{}{}", grid_prefix(&o.plan.grid), o.plan.kind))
+            .collect();
+        out.push((g, sharing.join(", ")));
+    }
+    out
+}
+
+fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
+    let start = Instant::now();
+    let (grid, kinds) = selected(rt, req)?;
+    let mut report = SuspendReport::default();
+    for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
+        let t = Instant::now();
+        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        if slot.suspension().is_some() {
+            continue;
+        }
+        let memory = slot.memory().and_then(Result::ok);
+        let (mode, native, memory_suspended) = match slot.suspend() {
+            Ok(()) => {
+                let after = slot.memory().and_then(Result::ok);
+                (SuspendMode::Native, true, after)
+            }
+            Err(e) if matches!(e.kind, CommErrorKind::Unsupported | CommErrorKind::VersionTooOld) => {
+                (SuspendMode::Recreate, false, None)
+            }
+            Err(e) => return Err(group_error(g, e.context(format!("suspending the communicator of kind {kinds}")))),
+        };
+        let stand_in: Box<dyn Communicator> =
+            Box::new(SuspendedComm { kinds: kinds.clone(), native: None, memory_before: memory });
+        let old = std::mem::replace(&mut *slot, stand_in);
+        let state = slot.suspension().expect("the stand-in was just put there");
+        if native {
+            state.native = Some(old);
+        } else {
+            // Recreate mode: released now (dropping destroys it; NCCL's aborts).
+            drop(old);
+        }
+        drop(slot);
+        report.communicators.push(CommTransition {
+            name: g.comm_name.clone(),
+            kinds,
+            mode,
+            memory,
+            memory_suspended,
+            took: t.elapsed(),
+        });
+    }
+    report.took = start.elapsed();
+    Ok(report)
+}
+
+fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
+    let start = Instant::now();
+    let (grid, kinds) = selected(rt, req)?;
+    let timeout = req.timeout.unwrap_or(rt.timeout);
+    if timeout.is_zero() {
+        return Err(RuntimeError::InvalidArgument("resume timeout must be > 0".into()));
+    }
+    let deadline = start + timeout;
+    let mut report = SuspendReport::default();
+    let mut resumed: Vec<&LiveGroup> = Vec::new();
+    // Native ones resume in place; released ones are created again after (together where the
+    // backend creates together), each member going through them in the same plan order.
+    let mut released: Vec<(&LiveGroup, String)> = Vec::new();
+    for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
+        let t = Instant::now();
+        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        let Some(state) = slot.suspension() else { continue };
+        let Some(mut native) = state.native.take() else {
+            released.push((g, kinds));
+            continue;
+        };
+        if let Err(e) = native.resume() {
+            // Left released (the stand-in stays): a later resume creates it again.
+            drop(native);
+            return Err(group_error(g, e.context(format!("resuming the communicator of kind {kinds}"))));
+        }
+        *slot = native;
+        let memory = slot.memory().and_then(Result::ok);
+        drop(slot);
+        resumed.push(g);
+        report.communicators.push(transition(g, kinds, SuspendMode::Native, memory, t));
+    }
+    let t = Instant::now();
+    let made = if rt.factory.creates_together() && released.len() > 1 {
+        recreate_together(rt, &released, deadline)?
+    } else {
+        released.iter().map(|(g, kinds)| recreate(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?
+    };
+    for ((g, kinds), comm) in released.into_iter().zip(made) {
+        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        *slot = comm;
+        let memory = slot.memory().and_then(Result::ok);
+        drop(slot);
+        resumed.push(g);
+        report.communicators.push(transition(g, kinds, SuspendMode::Recreate, memory, t));
+    }
+    if rt.args.verify {
+        for g in &resumed {
+            verify_group(g, rt.env.rank).map_err(|e| {
+                RuntimeError::Group(GroupError {
+                    error: CommError { message: format!("after resume: {}", e.error.message), ..e.error },
+                    ..e
+                })
+            })?;
+        }
+        report.verified = resumed.len();
+    }
+    report.took = start.elapsed();
+    Ok(report)
+}
+
+fn transition(
+    g: &LiveGroup,
+    kinds: String,
+    mode: SuspendMode,
+    memory: Option<CommMemory>,
+    t: Instant,
+) -> CommTransition {
+    CommTransition { name: g.comm_name.clone(), kinds, mode, memory, memory_suspended: None, took: t.elapsed() }
+}
+
+/// What one recreate-mode creation is given: the group (what is left of `deadline`), its kind's
+/// options, and its store under keys of its own for this resume (`resume/<n>/group/<name>`), in
+/// which this rank has marked its arrival.
+fn prepare(
+    rt: &Runtime,
+    g: &LiveGroup,
+    kinds: &str,
+    deadline: Instant,
+) -> Result<(GroupInfo, CommOptions, Arc<dyn Store>), RuntimeError> {
+    let generation = {
+        let mut map = rt.resumes.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(g.comm_name.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let prefix = format!("resume/{generation}/group/{}", g.comm_name);
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&prefix, rt.base.clone()));
+    let fail = |e: CommError| recreate_error(g, kinds, e);
+    store.set(&arrived(rt.env.rank), b"1").map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let host = rt.host.addr.to_string();
+    let info = GroupInfo::new(g.comm_name.clone(), g.plan.members.clone(), rt.env.rank, left)
+        .map(|i| i.with_host_addr(Some(&host)).with_device(rt.args.device))
+        .map_err(|e| fail(e.into()))?;
+    Ok((info, g.plan.kind.options(&rt.args.comm_config), store))
+}
+
+fn arrived(rank: u32) -> String {
+    format!("arrived/{rank}")
+}
+
+fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
+    group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
+}
+
+/// `e`, a failed re-creation of `g` through `store`, with the members that never marked their
+/// arrival named.
+fn explained(g: &LiveGroup, kinds: &str, store: &dyn Store, e: CommError) -> RuntimeError {
+    let missing: Vec<u32> =
+        g.plan.members.iter().copied().filter(|&m| !store.check(&[&arrived(m)]).unwrap_or(false)).collect();
+    let e = if missing.is_empty() {
+        e
+    } else {
+        let m = super::host::format_ranks(&missing);
+        CommError { message: format!("{} (members that never came to this resume: {m})", e.message), ..e }
+    };
+    recreate_error(g, kinds, e)
+}
+
+/// Recreate mode: the communicator of `g` created again with its members, name and options
+/// within `deadline`; a failure names the members that never arrived.
+fn recreate(
+    rt: &Runtime,
+    g: &LiveGroup,
+    kinds: &str,
+    deadline: Instant,
+) -> Result<Box<dyn Communicator>, RuntimeError> {
+    let (info, options, store) = prepare(rt, g, kinds, deadline)?;
+    let made = rt.factory.create_group(&info, &options, store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
+    made.map_err(|e| explained(g, kinds, store.as_ref(), e))
+}
+
+/// [`recreate`] of every group of `released` at once, through the backend's creation together.
+fn recreate_together(
+    rt: &Runtime,
+    released: &[(&LiveGroup, String)],
+    deadline: Instant,
+) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
+    let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
+    let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|(i, o, s)| (i, o, s.clone())).collect();
+    let mut made = rt.factory.create_groups_together(&requests).map_err(|(i, e)| {
+        let (g, kinds) = &released[i.min(released.len() - 1)];
+        explained(g, kinds, prepared[i.min(prepared.len() - 1)].2.as_ref(), e)
+    })?;
+    if made.len() != released.len() {
+        let (g, kinds) = &released[0];
+        let e = CommError::new(
+            CommErrorKind::Backend,
+            format!(
+                "backend '{}' returned {} communicators for {} groups",
+                rt.factory.name(),
+                made.len(),
+                released.len()
+            ),
+        );
+        return Err(recreate_error(g, kinds, e));
+    }
+    for (i, c) in made.iter_mut().enumerate() {
+        c.wait_ready().map_err(|e| explained(released[i].0, &released[i].1, prepared[i].2.as_ref(), e))?;
+    }
+    Ok(made)
+}
