@@ -41,11 +41,27 @@ fn asan() -> bool {
 /// The folder holding the built double as `libnccl_double.so` and `libcuda.so.1` (a link to it).
 fn double_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_double(if asan() { "nccl-double-asan" } else { "nccl-double" }, &[]))
+}
+
+/// The double built without ncclCommSuspend, ncclCommResume and ncclCommMemStats (a library
+/// that predates them, whatever version it reports).
+fn double_without_suspend_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if asan() { "nccl-double-asan" } else { "nccl-double" });
+        let name = if asan() { "nccl-double-nosuspend-asan" } else { "nccl-double-nosuspend" };
+        build_double(name, &["-DMCORE_NCCL_DOUBLE_NO_SUSPEND"])
+    })
+}
+
+/// Build the double into `target/tmp/<name>` with the extra compiler flags `defines`.
+fn build_double(name: &str, defines: &[&str]) -> PathBuf {
+    {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let lib = dir.join("libnccl_double.so");
         let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+        cc.args(defines);
         cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"])
             .arg(&lib)
             .arg(SOURCE);
@@ -58,7 +74,7 @@ fn double_dir() -> &'static Path {
         let _ = std::fs::remove_file(&cuda);
         std::os::unix::fs::symlink("libnccl_double.so", &cuda).unwrap();
         dir
-    })
+    }
 }
 
 /// libasan's path, for LD_PRELOAD.
@@ -103,7 +119,8 @@ impl Run {
 
 /// `program args` with the double as NCCL and CUDA, a fresh rendezvous folder, and `env`.
 fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
-    let dir = double_dir();
+    // A test's pseudo-variable (not passed on) picks the double built without the suspend calls.
+    let dir = if env.iter().any(|(k, _)| *k == NO_SUSPEND) { double_without_suspend_dir() } else { double_dir() };
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("MCORE_NCCL_LIBRARY", dir.join("libnccl_double.so"))
@@ -114,11 +131,14 @@ fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) 
     if asan() {
         cmd.env("LD_PRELOAD", libasan()).env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1");
     }
-    for (k, v) in env {
+    for (k, v) in env.iter().filter(|(k, _)| *k != NO_SUSPEND) {
         cmd.env(k, v);
     }
     cmd
 }
+
+/// In a test's `env`: run against [`double_without_suspend_dir`] (not an environment variable).
+const NO_SUSPEND: &str = "<double without suspend>";
 
 /// Wait for `child` at most 150 s (killed past that); its output.
 fn finish(mut child: Child) -> Output {
@@ -472,5 +492,88 @@ fn a_shrink_that_never_completes_ends_at_the_deadline() {
     for (rank, e) in errs {
         assert!(e.contains("ncclCommShrink to hand out the communicator of group world"), "rank {rank}: {e}");
         assert_waited_at_most(&e, 6.0);
+    }
+}
+
+/// Suspend then resume of chosen kinds at 8 ranks (tp 2 pp 2 cp 2), in `env`: every rank ok,
+/// each suspended group refused an all-reduce naming its kind, every communicator verified after
+/// the resume, and no ASan report; the per-communicator entries.
+fn suspend_resume_8(kinds: &str, strategy: &str, env: &[(&str, &str)]) -> (Run, Vec<Value>) {
+    let mut all_env = vec![("MCORE_NCCL_DOUBLE_TRACE", "1")];
+    all_env.extend_from_slice(env);
+    let mut args = layout(8);
+    args.extend(["--comm-strategy", strategy, "--timeout", "60", "--suspend-resume", kinds]);
+    let run = launch(8, &args, &all_env);
+    let text = run.text();
+    assert!(!text.contains("AddressSanitizer"), "{kinds}, {env:?}: ASan report:\n{text}");
+    assert!(run.out.status.success(), "{kinds}, {strategy}, {env:?}: {text}");
+    assert_eq!(run.lines.len(), 8, "{text}");
+    let mut comms = Vec::new();
+    for l in &run.lines {
+        let sr = &l["suspend_resume"];
+        let mine = sr["communicators"].as_array().unwrap();
+        assert!(!mine.is_empty(), "{l}");
+        assert_eq!(sr["verified_after_resume"].as_u64().unwrap(), mine.len() as u64, "{sr}");
+        assert_eq!(sr["groups_verified_after"], l["groups"], "every kind verified again: {l}");
+        assert!(sr["refused_while_suspended"].as_u64().unwrap() >= mine.len() as u64, "{sr}");
+        comms.extend(mine.iter().cloned());
+    }
+    (run, comms)
+}
+
+fn trace_count(run: &Run, call: &str) -> usize {
+    run.text().lines().filter(|l| l.contains(&format!("libnccl double: {call} rank "))).count()
+}
+
+/// NCCL 2.29.7+ (the double at 2.29.7): the chosen kinds are suspended in place through
+/// `ncclCommSuspend(NCCL_SUSPEND_MEM)` and resumed with `ncclCommResume`, once per shared
+/// communicator; `ncclCommMemStats` gives each one's memory before (4 MiB + 64 KiB) and while
+/// suspended (64 KiB kept). Both strategies; all kinds, then three of them.
+#[test]
+fn suspend_then_resume_of_chosen_kinds_at_8_ranks_is_native_with_memory() {
+    let env = [("MCORE_NCCL_DOUBLE_VERSION", "22907")];
+    for strategy in ["split", "per-group"] {
+        let (run, comms) = suspend_resume_8("all", strategy, &env);
+        // tp2 pp2 cp2: 7 distinct communicators per rank (aliases share), each suspended once.
+        assert_eq!(comms.len(), 8 * 7, "{comms:?}");
+        assert_eq!(trace_count(&run, "ncclCommSuspend"), 8 * 7, "{}", run.text());
+        assert_eq!(trace_count(&run, "ncclCommResume"), 8 * 7, "{}", run.text());
+        for c in &comms {
+            assert_eq!(c["mode"], "native", "{c}");
+            assert_eq!(c["memory"]["total"], (4u64 << 20) + (64 << 10), "{c}");
+            assert_eq!(c["memory"]["suspended"], false, "{c}");
+            assert_eq!(c["memory_suspended"]["total"], 64u64 << 10, "{c}");
+            assert_eq!(c["memory_suspended"]["suspended"], true, "{c}");
+        }
+    }
+    let (run, comms) = suspend_resume_8("tensor_model_parallel,data_parallel,context_parallel", "split", &env);
+    assert_eq!(comms.len(), 8 * 3, "{comms:?}");
+    assert_eq!(trace_count(&run, "ncclCommSuspend"), 8 * 3, "{}", run.text());
+    // A communicator is named after the first kind sharing it (context_parallel's is
+    // data_parallel_with_cp's at dp = 1): each one suspended holds one of the chosen kinds.
+    for c in &comms {
+        let kinds = c["kinds"].as_str().unwrap();
+        assert!(
+            ["tensor_model_parallel", "data_parallel", "context_parallel"]
+                .iter()
+                .any(|k| kinds.split(", ").any(|x| x == *k)),
+            "{c}"
+        );
+        assert!(!kinds.contains("pipeline_model_parallel"), "{c}");
+    }
+}
+
+/// Below 2.29.7, and with a library that lacks the three symbols, suspend falls back to the
+/// recreate mode: the communicators are released and created again through the store on resume
+/// (never an `ncclCommSuspend` call), and verified.
+#[test]
+fn without_suspend_in_the_library_resume_recreates() {
+    for env in
+        [vec![("MCORE_NCCL_DOUBLE_VERSION", "22906")], vec![("MCORE_NCCL_DOUBLE_VERSION", "22907"), (NO_SUSPEND, "1")]]
+    {
+        let (run, comms) = suspend_resume_8("tensor_model_parallel,pipeline_model_parallel", "split", &env);
+        assert_eq!(comms.len(), 8 * 2, "{env:?}: {comms:?}");
+        assert!(comms.iter().all(|c| c["mode"] == "recreate" && c["memory"].is_null()), "{env:?}: {comms:?}");
+        assert_eq!(trace_count(&run, "ncclCommSuspend"), 0, "{env:?}: {}", run.text());
     }
 }

@@ -20,13 +20,22 @@
  *   parent in ncclInProgress until then. The remaining ranks are renumbered in ascending order;
  *   excluded ranks do not take part. NCCL_SHRINK_ABORT has nothing to end here (the double's
  *   collectives finish inside their call); the flag is only checked and traced.
+ * - ncclCommSuspend / ncclCommResume / ncclCommMemStats (NCCL 2.29.7+; nccl.h's signatures,
+ *   NCCL_SUSPEND_MEM and ncclCommMemStat_t values): each communicator holds a heap block standing
+ *   for its suspendable device memory (DOUBLE_SUSPENDABLE bytes, plus DOUBLE_PERSISTENT that a
+ *   suspend keeps); a suspend frees the block, a resume allocates it again, so a use of the
+ *   released memory is a use after free that ASan reports. A collective on a suspended
+ *   communicator fails with ncclInvalidUsage. Built with -DMCORE_NCCL_DOUBLE_NO_SUSPEND, the
+ *   library exports none of the three (a library that predates them).
  *
  * Switches (environment, read at each call):
  *   MCORE_NCCL_DOUBLE_DIR        folder for the rendezvous files (required by ncclGetUniqueId)
  *   MCORE_NCCL_DOUBLE_VERSION    ncclGetVersion's code (default 22803, i.e. 2.28.3); below 22700
  *                                (2.27) ncclCommShrink refuses with ncclInvalidUsage, as a library
- *                                without it cannot be called (the runtime must not call it then)
- *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink prints one line per call to stderr
+ *                                without it cannot be called (the runtime must not call it then);
+ *                                below 22907 (2.29.7) ncclCommSuspend/Resume/MemStats refuse so too
+ *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink, ncclCommSuspend and ncclCommResume print one
+ *                                line per call to stderr
  *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange);
  *                                "hang": they never complete (MCORE_NCCL_DOUBLE_HANG_RANKS applies)
  *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
@@ -72,7 +81,14 @@ typedef struct comm {
   char id[200];
   int rank, nranks, blocking;
   unsigned ops, splits;
+  /* Stands for the suspendable device memory (NULL while suspended). */
+  unsigned char *mem;
+  int suspended;
 } comm;
+
+/* The "device memory" a communicator of the double holds: released by a suspend, and kept. */
+#define DOUBLE_SUSPENDABLE (4u << 20)
+#define DOUBLE_PERSISTENT (64u << 10)
 
 /* Process-wide like NCCL's (errors are set by background threads too); the text is advisory. */
 static char last_error[512];
@@ -108,6 +124,7 @@ static int hangs(const char *k) {
 static void unref(comm *c) {
   if (atomic_fetch_sub(&c->refs, 1) == 1) {
     c->magic = DEAD;
+    free(c->mem);
     free(c);
   }
 }
@@ -122,6 +139,9 @@ static comm *new_comm(const char *id, int rank, int nranks, int blocking) {
   c->rank = rank;
   c->nranks = nranks;
   c->blocking = blocking;
+  c->mem = malloc(DOUBLE_SUSPENDABLE);
+  if (!c->mem) { free(c); return NULL; }
+  memset(c->mem, rank & 0xff, DOUBLE_SUSPENDABLE);
   return c;
 }
 
@@ -582,6 +602,9 @@ int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op,
   if (!live(c)) return invalidArg;
   if (dtype != 4 || op != 0) { set_error("the double sums int64 only (dtype %d, op %d)", dtype, op); return invalidArg; }
   if (atomic_load(&c->state) != ok) { set_error("all-reduce on a communicator in state %d", atomic_load(&c->state)); return invalidUsage; }
+  if (c->suspended) { set_error("all-reduce on a suspended communicator (resume it first)"); return invalidUsage; }
+  /* Touch the "device memory" (a use after free under ASan if a suspend released it). */
+  if (c->mem[0] != (unsigned char)(c->rank & 0xff)) { set_error("the double's memory block was overwritten"); return internalErr; }
   char key[300];
   snprintf(key, sizeof key, "%s/ar%u", c->id, c->ops++);
   int64_t *all = calloc((size_t)c->nranks * (count ? count : 1), sizeof(int64_t));
@@ -596,6 +619,67 @@ int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op,
   free(all);
   return ok;
 }
+
+/* ---- suspend / resume / memory statistics (NCCL 2.29.7+) ---- */
+
+#ifndef MCORE_NCCL_DOUBLE_NO_SUSPEND
+#define SUSPEND_MEM 0x01
+static int suspend_gate(const char *call, comm *c) {
+  int version = env_int("MCORE_NCCL_DOUBLE_VERSION", 22803);
+  if (version < 22907) {
+    set_error("%s called on a library that reports version %d: NCCL has it from 2.29.7", call, version);
+    return invalidUsage;
+  }
+  if (!live(c)) { set_error("%s: bad communicator", call); return invalidArg; }
+  if (atomic_load(&c->state) != ok) { set_error("%s on a communicator in state %d", call, atomic_load(&c->state)); return invalidUsage; }
+  return ok;
+}
+
+int ncclCommSuspend(void *c_, int flags) {
+  comm *c = c_;
+  int rc = suspend_gate("ncclCommSuspend", c);
+  if (rc) return rc;
+  if (flags & ~SUSPEND_MEM) { set_error("ncclCommSuspend: unknown flags %#x", flags); return invalidArg; }
+  if (c->suspended) { set_error("ncclCommSuspend: already suspended"); return invalidUsage; }
+  if (env_is("MCORE_NCCL_DOUBLE_TRACE", "1"))
+    fprintf(stderr, "libnccl double: ncclCommSuspend rank %d of %d flags %d\n", c->rank, c->nranks, flags);
+  if (flags & SUSPEND_MEM) { free(c->mem); c->mem = NULL; }
+  c->suspended = 1;
+  return ok;
+}
+
+int ncclCommResume(void *c_) {
+  comm *c = c_;
+  int rc = suspend_gate("ncclCommResume", c);
+  if (rc) return rc;
+  if (!c->suspended) { set_error("ncclCommResume: not suspended"); return invalidUsage; }
+  if (env_is("MCORE_NCCL_DOUBLE_TRACE", "1"))
+    fprintf(stderr, "libnccl double: ncclCommResume rank %d of %d\n", c->rank, c->nranks);
+  if (!c->mem) {
+    c->mem = malloc(DOUBLE_SUSPENDABLE);
+    if (!c->mem) return sysErr;
+    memset(c->mem, c->rank & 0xff, DOUBLE_SUSPENDABLE);
+  }
+  c->suspended = 0;
+  return ok;
+}
+
+int ncclCommMemStats(void *c_, int stat, uint64_t *value) {
+  comm *c = c_;
+  int rc = suspend_gate("ncclCommMemStats", c);
+  if (rc) return rc;
+  if (!value) return invalidArg;
+  uint64_t held = c->mem ? DOUBLE_SUSPENDABLE : 0;
+  switch (stat) {
+    case 0: *value = held; break;                                   /* ncclStatGpuMemSuspend */
+    case 1: *value = c->mem ? 0 : 1; break;                         /* ncclStatGpuMemSuspended */
+    case 2: *value = DOUBLE_PERSISTENT; break;                      /* ncclStatGpuMemPersist */
+    case 3: *value = held + DOUBLE_PERSISTENT; break;               /* ncclStatGpuMemTotal */
+    default: set_error("ncclCommMemStats: unknown stat %d", stat); return invalidArg;
+  }
+  return ok;
+}
+#endif
 
 /* ---- libcuda.so.1: host-memory stand-ins ---- */
 

@@ -436,7 +436,9 @@ impl NcclLibrary {
     }
 
     /// `ncclCommMemStats(comm, stat, &value)`; `None` when the library has no such call.
+    /// (A library that reports an older version than 2.29.7 is not asked, whatever it exports.)
     pub fn comm_mem_stat(&self, comm: &RawComm, stat: c_int) -> Option<Result<u64, NcclError>> {
+        self.version.require(Feature::CommSuspend).ok()?;
         let f = self.fns.comm_mem_stats?;
         let mut value: u64 = 0;
         // SAFETY: live communicator; writes one uint64_t.
