@@ -496,6 +496,59 @@ typedef struct mcore_init_args {
 } mcore_init_args;
 
 /**
+ * Which communicators `mcore_suspend` / `mcore_resume` are about. Fill with
+ * `mcore_suspend_args_init`, then set what differs.
+ */
+typedef struct mcore_suspend_args {
+  /**
+   * `sizeof(mcore_suspend_args)` as compiled by the caller (set by the init function).
+   */
+  uint32_t struct_size;
+  /**
+   * Kind keys ("tensor_model_parallel", "data_parallel_with_cp_all_gather", ...), `n_kinds`
+   * of them; NULL with `n_kinds` 0 (the default) = every kind of this rank.
+   */
+  const char *const *kinds;
+  size_t n_kinds;
+  /**
+   * The grid the kinds belong to, by name; NULL (the default) = the default grid (the first).
+   * A communicator a colocated grid shares (equal members) is suspended for both.
+   */
+  const char *grid;
+  /**
+   * Bound of a resume that creates communicators again, in ms; 0 (the default) = the init
+   * timeout. `MCORE_TIMEOUT_NONE` = no limit.
+   */
+  uint64_t timeout_ms;
+} mcore_suspend_args;
+
+/**
+ * Device memory of a communicator (NCCL's `ncclCommMemStats`), in bytes.
+ */
+typedef struct mcore_comm_memory {
+  /**
+   * Whether the backend reports the memory (false: the byte counts are 0).
+   */
+  bool known;
+  /**
+   * Whether the communicator is suspended now.
+   */
+  bool suspended;
+  /**
+   * Bytes a suspend releases (0 while released).
+   */
+  uint64_t suspendable_bytes;
+  /**
+   * Bytes kept while suspended.
+   */
+  uint64_t persistent_bytes;
+  /**
+   * Every byte the backend tracks for it.
+   */
+  uint64_t total_bytes;
+} mcore_comm_memory;
+
+/**
  * The sizes of a layout, derived ones included.
  */
 typedef struct mcore_topology_sizes {
@@ -1476,6 +1529,54 @@ mcore_status mcore_store_delete_key(struct mcore_store *store, const char *key, 
  * `store` live handle or NULL; `out_count` NULL or writable.
  */
 mcore_status mcore_store_num_keys(struct mcore_store *store, int64_t *out_count);
+
+/**
+ * Fill `args` with defaults (every kind, the default grid, the init timeout).
+ *
+ * # Safety
+ * `args` is NULL or writable for `sizeof(mcore_suspend_args)` bytes.
+ */
+mcore_status mcore_suspend_args_init(struct mcore_suspend_args *args);
+
+/**
+ * Suspend the communicators of the kinds `args` names (NULL: every kind), collectively: every
+ * rank calls it with the same kinds. A communicator whose backend suspends itself (NCCL 2.29.7+,
+ * a plugin with the `suspend` slot) keeps its ranks and releases its device memory; any other
+ * is released and created again by `mcore_resume`. A kind sharing a communicator with a named
+ * one is suspended with it. While suspended, a kind's handle, all-reduce and barrier fail with
+ * `MCORE_STATUS_SUSPENDED` naming the kind. `*out_communicators` (may be NULL): how many were
+ * suspended now (already suspended ones are not counted).
+ *
+ * Errors: an unknown grid, or a kind that is not one of the grid's layout → INVALID_ARGUMENT
+ * naming it; a backend failure → its status.
+ *
+ * # Safety
+ * `args` is NULL or a `mcore_suspend_args` filled by `mcore_suspend_args_init`;
+ * `out_communicators` is NULL or writable.
+ */
+mcore_status mcore_suspend(const struct mcore_suspend_args *args, size_t *out_communicators);
+
+/**
+ * Resume the suspended communicators of the kinds `args` names (NULL: every kind),
+ * collectively, then verify each (when initialized with `verify`) with the all-reduce the plan
+ * predicts. A released one is created again with the same members through the store within the
+ * timeout; a failure names the members that never came. `*out_communicators` (may be NULL): how
+ * many were resumed.
+ *
+ * # Safety
+ * As `mcore_suspend`.
+ */
+mcore_status mcore_resume(const struct mcore_suspend_args *args, size_t *out_communicators);
+
+/**
+ * The memory of this rank's communicator of `kind` (a `mcore_group_kind`) into `*out`.
+ *
+ * Errors: not initialized; NOT_MEMBER when this rank has no group of `kind`.
+ *
+ * # Safety
+ * `out` is NULL or writable.
+ */
+mcore_status mcore_runtime_comm_memory(int32_t kind, struct mcore_comm_memory *out);
 
 /**
  * Validate `cfg` for `world_size` ranks and create the layout. On failure the status and

@@ -9,8 +9,9 @@ groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names),
 
 from ._lib import ABI_VERSION, McoreError, version
 from .named_grids import Grid, PgCollection, PgGroup, grid, grids
-from .runtime import destroy, initialize
+from .runtime import comm_memory, destroy, initialize, resume, suspend
 from .topology import GroupInfo, PipelineInfo, RecoveryPlan, Sizes, Topology, plan_recovery
 
 __all__ = ["ABI_VERSION", "McoreError", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes", "RecoveryPlan",
-           "plan_recovery", "initialize", "destroy", "grid", "grids", "Grid", "PgCollection", "PgGroup"]
+           "plan_recovery", "initialize", "destroy", "grid", "grids", "Grid", "PgCollection", "PgGroup",
+           "suspend", "resume", "comm_memory"]

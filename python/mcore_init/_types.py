@@ -161,10 +161,31 @@ class RngNamedSeed(CheckedStructure):
     _fields_ = [("name", ctypes.c_char * RNG_NAME_MAX), ("seed", u64)]
 
 
+class SuspendArgs(CheckedStructure):
+    _fields_ = [
+        ("struct_size", u32),
+        ("kinds", ctypes.POINTER(ctypes.c_char_p)),
+        ("n_kinds", c_size_t),
+        ("grid", ctypes.c_char_p),
+        ("timeout_ms", u64),
+    ]
+
+
+class CommMemory(CheckedStructure):
+    _fields_ = [
+        ("known", ctypes.c_bool),
+        ("suspended", ctypes.c_bool),
+        ("suspendable_bytes", u64),
+        ("persistent_bytes", u64),
+        ("total_bytes", u64),
+    ]
+
+
 mcore_topology_config_init = declare("mcore_topology_config_init", ctypes.c_int32, ctypes.POINTER(TopologyConfig))
 mcore_init_args_init = declare("mcore_init_args_init", ctypes.c_int32, ctypes.POINTER(InitArgs))
 mcore_grid_spec_init = declare("mcore_grid_spec_init", ctypes.c_int32, ctypes.POINTER(GridSpec))
 mcore_rng_coords_default = declare("mcore_rng_coords_default", ctypes.c_int32, ctypes.POINTER(RngCoords))
+mcore_suspend_args_init = declare("mcore_suspend_args_init", ctypes.c_int32, ctypes.POINTER(SuspendArgs))
 
 
 def _recorded_size(init, mirror, size_type):
@@ -179,6 +200,7 @@ for _init, _mirror, _size_type in (
     (mcore_init_args_init, InitArgs, u32),
     (mcore_rng_coords_default, RngCoords, u32),
     (mcore_grid_spec_init, GridSpec, u32),
+    (mcore_suspend_args_init, SuspendArgs, u32),
 ):
     _size = _recorded_size(_init, _mirror, _size_type)
     if _size != ctypes.sizeof(_mirror):
@@ -204,6 +226,12 @@ def new_grid_spec():
     spec = GridSpec()
     check(mcore_grid_spec_init(ctypes.byref(spec)))
     return spec
+
+
+def new_suspend_args():
+    args = SuspendArgs()
+    check(mcore_suspend_args_init(ctypes.byref(args)))
+    return args
 
 
 def new_rng_coords():
@@ -232,3 +260,5 @@ def read_two_call(call, elem_type, first_guess=8):
 #: ``MCORE_STATUS_BUFFER_TOO_SMALL`` and ``MCORE_STATUS_NOT_MEMBER``.
 BUFFER_TOO_SMALL = 16
 NOT_MEMBER = 20
+#: ``MCORE_STATUS_SUSPENDED``: the kind's communicator is suspended (resume it first).
+SUSPENDED = 22

@@ -35,6 +35,9 @@ _ag_communicator = declare("mcore_runtime_all_gather_communicator", _status, cty
 _allreduce = declare("mcore_runtime_allreduce_sum_i64", _status, ctypes.c_int32, _P(ctypes.c_int64), ctypes.c_size_t)
 _barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
 _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
+_suspend = declare("mcore_suspend", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
+_resume = declare("mcore_resume", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
+_comm_memory = declare("mcore_runtime_comm_memory", _status, ctypes.c_int32, _P(T.CommMemory))
 
 
 class _Default:
@@ -363,3 +366,57 @@ def check_health(window: Optional[float] = None) -> Optional[List[int]]:
     buf = (ctypes.c_uint32 * 4096)()
     check(_check_health(window or 0.0, ctypes.byref(healthy), buf, len(buf), ctypes.byref(n)))
     return None if healthy.value else list(buf[: min(n.value, len(buf))])
+
+
+def _suspend_args(kinds, grid, timeout, what):
+    """The ``mcore_suspend_args`` of a call, with the arrays it points to (kept alive by the caller)."""
+    a = Args(what)
+    args = T.new_suspend_args()
+    keep = []
+    if kinds is not None:
+        if isinstance(kinds, (str, bytes)) or not isinstance(kinds, (list, tuple)):
+            raise a.type_error("kinds", "a list of kind names or None (every kind)", kinds)
+        if not kinds:
+            raise a.value_error("kinds", kinds, "is empty: name at least one kind, or pass None for every kind")
+        names = [cstr(a.text(f"kinds[{i}]", k)) for i, k in enumerate(kinds)]
+        arr = (ctypes.c_char_p * len(names))(*names)
+        keep.append(arr)
+        args.kinds = ctypes.cast(arr, _P(ctypes.c_char_p))
+        args.n_kinds = len(names)
+    if grid is not None:
+        args.grid = cstr(a.text("grid", grid))
+    if timeout is not None:
+        args.timeout_ms = T.timeout_ms(timeout, f"{what}: timeout")
+    return args, keep
+
+
+def suspend(kinds=None, grid=None) -> int:
+    """Suspend the communicators of ``kinds`` (kind names, e.g. ``["tensor_model_parallel"]``;
+    None: every kind) on every rank (collective: call it with the same kinds everywhere).
+    Backends that can (NCCL 2.29.7+) release the device memory in place; others release the
+    communicators and :func:`resume` creates them again. A kind sharing a communicator with a
+    named one is suspended with it. Using a suspended kind raises SUSPENDED naming it. ``grid``:
+    a grid's name (None: the default grid). Returns how many communicators were suspended."""
+    args, _keep = _suspend_args(kinds, grid, None, "suspend")
+    n = ctypes.c_size_t(0)
+    check(_suspend(ctypes.byref(args), ctypes.byref(n)))
+    return n.value
+
+
+def resume(kinds=None, grid=None, timeout=None) -> int:
+    """Resume what :func:`suspend` suspended of ``kinds`` (None: every kind), collectively, and
+    verify each communicator with an all-reduce the layout predicts. ``timeout`` (seconds; None:
+    the init timeout) bounds creating released communicators again. Returns how many were resumed."""
+    args, _keep = _suspend_args(kinds, grid, timeout, "resume")
+    n = ctypes.c_size_t(0)
+    check(_resume(ctypes.byref(args), ctypes.byref(n)))
+    return n.value
+
+
+def comm_memory(kind="tensor_model_parallel") -> dict:
+    """Device memory of this rank's communicator of ``kind``: ``{"known", "suspended",
+    "suspendable_bytes", "persistent_bytes", "total_bytes"}`` (byte counts 0 when not known,
+    e.g. Gloo, or NCCL before 2.29.7)."""
+    out = T.CommMemory()
+    check(_comm_memory(kind_value(kind, Args("comm_memory")), ctypes.byref(out)))
+    return {name: getattr(out, name) for name, _ in T.CommMemory._fields_}

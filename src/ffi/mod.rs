@@ -18,6 +18,7 @@ pub mod rng;
 pub mod runtime;
 mod status_map;
 pub mod store;
+pub mod suspend;
 pub mod topology;
 pub mod topology_nodes;
 pub mod version;
