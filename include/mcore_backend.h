@@ -21,6 +21,18 @@
 #define MCORE_BACKEND_V1_MIN_SIZE 88
 
 /**
+ * `mcore_backend_mem_stat_fn` statistics (NCCL's `ncclCommMemStat_t` numbering): bytes a suspend
+ * releases; whether they are released now (0 or 1); bytes kept while suspended; all bytes.
+ */
+#define MCORE_BACKEND_MEM_SUSPENDABLE 0
+
+#define MCORE_BACKEND_MEM_SUSPENDED 1
+
+#define MCORE_BACKEND_MEM_PERSISTENT 2
+
+#define MCORE_BACKEND_MEM_TOTAL 3
+
+/**
  * `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
  * `create_world` and `split` are filled, because this backend's split costs no less than
  * `create_group` (e.g. a split that connects a new full mesh per group). `split` stays
@@ -389,6 +401,16 @@ typedef int32_t (*mcore_backend_shrink_fn)(void *user_data,
                                            void **out_comm);
 
 /**
+ * `mem_stat`: one statistic of the device memory of `comm` (`stat`: a
+ * `MCORE_BACKEND_MEM_*` value, NCCL's `ncclCommMemStat_t` numbering) into `*out_value`.
+ * `MCORE_STATUS_UNSUPPORTED` for a statistic the backend does not know.
+ */
+typedef int32_t (*mcore_backend_mem_stat_fn)(void *user_data,
+                                             void *comm,
+                                             int32_t stat,
+                                             uint64_t *out_value);
+
+/**
  * A communicator backend, version 1. Fill it in (zero what you do not support), then register
  * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
  * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
@@ -464,6 +486,23 @@ typedef struct mcore_backend_v1 {
    * `mcore_backend_shrink_fn`). NULL: recovery creates the new world afresh (`create_world`).
    */
   mcore_backend_shrink_fn shrink;
+  /**
+   * Optional (appended after `shrink`, with `resume` and `mem_stat`; NULL when `struct_size`
+   * does not cover it): release the device memory of `comm`, keeping the communicator and its
+   * ranks (collective over them; e.g. `HcclCommSuspend`). The library uses `comm` for nothing
+   * but `resume`, `mem_stat`, `abort_comm` and `destroy_comm` until `resume` returned OK.
+   * NULL (or `MCORE_STATUS_UNSUPPORTED`): the library destroys the communicator on suspend
+   * and creates it again on resume (docs/backends.md, "Suspend and resume").
+   */
+  mcore_backend_comm_fn suspend;
+  /**
+   * Optional: take back what `suspend` released (collective over the ranks of `comm`).
+   */
+  mcore_backend_comm_fn resume;
+  /**
+   * Optional: device memory statistics of a communicator (see `mcore_backend_mem_stat_fn`).
+   */
+  mcore_backend_mem_stat_fn mem_stat;
 } mcore_backend_v1;
 
 /**

@@ -147,6 +147,9 @@ fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
         flags: 0,
         abort_comm: None,
         shrink: None,
+        suspend: None,
+        resume: None,
+        mem_stat: None,
     }
 }
 
@@ -286,6 +289,82 @@ fn flags_are_read_when_struct_size_covers_them_and_zero_from_an_older_plugin() {
     let b = backend::get("solo-older").unwrap();
     assert!(!b.prefers_per_group() && b.supports_allreduce());
     backend::unregister("solo-older").unwrap();
+}
+
+// ---- suspend, resume and memory statistics through the slots appended last ----
+
+/// The solo backend's communicator cell holds 1 while suspended (else its group rank + counter).
+static SUSPENDED_NOW: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn solo_suspend(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    if comm.is_null() || SUSPENDED_NOW.swap(1, Ordering::SeqCst) == 1 {
+        return mcore_status::InvalidArgument as i32;
+    }
+    0
+}
+
+unsafe extern "C" fn solo_resume(_ud: *mut c_void, comm: *mut c_void) -> i32 {
+    if comm.is_null() || SUSPENDED_NOW.swap(0, Ordering::SeqCst) == 0 {
+        return mcore_status::InvalidArgument as i32;
+    }
+    0
+}
+
+unsafe extern "C" fn solo_mem_stat(_ud: *mut c_void, _comm: *mut c_void, stat: i32, out: *mut u64) -> i32 {
+    let suspended = SUSPENDED_NOW.load(Ordering::SeqCst) as u64;
+    let value = match stat {
+        MCORE_BACKEND_MEM_SUSPENDABLE => 1000 * (1 - suspended),
+        MCORE_BACKEND_MEM_SUSPENDED => suspended,
+        MCORE_BACKEND_MEM_PERSISTENT => 24,
+        MCORE_BACKEND_MEM_TOTAL => 24 + 1000 * (1 - suspended),
+        _ => return mcore_status::Unsupported as i32,
+    };
+    unsafe { *out = value };
+    0
+}
+
+#[test]
+fn suspend_resume_and_mem_stat_slots_are_called_and_null_slots_are_unsupported() {
+    let dir = temp_dir("solo-suspend");
+    let store = || -> Arc<dyn Store> { Arc::new(FileStore::new(&dir, Duration::from_secs(5)).unwrap()) };
+    let mut vt = solo_vtable(c"solo-suspend");
+    vt.finalize = None;
+    vt.suspend = Some(solo_suspend);
+    vt.resume = Some(solo_resume);
+    vt.mem_stat = Some(solo_mem_stat);
+    assert_eq!(register(&vt), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-suspend").unwrap();
+    let g = GroupInfo::new("tensor_model_parallel/0", vec![0], 0, Duration::from_secs(5)).unwrap();
+    let mut comm = b.create_group(&g, store()).unwrap();
+    assert_eq!(comm.memory().unwrap().unwrap(), [1000, 0, 24, 1024]);
+    comm.suspend().unwrap();
+    assert_eq!(comm.memory().unwrap().unwrap(), [0, 1, 24, 24]);
+    // The plugin's refusal (suspended twice) comes back with the operation and group named.
+    let e = comm.suspend().unwrap_err();
+    assert_eq!(status_of(&e), mcore_status::InvalidArgument);
+    assert!(e.to_string().contains("suspend") && e.to_string().contains("tensor_model_parallel/0"), "{e}");
+    comm.resume().unwrap();
+    assert_eq!(comm.memory().unwrap().unwrap(), [1000, 0, 24, 1024]);
+    comm.destroy().unwrap();
+    backend::unregister("solo-suspend").unwrap();
+
+    // An older plugin (struct_size up to `shrink`): the slots read as NULL, whatever follows.
+    let mut older = solo_vtable(c"solo-no-suspend");
+    older.finalize = None;
+    older.suspend = Some(solo_suspend);
+    older.resume = Some(solo_resume);
+    older.mem_stat = Some(solo_mem_stat);
+    older.struct_size = 112;
+    assert_eq!(register(&older), mcore_status::Ok, "{}", last_error());
+    let b = backend::get("solo-no-suspend").unwrap();
+    let mut comm = b.create_group(&g, store()).unwrap();
+    assert!(comm.memory().is_none());
+    let e = comm.suspend().unwrap_err();
+    assert_eq!(status_of(&e), mcore_status::Unsupported);
+    assert!(e.to_string().contains("suspend"), "{e}");
+    comm.destroy().unwrap();
+    backend::unregister("solo-no-suspend").unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 // ---- the split strategy through a single-rank backend ----

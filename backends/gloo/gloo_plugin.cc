@@ -736,6 +736,9 @@ mcore_backend_v1 make_vtable() {
   // run for several groups at once; collectives of different communicators, a world's children
   // included (each in its own slots), may run on several threads at once.
   vt.flags = MCORE_BACKEND_FLAG_CONCURRENT_CREATE;
+  // suspend, resume and mem_stat stay NULL: a Gloo context holds no device memory to give back,
+  // so the library's suspend destroys the contexts and its resume creates them again (recreate
+  // mode, docs/backends.md).
   return vt;
 }
 

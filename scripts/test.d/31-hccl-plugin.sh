@@ -63,6 +63,13 @@ world "2, the device given to mcore_initialize" 2 gen12 per-group "device 3 set 
 world "8, split with HcclCreateSubCommConfig" 8 gen12 split - -- --tp 2 --pp 2 --cp 2 --comm-strategy split
 world "8, split without HcclCreateSubCommConfig" 8 gen12-nosplit split "falling back to a communicator from root info" \
   MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 --comm-strategy split
+# Suspend and resume (docs/backends.md): every kind suspended through HcclCommSuspend (generation
+# 12 of the double has it), and without it (generation 4) released and created again; either way
+# mcore-selftest checks that a suspended kind refuses an all-reduce and verifies every kind after.
+world "8, suspend/resume all kinds (HcclCommSuspend)" 8 gen12 per-group '"mode":"native"' -- \
+  --tp 2 --pp 2 --cp 2 --suspend-resume all
+world "8, suspend/resume without HcclCommSuspend (recreate)" 8 gen4 per-group '"mode":"recreate"' -- \
+  --tp 2 --pp 2 --cp 2 --suspend-resume all
 # A peer that never arrives (stopped before init, or after its check-in): every other rank ends
 # within the deadline (T = 5 s, + 2 s) naming it.
 hccl_faults() {

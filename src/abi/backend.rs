@@ -23,9 +23,10 @@ pub const MCORE_BACKEND_ABI_VERSION_V1: u32 = 1;
 pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
 
 /// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
-/// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`. A vtable must have
-/// one of these sizes, or be larger with every slot beyond ours NULL (see `crate::abi::sized`).
-pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112];
+/// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`, then `suspend`,
+/// `resume` and `mem_stat` together. A vtable must have one of these sizes, or be larger with
+/// every slot beyond ours NULL (see `crate::abi::sized`).
+pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112, 136];
 
 /// One group a backend is asked to create a communicator for.
 ///
@@ -187,6 +188,11 @@ pub type mcore_backend_shrink_fn = Option<
         out_comm: *mut *mut c_void,
     ) -> i32,
 >;
+/// `mem_stat`: one statistic of the device memory of `comm` (`stat`: a
+/// `MCORE_BACKEND_MEM_*` value, NCCL's `ncclCommMemStat_t` numbering) into `*out_value`.
+/// `MCORE_STATUS_UNSUPPORTED` for a statistic the backend does not know.
+pub type mcore_backend_mem_stat_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, comm: *mut c_void, stat: i32, out_value: *mut u64) -> i32>;
 /// `last_error`: specifics of the last failure on the calling thread (NULL or "" = none).
 pub type mcore_backend_last_error_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
 /// `finalize`: the library is done with this vtable and `user_data`.
@@ -239,7 +245,25 @@ pub struct mcore_backend_v1 {
     /// communicator without some ranks of `comm` (recovery, docs/recovery.md; see
     /// `mcore_backend_shrink_fn`). NULL: recovery creates the new world afresh (`create_world`).
     pub shrink: mcore_backend_shrink_fn,
+    /// Optional (appended after `shrink`, with `resume` and `mem_stat`; NULL when `struct_size`
+    /// does not cover it): release the device memory of `comm`, keeping the communicator and its
+    /// ranks (collective over them; e.g. `HcclCommSuspend`). The library uses `comm` for nothing
+    /// but `resume`, `mem_stat`, `abort_comm` and `destroy_comm` until `resume` returned OK.
+    /// NULL (or `MCORE_STATUS_UNSUPPORTED`): the library destroys the communicator on suspend
+    /// and creates it again on resume (docs/backends.md, "Suspend and resume").
+    pub suspend: mcore_backend_comm_fn,
+    /// Optional: take back what `suspend` released (collective over the ranks of `comm`).
+    pub resume: mcore_backend_comm_fn,
+    /// Optional: device memory statistics of a communicator (see `mcore_backend_mem_stat_fn`).
+    pub mem_stat: mcore_backend_mem_stat_fn,
 }
+
+/// `mcore_backend_mem_stat_fn` statistics (NCCL's `ncclCommMemStat_t` numbering): bytes a suspend
+/// releases; whether they are released now (0 or 1); bytes kept while suspended; all bytes.
+pub const MCORE_BACKEND_MEM_SUSPENDABLE: i32 = 0;
+pub const MCORE_BACKEND_MEM_SUSPENDED: i32 = 1;
+pub const MCORE_BACKEND_MEM_PERSISTENT: i32 = 2;
+pub const MCORE_BACKEND_MEM_TOTAL: i32 = 3;
 
 /// `mcore_backend_v1.flags`: under the `auto` strategy, create groups one by one although
 /// `create_world` and `split` are filled, because this backend's split costs no less than
@@ -274,4 +298,4 @@ const _: () = assert!(
     std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
         == MCORE_BACKEND_V1_MIN_SIZE as usize
 );
-const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 112);
+const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 136);

@@ -215,6 +215,35 @@ impl Comm {
         Ok(Comm::wrap(vt, raw, &group))
     }
 
+    /// Release the device memory, keeping the communicator (the backend's `suspend`;
+    /// `Unsupported` without one).
+    pub fn suspend(&mut self) -> Result<(), BackendError> {
+        let vt = self.vt.clone();
+        let group = self.group.clone();
+        vt.suspend(self.raw_mut()?, &group)
+    }
+
+    /// Take back what [`Comm::suspend`] released (the backend's `resume`).
+    pub fn resume(&mut self) -> Result<(), BackendError> {
+        let vt = self.vt.clone();
+        let group = self.group.clone();
+        vt.resume(self.raw_mut()?, &group)
+    }
+
+    /// `[suspendable, suspended, persistent, total]` through the backend's `mem_stat`; `None`
+    /// without one (or once released).
+    pub fn memory(&self) -> Option<Result<[u64; 4], BackendError>> {
+        let raw = self.raw.as_ref()?;
+        let mut out = [0u64; 4];
+        for (i, slot) in out.iter_mut().enumerate() {
+            match self.vt.mem_stat(raw, &self.group, i as i32)? {
+                Ok(v) => *slot = v,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(out))
+    }
+
     /// Release the communicator after a peer failed (the backend's `abort_comm`, else its
     /// `destroy_comm`); the communicator is unusable afterwards.
     pub fn abort(&mut self) -> Result<(), BackendError> {

@@ -1,7 +1,7 @@
 //! Vtable backends behind the seam: a `Backend` is a [`CommFactory`], a `Comm` a
 //! [`Communicator`].
 
-use super::seam::{CommError, CommErrorKind, CommFactory, Communicator, GroupRequest};
+use super::seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest};
 use super::{Backend, Comm, CommOptions, GroupInfo};
 use crate::store::Store;
 use std::ffi::c_void;
@@ -96,6 +96,28 @@ impl Communicator for Comm {
 
     fn abort(&mut self) {
         let _ = Comm::abort(self);
+    }
+
+    /// The backend's `suspend` slot (NULL: `Unsupported`, the runtime then recreates).
+    fn suspend(&mut self) -> Result<(), CommError> {
+        Comm::suspend(self).map_err(CommError::from)
+    }
+
+    fn resume(&mut self) -> Result<(), CommError> {
+        Comm::resume(self).map_err(CommError::from)
+    }
+
+    /// The backend's `mem_stat` slot, `MCORE_BACKEND_MEM_*` in NCCL's numbering.
+    fn memory(&self) -> Option<Result<CommMemory, CommError>> {
+        Comm::memory(self).map(|r| {
+            r.map(|[suspendable, suspended, persistent, total]| CommMemory {
+                suspendable,
+                persistent,
+                total,
+                suspended: suspended != 0,
+            })
+            .map_err(CommError::from)
+        })
     }
 
     /// The backend's `shrink` slot (NULL: `Unsupported`, recovery then creates a new world).

@@ -444,6 +444,28 @@ Status hccl_barrier(Comm *c) {
   return sync_stream(api, c, "HcclBarrier");
 }
 
+namespace {
+Status suspend_or_resume(Comm *c, bool suspend) {
+  const char *call = suspend ? "HcclCommSuspend" : "HcclCommResume";
+  if (c == nullptr) return fail(MCORE_HCCL_INVALID_ARGUMENT, std::string(call) + " needs a communicator");
+  Status st;
+  const HcclApi *api = api_or(&st, "group " + c->name);
+  if (api == nullptr) return st;
+  HcclResult (*f)(HcclComm) = suspend ? api->CommSuspend : api->CommResume;
+  if (f == nullptr)
+    return fail(MCORE_HCCL_UNSUPPORTED, "group " + c->name + ": " + api->path + " has no " + call +
+                                            " (the library re-creates the communicator instead)");
+  st = enter_device(api, c);
+  if (!st.ok()) return st;
+  HcclResult rc = f(c->handle);
+  if (rc != HCCL_SUCCESS) return fail(init_status(rc), "group " + c->name + ": " + call + " failed: " + api->describe(rc));
+  return {};
+}
+}  // namespace
+
+Status hccl_suspend(Comm *c) { return suspend_or_resume(c, true); }
+Status hccl_resume(Comm *c) { return suspend_or_resume(c, false); }
+
 Status hccl_destroy(Comm *c, bool abort) {
   if (c == nullptr) return {};
   Status st;

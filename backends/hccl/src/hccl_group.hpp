@@ -43,6 +43,10 @@ Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_
                             uint32_t sub_rank, uint64_t sub_comm_id, Comm **out);
 Status hccl_allreduce_sum_i64(Comm *comm, int64_t *inout, size_t count);
 Status hccl_barrier(Comm *comm);
+// HcclCommSuspend / HcclCommResume on the communicator's device; MCORE_HCCL_UNSUPPORTED when the
+// library lacks them (the library then destroys and re-creates the communicator instead).
+Status hccl_suspend(Comm *comm);
+Status hccl_resume(Comm *comm);
 // Destroys the communicator (retrying HCCL_E_AGAIN); `abort` ends its device's tasks first
 // (aclrtDeviceTaskAbort, where the runtime has it). The Comm is freed when HCCL released it.
 Status hccl_destroy(Comm *comm, bool abort);

@@ -155,6 +155,14 @@ int32_t destroy(void *, void *comm) {
   return guarded([&] { return mcore_hccl::hccl_destroy(static_cast<Comm *>(comm), false); });
 }
 
+int32_t suspend(void *, void *comm) {
+  return guarded([&] { return mcore_hccl::hccl_suspend(static_cast<Comm *>(comm)); });
+}
+
+int32_t resume(void *, void *comm) {
+  return guarded([&] { return mcore_hccl::hccl_resume(static_cast<Comm *>(comm)); });
+}
+
 int32_t abort_comm(void *, void *comm) {
   return guarded([&] { return mcore_hccl::hccl_destroy(static_cast<Comm *>(comm), true); });
 }
@@ -174,6 +182,10 @@ mcore_backend_v1 make_vtable() {
   vt.barrier = &barrier;
   vt.destroy_comm = &destroy;
   vt.abort_comm = &abort_comm;
+  // HcclCommSuspend/HcclCommResume where the library has them (else UNSUPPORTED: the library
+  // re-creates the communicators on resume). HCCL reports no per-communicator memory: no mem_stat.
+  vt.suspend = &suspend;
+  vt.resume = &resume;
   vt.last_error = &last_error;
   // Sub-communicators of a root-info world are experimental in HCCL (torch_npu enables them only
   // behind ROOTINFO_SUBCOMM_ENABLE=1): `auto` creates groups from root info unless asked.

@@ -307,6 +307,31 @@ impl Vtable {
         self.check(code, "allreduce_sum_i64", group, None)
     }
 
+    /// The backend's `suspend` slot (`Unsupported` when NULL).
+    pub fn suspend(&self, comm: &mut RawComm, group: &str) -> Result<(), BackendError> {
+        let f = self.raw.suspend.ok_or_else(|| self.unsupported("suspend"))?;
+        // SAFETY: `comm` came from this backend.
+        let code = unsafe { f(self.raw.user_data, comm.ptr) };
+        self.check(code, "suspend", group, None)
+    }
+
+    /// The backend's `resume` slot (`Unsupported` when NULL).
+    pub fn resume(&self, comm: &mut RawComm, group: &str) -> Result<(), BackendError> {
+        let f = self.raw.resume.ok_or_else(|| self.unsupported("resume"))?;
+        // SAFETY: `comm` came from this backend.
+        let code = unsafe { f(self.raw.user_data, comm.ptr) };
+        self.check(code, "resume", group, None)
+    }
+
+    /// One memory statistic (`MCORE_BACKEND_MEM_*`) through the `mem_stat` slot; `None` when NULL.
+    pub fn mem_stat(&self, comm: &RawComm, group: &str, stat: i32) -> Option<Result<u64, BackendError>> {
+        let f = self.raw.mem_stat?;
+        let mut value = 0u64;
+        // SAFETY: `comm` came from this backend; `value` is writable.
+        let code = unsafe { f(self.raw.user_data, comm.ptr, stat, &mut value) };
+        Some(self.check(code, "mem_stat", group, None).map(|()| value))
+    }
+
     /// Block until every rank of the communicator arrives.
     pub fn barrier(&self, comm: &mut RawComm, group: &str) -> Result<(), BackendError> {
         let f = self.raw.barrier.ok_or_else(|| self.unsupported("barrier"))?;

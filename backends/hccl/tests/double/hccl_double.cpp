@@ -18,6 +18,9 @@
 //   info under MCORE_HCCL_DOUBLE_DIR (default /tmp) and exchange files; the work runs when the
 //   stream is synchronized. MCORE_HCCL_DOUBLE_NO_INT64=1: int64 is HCCL_E_NOT_SUPPORT (as on
 //   products without int64 reduction).
+// - HcclCommSuspend / HcclCommResume (generation 12 only, and not when built with
+//   DOUBLE_NO_SUSPEND): a suspended communicator refuses collectives (HCCL_E_PARA here; what real
+//   HCCL answers is not modelled), suspending twice or resuming an active one is HCCL_E_PARA.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -59,6 +62,7 @@ struct DComm {
   std::string name;
   uint64_t seq = 0;
   int again_left;
+  bool suspended = false;
 };
 
 std::mutex g_mu;
@@ -215,6 +219,7 @@ HcclResult comm_call_ok(DComm *c, void *stream) {
   if (c == nullptr) return HCCL_E_PTR;
   if (current_device() != c->device) return HCCL_E_RUNTIME;
   if (stream != nullptr && acl_double_stream_device(stream) != c->device) return HCCL_E_PARA;
+  if (stream != nullptr && c->suspended) return HCCL_E_PARA;  // a collective on a suspended comm
   return HCCL_SUCCESS;
 }
 
@@ -307,6 +312,26 @@ HcclResult HcclCommDestroy(HcclComm comm) {
   delete c;
   return HCCL_SUCCESS;
 }
+
+#if DOUBLE_GEN >= 12 && !defined(DOUBLE_NO_SUSPEND)
+HcclResult HcclCommSuspend(HcclComm comm) {
+  auto *c = static_cast<DComm *>(comm);
+  HcclResult rc = comm_call_ok(c, nullptr);
+  if (rc != HCCL_SUCCESS) return rc;
+  if (c->suspended) return HCCL_E_PARA;
+  c->suspended = true;
+  return HCCL_SUCCESS;
+}
+
+HcclResult HcclCommResume(HcclComm comm) {
+  auto *c = static_cast<DComm *>(comm);
+  HcclResult rc = comm_call_ok(c, nullptr);
+  if (rc != HCCL_SUCCESS) return rc;
+  if (!c->suspended) return HCCL_E_PARA;
+  c->suspended = false;
+  return HCCL_SUCCESS;
+}
+#endif
 
 HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *err) {
   if (comm == nullptr || err == nullptr) return HCCL_E_PTR;
