@@ -577,3 +577,32 @@ fn without_suspend_in_the_library_resume_recreates() {
         assert_eq!(trace_count(&run, "ncclCommSuspend"), 0, "{env:?}: {}", run.text());
     }
 }
+
+/// `mcore-selftest --suspend-each-kind` (the per-kind device-memory report run on a GPU): every
+/// kind suspended in turn, the ranks meeting through the store between steps, rank 0 reading the
+/// device's free memory (the double's `cuMemGetInfo` reports a constant, so 0 bytes freed), then
+/// every communicator resumed and every kind verified again.
+#[test]
+fn suspending_each_kind_in_turn_then_resuming_all_verifies_every_kind() {
+    let mut args = layout(8);
+    args.extend(["--timeout", "60", "--device", "0", "--suspend-each-kind"]);
+    let run = launch(8, &args, &[("MCORE_NCCL_DOUBLE_VERSION", "22907")]);
+    let text = run.text();
+    assert!(!text.contains("AddressSanitizer"), "ASan report:\n{text}");
+    assert!(run.out.status.success(), "{text}");
+    assert_eq!(run.lines.len(), 8, "{text}");
+    for l in &run.lines {
+        let each = &l["suspend_each"];
+        let steps = each["steps"].as_array().unwrap();
+        let suspended: usize = steps.iter().map(|s| s["communicators"].as_array().unwrap().len()).sum();
+        assert_eq!(suspended as u64, l["communicators"].as_u64().unwrap(), "each communicator once: {each}");
+        assert_eq!(each["resumed"].as_u64().unwrap() as usize, suspended, "{each}");
+        assert_eq!(each["groups_verified_after"], l["groups"], "{each}");
+        let freed: Vec<&Value> = steps.iter().map(|s| &s["device_freed_bytes"]).collect();
+        if l["rank"] == 0 {
+            assert!(freed.iter().all(|f| f.as_i64() == Some(0)), "{freed:?}");
+        } else {
+            assert!(freed.iter().all(|f| f.is_null()), "only rank 0 reads the device: {freed:?}");
+        }
+    }
+}

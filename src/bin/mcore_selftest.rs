@@ -25,7 +25,7 @@ fn usage() -> String {
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume KIND[,KIND...]|all]"
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume KIND[,KIND...]|all] [--suspend-each-kind]"
     )
 }
 
@@ -46,6 +46,11 @@ struct Options {
     /// `--suspend-resume KINDS|all`: after verifying, suspend those kinds' communicators, check
     /// that using one is refused, resume them (timed), and verify every kind again.
     suspend: Option<SuspendRequest>,
+    /// `--suspend-each-kind`: after verifying, suspend the layout's kinds one after another on
+    /// every rank (kept suspended), rank 0 reading the device's free memory before and after each
+    /// (NCCL: `cuMemGetInfo`; ranks meet through the store between steps); then resume all and
+    /// verify every kind again.
+    suspend_each: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -54,6 +59,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut json = false;
     let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
     let mut suspend = None;
+    let mut suspend_each = false;
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
     while let Some((flag, inline)) = flags.next() {
@@ -105,6 +111,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 let (name, topology) = common::cli::grid_flag(flags.value(flag, inline)?)?;
                 init.grids.push(runtime::GridSpec { name, topology, seed: None });
             }
+            "--suspend-each-kind" if inline.is_some() => return Err("--suspend-each-kind takes no value".into()),
+            "--suspend-each-kind" => suspend_each = true,
             "--suspend-resume" => {
                 let v = flags.value(flag, inline)?.trim();
                 suspend = Some(match v {
@@ -135,10 +143,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     // A recovery run reports in JSON (every rank's outcome: recovered, left, or the refusal), as
     // the scripts that drive it read it; the human line is its "line" field.
     let json = json || fail.is_some();
-    if suspend.is_some() && (fail.is_some() || cycles > 1) {
-        return Err("--suspend-resume runs one cycle without --fail-rank".into());
+    if (suspend.is_some() || suspend_each) && (fail.is_some() || cycles > 1) {
+        return Err("--suspend-resume and --suspend-each-kind run one cycle without --fail-rank".into());
     }
-    Ok(Some(Options { init, cycles, json, fail, suspend }))
+    if suspend.is_some() && suspend_each {
+        return Err("--suspend-resume and --suspend-each-kind: choose one".into());
+    }
+    Ok(Some(Options { init, cycles, json, fail, suspend, suspend_each }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -306,11 +317,81 @@ fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
     }))
 }
 
+/// Every rank adds itself to the store counter `key` and waits (at most 120 s) until all have.
+fn store_barrier(rt: &Runtime, key: &str) -> Result<(), String> {
+    let store = rt.store();
+    let n = i64::from(rt.env.world_size);
+    store.add(key, 1).map_err(|e| format!("store barrier {key}: {e}"))?;
+    let start = Instant::now();
+    loop {
+        let have = store.add(key, 0).map_err(|e| format!("store barrier {key}: {e}"))?;
+        if have >= n {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            return Err(format!("store barrier {key}: {have} of {n} ranks came within 120 s"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The device's free bytes (NCCL backend only: `cuMemGetInfo` on the init's device).
+fn device_free(args: &InitArgs) -> Option<u64> {
+    if args.backend != "nccl" {
+        return None;
+    }
+    let driver = mcore_init::backend::nccl::loader::cuda::CudaDriver::global().ok()?;
+    let ordinal = args.device.unwrap_or(0) as i32;
+    driver.mem_get_info(ordinal)?.ok().map(|(free, _)| free as u64)
+}
+
+/// See `Options::suspend_each`: per kind, the communicators this rank suspended and (rank 0) the
+/// device memory that came free; then every kind resumed and verified.
+fn suspend_each_kind(args: &InitArgs) -> Result<Value, String> {
+    let (kinds, rank) = runtime::with_runtime(|rt| {
+        let kinds: Vec<String> = rt.topology().kinds().into_iter().map(|k| k.key().into_owned()).collect();
+        (kinds, rt.env.rank)
+    })
+    .map_err(|e| e.to_string())?;
+    let barrier = |key: String| runtime::with_runtime(|rt| store_barrier(rt, &key)).map_err(|e| e.to_string())?;
+    let mut steps = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        barrier(format!("suspend_each/{i}/before"))?;
+        let before = if rank == 0 { device_free(args) } else { None };
+        barrier(format!("suspend_each/{i}/measured"))?;
+        let report =
+            runtime::suspend(&SuspendRequest::kinds([kind.as_str()])).map_err(|e| format!("suspend {kind}: {e}"))?;
+        barrier(format!("suspend_each/{i}/suspended"))?;
+        let after = if rank == 0 { device_free(args) } else { None };
+        steps.push(json!({
+            "kind": kind,
+            "communicators": report.communicators.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+            "modes": report.communicators.iter().map(|c| c.mode.to_string()).collect::<Vec<_>>(),
+            "suspend_s": report.took.as_secs_f64(),
+            "device_freed_bytes": before.zip(after).map(|(b, a)| a as i64 - b as i64),
+        }));
+    }
+    barrier("suspend_each/resume".into())?;
+    let before_resume = if rank == 0 { device_free(args) } else { None };
+    let resumed = runtime::resume(&SuspendRequest::all()).map_err(|e| format!("resume: {e}"))?;
+    barrier("suspend_each/resumed".into())?;
+    let after_resume = if rank == 0 { device_free(args) } else { None };
+    let verified_all = runtime::with_runtime(verify_every_kind).map_err(|e| e.to_string())??;
+    Ok(json!({
+        "steps": steps,
+        "resume_s": resumed.took.as_secs_f64(),
+        "resumed": resumed.communicators.len(),
+        "device_taken_by_resume_bytes": before_resume.zip(after_resume).map(|(b, a)| b as i64 - a as i64),
+        "groups_verified_after": verified_all,
+    }))
+}
+
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
 fn cycle(
     args: &InitArgs,
     fail: Option<&recovery::FailOptions>,
     suspend: Option<&SuspendRequest>,
+    suspend_each: bool,
 ) -> Result<Value, String> {
     fault::at(fault::Point::Start);
     if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
@@ -365,6 +446,12 @@ fn cycle(
         })?;
         line["suspend_resume"] = checked;
     }
+    if suspend_each {
+        let each = suspend_each_kind(args).inspect_err(|_| {
+            let _ = runtime::destroy();
+        })?;
+        line["suspend_each"] = each;
+    }
     fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
@@ -372,13 +459,13 @@ fn cycle(
 
 fn run(opts: &Options) -> Result<Value, String> {
     let watcher = progress::start();
-    let first = cycle(&opts.init, opts.fail.as_ref(), opts.suspend.as_ref());
+    let first = cycle(&opts.init, opts.fail.as_ref(), opts.suspend.as_ref(), opts.suspend_each);
     drop(watcher);
     let mut line = first?;
     if opts.cycles > 1 {
         let first = fds_and_threads();
         for _ in 1..opts.cycles {
-            line = cycle(&opts.init, None, None)?;
+            line = cycle(&opts.init, None, None, false)?;
         }
         // Threads of a torn-down runtime may take a moment to be reaped.
         let mut last = fds_and_threads();

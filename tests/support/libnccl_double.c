@@ -696,4 +696,6 @@ int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) { memcpy(dst, (
 int cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = malloc(1); return *s ? 0 : 2; }
 int cuStreamQuery(void *s) { (void)s; return 0; }
 int cuStreamDestroy_v2(void *s) { free(s); return 0; }
+/* No device memory here: a fixed "80 GiB, all free" (the selftest's per-kind report reads it). */
+int cuMemGetInfo_v2(size_t *free_, size_t *total) { *free_ = (size_t)80 << 30; *total = (size_t)80 << 30; return 0; }
 int cuGetErrorString(int code, const char **s) { (void)code; *s = "CUDA error (double)"; return 0; }

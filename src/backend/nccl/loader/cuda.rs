@@ -29,6 +29,8 @@ type DtoHFn = unsafe extern "C" fn(*mut c_void, sys::CUdeviceptr, usize) -> c_in
 type StreamCreateFn = unsafe extern "C" fn(*mut sys::CUstream, c_uint) -> c_int;
 type StreamFn = unsafe extern "C" fn(sys::CUstream) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int;
+/// `cuMemGetInfo_v2(&free, &total)`.
+type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 
 struct Fns {
     init: InitFn,
@@ -45,6 +47,8 @@ struct Fns {
     stream_query: StreamFn,
     stream_destroy: StreamFn,
     error_string: ErrorStringFn,
+    /// Optional: only reports read it.
+    mem_get_info: Option<MemGetInfoFn>,
 }
 
 /// The loaded and initialized (`cuInit`) CUDA driver.
@@ -123,6 +127,7 @@ impl CudaDriver {
             stream_query: sym(lib, "cuStreamQuery")?,
             stream_destroy: sym(lib, "cuStreamDestroy_v2")?,
             error_string: sym(lib, "cuGetErrorString")?,
+            mem_get_info: sym(lib, "cuMemGetInfo_v2").ok(),
         })
     }
 
@@ -176,6 +181,18 @@ impl CudaDriver {
         };
         // SAFETY: a retained (never released) primary context.
         self.check("cuCtxSetCurrent", unsafe { (self.fns.ctx_set_current)(ctx) })
+    }
+
+    /// `cuMemGetInfo` of device `ordinal` (made current on this thread first): `(free, total)`
+    /// bytes; `None` when the driver lacks the call.
+    pub fn mem_get_info(&self, ordinal: c_int) -> Option<Result<(usize, usize), NcclError>> {
+        let f = self.fns.mem_get_info?;
+        Some(self.set_device(ordinal).and_then(|()| {
+            let (mut free, mut total) = (0usize, 0usize);
+            // SAFETY: writes two size_t values.
+            self.check("cuMemGetInfo_v2", unsafe { f(&mut free, &mut total) })?;
+            Ok((free, total))
+        }))
     }
 
     /// The file that was opened.
