@@ -635,3 +635,25 @@ fn suspend_of_chosen_kinds_touches_only_them_and_an_unknown_kind_is_named() {
         assert!(all.contains("'no_such_kind' is not a kind of this layout"), "{all}");
     }
 }
+
+/// A member that never comes to a recreate-mode resume: the others' resume ends within its
+/// timeout (the init timeout, 5 s), the error naming the group and that member.
+#[test]
+fn a_member_missing_from_a_resume_is_named_within_the_timeout() {
+    let Some(plugin) = plugin() else { return };
+    let port = common::free_port().to_string();
+    let args = ["--tp", "2", "--timeout", "5", "--suspend-resume", "all"];
+    let start = Instant::now();
+    let children: Vec<Child> =
+        (0..4).map(|r| spawn_rank(&plugin, r, 4, &port, &args, &[("MCORE_SELFTEST_SKIP_RESUME", "3")])).collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(60))).collect();
+    // Ranks 2 (tensor group {2, 3}) and 1 (data-parallel group {1, 3}) wait for rank 3.
+    for r in [1usize, 2] {
+        let all = format!("{}{}", text(&outs[r].stdout), text(&outs[r].stderr));
+        assert!(!outs[r].status.success(), "rank {r}: {all}");
+        assert!(all.contains("re-creating the communicator of kind"), "rank {r}: {all}");
+        assert!(all.contains("members that never came to this resume: 3"), "rank {r}: {all}");
+    }
+    // Rank 3 sleeps 20 s before exiting; the others are bounded by the 5 s resume timeout.
+    assert!(start.elapsed() < Duration::from_secs(40), "took {:?}", start.elapsed());
+}

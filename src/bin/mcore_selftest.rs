@@ -33,6 +33,10 @@ fn usage() -> String {
 /// rendezvous; the others must fail with an error, not hang.
 const EXIT_AFTER_INIT_ENV: &str = "MCORE_SELFTEST_EXIT_AFTER_INIT";
 
+/// Test hook: the rank named here does not come to `--suspend-resume`'s resume (it sleeps 20 s,
+/// then exits); the others' resume must fail within its timeout, naming it.
+const SKIP_RESUME_ENV: &str = "MCORE_SELFTEST_SKIP_RESUME";
+
 struct Options {
     init: InitArgs,
     /// init → verify → destroy this many times; open fds and threads are compared between the
@@ -286,6 +290,12 @@ fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
         Ok(refused)
     })
     .map_err(|e| e.to_string())??;
+    let me = std::env::var("RANK").ok();
+    if me.is_some() && std::env::var(SKIP_RESUME_ENV).ok() == me {
+        eprintln!("mcore-selftest: not coming to the resume ({SKIP_RESUME_ENV})");
+        std::thread::sleep(Duration::from_secs(20));
+        std::process::exit(3);
+    }
     let resumed = runtime::resume(req).map_err(|e| format!("resume: {e}"))?;
     if resumed.communicators.len() != suspended.communicators.len() {
         return Err(format!(
