@@ -657,3 +657,42 @@ fn a_member_missing_from_a_resume_is_named_within_the_timeout() {
     // Rank 3 sleeps 20 s before exiting; the others are bounded by the 5 s resume timeout.
     assert!(start.elapsed() < Duration::from_secs(40), "took {:?}", start.elapsed());
 }
+
+/// Suspend by grid: every kind of the rollout grid of an RL-style job (trainer tp2 pp2, rollout
+/// tp4 on the same 16 ranks). Communicators the trainer shares with it (equal members) are
+/// suspended with it, once, named with both grids' kinds; everything is verified after resume.
+#[test]
+fn suspending_a_grid_suspends_its_kinds_and_the_communicators_it_shares() {
+    if plugin().is_none() {
+        return;
+    }
+    let lines =
+        assert_all_ok(16, &["--tp", "2", "--pp", "2", "--grid", "rollout:tp=4", "--suspend-resume", "rollout:all"]);
+    for l in &lines {
+        let sr = &l["suspend_resume"];
+        let comms = sr["communicators"].as_array().unwrap();
+        assert!(!comms.is_empty(), "{l}");
+        for c in comms {
+            let kinds = c["kinds"].as_str().unwrap();
+            assert!(kinds.contains("rollout:"), "only the rollout grid's communicators: {c}");
+            assert_eq!(c["mode"], "recreate", "{c}");
+        }
+        // The rollout's one-rank pipeline group shares the trainer's context group.
+        assert!(comms.iter().any(|c| c["kinds"].as_str().unwrap().contains("default:")), "{sr}");
+        assert_eq!(sr["groups_verified_after"], l["groups"], "{sr}");
+    }
+    // An unknown grid is named, with the grids there are.
+    let plugin = plugin().unwrap();
+    let port = common::free_port().to_string();
+    let children: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&plugin, r, 2, &port, &["--tp", "2", "--suspend-resume", "nosuch:all"], &[]))
+        .collect();
+    for c in children {
+        let out = common::wait_bounded(c, Duration::from_secs(60));
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            !out.status.success() && all.contains("grid 'nosuch' does not exist (this job's grids: default)"),
+            "{all}"
+        );
+    }
+}

@@ -29,6 +29,10 @@ try:
     mcore_init.suspend(kinds=["no_such_kind"])
 except mcore_init.McoreError as exc:
     out["bad_kind"] = str(exc)
+try:
+    mcore_init.suspend(grid="nosuch")
+except mcore_init.McoreError as exc:
+    out["bad_grid"] = str(exc)
 out["resumed"] = mcore_init.resume(timeout=30)
 out["tp_sum"] = runtime.allreduce_sum("tensor_model_parallel", [rank, 1])
 out["dp_sum"] = runtime.allreduce_sum("data_parallel", [rank, 1])
@@ -54,6 +58,7 @@ def test_four_processes_suspend_two_kinds_then_all_and_resume():
         assert "tensor_model_parallel" in message and "suspended" in message, message
         assert o["pp_still_works"] == [r % 2 + r % 2 + 2], o
         assert "'no_such_kind' is not a kind of this layout" in o["bad_kind"], o
+        assert "grid 'nosuch' does not exist (this job's grids: default)" in o["bad_grid"], o
         assert o["resumed"] == 2, o
         assert o["tp_sum"] == [2 * base + 1, 2], o
         assert o["dp_sum"] == [r, 1], o

@@ -25,7 +25,7 @@ fn usage() -> String {
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume KIND[,KIND...]|all] [--suspend-each-kind]"
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"
     )
 }
 
@@ -118,12 +118,19 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "--suspend-each-kind" if inline.is_some() => return Err("--suspend-each-kind takes no value".into()),
             "--suspend-each-kind" => suspend_each = true,
             "--suspend-resume" => {
+                // [GRID:]KIND[,KIND...] or [GRID:]all.
                 let v = flags.value(flag, inline)?.trim();
-                suspend = Some(match v {
+                let (grid, list) = match v.split_once(':') {
+                    Some((g, l)) => (Some(g.trim().to_string()), l.trim()),
+                    None => (None, v),
+                };
+                let mut req = match list {
                     "all" => SuspendRequest::all(),
                     "" => return Err("--suspend-resume: name kinds (comma-separated) or all".into()),
                     list => SuspendRequest::kinds(list.split(',').map(str::trim)),
-                });
+                };
+                req.grid = grid;
+                suspend = Some(req);
             }
             _ if is_layout_flag(flag) => {
                 layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
