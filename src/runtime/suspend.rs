@@ -1,4 +1,4 @@
-//! Suspending and resuming a set of the runtime's live communicators, selected by kind.
+//! Suspending and resuming a set of the runtime's live communicators, selected by grid and kind.
 //!
 //! A communicator whose backend can suspend itself (NCCL 2.29.7+'s `ncclCommSuspend`, a plugin's
 //! `suspend` slot) is suspended in place: it keeps its ranks and gives its device memory back;
