@@ -282,7 +282,7 @@ pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<S
     );
     let _ = writeln!(
         out,
-        "<text x=\"10\" y=\"36\">colour: {} group of each grid; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C; pale: not in the grid</text>",
+        "<text x=\"10\" y=\"36\">colour: {} group of each grid; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
         opts.color_by
     );
     let mut top = TOP;
@@ -334,7 +334,7 @@ pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<S
         let _ = writeln!(out, "<text x=\"{x}\" y=\"{y}\" fill=\"{colour}\">{}</text>", esc(text));
         y += 16;
     };
-    line(&mut out, "nodes and the grids on their GPUs:", "#000000");
+    line(&mut out, "pale GPUs: not in the panel's grid; nodes and the grids on their GPUs:", "#000000");
     for span in &spans {
         line(&mut out, &format!("  {}", span.describe(&raw_names)), "#000000");
     }
