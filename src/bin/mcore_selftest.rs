@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
+use common::cli::{Flags, GRID_USAGE, LAYOUT_USAGE};
 use common::os::{boottime_seconds, seconds_since_process_start};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 fn usage() -> String {
     format!(
-        "usage: mcore-selftest {LAYOUT_USAGE} [--local-world-size N] [--grid NAME:key=value,...]... [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
+        "usage: mcore-selftest {LAYOUT_USAGE} {GRID_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
@@ -52,7 +52,11 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
     let mut flags = Flags::new(args);
+    let mut grids = common::cli::GridArgs::default();
     while let Some((flag, inline)) = flags.next() {
+        if grids.flag(flag, inline, &mut flags)? {
+            continue;
+        }
         match flag {
             "-h" | "--help" => return Ok(None),
             "--backend" => init.backend = flags.value(flag, inline)?.to_string(),
@@ -97,20 +101,15 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
             "--fault" => fault::arm(flags.value(flag, inline)?)?,
-            "--grid" => {
-                let (name, topology) = common::cli::grid_flag(flags.value(flag, inline)?)?;
-                init.grids.push(runtime::GridSpec { name, topology, seed: None });
-            }
-            _ if is_layout_flag(flag) => {
-                layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
-            }
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    // Every grid is seeded as the first is (from its own coordinates).
-    for g in &mut init.grids {
-        g.seed = init.seed;
-    }
+    // The first grid (the plain layout flags' `default`, or the first --grid when no plain
+    // flag was given) and the others, each seeded as the first is (from its own coordinates).
+    let mut list = grids.finish()?.into_iter();
+    let first = list.next().expect("finish gives at least one grid");
+    (init.topology, init.grid_name) = (first.config, first.name);
+    init.grids = list.map(|g| runtime::GridSpec { name: g.name, topology: g.config, seed: init.seed }).collect();
     let fail = match (fail_rank, window, fail_at) {
         (Some(ranks), window, at) if cycles == 1 => {
             Some(recovery::FailOptions { ranks, at: at.unwrap_or(recovery::FailAt::After), window })

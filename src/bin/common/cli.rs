@@ -178,11 +178,6 @@ pub fn parse_grid(text: &str) -> Result<GridArg, String> {
     Ok(GridArg { name: name.to_string(), config })
 }
 
-/// [`parse_grid`] as a name and a layout (mcore-selftest's form).
-pub fn grid_flag(value: &str) -> Result<(String, TopologyConfig), String> {
-    parse_grid(value).map(|g| (g.name, g.config))
-}
-
 /// A grid name: 1 to 64 characters of letters, digits, `_`, `-` and `.`.
 fn check_grid_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -259,19 +254,6 @@ mod tests {
 
     fn args(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn grid_values_name_the_grid_key_and_value() {
-        let (name, c) = grid_flag("rollout:tp=4,rank-offset=8,local-world-size=8,hcp=2,2").unwrap();
-        assert_eq!((name.as_str(), c.tp, c.rank_offset, c.local_world_size), ("rollout", 4, 8, Some(8)));
-        assert_eq!(c.hierarchical_cp, vec![2, 2]);
-        let e = grid_flag("rollout:tq=4").unwrap_err();
-        assert!(e.contains("rollout") && e.contains("'tq'"), "{e}");
-        let e = grid_flag("rollout:tp=x").unwrap_err();
-        assert!(e.contains("rollout") && e.contains("'x'"), "{e}");
-        assert!(grid_flag("tp=4").unwrap_err().contains("NAME:key=value"));
-        assert!(grid_flag(":tp=4").unwrap_err().contains("no grid name"));
     }
 
     #[test]
