@@ -369,6 +369,8 @@ fn assemble(
             total,
         },
         backend_name: layout.backend.name().to_string(),
+        backend: layout.backend.clone(),
+        member_groups: super::member_registry::MemberGroups::default(),
         strategy: layout.strategy,
         env,
         topology: layout.topology,

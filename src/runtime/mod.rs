@@ -15,6 +15,8 @@ mod init;
 mod init_args;
 mod leave;
 pub mod liveness;
+pub mod member_groups;
+mod member_registry;
 mod pending;
 mod plan;
 mod progress;
@@ -30,6 +32,10 @@ pub use error::RuntimeError;
 pub use groups::{GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use init_args::{default_factory, settings_of, timeout_from_env, BackendResolver, InitArgs, DEFAULT_INIT_TIMEOUT};
+pub use member_groups::{
+    create_group, create_groups, destroy_group, member_group, member_group_names, start_group, GroupOptions, GroupSpec,
+    MemberGroup,
+};
 pub use plan::plan_for;
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
