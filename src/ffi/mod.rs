@@ -11,6 +11,7 @@ mod boundary;
 pub mod error;
 mod handle;
 pub mod megatron;
+pub mod member_groups;
 pub mod recovery;
 pub mod rng;
 pub mod runtime;

@@ -125,6 +125,16 @@ impl MemberGroup {
         Ok(())
     }
 
+    /// Destroy this group on this rank (the same as [`destroy_group`] of its name, unless the
+    /// name was destroyed and made again since: that later group stays). Its communicator goes
+    /// once no collective uses it; this and every other handle on it fail from then on.
+    pub fn destroy(&self) {
+        if with_runtime(|rt| rt.member_groups.destroy_entry(&self.entry)).is_err() {
+            // No runtime any more: its teardown destroyed the group already.
+            self.entry.destroy();
+        }
+    }
+
     /// The backend's own handle of the communicator (waits for the creation first).
     pub fn raw_handle(&self) -> Result<*mut c_void, RuntimeError> {
         let comm = self.comm()?;

@@ -186,6 +186,17 @@ impl MemberGroups {
         entry.map(|e| e.destroy()).is_some()
     }
 
+    /// Destroy the group of `entry`, and take it out of the registry when it is still there
+    /// under its name (not a later group of the same name).
+    pub(super) fn destroy_entry(&self, entry: &Arc<MemberEntry>) {
+        let mut r = lock(&self.inner);
+        if r.live.get(&entry.name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            r.live.remove(&entry.name);
+        }
+        drop(r);
+        entry.destroy();
+    }
+
     /// Destroy every group (the runtime's teardown).
     pub(super) fn destroy_all(&self) {
         let all: Vec<Arc<MemberEntry>> = lock(&self.inner).live.drain().map(|(_, e)| e).collect();
