@@ -157,3 +157,43 @@ fn a_weight_sync_group_of_16_ranks_is_made_by_its_three_members_only() {
         }
     }
 }
+
+#[test]
+fn members_that_ask_for_other_members_are_named_with_the_field() {
+    if plugin().is_none() {
+        return;
+    }
+    // Ranks 0 and 1 ask for g = {0, 1, 2}; rank 2 for g = {0, 2}.
+    let plugin = plugin().unwrap();
+    let port = common::free_port().to_string();
+    let children: Vec<_> = (0..3u32)
+        .map(|rank| {
+            let group = if rank == 2 { "g:0,2" } else { "g:0-2" };
+            Command::new(SELFTEST)
+                .args(["--json", "--backend", &plugin, "--timeout", "30", "--group-timeout", "10", "--group", group])
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let outs: Vec<Output> = children.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(60))).collect();
+    for (rank, out) in outs.iter().enumerate() {
+        assert!(!out.status.success(), "rank {rank} must fail: {}", text(&out.stdout));
+        let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+        let e = line["error"].as_str().unwrap();
+        let want = if rank == 2 {
+            "rank 0 asked for members 0,1,2, this rank 2 for members 0,2".to_string()
+        } else {
+            format!("rank 2 asked for members 0,2, this rank {rank} for members 0,1,2")
+        };
+        assert!(e.contains(&want), "rank {rank}: {e}");
+    }
+    // Found once every request is in, long before the 10 s deadline.
+    assert!(start.elapsed() < Duration::from_secs(8), "took {:?}", start.elapsed());
+}

@@ -348,19 +348,27 @@ fn start_on(rt: &Runtime, name: &str, ranks: &[u32], options: &GroupOptions) -> 
         rt.member_groups.destroy(name);
         return Err(RuntimeError::Group(e));
     }
-    if factory.creates_in_any_thread() {
-        let done = entry.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("mcore-group-{}", name.chars().take(8).collect::<String>()))
-            .spawn(move || done.finish(creation.run()));
-        if let Err(e) = spawned {
-            rt.member_groups.destroy(name);
-            return Err(invalid(format!("group '{name}': cannot start its creation thread: {e}")));
-        }
-    } else {
-        entry.defer(Box::new(move || creation.run()));
+    if let Err(e) = launch(&entry, creation, factory.creates_in_any_thread()) {
+        rt.member_groups.destroy(name);
+        return Err(invalid(format!("group '{name}': cannot start its creation thread: {e}")));
     }
     Ok(MemberGroup { entry, rank })
+}
+
+/// Record this member's arrival, then run `creation` on a thread of its own (`background`) or
+/// leave it for the first wait.
+fn launch(entry: &Arc<MemberEntry>, creation: Creation, background: bool) -> Result<(), String> {
+    if background {
+        let done = entry.clone();
+        std::thread::Builder::new()
+            .name(format!("mcore-group-{}", entry.name.chars().take(8).collect::<String>()))
+            .spawn(move || done.finish(creation.run()))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    } else {
+        entry.defer(Box::new(move || creation.run()));
+        Ok(())
+    }
 }
 
 /// Make the group and wait for it ([`start_group`] then [`MemberGroup::wait`]).
@@ -431,6 +439,116 @@ mod tests {
         assert!(e.contains("this rank 0 is not a member"), "{e}");
         assert!(check_ranks("g", &[], 0, 8).unwrap_err().to_string().contains("no ranks"));
         assert_eq!(check_ranks("g", &[5, 0, 2], 2, 8).unwrap(), vec![0, 2, 5]);
+    }
+
+    /// Test double: a backend whose `create_group` is a blocking rendezvous (each member sets
+    /// its key in the group's store and waits for every member's), as Gloo's and NCCL's are;
+    /// its communicators do nothing.
+    struct Rendezvous;
+    struct NoComm;
+    impl Communicator for NoComm {
+        fn allreduce_sum_i64(&mut self, _: &mut [i64]) -> Result<(), CommError> {
+            Ok(())
+        }
+        fn barrier(&mut self) -> Result<(), CommError> {
+            Ok(())
+        }
+        fn raw_handle(&self) -> *mut c_void {
+            std::ptr::null_mut()
+        }
+    }
+    impl CommFactory for Rendezvous {
+        fn name(&self) -> &str {
+            "rendezvous-double"
+        }
+        fn create_group(
+            &self,
+            g: &GroupInfo,
+            _: &CommOptions,
+            store: Arc<dyn Store>,
+        ) -> Result<Box<dyn Communicator>, CommError> {
+            store
+                .set(&format!("here/{}", g.group_rank), b"1")
+                .map_err(|e| CommError::new(CommErrorKind::Store, e.to_string()))?;
+            let keys: Vec<String> = (0..g.global_ranks.len()).map(|r| format!("here/{r}")).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            store.wait(&keys, g.timeout).map_err(|e| CommError::new(CommErrorKind::Timeout, e.to_string()))?;
+            Ok(Box::new(NoComm))
+        }
+    }
+
+    /// Ranks 0, 1, 2 each make two of the groups a = {0, 1}, b = {1, 2}, c = {0, 2}, starting
+    /// them in a cyclic order (0: a, c; 1: b, a; 2: c, b) and waiting in `wait_order`: the
+    /// time each rank took, or its first error.
+    fn three_ranks(background: bool, by_name: bool, timeout: Duration) -> Vec<Result<Duration, String>> {
+        let base: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new(Duration::from_secs(10)));
+        let members = |n: &str| match n {
+            "a" => vec![0, 1],
+            "b" => vec![1, 2],
+            _ => vec![0, 2],
+        };
+        let orders = [["a", "c"], ["b", "a"], ["c", "b"]];
+        let threads: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let base = base.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    let mut entries = Vec::new();
+                    for name in orders[rank as usize] {
+                        let m = members(name);
+                        let gr = m.iter().position(|&x| x == rank).unwrap() as u32;
+                        let entry = Arc::new(MemberEntry::new(
+                            name.into(),
+                            m,
+                            gr,
+                            CommOptions::default(),
+                            0,
+                            Instant::now() + timeout,
+                        ));
+                        let creation = Creation {
+                            factory: Arc::new(Rendezvous),
+                            store: Arc::new(PrefixStore::new(&format!("after_init/{name}/0"), base.clone())),
+                            entry: entry.clone(),
+                            rank,
+                            host_addr: "127.0.0.1".into(),
+                            device: None,
+                            timeout,
+                        };
+                        creation.arrive().map_err(|e| e.to_string())?;
+                        launch(&entry, creation, background)?;
+                        entries.push(entry);
+                    }
+                    if by_name {
+                        entries.sort_by(|a, b| a.name.cmp(&b.name));
+                    }
+                    for e in &entries {
+                        e.wait().map_err(|e| e.to_string())?;
+                    }
+                    Ok(start.elapsed())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn groups_started_in_a_cyclic_order_all_complete_in_the_background() {
+        for r in three_ranks(true, false, Duration::from_secs(5)) {
+            assert!(r.as_ref().is_ok_and(|t| *t < Duration::from_secs(2)), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn in_the_callers_thread_the_name_order_completes_where_the_start_order_would_wait_in_a_cycle() {
+        for r in three_ranks(false, true, Duration::from_secs(5)) {
+            assert!(r.as_ref().is_ok_and(|t| *t < Duration::from_secs(2)), "{r:?}");
+        }
+        // The same groups waited for in the cyclic start order: the double's rendezvous really
+        // blocks, so every rank waits for another until the deadline.
+        for r in three_ranks(false, false, Duration::from_millis(600)) {
+            let e = r.expect_err("a cycle cannot complete");
+            assert!(e.contains("creating its communicator") && e.contains("here/"), "{e}");
+        }
     }
 
     #[test]
