@@ -62,7 +62,8 @@ fn eight_ranks_make_three_overlapping_groups_in_shuffled_orders_and_all_verify()
         return;
     }
     let start = Instant::now();
-    let mut args = vec!["--tp", "2", "--timeout", "30", "--group-order", "shuffled:2026"];
+    // Waited for in the shuffled start order too: the Gloo plugin creates in the background.
+    let mut args = vec!["--tp", "2", "--timeout", "30", "--group-order", "shuffled:2026", "--group-wait", "start"];
     args.extend(THREE);
     let (out, lines) = launch(8, &args);
     assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));

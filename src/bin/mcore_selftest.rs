@@ -26,8 +26,8 @@ fn usage() -> String {
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
          [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] \
-         [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-timeout SECONDS] \
-         [--group-absent RANK]]"
+         [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
+         [--group-timeout SECONDS] [--group-absent RANK]]"
     )
 }
 
@@ -61,6 +61,13 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         match flag {
             "--group" => groups.specs.push(after_init::parse_group(flags.value(flag, inline)?)?),
             "--group-order" => groups.order = after_init::parse_order(flags.value(flag, inline)?)?,
+            "--group-wait" => {
+                groups.wait_in_start_order = match flags.value(flag, inline)? {
+                    "name" => false,
+                    "start" => true,
+                    other => return Err(format!("--group-wait '{other}': expected name or start")),
+                }
+            }
             "--group-timeout" => {
                 groups.timeout = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
             }
@@ -126,7 +133,9 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     // A recovery run reports in JSON (every rank's outcome: recovered, left, or the refusal), as
     // the scripts that drive it read it; the human line is its "line" field.
     let json = json || fail.is_some();
-    if groups.specs.is_empty() && (groups.timeout.is_some() || groups.absent.is_some() || groups.order.is_some()) {
+    if groups.specs.is_empty()
+        && (groups.timeout.is_some() || groups.absent.is_some() || groups.order.is_some() || groups.wait_in_start_order)
+    {
         return Err("--group-order, --group-timeout and --group-absent need --group NAME:R1,R2,...".into());
     }
     if !groups.specs.is_empty() && fail.is_some() {
@@ -837,7 +846,7 @@ mod fault {
 
 /// `--group NAME:R1,R2,...`: groups made after init by their members only. Each rank starts
 /// the groups it is a member of (in the order given, or shuffled per rank), then waits for each
-/// in that same order and verifies it with an all-reduce whose result the members predict; ranks
+/// (in name order, or `--group-wait start` in the order started) and verifies it with an all-reduce whose result the members predict; ranks
 /// that are members of none do nothing.
 mod after_init {
     use mcore_init::runtime::{self, GroupOptions, GroupSpec};
@@ -853,6 +862,10 @@ mod after_init {
         /// Test aid: this rank never calls create_group (as if it hung); its peers must fail
         /// within the deadline, naming it.
         pub absent: Option<u32>,
+        /// `--group-wait start`: wait for the groups in the order started, which only a backend
+        /// that creates in the background allows (the Gloo plugin); `name` (the default): in
+        /// name order, which every backend allows.
+        pub wait_in_start_order: bool,
     }
 
     /// `NAME:R1,R2,...` (a rank may be a range `A-B`).
@@ -906,7 +919,8 @@ mod after_init {
         }
     }
 
-    /// Start this rank's groups, wait for each in the same order, verify each (in name order):
+    /// Start this rank's groups, wait for each (in name order, or as started), verify each (in
+    /// name order):
     /// per group its name, ranks and seconds until ready (from the first start), in the order
     /// started.
     pub fn run(g: &GroupRun) -> Result<Value, String> {
@@ -932,13 +946,14 @@ mod after_init {
         };
         // Creation waits in the order started (any order is safe); collectives then run in one
         // order every member shares (by name), as collectives on several groups must.
-        let mut ready = Vec::new();
-        for m in &started {
-            m.wait().map_err(failed)?;
-            ready.push(start.elapsed().as_secs_f64());
-        }
         let mut by_name: Vec<usize> = (0..started.len()).collect();
         by_name.sort_by(|&a, &b| started[a].name().cmp(started[b].name()));
+        let wait_order: Vec<usize> = if g.wait_in_start_order { (0..started.len()).collect() } else { by_name.clone() };
+        let mut ready = vec![0.0; started.len()];
+        for &i in &wait_order {
+            started[i].wait().map_err(failed)?;
+            ready[i] = start.elapsed().as_secs_f64();
+        }
         for &i in &by_name {
             started[i].verify().map_err(failed)?;
         }
