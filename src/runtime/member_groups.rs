@@ -153,7 +153,8 @@ fn check_name(name: &str) -> Result<(), RuntimeError> {
         return Err(invalid("group name is empty".into()));
     }
     if name.len() > MAX_NAME_LEN {
-        return Err(invalid(format!("group name '{}...' is longer than {MAX_NAME_LEN} bytes", &name[..32])));
+        let head: String = name.chars().take(32).collect();
+        return Err(invalid(format!("group name '{head}...' is longer than {MAX_NAME_LEN} bytes")));
     }
     if let Some(c) = name.chars().find(|c| c.is_control() || c.is_whitespace() || *c == '/') {
         return Err(invalid(format!("group name {name:?} contains {c:?}: use no '/', spaces or control characters")));
@@ -431,6 +432,8 @@ mod tests {
         assert!(check_name("").unwrap_err().to_string().contains("empty"));
         assert!(check_name("a/b").unwrap_err().to_string().contains("'/'"));
         assert!(check_name("ok-name_1").is_ok());
+        let long = "é".repeat(150);
+        assert!(check_name(&long).unwrap_err().to_string().contains("longer than 200 bytes"));
         let e = check_ranks("g", &[0, 9], 0, 8).unwrap_err().to_string();
         assert!(e.contains("rank 9 is not in the world of 8"), "{e}");
         let e = check_ranks("g", &[3, 1, 3], 1, 8).unwrap_err().to_string();
