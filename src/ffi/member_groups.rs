@@ -271,3 +271,56 @@ pub unsafe extern "C" fn mcore_group_destroy(group: *mut mcore_group) {
     // SAFETY: as above; not used afterwards.
     unsafe { destroy(group) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::error::mcore_last_error_message;
+    use std::ffi::CStr;
+
+    fn last_error() -> String {
+        // SAFETY: never NULL, valid until the next call on this thread.
+        unsafe { CStr::from_ptr(mcore_last_error_message()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn bad_arguments_are_named_before_anything_else() {
+        let ranks = [0u32];
+        let mut out: *mut mcore_group = std::ptr::null_mut();
+        // SAFETY (each call): valid pointers or NULL where the test means NULL.
+        let s = unsafe { mcore_group_create(std::ptr::null(), ranks.as_ptr(), 1, std::ptr::null(), &mut out) };
+        assert_eq!((s, last_error().as_str()), (mcore_status::InvalidArgument, "name is NULL"));
+        let s = unsafe { mcore_group_create(c"g".as_ptr(), std::ptr::null(), 2, std::ptr::null(), &mut out) };
+        assert_eq!(s, mcore_status::InvalidArgument);
+        assert_eq!(last_error(), "ranks is NULL but its length is 2");
+        let bad = mcore_group_options { min_ctas: -5, ..Default::default() };
+        let s = unsafe { mcore_group_create(c"g".as_ptr(), ranks.as_ptr(), 1, &bad, &mut out) };
+        assert_eq!(s, mcore_status::InvalidArgument);
+        assert!(last_error().contains("options->min_ctas is -5"), "{}", last_error());
+        let wrong = mcore_group_options { struct_size: 3, ..Default::default() };
+        let s = unsafe { mcore_group_create(c"g".as_ptr(), ranks.as_ptr(), 1, &wrong, &mut out) };
+        assert_ne!(s, mcore_status::Ok);
+        assert!(last_error().contains("mcore_group_options"), "{}", last_error());
+        assert!(out.is_null(), "no handle on failure");
+        // SAFETY: NULL is accepted.
+        unsafe { mcore_group_destroy(std::ptr::null_mut()) };
+        let s = unsafe { mcore_group_wait(std::ptr::null()) };
+        assert_eq!((s, last_error().as_str()), (mcore_status::InvalidArgument, "group is NULL"));
+    }
+
+    #[test]
+    fn options_default_to_the_init_timeout_and_the_backends_choices() {
+        let mut o = mcore_group_options { struct_size: 0, timeout_ms: 9, ..Default::default() };
+        // SAFETY: writable.
+        assert_eq!(unsafe { mcore_group_options_init(&mut o) }, mcore_status::Ok);
+        assert_eq!(o.struct_size as usize, std::mem::size_of::<mcore_group_options>());
+        // SAFETY: ours and whole.
+        let g = unsafe { options_from_c(&o) }.unwrap();
+        assert_eq!(g, GroupOptions::default());
+        let o = mcore_group_options { timeout_ms: 1500, max_ctas: 4, net_name: c"Socket".as_ptr(), ..o };
+        // SAFETY: as above.
+        let g = unsafe { options_from_c(&o) }.unwrap();
+        assert_eq!(g.timeout, Some(std::time::Duration::from_millis(1500)));
+        assert_eq!((g.comm.max_ctas, g.comm.net_name.as_deref(), g.comm.min_ctas), (Some(4), Some("Socket"), None));
+    }
+}
