@@ -474,3 +474,42 @@ fn a_shrink_that_never_completes_ends_at_the_deadline() {
         assert_waited_at_most(&e, 6.0);
     }
 }
+
+/// Groups made after init on the NCCL path, which creates them in the caller's thread at the
+/// first wait: four ranks start a = {0, 1, 2}, b = {1, 2, 3}, c = {0, 3} in orders shuffled per
+/// rank, wait for them in name order (mcore-selftest's default) and verify each; a rank that
+/// never calls is named within the group deadline.
+#[test]
+fn groups_made_after_init_are_created_in_name_order_and_a_missing_member_is_named() {
+    let groups = ["--group", "a:0-2", "--group", "b:1-3", "--group", "c:0,3", "--group-order", "shuffled:2026"];
+    let mut args = vec!["--tp", "2", "--timeout", "60"];
+    args.extend(groups);
+    let run = launch(4, &args, &[]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert_eq!(run.lines.len(), 4, "{text}");
+    for l in &run.lines {
+        let rank = l["rank"].as_u64().unwrap();
+        let mut names: Vec<&str> =
+            l["after_init_groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        names.sort();
+        let want: Vec<&str> = [("a", [0, 1, 2].as_slice()), ("b", &[1, 2, 3]), ("c", &[0, 3])]
+            .into_iter()
+            .filter(|(_, m)| m.contains(&rank))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, want, "{l}");
+    }
+    let mut args = vec!["--tp", "2", "--timeout", "60", "--group-timeout", "3", "--group-absent", "3"];
+    args.extend(groups);
+    let run = spawn_world(4, &args, &[]);
+    let text = run.text();
+    for l in run.lines.iter().filter(|l| l["rank"] != 3) {
+        let e = l["error"].as_str().unwrap_or_else(|| panic!("rank must fail: {l}"));
+        // Ranks 1 and 2 may meet rank 3 missing at b, or fail at a when a peer gave up first.
+        assert!(e.contains("never called create_group") || e.contains("creating its communicator"), "{e}");
+    }
+    let named = run.lines.iter().filter(|l| l["error"].as_str().is_some_and(|e| e.contains("rank(s) 3 never called")));
+    assert!(named.count() >= 2, "rank 3 named by its peers: {text}");
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}: {text}", run.elapsed);
+}

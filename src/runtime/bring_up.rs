@@ -460,6 +460,8 @@ fn assemble(
             total,
         },
         backend_name: layout.backend.name().to_string(),
+        backend: layout.backend.clone(),
+        member_groups: super::member_registry::MemberGroups::default(),
         strategy: layout.strategy,
         env,
         grids: layout.grids,

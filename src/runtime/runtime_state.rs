@@ -8,9 +8,10 @@ use super::groups::{LiveGroup, PlanKind, SharedComm};
 use super::host::HostInfo;
 use super::init_args::InitArgs;
 use super::liveness::Liveness;
+use super::member_registry::MemberGroups;
 use super::plan::Grid;
 use super::store_setup::StoreHandles;
-use crate::backend::CommError;
+use crate::backend::{CommError, CommFactory};
 use crate::rng::RankRng;
 use crate::store::Store;
 use crate::topology::{GroupKind, RankView, Topology};
@@ -60,6 +61,10 @@ pub struct Runtime {
     pub(super) liveness: Option<Liveness>,
     /// Health checks run so far (each uses its own generation of store keys).
     pub(super) health_checks: AtomicU64,
+    /// The backend, which makes the groups made after init (see [`super::member_groups`]).
+    pub(super) backend: Arc<dyn CommFactory>,
+    /// This rank's groups made after init.
+    pub(super) member_groups: MemberGroups,
 }
 
 impl Runtime {
