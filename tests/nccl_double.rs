@@ -686,8 +686,33 @@ mod in_process {
 
     static SERIAL: Mutex<()> = Mutex::new(());
 
+    /// Under `MCORE_NCCL_DOUBLE_ASAN=1` the double is built with AddressSanitizer, whose runtime
+    /// must be loaded first: the test runs again in a child of this binary with libasan
+    /// preloaded (true: done here, the child passed).
+    fn rerun_under_asan(name: &str) -> bool {
+        if !asan() || std::env::var_os("MCORE_NCCL_DOUBLE_INPROC_CHILD").is_some() {
+            return false;
+        }
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env("LD_PRELOAD", libasan())
+            .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
+            .env("MCORE_NCCL_DOUBLE_INPROC_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{name} under ASan:\n{text}");
+        assert!(!text.contains("AddressSanitizer"), "{name}: ASan report:\n{text}");
+        true
+    }
+
     #[test]
     fn scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots() {
+        if rerun_under_asan(
+            "in_process::scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots",
+        ) {
+            return;
+        }
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         // Default 128 per root: roots 0 and 128; 100 per root: 0, 100, 200 (a short last block).
         for (per_root, roots) in [(128, vec![0, 128]), (100, vec![0, 100, 200])] {
@@ -701,7 +726,38 @@ mod in_process {
     }
 
     #[test]
+    fn after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy() {
+        if rerun_under_asan("in_process::after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy") {
+            return;
+        }
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let lib = library();
+        let id = lib.unique_id().unwrap();
+        let comms: Vec<NcclComm> = (0..2u32)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let cfg = NcclConfig::default();
+                    NcclComm::init_rank(lib, "pair/0", &id, 2, rank, Device::Current, &cfg, Duration::from_secs(30))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap().unwrap())
+            .collect();
+        let mut comms = comms.into_iter();
+        let (mut first, second) = (comms.next().unwrap(), comms.next().unwrap());
+        first.abort().unwrap();
+        // The double refuses ncclCommDestroy of a communicator a rank aborted: destroy() must
+        // release it with ncclCommAbort instead.
+        assert!(lib.any_aborted());
+        second.destroy(Duration::from_secs(5)).unwrap_or_else(|e| panic!("destroy after a peer's abort: {e}"));
+    }
+
+    #[test]
     fn ranks_given_different_root_ids_fail_the_scalable_init() {
+        if rerun_under_asan("in_process::ranks_given_different_root_ids_fail_the_scalable_init") {
+            return;
+        }
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let lib = library();
         let (a, b, c) = (lib.unique_id().unwrap(), lib.unique_id().unwrap(), lib.unique_id().unwrap());

@@ -713,8 +713,37 @@ static int release(void *c_) {
   unref(c);
   return ok;
 }
-int ncclCommAbort(void *c) { return release(c); }
-int ncclCommDestroy(void *c) { return release(c); }
+
+/* Communicators (by id) some rank of this process aborted: destroying one of them afterwards is
+ * refused, as NCCL 2.31.2's destroy would wait untimed for peers that aborted (the rule: after
+ * any abort, release with abort). */
+static char aborted_ids[256][200];
+static int naborted;
+static pthread_mutex_t aborted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ncclCommAbort(void *c_) {
+  comm *c = c_;
+  if (live(c)) {
+    pthread_mutex_lock(&aborted_lock);
+    if (naborted < 256) snprintf(aborted_ids[naborted++], sizeof aborted_ids[0], "%s", c->id);
+    pthread_mutex_unlock(&aborted_lock);
+  }
+  return release(c);
+}
+
+int ncclCommDestroy(void *c_) {
+  comm *c = c_;
+  if (!live(c)) return invalidArg;
+  int after_abort = 0;
+  pthread_mutex_lock(&aborted_lock);
+  for (int i = 0; i < naborted; i++) after_abort |= !strcmp(aborted_ids[i], c->id);
+  pthread_mutex_unlock(&aborted_lock);
+  if (after_abort) {
+    set_error("ncclCommDestroy of a communicator a rank aborted (it would wait for that rank forever)");
+    return invalidUsage;
+  }
+  return release(c);
+}
 
 /* In-place or not: int64 sums only (ncclInt64 = 4, ncclSum = 0), done before the call returns. */
 int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, void *c_, void *stream) {

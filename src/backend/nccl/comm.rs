@@ -609,11 +609,26 @@ impl NcclComm {
     }
 
     /// Finalize (flushing outstanding work, within `timeout`) then `ncclCommDestroy`; a finalize
-    /// that fails or expires aborts instead and reports why.
+    /// that fails or expires aborts instead and reports why. After any abort (of any
+    /// communicator of this process, or this one reporting an error) it is released with
+    /// `ncclCommAbort` instead: a destroy could wait forever on peers that aborted (the field's
+    /// rule since NCCL 2.31.2's untimed destroy barrier).
     pub fn destroy(mut self, timeout: Duration) -> Result<(), NcclError> {
         let start = Instant::now();
         let comm = self.raw.take().ok_or_else(|| NcclError::invalid("communicator already released"))?;
         let what = format!("group {}", self.group);
+        let failed = !matches!(self.lib.comm_async_error(&comm), Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS));
+        if self.lib.any_aborted() || failed {
+            if debug_log() {
+                eprintln!("mcore_init: debug: {what} released with ncclCommAbort (a communicator was aborted)");
+            }
+            let rc = self.lib.comm_abort(comm);
+            return if rc == NCCL_SUCCESS {
+                Ok(())
+            } else {
+                Err(self.lib.call_error(&format!("ncclCommAbort for {what}"), rc, None))
+            };
+        }
         if let Some(rc) = self.lib.comm_finalize(&comm) {
             if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
                 let e = self.lib.call_error(&format!("ncclCommFinalize for {what}"), rc, Some(&comm));

@@ -174,6 +174,8 @@ impl Drop for CommSlot {
 }
 
 static GLOBAL: OnceCell<&'static NcclLibrary> = OnceCell::new();
+/// Set once this process aborted any communicator (see [`NcclLibrary::any_aborted`]).
+static ABORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Set once this process made a unique id (encryption must be configured before).
 static ID_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -530,6 +532,7 @@ impl NcclLibrary {
 
     /// `ncclCommAbort`: frees the communicator without waiting for peers.
     pub fn comm_abort(&self, comm: RawComm) -> c_int {
+        ABORTED.store(true, Ordering::SeqCst);
         // SAFETY: `comm` is owned and not used again.
         unsafe { (self.fns.comm_abort)(comm.0.as_ptr()) }
     }
@@ -539,6 +542,13 @@ impl NcclLibrary {
     pub fn comm_finalize(&self, comm: &RawComm) -> Option<c_int> {
         // SAFETY: live communicator.
         self.fns.comm_finalize.map(|f| unsafe { f(comm.0.as_ptr()) })
+    }
+
+    /// Whether this process aborted any communicator: from then on communicators are released
+    /// with abort, never destroy (NCCL 2.31.2's destroy waits, untimed, on an intra-node barrier
+    /// that a communicator aborted elsewhere never reaches).
+    pub fn any_aborted(&self) -> bool {
+        ABORTED.load(Ordering::SeqCst)
     }
 
     /// `ncclCommDestroy`.
