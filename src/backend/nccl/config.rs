@@ -204,11 +204,11 @@ pub struct RawConfig {
     pub(crate) written: Vec<(&'static str, String)>,
 }
 
-/// Print `msg` on stderr once per process.
-pub(crate) fn warn_once(msg: String) {
+/// Print `msg` on stderr unless a warning with the same `key` was printed in this process.
+pub(crate) fn warn_once_for(key: String, msg: String) {
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    if seen.get_or_insert_with(HashSet::new).insert(msg.clone()) {
+    if seen.get_or_insert_with(HashSet::new).insert(key) {
         eprintln!("mcore_init: warning: {msg}");
     }
 }
@@ -339,8 +339,9 @@ impl NcclConfig {
     /// newer than `loaded` left out with a warning (an error when strict).
     pub fn to_raw(&self, loaded: NcclVersion, what: &str) -> Result<RawConfig, NcclError> {
         self.validate()?;
-        for w in self.check_version(loaded, what)? {
-            warn_once(w);
+        // One warning per field and process (the option check at plan time usually gave it).
+        for ((key, _, _), w) in self.too_new(loaded).into_iter().zip(self.check_version(loaded, what)?) {
+            warn_once_for(format!("too new: {key}"), w);
         }
         let (size, version) = header_of(loaded)
             .ok_or_else(|| NcclError::invalid(format!("NCCL {loaded} has no ncclConfig_t (it appeared in 2.14)")))?;

@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::comm::{Device, InitSpec, NcclComm};
-use super::config::{warn_once, NcclConfig};
+use super::config::{warn_once_for, NcclConfig};
 use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
@@ -304,7 +304,9 @@ impl CommFactory for NcclFactory {
         let checked = config.validate().and_then(|_| config.check_version(self.lib.version(), "communicator config"));
         match checked {
             Ok(warnings) => {
-                warnings.into_iter().for_each(warn_once);
+                for ((key, _, _), w) in config.too_new(self.lib.version()).into_iter().zip(warnings) {
+                    warn_once_for(format!("too new: {key}"), w);
+                }
                 Ok(())
             }
             Err(NcclError::InvalidArgument(m)) => Err(CommError::new(CommErrorKind::InvalidArgument, m)),
