@@ -44,7 +44,11 @@ impl NcclVersion {
         } else {
             Err(NcclError::VersionTooOld {
                 feature: feature.name().to_string(),
-                needed: format!("{}.{}", needed.major, needed.minor),
+                needed: if needed.patch > 0 {
+                    needed.to_string()
+                } else {
+                    format!("{}.{}", needed.major, needed.minor)
+                },
                 found: self.to_string(),
             })
         }
@@ -68,6 +72,15 @@ pub enum Feature {
     MultiRankGpu,
     /// `ncclCommShrink` (a communicator without some of its ranks, recovery): 2.27.
     CommShrink,
+    /// `ncclCommInitRankScalable` (several unique ids, one per root): 2.23.
+    InitRankScalable,
+    /// `ncclSetEncryption` (TLS with a pre-shared key for NCCL's own sockets): 2.32.3.
+    Encryption,
+    /// The parameter API (`ncclParamGetAllParameterKeys`, `ncclParamGetParameter`): 2.30.7.
+    ParamApi,
+    /// Creating communicators from several threads at once (init settings parsed reentrantly;
+    /// NVIDIA/nccl #2361): 2.32.3.
+    ConcurrentInit,
 }
 
 impl Feature {
@@ -77,6 +90,10 @@ impl Feature {
             Feature::CommSplit => NcclVersion::new(2, 18, 0),
             Feature::MultiRankGpu => NcclVersion::new(2, 30, 0),
             Feature::CommShrink => NcclVersion::new(2, 27, 0),
+            Feature::InitRankScalable => NcclVersion::new(2, 23, 0),
+            Feature::Encryption => NcclVersion::new(2, 32, 3),
+            Feature::ParamApi => NcclVersion::new(2, 30, 7),
+            Feature::ConcurrentInit => NcclVersion::new(2, 32, 3),
         }
     }
 
@@ -86,6 +103,10 @@ impl Feature {
             Feature::CommSplit => "ncclCommSplit",
             Feature::MultiRankGpu => "several ranks per GPU (NCCL_MULTI_RANK_GPU_ENABLE)",
             Feature::CommShrink => "ncclCommShrink",
+            Feature::InitRankScalable => "ncclCommInitRankScalable (scalable init)",
+            Feature::Encryption => "ncclSetEncryption (encrypted NCCL sockets)",
+            Feature::ParamApi => "the NCCL parameter API",
+            Feature::ConcurrentInit => "creating communicators from several threads at once",
         }
     }
 }
