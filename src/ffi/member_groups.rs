@@ -89,7 +89,7 @@ unsafe fn options_from_c(p: *const mcore_group_options) -> Result<GroupOptions, 
             min_ctas: opt_i32(c.min_ctas, "min_ctas")?,
             max_ctas: opt_i32(c.max_ctas, "max_ctas")?,
             net_name,
-            split_share: None,
+            ..Default::default()
         },
         timeout: match c.timeout_ms {
             0 => None,
