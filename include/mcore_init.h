@@ -112,6 +112,11 @@ typedef int32_t mcore_group_kind;
 #endif // __cplusplus
 
 /**
+ * A group made after init (opaque). Free with `mcore_group_destroy`.
+ */
+typedef struct mcore_group mcore_group;
+
+/**
  * A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
  */
 typedef struct mcore_recovery_plan mcore_recovery_plan;
@@ -315,6 +320,33 @@ typedef struct mcore_pg_entry {
 } mcore_pg_entry;
 
 /**
+ * Options of a group made after init. Fill with `mcore_group_options_init`, then set what
+ * differs.
+ */
+typedef struct mcore_group_options {
+  /**
+   * `sizeof(mcore_group_options)` as compiled by the caller (set by the init function).
+   */
+  uint32_t struct_size;
+  /**
+   * Bound of the rendezvous and creation in ms; 0 (default) = the init timeout;
+   * `MCORE_TIMEOUT_NONE` (and any value of `MCORE_TIMEOUT_MAX_MS` or more) = no limit.
+   */
+  uint64_t timeout_ms;
+  /**
+   * NCCL communicator options; -1 (default) = the backend's default. Backends without
+   * communicator options refuse any that is set.
+   */
+  int32_t cga_cluster_size;
+  int32_t min_ctas;
+  int32_t max_ctas;
+  /**
+   * NCCL's network plugin ("IB", "Socket"); NULL (default) = the backend's choice.
+   */
+  const char *net_name;
+} mcore_group_options;
+
+/**
  * What `mcore_reinitialize` did for this rank.
  */
 typedef struct mcore_recovery_result {
@@ -447,7 +479,8 @@ typedef struct mcore_init_args {
    * A file of per-group communicator options in Megatron-Core's NCCL communicator config
    * format (`--nccl-communicator-config-path`): YAML mapping Megatron's group names (`tp`,
    * `dp_cp`, ...) or group kinds to `cga_cluster_size`, `min_ctas`, `max_ctas`, `net_name`,
-   * `split_share`. NULL = none.
+   * `split_share`, any other `ncclConfig_t` field by its snake_case name (`traffic_class`,
+   * `comm_name`, ...) and `strict` (docs/backends.md, NCCL config fields). NULL = none.
    */
   const char *comm_config_path;
   /**
@@ -956,6 +989,110 @@ int32_t mcore_is_pipeline_last_stage(int32_t vp_stage);
  * Whether this rank is in the embedding group (Megatron's `is_rank_in_embedding_group`): 1, 0, or -1.
  */
 int32_t mcore_is_rank_in_embedding_group(int32_t vp_stage);
+
+/**
+ * Fill `options` with defaults (the init timeout, the backend's communicator defaults).
+ *
+ * # Safety
+ * `options` is NULL or writable for `sizeof(mcore_group_options)` bytes.
+ */
+mcore_status mcore_group_options_init(struct mcore_group_options *options);
+
+/**
+ * Start making the group `name` of the global ranks `ranks` (`nranks` of them, any order, this
+ * rank among them) after init; only its members call this. Returns at once with `*out_group`;
+ * the members meet in the background. Errors at once: a bad name (empty, '/', spaces), ranks
+ * (none, a duplicate, not in the world, this rank not among them), a name this rank has live
+ * already, options the backend refuses (INVALID_ARGUMENT naming the value), NOT_INITIALIZED.
+ * `options` NULL = defaults.
+ *
+ * # Safety
+ * `name` is a NUL-terminated string; `ranks` is readable for `nranks` entries; `options` is NULL
+ * or filled by `mcore_group_options_init`; `out_group` is writable.
+ */
+mcore_status mcore_group_create(const char *name,
+                                const uint32_t *ranks,
+                                size_t nranks,
+                                const struct mcore_group_options *options,
+                                struct mcore_group **out_group);
+
+/**
+ * Wait until the group's communicator is ready (bounded by the group's timeout + 2 s). TIMEOUT
+ * names the members that never called `mcore_group_create`; a member that asked for other
+ * members or options is named with the field.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`.
+ */
+mcore_status mcore_group_wait(const struct mcore_group *group);
+
+/**
+ * Wait for `count` groups in the order of their names (one order every rank shares: needed
+ * where the backend creates in the caller's thread, see docs/groups-after-init.md). Every
+ * group is waited for; the first failure (in that order) is returned.
+ *
+ * # Safety
+ * `groups` is readable for `count` handles from `mcore_group_create`.
+ */
+mcore_status mcore_group_wait_all(const struct mcore_group *const *groups, size_t count);
+
+/**
+ * Whether the creation has ended (ready or failed); never waits.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`; `out_done` is writable.
+ */
+mcore_status mcore_group_is_done(const struct mcore_group *group, bool *out_done);
+
+/**
+ * The group's global ranks, ascending, into `buf` (`len` entries); `*out_len` = the group size
+ * (also when the buffer is too small: BUFFER_TOO_SMALL). Never waits.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`; `buf` is NULL (with `len` 0) or writable for
+ * `len` entries; `out_len` is writable.
+ */
+mcore_status mcore_group_ranks(const struct mcore_group *group,
+                               uint32_t *buf,
+                               size_t len,
+                               size_t *out_len);
+
+/**
+ * This rank's index in the group's ranks. Never waits.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`; `out_group_rank` is writable.
+ */
+mcore_status mcore_group_rank(const struct mcore_group *group, uint32_t *out_group_rank);
+
+/**
+ * The backend's own communicator handle (an `ncclComm_t` for NCCL, the plugin's handle
+ * otherwise), waiting for the creation first. Owned by the library until the group is destroyed.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`; `out_comm` is writable.
+ */
+mcore_status mcore_group_communicator(const struct mcore_group *group, void **out_comm);
+
+/**
+ * Sum `count` int64 values element-wise over the group, in place (waiting for the creation
+ * first). Every member calls it; collectives on several groups go in one order on every member.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_group_create`; `values` is writable for `count` entries.
+ */
+mcore_status mcore_group_allreduce_sum_i64(const struct mcore_group *group,
+                                           int64_t *values,
+                                           size_t count);
+
+/**
+ * Destroy the group on this rank (its communicator goes; the runtime and other groups stay) and
+ * free the handle. NULL is accepted; so is a handle whose runtime was destroyed already.
+ *
+ * # Safety
+ * `group` is NULL or a handle from `mcore_group_create`, not used afterwards.
+ */
+void mcore_group_destroy(struct mcore_group *group);
 
 /**
  * Plan the next layout of `t` without the `n_failed` ranks of `failed`, with the `n_spares`

@@ -110,7 +110,7 @@ fn invalid_input_exits_2_with_one_line() {
         (&["--tp", "2"], "--world-size"),
         (&["--world-size", "99999999999"], "99999999999"),
         (&["--world-size", "4294967295"], "use --rank"),
-        (&["--world-size", "4294967295", "--rank", "7"], "output would list"),
+        (&["--world-size", "4294967295", "--rank", "7", "--all-members"], "output would list"),
     ];
     for (args, needle) in cases {
         let out = topo(args);

@@ -14,7 +14,7 @@ mod common;
 #[path = "../src/bin/common/cli.rs"]
 mod cli;
 
-use cli::{is_layout_flag, layout_flag, number, utf8_args, Flags};
+use cli::{is_layout_flag, layout_flag, number, parse_grid, utf8_args, Flags};
 use common::Rng;
 use mcore_init::abi::mcore_status;
 use mcore_init::ffi::topology::*;
@@ -66,6 +66,8 @@ const FLAGS: &[&str] = &[
     "--order",
     "--rank-offset",
     "--rank",
+    "--grid",
+    "--all-members",
     "--timeout",
     "--json",
     "--seed",
@@ -109,6 +111,12 @@ const VALUES: &[&str] = &[
     "sharded:tensor_model_parallel",
     "roll",
     "megatron",
+    "r:tp=2",
+    "rollout:tp=4,rank-offset=8,local-world-size=8",
+    "a:cp=4,hcp=2,2,tp=2",
+    "a:",
+    "default:tp=2,pp=2",
+    "b:tp=2,tp=4",
 ];
 
 fn mutate_bytes(rng: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
@@ -162,11 +170,14 @@ fn parse_layout(args: &[Vec<u8>], rng_rank: u64) -> Option<u32> {
     let args = utf8_args(os).ok()?;
     let mut config = TopologyConfig::default();
     let mut world = None;
+    let mut grids = Vec::new();
     let mut flags = Flags::new(&args);
     while let Some((flag, inline)) = flags.next() {
         let Ok(value) = flags.value(flag, inline) else { break };
         if flag == "--world-size" {
             world = number(flag, value).ok();
+        } else if flag == "--grid" {
+            grids.extend(parse_grid(value).ok());
         } else if flag == "--timeout" {
             let _ = mcore_init::timeout::parse_seconds(flag, value);
         } else if is_layout_flag(flag) {
@@ -174,6 +185,11 @@ fn parse_layout(args: &[Vec<u8>], rng_rank: u64) -> Option<u32> {
         }
     }
     let world = world?;
+    for g in grids {
+        if let Ok(t) = Topology::new(g.config, world) {
+            let _ = t.rank_view(t.rank_offset());
+        }
+    }
     let t = Topology::new(config, world).ok()?;
     let rank = t.rank_offset().saturating_add((rng_rank % u64::from(world.max(1))) as u32);
     if let Ok(view) = t.rank_view(rank) {

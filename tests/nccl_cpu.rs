@@ -335,6 +335,7 @@ fn the_factory_offers_split_on_2_18_and_names_bad_per_kind_options() {
         max_ctas: Some(8),
         net_name: Some("Socket".into()),
         split_share: Some(true),
+        ..Default::default()
     };
     assert_eq!(factory.check_options(&ok), Ok(()));
     let bad = CommOptions { cga_cluster_size: Some(9), ..Default::default() };

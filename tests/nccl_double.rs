@@ -606,3 +606,356 @@ fn suspending_each_kind_in_turn_then_resuming_all_verifies_every_kind() {
         }
     }
 }
+
+/// Groups made after init on the NCCL path, which creates them in the caller's thread at the
+/// first wait: four ranks start a = {0, 1, 2}, b = {1, 2, 3}, c = {0, 3} in orders shuffled per
+/// rank, wait for them in name order (mcore-selftest's default) and verify each; a rank that
+/// never calls is named within the group deadline.
+#[test]
+fn groups_made_after_init_are_created_in_name_order_and_a_missing_member_is_named() {
+    let groups = ["--group", "a:0-2", "--group", "b:1-3", "--group", "c:0,3", "--group-order", "shuffled:2026"];
+    let mut args = vec!["--tp", "2", "--timeout", "60"];
+    args.extend(groups);
+    let run = launch(4, &args, &[]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert_eq!(run.lines.len(), 4, "{text}");
+    for l in &run.lines {
+        let rank = l["rank"].as_u64().unwrap();
+        let mut names: Vec<&str> =
+            l["after_init_groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        names.sort();
+        let want: Vec<&str> = [("a", [0, 1, 2].as_slice()), ("b", &[1, 2, 3]), ("c", &[0, 3])]
+            .into_iter()
+            .filter(|(_, m)| m.contains(&rank))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, want, "{l}");
+    }
+    let mut args = vec!["--tp", "2", "--timeout", "60", "--group-timeout", "3", "--group-absent", "3"];
+    args.extend(groups);
+    let run = spawn_world(4, &args, &[]);
+    let text = run.text();
+    for l in run.lines.iter().filter(|l| l["rank"] != 3) {
+        let e = l["error"].as_str().unwrap_or_else(|| panic!("rank must fail: {l}"));
+        // Ranks 1 and 2 may meet rank 3 missing at b, or fail at a when a peer gave up first.
+        assert!(e.contains("never called create_group") || e.contains("creating its communicator"), "{e}");
+    }
+    let named = run.lines.iter().filter(|l| l["error"].as_str().is_some_and(|e| e.contains("rank(s) 3 never called")));
+    assert!(named.count() >= 2, "rank 3 named by its peers: {text}");
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}: {text}", run.elapsed);
+}
+
+// ---- ncclConfig_t by version, commName, encryption, scalable world init (issue 27) ----
+
+/// A YAML communicator config file for one run, removed on drop.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(name: &str, text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("mcore-nccl-double-{}-{name}.yaml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        ConfigFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_config_field_newer_than_the_loaded_nccl_warns_and_strict_refuses_it() {
+    let loose = ConfigFile::new("loose", "tp: {max_p2p_peers: 4, max_ctas: 2}\n");
+    let args = ["--tp", "2", "--timeout", "60", "--comm-config", loose.path()];
+    // 2.28.3 has no maxP2pPeers (2.30): a warning naming both versions, the rest applied.
+    let run = launch(2, &args, &[("MCORE_NCCL_DOUBLE_VERSION", "22803")]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert!(
+        text.contains("max_p2p_peers (ncclConfig_t.maxP2pPeers) needs NCCL 2.30, the loaded NCCL is 2.28.3"),
+        "{text}"
+    );
+    assert!(run.lines.iter().all(|l| l["ok"] == true), "{text}");
+    // 2.30.7 knows it: no warning, and the double accepted 2.30.7's struct (size 96, version
+    // 23007; it refuses any other layout).
+    let run = launch(2, &args, &[("MCORE_NCCL_DOUBLE_VERSION", "23007"), ("MCORE_NCCL_DOUBLE_TRACE", "1")]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert!(!text.contains("needs NCCL"), "{text}");
+    assert!(text.contains("size=96 version=23007"), "{text}");
+    // Strict (in the YAML, or MCORE_NCCL_STRICT_CONFIG=1): an error before any communicator.
+    let strict = ConfigFile::new("strict", "tp: {max_p2p_peers: 4, strict: true}\n");
+    for (file, env) in [(strict.path(), None), (loose.path(), Some(("MCORE_NCCL_STRICT_CONFIG", "1")))] {
+        let args = ["--tp", "2", "--timeout", "30", "--comm-config", file];
+        let mut e = vec![("MCORE_NCCL_DOUBLE_VERSION", "22803")];
+        e.extend(env);
+        let run = launch(2, &args, &e);
+        let text = run.text();
+        assert!(!run.out.status.success(), "{text}");
+        assert!(text.contains("maxP2pPeers") && text.contains("needs NCCL 2.30") && text.contains("strict"), "{text}");
+    }
+}
+
+#[test]
+fn every_release_gets_its_own_config_layout_and_comm_name_defaults_to_the_group() {
+    // The double refuses a config whose size/version is not the reported release's initializer's.
+    for (code, size) in [("21805", "48"), ("22603", "48"), ("22703", "72"), ("22905", "88"), ("23203", "120")] {
+        for strategy in ["split", "per-group"] {
+            let run = launch(
+                2,
+                &["--tp", "2", "--timeout", "60", "--comm-strategy", strategy],
+                &[("MCORE_NCCL_DOUBLE_VERSION", code), ("MCORE_NCCL_DOUBLE_TRACE", "1")],
+            );
+            let text = run.text();
+            assert!(run.out.status.success(), "{code} {strategy}: {text}");
+            assert!(text.contains(&format!("size={size} version={code}")), "{code} {strategy}: {text}");
+            if code >= "22703" {
+                // commName (2.27+) is the group's name unless the config sets one.
+                assert!(text.contains("commName=tensor_model_parallel/0"), "{code} {strategy}: {text}");
+            } else {
+                assert!(!text.contains("commName=tensor"), "{code}: {text}");
+            }
+        }
+    }
+    let named = ConfigFile::new("named", "tp: {comm_name: grads}\n");
+    let run = launch(
+        2,
+        &["--tp", "2", "--timeout", "60", "--comm-config", named.path()],
+        &[("MCORE_NCCL_DOUBLE_VERSION", "23007"), ("MCORE_NCCL_DOUBLE_TRACE", "1"), ("MCORE_LOG", "debug")],
+    );
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert!(text.contains("commName=grads"), "{text}");
+    // MCORE_LOG=debug: the settings, and NCCL's own parameters (2.30.7's parameter API).
+    assert!(
+        text.contains("commName=grads") && text.contains("reports its parameters: NCCL_DOUBLE_VERSION=23007"),
+        "{text}"
+    );
+}
+
+#[test]
+fn encryption_is_set_before_the_first_unique_id_and_refused_below_2_32_3() {
+    let key = ConfigFile::new("psk", "0123456789abcdef0123456789abcdef-test-only\n");
+    let env =
+        |v| [("MCORE_NCCL_DOUBLE_VERSION", v), ("MCORE_NCCL_PSK_FILE", key.path()), ("MCORE_NCCL_DOUBLE_TRACE", "1")];
+    let run = launch(2, &["--tp", "2", "--timeout", "60"], &env("23203"));
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    let set = text.find("ncclSetEncryption mode 1 key of 42 bytes").unwrap_or_else(|| panic!("{text}"));
+    let first_id = text.find("ncclGetUniqueId").unwrap_or_else(|| panic!("{text}"));
+    assert!(set < first_id || !text[..first_id].contains("encrypted=0"), "{text}");
+    assert!(text.contains("ncclGetUniqueId encrypted=1") && !text.contains("encrypted=0"), "{text}");
+    let run = launch(1, &["--timeout", "30"], &env("23100"));
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(
+        text.contains("ncclSetEncryption") && text.contains("needs NCCL 2.32.3") && text.contains("2.31.0"),
+        "{text}"
+    );
+}
+
+mod in_process {
+    //! Scalable world init with 256 threads of this process against the double (loaded here,
+    //! not in child processes), one in-memory store, each thread one rank.
+    use super::*;
+    use mcore_init::backend::nccl::factory::root_id_key;
+    use mcore_init::backend::nccl::{Device, InitSpec, LibrarySearch, NcclComm, NcclConfig, NcclFactory, NcclLibrary};
+    use mcore_init::backend::{CommFactory, CommOptions, GroupInfo};
+    use mcore_init::store::{MemoryStore, Store, StoreError};
+    use std::sync::{Arc, Mutex};
+
+    /// One rank's view of the shared store, recording which rank set which key.
+    struct Recording {
+        inner: Arc<MemoryStore>,
+        rank: u32,
+        sets: Arc<Mutex<Vec<(u32, String)>>>,
+    }
+
+    impl Store for Recording {
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+            self.sets.lock().unwrap().push((self.rank, key.to_string()));
+            self.inner.set(key, value)
+        }
+        fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+            self.inner.get(key)
+        }
+        fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+            self.inner.add(key, delta)
+        }
+        fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+            self.inner.compare_set(key, expected, desired)
+        }
+        fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+            self.inner.check(keys)
+        }
+        fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+            self.inner.wait(keys, timeout)
+        }
+        fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+            self.inner.delete_key(key)
+        }
+        fn num_keys(&self) -> Result<i64, StoreError> {
+            self.inner.num_keys()
+        }
+        fn timeout(&self) -> Duration {
+            self.inner.timeout()
+        }
+    }
+
+    /// The double, loaded once into this process (default version 2.28.3, so creation is
+    /// serialized per process), with a rendezvous folder of its own. Only these tests set the
+    /// folder variable here; child processes of other tests get theirs explicitly.
+    fn library() -> &'static NcclLibrary {
+        static LIB: OnceLock<&'static NcclLibrary> = OnceLock::new();
+        LIB.get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("mcore-nccl-double-{}-inproc", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::env::set_var("MCORE_NCCL_DOUBLE_DIR", &dir);
+            NcclLibrary::load(&LibrarySearch::explicit(double_dir().join("libnccl_double.so"))).unwrap()
+        })
+    }
+
+    /// A world of `n` threads created with `per_root` ranks per root: who set which key.
+    fn world(n: u32, per_root: u32) -> Vec<(u32, String)> {
+        let lib = library();
+        let factory =
+            Arc::new(NcclFactory::new(lib, Device::Current, NcclConfig::default()).with_ranks_per_root(per_root));
+        let inner = Arc::new(MemoryStore::new(Duration::from_secs(60)));
+        let sets = Arc::new(Mutex::new(Vec::new()));
+        let start = Instant::now();
+        let threads: Vec<_> = (0..n)
+            .map(|rank| {
+                let (factory, inner, sets) = (factory.clone(), inner.clone(), sets.clone());
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        let info = GroupInfo::new("world", (0..n).collect(), rank, Duration::from_secs(60)).unwrap();
+                        let store: Arc<dyn Store> = Arc::new(Recording { inner, rank, sets });
+                        let mut comm = factory.create_world(&info, &CommOptions::default(), store)?;
+                        comm.wait_ready()?;
+                        comm.abort();
+                        Ok::<_, mcore_init::backend::CommError>(())
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for (rank, t) in threads.into_iter().enumerate() {
+            t.join().unwrap().unwrap_or_else(|e| panic!("rank {rank} of {n} ({per_root} per root): {e}"));
+        }
+        eprintln!("world of {n} threads, {per_root} ranks per root: {:.2} s", start.elapsed().as_secs_f64());
+        let mut v = sets.lock().unwrap().clone();
+        v.sort();
+        v
+    }
+
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Under `MCORE_NCCL_DOUBLE_ASAN=1` the double is built with AddressSanitizer, whose runtime
+    /// must be loaded first: the test runs again in a child of this binary with libasan
+    /// preloaded (true: done here, the child passed).
+    fn rerun_under_asan(name: &str) -> bool {
+        if !asan() || std::env::var_os("MCORE_NCCL_DOUBLE_INPROC_CHILD").is_some() {
+            return false;
+        }
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env("LD_PRELOAD", libasan())
+            .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
+            .env("MCORE_NCCL_DOUBLE_INPROC_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{name} under ASan:\n{text}");
+        assert!(!text.contains("AddressSanitizer"), "{name}: ASan report:\n{text}");
+        true
+    }
+
+    #[test]
+    fn scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots() {
+        if rerun_under_asan(
+            "in_process::scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots",
+        ) {
+            return;
+        }
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        // Default 128 per root: roots 0 and 128; 100 per root: 0, 100, 200 (a short last block).
+        for (per_root, roots) in [(128, vec![0, 128]), (100, vec![0, 100, 200])] {
+            let sets = world(256, per_root);
+            let want: Vec<(u32, String)> = roots.iter().enumerate().map(|(i, &r)| (r, root_id_key(i as u32))).collect();
+            assert_eq!(sets, want, "{per_root} per root");
+            assert_eq!(mcore_init::backend::nccl::factory::scalable_roots(256, per_root), roots);
+        }
+        // Not above the threshold: one unique id from rank 0, as before.
+        assert_eq!(world(256, 256), vec![(0, "nccl_unique_id".to_string())]);
+    }
+
+    #[test]
+    fn after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy() {
+        if rerun_under_asan("in_process::after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy") {
+            return;
+        }
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let lib = library();
+        let id = lib.unique_id().unwrap();
+        let comms: Vec<NcclComm> = (0..2u32)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let cfg = NcclConfig::default();
+                    NcclComm::init_rank(lib, "pair/0", &id, 2, rank, Device::Current, &cfg, Duration::from_secs(30))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap().unwrap())
+            .collect();
+        let mut comms = comms.into_iter();
+        let (mut first, second) = (comms.next().unwrap(), comms.next().unwrap());
+        first.abort().unwrap();
+        // The double refuses ncclCommDestroy of a communicator a rank aborted: destroy() must
+        // release it with ncclCommAbort instead.
+        assert!(lib.any_aborted());
+        second.destroy(Duration::from_secs(5)).unwrap_or_else(|e| panic!("destroy after a peer's abort: {e}"));
+    }
+
+    #[test]
+    fn ranks_given_different_root_ids_fail_the_scalable_init() {
+        if rerun_under_asan("in_process::ranks_given_different_root_ids_fail_the_scalable_init") {
+            return;
+        }
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let lib = library();
+        let (a, b, c) = (lib.unique_id().unwrap(), lib.unique_id().unwrap(), lib.unique_id().unwrap());
+        let threads: Vec<_> = (0..2u32)
+            .map(|rank| {
+                let ids = if rank == 0 { vec![a, b] } else { vec![a, c] };
+                std::thread::spawn(move || {
+                    let spec = InitSpec {
+                        group: "world".into(),
+                        id: ids[0],
+                        root_ids: ids,
+                        nranks: 2,
+                        rank,
+                        config: NcclConfig::default(),
+                        timeout: Duration::from_secs(30),
+                    };
+                    let mut comms = NcclComm::init_together(lib, &[spec], Device::Current).map_err(|(_, e)| e)?;
+                    comms[0].wait_ready()
+                })
+            })
+            .collect();
+        // Same first root, different second: they meet, compare, and both fail at once.
+        let start = Instant::now();
+        for t in threads {
+            let e = t.join().unwrap().unwrap_err().to_string();
+            assert!(e.contains("ncclCommInitRankScalable") && e.contains("other root ids"), "{e}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    }
+}

@@ -50,6 +50,7 @@ fn several_communicators_start_together_and_splits_run_ahead_of_their_inits() {
         .map(|g| InitSpec {
             group: g.to_string(),
             id: lib.unique_id().unwrap(),
+            root_ids: Vec::new(),
             nranks: 1,
             rank: 0,
             config: NcclConfig::default(),

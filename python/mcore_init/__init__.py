@@ -2,7 +2,8 @@
 
 Modules: :mod:`~mcore_init.topology` (layouts without processes), :mod:`~mcore_init.rng`
 (policy seeds, tracker, Philox), :mod:`~mcore_init.runtime` (this process's initialization and
-groups), :mod:`~mcore_init.parallel_state` (Megatron's getter names),
+groups), :mod:`~mcore_init.groups` (groups made after init by their members only),
+:mod:`~mcore_init.parallel_state` (Megatron's getter names),
 :mod:`~mcore_init.named_grids` (several named grids in one job: :func:`initialize` with
 ``grids=``, then :func:`grid` and :func:`grids`).
 """

@@ -6,6 +6,9 @@ set -uo pipefail
 plugin=$(gloo_plugin)
 suite_check "tests/runtime_multiprocess.rs" \
   env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test runtime_multiprocess -- --test-threads 1
+# Groups made after init by their members only (shuffled orders, a member that never calls, 16 ranks).
+suite_check "tests/member_groups_multiprocess.rs" \
+  env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test member_groups_multiprocess -- --test-threads 1
 # mcore-launch's signal handling with real mcore-selftest ranks (and the rest of that file).
 suite_check "tests/cli_launch_signals.rs" env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test cli_launch_signals
 # The README's C example, as written there, on 4 ranks (tp=2, pp=2) through mcore-launch.

@@ -1,7 +1,26 @@
 //! Options of one kind's communicators (Megatron-Core's per-group NCCL communicator config):
 //! what a backend is asked to apply when it creates a group's communicator.
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+/// The value of a backend option beyond the five typed ones (an NCCL `ncclConfig_t` field).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OptionValue {
+    Int(i32),
+    Bool(bool),
+    Text(String),
+}
+
+impl fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionValue::Int(v) => write!(f, "{v}"),
+            OptionValue::Bool(v) => write!(f, "{v}"),
+            OptionValue::Text(v) => f.write_str(v),
+        }
+    }
+}
 
 /// Options of one kind's communicators; `None` leaves the backend's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -14,6 +33,11 @@ pub struct CommOptions {
     /// Children of a split share the parent's resources (NCCL `splitShare`; off by default, so
     /// that aborting one communicator does not break the others).
     pub split_share: Option<bool>,
+    /// Every other `ncclConfig_t` field, by its snake_case key (`traffic_class`, `comm_name`, ...;
+    /// see `backend::nccl::config::CONFIG_FIELDS`).
+    pub more: BTreeMap<String, OptionValue>,
+    /// A field newer than the loaded NCCL is an error instead of a warning.
+    pub strict: Option<bool>,
 }
 
 impl CommOptions {
@@ -30,6 +54,12 @@ impl CommOptions {
             max_ctas: over.max_ctas.or(self.max_ctas),
             net_name: over.net_name.clone().or_else(|| self.net_name.clone()),
             split_share: over.split_share.or(self.split_share),
+            more: {
+                let mut m = self.more.clone();
+                m.extend(over.more.iter().map(|(k, v)| (k.clone(), v.clone())));
+                m
+            },
+            strict: over.strict.or(self.strict),
         }
     }
 }
@@ -51,6 +81,12 @@ impl fmt::Display for CommOptions {
         }
         if let Some(s) = self.split_share {
             parts.push(format!("split_share={s}"));
+        }
+        for (k, v) in &self.more {
+            parts.push(format!("{k}={v}"));
+        }
+        if let Some(s) = self.strict {
+            parts.push(format!("strict={s}"));
         }
         if parts.is_empty() {
             f.write_str("-")

@@ -310,6 +310,13 @@ pub trait CommFactory: Send + Sync {
     fn creates_together(&self) -> bool {
         false
     }
+    /// Whether [`CommFactory::create_group`] may run on any thread, several at once (each group's
+    /// rendezvous independent of the others'): groups made after init are then created in
+    /// background threads. Otherwise they are created in the caller's thread, in one global
+    /// order (see `runtime::member_groups`). Default false.
+    fn creates_in_any_thread(&self) -> bool {
+        false
+    }
     /// Per-group strategy, all at once: this rank's communicators of `groups`, started together
     /// and returned possibly still initializing ([`Communicator::wait_ready`]), in order. An error
     /// comes with the index of the group it concerns.

@@ -42,6 +42,11 @@ impl CommFactory for Backend {
         self.creates_concurrently() && self.supports_create_group()
     }
 
+    /// `MCORE_BACKEND_FLAG_CONCURRENT_CREATE`: `create_group` may run on any thread, several at once.
+    fn creates_in_any_thread(&self) -> bool {
+        self.creates_concurrently() && self.supports_create_group()
+    }
+
     fn verifies_concurrently(&self) -> bool {
         self.creates_concurrently()
     }

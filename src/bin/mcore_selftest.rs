@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::cli::{is_layout_flag, layout_flag, Flags, LAYOUT_USAGE};
+use common::cli::{Flags, GRID_USAGE, LAYOUT_USAGE};
 use common::os::{boottime_seconds, seconds_since_process_start};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
@@ -21,11 +21,14 @@ use std::time::{Duration, Instant};
 
 fn usage() -> String {
     format!(
-        "usage: mcore-selftest {LAYOUT_USAGE} [--local-world-size N] [--grid NAME:key=value,...]... [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
+        "usage: mcore-selftest {LAYOUT_USAGE} {GRID_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] \
+         [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
+         [--group-timeout SECONDS] [--group-absent RANK]] \
+         [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"
     )
 }
 
@@ -55,6 +58,8 @@ struct Options {
     /// (NCCL: `cuMemGetInfo`; ranks meet through the store between steps); then resume all and
     /// verify every kind again.
     suspend_each: bool,
+    /// `--group`: groups made after init by their members (see [`after_init`]).
+    groups: after_init::GroupRun,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -65,9 +70,27 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut suspend = None;
     let mut suspend_each = false;
     init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
+    let mut groups = after_init::GroupRun::default();
     let mut flags = Flags::new(args);
+    let mut grids = common::cli::GridArgs::default();
     while let Some((flag, inline)) = flags.next() {
+        if grids.flag(flag, inline, &mut flags)? {
+            continue;
+        }
         match flag {
+            "--group" => groups.specs.push(after_init::parse_group(flags.value(flag, inline)?)?),
+            "--group-order" => groups.order = after_init::parse_order(flags.value(flag, inline)?)?,
+            "--group-wait" => {
+                groups.wait_in_start_order = match flags.value(flag, inline)? {
+                    "name" => false,
+                    "start" => true,
+                    other => return Err(format!("--group-wait '{other}': expected name or start")),
+                }
+            }
+            "--group-timeout" => {
+                groups.timeout = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);
+            }
+            "--group-absent" => groups.absent = Some(common::cli::number(flag, flags.value(flag, inline)?)?),
             "-h" | "--help" => return Ok(None),
             "--backend" => init.backend = flags.value(flag, inline)?.to_string(),
             "--seed" => {
@@ -111,10 +134,6 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 init.timeout = mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?;
             }
             "--fault" => fault::arm(flags.value(flag, inline)?)?,
-            "--grid" => {
-                let (name, topology) = common::cli::grid_flag(flags.value(flag, inline)?)?;
-                init.grids.push(runtime::GridSpec { name, topology, seed: None });
-            }
             "--suspend-each-kind" if inline.is_some() => return Err("--suspend-each-kind takes no value".into()),
             "--suspend-each-kind" => suspend_each = true,
             "--suspend-resume" => {
@@ -132,16 +151,15 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 req.grid = grid;
                 suspend = Some(req);
             }
-            _ if is_layout_flag(flag) => {
-                layout_flag(&mut init.topology, flag, flags.value(flag, inline)?)?;
-            }
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
-    // Every grid is seeded as the first is (from its own coordinates).
-    for g in &mut init.grids {
-        g.seed = init.seed;
-    }
+    // The first grid (the plain layout flags' `default`, or the first --grid when no plain
+    // flag was given) and the others, each seeded as the first is (from its own coordinates).
+    let mut list = grids.finish()?.into_iter();
+    let first = list.next().expect("finish gives at least one grid");
+    (init.topology, init.grid_name) = (first.config, first.name);
+    init.grids = list.map(|g| runtime::GridSpec { name: g.name, topology: g.config, seed: init.seed }).collect();
     let fail = match (fail_rank, window, fail_at) {
         (Some(ranks), window, at) if cycles == 1 => {
             Some(recovery::FailOptions { ranks, at: at.unwrap_or(recovery::FailAt::After), window })
@@ -160,7 +178,15 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     if suspend.is_some() && suspend_each {
         return Err("--suspend-resume and --suspend-each-kind: choose one".into());
     }
-    Ok(Some(Options { init, cycles, json, fail, suspend, suspend_each }))
+    if groups.specs.is_empty()
+        && (groups.timeout.is_some() || groups.absent.is_some() || groups.order.is_some() || groups.wait_in_start_order)
+    {
+        return Err("--group-order, --group-timeout and --group-absent need --group NAME:R1,R2,...".into());
+    }
+    if !groups.specs.is_empty() && fail.is_some() {
+        return Err("--group and --fail-rank do not go together".into());
+    }
+    Ok(Some(Options { init, cycles, json, fail, suspend, suspend_each, groups }))
 }
 
 /// Open file descriptors and threads of this process.
@@ -409,6 +435,7 @@ fn cycle(
     fail: Option<&recovery::FailOptions>,
     suspend: Option<&SuspendRequest>,
     suspend_each: bool,
+    groups: &after_init::GroupRun,
 ) -> Result<Value, String> {
     fault::at(fault::Point::Start);
     if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
@@ -469,6 +496,12 @@ fn cycle(
         })?;
         line["suspend_each"] = each;
     }
+    if !groups.specs.is_empty() {
+        let made = after_init::run(groups).inspect_err(|_| {
+            let _ = runtime::destroy();
+        })?;
+        line["after_init_groups"] = made;
+    }
     fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;
     Ok(line)
@@ -476,13 +509,13 @@ fn cycle(
 
 fn run(opts: &Options) -> Result<Value, String> {
     let watcher = progress::start();
-    let first = cycle(&opts.init, opts.fail.as_ref(), opts.suspend.as_ref(), opts.suspend_each);
+    let first = cycle(&opts.init, opts.fail.as_ref(), opts.suspend.as_ref(), opts.suspend_each, &opts.groups);
     drop(watcher);
     let mut line = first?;
     if opts.cycles > 1 {
         let first = fds_and_threads();
         for _ in 1..opts.cycles {
-            line = cycle(&opts.init, None, None, false)?;
+            line = cycle(&opts.init, None, None, false, &opts.groups)?;
         }
         // Threads of a torn-down runtime may take a moment to be reaped.
         let mut last = fds_and_threads();
@@ -1019,6 +1052,151 @@ mod fault {
     pub fn at(point: Point) {
         if POINT.load(Ordering::SeqCst) == point as u8 {
             crate::common::os::signal_self(SIGNAL.load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// `--group NAME:R1,R2,...`: groups made after init by their members only. Each rank starts
+/// the groups it is a member of (in the order given, or shuffled per rank), then waits for each
+/// (in name order, or `--group-wait start` in the order started) and verifies it with an all-reduce whose result the members predict; ranks
+/// that are members of none do nothing.
+mod after_init {
+    use mcore_init::runtime::{self, GroupOptions, GroupSpec};
+    use serde_json::{json, Value};
+    use std::time::{Duration, Instant};
+
+    #[derive(Default)]
+    pub struct GroupRun {
+        pub specs: Vec<GroupSpec>,
+        /// `shuffled:SEED`: each rank shuffles its groups with SEED and its rank (`None`: as given).
+        pub order: Option<u64>,
+        pub timeout: Option<Duration>,
+        /// Test aid: this rank never calls create_group (as if it hung); its peers must fail
+        /// within the deadline, naming it.
+        pub absent: Option<u32>,
+        /// `--group-wait start`: wait for the groups in the order started, which only a backend
+        /// that creates in the background allows (the Gloo plugin); `name` (the default): in
+        /// name order, which every backend allows.
+        pub wait_in_start_order: bool,
+    }
+
+    /// `NAME:R1,R2,...` (a rank may be a range `A-B`).
+    pub fn parse_group(v: &str) -> Result<GroupSpec, String> {
+        let (name, list) = v.split_once(':').ok_or_else(|| format!("--group '{v}': expected NAME:R1,R2,..."))?;
+        let mut ranks = Vec::new();
+        for part in list.split(',') {
+            let num = |s: &str| {
+                s.trim().parse::<u32>().map_err(|_| format!("--group '{v}': '{s}' is not a rank (a number, or A-B)"))
+            };
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (num(a)?, num(b)?);
+                    if a > b {
+                        return Err(format!("--group '{v}': range '{part}' runs backwards"));
+                    }
+                    ranks.extend(a..=b);
+                }
+                None => ranks.push(num(part)?),
+            }
+        }
+        Ok(GroupSpec::new(name, ranks))
+    }
+
+    /// `given` or `shuffled:SEED`.
+    pub fn parse_order(v: &str) -> Result<Option<u64>, String> {
+        match v.split_once(':') {
+            None if v == "given" => Ok(None),
+            Some(("shuffled", seed)) => seed
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("--group-order '{v}': the seed '{seed}' is not a number")),
+            _ => Err(format!("--group-order '{v}': expected given or shuffled:SEED")),
+        }
+    }
+
+    /// `items` shuffled by a small generator seeded with `seed` (Fisher-Yates, splitmix64).
+    fn shuffle<T>(items: &mut [T], seed: u64) {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for i in (1..items.len()).rev() {
+            let j = (next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+
+    /// Start this rank's groups, wait for each (in name order, or as started), verify each (in
+    /// name order):
+    /// per group its name, ranks and seconds until ready (from the first start), in the order
+    /// started.
+    pub fn run(g: &GroupRun) -> Result<Value, String> {
+        let rank = runtime::with_runtime(|rt| rt.env.rank).map_err(|e| e.to_string())?;
+        if g.absent == Some(rank) {
+            eprintln!("mcore-selftest: rank {rank} makes no group after init (--group-absent)");
+            return Ok(json!([]));
+        }
+        let mut mine: Vec<&GroupSpec> = g.specs.iter().filter(|s| s.ranks.contains(&rank)).collect();
+        if let Some(seed) = g.order {
+            shuffle(&mut mine, seed ^ (u64::from(rank) << 32));
+        }
+        let options = GroupOptions { timeout: g.timeout, ..GroupOptions::default() };
+        let start = Instant::now();
+        let started = mine
+            .iter()
+            .map(|s| runtime::start_group(&s.name, &s.ranks, &options))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        let failed = |e: runtime::RuntimeError| {
+            format!("{e} (after init, {:.2} s after starting the groups)", start.elapsed().as_secs_f64())
+        };
+        // Creation waits in the order started (any order is safe); collectives then run in one
+        // order every member shares (by name), as collectives on several groups must.
+        let mut by_name: Vec<usize> = (0..started.len()).collect();
+        by_name.sort_by(|&a, &b| started[a].name().cmp(started[b].name()));
+        let wait_order: Vec<usize> = if g.wait_in_start_order { (0..started.len()).collect() } else { by_name.clone() };
+        let mut ready = vec![0.0; started.len()];
+        for &i in &wait_order {
+            started[i].wait().map_err(failed)?;
+            ready[i] = start.elapsed().as_secs_f64();
+        }
+        for &i in &by_name {
+            started[i].verify().map_err(failed)?;
+        }
+        for (m, ready) in started.iter().zip(ready) {
+            out.push(json!({"name": m.name(), "ranks": m.ranks(), "ready_s": ready}));
+        }
+        for m in &started {
+            runtime::destroy_group(m.name()).map_err(|e| e.to_string())?;
+        }
+        Ok(Value::Array(out))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn groups_and_orders_parse() {
+            let g = parse_group("ws:0,8,12").unwrap();
+            assert_eq!((g.name.as_str(), g.ranks), ("ws", vec![0, 8, 12]));
+            assert_eq!(parse_group("a:0-2,5").unwrap().ranks, vec![0, 1, 2, 5]);
+            assert!(parse_group("a").unwrap_err().contains("NAME:R1"));
+            assert!(parse_group("a:x").unwrap_err().contains("'x' is not a rank"));
+            assert_eq!(parse_order("shuffled:7").unwrap(), Some(7));
+            assert!(parse_order("random").is_err());
+            let mut v: Vec<u32> = (0..10).collect();
+            shuffle(&mut v, 3);
+            let mut sorted = v.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..10).collect::<Vec<_>>());
+            assert_ne!(v, sorted, "a shuffle of 10 with seed 3 moves something");
         }
     }
 }

@@ -4,24 +4,33 @@
 
 mod common;
 
-use common::cli::{is_layout_flag, layout_flag, number, Flags};
+use common::cli::{number, Flags, GridArg, GridArgs};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
-use mcore_init::topology::{layout_svg, node_placement, NodeFix, NodePlacement, PictureOptions};
+use mcore_init::topology::{grid_node_spans, grids_svg, layout_svg, node_placement, NodeFix, NodePlacement};
 use mcore_init::topology::{plan_recovery, RecoveryPlan};
-use mcore_init::topology::{Group, GroupKind, Topology, TopologyConfig};
+use mcore_init::topology::{Group, GroupKind, Membership, Topology};
+use mcore_init::topology::{PictureOptions, RankView, NODE_LOCAL_KINDS};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
 [--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
-[--local-world-size N] [--rank R] \
+[--local-world-size N] [--grid NAME:key=value,... ...] [--rank R [--all-members]] \
 [--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json] \
 [--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]] [--without-ranks R1,R2,... [--spares S1,...]]
 
 --without-ranks plans recovery (docs/recovery.md): the layout on the survivors, printed with the old -> new
-rank map and the dropped ranks; --rank and the other reports then refer to the new layout.";
+rank map and the dropped ranks; --rank and the other reports then refer to the new layout.
+
+--grid NAME:key=value,... adds a named grid (repeatable; keys as the layout flags without dashes, e.g.
+--grid rollout:tp=4,rank-offset=8,local-world-size=8); the plain layout flags describe grid 'default'.
+Every report is then given per grid, with the ranks the grids share and, with --gpus-per-node, which
+grids each node's GPUs belong to.
+
+--rank R shows R's groups without visiting the world: a group of more than 256 ranks is shown by its
+first ranks and an exact pattern (JSON: \"boxes\"); --all-members lists every member.";
 
 /// Per-rank seeds to add (`--seed`).
 struct SeedOptions {
@@ -33,8 +42,13 @@ struct SeedOptions {
 /// What the command line asks for.
 struct Options {
     world_size: u32,
-    config: TopologyConfig,
+    /// The grids, `default` (the plain layout flags) first when there is one.
+    grids: Vec<GridArg>,
+    /// Whether `--grid` was given: reports are then per grid.
+    multi: bool,
     rank: Option<u32>,
+    /// `--all-members`: list every member of the rank's groups, however many.
+    all_members: bool,
     json: bool,
     seeds: Option<SeedOptions>,
     nodes: NodeOptions,
@@ -43,8 +57,8 @@ struct Options {
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
-    let mut config = TopologyConfig::default();
-    let (mut world_size, mut rank, mut json) = (None, None, false);
+    let mut grids = GridArgs::default();
+    let (mut world_size, mut rank, mut json, mut all_members) = (None, None, false, false);
     let (mut seed, mut policy, mut dp_random_init) = (None, None, false);
     let mut flags = Flags::new(args);
     let mut nodes = NodeOptions::default();
@@ -54,6 +68,8 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "-h" | "--help" => return Ok(None),
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
+            "--all-members" if inline.is_some() => return Err("--all-members takes no value".into()),
+            "--all-members" => all_members = true,
             "--data-parallel-random-init" if inline.is_some() => {
                 return Err("--data-parallel-random-init takes no value".into())
             }
@@ -70,14 +86,17 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
             "--without-ranks" => without = Some(rank_list(flag, flags.value(flag, inline)?)?),
             "--spares" => spares = Some(rank_list(flag, flags.value(flag, inline)?)?),
-            _ if is_layout_flag(flag) => {
-                layout_flag(&mut config, flag, flags.value(flag, inline)?)?;
-            }
+            _ if grids.flag(flag, inline, &mut flags)? => {}
             _ if node_flag(&mut nodes, flag, inline, &mut flags)? => {}
             _ => return Err(format!("unknown option '{flag}'")),
         }
     }
     let world_size = world_size.ok_or("--world-size is required")?;
+    if all_members && rank.is_none() {
+        return Err("--all-members needs --rank R (the whole layout lists every member)".into());
+    }
+    let multi = grids.has_named();
+    let grids = grids.finish()?;
     let seeds = match (seed, policy, dp_random_init) {
         (Some(seed), policy, data_parallel_random_init) => {
             Some(SeedOptions { seed, policy: policy.unwrap_or(SeedPolicy::Megatron), data_parallel_random_init })
@@ -91,7 +110,10 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         (None, None) => None,
         (None, Some(_)) => return Err("--spares needs --without-ranks R1,R2,...".into()),
     };
-    Ok(Some(Options { world_size, config, rank, json, seeds, nodes, recovery }))
+    if multi && recovery.is_some() {
+        return Err("--without-ranks plans the recovery of one grid: not with --grid".into());
+    }
+    Ok(Some(Options { world_size, grids, multi, rank, all_members, json, seeds, nodes, recovery }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -139,7 +161,7 @@ fn outside_grid(t: &Topology, rank: u32) -> Option<String> {
 
 /// `{"rank", "groups": {key: {"ranks", "rank", "size"}}, "pipeline": {...}}`; for a rank outside
 /// the grid `{"rank", "in_grid": false, "groups": {}, "note"}`.
-fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
+fn rank_json(t: &Topology, rank: u32, all_members: bool) -> Result<Map<String, Value>, String> {
     if let Some(note) = outside_grid(t, rank) {
         let mut out = Map::new();
         out.insert("rank".into(), json!(rank));
@@ -151,10 +173,13 @@ fn rank_json(t: &Topology, rank: u32) -> Result<Map<String, Value>, String> {
     let view = t.rank_view(rank).map_err(|e| e.to_string())?;
     let mut groups = Map::new();
     for m in &view.groups {
-        groups.insert(
-            m.kind().key().into_owned(),
-            json!({"ranks": m.members(), "rank": m.rank, "size": m.size(), "index": m.group_index()}),
-        );
+        let boxes: Vec<Value> = m.group.boxes().iter().map(|b| json!({"base": b.base, "axes": b.axes})).collect();
+        let mut g = json!({"rank": m.rank, "size": m.size(), "index": m.group_index(), "first": m.group.first(),
+                           "last": m.group.last(), "boxes": boxes});
+        if all_members || m.size() <= LISTED_MEMBERS {
+            g["ranks"] = json!(m.members());
+        }
+        groups.insert(m.kind().key().into_owned(), g);
     }
     let p = view.pipeline;
     let first = t.is_pipeline_first_stage(rank, None).map_err(|e| e.to_string())?;
@@ -219,7 +244,22 @@ fn layout_table(t: &Topology) -> Result<String, String> {
     Ok(out)
 }
 
-fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
+/// Most members of one group `--rank` lists (more are shown by their pattern, unless
+/// `--all-members`): the one-rank view stays O(groups of the rank), whatever the world.
+const LISTED_MEMBERS: u32 = 256;
+
+/// The members of a group: all of them, or for a bigger group than [`LISTED_MEMBERS`] its first
+/// ranks, its last and its exact pattern (`[5,13,21,...,16777213] = 5+8*i (i<2097152)`).
+fn members_text(m: &Membership, all_members: bool) -> String {
+    if all_members || m.size() <= LISTED_MEMBERS {
+        return list(&m.members());
+    }
+    let head: Vec<String> = m.group.iter().take(3).map(|r| r.to_string()).collect();
+    let boxes: Vec<String> = m.group.boxes().iter().map(|b| b.to_string()).collect();
+    format!("[{},...,{}] = {}", head.join(","), m.group.last(), boxes.join(" | "))
+}
+
+fn rank_table(t: &Topology, rank: u32, all_members: bool) -> Result<String, String> {
     let mut out = summary(t);
     if let Some(note) = outside_grid(t, rank) {
         let _ = writeln!(out, "\n{note}");
@@ -229,7 +269,8 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
     let _ = writeln!(out, "\nrank {rank}\n{:<48} {:>8} {:>11}  ranks", "kind", "group", "rank/size");
     for m in &view.groups {
         let rs = format!("{}/{}", m.rank, m.size());
-        let _ = writeln!(out, "{:<48} {:>8} {:>11}  {}", m.kind().key(), m.group_index(), rs, list(&m.members()));
+        let members = members_text(m, all_members);
+        let _ = writeln!(out, "{:<48} {:>8} {:>11}  {members}", m.kind().key(), m.group_index(), rs);
     }
     let p = view.pipeline;
     let _ = writeln!(
@@ -244,12 +285,13 @@ fn rank_table(t: &Topology, rank: u32) -> Result<String, String> {
 /// instead of exhausting memory.
 const MAX_LISTED_RANKS: u64 = 1 << 27;
 
-fn check_output_size(t: &Topology, rank: Option<u32>) -> Result<(), String> {
+fn check_output_size(t: &Topology, rank: Option<u32>, all_members: bool) -> Result<(), String> {
     let listed: u64 = match rank {
         Some(r) if outside_grid(t, r).is_some() => 0,
         Some(r) => {
             let view = t.rank_view(r).map_err(|e| e.to_string())?;
-            view.groups.iter().map(|m| u64::from(m.size())).sum()
+            let shown = |m: &Membership| if all_members { m.size() } else { m.size().min(LISTED_MEMBERS) };
+            view.groups.iter().map(|m| u64::from(shown(m))).sum()
         }
         None => u64::from(t.world_size()) * t.kinds().len() as u64,
     };
@@ -266,58 +308,233 @@ fn run(args: &[String]) -> Result<String, String> {
     let Some(opts) = parse_args(args)? else {
         return Ok(format!("{USAGE}\n"));
     };
-    let t = Topology::new(opts.config, opts.world_size).map_err(|e| e.to_string())?;
+    if opts.multi {
+        return run_grids(&opts);
+    }
+    let grid = &opts.grids[0];
+    let t = Topology::new(grid.config.clone(), opts.world_size).map_err(|e| e.to_string())?;
     let plan = match &opts.recovery {
         Some((failed, spares)) => Some(plan_recovery(&t, failed, spares).map_err(|e| e.to_string())?),
         None => None,
     };
     let t = plan.as_ref().map_or(t, |p| p.topology.clone());
-    check_output_size(&t, opts.rank)?;
-    let placement = node_report(&t, &opts.nodes, opts.rank)?;
-    let seeds = match &opts.seeds {
-        Some(s) => Some(rng_seeds(&t, opts.rank, s)?),
-        None => None,
-    };
+    check_output_size(&t, opts.rank, opts.all_members)?;
+    if let Some(path) = &opts.nodes.svg {
+        write_svg(path, &layout_svg(&t, &picture_options(&opts)).map_err(|e| format!("--svg: {e}"))?)?;
+    }
+    let report = grid_report(&t, "", &opts)?;
     if opts.json {
-        let mut obj = match opts.rank {
-            Some(r) => rank_json(&t, r)?,
-            None => layout_json(&t)?,
-        };
-        if let Some(seeds) = seeds {
-            let list: Vec<Value> = seeds
-                .into_iter()
-                .map(|(rank, streams)| {
-                    let streams: Map<String, Value> = streams.into_iter().map(|(n, s)| (n, json!(s))).collect();
-                    json!({"rank": rank, "streams": streams})
-                })
-                .collect();
-            obj.insert("rng".into(), Value::Array(list));
-        }
-        if let Some(p) = &placement {
-            obj.insert("nodes".into(), placement_json(p));
-        }
+        let mut obj = report.json;
         if let Some(p) = &plan {
             recovery_json(p, &mut obj);
         }
         return Ok(format!("{}\n", Value::Object(obj)));
     }
     let mut out = plan.as_ref().map(recovery_table).unwrap_or_default();
-    out.push_str(&match opts.rank {
-        Some(r) => rank_table(&t, r)?,
-        None => layout_table(&t)?,
-    });
+    out.push_str(&report.text);
+    Ok(out)
+}
+
+/// One grid's reports: the layout or the rank's view, the seeds and the node placement.
+struct GridReport {
+    text: String,
+    json: Map<String, Value>,
+}
+
+/// The reports of grid `t` (`name` prefixes its errors when there are several grids).
+fn grid_report(t: &Topology, name: &str, opts: &Options) -> Result<GridReport, String> {
+    let placement = node_report(t, name, &opts.nodes, opts.rank)?;
+    let seeds = match &opts.seeds {
+        Some(s) => Some(rng_seeds(t, opts.rank, s).map_err(|e| format!("{name}{e}"))?),
+        None => None,
+    };
+    let mut json = match opts.rank {
+        Some(r) => rank_json(t, r, opts.all_members)?,
+        None => layout_json(t)?,
+    };
+    let mut text = match opts.rank {
+        Some(r) => rank_table(t, r, opts.all_members)?,
+        None => layout_table(t)?,
+    };
     if let Some(seeds) = seeds {
         let policy = &opts.seeds.as_ref().expect("seeds were asked for").policy;
-        let _ = writeln!(out, "\nRNG seeds (policy {policy}):");
-        for (rank, streams) in seeds {
-            let text: Vec<String> = streams.iter().map(|(n, s)| format!("{n}={s}")).collect();
-            let _ = writeln!(out, "  rank {rank:>6}: {}", text.join(" "));
+        let _ = writeln!(text, "\nRNG seeds (policy {policy}):");
+        for (rank, streams) in &seeds {
+            let line: Vec<String> = streams.iter().map(|(n, s)| format!("{n}={s}")).collect();
+            let _ = writeln!(text, "  rank {rank:>6}: {}", line.join(" "));
         }
+        let list: Vec<Value> = seeds
+            .into_iter()
+            .map(|(rank, streams)| {
+                let streams: Map<String, Value> = streams.into_iter().map(|(n, s)| (n, json!(s))).collect();
+                json!({"rank": rank, "streams": streams})
+            })
+            .collect();
+        json.insert("rng".into(), Value::Array(list));
     }
-    if let Some(p) = &placement {
-        out.push_str(&placement_table(p));
+    match &placement {
+        Some(Placement::Layout(p)) => {
+            text.push_str(&placement_table(p));
+            json.insert("nodes".into(), placement_json(p));
+        }
+        Some(Placement::Rank(p)) => {
+            text.push_str(&rank_placement_table(p));
+            json.insert("nodes".into(), rank_placement_json(p));
+        }
+        None => {}
+    }
+    Ok(GridReport { text, json })
+}
+
+fn picture_options(opts: &Options) -> PictureOptions {
+    PictureOptions {
+        gpus_per_node: opts.nodes.gpus_per_node.unwrap_or(8),
+        color_by: opts.nodes.color_by.unwrap_or(GroupKind::TensorModelParallel),
+        rank: opts.rank,
+    }
+}
+
+fn write_svg(path: &str, svg: &str) -> Result<(), String> {
+    std::fs::write(path, svg).map_err(|e| format!("--svg: cannot write '{path}': {e}"))
+}
+
+/// The grids of `--grid` (and `default`), each in the world of `--world-size`.
+fn build_grids(opts: &Options) -> Result<Vec<(String, Topology)>, String> {
+    let mut out = Vec::with_capacity(opts.grids.len());
+    for g in &opts.grids {
+        let t = Topology::new(g.config.clone(), opts.world_size).map_err(|e| format!("grid {}: {e}", g.name))?;
+        let end = u64::from(t.rank_offset()) + u64::from(t.world_size());
+        if end > u64::from(opts.world_size) {
+            return Err(format!(
+                "grid {}: covers ranks {}..{} but the world has {} ranks (give local-world-size=N for a grid on \
+                 part of the world)",
+                g.name,
+                t.rank_offset(),
+                end - 1,
+                opts.world_size
+            ));
+        }
+        out.push((g.name.clone(), t));
     }
     Ok(out)
+}
+
+/// Ranks `first..=last` that two grids share, if any.
+fn shared_ranks(a: &Topology, b: &Topology) -> Option<(u32, u32)> {
+    let end = |t: &Topology| u64::from(t.rank_offset()) + u64::from(t.world_size());
+    let first = a.rank_offset().max(b.rank_offset());
+    let last = end(a).min(end(b));
+    (u64::from(first) < last).then(|| (first, (last - 1) as u32))
+}
+
+/// Ranks of the world in no grid, as `first..=last` runs (at most one more than the grids).
+fn ranks_in_no_grid(grids: &[(String, Topology)], world: u32) -> Vec<(u32, u32)> {
+    let mut windows: Vec<(u64, u64)> = grids
+        .iter()
+        .map(|(_, t)| (u64::from(t.rank_offset()), u64::from(t.rank_offset()) + u64::from(t.world_size())))
+        .collect();
+    windows.sort_unstable();
+    let (mut next, mut out) = (0u64, Vec::new());
+    for (a, b) in windows {
+        if a > next {
+            out.push((next as u32, (a - 1) as u32));
+        }
+        next = next.max(b);
+    }
+    if next < u64::from(world) {
+        out.push((next as u32, world - 1));
+    }
+    out
+}
+
+/// `mcore-topo --grid ...`: every report per grid, then what the grids share.
+fn run_grids(opts: &Options) -> Result<String, String> {
+    let grids = build_grids(opts)?;
+    if let Some(r) = opts.rank {
+        if r >= opts.world_size {
+            return Err(format!("--rank {r}: the world has ranks 0..{}", opts.world_size - 1));
+        }
+    }
+    for (name, t) in &grids {
+        check_output_size(t, opts.rank, opts.all_members).map_err(|e| format!("grid {name}: {e}"))?;
+    }
+    if let Some(path) = &opts.nodes.svg {
+        let named: Vec<(&str, &Topology)> = grids.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        write_svg(path, &grids_svg(&named, &picture_options(opts)).map_err(|e| format!("--svg: {e}"))?)?;
+    }
+    let names: Vec<String> = grids.iter().map(|(n, _)| n.clone()).collect();
+    let mut text = format!("world size {}: {} grids ({})\n", opts.world_size, grids.len(), names.join(", "));
+    let mut json_grids = Vec::with_capacity(grids.len());
+    for (name, t) in &grids {
+        let report = grid_report(t, &format!("grid {name}: "), opts)?;
+        let _ = write!(text, "\n== grid {name}: ");
+        text.push_str(&report.text);
+        let mut obj = Map::new();
+        obj.insert("name".into(), json!(name));
+        obj.extend(report.json);
+        json_grids.push(Value::Object(obj));
+    }
+    // What the grids share: ranks (the same GPUs), ranks in no grid, nodes.
+    let _ = writeln!(text, "\nranks shared by grids:");
+    let mut shared_json = Vec::new();
+    for (i, (a, ta)) in grids.iter().enumerate() {
+        for (b, tb) in &grids[i + 1..] {
+            if let Some((first, last)) = shared_ranks(ta, tb) {
+                let n = u64::from(last) - u64::from(first) + 1;
+                let _ = writeln!(text, "  {a} & {b}: ranks {first}..{last} ({n} ranks on the same GPUs)");
+                shared_json.push(json!({"grids": [a, b], "first": first, "last": last, "count": n}));
+            }
+        }
+    }
+    if shared_json.is_empty() {
+        let _ = writeln!(text, "  none (the grids are side by side)");
+    }
+    let idle = ranks_in_no_grid(&grids, opts.world_size);
+    for (first, last) in &idle {
+        let _ = writeln!(text, "ranks in no grid: {first}..{last}");
+    }
+    let mut obj = Map::new();
+    obj.insert("world_size".into(), json!(opts.world_size));
+    obj.insert("grids".into(), Value::Array(json_grids));
+    obj.insert("shared_ranks".into(), Value::Array(shared_json));
+    let idle: Vec<Value> = idle.iter().map(|(a, b)| json!({"first": a, "last": b})).collect();
+    obj.insert("ranks_in_no_grid".into(), Value::Array(idle));
+    if let Some(r) = opts.rank {
+        let holding: Vec<&str> = grids.iter().filter(|(_, t)| t.in_grid(r)).map(|(n, _)| n.as_str()).collect();
+        let what = if holding.is_empty() { "no grid".to_string() } else { holding.join(", ") };
+        let _ = writeln!(text, "rank {r} is in: {what}");
+        obj.insert("rank".into(), json!(r));
+        obj.insert("rank_grids".into(), json!(holding));
+    }
+    if let Some(gpn) = opts.nodes.gpus_per_node {
+        let topologies: Vec<&Topology> = grids.iter().map(|(_, t)| t).collect();
+        let spans = grid_node_spans(&topologies, gpn).map_err(|e| format!("--gpus-per-node {gpn}: {e}"))?;
+        let _ = writeln!(text, "\nnodes of {gpn} GPUs and the grids on them:");
+        for s in &spans {
+            let _ = writeln!(text, "  {}", s.describe(&names));
+        }
+        let spans_json: Vec<Value> = spans
+            .iter()
+            .map(|s| {
+                let g: Vec<&str> = s.grids.iter().map(|&i| names[i].as_str()).collect();
+                json!({"first": s.first, "last": s.last, "grids": g, "shared": s.shared})
+            })
+            .collect();
+        let mut nodes = json!({"gpus_per_node": gpn, "spans": spans_json});
+        if let Some(r) = opts.rank {
+            let node = u64::from(r / gpn);
+            let span = spans.iter().find(|s| s.first <= node && node <= s.last).expect("spans cover the world");
+            let g: Vec<&str> = span.grids.iter().map(|&i| names[i].as_str()).collect();
+            let what = if g.is_empty() { "no grid".to_string() } else { g.join(", ") };
+            let _ = writeln!(text, "rank {r} is on node {node}, whose GPUs belong to: {what}");
+            nodes["rank_node"] = json!({"node": node, "grids": g});
+        }
+        obj.insert("nodes".into(), nodes);
+    }
+    if opts.json {
+        return Ok(format!("{}\n", Value::Object(obj)));
+    }
+    Ok(text)
 }
 
 /// One rank's named stream seeds, `default` first.
@@ -410,29 +627,94 @@ fn node_flag<'a>(
     Ok(true)
 }
 
-/// Node placement (warnings on stderr, errors with `--strict`) and the picture (`--svg`).
-fn node_report(t: &Topology, n: &NodeOptions, rank: Option<u32>) -> Result<Option<NodePlacement>, String> {
-    if let Some(path) = &n.svg {
-        let pic = PictureOptions {
-            gpus_per_node: n.gpus_per_node.unwrap_or(8),
-            color_by: n.color_by.unwrap_or(GroupKind::TensorModelParallel),
-            rank,
-        };
-        let svg = layout_svg(t, &pic).map_err(|e| format!("--svg: {e}"))?;
-        std::fs::write(path, svg).map_err(|e| format!("--svg: cannot write '{path}': {e}"))?;
-    }
+/// Where a grid's groups sit on nodes: every group of the layout, or one rank's groups.
+enum Placement {
+    Layout(NodePlacement),
+    Rank(RankPlacement),
+}
+
+/// The nodes of one rank's groups (`--rank R --gpus-per-node N`): O(groups of the rank).
+struct RankPlacement {
+    gpus_per_node: u32,
+    rank: u32,
+    /// `None`: the rank is outside the grid.
+    groups: Option<Vec<(GroupKind, u64, u64)>>,
+    warnings: Vec<String>,
+}
+
+/// Node placement (warnings on stderr, errors with `--strict`); `prefix` names the grid.
+fn node_report(t: &Topology, prefix: &str, n: &NodeOptions, rank: Option<u32>) -> Result<Option<Placement>, String> {
     let Some(gpn) = n.gpus_per_node else {
         return Ok(None);
     };
-    let p = node_placement(t, gpn).map_err(|e| format!("--gpus-per-node {gpn}: {e}"))?;
-    if n.strict && !p.warnings.is_empty() {
-        let all: Vec<&str> = p.warnings.iter().map(|w| w.message.as_str()).collect();
-        return Err(format!("--strict: {}", all.join(" | ")));
+    let (placement, warnings) = match rank {
+        Some(r) => {
+            let p = rank_placement(t, r, gpn)?;
+            let w = p.warnings.clone();
+            (Placement::Rank(p), w)
+        }
+        None => {
+            let p = node_placement(t, gpn).map_err(|e| format!("{prefix}--gpus-per-node {gpn}: {e}"))?;
+            let w = p.warnings.iter().map(|w| w.message.clone()).collect();
+            (Placement::Layout(p), w)
+        }
+    };
+    if n.strict && !warnings.is_empty() {
+        return Err(format!("--strict: {prefix}{}", warnings.join(" | ")));
     }
-    for w in &p.warnings {
-        eprintln!("mcore-topo: warning: {}", w.message);
+    for w in &warnings {
+        eprintln!("mcore-topo: warning: {prefix}{w}");
     }
-    Ok(Some(p))
+    Ok(Some(placement))
+}
+
+/// The first and last node of each of `rank`'s groups, and a warning for each node-local kind
+/// whose group crosses nodes.
+fn rank_placement(t: &Topology, rank: u32, gpn: u32) -> Result<RankPlacement, String> {
+    let mut p = RankPlacement { gpus_per_node: gpn, rank, groups: None, warnings: Vec::new() };
+    if outside_grid(t, rank).is_some() {
+        return Ok(p);
+    }
+    let view: RankView = t.rank_view(rank).map_err(|e| e.to_string())?;
+    let mut groups = Vec::with_capacity(view.groups.len());
+    for m in &view.groups {
+        let (first, last) = (u64::from(m.group.first() / gpn), u64::from(m.group.last() / gpn));
+        if first != last && NODE_LOCAL_KINDS.contains(&m.kind()) {
+            p.warnings.push(format!(
+                "{}: rank {rank}'s group {} ({} ranks) spans nodes {first}..{last} of {gpn} GPUs",
+                m.kind(),
+                m.group_index(),
+                m.size()
+            ));
+        }
+        groups.push((m.kind(), first, last));
+    }
+    p.groups = Some(groups);
+    Ok(p)
+}
+
+fn rank_placement_table(p: &RankPlacement) -> String {
+    let node = p.rank / p.gpus_per_node;
+    let mut out = format!("\nnodes of {} GPUs: rank {} is on node {node}\n", p.gpus_per_node, p.rank);
+    let Some(groups) = &p.groups else {
+        return out;
+    };
+    let _ = writeln!(out, "{:<48} {:>12}", "kind", "nodes");
+    for (kind, first, last) in groups {
+        let nodes = if first == last { first.to_string() } else { format!("{first}..{last}") };
+        let _ = writeln!(out, "{:<48} {:>12}", kind.key(), nodes);
+    }
+    out
+}
+
+fn rank_placement_json(p: &RankPlacement) -> Value {
+    let groups: Option<Map<String, Value>> = p.groups.as_ref().map(|g| {
+        g.iter()
+            .map(|(k, a, b)| (k.key().into_owned(), json!({"first_node": a, "last_node": b, "nodes": b - a + 1})))
+            .collect()
+    });
+    json!({"gpus_per_node": p.gpus_per_node, "node": p.rank / p.gpus_per_node, "groups": groups,
+           "warnings": p.warnings})
 }
 
 fn placement_json(p: &NodePlacement) -> Value {

@@ -13,6 +13,7 @@ pub mod grid_args;
 pub mod grids;
 mod handle;
 pub mod megatron;
+pub mod member_groups;
 pub mod recovery;
 pub mod rng;
 pub mod runtime;

@@ -55,7 +55,8 @@ pub struct mcore_init_args {
     /// A file of per-group communicator options in Megatron-Core's NCCL communicator config
     /// format (`--nccl-communicator-config-path`): YAML mapping Megatron's group names (`tp`,
     /// `dp_cp`, ...) or group kinds to `cga_cluster_size`, `min_ctas`, `max_ctas`, `net_name`,
-    /// `split_share`. NULL = none.
+    /// `split_share`, any other `ncclConfig_t` field by its snake_case name (`traffic_class`,
+    /// `comm_name`, ...) and `strict` (docs/backends.md, NCCL config fields). NULL = none.
     pub comm_config_path: *const c_char,
     /// The same format as text, e.g. "tp: {max_ctas: 8}\ndp: {net_name: Socket}"; its entries
     /// replace the file's. NULL = none.

@@ -461,6 +461,8 @@ fn assemble(
             total,
         },
         backend_name: layout.backend.name().to_string(),
+        backend: layout.backend.clone(),
+        member_groups: super::member_registry::MemberGroups::default(),
         strategy: layout.strategy,
         env,
         grids: layout.grids,
@@ -475,7 +477,6 @@ fn assemble(
         attempt: opened.attempt,
         health_checks: AtomicU64::new(0),
         liveness: opened.liveness,
-        factory: layout.backend.clone(),
         resumes: Mutex::new(HashMap::new()),
     }
 }

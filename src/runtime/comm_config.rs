@@ -4,10 +4,15 @@
 //!
 //! Megatron keys its file by short process-group names (`tp`, `dp_cp`, `ep_dp`, ...); our group
 //! kind keys (`tensor_model_parallel`, ...) are accepted too. Options: `cga_cluster_size`,
-//! `min_ctas`, `max_ctas`, `net_name` (Megatron's four) and `split_share` (NCCL's `splitShare`).
+//! `min_ctas`, `max_ctas`, `net_name` (Megatron's four), `split_share` (NCCL's `splitShare`),
+//! every other `ncclConfig_t` field by the snake_case of its name (`traffic_class`, `comm_name`,
+//! `max_p2p_peers`, ...: `backend::nccl::config::CONFIG_FIELDS`, each with the NCCL version that
+//! has it), and `strict` (a field newer than the loaded NCCL is then an error, not a warning).
 //! Megatron's `is_high_priority_stream` is a torch stream setting with no communicator
 //! equivalent: it is accepted and ignored.
 
+use crate::backend::nccl::config::{config_field, FieldKind, CONFIG_FIELDS};
+use crate::backend::options::OptionValue;
 pub use crate::backend::CommOptions;
 use crate::quote::{clip, quoted};
 use crate::topology::GroupKind;
@@ -295,14 +300,39 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
                         .ok_or_else(|| format!("{at}: split_share must be true or false, got {}", describe(value)))?,
                 )
             }
+            "strict" => {
+                o.strict = Some(
+                    value
+                        .as_bool()
+                        .ok_or_else(|| format!("{at}: strict must be true or false, got {}", describe(value)))?,
+                )
+            }
             // A torch stream priority (Megatron passes it to ProcessGroupNCCL.Options): no
             // communicator option corresponds; the caller chooses its streams' priorities.
             "is_high_priority_stream" => {}
             other => {
-                return Err(format!(
-                    "{at}: unknown option {} (expected cga_cluster_size, min_ctas, max_ctas, net_name, split_share)",
-                    quoted(other)
-                ))
+                let field = config_field(other).ok_or_else(|| {
+                    let keys: Vec<&str> = CONFIG_FIELDS.iter().map(|f| f.key).collect();
+                    format!("{at}: unknown option {} (expected one of {}, strict)", quoted(other), keys.join(", "))
+                })?;
+                let v = match field.kind {
+                    FieldKind::Int => OptionValue::Int(int()?),
+                    FieldKind::Bool => match (value.as_bool(), value.as_i64()) {
+                        (Some(b), _) => OptionValue::Bool(b),
+                        (None, Some(i @ (0 | 1))) => OptionValue::Bool(i == 1),
+                        _ => return Err(format!("{at}: {other} must be true or false, got {}", describe(value))),
+                    },
+                    FieldKind::Text => OptionValue::Text(
+                        value
+                            .as_str()
+                            .filter(|t| !t.is_empty())
+                            .ok_or_else(|| {
+                                format!("{at}: {other} must be a non-empty string, got {}", describe(value))
+                            })?
+                            .to_string(),
+                    ),
+                };
+                o.more.insert(other.to_string(), v);
             }
         }
     }
@@ -354,6 +384,38 @@ tensor_and_data_parallel:
         assert_eq!(c.options_for(k("tensor_and_data_parallel")).split_share, Some(true));
         // dp does not configure dp_cp: Megatron configures them separately.
         assert!(c.options_for(k("data_parallel_with_cp")).is_default());
+    }
+
+    #[test]
+    fn every_nccl_config_field_is_accepted_next_to_megatrons_keys() {
+        let mut c = CommConfig::default();
+        c.add_yaml(
+            "dp: {max_ctas: 4, traffic_class: 3, comm_name: grads, collnet_enable: true, nvls_host_mode: 1, strict: true}\n\
+             tp: {shrink_share: 0, graph_stream_ordering: 1, cga_cluster_size: 2}\n",
+            "cfg.yaml",
+        )
+        .unwrap();
+        let dp = c.options_for(k("data_parallel"));
+        assert_eq!(dp.max_ctas, Some(4));
+        assert_eq!(dp.more.get("traffic_class"), Some(&OptionValue::Int(3)));
+        assert_eq!(dp.more.get("comm_name"), Some(&OptionValue::Text("grads".into())));
+        assert_eq!(dp.more.get("collnet_enable"), Some(&OptionValue::Bool(true)));
+        assert_eq!(dp.more.get("nvls_host_mode"), Some(&OptionValue::Int(1)));
+        assert_eq!(dp.strict, Some(true));
+        let tp = c.options_for(k("tensor_model_parallel"));
+        assert_eq!(tp.more.get("shrink_share"), Some(&OptionValue::Bool(false)));
+        assert_eq!(tp.cga_cluster_size, Some(2));
+        assert!(c.fingerprint().contains("traffic_class=3"), "{}", c.fingerprint());
+        // Every key of the table parses.
+        for f in &CONFIG_FIELDS {
+            let v = match f.kind {
+                FieldKind::Int => "1",
+                FieldKind::Bool => "true",
+                FieldKind::Text => "x",
+            };
+            let mut one = CommConfig::default();
+            one.add_yaml(&format!("pp: {{{}: {v}}}", f.key), "one.yaml").unwrap_or_else(|e| panic!("{}: {e}", f.key));
+        }
     }
 
     #[test]
@@ -413,6 +475,10 @@ tensor_and_data_parallel:
         assert!(err("tq: {max_ctas: 4}").contains("'tq' is neither a group kind"));
         assert!(err("tp: {max_ctas: four}").contains("cfg.yaml: tp: max_ctas must be an integer, got 'four'"));
         assert!(err("tp: {maxctas: 4}").contains("unknown option 'maxctas'"));
+        assert!(err("tp: {traffic_class: high}").contains("tp: traffic_class must be an integer, got 'high'"));
+        assert!(err("tp: {collnet_enable: 2}").contains("collnet_enable must be true or false, got 2"));
+        assert!(err("tp: {comm_name: ''}").contains("comm_name must be a non-empty string"));
+        assert!(err("tp: {strict: yes please}").contains("strict must be true or false"));
         assert!(err("tp: [1, 2]").contains("expected a mapping of options, got a list"));
         assert!(err("- tp").contains("expected a mapping from group name"));
         assert!(err("tp: {max_ctas: 4").contains("not valid YAML"));

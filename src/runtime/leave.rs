@@ -118,9 +118,11 @@ pub(super) const ENDED_KEY: &str = "ended";
 pub(super) fn destroy() -> Result<bool, RuntimeError> {
     let (mut claim, state) = claim_runtime(DESTROYING)?;
     let Some((_, runtime)) = state else { return Ok(claim.take_kept().map(|kept| kept.release()).is_some()) };
-    let Runtime { groups, world, base, store, env, timeout, liveness, .. } = runtime;
-    // Communicators first (groups, then the world they were split from): their last
-    // collectives completed on every member before anyone announces leaving.
+    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, .. } = runtime;
+    // Communicators first (groups made after init, the layout's groups, then the world they
+    // were split from): their last collectives completed on every member before anyone
+    // announces leaving.
+    drop(member_groups);
     drop(groups);
     drop(world);
     let _ = base.set(ENDED_KEY, b"1");

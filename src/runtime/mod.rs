@@ -15,6 +15,8 @@ mod init;
 mod init_args;
 mod leave;
 pub mod liveness;
+pub mod member_groups;
+mod member_registry;
 mod pending;
 mod pg_collection;
 mod plan;
@@ -34,6 +36,10 @@ pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runti
 pub use init_args::{
     default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,
     DEFAULT_INIT_TIMEOUT,
+};
+pub use member_groups::{
+    create_group, create_groups, destroy_group, member_group, member_group_names, start_group, GroupOptions, GroupSpec,
+    MemberGroup,
 };
 pub use pg_collection::{PgSource, PG_COLLECTION_FIELDS};
 pub use plan::{plan_for, Grid};

@@ -8,6 +8,7 @@ use super::groups::{LiveGroup, PlanKind, SharedComm};
 use super::host::HostInfo;
 use super::init_args::InitArgs;
 use super::liveness::Liveness;
+use super::member_registry::MemberGroups;
 use super::plan::Grid;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommFactory};
@@ -61,8 +62,10 @@ pub struct Runtime {
     pub(super) liveness: Option<Liveness>,
     /// Health checks run so far (each uses its own generation of store keys).
     pub(super) health_checks: AtomicU64,
-    /// The backend that created the communicators (recreate mode creates them again with it).
-    pub(super) factory: Arc<dyn CommFactory>,
+    /// The backend, which makes the groups made after init (see [`super::member_groups`]).
+    pub(super) backend: Arc<dyn CommFactory>,
+    /// This rank's groups made after init.
+    pub(super) member_groups: MemberGroups,
     /// Recreate-mode resumes so far, per communicator name (each uses its own store keys).
     pub(super) resumes: Mutex<HashMap<String, u64>>,
 }

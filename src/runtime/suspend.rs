@@ -280,7 +280,7 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
         report.communicators.push(transition(g, kinds, SuspendMode::Native, memory, t));
     }
     let t = Instant::now();
-    let made = if rt.factory.creates_together() && released.len() > 1 {
+    let made = if rt.backend.creates_together() && released.len() > 1 {
         recreate_together(rt, &released, deadline)?
     } else {
         released.iter().map(|(g, kinds)| recreate(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?
@@ -376,7 +376,7 @@ fn recreate(
     deadline: Instant,
 ) -> Result<Box<dyn Communicator>, RuntimeError> {
     let (info, options, store) = prepare(rt, g, kinds, deadline)?;
-    let made = rt.factory.create_group(&info, &options, store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
+    let made = rt.backend.create_group(&info, &options, store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
     made.map_err(|e| explained(g, kinds, store.as_ref(), e))
 }
 
@@ -388,7 +388,7 @@ fn recreate_together(
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
     let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|(i, o, s)| (i, o, s.clone())).collect();
-    let mut made = rt.factory.create_groups_together(&requests).map_err(|(i, e)| {
+    let mut made = rt.backend.create_groups_together(&requests).map_err(|(i, e)| {
         let (g, kinds) = &released[i.min(released.len() - 1)];
         explained(g, kinds, prepared[i.min(prepared.len() - 1)].2.as_ref(), e)
     })?;
@@ -398,7 +398,7 @@ fn recreate_together(
             CommErrorKind::Backend,
             format!(
                 "backend '{}' returned {} communicators for {} groups",
-                rt.factory.name(),
+                rt.backend.name(),
                 made.len(),
                 released.len()
             ),

@@ -67,6 +67,80 @@ impl Grid {
     }
 }
 
+impl Grid {
+    /// The enumeration positions `start .. start + len` as boxes: each fixes the digits of the
+    /// slower axes, runs one axis over a range of its digits and the faster axes over all of
+    /// theirs. At most two boxes per axis, ascending.
+    fn boxes(&self) -> Vec<RankBox> {
+        let axes = self.axes();
+        let n = axes.len();
+        // prefix[k]: positions in one full box of the first k axes.
+        let mut prefix = vec![1u64; n + 1];
+        for k in 0..n {
+            prefix[k + 1] = prefix[k] * axes[k].1;
+        }
+        let (mut lo, hi) = (self.start, self.start + self.len);
+        let mut out = Vec::new();
+        while lo < hi {
+            let mut k = 0;
+            while k < n && lo % prefix[k + 1] == 0 && lo + prefix[k + 1] <= hi {
+                k += 1;
+            }
+            let run = if k < n { (axes[k].1 - (lo / prefix[k]) % axes[k].1).min((hi - lo) / prefix[k]) } else { 1 };
+            let mut b = RankBox { base: self.at_box(lo) as u32, axes: Vec::with_capacity(k + 1) };
+            b.axes.extend(axes[..k].iter().map(|&(s, c)| (s as u32, c as u32)));
+            if k < n && run > 1 {
+                b.axes.push((axes[k].0 as u32, run as u32));
+            }
+            out.push(b);
+            lo += run * prefix[k];
+        }
+        out
+    }
+}
+
+/// A compact, exact description of some ranks: `base + sum(m_k * stride_k)` for every `m_k <
+/// count_k` (axes in ascending stride order, the first fastest). A group's members are the
+/// union of a few such boxes ([`Group::boxes`]), whatever the group's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankBox {
+    /// The first (smallest) rank of the box.
+    pub base: u32,
+    /// `(stride, count)` per axis; no axis for a single rank.
+    pub axes: Vec<(u32, u32)>,
+}
+
+impl RankBox {
+    /// Number of ranks in the box.
+    pub fn len(&self) -> u64 {
+        self.axes.iter().map(|&(_, c)| u64::from(c)).product()
+    }
+
+    /// Never true: a box holds at least its base.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// `5+64*i (i<262144)`, `5+i+64*j (i<8, j<4096)`, `7` for one rank.
+impl std::fmt::Display for RankBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const VARS: [char; 6] = ['i', 'j', 'k', 'l', 'm', 'n'];
+        write!(f, "{}", self.base)?;
+        for (v, &(stride, _)) in VARS.iter().zip(&self.axes) {
+            match stride {
+                1 => write!(f, "+{v}")?,
+                s => write!(f, "+{s}*{v}")?,
+            }
+        }
+        if !self.axes.is_empty() {
+            let bounds: Vec<String> = VARS.iter().zip(&self.axes).map(|(v, &(_, c))| format!("{v}<{c}")).collect();
+            write!(f, " ({})", bounds.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Shape {
     Grid(Grid),
@@ -146,6 +220,16 @@ impl Group {
         let mut v = Vec::with_capacity(self.len() as usize);
         v.extend(self.iter());
         v
+    }
+
+    /// The members as a few boxes (ascending, see [`RankBox`]): O(1) in the group's size (at
+    /// most two boxes per axis of the layout; one box per member only for a custom embedding
+    /// group, which has at most a pipeline's ranks).
+    pub fn boxes(&self) -> Vec<RankBox> {
+        match &self.shape {
+            Shape::Grid(g) => g.boxes(),
+            Shape::List(l) => l.iter().map(|&r| RankBox { base: r, axes: Vec::new() }).collect(),
+        }
     }
 
     /// Iterate over the members in communicator order without allocating.
@@ -250,5 +334,41 @@ mod tests {
             assert_eq!(grp.rank_of(r), None, "{r}");
         }
         assert_eq!(grp.member(3), None);
+        // The same window as boxes: {6}, then {12, 13}.
+        let boxes = grp.boxes();
+        assert_eq!(boxes, vec![RankBox { base: 6, axes: vec![] }, RankBox { base: 12, axes: vec![(1, 2)] }]);
+        assert_eq!((boxes[0].to_string(), boxes[1].to_string()), ("6".to_string(), "12+i (i<2)".to_string()));
+    }
+
+    /// Every window of a three-axis box: the boxes hold exactly the members, in order, and
+    /// there are at most two per axis.
+    #[test]
+    fn boxes_are_exact_for_every_window() {
+        let mut whole = Grid::new(3);
+        whole.push_axis(2, 3);
+        whole.push_axis(10, 2);
+        whole.push_axis(100, 4);
+        for start in 0..24 {
+            for len in 1..=24 - start {
+                let g = grid_group(Grid { start, len, ..whole.clone() });
+                let boxes = g.boxes();
+                assert!(boxes.len() <= 6, "{start}+{len}: {boxes:?}");
+                let mut from_boxes = Vec::new();
+                for b in &boxes {
+                    let box_group = {
+                        let mut bg = Grid::new(u64::from(b.base));
+                        for &(s, c) in &b.axes {
+                            bg.push_axis(u64::from(s), u64::from(c));
+                        }
+                        grid_group(bg)
+                    };
+                    assert_eq!(box_group.len() as u64, b.len());
+                    from_boxes.extend(box_group.members());
+                }
+                assert_eq!(from_boxes, g.members(), "window {start}+{len}: {boxes:?}");
+            }
+        }
+        let b = RankBox { base: 5, axes: vec![(1, 8), (64, 4096)] };
+        assert_eq!(b.to_string(), "5+i+64*j (i<8, j<4096)");
     }
 }

@@ -550,14 +550,16 @@ impl Topology {
         self.local_in_grid(rank)?;
         let m = self.membership(GroupKind::PipelineModelParallel, rank)?.expect("every rank has a pipeline");
         let size = m.size();
-        let at = |i: u32| m.group.member(i).expect("stage in range");
+        let at = |i: u64| m.group.member(i as u32).expect("stage in range");
+        // In u64: with 2^32 - 1 stages, rank + size overflows u32.
+        let (stage, stages) = (u64::from(m.rank), u64::from(size));
         Ok(PipelineView {
             rank: m.rank,
             size,
             first: at(0),
-            last: at(size - 1),
-            next: at((m.rank + 1) % size),
-            prev: at((m.rank + size - 1) % size),
+            last: at(stages - 1),
+            next: at((stage + 1) % stages),
+            prev: at((stage + stages - 1) % stages),
         })
     }
 

@@ -26,13 +26,14 @@ mod validate;
 
 pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
 pub use error::{TopologyError, TopologyErrorKind};
-pub use group::{Group, Members};
+pub use group::{Group, Members, RankBox};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
 pub use nodes::{
-    node_placement, KindPlacement, NodeFix, NodePlacement, NodeWarning, MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
+    grid_node_spans, node_placement, KindPlacement, NodeFix, NodePlacement, NodeSpan, NodeWarning,
+    MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
 };
-pub use picture::{layout_svg, PictureOptions, MAX_PICTURE_RANKS, PALETTE};
+pub use picture::{grids_svg, layout_svg, PictureOptions, MAX_PICTURE_GRIDS, MAX_PICTURE_RANKS, PALETTE};
 pub use recovery::{plan_recovery, RecoveryPlan};
 
 #[cfg(test)]

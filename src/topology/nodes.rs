@@ -168,7 +168,7 @@ fn best_order(t: &Topology, gpn: u32, current: [u64; 3]) -> Result<Option<(Strin
     for order in all_orders() {
         let mut cfg = t.config().clone();
         cfg.order = order.clone();
-        let Ok(cand) = Topology::new(cfg, t.world_size()) else {
+        let Ok(cand) = Topology::new(cfg, t.total_world_size()) else {
             continue;
         };
         let score = (local_kind_crossings(&cand, gpn)?, order_distance(&here, &parse_order(&order)?));
@@ -269,10 +269,125 @@ pub fn node_placement(t: &Topology, gpus_per_node: u32) -> Result<NodePlacement,
     Ok(out)
 }
 
+/// A run of consecutive nodes whose GPUs belong to the same grids (several layouts in one
+/// world: [`grid_node_spans`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpan {
+    /// First and last node of the run (node `n` holds ranks `n·gpus_per_node ..`).
+    pub first: u64,
+    pub last: u64,
+    /// Indices (into the given grids) of the grids with a GPU on these nodes, ascending.
+    pub grids: Vec<usize>,
+    /// Whether some GPU of these nodes belongs to more than one grid (colocated grids).
+    pub shared: bool,
+}
+
+impl NodeSpan {
+    /// `nodes 0-1: train, rollout (GPUs shared)`, `node 3: no grid`; `names` are the grids' names
+    /// in the order given to [`grid_node_spans`].
+    pub fn describe<S: AsRef<str>>(&self, names: &[S]) -> String {
+        let nodes = if self.first == self.last {
+            format!("node {}", self.first)
+        } else {
+            format!("nodes {}-{}", self.first, self.last)
+        };
+        if self.grids.is_empty() {
+            return format!("{nodes}: no grid");
+        }
+        let grids: Vec<&str> = self.grids.iter().map(|&i| names[i].as_ref()).collect();
+        let shared = if self.shared { " (GPUs shared)" } else { "" };
+        format!("{nodes}: {}{shared}", grids.join(", "))
+    }
+}
+
+/// The nodes of a world holding several grids, cut into runs of nodes whose GPUs belong to the
+/// same grids (nodes in no grid form runs with no grid). The world is the largest
+/// [`Topology::total_world_size`] (or grid end) of `grids`. Costs O(grids²) per run and there
+/// are at most four runs per grid plus one: nothing is proportional to the world.
+///
+/// Errors: `gpus_per_node` 0.
+pub fn grid_node_spans(grids: &[&Topology], gpus_per_node: u32) -> Result<Vec<NodeSpan>, TopologyError> {
+    check_gpn(gpus_per_node)?;
+    let gpn = u64::from(gpus_per_node);
+    let window = |t: &Topology| {
+        let first = u64::from(t.rank_offset());
+        (first, first + u64::from(t.world_size()))
+    };
+    let world = grids.iter().map(|t| u64::from(t.total_world_size()).max(window(t).1)).max().unwrap_or(0);
+    let nodes = world.div_ceil(gpn);
+    // Node boundaries where the set of grids (or whether a node is only partly in one) changes.
+    let mut cuts = vec![0, nodes];
+    for t in grids {
+        let (first, end) = window(t);
+        cuts.extend([first / gpn, first.div_ceil(gpn), (end - 1) / gpn, end.div_ceil(gpn)]);
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut out: Vec<NodeSpan> = Vec::new();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        // Ranks of these nodes; with the cuts above, grids touching one node touch them all.
+        let (lo, hi) = (a * gpn, (b * gpn).min(world));
+        let inside = |t: &Topology| {
+            let (first, end) = window(t);
+            (first.max(lo), end.min(hi))
+        };
+        let members: Vec<usize> = (0..grids.len())
+            .filter(|&i| {
+                let (x, y) = inside(grids[i]);
+                x < y
+            })
+            .collect();
+        let shared = members.iter().enumerate().any(|(k, &i)| {
+            members[k + 1..].iter().any(|&j| {
+                let ((x1, y1), (x2, y2)) = (inside(grids[i]), inside(grids[j]));
+                x1.max(x2) < y1.min(y2)
+            })
+        });
+        match out.last_mut() {
+            Some(prev) if prev.grids == members && prev.shared == shared && prev.last + 1 == a => prev.last = b - 1,
+            _ => out.push(NodeSpan { first: a, last: b - 1, grids: members, shared }),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::topology::TopologyConfig;
+
+    fn window(tp: u32, offset: u32, local: u32, world: u32) -> Topology {
+        let cfg = TopologyConfig { tp, rank_offset: offset, local_world_size: Some(local), ..Default::default() };
+        Topology::new(cfg, world).unwrap()
+    }
+
+    #[test]
+    fn node_spans_of_colocated_and_side_by_side_grids() {
+        // train on ranks 0..16, rollout on 8..24, nothing on 24..32; 8 GPUs per node.
+        let (train, rollout) = (window(2, 0, 16, 32), window(4, 8, 16, 32));
+        let spans = grid_node_spans(&[&train, &rollout], 8).unwrap();
+        let got: Vec<_> = spans.iter().map(|s| (s.first, s.last, s.grids.clone(), s.shared)).collect();
+        assert_eq!(
+            got,
+            vec![(0, 0, vec![0], false), (1, 1, vec![0, 1], true), (2, 2, vec![1], false), (3, 3, vec![], false)]
+        );
+        // Colocated over the whole world: one run.
+        let spans = grid_node_spans(&[&window(2, 0, 32, 32), &window(4, 0, 32, 32)], 8).unwrap();
+        assert_eq!(spans, vec![NodeSpan { first: 0, last: 3, grids: vec![0, 1], shared: true }]);
+        assert_eq!(spans[0].describe(&["train", "rollout"]), "nodes 0-3: train, rollout (GPUs shared)");
+        // Two grids on one node without a common GPU: the node is in both, nothing shared; a
+        // grid starting mid-node cuts a run of its own.
+        let spans = grid_node_spans(&[&window(1, 0, 4, 16), &window(1, 4, 12, 16)], 8).unwrap();
+        let got: Vec<_> = spans.iter().map(|s| (s.first, s.last, s.grids.clone(), s.shared)).collect();
+        assert_eq!(got, vec![(0, 0, vec![0, 1], false), (1, 1, vec![1], false)]);
+        assert!(grid_node_spans(&[&train], 0).unwrap_err().message.contains("gpus_per_node 0"));
+        // 16M ranks: a handful of runs, computed without visiting the nodes.
+        let big = window(8, 0, 1 << 23, 1 << 24);
+        let spans = grid_node_spans(&[&big, &window(4, 1 << 23, 1 << 23, 1 << 24)], 8).unwrap();
+        assert_eq!(spans.len(), 2);
+        assert_eq!((spans[1].first, spans[1].last), (1 << 20, (1 << 21) - 1));
+    }
 
     fn topo(tp: u32, pp: u32, cp: u32, order: &str, world: u32) -> Topology {
         let cfg = TopologyConfig { tp, pp, cp, order: order.into(), ..Default::default() };

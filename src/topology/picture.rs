@@ -5,8 +5,8 @@
 
 use super::error::TopologyError;
 use super::kind::GroupKind;
-use super::layout::Topology;
-use super::nodes::node_placement;
+use super::layout::{RankView, Topology};
+use super::nodes::{grid_node_spans, node_placement, NodeSpan, NODE_LOCAL_KINDS};
 use std::fmt::Write as _;
 
 /// Most ranks a picture draws.
@@ -93,8 +93,6 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
         "<text x=\"10\" y=\"36\">colour: {} group; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
         opts.color_by
     );
-    let in_rank_group =
-        |r: u32| highlight.as_ref().and_then(|v| v.get(opts.color_by)).is_some_and(|m| m.group.contains(r));
     for n in 0..nodes {
         let y = TOP + n * (CELL_H + GAP);
         let _ = writeln!(
@@ -104,41 +102,8 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
             first_node + n
         );
     }
-    for local in 0..world {
-        let r = offset + local;
-        let node = r / gpn - first_node;
-        let col = r % gpn;
-        let (x, y) = (LEFT + col * (CELL_W + GAP), TOP + node * (CELL_H + GAP));
-        let view = t.rank_view(r)?;
-        let colour = view.get(opts.color_by).map_or("#eeeeee", |m| PALETTE[(m.group_index() % 12) as usize]);
-        let stage = view.pipeline.rank;
-        let replica = view.get(GroupKind::DataParallel).map_or(0, |m| m.rank);
-        let cp = match view.get(GroupKind::ContextParallel) {
-            Some(m) if s.cp > 1 => format!(" C{}", m.rank),
-            _ => String::new(),
-        };
-        let (stroke, sw, dash) = if opts.rank == Some(r) {
-            ("#000000", 4, "")
-        } else if in_rank_group(r) {
-            ("#000000", 2, " stroke-dasharray=\"4 2\"")
-        } else {
-            ("#555555", 1, "")
-        };
-        let _ = writeln!(
-            out,
-            "<g><title>rank {r}: {} group {}, stage {stage}, replica {replica}</title>\
-             <rect x=\"{x}\" y=\"{y}\" width=\"{CELL_W}\" height=\"{CELL_H}\" rx=\"4\" fill=\"{colour}\" \
-             stroke=\"{stroke}\" stroke-width=\"{sw}\"{dash}/>\
-             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\" fill=\"#000000\">{r}</text>\
-             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#000000\">S{stage} D{replica}{cp}</text></g>",
-            opts.color_by,
-            view.get(opts.color_by).map_or(0, |m| m.group_index()),
-            x + CELL_W / 2,
-            y + 20,
-            x + CELL_W / 2,
-            y + 38
-        );
-    }
+    let cells = Cells { top: TOP, first_node, gpn, highlight: highlight.as_ref() };
+    draw_cells(&mut out, t, opts, &cells, offset..offset + world)?;
     let mut y = TOP + nodes * (CELL_H + GAP) + 20;
     let mut line = |out: &mut String, text: &str, colour: &str| {
         let (x, text) = match text.strip_prefix("  ") {
@@ -179,6 +144,232 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     Ok(out)
 }
 
+/// Where a panel of cells sits: its top, its first node, the GPUs per node, the highlighted
+/// rank's view.
+struct Cells<'a> {
+    top: u32,
+    first_node: u32,
+    gpn: u32,
+    highlight: Option<&'a RankView>,
+}
+
+/// One cell per rank of `ranks` (all in `t`'s grid), coloured by `opts.color_by`.
+fn draw_cells(
+    out: &mut String,
+    t: &Topology,
+    opts: &PictureOptions,
+    c: &Cells<'_>,
+    ranks: std::ops::Range<u32>,
+) -> Result<(), TopologyError> {
+    let (gpn, first_node, s) = (c.gpn, c.first_node, t.sizes());
+    let in_rank_group = |r: u32| c.highlight.and_then(|v| v.get(opts.color_by)).is_some_and(|m| m.group.contains(r));
+    for r in ranks {
+        let node = r / gpn - first_node;
+        let col = r % gpn;
+        let (x, y) = (LEFT + col * (CELL_W + GAP), c.top + node * (CELL_H + GAP));
+        let view = t.rank_view(r)?;
+        let colour = view.get(opts.color_by).map_or("#eeeeee", |m| PALETTE[(m.group_index() % 12) as usize]);
+        let stage = view.pipeline.rank;
+        let replica = view.get(GroupKind::DataParallel).map_or(0, |m| m.rank);
+        let cp = match view.get(GroupKind::ContextParallel) {
+            Some(m) if s.cp > 1 => format!(" C{}", m.rank),
+            _ => String::new(),
+        };
+        let (stroke, sw, dash) = if opts.rank == Some(r) {
+            ("#000000", 4, "")
+        } else if in_rank_group(r) {
+            ("#000000", 2, " stroke-dasharray=\"4 2\"")
+        } else {
+            ("#555555", 1, "")
+        };
+        let _ = writeln!(
+            out,
+            "<g><title>rank {r}: {} group {}, stage {stage}, replica {replica}</title>\
+             <rect x=\"{x}\" y=\"{y}\" width=\"{CELL_W}\" height=\"{CELL_H}\" rx=\"4\" fill=\"{colour}\" \
+             stroke=\"{stroke}\" stroke-width=\"{sw}\"{dash}/>\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\" fill=\"#000000\">{r}</text>\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#000000\">S{stage} D{replica}{cp}</text></g>",
+            opts.color_by,
+            view.get(opts.color_by).map_or(0, |m| m.group_index()),
+            x + CELL_W / 2,
+            y + 20,
+            x + CELL_W / 2,
+            y + 38
+        );
+    }
+    Ok(())
+}
+
+/// A cell for a GPU outside `name`'s grid: pale, dashed, the rank only.
+fn draw_empty_cell(out: &mut String, name: &str, r: u32, c: &Cells<'_>) {
+    let node = r / c.gpn - c.first_node;
+    let (x, y) = (LEFT + (r % c.gpn) * (CELL_W + GAP), c.top + node * (CELL_H + GAP));
+    let _ = writeln!(
+        out,
+        "<g><title>rank {r}: not in grid {}</title><rect x=\"{x}\" y=\"{y}\" width=\"{CELL_W}\" height=\"{CELL_H}\" \
+         rx=\"4\" fill=\"#f7f7f7\" stroke=\"#bbbbbb\" stroke-width=\"1\" stroke-dasharray=\"2 2\"/>\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#999999\">{r}</text></g>",
+        esc(name),
+        x + CELL_W / 2,
+        y + 28
+    );
+}
+
+/// Most grids one picture draws.
+pub const MAX_PICTURE_GRIDS: usize = 16;
+
+/// The picture of several grids of one world as an SVG document: one panel per grid (in the
+/// given order, headed by its name and sizes) over the same nodes, so that the eye can compare
+/// where each grid's groups sit; GPUs outside a grid are pale in its panel. Below, the runs of
+/// nodes with the grids their GPUs belong to ([`grid_node_spans`]) and each grid's node
+/// crossings and warnings. `opts.rank` is highlighted in every grid holding it.
+///
+/// Errors: no grid or more than [`MAX_PICTURE_GRIDS`], a grid without the `color_by` kind (named),
+/// `gpus_per_node` 0, or nodes holding more than [`MAX_PICTURE_RANKS`] GPUs.
+pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<String, TopologyError> {
+    let gpn = opts.gpus_per_node;
+    if grids.is_empty() || grids.len() > MAX_PICTURE_GRIDS {
+        return Err(TopologyError::range(format!(
+            "{} grids: a picture draws 1 to {MAX_PICTURE_GRIDS} grids",
+            grids.len()
+        )));
+    }
+    let topologies: Vec<&Topology> = grids.iter().map(|(_, t)| *t).collect();
+    let spans = grid_node_spans(&topologies, gpn)?;
+    // Draw the nodes any grid touches.
+    let used: Vec<&NodeSpan> = spans.iter().filter(|s| !s.grids.is_empty()).collect();
+    let (first_node, last_node) = (used[0].first, used[used.len() - 1].last);
+    let drawn = (last_node - first_node + 1) * u64::from(gpn);
+    if drawn > u64::from(MAX_PICTURE_RANKS) {
+        return Err(TopologyError::range(format!(
+            "the grids' nodes hold {drawn} GPUs: a picture draws at most {MAX_PICTURE_RANKS}"
+        )));
+    }
+    let (first_node, nodes) = (first_node as u32, (last_node - first_node + 1) as u32);
+    let mut placements = Vec::with_capacity(grids.len());
+    for (name, t) in grids {
+        if !t.has_kind(opts.color_by) {
+            return Err(TopologyError::unknown_kind(format!(
+                "color-by {}: grid {name} has no such groups",
+                opts.color_by
+            )));
+        }
+        placements.push(node_placement(t, gpn)?);
+    }
+    let world_end = first_node * gpn + nodes * gpn;
+    let cols = gpn;
+    let panel_h = 22 + nodes * (CELL_H + GAP) + 14;
+    let legend_lines = 2
+        + spans.len() as u32
+        + placements.iter().map(|p| 1 + p.warnings.len() as u32).sum::<u32>()
+        + opts.rank.map_or(0, |_| grids.len() as u32);
+    let width = (LEFT + cols * (CELL_W + GAP) + 20).max(720);
+    let height = TOP + grids.len() as u32 * panel_h + 10 + legend_lines * 16 + 10;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(out, "<rect width=\"{width}\" height=\"{height}\" fill=\"#ffffff\"/>");
+    let raw_names: Vec<&str> = grids.iter().map(|(n, _)| *n).collect();
+    let names: Vec<String> = raw_names.iter().map(|n| esc(n)).collect();
+    let _ = writeln!(
+        out,
+        "<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">{} grids ({}), {gpn} GPUs per node</text>",
+        grids.len(),
+        names.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "<text x=\"10\" y=\"36\">colour: {} group of each grid; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
+        opts.color_by
+    );
+    let mut top = TOP;
+    for (name, t) in grids {
+        let s = t.sizes();
+        let (a, b) = (t.rank_offset(), t.rank_offset() + t.world_size() - 1);
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">grid {}: ranks {a}..{b}, tp {} pp {} cp {} ep {} dp {} (order {})</text>",
+            top + 12,
+            esc(name),
+            s.tp,
+            s.pp,
+            s.cp,
+            s.ep,
+            s.dp,
+            esc(&t.config().order)
+        );
+        let cells_top = top + 22;
+        for n in 0..nodes {
+            let y = cells_top + n * (CELL_H + GAP);
+            let _ = writeln!(
+                out,
+                "<text x=\"10\" y=\"{}\" font-weight=\"bold\">node {}</text>",
+                y + CELL_H / 2 + 4,
+                first_node + n
+            );
+        }
+        let highlight = match opts.rank {
+            Some(r) if t.in_grid(r) => Some(t.rank_view(r)?),
+            _ => None,
+        };
+        let cells = Cells { top: cells_top, first_node, gpn, highlight: highlight.as_ref() };
+        for r in first_node * gpn..a {
+            draw_empty_cell(&mut out, name, r, &cells);
+        }
+        draw_cells(&mut out, t, opts, &cells, a..b + 1)?;
+        for r in b + 1..world_end {
+            draw_empty_cell(&mut out, name, r, &cells);
+        }
+        top += panel_h;
+    }
+    let mut y = top + 10;
+    let mut line = |out: &mut String, text: &str, colour: &str| {
+        let (x, text) = match text.strip_prefix("  ") {
+            Some(t) => (24, t),
+            None => (10, text),
+        };
+        let _ = writeln!(out, "<text x=\"{x}\" y=\"{y}\" fill=\"{colour}\">{}</text>", esc(text));
+        y += 16;
+    };
+    line(&mut out, "pale GPUs: not in the panel's grid; nodes and the grids on their GPUs:", "#000000");
+    for span in &spans {
+        line(&mut out, &format!("  {}", span.describe(&raw_names)), "#000000");
+    }
+    for ((name, _), p) in grids.iter().zip(&placements) {
+        let crossing: Vec<String> = p
+            .kinds
+            .iter()
+            .filter(|k| k.crossing > 0 && NODE_LOCAL_KINDS.contains(&k.kind))
+            .map(|k| format!("{} {}/{}", k.kind, k.crossing, k.groups))
+            .collect();
+        let text = if crossing.is_empty() { "none".to_string() } else { crossing.join(", ") };
+        line(&mut out, &format!("grid {name}: node-local groups crossing nodes: {text}"), "#000000");
+        for w in &p.warnings {
+            line(&mut out, &format!("  warning: {}", w.message), "#b00000");
+        }
+    }
+    if let Some(r) = opts.rank {
+        for (name, t) in grids {
+            let text = match t.rank_view(r) {
+                Ok(v) => {
+                    let m = v
+                        .get(opts.color_by)
+                        .map_or(String::new(), |m| format!(": {} group {} (dashed)", opts.color_by, m.group_index()));
+                    format!("rank {r} (thick border) in grid {name}{m}")
+                }
+                Err(_) => format!("rank {r} is not in grid {name}"),
+            };
+            line(&mut out, &text, "#000000");
+        }
+    }
+    line(&mut out, "drawn by mcore-topo --svg", "#777777");
+    out.push_str("</svg>\n");
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +394,34 @@ mod tests {
         assert!(layout_svg(&t, &bad).is_err());
         let big = Topology::new(TopologyConfig::default(), 8192).unwrap();
         assert!(layout_svg(&big, &opts).unwrap_err().message.contains("at most 4096"));
+    }
+
+    #[test]
+    fn picture_of_two_grids_has_a_panel_each_and_the_shared_nodes() {
+        let grid = |tp, offset, local| {
+            let cfg = TopologyConfig { tp, rank_offset: offset, local_world_size: Some(local), ..Default::default() };
+            Topology::new(cfg, 24).unwrap()
+        };
+        // train on ranks 0..16 (tp 2), rollout on 8..24 (tp 4): node 1 is shared.
+        let (train, rollout) = (grid(2, 0, 16), grid(4, 8, 16));
+        let opts = PictureOptions { gpus_per_node: 8, color_by: GroupKind::TensorModelParallel, rank: Some(9) };
+        let svg = grids_svg(&[("train", &train), ("rollout", &rollout)], &opts).unwrap();
+        assert!(svg.contains(">grid train: ranks 0..15, tp 2 ") && svg.contains(">grid rollout: ranks 8..23, tp 4 "));
+        // Each panel draws the 24 GPUs of the three nodes: 16 in the grid, 8 pale.
+        assert_eq!(svg.matches("<title>rank ").count(), 48);
+        assert_eq!(svg.matches(": not in grid train</title>").count(), 8);
+        assert_eq!(svg.matches(": not in grid rollout</title>").count(), 8);
+        assert!(svg.contains(">node 0: train</text>"), "{svg}");
+        assert!(svg.contains(">node 1: train, rollout (GPUs shared)</text>"));
+        assert!(svg.contains(">node 2: rollout</text>"));
+        // Eight tp groups in train: all eight first colours appear; rank 9 highlighted twice.
+        for c in &PALETTE[..8] {
+            assert!(svg.contains(&format!("fill=\"{c}\"")), "{c}");
+        }
+        assert_eq!(svg.matches("stroke-width=\"4\"").count(), 2);
+        let bad = PictureOptions { color_by: GroupKind::HierarchicalContextParallel(0), ..opts.clone() };
+        let err = grids_svg(&[("train", &train), ("rollout", &rollout)], &bad).unwrap_err();
+        assert!(err.message.contains("grid train"), "{}", err.message);
+        assert!(grids_svg(&[], &opts).is_err());
     }
 }

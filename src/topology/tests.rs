@@ -205,3 +205,12 @@ fn local_world_leaves_other_ranks_in_no_group() {
     let e = Topology::new(c, 16).unwrap_err();
     assert!(e.message.contains("exceeds the world size 16"), "{e}");
 }
+
+/// The largest pipeline (2^32 - 1 stages): the last stage's neighbours wrap without overflow
+/// (found by tests/fuzz_parsers.rs).
+#[test]
+fn pipeline_neighbours_of_the_largest_pipeline() {
+    let t = Topology::new(TopologyConfig { pp: u32::MAX, ..Default::default() }, u32::MAX).unwrap();
+    let p = t.pipeline(u32::MAX - 1).unwrap();
+    assert_eq!((p.rank, p.size, p.next, p.prev, p.first), (u32::MAX - 1, u32::MAX, 0, u32::MAX - 2, 0));
+}

@@ -28,14 +28,25 @@
  *   communicator fails with ncclInvalidUsage. Built with -DMCORE_NCCL_DOUBLE_NO_SUSPEND, the
  *   library exports none of the three (a library that predates them).
  *
+ * - ncclConfig_t by version: a config must be laid out as the reported version's
+ *   NCCL_CONFIG_INITIALIZER lays it out (size = that version's sizeof, version = its code, or
+ *   2.32.3's for anything newer); commName is read when the version has it (2.27+).
+ * - ncclCommInitRankScalable (2.23+): several unique ids, one per root; every rank must pass the
+ *   same list (checked in the rendezvous: a rank whose list differs fails the init).
+ * - ncclSetEncryption (2.32.3+; a pre-shared key of at least 32 bytes), refused after this
+ *   process's first ncclGetUniqueId.
+ * - The parameter API (2.30.7+): ncclParamGetAllParameterKeys / ncclParamGetParameter with a few
+ *   keys of the double's own (NCCL_DOUBLE_VERSION, NCCL_DOUBLE_ENCRYPTION).
+ *
  * Switches (environment, read at each call):
  *   MCORE_NCCL_DOUBLE_DIR        folder for the rendezvous files (required by ncclGetUniqueId)
  *   MCORE_NCCL_DOUBLE_VERSION    ncclGetVersion's code (default 22803, i.e. 2.28.3); below 22700
  *                                (2.27) ncclCommShrink refuses with ncclInvalidUsage, as a library
  *                                without it cannot be called (the runtime must not call it then);
  *                                below 22907 (2.29.7) ncclCommSuspend/Resume/MemStats refuse so too
- *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink, ncclCommSuspend and ncclCommResume print one
- *                                line per call to stderr
+ *   MCORE_NCCL_DOUBLE_TRACE      "1": ncclCommShrink, the creating calls (with commName),
+ *                                ncclSetEncryption, ncclGetUniqueId, ncclCommSuspend and
+ *                                ncclCommResume print one line per call
  *   MCORE_NCCL_DOUBLE_SHRINK     "fail": shrinks end in ncclSystemError (after their exchange);
  *                                "hang": they never complete (MCORE_NCCL_DOUBLE_HANG_RANKS applies)
  *   MCORE_NCCL_DOUBLE_INIT       "hang": no init ever completes (the deadline/abort path)
@@ -70,8 +81,19 @@ enum { ok = 0, sysErr = 2, internalErr = 3, invalidArg = 4, invalidUsage = 5, re
 #define DEAD 0xdeadu
 
 typedef struct { char internal[128]; } ncclUniqueId;
-/* The prefix of ncclConfig_t this double reads. */
-typedef struct { size_t size; unsigned magic; unsigned version; int blocking; } config_prefix;
+/* ncclConfig_t of NCCL 2.31/2.32; older versions are prefixes of it (the double reads only what
+ * the reported version's size covers). */
+typedef struct {
+  size_t size;
+  unsigned magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+  int splitShare, trafficClass;
+  const char *commName;
+  int collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer, nvlinkCentricSched, graphUsageMode,
+      numRmaCtx, maxP2pPeers, graphStreamOrdering, launchOrderImplicit, numRmaSig, rmaEagerInit, hostCftMode,
+      nvlsHostMode;
+} config_prefix;
 
 typedef struct comm {
   unsigned magic;
@@ -106,6 +128,42 @@ static const char *env(const char *k) { const char *v = getenv(k); return v && *
 static int env_int(const char *k, int dflt) { const char *v = env(k); return v ? atoi(v) : dflt; }
 static int env_is(const char *k, const char *want) { const char *v = env(k); return v && !strcmp(v, want); }
 static void sleep_ms(int ms) { struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L}; nanosleep(&t, NULL); }
+
+static int version(void) { return env_int("MCORE_NCCL_DOUBLE_VERSION", 22803); }
+static int trace(void) { return env_is("MCORE_NCCL_DOUBLE_TRACE", "1"); }
+
+/* sizeof(ncclConfig_t) in the nccl.h of version `v` (0 before 2.14). */
+static size_t config_size_for(int v) {
+  if (v < 21400) return 0;
+  if (v < 21700) return 24;
+  if (v < 21800) return 40;
+  if (v < 22700) return 48;
+  if (v < 22800) return 72;
+  if (v < 22900) return 80;
+  if (v < 23000) return 88;
+  if (v < 23100) return 96;
+  return sizeof(config_prefix);
+}
+
+/* Check that `config` is laid out for the reported version; its commName (2.27+) into `name`. */
+static int check_config(const char *call, const config_prefix *config, int rank, int nranks, char *name, size_t n) {
+  if (name) name[0] = 0;
+  if (!config) return ok;
+  if (config->magic != 0xcafebeefu) { set_error("%s: config magic %#x is not NCCL_CONFIG_INITIALIZER's", call, config->magic); return invalidArg; }
+  int v = version();
+  size_t want = config_size_for(v);
+  unsigned want_version = v > 23203 ? 23203u : (unsigned)v;
+  if (config->size != want || config->version != want_version) {
+    set_error("%s: ncclConfig_t of size %zu version %u, but NCCL %d's initializer sets size %zu version %u", call,
+              config->size, config->version, v, want, want_version);
+    return invalidArg;
+  }
+  if (name && v >= 22700 && config->commName) snprintf(name, n, "%s", config->commName);
+  if (trace())
+    fprintf(stderr, "libnccl double: config of %s: rank %d of %d commName=%s size=%zu version=%u\n", call, rank, nranks,
+            name && name[0] ? name : "(none)", config->size, config->version);
+  return ok;
+}
 
 /* Whether mode `k` is "hang" in this process (every one unless MCORE_NCCL_DOUBLE_HANG_RANKS lists RANKs). */
 static int hangs(const char *k) {
@@ -224,11 +282,15 @@ static void late_write(const char *call, void **target, void *value, stack_range
 
 /* ---- version, ids, errors ---- */
 
-int ncclGetVersion(int *v) { if (!v) return invalidArg; *v = env_int("MCORE_NCCL_DOUBLE_VERSION", 22803); return ok; }
+int ncclGetVersion(int *v) { if (!v) return invalidArg; *v = version(); return ok; }
+
+static atomic_int ids_made, encrypted;
 
 int ncclGetUniqueId(ncclUniqueId *id) {
   static atomic_uint counter;
   if (!id) return invalidArg;
+  atomic_store(&ids_made, 1);
+  if (trace()) fprintf(stderr, "libnccl double: ncclGetUniqueId encrypted=%d\n", atomic_load(&encrypted));
   if (!env("MCORE_NCCL_DOUBLE_DIR")) { set_error("libnccl double: MCORE_NCCL_DOUBLE_DIR is not set"); return invalidUsage; }
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
@@ -256,6 +318,8 @@ typedef struct {
   comm *c;
   void **late_target; /* NULL unless *newcomm is written by the thread */
   stack_range stack;
+  char *ids; /* scalable init: the nids * 128 bytes of the roots' ids, which every rank must agree on */
+  int nids;
 } init_job;
 
 static void *init_thread(void *p) {
@@ -276,10 +340,25 @@ static void *init_thread(void *p) {
     for (int r = 0; rc == 0 && r < c->nranks; r++)
       if (all[r] != c->nranks) { set_error("rank %d says nranks %d, this rank %d", r, all[r], c->nranks); state = invalidUsage; }
     free(all);
+    if (state == ok && j->nids > 0) {
+      /* Every rank must have been given the same roots' ids, in the same order. */
+      size_t len = (size_t)j->nids * 128;
+      char *ids = calloc((size_t)c->nranks, len);
+      snprintf(key, sizeof key, "%s/scalable", c->id);
+      rc = ids ? exchange(key, c->rank, c->nranks, j->ids, len, ids, &c->aborted) : -1;
+      if (rc) state = sysErr;
+      for (int r = 0; rc == 0 && r < c->nranks; r++)
+        if (memcmp(ids + (size_t)r * len, j->ids, len)) {
+          set_error("ncclCommInitRankScalable: rank %d was given other root ids than rank %d", r, c->rank);
+          state = invalidUsage;
+        }
+      free(ids);
+    }
     sleep_ms(2);
     atomic_store(&c->state, state);
   }
   unref(c);
+  free(j->ids);
   free(j);
   return NULL;
 }
@@ -292,6 +371,7 @@ static void start_init(init_job *j) {
   } else {
     atomic_store(&j->c->state, sysErr);
     unref(j->c);
+    free(j->ids);
     free(j);
   }
 }
@@ -325,15 +405,24 @@ int ncclGroupEnd(void) {
   return rc;
 }
 
-int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank, config_prefix *config) {
+static int init_rank(const char *call, void **newcomm, int nranks, const ncclUniqueId *id, int rank,
+                     config_prefix *config, const ncclUniqueId *ids, int nids) {
   if (!newcomm || nranks < 1 || rank < 0 || rank >= nranks) { set_error("bad init arguments (rank %d of %d)", rank, nranks); return invalidArg; }
-  if (config && config->magic != 0xcafebeefu) { set_error("config magic %#x is not NCCL_CONFIG_INITIALIZER's", config->magic); return invalidArg; }
+  char name[128];
+  int rc0 = check_config(call, config, rank, nranks, name, sizeof name);
+  if (rc0 != ok) return rc0;
   int blocking = config ? config->blocking != 0 : 1;
-  comm *c = new_comm(id.internal, rank, nranks, blocking);
+  comm *c = new_comm(id->internal, rank, nranks, blocking);
   if (!c) return sysErr;
   init_job *j = calloc(1, sizeof *j);
   if (!j) { unref(c); return sysErr; }
   j->c = c;
+  if (nids > 0) {
+    j->ids = malloc((size_t)nids * 128);
+    if (!j->ids) { unref(c); free(j); return sysErr; }
+    memcpy(j->ids, ids, (size_t)nids * 128);
+    j->nids = nids;
+  }
   if (env_is("MCORE_NCCL_DOUBLE_LATE_INIT", "1") && !blocking) {
     j->late_target = newcomm;
     j->stack = caller_stack();
@@ -341,7 +430,7 @@ int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank
     *newcomm = c;
   }
   if (group_depth > 0) {
-    if (npending == 256) { set_error("more than 256 inits in one group"); unref(c); free(j); return invalidUsage; }
+    if (npending == 256) { set_error("more than 256 inits in one group"); unref(c); free(j->ids); free(j); return invalidUsage; }
     pending[npending++] = j;
     return ok;
   }
@@ -353,6 +442,53 @@ int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank
   }
   unref(c);
   return rc;
+}
+
+int ncclCommInitRankConfig(void **newcomm, int nranks, ncclUniqueId id, int rank, config_prefix *config) {
+  return init_rank("ncclCommInitRankConfig", newcomm, nranks, &id, rank, config, NULL, 0);
+}
+
+int ncclCommInitRankScalable(void **newcomm, int nranks, int rank, int nids, ncclUniqueId *ids, config_prefix *config) {
+  if (version() < 22300) { set_error("ncclCommInitRankScalable is NCCL 2.23's, this is %d", version()); return invalidUsage; }
+  if (nids < 1 || nids > nranks || !ids) { set_error("ncclCommInitRankScalable: %d ids for %d ranks", nids, nranks); return invalidArg; }
+  if (trace()) fprintf(stderr, "libnccl double: ncclCommInitRankScalable rank %d of %d with %d root ids\n", rank, nranks, nids);
+  /* The communicator's identity is the first root's id, as every rank's rendezvous key. */
+  return init_rank("ncclCommInitRankScalable", newcomm, nranks, &ids[0], rank, config, ids, nids);
+}
+
+/* ---- encryption (2.32.3+) and the parameter API (2.30.7+) ---- */
+
+typedef struct { size_t size; unsigned magic, version; int mode; const char *psk; } encryption_config;
+
+int ncclSetEncryption(const encryption_config *c) {
+  if (version() < 23203) { set_error("ncclSetEncryption is NCCL 2.32.3's, this is %d", version()); return invalidUsage; }
+  if (!c || c->magic != 0xcafebeefu) { set_error("ncclSetEncryption: config not initialized"); return invalidArg; }
+  if (c->mode != 1 || !c->psk || strlen(c->psk) < 32) { set_error("ncclSetEncryption: mode %d needs a key of 32 bytes or more", c->mode); return invalidArg; }
+  if (atomic_load(&ids_made)) { set_error("ncclSetEncryption after this process's first ncclGetUniqueId"); return invalidUsage; }
+  atomic_store(&encrypted, 1);
+  if (trace()) fprintf(stderr, "libnccl double: ncclSetEncryption mode %d key of %zu bytes\n", c->mode, strlen(c->psk));
+  return ok;
+}
+
+int ncclParamGetAllParameterKeys(const char ***table, int *len) {
+  static const char *keys[] = {"NCCL_DOUBLE_VERSION", "NCCL_DOUBLE_ENCRYPTION"};
+  if (version() < 23007) return invalidUsage;
+  if (!table || !len) return invalidArg;
+  *table = keys;
+  *len = 2;
+  return ok;
+}
+
+int ncclParamGetParameter(const char *key, const char **value, int *len) {
+  static __thread char buf[32];
+  if (version() < 23007) return invalidUsage;
+  if (!key || !value || !len) return invalidArg;
+  if (!strcmp(key, "NCCL_DOUBLE_VERSION")) snprintf(buf, sizeof buf, "%d", version());
+  else if (!strcmp(key, "NCCL_DOUBLE_ENCRYPTION")) snprintf(buf, sizeof buf, "%d", atomic_load(&encrypted));
+  else { *value = NULL; *len = 0; return invalidArg; }
+  *value = buf;
+  *len = (int)strlen(buf);
+  return ok;
 }
 
 /* ---- split ---- */
@@ -456,6 +592,9 @@ int ncclCommSplit(void *parent_, int color, int key, void **newcomm, config_pref
     set_error("ncclCommSplit on a parent in state %d (still in progress or failed)", atomic_load(&parent->state));
     return invalidUsage;
   }
+  char name[128];
+  int rc0 = check_config("ncclCommSplit", config, parent->rank, parent->nranks, name, sizeof name);
+  if (rc0 != ok) return rc0;
   split_job *j = calloc(1, sizeof *j);
   if (!j) return sysErr;
   j->parent = parent;
@@ -533,6 +672,8 @@ int ncclCommShrink(void *parent_, int *exclude, int nexclude, void **newcomm, co
     return invalidArg;
   }
   if (flags & ~SHRINK_ABORT) { set_error("ncclCommShrink: unknown flags %#x", flags); return invalidArg; }
+  int rc0 = check_config("ncclCommShrink", config, parent->rank, parent->nranks, NULL, 0);
+  if (rc0 != ok) return rc0;
   if (group_depth > 0) { set_error("the double does not model ncclCommShrink inside a group"); return invalidUsage; }
   if (atomic_load(&parent->state) != ok) {
     set_error("ncclCommShrink on a parent in state %d (still in progress or failed)", atomic_load(&parent->state));
@@ -592,8 +733,37 @@ static int release(void *c_) {
   unref(c);
   return ok;
 }
-int ncclCommAbort(void *c) { return release(c); }
-int ncclCommDestroy(void *c) { return release(c); }
+
+/* Communicators (by id) some rank of this process aborted: destroying one of them afterwards is
+ * refused, as NCCL 2.31.2's destroy would wait untimed for peers that aborted (the rule: after
+ * any abort, release with abort). */
+static char aborted_ids[256][200];
+static int naborted;
+static pthread_mutex_t aborted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ncclCommAbort(void *c_) {
+  comm *c = c_;
+  if (live(c)) {
+    pthread_mutex_lock(&aborted_lock);
+    if (naborted < 256) snprintf(aborted_ids[naborted++], sizeof aborted_ids[0], "%s", c->id);
+    pthread_mutex_unlock(&aborted_lock);
+  }
+  return release(c);
+}
+
+int ncclCommDestroy(void *c_) {
+  comm *c = c_;
+  if (!live(c)) return invalidArg;
+  int after_abort = 0;
+  pthread_mutex_lock(&aborted_lock);
+  for (int i = 0; i < naborted; i++) after_abort |= !strcmp(aborted_ids[i], c->id);
+  pthread_mutex_unlock(&aborted_lock);
+  if (after_abort) {
+    set_error("ncclCommDestroy of a communicator a rank aborted (it would wait for that rank forever)");
+    return invalidUsage;
+  }
+  return release(c);
+}
 
 /* In-place or not: int64 sums only (ncclInt64 = 4, ncclSum = 0), done before the call returns. */
 int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, void *c_, void *stream) {

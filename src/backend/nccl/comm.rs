@@ -8,7 +8,7 @@
 //! heap [`CommSlot`] and are read only once the operation completed.
 #![forbid(unsafe_code)]
 
-use super::config::NcclConfig;
+use super::config::{debug_log, NcclConfig, RawConfig};
 use super::error::NcclError;
 use super::loader::cuda::{CudaDriver, DeviceBuffer, Stream};
 use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL_SPLIT_NOCOLOR, NCCL_SUCCESS};
@@ -177,6 +177,44 @@ fn abort_handed_out(lib: &NcclLibrary, started: Vec<(c_int, CommSlot)>) {
     }
 }
 
+/// Held around the NCCL calls that create communicators (and parse NCCL's init settings) when
+/// the loaded NCCL is older than 2.32.3, whose parsing is not reentrant (NVIDIA/nccl #2361): one
+/// creating call at a time per process. `None` (no serialization) from 2.32.3 on.
+fn creation_lock(lib: &NcclLibrary) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if lib.version() >= Feature::ConcurrentInit.needs() {
+        return None;
+    }
+    Some(LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// At `MCORE_LOG=debug`: the settings a communicator was created with, on stderr; NCCL's own
+/// parameters too (once per process) where the library has the parameter API (2.30.7+).
+fn debug_settings(lib: &NcclLibrary, group: &str, raw: &RawConfig) {
+    if !debug_log() {
+        return;
+    }
+    let set: Vec<String> = raw.written.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!(
+        "mcore_init: debug: NCCL {} communicator {group}: ncclConfig_t size {} version {}: {}",
+        lib.version(),
+        raw.raw.size,
+        raw.raw.version,
+        if set.is_empty() { "-".to_string() } else { set.join(" ") }
+    );
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| match lib.parameters() {
+        Some(params) => {
+            let text: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            eprintln!("mcore_init: debug: NCCL {} reports its parameters: {}", lib.version(), text.join(" "));
+        }
+        None => eprintln!(
+            "mcore_init: debug: NCCL {} has no parameter API (2.30.7+): the settings above are what was set",
+            lib.version()
+        ),
+    });
+}
+
 fn to_c_int(v: u32, name: &str) -> Result<c_int, NcclError> {
     c_int::try_from(v).map_err(|_| NcclError::invalid(format!("{name} {v} does not fit a C int")))
 }
@@ -187,6 +225,9 @@ fn to_c_int(v: u32, name: &str) -> Result<c_int, NcclError> {
 pub struct InitSpec {
     pub group: String,
     pub id: NcclUniqueId,
+    /// Non-empty: `ncclCommInitRankScalable` with these ids, one per root, in root order (the
+    /// same list on every rank; `id` is then unused). Empty: `ncclCommInitRankConfig` with `id`.
+    pub root_ids: Vec<NcclUniqueId>,
     pub nranks: u32,
     pub rank: u32,
     pub config: NcclConfig,
@@ -223,7 +264,15 @@ impl NcclComm {
         config: &NcclConfig,
         timeout: Duration,
     ) -> Result<NcclComm, NcclError> {
-        let spec = InitSpec { group: group.to_string(), id: *id, nranks, rank, config: config.clone(), timeout };
+        let spec = InitSpec {
+            group: group.to_string(),
+            id: *id,
+            root_ids: Vec::new(),
+            nranks,
+            rank,
+            config: config.clone(),
+            timeout,
+        };
         let mut comm = Self::init_together(lib, std::slice::from_ref(&spec), device)
             .map_err(|(_, e)| e)?
             .pop()
@@ -243,16 +292,23 @@ impl NcclComm {
         device: Device,
     ) -> Result<Vec<NcclComm>, (usize, NcclError)> {
         let start = Instant::now();
+        lib.require(Feature::CommInitRankConfig).map_err(|e| (0, e))?;
         let mut raw = Vec::with_capacity(specs.len());
         for (i, s) in specs.iter().enumerate() {
             let ranks = s.check().map_err(|e| (i, e))?;
-            let config = s.config.to_raw().map_err(|e| (i, e))?;
+            let config = s.config.to_raw(lib.version(), &format!("group {}", s.group)).map_err(|e| (i, e))?;
             raw.push((ranks, config));
         }
-        lib.require(Feature::CommInitRankConfig).map_err(|e| (0, e))?;
+        if let Some(i) = specs.iter().position(|s| !s.root_ids.is_empty()) {
+            lib.require(Feature::InitRankScalable).map_err(|e| (i, prefix(&specs[i].group, e)))?;
+        }
         if let Some(s) = specs.first() {
             select(device).map_err(|e| (0, prefix(&s.group, e)))?;
         }
+        // Below 2.32.3 NCCL parses its init settings non-reentrantly: no other thread of this
+        // process may be inside a creating call meanwhile (held up to ncclGroupEnd, where NCCL
+        // starts the inits of the group).
+        let _serial = creation_lock(lib);
         let rc = lib.group_start();
         if rc != NCCL_SUCCESS {
             return Err((0, lib.call_error("ncclGroupStart", rc, None)));
@@ -261,7 +317,12 @@ impl NcclComm {
         let mut started = Vec::with_capacity(specs.len());
         let mut first_error = None;
         for (i, (s, ((n, r), config))) in specs.iter().zip(raw.iter_mut()).enumerate() {
-            match lib.comm_init_rank_config(*n, &s.id, *r, config) {
+            let call = if s.root_ids.is_empty() {
+                lib.comm_init_rank_config(*n, &s.id, *r, config)
+            } else {
+                lib.comm_init_rank_scalable(*n, *r, &s.root_ids, config)
+            };
+            match call {
                 Ok((rc, slot)) if first_error.is_none() && rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS => {
                     first_error = Some((i, rc));
                     started.push((rc, slot));
@@ -275,6 +336,7 @@ impl NcclComm {
             }
         }
         let end = lib.group_end();
+        drop(_serial);
         let mut out: Vec<NcclComm> = Vec::with_capacity(specs.len());
         let failure = match first_error {
             Some((i, rc)) => {
@@ -292,8 +354,9 @@ impl NcclComm {
         }
         for (i, (s, (rc, slot))) in specs.iter().zip(started).enumerate() {
             let what = s.what();
-            let comm = written_comm(lib, rc, slot, &what, "ncclCommInitRankConfig", s.timeout, start, None)
-                .map_err(|e| (i, e))?;
+            let call = if s.root_ids.is_empty() { "ncclCommInitRankConfig" } else { "ncclCommInitRankScalable" };
+            let comm = written_comm(lib, rc, slot, &what, call, s.timeout, start, None).map_err(|e| (i, e))?;
+            debug_settings(lib, &s.group, &raw[i].1);
             out.push(NcclComm {
                 lib,
                 raw: Some(comm),
@@ -303,13 +366,7 @@ impl NcclComm {
                 device,
                 config: s.config.clone(),
                 op_timeout: s.timeout,
-                pending: Some(Pending {
-                    call: "ncclCommInitRankConfig",
-                    what,
-                    start,
-                    timeout: s.timeout,
-                    expect: None,
-                }),
+                pending: Some(Pending { call, what, start, timeout: s.timeout, expect: None }),
                 split_together: false,
             });
         }
@@ -352,10 +409,15 @@ impl NcclComm {
             None => NCCL_SPLIT_NOCOLOR,
         };
         let k = to_c_int(key, "key")?;
-        let mut raw_config = config.map(|c| c.to_raw()).transpose()?;
-        select(self.device).map_err(|e| prefix(group, e))?;
         let what = format!("group {group} (split of {})", self.group);
+        let mut raw_config = config.map(|c| c.to_raw(self.lib.version(), &what)).transpose()?;
+        select(self.device).map_err(|e| prefix(group, e))?;
+        let serial = creation_lock(self.lib);
         let (rc, slot) = self.lib.comm_split(parent, c, k, raw_config.as_mut())?;
+        drop(serial);
+        if let Some(rc) = raw_config.as_ref() {
+            debug_settings(self.lib, group, rc);
+        }
         if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
             // Failed before starting: NCCL will not write the slot.
             if let Some(child) = slot.take_completed() {
@@ -439,10 +501,12 @@ impl NcclComm {
         let list = excluded.iter().map(|&r| to_c_int(r, "excluded rank")).collect::<Result<Vec<_>, _>>()?;
         let size = self.size - excluded.len() as u32;
         let rank = self.rank - excluded.partition_point(|&r| r < self.rank) as u32;
-        let mut raw_config = config.map(|c| c.to_raw()).transpose()?;
-        select(self.device).map_err(|e| prefix(group, e))?;
         let what = format!("group {group} (shrink of {} without {} rank(s))", self.group, excluded.len());
+        let mut raw_config = config.map(|c| c.to_raw(self.lib.version(), &what)).transpose()?;
+        select(self.device).map_err(|e| prefix(group, e))?;
+        let serial = creation_lock(self.lib);
         let (rc, slot) = self.lib.comm_shrink(parent, &list, raw_config.as_mut(), abort_parent)?;
+        drop(serial);
         // Every remaining rank gets a communicator, so the slot is read once NCCL wrote it (early
         // or late, the parent in ncclInProgress or already out of it); a parent that reports an
         // error ends the wait with that error.
@@ -545,11 +609,26 @@ impl NcclComm {
     }
 
     /// Finalize (flushing outstanding work, within `timeout`) then `ncclCommDestroy`; a finalize
-    /// that fails or expires aborts instead and reports why.
+    /// that fails or expires aborts instead and reports why. After any abort (of any
+    /// communicator of this process, or this one reporting an error) it is released with
+    /// `ncclCommAbort` instead: a destroy could wait forever on peers that aborted (the field's
+    /// rule since NCCL 2.31.2's untimed destroy barrier).
     pub fn destroy(mut self, timeout: Duration) -> Result<(), NcclError> {
         let start = Instant::now();
         let comm = self.raw.take().ok_or_else(|| NcclError::invalid("communicator already released"))?;
         let what = format!("group {}", self.group);
+        let failed = !matches!(self.lib.comm_async_error(&comm), Ok(NCCL_SUCCESS | NCCL_IN_PROGRESS));
+        if self.lib.any_aborted() || failed {
+            if debug_log() {
+                eprintln!("mcore_init: debug: {what} released with ncclCommAbort (a communicator was aborted)");
+            }
+            let rc = self.lib.comm_abort(comm);
+            return if rc == NCCL_SUCCESS {
+                Ok(())
+            } else {
+                Err(self.lib.call_error(&format!("ncclCommAbort for {what}"), rc, None))
+            };
+        }
         if let Some(rc) = self.lib.comm_finalize(&comm) {
             if rc != NCCL_SUCCESS && rc != NCCL_IN_PROGRESS {
                 let e = self.lib.call_error(&format!("ncclCommFinalize for {what}"), rc, Some(&comm));

@@ -10,11 +10,13 @@
 #![forbid(unsafe_code)]
 
 use super::comm::{Device, InitSpec, NcclComm};
-use super::config::NcclConfig;
+use super::config::{warn_once_for, NcclConfig};
 use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
+use super::unique_id::NcclUniqueId;
 use super::version::Feature;
+use crate::backend::options::OptionValue;
 use crate::backend::seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest};
 use crate::backend::CommOptions;
 use crate::backend::GroupInfo;
@@ -29,6 +31,42 @@ pub struct NcclFactory {
     config: NcclConfig,
     /// Create all of a rank's communicators together (the default) or one by one.
     concurrent: bool,
+    /// Ranks per root of a scalable world init; 0: never scalable.
+    ranks_per_root: u32,
+}
+
+/// `MCORE_NCCL_RANKS_PER_ROOT`: a world communicator with more ranks than this is created by
+/// `ncclCommInitRankScalable` (NCCL 2.23+) with one root per this many ranks; `0` turns it off.
+pub const RANKS_PER_ROOT_ENV: &str = "MCORE_NCCL_RANKS_PER_ROOT";
+/// The default ranks per root (torch's `TORCH_NCCL_RANKS_PER_ROOT` default too).
+pub const DEFAULT_RANKS_PER_ROOT: u32 = 128;
+/// `MCORE_NCCL_PSK_FILE`: a file holding the pre-shared key NCCL (2.32.3+) encrypts its own
+/// sockets with (`ncclSetEncryption`, applied when the factory is made, before any unique id).
+pub const PSK_FILE_ENV: &str = "MCORE_NCCL_PSK_FILE";
+/// The store key under which root `i` of a scalable init publishes its unique id.
+pub fn root_id_key(i: u32) -> String {
+    format!("{UNIQUE_ID_KEY}_root_{i}")
+}
+
+/// The roots of a scalable init of `nranks` ranks with `per_root` ranks per root: ranks 0,
+/// `per_root`, `2*per_root`, ... (one per started block of `per_root` ranks).
+pub fn scalable_roots(nranks: u32, per_root: u32) -> Vec<u32> {
+    if per_root == 0 {
+        return vec![0];
+    }
+    (0..nranks.div_ceil(per_root)).map(|i| i * per_root).collect()
+}
+
+fn ranks_per_root_from_env() -> Result<u32, NcclError> {
+    match std::env::var(RANKS_PER_ROOT_ENV) {
+        Err(_) => Ok(DEFAULT_RANKS_PER_ROOT),
+        Ok(v) => v.trim().parse::<u32>().map_err(|_| {
+            NcclError::invalid(format!(
+                "{RANKS_PER_ROOT_ENV}={} is not a number of ranks (0 turns scalable init off)",
+                crate::quote::debug(&v)
+            ))
+        }),
+    }
 }
 
 /// `MCORE_NCCL_CONCURRENT`: `0` creates communicators one by one (as Megatron does), anything
@@ -39,7 +77,26 @@ impl NcclFactory {
     /// Concurrent creation unless `MCORE_NCCL_CONCURRENT=0`.
     pub fn new(lib: &'static NcclLibrary, device: Device, config: NcclConfig) -> Self {
         let concurrent = std::env::var(CONCURRENT_ENV).map_or(true, |v| v.trim() != "0");
-        NcclFactory { lib, device, config, concurrent }
+        let ranks_per_root = ranks_per_root_from_env().unwrap_or(DEFAULT_RANKS_PER_ROOT);
+        NcclFactory { lib, device, config, concurrent, ranks_per_root }
+    }
+
+    /// Ranks per root of a scalable world init (0: never scalable).
+    pub fn with_ranks_per_root(mut self, per_root: u32) -> Self {
+        self.ranks_per_root = per_root;
+        self
+    }
+
+    pub fn ranks_per_root(&self) -> u32 {
+        self.ranks_per_root
+    }
+
+    /// Encrypt NCCL's own sockets with the pre-shared key `psk` (`ncclSetEncryption`, NCCL
+    /// 2.32.3+; below it an error naming the loaded version). Must come before this process's
+    /// first unique id.
+    pub fn with_encryption_key(self, psk: &str) -> Result<Self, NcclError> {
+        self.lib.set_encryption_psk(psk)?;
+        Ok(self)
     }
 
     /// Choose concurrent (`true`) or one-by-one creation.
@@ -64,7 +121,80 @@ impl NcclFactory {
             })?,
             (None, Err(_)) => 0,
         };
-        Ok(Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default()))
+        ranks_per_root_from_env()?;
+        let factory = Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default());
+        match std::env::var_os(PSK_FILE_ENV) {
+            None => Ok(factory),
+            Some(path) => {
+                let shown = crate::quote::clip(&path.to_string_lossy());
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| NcclError::invalid(format!("{PSK_FILE_ENV}={shown}: {e}")))?;
+                factory.with_encryption_key(text.trim_end_matches(['\n', '\r']))
+            }
+        }
+    }
+
+    /// World `world` by `ncclCommInitRankScalable`: roots [`scalable_roots`] each make a unique
+    /// id and publish it under [`root_id_key`]; every rank reads all of them (the same list in
+    /// root order) within `world.timeout`.
+    fn create_scalable(
+        &self,
+        world: &GroupInfo,
+        config: &NcclConfig,
+        store: &dyn Store,
+    ) -> Result<NcclComm, NcclError> {
+        let roots = scalable_roots(world.size(), self.ranks_per_root);
+        let mine = roots.iter().position(|&r| r == world.group_rank);
+        if let Some(i) = mine {
+            let id = self.lib.unique_id()?;
+            let key = root_id_key(i as u32);
+            store.set(&key, id.as_bytes()).map_err(|error| NcclError::Store {
+                what: format!("publishing root {i}'s NCCL unique id of {} under '{key}'", world.name),
+                error,
+            })?;
+        }
+        let keys: Vec<String> = (0..roots.len() as u32).map(root_id_key).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let what = || {
+            format!(
+                "waiting for the NCCL unique ids of the {} roots (ranks {}) of {}",
+                roots.len(),
+                crate::quote::clip(&format!("{roots:?}")),
+                world.name
+            )
+        };
+        store.wait(&refs, world.timeout).map_err(|error| NcclError::Store { what: what(), error })?;
+        let mut ids = Vec::with_capacity(keys.len());
+        for k in &keys {
+            let bytes = store.get(k).map_err(|error| NcclError::Store { what: what(), error })?;
+            ids.push(
+                NcclUniqueId::from_bytes(&bytes)
+                    .map_err(|e| NcclError::invalid(format!("group {}, key '{k}': {e}", world.name)))?,
+            );
+        }
+        let spec = InitSpec {
+            group: world.name.clone(),
+            id: ids[0],
+            root_ids: ids,
+            nranks: world.size(),
+            rank: world.group_rank,
+            config: config.clone(),
+            timeout: world.timeout,
+        };
+        let mut comm = NcclComm::init_together(self.lib, std::slice::from_ref(&spec), self.device)
+            .map_err(|(_, e)| e)?
+            .pop()
+            .expect("one spec, one communicator");
+        comm.wait_ready()?;
+        comm.set_op_timeout(world.timeout);
+        comm.set_split_together(self.concurrent);
+        Ok(comm)
+    }
+
+    /// Whether the world `world` is created by scalable init: more ranks than one root serves,
+    /// and an NCCL with `ncclCommInitRankScalable` (2.23+).
+    pub fn uses_scalable_init(&self, nranks: u32) -> bool {
+        self.ranks_per_root > 0 && nranks > self.ranks_per_root && self.lib.require(Feature::InitRankScalable).is_ok()
     }
 
     /// This rank's communicator of `group`: its rank 0 makes the unique id and publishes it in
@@ -74,6 +204,7 @@ impl NcclFactory {
     }
 
     fn create_with(&self, group: &GroupInfo, config: &NcclConfig, store: &dyn Store) -> Result<NcclComm, NcclError> {
+        let config = &named(config, &group.name);
         let id = share_unique_id(self.lib, store, UNIQUE_ID_KEY, group.group_rank == 0, &group.name, group.timeout)?;
         let mut comm = NcclComm::init_rank(
             self.lib,
@@ -111,7 +242,8 @@ impl NcclFactory {
                 id: id.expect("every id was shared above"),
                 nranks: g.size(),
                 rank: g.group_rank,
-                config: with_options(&self.config, options),
+                root_ids: Vec::new(),
+                config: named(&with_options(&self.config, options), &g.name),
                 timeout: g.timeout,
             })
             .collect();
@@ -128,16 +260,31 @@ pub fn shrink_available(lib: &NcclLibrary) -> Result<(), CommError> {
     })
 }
 
-/// `base` with the options a kind sets replacing its values.
+/// `base` with the options a kind sets replacing its values (`blocking` in the options' `more`
+/// sets `blocking`; every other key there is an `ncclConfig_t` field of its own).
 pub fn with_options(base: &NcclConfig, o: &CommOptions) -> NcclConfig {
+    let mut more = base.more.clone();
+    more.extend(o.more.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let blocking = match more.remove("blocking") {
+        Some(OptionValue::Bool(b)) => b,
+        _ => base.blocking,
+    };
     NcclConfig {
-        blocking: base.blocking,
+        blocking,
         cga_cluster_size: o.cga_cluster_size.or(base.cga_cluster_size),
         min_ctas: o.min_ctas.or(base.min_ctas),
         max_ctas: o.max_ctas.or(base.max_ctas),
         net_name: o.net_name.clone().or_else(|| base.net_name.clone()),
         split_share: o.split_share.unwrap_or(base.split_share),
+        more,
+        default_name: base.default_name.clone(),
+        strict: o.strict.unwrap_or(base.strict),
     }
+}
+
+/// `config` whose `commName` defaults to `name` (a `comm_name` the options set wins).
+pub fn named(config: &NcclConfig, name: &str) -> NcclConfig {
+    NcclConfig { default_name: Some(name.to_string()), ..config.clone() }
 }
 
 impl CommFactory for NcclFactory {
@@ -150,11 +297,21 @@ impl CommFactory for NcclFactory {
         self.lib.require(Feature::CommSplit).err().map(|e| e.to_string())
     }
 
+    /// Values checked; fields newer than the loaded NCCL warned about here (once per process) or,
+    /// strict, refused before any communicator is made.
     fn check_options(&self, options: &CommOptions) -> Result<(), CommError> {
-        with_options(&self.config, options).validate().map_err(|e| match e {
-            NcclError::InvalidArgument(m) => CommError::new(CommErrorKind::InvalidArgument, m),
-            other => other.into(),
-        })
+        let config = with_options(&self.config, options);
+        let checked = config.validate().and_then(|_| config.check_version(self.lib.version(), "communicator config"));
+        match checked {
+            Ok(warnings) => {
+                for ((key, _, _), w) in config.too_new(self.lib.version()).into_iter().zip(warnings) {
+                    warn_once_for(format!("too new: {key}"), w);
+                }
+                Ok(())
+            }
+            Err(NcclError::InvalidArgument(m)) => Err(CommError::new(CommErrorKind::InvalidArgument, m)),
+            Err(other) => Err(other.into()),
+        }
     }
 
     fn creates_together(&self) -> bool {
@@ -182,13 +339,21 @@ impl CommFactory for NcclFactory {
             .map_err(CommError::from)
     }
 
+    /// Above [`NcclFactory::ranks_per_root`] ranks (and NCCL 2.23+), scalable init with several
+    /// roots; else one unique id, as any group.
     fn create_world(
         &self,
         world: &GroupInfo,
         options: &CommOptions,
         store: Arc<dyn Store>,
     ) -> Result<Box<dyn Communicator>, CommError> {
-        self.create_group(world, options, store)
+        if !self.uses_scalable_init(world.size()) {
+            return self.create_group(world, options, store);
+        }
+        let config = named(&with_options(&self.config, options), &world.name);
+        self.create_scalable(world, &config, store.as_ref())
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
     }
 }
 
@@ -250,10 +415,10 @@ impl Communicator for NcclComm {
         group: Option<&GroupInfo>,
         options: &CommOptions,
     ) -> Result<Option<Box<dyn Communicator>>, CommError> {
-        let config = with_options(self.config(), options);
         let timeout = group.map_or(self.op_timeout(), |g| g.timeout);
         let name =
             group.map_or_else(|| format!("(no group of this kind, split of {})", self.group()), |g| g.name.clone());
+        let config = named(&with_options(self.config(), options), &name);
         let child = NcclComm::split_start(
             self,
             &name,

@@ -44,10 +44,10 @@ impl NcclVersion {
         } else {
             Err(NcclError::VersionTooOld {
                 feature: feature.name().to_string(),
-                needed: if needed.patch == 0 {
-                    format!("{}.{}", needed.major, needed.minor)
-                } else {
+                needed: if needed.patch > 0 {
                     needed.to_string()
+                } else {
+                    format!("{}.{}", needed.major, needed.minor)
                 },
                 found: self.to_string(),
             })
@@ -75,6 +75,15 @@ pub enum Feature {
     /// `ncclCommSuspend`/`ncclCommResume` (release a communicator's device memory and take it
     /// back): 2.29.7.
     CommSuspend,
+    /// `ncclCommInitRankScalable` (several unique ids, one per root): 2.23.
+    InitRankScalable,
+    /// `ncclSetEncryption` (TLS with a pre-shared key for NCCL's own sockets): 2.32.3.
+    Encryption,
+    /// The parameter API (`ncclParamGetAllParameterKeys`, `ncclParamGetParameter`): 2.30.7.
+    ParamApi,
+    /// Creating communicators from several threads at once (init settings parsed reentrantly;
+    /// NVIDIA/nccl #2361): 2.32.3.
+    ConcurrentInit,
 }
 
 impl Feature {
@@ -85,6 +94,10 @@ impl Feature {
             Feature::MultiRankGpu => NcclVersion::new(2, 30, 0),
             Feature::CommShrink => NcclVersion::new(2, 27, 0),
             Feature::CommSuspend => NcclVersion::new(2, 29, 7),
+            Feature::InitRankScalable => NcclVersion::new(2, 23, 0),
+            Feature::Encryption => NcclVersion::new(2, 32, 3),
+            Feature::ParamApi => NcclVersion::new(2, 30, 7),
+            Feature::ConcurrentInit => NcclVersion::new(2, 32, 3),
         }
     }
 
@@ -95,6 +108,10 @@ impl Feature {
             Feature::MultiRankGpu => "several ranks per GPU (NCCL_MULTI_RANK_GPU_ENABLE)",
             Feature::CommShrink => "ncclCommShrink",
             Feature::CommSuspend => "ncclCommSuspend/ncclCommResume",
+            Feature::InitRankScalable => "ncclCommInitRankScalable (scalable init)",
+            Feature::Encryption => "ncclSetEncryption (encrypted NCCL sockets)",
+            Feature::ParamApi => "the NCCL parameter API",
+            Feature::ConcurrentInit => "creating communicators from several threads at once",
         }
     }
 }

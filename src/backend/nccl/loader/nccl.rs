@@ -3,7 +3,7 @@
 
 use super::cuda::{DeviceBuffer, Stream};
 use super::{as_fn, c_text, DynLib};
-use crate::backend::nccl::config::RawConfig;
+use crate::backend::nccl::config::{ConfigStruct, RawConfig};
 use crate::backend::nccl::error::NcclError;
 use crate::backend::nccl::search::{Candidate, LibrarySearch};
 use crate::backend::nccl::unique_id::NcclUniqueId;
@@ -38,19 +38,21 @@ pub(crate) const NCCL_STAT_GPU_MEM_TOTAL: c_int = 3;
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueIdFn = unsafe extern "C" fn(*mut sys::ncclUniqueId) -> c_int;
 type InitRankConfigFn =
-    unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut sys::ncclConfig_t) -> c_int;
-type SplitFn =
-    unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut sys::ncclConfig_t) -> c_int;
+    unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, sys::ncclUniqueId, c_int, *mut ConfigStruct) -> c_int;
+/// `ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config)` (2.23+).
+type InitRankScalableFn =
+    unsafe extern "C" fn(*mut sys::ncclComm_t, c_int, c_int, c_int, *mut sys::ncclUniqueId, *mut ConfigStruct) -> c_int;
+/// `ncclSetEncryption(const ncclEncryptionConfig_t*)` (2.32.3+).
+type SetEncryptionFn = unsafe extern "C" fn(*const EncryptionConfig) -> c_int;
+/// `ncclParamGetAllParameterKeys(const char*** table, int* len)` (2.30.7+).
+type ParamKeysFn = unsafe extern "C" fn(*mut *const *const c_char, *mut c_int) -> c_int;
+/// `ncclParamGetParameter(key, const char** value, int* len)` (2.30.7+).
+type ParamGetFn = unsafe extern "C" fn(*const c_char, *mut *const c_char, *mut c_int) -> c_int;
+type SplitFn = unsafe extern "C" fn(sys::ncclComm_t, c_int, c_int, *mut sys::ncclComm_t, *mut ConfigStruct) -> c_int;
 /// `ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags)`
 /// (nccl.h of 2.27 and later).
-type ShrinkFn = unsafe extern "C" fn(
-    sys::ncclComm_t,
-    *mut c_int,
-    c_int,
-    *mut sys::ncclComm_t,
-    *mut sys::ncclConfig_t,
-    c_int,
-) -> c_int;
+type ShrinkFn =
+    unsafe extern "C" fn(sys::ncclComm_t, *mut c_int, c_int, *mut sys::ncclComm_t, *mut ConfigStruct, c_int) -> c_int;
 type CommFn = unsafe extern "C" fn(sys::ncclComm_t) -> c_int;
 /// `ncclCommSuspend(comm, flags)` (2.29.7).
 type CommFlagsFn = unsafe extern "C" fn(sys::ncclComm_t, c_int) -> c_int;
@@ -91,7 +93,25 @@ struct Fns {
     comm_suspend: Option<CommFlagsFn>,
     comm_resume: Option<CommFn>,
     comm_mem_stats: Option<MemStatsFn>,
+    comm_init_rank_scalable: Option<InitRankScalableFn>,
+    set_encryption: Option<SetEncryptionFn>,
+    param_keys: Option<ParamKeysFn>,
+    param_get: Option<ParamGetFn>,
 }
+
+/// `ncclEncryptionConfig_t` of NCCL 2.32.3 (`size`, `magic`, `version` as its initializer sets
+/// them, then `mode` and the NUL-terminated pre-shared key).
+#[repr(C)]
+pub(crate) struct EncryptionConfig {
+    pub size: usize,
+    pub magic: u32,
+    pub version: u32,
+    pub mode: c_int,
+    pub psk: *const c_char,
+}
+
+/// `NCCL_ENCRYPTION_MODE_PSK`.
+pub(crate) const NCCL_ENCRYPTION_MODE_PSK: c_int = 1;
 
 /// The loaded NCCL library. Obtain it with [`NcclLibrary::global`] (once per process, from the
 /// environment) or [`NcclLibrary::load`]; it is never unloaded.
@@ -169,6 +189,10 @@ impl Drop for CommSlot {
 }
 
 static GLOBAL: OnceCell<&'static NcclLibrary> = OnceCell::new();
+/// Set once this process aborted any communicator (see [`NcclLibrary::any_aborted`]).
+static ABORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once this process made a unique id (encryption must be configured before).
+static ID_MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Resolve a required symbol or name it in the error.
 fn required<F: Copy>(lib: &DynLib, name: &str) -> Result<F, NcclError> {
@@ -276,6 +300,10 @@ impl NcclLibrary {
             comm_suspend: optional(lib, "ncclCommSuspend"),
             comm_resume: optional(lib, "ncclCommResume"),
             comm_mem_stats: optional(lib, "ncclCommMemStats"),
+            comm_init_rank_scalable: optional(lib, "ncclCommInitRankScalable"),
+            set_encryption: optional(lib, "ncclSetEncryption"),
+            param_keys: optional(lib, "ncclParamGetAllParameterKeys"),
+            param_get: optional(lib, "ncclParamGetParameter"),
         })
     }
 
@@ -300,6 +328,12 @@ impl NcclLibrary {
             Feature::CommSuspend => {
                 (self.fns.comm_suspend.is_some() && self.fns.comm_resume.is_some(), "ncclCommSuspend/ncclCommResume")
             }
+            Feature::InitRankScalable => (self.fns.comm_init_rank_scalable.is_some(), "ncclCommInitRankScalable"),
+            Feature::Encryption => (self.fns.set_encryption.is_some(), "ncclSetEncryption"),
+            Feature::ParamApi => {
+                (self.fns.param_keys.is_some() && self.fns.param_get.is_some(), "ncclParamGetParameter")
+            }
+            Feature::ConcurrentInit => (true, ""),
         };
         if present {
             Ok(())
@@ -339,6 +373,7 @@ impl NcclLibrary {
 
     /// `ncclGetUniqueId`: needs no GPU; starts the bootstrap root in this process.
     pub fn unique_id(&self) -> Result<NcclUniqueId, NcclError> {
+        ID_MADE.store(true, Ordering::SeqCst);
         let mut id = sys::ncclUniqueId { internal: [0; 128] };
         // SAFETY: writes 128 bytes into `id`.
         let rc = unsafe { (self.fns.get_unique_id)(&mut id) };
@@ -364,6 +399,83 @@ impl NcclLibrary {
         // NCCL copies the config during the call.
         let rc = unsafe { f(slot.out_ptr(), nranks, id.to_sys(), rank, &mut config.raw) };
         Ok((rc, slot))
+    }
+
+    /// `ncclCommInitRankScalable` with `ids` (one per root, the same list on every rank): the
+    /// code and the slot, as [`NcclLibrary::comm_init_rank_config`].
+    pub fn comm_init_rank_scalable(
+        &self,
+        nranks: c_int,
+        rank: c_int,
+        ids: &[NcclUniqueId],
+        config: &mut RawConfig,
+    ) -> Result<(c_int, CommSlot), NcclError> {
+        self.require(Feature::InitRankScalable)?;
+        let f = self.fns.comm_init_rank_scalable.expect("checked by require");
+        let n = c_int::try_from(ids.len())
+            .map_err(|_| NcclError::invalid(format!("{} unique ids do not fit a C int", ids.len())))?;
+        if n == 0 {
+            return Err(NcclError::invalid("ncclCommInitRankScalable needs at least one unique id"));
+        }
+        let mut list: Vec<sys::ncclUniqueId> = ids.iter().map(|i| i.to_sys()).collect();
+        let slot = CommSlot::new();
+        // SAFETY: `n` ids at `list` for the call; the out-pointer is a heap slot that outlives any
+        // late write; NCCL copies the ids and the config during the call.
+        let rc = unsafe { f(slot.out_ptr(), nranks, rank, n, list.as_mut_ptr(), &mut config.raw) };
+        Ok((rc, slot))
+    }
+
+    /// `ncclSetEncryption` with a pre-shared key (2.32.3+; the error names the loaded version
+    /// below it). Call before the process's first unique id.
+    pub fn set_encryption_psk(&self, psk: &str) -> Result<(), NcclError> {
+        self.require(Feature::Encryption)?;
+        let f = self.fns.set_encryption.expect("checked by require");
+        if ID_MADE.load(Ordering::SeqCst) {
+            return Err(NcclError::invalid(
+                "ncclSetEncryption must come before this process's first NCCL unique id, and one was already made",
+            ));
+        }
+        let key = std::ffi::CString::new(psk)
+            .map_err(|_| NcclError::invalid("the NCCL encryption key contains a NUL byte"))?;
+        let cfg = EncryptionConfig {
+            size: std::mem::size_of::<EncryptionConfig>(),
+            magic: crate::backend::nccl::config::CONFIG_MAGIC,
+            version: self.version.code(),
+            mode: NCCL_ENCRYPTION_MODE_PSK,
+            psk: key.as_ptr(),
+        };
+        // SAFETY: a config and a key alive for the call; NCCL copies the key.
+        let rc = unsafe { f(&cfg) };
+        if rc != NCCL_SUCCESS {
+            return Err(self.call_error("ncclSetEncryption", rc, None));
+        }
+        Ok(())
+    }
+
+    /// NCCL's own parameters, `(key, value)` (2.30.7+ parameter API); `None` without it.
+    pub fn parameters(&self) -> Option<Vec<(String, String)>> {
+        self.version.require(Feature::ParamApi).ok()?;
+        let (keys_fn, get) = (self.fns.param_keys?, self.fns.param_get?);
+        let mut table: *const *const c_char = std::ptr::null();
+        let mut n: c_int = 0;
+        // SAFETY: NCCL writes a table pointer it owns and its length.
+        if unsafe { keys_fn(&mut table, &mut n) } != NCCL_SUCCESS || table.is_null() || n < 0 {
+            return None;
+        }
+        // SAFETY: `n` key pointers at `table`, valid until the next call on this thread; copied now.
+        let keys: Vec<String> = (0..n as usize).map(|i| unsafe { c_text(*table.add(i)) }).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let Ok(ck) = std::ffi::CString::new(k.as_str()) else { continue };
+            let mut v: *const c_char = std::ptr::null();
+            let mut len: c_int = 0;
+            // SAFETY: a live key; the value is NCCL's per-thread buffer, copied at once.
+            if unsafe { get(ck.as_ptr(), &mut v, &mut len) } == NCCL_SUCCESS {
+                // SAFETY: NULL or a NUL-terminated string.
+                out.push((k, unsafe { c_text(v) }));
+            }
+        }
+        Some(out)
     }
 
     /// `ncclCommSplit(parent, color, key, &child, config)`; `color` `NCCL_SPLIT_NOCOLOR` for
@@ -473,6 +585,7 @@ impl NcclLibrary {
 
     /// `ncclCommAbort`: frees the communicator without waiting for peers.
     pub fn comm_abort(&self, comm: RawComm) -> c_int {
+        ABORTED.store(true, Ordering::SeqCst);
         // SAFETY: `comm` is owned and not used again.
         unsafe { (self.fns.comm_abort)(comm.0.as_ptr()) }
     }
@@ -482,6 +595,13 @@ impl NcclLibrary {
     pub fn comm_finalize(&self, comm: &RawComm) -> Option<c_int> {
         // SAFETY: live communicator.
         self.fns.comm_finalize.map(|f| unsafe { f(comm.0.as_ptr()) })
+    }
+
+    /// Whether this process aborted any communicator: from then on communicators are released
+    /// with abort, never destroy (NCCL 2.31.2's destroy waits, untimed, on an intra-node barrier
+    /// that a communicator aborted elsewhere never reaches).
+    pub fn any_aborted(&self) -> bool {
+        ABORTED.load(Ordering::SeqCst)
     }
 
     /// `ncclCommDestroy`.

@@ -1,0 +1,211 @@
+//! The groups this rank made after init (see `runtime::member_groups`): one [`MemberEntry`] per
+//! live name, each creating, ready, failed or destroyed, and the generation of every name so that
+//! a destroyed name can be made again under fresh store keys.
+
+use super::groups::{GroupError, SharedComm};
+use crate::backend::{CommError, CommErrorKind, CommOptions, Communicator};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long past its deadline a wait for a group's creation goes on before it reports the
+/// creation as stuck (the creation itself is bounded by the deadline).
+pub(super) const WAIT_GRACE: Duration = Duration::from_secs(2);
+
+/// A creation that runs when first waited for (a backend that creates in the caller's thread).
+pub(super) type Job = Box<dyn FnOnce() -> Result<Box<dyn Communicator>, GroupError> + Send>;
+
+/// Where one group's creation stands.
+pub(super) enum State {
+    Creating,
+    Ready(SharedComm),
+    Failed(GroupError),
+    Destroyed,
+}
+
+/// One group made after init, as this rank sees it.
+pub struct MemberEntry {
+    pub name: String,
+    /// Its global ranks, ascending.
+    pub members: Vec<u32>,
+    /// This rank's index in `members`.
+    pub group_rank: u32,
+    pub options: CommOptions,
+    /// How many times this rank made a group of this name and these members before.
+    pub generation: u64,
+    /// The creation's deadline.
+    pub deadline: Instant,
+    state: Mutex<State>,
+    changed: Condvar,
+    job: Mutex<Option<Job>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemberEntry {
+    pub(super) fn new(
+        name: String,
+        members: Vec<u32>,
+        group_rank: u32,
+        options: CommOptions,
+        generation: u64,
+        deadline: Instant,
+    ) -> MemberEntry {
+        MemberEntry {
+            name,
+            members,
+            group_rank,
+            options,
+            generation,
+            deadline,
+            state: Mutex::new(State::Creating),
+            changed: Condvar::new(),
+            job: Mutex::new(None),
+        }
+    }
+
+    fn error(&self, kind: CommErrorKind, message: String) -> GroupError {
+        GroupError { group: self.name.clone(), members: self.members.clone(), error: CommError::new(kind, message) }
+    }
+
+    /// Run `job` at the first wait instead of in the background.
+    pub(super) fn defer(&self, job: Job) {
+        *lock(&self.job) = Some(job);
+    }
+
+    /// The creation ended with `made`: the group is ready or failed (a group destroyed meanwhile
+    /// drops its communicator at once).
+    pub(super) fn finish(&self, made: Result<Box<dyn Communicator>, GroupError>) {
+        let mut state = lock(&self.state);
+        if matches!(*state, State::Creating) {
+            *state = match made {
+                Ok(comm) => State::Ready(Arc::new(Mutex::new(comm))),
+                Err(e) => State::Failed(e),
+            };
+        }
+        self.changed.notify_all();
+    }
+
+    /// Whether the creation ended (ready, failed or destroyed).
+    pub fn is_done(&self) -> bool {
+        !matches!(*lock(&self.state), State::Creating)
+    }
+
+    /// Wait for the creation (running it here when it was deferred): the communicator, or why
+    /// there is none. Bounded by the deadline plus [`WAIT_GRACE`].
+    pub(super) fn wait(&self) -> Result<SharedComm, GroupError> {
+        let job = lock(&self.job).take();
+        if let Some(job) = job {
+            self.finish(job());
+        }
+        let limit = self.deadline + WAIT_GRACE;
+        let mut state = lock(&self.state);
+        loop {
+            match &*state {
+                State::Ready(comm) => return Ok(comm.clone()),
+                State::Failed(e) => return Err(e.clone()),
+                State::Destroyed => {
+                    return Err(self.error(CommErrorKind::InvalidArgument, "the group was destroyed".into()))
+                }
+                State::Creating => {}
+            }
+            let now = Instant::now();
+            if now >= limit {
+                return Err(self.error(
+                    CommErrorKind::Timeout,
+                    format!(
+                        "its creation did not end within its deadline plus {} s (the backend did not return)",
+                        WAIT_GRACE.as_secs()
+                    ),
+                ));
+            }
+            state = self.changed.wait_timeout(state, limit - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Destroy the group: its communicator goes once no collective uses it any more; a creation
+    /// still running drops what it makes.
+    pub(super) fn destroy(&self) {
+        lock(&self.job).take();
+        let old = std::mem::replace(&mut *lock(&self.state), State::Destroyed);
+        self.changed.notify_all();
+        drop(old);
+    }
+}
+
+/// What the registry keeps.
+#[derive(Default)]
+struct Registry {
+    live: HashMap<String, Arc<MemberEntry>>,
+    /// Groups made so far per (name, members): the next one's generation.
+    made: HashMap<(String, Vec<u32>), u64>,
+}
+
+/// This rank's groups made after init, by name.
+#[derive(Default)]
+pub struct MemberGroups {
+    inner: Mutex<Registry>,
+}
+
+impl MemberGroups {
+    /// Register a new group `name` of `members` made by `make(generation)`; an error when the
+    /// name is live already.
+    pub(super) fn insert(
+        &self,
+        name: &str,
+        members: &[u32],
+        make: impl FnOnce(u64) -> Arc<MemberEntry>,
+    ) -> Result<Arc<MemberEntry>, String> {
+        let mut r = lock(&self.inner);
+        if r.live.contains_key(name) {
+            return Err(format!("group '{name}' exists already on this rank: destroy it first, or pick another name"));
+        }
+        let made = r.made.entry((name.to_string(), members.to_vec())).or_insert(0);
+        let entry = make(*made);
+        *made += 1;
+        r.live.insert(name.to_string(), entry.clone());
+        Ok(entry)
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<Arc<MemberEntry>> {
+        lock(&self.inner).live.get(name).cloned()
+    }
+
+    /// The live groups' names, sorted.
+    pub(super) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.inner).live.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Destroy the group `name`; false when there is none.
+    pub(super) fn destroy(&self, name: &str) -> bool {
+        let entry = lock(&self.inner).live.remove(name);
+        entry.map(|e| e.destroy()).is_some()
+    }
+
+    /// Destroy the group of `entry`, and take it out of the registry when it is still there
+    /// under its name (not a later group of the same name).
+    pub(super) fn destroy_entry(&self, entry: &Arc<MemberEntry>) {
+        let mut r = lock(&self.inner);
+        if r.live.get(&entry.name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            r.live.remove(&entry.name);
+        }
+        drop(r);
+        entry.destroy();
+    }
+
+    /// Destroy every group (the runtime's teardown).
+    pub(super) fn destroy_all(&self) {
+        let all: Vec<Arc<MemberEntry>> = lock(&self.inner).live.drain().map(|(_, e)| e).collect();
+        all.iter().for_each(|e| e.destroy());
+    }
+}
+
+impl Drop for MemberGroups {
+    fn drop(&mut self) {
+        self.destroy_all();
+    }
+}

@@ -1,0 +1,200 @@
+//! Groups made after init by their members only (src/runtime/member_groups.rs), with real
+//! processes on loopback over the Gloo plugin: 8 ranks each making three overlapping groups in
+//! orders shuffled per rank, a member that never calls, and a 16-rank weight-sync group made by
+//! its three members while the other ranks do nothing. Needs `MCORE_GLOO_PLUGIN`
+//! (scripts/test.d/25-runtime.sh sets it); without it every test says so and returns.
+
+mod common;
+
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
+const LAUNCH: &str = env!("CARGO_BIN_EXE_mcore-launch");
+
+fn plugin() -> Option<String> {
+    common::gloo_plugin("scripts/test.d/25-runtime.sh")
+}
+
+/// Run `mcore-launch --nproc n -- mcore-selftest --json <args>`; the JSON line of every rank,
+/// by rank.
+fn launch(n: u32, args: &[&str]) -> (Output, Vec<Option<Value>>) {
+    let plugin = plugin().unwrap();
+    let mut cmd = Command::new(LAUNCH);
+    cmd.args(["--nproc", &n.to_string(), "--timeout", "120", "--", SELFTEST, "--json", "--backend", &plugin])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = common::wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(150));
+    let mut by_rank = vec![None; n as usize];
+    for v in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("]: ").map(|(_, j)| j.to_string()))
+        .filter_map(|j| serde_json::from_str::<Value>(&j).ok())
+    {
+        if let Some(r) = v["rank"].as_u64() {
+            by_rank[r as usize] = Some(v);
+        }
+    }
+    (out, by_rank)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Three groups of 8 ranks with overlapping members: every rank is in two or three of them.
+const THREE: [&str; 6] = ["--group", "a:0-5", "--group", "b:2-7", "--group", "c:0,1,4,5,6"];
+
+fn members(name: &str) -> Vec<u64> {
+    match name {
+        "a" => (0..=5).collect(),
+        "b" => (2..=7).collect(),
+        "c" => vec![0, 1, 4, 5, 6],
+        _ => panic!("unknown group {name}"),
+    }
+}
+
+#[test]
+fn eight_ranks_make_three_overlapping_groups_in_shuffled_orders_and_all_verify() {
+    if plugin().is_none() {
+        return;
+    }
+    let start = Instant::now();
+    // Waited for in the shuffled start order too: the Gloo plugin creates in the background.
+    let mut args = vec!["--tp", "2", "--timeout", "30", "--group-order", "shuffled:2026", "--group-wait", "start"];
+    args.extend(THREE);
+    let (out, lines) = launch(8, &args);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let mut orders = std::collections::BTreeSet::new();
+    for (rank, line) in lines.iter().enumerate() {
+        let line = line.as_ref().unwrap_or_else(|| panic!("no line from rank {rank}: {}", text(&out.stdout)));
+        assert_eq!(line["ok"], true, "{line}");
+        let made = line["after_init_groups"].as_array().expect("after_init_groups");
+        let names: Vec<&str> = made.iter().map(|g| g["name"].as_str().unwrap()).collect();
+        let mut want: Vec<&str> = ["a", "b", "c"].into_iter().filter(|n| members(n).contains(&(rank as u64))).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want, "rank {rank} made and verified each of its groups once");
+        for g in made {
+            let ranks: Vec<u64> = g["ranks"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect();
+            assert_eq!(ranks, members(g["name"].as_str().unwrap()), "{g}");
+        }
+        orders.insert(names.join(","));
+    }
+    // The fixed seed gives ranks different orders (else nothing was shuffled).
+    assert!(orders.len() >= 3, "orders started: {orders:?}");
+    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+}
+
+#[test]
+fn a_member_that_never_calls_makes_the_others_fail_within_the_deadline_naming_it() {
+    if plugin().is_none() {
+        return;
+    }
+    let mut args =
+        vec!["--timeout", "30", "--group-timeout", "3", "--group-absent", "5", "--group-order", "shuffled:7"];
+    args.extend(THREE);
+    // Started directly (mcore-launch would stop the others once the first fails).
+    let plugin = plugin().unwrap();
+    let port = common::free_port().to_string();
+    let children: Vec<_> = (0..8u32)
+        .map(|rank| {
+            Command::new(SELFTEST)
+                .args(["--json", "--backend", &plugin])
+                .args(&args)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "8")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(60))).collect();
+    assert!(outs[5].status.success(), "rank 5 calls nothing and succeeds: {}", text(&outs[5].stderr));
+    // Every rank but 5 shares a group with rank 5.
+    for (rank, out) in outs.iter().enumerate().filter(|(r, _)| *r != 5) {
+        assert!(!out.status.success(), "rank {rank} must fail: {}", text(&out.stdout));
+        let line: Value = serde_json::from_str(text(&out.stdout).trim())
+            .unwrap_or_else(|e| panic!("rank {rank}: {e}: {}", text(&out.stdout)));
+        assert_eq!(line["ok"], false, "{line}");
+        let e = line["error"].as_str().unwrap();
+        assert!(
+            e.contains("rank(s) 5 never called create_group for it within its timeout (3.0 s)"),
+            "rank {rank}: {e}"
+        );
+        assert!(e.starts_with("group "), "names the group: {e}");
+        eprintln!("rank {rank}: {e}");
+        let secs: f64 = e
+            .rsplit_once("after init, ")
+            .and_then(|(_, t)| t.split_once(" s after").map(|(t, _)| t.parse().unwrap()))
+            .unwrap_or_else(|| panic!("no time in {e}"));
+        assert!((2.5..5.0).contains(&secs), "rank {rank} failed {secs} s after starting, deadline 3 s (+2 s): {e}");
+    }
+}
+
+#[test]
+fn a_weight_sync_group_of_16_ranks_is_made_by_its_three_members_only() {
+    if plugin().is_none() {
+        return;
+    }
+    let (out, lines) = launch(16, &["--tp", "2", "--pp", "2", "--timeout", "60", "--group", "weight-sync:0,8,12"]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    for (rank, line) in lines.iter().enumerate() {
+        let line = line.as_ref().unwrap_or_else(|| panic!("no line from rank {rank}"));
+        assert_eq!(line["ok"], true, "{line}");
+        let made = line["after_init_groups"].as_array().unwrap();
+        if [0, 8, 12].contains(&rank) {
+            assert_eq!(made.len(), 1, "{line}");
+            assert_eq!(made[0]["name"], "weight-sync");
+            assert_eq!(made[0]["ranks"], serde_json::json!([0, 8, 12]));
+        } else {
+            assert!(made.is_empty(), "rank {rank} is no member and does nothing: {line}");
+        }
+    }
+}
+
+#[test]
+fn members_that_ask_for_other_members_are_named_with_the_field() {
+    if plugin().is_none() {
+        return;
+    }
+    // Ranks 0 and 1 ask for g = {0, 1, 2}; rank 2 for g = {0, 2}.
+    let plugin = plugin().unwrap();
+    let port = common::free_port().to_string();
+    let children: Vec<_> = (0..3u32)
+        .map(|rank| {
+            let group = if rank == 2 { "g:0,2" } else { "g:0-2" };
+            Command::new(SELFTEST)
+                .args(["--json", "--backend", &plugin, "--timeout", "30", "--group-timeout", "10", "--group", group])
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let outs: Vec<Output> = children.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(60))).collect();
+    for (rank, out) in outs.iter().enumerate() {
+        assert!(!out.status.success(), "rank {rank} must fail: {}", text(&out.stdout));
+        let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+        let e = line["error"].as_str().unwrap();
+        let want = if rank == 2 {
+            "rank 0 asked for members 0,1,2, this rank 2 for members 0,2".to_string()
+        } else {
+            format!("rank 2 asked for members 0,2, this rank {rank} for members 0,1,2")
+        };
+        assert!(e.contains(&want), "rank {rank}: {e}");
+    }
+    // Found once every request is in, long before the 10 s deadline.
+    assert!(start.elapsed() < Duration::from_secs(8), "took {:?}", start.elapsed());
+}
