@@ -22,6 +22,13 @@
 #    after init; the 4 survivors shrink the world with ncclCommShrink (NCCL >= 2.27; below, they
 #    create a new world) and verify every group of the new layout, 3 ranks leave.
 #
+# 5. Several grids (docs/grids.md), groups made after init (docs/groups-after-init.md) and
+#    suspend/resume of a grid (docs/backends.md): 8 ranks on GPU 0, a trainer tp2 pp2 with a
+#    rollout tp4 colocated and side by side, with after-init groups, each strategy; then the
+#    rollout grid suspended and resumed, every communicator verified.
+#
+# MCORE_GPU_SECTIONS="1 2 3 4 5" (the default) picks the sections to run (3 reads 2's logs).
+#
 # Prebuilt (a GPU machine without Rust): MCORE_GPU_BIN=DIR runs DIR/mcore-launch, DIR/mcore-selftest
 # and DIR/nccl_gpu (the test binary of tests/nccl_gpu.rs) instead of calling cargo;
 # scripts/gpu-stage.sh builds that folder. MCORE_GPU_OUT=DIR writes the logs and summary.md there
@@ -39,6 +46,8 @@ init_timeout=${MCORE_GPU_TIMEOUT:-120}
 mkdir -p "$out"
 pass=0; fail=0
 check() { if "$@"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $*"; fi; }
+sections=" ${MCORE_GPU_SECTIONS:-1 2 3 4 5} "
+section() { case "$sections" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi -L | tee "$out/gpus.txt"
@@ -116,14 +125,15 @@ else
 fi
 echo "gpu-tests: ranks sharing GPU 0 use $shared_how"
 
-echo "== 1. tests/nccl_gpu.rs"
-if [ -n "$bin" ]; then
-  check "$bin/nccl_gpu" --ignored --skip _child --test-threads=1 --nocapture
-else
-  check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
+if section 1; then
+  echo "== 1. tests/nccl_gpu.rs"
+  if [ -n "$bin" ]; then
+    check "$bin/nccl_gpu" --ignored --skip _child --test-threads=1 --nocapture
+  else
+    check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
+  fi
 fi
 
-echo "== 2. mcore-selftest --backend nccl"
 if [ -z "$bin" ]; then
   cargo build --release --locked --quiet --bins
   bin=./target/release
@@ -163,7 +173,8 @@ run() {
   fi
 }
 rm -f "$out"/*.jsonl
-for s in split per-group; do
+section 2 && echo "== 2. mcore-selftest --backend nccl"
+section 2 && for s in split per-group; do
   for c in together one-by-one; do
     cenv=MCORE_NCCL_CONCURRENT=1; [ "$c" = one-by-one ] && cenv=MCORE_NCCL_CONCURRENT=0
     run "world1-$s-$c" 1 1 "$cenv" -- --comm-strategy "$s"
@@ -176,10 +187,10 @@ for s in split per-group; do
     fi
   done
 done
-run "shared4-config" 4 1 -- --tp 2 --pp 2 --device 0 --comm-config "$out/nccl_comm.yaml"
+section 2 && run "shared4-config" 4 1 -- --tp 2 --pp 2 --device 0 --comm-config "$out/nccl_comm.yaml"
 
-echo "== 3. creation times per group kind (slowest rank): split vs per group, one by one vs concurrent"
-python3 - "$out" "$version" "$shared_how" <<'PY' | tee "$out/summary.md"
+section 3 && echo "== 3. creation times per group kind (slowest rank): split vs per group, one by one vs concurrent"
+section 3 && python3 - "$out" "$version" "$shared_how" <<'PY' | tee "$out/summary.md"
 import json, os, sys
 out, version, shared_how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 print(f"NCCL code {version}; ranks sharing a GPU: {shared_how}")
@@ -208,12 +219,35 @@ for setup in ("world1", "shared2", "shared4", "shared8", "pergpu"):
 print("\nPer kind: one by one, the kind's own creation (split collective or init); concurrent, from the")
 print("kind's start until this rank saw its communicator ready (all kinds are in flight together).")
 PY
-echo "== 4. recovery: rank 3 of 8 killed, the world shrunk (ncclCommShrink) or, before NCCL 2.27, made anew"
-from=shrink; [ "$version" -ge 22700 ] || from=new
-expect_ok=7 run "recovery-$from" 8 1 -- --tp 2 --pp 2 --device 0 --comm-strategy split --fail-rank 3
-got=$(grep -c "\"world_from\":\"$from\"" "$out/recovery-$from.log" || true)
-echo "recovery: $got of 4 survivors report \"world_from\":\"$from\" (NCCL code $version)"
-check [ "$got" = 4 ]
+if section 4; then
+  echo "== 4. recovery: rank 3 of 8 killed, the world shrunk (ncclCommShrink) or, before NCCL 2.27, made anew"
+  from=shrink; [ "$version" -ge 22700 ] || from=new
+  expect_ok=7 run "recovery-$from" 8 1 -- --tp 2 --pp 2 --device 0 --comm-strategy split --fail-rank 3
+  got=$(grep -c "\"world_from\":\"$from\"" "$out/recovery-$from.log" || true)
+  echo "recovery: $got of 4 survivors report \"world_from\":\"$from\" (NCCL code $version)"
+  check [ "$got" = 4 ]
+fi
+
+if section 5; then
+  echo "== 5. several grids, groups made after init, suspend/resume of a grid (8 ranks on GPU 0)"
+  for s in split per-group; do
+    run "grids-colocated-$s" 8 1 -- --tp 2 --pp 2 --grid rollout:tp=4 --device 0 --comm-strategy "$s" \
+      --seed 1234 --group ws:0,4 --group pair:2,6
+    run "grids-side-$s" 8 1 -- --tp 2 --pp 2 --local-world-size 4 --grid rollout:tp=4,rank-offset=4,local-world-size=4 \
+      --device 0 --comm-strategy "$s" --group ws:0,4
+  done
+  run "grids-suspend-rollout" 8 1 -- --tp 2 --pp 2 --grid rollout:tp=4 --device 0 --suspend-resume rollout:all
+  python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+for name in sorted(f[:-6] for f in os.listdir(out) if f.startswith("grids-") and f.endswith(".jsonl")):
+    ls = [json.loads(l) for l in open(os.path.join(out, name + ".jsonl"))]
+    init = max(l["init_seconds"] for l in ls)
+    comms = sorted({l["communicators"] for l in ls})
+    extra = [k for k in ("after_init_groups", "suspend_resume") if k in ls[0]]
+    print(f"{name}: {len(ls)} ranks ok, init max {init:.2f} s, communicators/rank {comms}; {', '.join(extra)}")
+PY
+fi
 
 echo "gpu-tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
