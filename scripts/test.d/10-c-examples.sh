@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build every C example in examples/c against include/ and the release libmcore_init.so as a
 # C11 program with -Wall -Wextra -Wpedantic -Werror, run it, and check the library's soname.
+# rl_job (several grids and a group made after init) runs under mcore-launch with 16 Gloo ranks,
+# colocated and side by side.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 out=target/c-examples
@@ -18,10 +20,25 @@ if [ -z "$undeclared" ]; then suite_ok; else suite_bad "exported but not in incl
 for src in examples/c/*.c; do
   name=$(basename "$src" .c)
   if cc -std=c11 -Wall -Wextra -Wpedantic -Werror -Iinclude "$src" -L"$lib" -lmcore_init \
-        -Wl,-rpath,"$PWD/$lib" -o "$out/$name" && "$out/$name"; then
+        -Wl,-rpath,"$PWD/$lib" -o "$out/$name" && { [ "$name" = rl_job ] || "$out/$name"; }; then
     suite_ok
   else
     suite_bad "examples/c/$name"
+  fi
+done
+# The RL job: every rank prints its line; the weight-sync members (trainer rank 0 and each rollout
+# tp leader: 4 ranks colocated, 3 side by side) report their verified sum.
+cargo build --release --locked --quiet --bin mcore-launch || suite_abort c-examples "cannot build mcore-launch"
+plugin=$(gloo_plugin)
+for layout in colocated:4:24 side-by-side:3:20; do
+  IFS=: read -r name members sum <<<"$layout"
+  log=$out/rl_job-$name.log
+  if MCORE_BACKEND_PLUGIN=$plugin ./target/release/mcore-launch --nproc 16 --timeout 120 -- "$out/rl_job" "$name" >"$log" 2>&1 \
+     && [ "$(grep -c 'rank [0-9]*: train tp' "$log")" = 16 ] \
+     && [ "$(grep -c "weight-sync $members members, sum $sum ok" "$log")" = "$members" ]; then
+    suite_ok
+  else
+    tail -n 20 "$log"; suite_bad "examples/c/rl_job $name"
   fi
 done
 suite_end c-examples
