@@ -102,15 +102,9 @@ fn a_member_that_never_calls_makes_the_others_fail_within_the_deadline_naming_it
     let port = common::free_port().to_string();
     let children: Vec<_> = (0..8u32)
         .map(|rank| {
-            Command::new(SELFTEST)
+            common::rank_command(SELFTEST, rank, 8, &port)
                 .args(["--json", "--backend", &plugin])
                 .args(&args)
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "8")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
@@ -170,14 +164,8 @@ fn members_that_ask_for_other_members_are_named_with_the_field() {
     let children: Vec<_> = (0..3u32)
         .map(|rank| {
             let group = if rank == 2 { "g:0,2" } else { "g:0-2" };
-            Command::new(SELFTEST)
+            common::rank_command(SELFTEST, rank, 3, &port)
                 .args(["--json", "--backend", &plugin, "--timeout", "30", "--group-timeout", "10", "--group", group])
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         })

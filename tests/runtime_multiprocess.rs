@@ -40,15 +40,8 @@ fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Value>) {
 
 /// Start `mcore-selftest` directly as rank `rank` of `world` (no launcher), rendezvousing on `port`.
 fn spawn_rank(plugin: &str, rank: u32, world: u32, port: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(SELFTEST);
-    cmd.args(["--json", "--backend", plugin])
-        .args(args)
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", world.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = common::rank_command(SELFTEST, rank, world, port);
+    cmd.args(["--json", "--backend", plugin]).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }

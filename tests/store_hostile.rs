@@ -22,7 +22,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -59,12 +59,8 @@ fn raise_nofile(want: u64) -> u64 {
 fn spawn_rank(plugin: &str, rank: u32, port: u16, log: &std::path::Path) -> Child {
     let out = File::create(log.with_extension("out")).unwrap();
     let err = File::create(log.with_extension("err")).unwrap();
-    let mut cmd = Command::new(SELFTEST);
+    let mut cmd = common::rank_command(SELFTEST, rank, WORLD, &port.to_string());
     cmd.args(["--json", "--backend", plugin, "--tp", "2", "--pp", "2", "--timeout", "60"])
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", WORLD.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
         .env("MCORE_INIT_STORE_MAX_MEMORY", BUDGET.to_string())
         // The attackers are clients the store serves (no token; the store stays open to every
         // client after init, where it would refuse them at once): the limits are what is tested.

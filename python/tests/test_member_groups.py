@@ -1,11 +1,10 @@
 """Groups made after init by their members only (mcore_init.groups), real processes on loopback
 over the Gloo plugin."""
 
-import json
-import subprocess
 import sys
 
-from conftest import child_env, free_port, gloo_plugin
+from conftest import gloo_plugin
+from test_multiprocess import _run_ranks
 
 WORKER = r"""
 import json, os, sys
@@ -49,24 +48,7 @@ print(json.dumps(out), flush=True)
 
 def test_five_ranks_make_groups_after_init_in_their_own_orders_and_a_weight_sync_group():
     plugin = str(gloo_plugin())
-    port = free_port()
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, plugin], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=child_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=5, LOCAL_WORLD_SIZE=5,
-                                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
-        for r in range(5)
-    ]
-    outs = []
-    try:
-        for r, p in enumerate(procs):
-            stdout, stderr = p.communicate(timeout=90)
-            assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{stderr}"
-            outs.append(json.loads(stdout.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = _run_ranks(lambda r: [sys.executable, "-c", WORKER, plugin], 5, timeout=90)
     specs = {"x": [0, 1, 2], "y": [1, 2, 3, 4], "z": [0, 4]}
     for o in outs:
         rank = o["rank"]

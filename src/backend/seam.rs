@@ -126,6 +126,14 @@ pub struct CommMemory {
     pub suspended: bool,
 }
 
+impl CommMemory {
+    /// From NCCL's `ncclCommMemStat_t` numbering (and the plugin ABI's `MCORE_BACKEND_MEM_*`):
+    /// suspendable, suspended (0 or not), persistent, total.
+    pub fn from_stats([suspendable, suspended, persistent, total]: [u64; 4]) -> Self {
+        CommMemory { suspendable, persistent, total, suspended: suspended != 0 }
+    }
+}
+
 /// What stands in a group's communicator slot while it is suspended: every use is an error
 /// naming its kinds ([`CommErrorKind::Suspended`]). `native` holds the communicator its backend
 /// suspended (resumed in place); `None` means it was released (recreate mode: a new one is

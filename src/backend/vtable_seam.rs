@@ -114,15 +114,7 @@ impl Communicator for Comm {
 
     /// The backend's `mem_stat` slot, `MCORE_BACKEND_MEM_*` in NCCL's numbering.
     fn memory(&self) -> Option<Result<CommMemory, CommError>> {
-        Comm::memory(self).map(|r| {
-            r.map(|[suspendable, suspended, persistent, total]| CommMemory {
-                suspendable,
-                persistent,
-                total,
-                suspended: suspended != 0,
-            })
-            .map_err(CommError::from)
-        })
+        Comm::memory(self).map(|r| r.map(CommMemory::from_stats).map_err(CommError::from))
     }
 
     /// The backend's `shrink` slot (NULL: `Unsupported`, recovery then creates a new world).

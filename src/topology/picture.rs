@@ -34,6 +34,17 @@ const GAP: u32 = 6;
 const LEFT: u32 = 70;
 const TOP: u32 = 48;
 
+/// One line of the text below a picture at `*y` (indented when `text` starts with two spaces),
+/// moving `*y` to the next line.
+fn text_line(out: &mut String, y: &mut u32, text: &str, colour: &str) {
+    let (x, text) = match text.strip_prefix("  ") {
+        Some(t) => (24, t),
+        None => (10, text),
+    };
+    let _ = writeln!(out, "<text x=\"{x}\" y=\"{y}\" fill=\"{colour}\">{}</text>", esc(text));
+    *y += 16;
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -105,14 +116,7 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     let cells = Cells { top: TOP, first_node, gpn, highlight: highlight.as_ref() };
     draw_cells(&mut out, t, opts, &cells, offset..offset + world)?;
     let mut y = TOP + nodes * (CELL_H + GAP) + 20;
-    let mut line = |out: &mut String, text: &str, colour: &str| {
-        let (x, text) = match text.strip_prefix("  ") {
-            Some(t) => (24, t),
-            None => (10, text),
-        };
-        let _ = writeln!(out, "<text x=\"{x}\" y=\"{y}\" fill=\"{colour}\">{}</text>", esc(text));
-        y += 16;
-    };
+    let mut line = |out: &mut String, text: &str, colour: &str| text_line(out, &mut y, text, colour);
     let crossing: Vec<String> = placement
         .kinds
         .iter()
@@ -326,14 +330,7 @@ pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<S
         top += panel_h;
     }
     let mut y = top + 10;
-    let mut line = |out: &mut String, text: &str, colour: &str| {
-        let (x, text) = match text.strip_prefix("  ") {
-            Some(t) => (24, t),
-            None => (10, text),
-        };
-        let _ = writeln!(out, "<text x=\"{x}\" y=\"{y}\" fill=\"{colour}\">{}</text>", esc(text));
-        y += 16;
-    };
+    let mut line = |out: &mut String, text: &str, colour: &str| text_line(out, &mut y, text, colour);
     line(&mut out, "pale GPUs: not in the panel's grid; nodes and the grids on their GPUs:", "#000000");
     for span in &spans {
         line(&mut out, &format!("  {}", span.describe(&raw_names)), "#000000");

@@ -145,3 +145,17 @@ pub fn wait_bounded(mut child: std::process::Child, limit: std::time::Duration) 
     let take = |s: &Sink| std::mem::take(&mut *s.lock().unwrap());
     std::process::Output { status, stdout: take(&out.0), stderr: take(&err.0) }
 }
+
+/// `exe` as rank `rank` of a world of `world` meeting on 127.0.0.1:`port` (torchrun's variables,
+/// no launcher), its output piped.
+pub fn rank_command(exe: &str, rank: u32, world: u32, port: &str) -> std::process::Command {
+    use std::process::Stdio;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}

@@ -394,15 +394,7 @@ impl Communicator for NcclComm {
 
     /// `ncclCommMemStats` (2.29.7+).
     fn memory(&self) -> Option<Result<CommMemory, CommError>> {
-        NcclComm::memory(self).map(|r| {
-            r.map(|[suspendable, suspended, persistent, total]| CommMemory {
-                suspendable,
-                persistent,
-                total,
-                suspended: suspended != 0,
-            })
-            .map_err(CommError::from)
-        })
+        NcclComm::memory(self).map(|r| r.map(CommMemory::from_stats).map_err(CommError::from))
     }
 
     /// `ncclCommSplit` with the member's group rank as key (so the child orders ranks as `group`
