@@ -262,16 +262,30 @@ fn megatron_groups(id: &str) -> std::collections::BTreeMap<String, Vec<Vec<u32>>
     out
 }
 
+/// The weight-sync group {0, 8, 12} was made after init and verified by its three members; every
+/// other rank made nothing.
+fn assert_weight_sync(line: &Value, rank: u32) {
+    let made = line["after_init_groups"].as_array().unwrap_or_else(|| panic!("no after_init_groups: {line}"));
+    if [0, 8, 12].contains(&rank) {
+        assert_eq!(made.len(), 1, "{line}");
+        assert_eq!((made[0]["name"].as_str(), made[0]["ranks"].clone()), (Some("ws"), serde_json::json!([0, 8, 12])));
+    } else {
+        assert!(made.is_empty(), "rank {rank} is no member of ws: {line}");
+    }
+}
+
 #[test]
 fn two_grids_colocated_on_16_ranks_verify_every_group_and_share_communicators() {
     if plugin().is_none() {
         return;
     }
     // An RL job's layout: the trainer tp2 pp2 and the rollout engine tp4 on the same 16 ranks.
-    let lines = assert_all_ok(16, &["--tp", "2", "--pp", "2", "--grid", "rollout:tp=4", "--seed", "1234"]);
+    let args = ["--tp", "2", "--pp", "2", "--grid", "rollout:tp=4", "--seed", "1234", "--group", "ws:0,8,12"];
+    let lines = assert_all_ok(16, &args);
     for l in &lines {
         let rank = l["rank"].as_u64().unwrap() as u32;
         let m = members_of(l);
+        assert_weight_sync(l, rank);
         assert_eq!(l["grids"], serde_json::json!(["default", "rollout"]), "{l}");
         // Megatron's order tp-cp-ep-dp-pp: tp blocks of 2 and 4; pp strides of 8 (train only).
         assert_eq!(m["default:tensor_model_parallel"], vec![rank / 2 * 2, rank / 2 * 2 + 1], "{l}");
@@ -311,11 +325,12 @@ fn two_grids_side_by_side_match_megatron_for_their_windows() {
         assert!(!m.keys().any(|k| k.starts_with(&format!("{other}:"))), "rank {rank} is outside {other}: {l}");
     }
     assert!(compared > 16 * 15, "{compared} groups compared");
-    // The issue's own layout: the rollout engine tp4 on ranks 8-15.
+    // The issue's own layout: the rollout engine tp4 on ranks 8-15, and the weight-sync group.
     let rollout = "rollout:tp=4,rank-offset=8,local-world-size=8";
-    for l in assert_all_ok(16, &[&args[..], &["--grid", rollout]].concat()) {
+    for l in assert_all_ok(16, &[&args[..], &["--grid", rollout, "--group", "ws:0,8,12"]].concat()) {
         let rank = l["rank"].as_u64().unwrap() as u32;
         let m = members_of(&l);
+        assert_weight_sync(&l, rank);
         if rank >= 8 {
             assert_eq!(m["rollout:tensor_model_parallel"], (rank / 4 * 4..rank / 4 * 4 + 4).collect::<Vec<_>>());
         } else {
