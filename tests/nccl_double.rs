@@ -54,27 +54,31 @@ fn double_without_suspend_dir() -> &'static Path {
     })
 }
 
-/// Build the double into `target/tmp/<name>` with the extra compiler flags `defines`.
+/// Build the double into `target/tmp/<name>` with the extra compiler flags `defines`. The library
+/// and its `libcuda.so.1` link are put in place by rename: a test process of this binary (or a
+/// re-run of it under ASan) loading the double meanwhile sees the old file or the new one, never a
+/// half-written one.
 fn build_double(name: &str, defines: &[&str]) -> PathBuf {
-    {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libnccl_double.so");
-        let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-        cc.args(defines);
-        cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"])
-            .arg(&lib)
-            .arg(SOURCE);
-        if asan() {
-            cc.arg("-fsanitize=address");
-        }
-        let out = cc.output().unwrap_or_else(|e| panic!("cannot run cc to build the libnccl double: {e}"));
-        assert!(out.status.success(), "building the libnccl double failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        let cuda = dir.join("libcuda.so.1");
-        let _ = std::fs::remove_file(&cuda);
-        std::os::unix::fs::symlink("libnccl_double.so", &cuda).unwrap();
-        dir
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libnccl_double.so");
+    let tmp = dir.join(format!("libnccl_double.so.{}", std::process::id()));
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args(defines);
+    cc.args(["-shared", "-fPIC", "-O1", "-g", "-pthread", "-Wall", "-Wno-format-truncation", "-o"])
+        .arg(&tmp)
+        .arg(SOURCE);
+    if asan() {
+        cc.arg("-fsanitize=address");
     }
+    let out = cc.output().unwrap_or_else(|e| panic!("cannot run cc to build the libnccl double: {e}"));
+    assert!(out.status.success(), "building the libnccl double failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&tmp, &lib).unwrap();
+    let link = dir.join(format!("libcuda.so.1.{}", std::process::id()));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libnccl_double.so", &link).unwrap();
+    std::fs::rename(&link, dir.join("libcuda.so.1")).unwrap();
+    dir
 }
 
 /// libasan's path, for LD_PRELOAD.
