@@ -16,6 +16,7 @@
 mod config;
 mod error;
 mod generator;
+mod grids_recovery;
 mod group;
 mod kind;
 mod layout;
@@ -34,6 +35,7 @@ pub use nodes::{
     MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
 };
 pub use picture::{grids_svg, layout_svg, PictureOptions, MAX_PICTURE_GRIDS, MAX_PICTURE_RANKS, PALETTE};
+pub use grids_recovery::{plan_grids_recovery, GridRecovery, GridsRecoveryPlan};
 pub use recovery::{plan_recovery, RecoveryPlan};
 
 #[cfg(test)]
