@@ -68,7 +68,8 @@ fn ranks_text(v: &[u32]) -> String {
     format!("[{}]", s.join(", "))
 }
 
-/// A grid's window as a layout of its own: ranks `0..` its size, no offset, no local world size.
+/// A grid's window as a layout of its own, which [`plan_recovery`] takes: its ranks numbered
+/// from 0, no offset, no local world size.
 fn own_layout(topo: &Topology) -> Result<Topology, TopologyError> {
     let cfg = TopologyConfig { rank_offset: 0, local_world_size: None, ..topo.config().clone() };
     Topology::new(cfg, topo.world_size())
@@ -99,7 +100,9 @@ pub fn plan_grids_recovery(
                 end - 1
             )));
         }
-        own.push(own_layout(topo)?);
+        own.push(own_layout(topo).map_err(|e| {
+            TopologyError::config(format!("recovery: grid '{name}' as a layout of its own: {}", e.message))
+        })?);
     }
     // The fixpoint: each grid's plan with every removed rank of its window as failed.
     let mut removed: BTreeSet<u32> = failed.iter().copied().collect();
@@ -117,9 +120,12 @@ pub fn plan_grids_recovery(
             }
             let plan = plan_recovery(own, &local, &[]).map_err(|e| {
                 let lost: Vec<u32> = local.iter().map(|r| r + off).collect();
+                let numbering =
+                    if off == 0 { String::new() } else { format!(" (its ranks numbered from 0 at rank {off})") };
                 TopologyError::config(format!(
                     "recovery refused: grid '{name}' (ranks {off}..{}) cannot be re-formed after the failure of \
-                     ranks {} (ranks {} of it leave with the replicas of every grid): {}",
+                     ranks {}: ranks {} of it are removed (failed, or leaving with a replica of a grid), and its \
+                     own plan{numbering} says: {}",
                     off + size - 1,
                     ranks_text(&failed),
                     ranks_text(&lost),
@@ -247,6 +253,10 @@ mod tests {
         let (train, rollout) = (topo(2, 1, 0, Some(4), 8), topo(4, 1, 4, Some(4), 8));
         let e = plan_grids_recovery(&[("train", &train), ("rollout", &rollout)], 8, &[6]).unwrap_err();
         assert!(e.message.contains("grid 'rollout' (ranks 4..7)"), "{}", e.message);
+        // The removed ranks are named in the job's numbering; the grid's own plan says which
+        // numbering it uses.
+        assert!(e.message.contains("ranks [6] of it are removed"), "{}", e.message);
+        assert!(e.message.contains("its ranks numbered from 0 at rank 4"), "{}", e.message);
         // Bad input is named.
         let e = plan_grids_recovery(&[("train", &train)], 8, &[8]).unwrap_err();
         assert!(e.message.contains("failed rank 8"), "{}", e.message);

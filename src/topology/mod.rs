@@ -27,6 +27,7 @@ mod validate;
 
 pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
 pub use error::{TopologyError, TopologyErrorKind};
+pub use grids_recovery::{plan_grids_recovery, GridRecovery, GridsRecoveryPlan};
 pub use group::{Group, Members, RankBox};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
@@ -35,7 +36,6 @@ pub use nodes::{
     MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,
 };
 pub use picture::{grids_svg, layout_svg, PictureOptions, MAX_PICTURE_GRIDS, MAX_PICTURE_RANKS, PALETTE};
-pub use grids_recovery::{plan_grids_recovery, GridRecovery, GridsRecoveryPlan};
 pub use recovery::{plan_recovery, RecoveryPlan};
 
 #[cfg(test)]
