@@ -1,7 +1,7 @@
 //! The runtime with real processes on loopback over the Gloo plugin: worlds of 4, 8 and 16 in
 //! several layouts, every group verified by a collective; and the failures: a rank that never
 //! starts, a rank that dies after rendezvous, mismatched configs, a port in use, and leaks across
-//! 20 destroy + re-init cycles. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/25-runtime.sh sets it);
+//! 20 destroy + re-init cycles; recovery of a job of two grids (colocated, side by side, refused). Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/25-runtime.sh sets it);
 //! without it every test says so and returns.
 
 mod common;
@@ -446,6 +446,28 @@ fn recovery_of_side_by_side_grids_drops_a_rollout_replica_and_keeps_the_trainer(
             assert_eq!(m["rollout:tensor_model_parallel"], vec![8, 9, 10, 11], "{l}");
             assert_eq!(m["rollout:data_parallel"], vec![rank], "{l}");
             assert!(!m.keys().any(|k| k.starts_with("default:")), "{l}");
+        }
+    }
+    // Rank 1 killed instead: the trainer loses its replica {0,1,4,5} (rank 0, the store's host,
+    // leaves and keeps the store up), becoming tp2 pp2 dp1 on new ranks 0-3; the rollout keeps
+    // its layout, its window moved down to new ranks 4-11.
+    let grid = ["--grid", "rollout:tp=4,rank-offset=8,local-world-size=8", "--fail-rank", "1"];
+    let (out, lines) = launch(16, &[&args[..], &grid].concat(), &[]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let (recovered, left) = recovery_lines(&lines, &[1], &[0, 1, 4, 5]);
+    assert_eq!(left, vec![0, 4, 5], "{}", text(&out.stdout));
+    assert_eq!(recovered.len(), 12, "{}", text(&out.stdout));
+    for (&old, l) in &recovered {
+        let rank = l["rank"].as_u64().unwrap() as u32;
+        assert_eq!(rank, if old < 4 { old - 2 } else { old - 4 }, "{l}");
+        let m = members_of(l);
+        if old < 8 {
+            assert_eq!(m["default:tensor_model_parallel"], vec![rank / 2 * 2, rank / 2 * 2 + 1], "{l}");
+            assert_eq!(m["default:pipeline_model_parallel"], vec![rank % 2, rank % 2 + 2], "{l}");
+            assert_eq!(m["default:data_parallel"], vec![rank], "{l}");
+        } else {
+            assert_eq!(m["rollout:tensor_model_parallel"], (rank / 4 * 4..rank / 4 * 4 + 4).collect::<Vec<_>>(), "{l}");
+            assert_eq!(m["rollout:data_parallel"], vec![(rank - 4) % 4 + 4, (rank - 4) % 4 + 8], "{l}");
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Recovery after a failure (docs/recovery.md): the survivors of an initialized world (or of an
 //! initialization that failed for a peer) agree on the failed ranks through the store, plan the
-//! next layout ([`plan_recovery`]; spares take failed ranks' places), abort their communicators
-//! but those that live on (a world shrunk to the survivors, the groups of unchanged kinds) and
-//! bring the new layout's other groups up on the store they already share. Ranks the plan drops
+//! next layout ([`plan_recovery`]; spares take failed ranks' places; a job of several grids:
+//! [`plan_grids_recovery`], every grid re-formed or the recovery refused naming the grid), abort
+//! their communicators but those that live on (a world shrunk to the survivors, with one grid the
+//! groups of unchanged kinds) and bring the new layout's other groups up on the store they
+//! already share. Ranks the plan drops
 //! leave with [`Reinitialized::Left`]. [`check_health`] lets ranks learn that a recovery began.
 //!
 //! Agreement: every rank that takes part writes `recovery/present/<rank>` (with the ranks it
@@ -333,6 +335,9 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
 /// by: it waits until a recovery needs it (then it runs the new layout under the failed rank's
 /// coordinates), or the job ends (`Left`), or `args.timeout` passes (a TIMEOUT error; call it
 /// again to keep standing by; no limit when `None`).
+///
+/// A job of several grids re-forms every grid (one set of ranks leaves the whole job; no
+/// communicator is kept), or every survivor refuses naming the grid that cannot be re-formed.
 ///
 /// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime (or the
 /// failed init) as it was. Otherwise the runtime is torn down whatever the outcome; on an error
