@@ -489,6 +489,14 @@ fn recovery_of_a_grid_that_cannot_be_re_formed_is_refused_naming_it() {
         assert!(e.contains("grid 'rollout' (ranks 0..7) cannot be re-formed after the failure of ranks [5]"), "{e}");
         assert!(e.contains("ranks [4, 5] of it are removed"), "{e}");
     }
+    // Spares stay refused with several grids, by every rank before any rendezvous.
+    let (out, lines) = launch(5, &["--tp", "2", "--grid", "rollout:tp=4", "--spares", "1", "--timeout", "20"], &[]);
+    assert!(!out.status.success());
+    assert!(!lines.is_empty(), "{}", text(&out.stdout));
+    for l in &lines {
+        let e = l["error"].as_str().unwrap_or_else(|| panic!("expected the refusal: {l}"));
+        assert!(e.contains("spares (1) with several grids"), "{e}");
+    }
 }
 
 #[test]
