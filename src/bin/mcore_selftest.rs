@@ -698,7 +698,7 @@ mod recovery {
     /// survivors recover, naming them as suspected.
     pub fn fail_and_recover(args: &InitArgs, f: &FailOptions, line: Value) -> Result<Value, String> {
         let (store, rank, world, layout_world) =
-            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.topology().world_size()))
+            runtime::with_runtime(|rt| (rt.store(), rt.env.rank, rt.env.world_size, rt.env.world_size - args.spares))
                 .map_err(|e| e.to_string())?;
         let timeout = args.timeout;
         check_ranks(f, world)?;

@@ -207,7 +207,8 @@ fn only_grid(args: &InitArgs, env: &LaunchEnv) -> Result<Grid, RuntimeError> {
 fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeError> {
     if args.spares > 0 {
         return Err(RuntimeError::InvalidArgument(format!(
-            "spares ({}) with several grids: recovery re-forms one grid, so spares need a job of one grid",
+            "spares ({}) with several grids: a spare takes a failed rank's place in a job of one grid only (recovery of several \
+             grids drops whole replicas instead)",
             args.spares
         )));
     }

@@ -1,8 +1,10 @@
 //! Recovery after a failure (docs/recovery.md): the survivors of an initialized world (or of an
 //! initialization that failed for a peer) agree on the failed ranks through the store, plan the
-//! next layout ([`plan_recovery`]; spares take failed ranks' places), abort their communicators
-//! but those that live on (a world shrunk to the survivors, the groups of unchanged kinds) and
-//! bring the new layout's other groups up on the store they already share. Ranks the plan drops
+//! next layout ([`plan_recovery`]; spares take failed ranks' places; a job of several grids:
+//! [`plan_grids_recovery`], every grid re-formed or the recovery refused naming the grid), abort
+//! their communicators but those that live on (a world shrunk to the survivors, with one grid the
+//! groups of unchanged kinds) and bring the new layout's other groups up on the store they
+//! already share. Ranks the plan drops
 //! leave with [`Reinitialized::Left`]. [`check_health`] lets ranks learn that a recovery began.
 //!
 //! Agreement: every rank that takes part writes `recovery/present/<rank>` (with the ranks it
@@ -25,7 +27,7 @@ use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
-use crate::topology::{plan_recovery, RecoveryPlan};
+use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,9 +209,11 @@ pub enum Health {
 /// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
 /// Costs two store requests per rank plus one short wait per 50 ms of waiting.
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
-    // The layout's ranks take part; spares stand by elsewhere (a recovery's agreement sees them).
+    // The layout's ranks take part (every grid's: the world less the spares); spares stand by
+    // elsewhere (a recovery's agreement sees them).
     let (base, rank, world, generation) = with_runtime(|rt| {
-        (rt.base.clone(), rt.env.rank, rt.topology().world_size(), rt.health_checks.fetch_add(1, Ordering::SeqCst))
+        let layout_world = rt.env.world_size - rt.args.spares;
+        (rt.base.clone(), rt.env.rank, layout_world, rt.health_checks.fetch_add(1, Ordering::SeqCst))
     })?;
     if let Some(suspects) = requested(base.as_ref())? {
         return Ok(Health::Failed(suspects));
@@ -332,21 +336,15 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
 /// coordinates), or the job ends (`Left`), or `args.timeout` passes (a TIMEOUT error; call it
 /// again to keep standing by; no limit when `None`).
 ///
+/// A job of several grids re-forms every grid (one set of ranks leaves the whole job; no
+/// communicator is kept), or every survivor refuses naming the grid that cannot be re-formed.
+///
 /// Bad arguments (a suspected rank outside the world, a zero timeout) leave the runtime (or the
 /// failed init) as it was. Otherwise the runtime is torn down whatever the outcome; on an error
 /// (no valid layout remains, the store host failed, a wait ran out) it is not up again.
 pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let start = Instant::now();
-    let check = |world: u32, init_timeout: Duration, init: &InitArgs| -> Result<Duration, RuntimeError> {
-        if let Some(g) = init.grids.first() {
-            let names: Vec<&str> = init.all_grids().map(|g| g.0).collect();
-            return Err(RuntimeError::InvalidArgument(format!(
-                "recovery re-forms one grid, and this job has the grids {}: grid '{}' cannot be re-formed \
-                 (destroy and initialize the survivors again instead)",
-                names.join(", "),
-                g.name
-            )));
-        }
+    let check = |world: u32, init_timeout: Duration| -> Result<Duration, RuntimeError> {
         let timeout = args.timeout.unwrap_or(init_timeout);
         if timeout.is_zero() {
             return Err(RuntimeError::InvalidArgument("recovery timeout must be > 0".into()));
@@ -361,7 +359,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
     let window = |timeout: Duration| args.window.unwrap_or(DEFAULT_WINDOW).min(timeout);
     let (mut claim, state) = claim_runtime(RECOVERING)?;
     let (origin, timeout) = match state {
-        Some((settings, rt)) => match check(rt.env.world_size, rt.timeout, &rt.args) {
+        Some((settings, rt)) => match check(rt.env.world_size, rt.timeout) {
             Ok(timeout) => (from_runtime(rt, args.suspected.clone()), timeout),
             Err(e) => {
                 claim.up(settings, rt);
@@ -379,7 +377,7 @@ pub fn reinitialize(args: ReinitArgs) -> Result<Reinitialized, RuntimeError> {
                     return Err(RuntimeError::NotInitialized);
                 }
             };
-            match check(pending.env.world_size, pending.args.timeout, &pending.args) {
+            match check(pending.env.world_size, pending.args.timeout) {
                 Ok(_) if pending.spare => return stand_by(claim, pending, &args, start, window),
                 Ok(timeout) => (from_pending(pending, &args.suspected), timeout),
                 Err(e) => {
@@ -500,25 +498,16 @@ fn recover(
     let deadline = Instant::now() + timeout;
     let agree_time = start.elapsed();
     let _ = base.add("recovery/read", 1);
-    let spares: Vec<u32> = (topology.world_size()..old_world).collect();
-    let plan = match plan_recovery(&topology, &failed, &spares) {
+    let plan = match plan_next(&topology, &init_args, old_world, &failed) {
         Ok(plan) => plan,
         Err(e) => {
             abort_all(comms.take());
-            return Err(hold_store_until_read(
-                e.into(),
-                &env,
-                base.as_ref(),
-                old_world - failed.len() as u32,
-                deadline,
-            ));
+            return Err(hold_store_until_read(e, &env, base.as_ref(), old_world - failed.len() as u32, deadline));
         }
     };
     // The new world: the new layout, then the spares left, in their old order.
-    let layout_world = plan.topology.world_size();
-    let new_world = layout_world + plan.spares_left.len() as u32;
-    let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
-    let new_rank = plan.new_rank(old_rank).or_else(|| spare_rank(old_rank));
+    let new_world = plan.layout_world + plan.spares_left.len() as u32;
+    let new_rank = plan.new_rank(old_rank);
     let new_attempt = format!("{attempt}/recovery");
     let mut report = report_of(&plan, old_rank, new_rank, old_world, new_world, agree_time);
     let Some(new_rank) = new_rank else {
@@ -532,6 +521,13 @@ fn recover(
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
     let mut new_args = init_args;
     new_args.spares = plan.spares_left.len() as u32;
+    if let Some(grids) = &plan.grids {
+        // Every grid's new layout; names and seeds as they were.
+        new_args.topology = grids[0].topology.config().clone();
+        for (spec, g) in new_args.grids.iter_mut().zip(&grids[1..]) {
+            spec.topology = g.topology.config().clone();
+        }
+    }
     new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let kept = keep_unchanged(comms.as_mut(), &plan, new_rank, &new_args);
     report.kept_kinds = kept.iter().map(|g| g.plan.kind.to_string()).collect();
@@ -555,13 +551,86 @@ fn recover(
     Ok(Some(Reinitialized::Recovered(report)))
 }
 
+/// The next layout, of a job of one grid ([`plan_recovery`], spares included) or of several
+/// ([`plan_grids_recovery`], no spares), in the terms the re-forming needs.
+struct Next {
+    /// The new layout's world size (the spares left not counted).
+    layout_world: u32,
+    /// Old rank (or spare) -> new rank for every process of the new layout, ascending by old.
+    rank_map: Vec<(u32, u32)>,
+    spares_left: Vec<u32>,
+    /// Whether a spare takes a failed rank's place (the renumbering is then not a shrink's).
+    spares_used: bool,
+    failed: Vec<u32>,
+    dropped: Vec<u32>,
+    /// The kinds whose membership changed: their keys (`grid:kind` with several grids).
+    changed_kinds: Vec<String>,
+    /// The plan of a job of one grid: its unchanged kinds' communicators can be kept.
+    one: Option<RecoveryPlan>,
+    /// The plan of every grid of a job of several, in the job's order.
+    grids: Option<Vec<GridRecovery>>,
+}
+
+impl Next {
+    /// The new rank of an old rank (a layout rank, or a spare that stays one), `None` for a rank
+    /// that leaves.
+    fn new_rank(&self, old: u32) -> Option<u32> {
+        let placed = self.rank_map.binary_search_by_key(&old, |&(o, _)| o).ok().map(|i| self.rank_map[i].1);
+        let spare = || self.spares_left.iter().position(|&s| s == old).map(|i| self.layout_world + i as u32);
+        placed.or_else(spare)
+    }
+}
+
+/// Plan the next layout after the failure of `failed` in a world of `old_world` processes:
+/// `topology` (the first grid's layout; the ranks past it are spares) for a job of one grid,
+/// every grid of `args` (rebuilt over the world) for a job of several. A refusal names the grid
+/// that cannot be re-formed.
+fn plan_next(topology: &Topology, args: &InitArgs, old_world: u32, failed: &[u32]) -> Result<Next, RuntimeError> {
+    if args.grids.is_empty() {
+        let spares: Vec<u32> = (topology.world_size()..old_world).collect();
+        let plan = plan_recovery(topology, failed, &spares)?;
+        return Ok(Next {
+            layout_world: plan.topology.world_size(),
+            rank_map: plan.rank_map.clone(),
+            spares_left: plan.spares_left.clone(),
+            spares_used: !plan.spares_used.is_empty(),
+            failed: plan.failed.clone(),
+            dropped: plan.dropped.clone(),
+            changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
+            one: Some(plan),
+            grids: None,
+        });
+    }
+    // Spares are refused at init with several grids: the whole world is the grids'.
+    let layout_world = args.layout_world(old_world)?;
+    let mut topologies = Vec::new();
+    for (name, config, _) in args.all_grids() {
+        let t = Topology::new(config.clone(), layout_world)
+            .map_err(|e| RuntimeError::InvalidArgument(format!("recovery: grid '{name}': {e}")))?;
+        topologies.push((name, t));
+    }
+    let named: Vec<(&str, &Topology)> = topologies.iter().map(|(n, t)| (*n, t)).collect();
+    let plan = plan_grids_recovery(&named, layout_world, failed)?;
+    let changed_kinds =
+        plan.grids.iter().flat_map(|g| g.changed_kinds.iter().map(|k| format!("{}:{}", g.name, k.key()))).collect();
+    Ok(Next {
+        layout_world: plan.world_after,
+        rank_map: plan.rank_map,
+        spares_left: vec![],
+        spares_used: false,
+        failed: plan.failed,
+        dropped: plan.dropped,
+        changed_kinds,
+        one: None,
+        grids: Some(plan.grids),
+    })
+}
+
 /// Each new rank's number before the recovery (index: the new rank).
-fn old_numbers(plan: &RecoveryPlan, old_world: u32, new_world: u32) -> Vec<u32> {
-    let layout_world = plan.topology.world_size();
-    let spare_rank = |old: u32| plan.spares_left.iter().position(|&s| s == old).map(|i| layout_world + i as u32);
+fn old_numbers(plan: &Next, old_world: u32, new_world: u32) -> Vec<u32> {
     let mut before = vec![0; new_world as usize];
     for old in 0..old_world {
-        if let Some(slot) = plan.new_rank(old).or_else(|| spare_rank(old)).and_then(|n| before.get_mut(n as usize)) {
+        if let Some(slot) = plan.new_rank(old).and_then(|n| before.get_mut(n as usize)) {
             *slot = old;
         }
     }
@@ -571,7 +640,7 @@ fn old_numbers(plan: &RecoveryPlan, old_world: u32, new_world: u32) -> Vec<u32> 
 /// The report of a recovery of `old_rank` of `old_world` ranks (`new_rank` of `new_world` after
 /// it), its times and how the world was made still to be filled in.
 fn report_of(
-    plan: &RecoveryPlan,
+    plan: &Next,
     old_rank: u32,
     new_rank: Option<u32>,
     old_world: u32,
@@ -585,7 +654,7 @@ fn report_of(
         new_world_size: new_world,
         failed: plan.failed.clone(),
         dropped: plan.dropped.clone(),
-        changed_kinds: plan.changed_kinds.iter().map(|k| k.key().into_owned()).collect(),
+        changed_kinds: plan.changed_kinds.clone(),
         agree,
         total: Duration::ZERO,
         world_from: WorldFrom::None,
@@ -627,11 +696,12 @@ fn hold_store_until_read(
 /// Whatever shares a kept communicator leaves `comms` with it, so that it is not aborted.
 fn keep_unchanged(
     comms: Option<&mut (Vec<LiveGroup>, Option<SharedComm>)>,
-    plan: &RecoveryPlan,
+    plan: &Next,
     new_rank: u32,
     args: &InitArgs,
 ) -> Vec<LiveGroup> {
-    let Some((groups, _)) = comms else { return Vec::new() };
+    // With several grids nothing is kept (docs/recovery.md): every kind is created again.
+    let (Some((groups, _)), Some(plan)) = (comms, plan.one.as_ref()) else { return Vec::new() };
     let mut kept: Vec<LiveGroup> = Vec::new();
     for g in groups.iter() {
         let PlanKind::Group(kind) = g.plan.kind else { continue };
@@ -674,11 +744,11 @@ fn abort_all(comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>) {
 /// cannot shrink (`Unsupported`, `VersionTooOld`). Any other failure is the recovery's error.
 fn shrink_world(
     world: Option<&SharedComm>,
-    plan: &RecoveryPlan,
+    plan: &Next,
     args: &InitArgs,
 ) -> Result<Option<Box<dyn Communicator>>, RuntimeError> {
     let Some(world) = world else { return Ok(None) };
-    let in_order = plan.spares_used.is_empty() && plan.rank_map.iter().zip(0..).all(|(&(_, new), i)| new == i);
+    let in_order = !plan.spares_used && plan.rank_map.iter().zip(0..).all(|(&(_, new), i)| new == i);
     if !in_order {
         return Ok(None);
     }

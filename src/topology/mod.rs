@@ -16,6 +16,7 @@
 mod config;
 mod error;
 mod generator;
+mod grids_recovery;
 mod group;
 mod kind;
 mod layout;
@@ -26,6 +27,7 @@ mod validate;
 
 pub use config::{EmbeddingRanksFn, Sizes, TopologyConfig, DEFAULT_ORDER};
 pub use error::{TopologyError, TopologyErrorKind};
+pub use grids_recovery::{plan_grids_recovery, GridRecovery, GridsRecoveryPlan};
 pub use group::{Group, Members, RankBox};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
