@@ -25,7 +25,8 @@
 # 5. Several grids (docs/grids.md), groups made after init (docs/groups-after-init.md) and
 #    suspend/resume of a grid (docs/backends.md): 8 ranks on GPU 0, a trainer tp2 pp2 with a
 #    rollout tp4 colocated and side by side, with after-init groups, each strategy; then the
-#    rollout grid suspended and resumed, every communicator verified.
+#    rollout grid suspended and resumed, every communicator verified; then both grids recovered
+#    after a rank is killed.
 #
 # MCORE_GPU_SECTIONS="1 2 3 4 5" (the default) picks the sections to run (3 reads 2's logs).
 #
@@ -237,11 +238,18 @@ if section 5; then
       --device 0 --comm-strategy "$s" --group ws:0,4
   done
   run "grids-suspend-rollout" 8 1 -- --tp 2 --pp 2 --grid rollout:tp=4 --device 0 --suspend-resume rollout:all
+  # Recovery of both grids: rank 3 killed; the trainer drops replica {2, 3, 6, 7}, the rollout
+  # (tp 2, dp 4) the same ranks; 4 survivors re-form both grids, 3 ranks leave.
+  expect_ok=7 run "grids-recovery" 8 1 -- --tp 2 --pp 2 --grid rollout:tp=2 --device 0 --comm-strategy split --fail-rank 3
+  got=$(grep -c '"recovered":true' "$out/grids-recovery.log" || true)
+  echo "grids-recovery: $got of 4 survivors recovered both grids"
+  check [ "$got" = 4 ]
   python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 for name in sorted(f[:-6] for f in os.listdir(out) if f.startswith("grids-") and f.endswith(".jsonl")):
     ls = [json.loads(l) for l in open(os.path.join(out, name + ".jsonl"))]
+    ls = [l for l in ls if "init_seconds" in l]  # a recovery's leaving ranks report no init
     init = max(l["init_seconds"] for l in ls)
     comms = sorted({l["communicators"] for l in ls})
     extra = [k for k in ("after_init_groups", "suspend_resume") if k in ls[0]]
