@@ -34,6 +34,8 @@ pub enum CommErrorKind {
     Backend,
     /// The communicator is suspended (the message names its kinds): resume it first.
     Suspended,
+    /// The members asked for different groups (members or options), named in the message.
+    Mismatch,
 }
 
 /// A failure of a backend operation: its kind and the message naming the group and values.

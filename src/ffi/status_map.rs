@@ -58,6 +58,7 @@ fn comm_status(kind: CommErrorKind) -> mcore_status {
         CommErrorKind::NotMember => mcore_status::NotMember,
         CommErrorKind::Backend => mcore_status::Backend,
         CommErrorKind::Suspended => mcore_status::Suspended,
+        CommErrorKind::Mismatch => mcore_status::ConfigMismatch,
     }
 }
 
@@ -128,6 +129,11 @@ mod tests {
         assert_eq!(
             FfiError::from(group(CommErrorKind::VersionTooOld, "needs NCCL 2.18")).status,
             mcore_status::VersionTooOld
+        );
+        // Members of a group made after init that asked for different members or options.
+        assert_eq!(
+            FfiError::from(group(CommErrorKind::Mismatch, "rank 2 asked for members 0,2")).status,
+            mcore_status::ConfigMismatch
         );
     }
 

@@ -284,7 +284,7 @@ impl Creation {
                 let (a, b) = (field(&theirs, f), field(&mine, f));
                 if a != b {
                     return Err(self.error(
-                        CommErrorKind::InvalidArgument,
+                        CommErrorKind::Mismatch,
                         format!(
                             "rank {m} asked for {f} {a}, this rank {} for {f} {b}: every member must ask for the same",
                             self.rank
