@@ -35,6 +35,29 @@ const LEFT: u32 = 70;
 const TOP: u32 = 48;
 
 /// One line of the text below a picture at `*y` (indented when `text` starts with two spaces),
+/// The picture's opening: the `<svg>` element of `width` × `height` and its white background.
+fn svg_open(out: &mut String, width: u32, height: u32) {
+    let _ = writeln!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(out, "<rect width=\"{width}\" height=\"{height}\" fill=\"#ffffff\"/>");
+}
+
+/// The labels of `nodes` rows of GPUs from `top`, the first being node `first_node`.
+fn node_labels(out: &mut String, top: u32, first_node: u32, nodes: u32) {
+    for n in 0..nodes {
+        let y = top + n * (CELL_H + GAP);
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"{}\" font-weight=\"bold\">node {}</text>",
+            y + CELL_H / 2 + 4,
+            first_node + n
+        );
+    }
+}
+
 /// moving `*y` to the next line.
 fn text_line(out: &mut String, y: &mut u32, text: &str, colour: &str) {
     let (x, text) = match text.strip_prefix("  ") {
@@ -82,12 +105,7 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     let height = TOP + nodes * (CELL_H + GAP) + 20 + legend_lines * 16 + 10;
     let s = t.sizes();
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">"
-    );
-    let _ = writeln!(out, "<rect width=\"{width}\" height=\"{height}\" fill=\"#ffffff\"/>");
+    svg_open(&mut out, width, height);
     let _ = writeln!(
         out,
         "<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">world {world}: tp {} pp {} cp {} ep {} dp {} \
@@ -104,15 +122,7 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
         "<text x=\"10\" y=\"36\">colour: {} group; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
         opts.color_by
     );
-    for n in 0..nodes {
-        let y = TOP + n * (CELL_H + GAP);
-        let _ = writeln!(
-            out,
-            "<text x=\"10\" y=\"{}\" font-weight=\"bold\">node {}</text>",
-            y + CELL_H / 2 + 4,
-            first_node + n
-        );
-    }
+    node_labels(&mut out, TOP, first_node, nodes);
     let cells = Cells { top: TOP, first_node, gpn, highlight: highlight.as_ref() };
     draw_cells(&mut out, t, opts, &cells, offset..offset + world)?;
     let mut y = TOP + nodes * (CELL_H + GAP) + 20;
@@ -270,12 +280,7 @@ pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<S
     let width = (LEFT + cols * (CELL_W + GAP) + 20).max(720);
     let height = TOP + grids.len() as u32 * panel_h + 10 + legend_lines * 16 + 10;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"11\">"
-    );
-    let _ = writeln!(out, "<rect width=\"{width}\" height=\"{height}\" fill=\"#ffffff\"/>");
+    svg_open(&mut out, width, height);
     let raw_names: Vec<&str> = grids.iter().map(|(n, _)| *n).collect();
     let names: Vec<String> = raw_names.iter().map(|n| esc(n)).collect();
     let _ = writeln!(
@@ -306,15 +311,7 @@ pub fn grids_svg(grids: &[(&str, &Topology)], opts: &PictureOptions) -> Result<S
             esc(&t.config().order)
         );
         let cells_top = top + 22;
-        for n in 0..nodes {
-            let y = cells_top + n * (CELL_H + GAP);
-            let _ = writeln!(
-                out,
-                "<text x=\"10\" y=\"{}\" font-weight=\"bold\">node {}</text>",
-                y + CELL_H / 2 + 4,
-                first_node + n
-            );
-        }
+        node_labels(&mut out, cells_top, first_node, nodes);
         let highlight = match opts.rank {
             Some(r) if t.in_grid(r) => Some(t.rank_view(r)?),
             _ => None,
