@@ -13,7 +13,7 @@
 use super::error::TopologyError;
 use super::kind::GroupKind;
 use super::layout::Topology;
-use super::recovery::{plan_recovery, RecoveryPlan};
+use super::recovery::{plan_recovery, ranks_text, RecoveryPlan};
 use super::TopologyConfig;
 use std::collections::BTreeSet;
 
@@ -57,15 +57,6 @@ impl GridsRecoveryPlan {
     pub fn new_rank(&self, old: u32) -> Option<u32> {
         self.rank_map.binary_search_by_key(&old, |&(o, _)| o).ok().map(|i| self.rank_map[i].1)
     }
-}
-
-fn ranks_text(v: &[u32]) -> String {
-    const SHOWN: usize = 16;
-    let mut s: Vec<String> = v.iter().take(SHOWN).map(u32::to_string).collect();
-    if v.len() > SHOWN {
-        s.push(format!("... ({} in all)", v.len()));
-    }
-    format!("[{}]", s.join(", "))
 }
 
 /// A grid's window as a layout of its own, which [`plan_recovery`] takes: its ranks numbered

@@ -78,7 +78,8 @@ fn group_rank(topo: &Topology, kind: GroupKind, rank: u32) -> Result<u32, Topolo
         .rank)
 }
 
-fn ranks_text(v: &[u32]) -> String {
+/// At most 16 ranks of `v` in brackets, and how many there are in all when it has more.
+pub(super) fn ranks_text(v: &[u32]) -> String {
     const SHOWN: usize = 16;
     let mut s: Vec<String> = v.iter().take(SHOWN).map(u32::to_string).collect();
     if v.len() > SHOWN {
