@@ -46,7 +46,8 @@ pub fn check_grid_name(name: &str) -> Result<(), RuntimeError> {
         Ok(())
     } else {
         Err(RuntimeError::InvalidArgument(format!(
-            "grid name {name:?} must be 1 to {MAX_GRID_NAME} letters, digits, '_', '-' or '.'"
+            "grid name {} must be 1 to {MAX_GRID_NAME} letters, digits, '_', '-' or '.'",
+            crate::quote::quoted(name)
         )))
     }
 }

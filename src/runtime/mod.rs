@@ -34,8 +34,8 @@ pub use error::RuntimeError;
 pub use groups::{GridTag, GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use init_args::{
-    default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,
-    DEFAULT_INIT_TIMEOUT,
+    check_grid_name, default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,
+    DEFAULT_INIT_TIMEOUT, MAX_GRID_NAME,
 };
 pub use member_groups::{
     create_group, create_groups, destroy_group, member_group, member_group_names, start_group, GroupOptions, GroupSpec,

@@ -131,8 +131,8 @@ pub struct GridArg {
     pub config: TopologyConfig,
 }
 
-/// The name of the grid the plain layout flags describe.
-pub const DEFAULT_GRID: &str = "default";
+/// The name of the grid the plain layout flags describe (the runtime's first grid's default name).
+pub use mcore_init::runtime::DEFAULT_GRID;
 
 /// Parse `NAME:key=value,...` (the value of `--grid`). Keys are [`LAYOUT_KEYS`] (`_` may stand
 /// for `-`); `hcp` takes a list, so items without `=` after it continue it
@@ -178,16 +178,9 @@ pub fn parse_grid(text: &str) -> Result<GridArg, String> {
     Ok(GridArg { name: name.to_string(), config })
 }
 
-/// A grid name: 1 to 64 characters of letters, digits, `_`, `-` and `.`.
+/// A grid name as the runtime takes it (`runtime::check_grid_name`), the error naming the flag.
 fn check_grid_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("--grid: grid name '{name}' must be 1 to 64 letters, digits, '_', '-' or '.'"))
-    }
+    mcore_init::runtime::check_grid_name(name).map_err(|e| format!("--grid: {e}"))
 }
 
 /// The grids of a command line: the plain layout flags (grid [`DEFAULT_GRID`]) and every
