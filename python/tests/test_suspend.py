@@ -58,7 +58,7 @@ def test_four_processes_suspend_two_kinds_then_all_and_resume():
         assert "tensor_model_parallel" in message and "suspended" in message, message
         assert o["pp_still_works"] == [r % 2 + r % 2 + 2], o
         assert "'no_such_kind' is not a kind of this layout" in o["bad_kind"], o
-        assert "grid 'nosuch' does not exist (this job's grids: default)" in o["bad_grid"], o
+        assert "no grid named 'nosuch' (this job's grids: default)" in o["bad_grid"], o
         assert o["resumed"] == 2, o
         assert o["tp_sum"] == [2 * base + 1, 2], o
         assert o["dp_sum"] == [r, 1], o

@@ -278,11 +278,7 @@ pub(crate) fn with_rt<R>(f: impl FnOnce(&Runtime) -> Result<R, FfiError>) -> Res
 /// `name` is NULL or a NUL-terminated string.
 pub(super) unsafe fn grid_of(rt: &Runtime, name: *const c_char) -> Result<&Grid, FfiError> {
     // SAFETY: per the contract.
-    let Some(name) = (unsafe { opt_str_arg(name, "grid") })? else { return Ok(&rt.grids[0]) };
-    rt.grid(name).ok_or_else(|| {
-        let names: Vec<&str> = rt.grids.iter().map(|g| g.name.as_str()).collect();
-        FfiError::invalid_arg(format!("no grid named '{name}' (this job's grids: {})", names.join(", ")))
-    })
+    Ok(rt.grid_named(unsafe { opt_str_arg(name, "grid") }?)?)
 }
 
 /// This rank's group of `kind` in `grid`, or NOT_MEMBER naming the grid when it has several.

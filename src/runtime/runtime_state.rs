@@ -4,6 +4,7 @@
 use super::blame::explain_with;
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
+use super::error::RuntimeError;
 use super::groups::{LiveGroup, PlanKind, SharedComm};
 use super::host::HostInfo;
 use super::init_args::InitArgs;
@@ -104,6 +105,20 @@ impl Runtime {
     /// The grid called `name`.
     pub fn grid(&self, name: &str) -> Option<&Grid> {
         self.grids.iter().find(|g| g.name == name)
+    }
+
+    /// The grid called `name` (`None`: the default grid); an unknown name is an error naming the
+    /// job's grids.
+    pub fn grid_named(&self, name: Option<&str>) -> Result<&Grid, RuntimeError> {
+        let Some(name) = name else { return Ok(&self.grids[0]) };
+        self.grid(name).ok_or_else(|| {
+            let names: Vec<&str> = self.grids.iter().map(|g| g.name.as_str()).collect();
+            RuntimeError::InvalidArgument(format!(
+                "no grid named {} (this job's grids: {})",
+                crate::quote::quoted(name),
+                names.join(", ")
+            ))
+        })
     }
 
     /// This rank's group of `kind` in the default grid, if it is a member.

@@ -146,17 +146,7 @@ fn group_error(g: &LiveGroup, error: CommError) -> RuntimeError {
 /// checked against that grid's layout: an unknown grid or kind is an error naming it and what
 /// there is.
 fn selected<'a>(rt: &'a Runtime, req: &SuspendRequest) -> Result<(&'a Grid, Option<Vec<String>>), RuntimeError> {
-    let grid = match req.grid.as_deref() {
-        None => &rt.grids[0],
-        Some(name) => rt.grid(name).ok_or_else(|| {
-            let names: Vec<&str> = rt.grids.iter().map(|g| g.name.as_str()).collect();
-            RuntimeError::InvalidArgument(format!(
-                "grid {} does not exist (this job's grids: {})",
-                crate::quote::quoted(name),
-                names.join(", ")
-            ))
-        })?,
-    };
+    let grid = rt.grid_named(req.grid.as_deref())?;
     let Some(kinds) = &req.kinds else { return Ok((grid, None)) };
     if kinds.is_empty() {
         return Err(RuntimeError::InvalidArgument(
