@@ -8,7 +8,7 @@ use super::runtime::{allreduce, grid_of, group_in, rng_handle, with_rt, write_ha
 use super::topology::kind::kind_to_c;
 use super::topology::{mcore_group_info, mcore_topology, topology_handle};
 use super::{ffi_guard, mcore_status, FfiError};
-use crate::runtime::{PgSource, PG_COLLECTION_FIELDS};
+use crate::runtime::PlanKind;
 use std::ffi::{c_char, c_void};
 
 /// The number of grids of the initialized job (1 unless it was initialized with `grids`).
@@ -244,11 +244,10 @@ pub unsafe extern "C" fn mcore_grid_pg_collection(
             for (field, live) in rt.pg_collection(g) {
                 let comm =
                     live.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
-                let twin = PG_COLLECTION_FIELDS.iter().any(|(f, s)| *f == field && matches!(s, PgSource::AllGather(_)));
                 entries.push(mcore_pg_entry {
                     field: c_field(field),
                     kind: kind_to_c(live.plan.kind.group_kind()),
-                    all_gather: twin,
+                    all_gather: matches!(live.plan.kind, PlanKind::AllGatherTwin(_)),
                     rank: live.group_rank,
                     size: live.plan.members.len() as u32,
                     comm: comm.raw_handle(),
@@ -264,6 +263,7 @@ pub unsafe extern "C" fn mcore_grid_pg_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::PG_COLLECTION_FIELDS;
 
     #[test]
     fn every_field_has_its_static_name() {
