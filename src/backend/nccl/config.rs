@@ -312,26 +312,40 @@ impl NcclConfig {
     /// The warnings for fields newer than `loaded`, or (strict, or `MCORE_NCCL_STRICT_CONFIG=1`)
     /// the error naming the first one.
     pub fn check_version(&self, loaded: NcclVersion, what: &str) -> Result<Vec<String>, NcclError> {
-        let newer = self.too_new(loaded);
+        Ok(self.version_warnings(loaded, what)?.into_iter().map(|(_, w)| w).collect())
+    }
+
+    /// [`NcclConfig::check_version`]'s warnings printed, once per field and process.
+    pub fn warn_too_new(&self, loaded: NcclVersion, what: &str) -> Result<(), NcclError> {
+        for (key, w) in self.version_warnings(loaded, what)? {
+            warn_once_for(format!("too new: {key}"), w);
+        }
+        Ok(())
+    }
+
+    /// Each field newer than `loaded` with its warning, or the strict error.
+    fn version_warnings(&self, loaded: NcclVersion, what: &str) -> Result<Vec<(&'static str, String)>, NcclError> {
         let strict = self.strict || strict_env();
-        let msgs: Vec<String> = newer
-            .iter()
+        let warnings: Vec<(&'static str, String)> = self
+            .too_new(loaded)
+            .into_iter()
             .map(|(key, c, since)| {
-                format!(
+                let w = format!(
                     "{what}: communicator option {key} (ncclConfig_t.{c}) needs NCCL {}.{}{}, the loaded NCCL is {loaded}{}",
                     since.major,
                     since.minor,
                     if since.patch > 0 { format!(".{}", since.patch) } else { String::new() },
                     if strict { "" } else { ": left out" }
-                )
+                );
+                (key, w)
             })
             .collect();
         if strict {
-            if let Some(m) = msgs.first() {
+            if let Some((_, m)) = warnings.first() {
                 return Err(NcclError::invalid(format!("{m} (strict config)")));
             }
         }
-        Ok(msgs)
+        Ok(warnings)
     }
 
     /// The `ncclConfig_t` the loaded version `loaded` reads: `size`, `magic`, `version` as its
@@ -340,9 +354,7 @@ impl NcclConfig {
     pub fn to_raw(&self, loaded: NcclVersion, what: &str) -> Result<RawConfig, NcclError> {
         self.validate()?;
         // One warning per field and process (the option check at plan time usually gave it).
-        for ((key, _, _), w) in self.too_new(loaded).into_iter().zip(self.check_version(loaded, what)?) {
-            warn_once_for(format!("too new: {key}"), w);
-        }
+        self.warn_too_new(loaded, what)?;
         let (size, version) = header_of(loaded)
             .ok_or_else(|| NcclError::invalid(format!("NCCL {loaded} has no ncclConfig_t (it appeared in 2.14)")))?;
         let mut raw = ConfigStruct {

@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use super::comm::{Device, InitSpec, NcclComm};
-use super::config::{warn_once_for, NcclConfig};
+use super::config::NcclConfig;
 use super::error::NcclError;
 use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
@@ -254,10 +254,7 @@ impl NcclFactory {
 /// Whether `lib` has `ncclCommShrink`: `VersionTooOld` below 2.27, `Unsupported` when the symbol
 /// is missing from a library that should have it (both mean: create a new world instead).
 pub fn shrink_available(lib: &NcclLibrary) -> Result<(), CommError> {
-    lib.require(Feature::CommShrink).map_err(|e| match e {
-        NcclError::MissingSymbol { .. } => CommError::new(CommErrorKind::Unsupported, e.to_string()),
-        other => other.into(),
-    })
+    lib.require(Feature::CommShrink).map_err(missing_is_unsupported)
 }
 
 /// `base` with the options a kind sets replacing its values (`blocking` in the options' `more`
@@ -301,17 +298,12 @@ impl CommFactory for NcclFactory {
     /// strict, refused before any communicator is made.
     fn check_options(&self, options: &CommOptions) -> Result<(), CommError> {
         let config = with_options(&self.config, options);
-        let checked = config.validate().and_then(|_| config.check_version(self.lib.version(), "communicator config"));
-        match checked {
-            Ok(warnings) => {
-                for ((key, _, _), w) in config.too_new(self.lib.version()).into_iter().zip(warnings) {
-                    warn_once_for(format!("too new: {key}"), w);
-                }
-                Ok(())
+        config.validate().and_then(|_| config.warn_too_new(self.lib.version(), "communicator config")).map_err(|e| {
+            match e {
+                NcclError::InvalidArgument(m) => CommError::new(CommErrorKind::InvalidArgument, m),
+                other => other.into(),
             }
-            Err(NcclError::InvalidArgument(m)) => Err(CommError::new(CommErrorKind::InvalidArgument, m)),
-            Err(other) => Err(other.into()),
-        }
+        })
     }
 
     fn creates_together(&self) -> bool {
@@ -357,9 +349,9 @@ impl CommFactory for NcclFactory {
     }
 }
 
-/// A library without the suspend calls (a symbol missing) is `Unsupported`, as a version too
-/// old is `VersionTooOld`: either way the runtime falls back to recreating.
-fn suspend_error(e: NcclError) -> CommError {
+/// A library without an optional call (a symbol missing: shrink, suspend) is `Unsupported`, as a
+/// version too old is `VersionTooOld`: either way the runtime falls back (a new world, recreating).
+fn missing_is_unsupported(e: NcclError) -> CommError {
     match e {
         NcclError::MissingSymbol { .. } => CommError::new(CommErrorKind::Unsupported, e.to_string()),
         other => CommError::from(other),
@@ -385,11 +377,11 @@ impl Communicator for NcclComm {
     /// `ncclCommSuspend` with `NCCL_SUSPEND_MEM` where the loaded NCCL has it (2.29.7+); before
     /// that `VersionTooOld` or `Unsupported` (the runtime then recreates).
     fn suspend(&mut self) -> Result<(), CommError> {
-        NcclComm::suspend(self).map_err(suspend_error)
+        NcclComm::suspend(self).map_err(missing_is_unsupported)
     }
 
     fn resume(&mut self) -> Result<(), CommError> {
-        NcclComm::resume(self).map_err(suspend_error)
+        NcclComm::resume(self).map_err(missing_is_unsupported)
     }
 
     /// `ncclCommMemStats` (2.29.7+).
