@@ -293,7 +293,7 @@ pub(super) fn group_in<'r>(rt: &'r Runtime, grid: &Grid, kind: i32) -> Result<&'
     })
 }
 
-fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
+pub(super) fn live_group(rt: &Runtime, kind: i32) -> Result<&LiveGroup, FfiError> {
     group_in(rt, &rt.grids[0], kind)
 }
 

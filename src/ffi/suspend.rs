@@ -3,8 +3,7 @@
 //! `mcore_runtime_comm_memory`, what a kind's communicator holds.
 
 use super::args::{opt_str_arg, out_ptr, slice_arg, str_arg};
-use super::runtime::with_rt;
-use super::topology::kind_from_c;
+use super::runtime::{live_group, with_rt};
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::abi::read_sized;
 use crate::runtime::{self, SuspendReport, SuspendRequest};
@@ -161,14 +160,8 @@ pub struct mcore_comm_memory {
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_comm_memory(kind: i32, out: *mut mcore_comm_memory) -> mcore_status {
     ffi_guard(|| {
-        let kind = kind_from_c(kind)?;
         let got = with_rt(|rt| {
-            let g = rt.group(kind).ok_or_else(|| {
-                FfiError::new(
-                    mcore_status::NotMember,
-                    format!("rank {} is not a member of any {} group in this layout", rt.env.rank, kind.key()),
-                )
-            })?;
+            let g = live_group(rt, kind)?;
             let mut comm =
                 g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
             let suspended = comm.suspension().is_some();
