@@ -36,15 +36,7 @@ BIN=target/release/examples/store_scale
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
-TORCH_SERVER='
-import sys, datetime
-import torch.distributed as dist
-s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, use_libuv=True,
-                  wait_for_workers=False, timeout=datetime.timedelta(seconds=300))
-print("ready", flush=True)
-sys.stdin.read()
-'
-export TORCH_SERVER BIN VENV
+export BIN VENV
 # One run: fresh namespace, fresh server on port 29500, the generator, the server stopped.
 run_one() { # side workload clients
   unshare -n bash -c '
@@ -54,7 +46,7 @@ run_one() { # side workload clients
     if [ "$1" = ours ]; then
       coproc SRV { exec "$BIN" serve 29500; }
     else
-      coproc SRV { exec "$VENV/bin/python" -W ignore -c "$TORCH_SERVER" 29500; }
+      coproc SRV { exec "$VENV/bin/python" -W ignore bench/torch_store_server.py 29500; }
     fi
     read -r line <&"${SRV[0]}"
     [ "$line" = ready ] || { echo "server did not start" >&2; exit 1; }

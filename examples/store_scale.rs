@@ -16,10 +16,14 @@
 //! does) for 7 kinds of a tp8 pp4 dp layout, then the leave counter.
 //! Prints one JSON line: seconds, failed clients, requests per client, server RSS before and peak.
 
+#[path = "scale_sim/shared.rs"]
+mod shared;
+
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
 use mcore_init::store::TcpStoreServer;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use shared::{cpu_s, megatron_groups};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -75,10 +79,6 @@ fn load_script(r: usize, n: usize) -> Vec<Step> {
 }
 
 fn init_script(r: usize, n: usize) -> Vec<Step> {
-    let (tp, pp) = (8, 4);
-    let dp = n / (tp * pp);
-    let (t, d, p) = (r % tp, (r / tp) % dp, r / (tp * dp));
-    let at = |t: usize, d: usize, p: usize| t + tp * (d + dp * p);
     let mut s = handshake();
     // Open: rank 0 marks its fresh server open, the others wait for the mark.
     s.push(if r == 0 { set("a/open", b"1") } else { wait(&["a/open".to_string()]) });
@@ -95,17 +95,8 @@ fn init_script(r: usize, n: usize) -> Vec<Step> {
         s.push(wait(&["a/ck/verdict".to_string()]));
         s.extend(get("a/ck/verdict"));
     }
-    // One unique id per communicator kind: (kind, group id, leader rank).
-    let kinds = [
-        ("world", 0, 0),
-        ("tp", d + dp * p, at(0, d, p)),
-        ("dp", t + tp * p, at(t, 0, p)),
-        ("dp_cp", t + tp * p, at(t, 0, p)),
-        ("pp", t + tp * d, at(t, d, 0)),
-        ("mp", d, at(0, d, 0)),
-        ("tp_dp", p, at(0, 0, p)),
-    ];
-    for (kind, g, leader) in kinds {
+    // One unique id per communicator kind.
+    for (kind, g, leader) in megatron_groups(r, n) {
         let k = format!("a/uid/{kind}/{g}");
         if r == leader {
             s.push(set(&k, &[7u8; 128]));
@@ -336,15 +327,6 @@ fn run_thread(mut clients: Vec<Client>, sh: &Shared) -> Vec<Client> {
 fn rss_kb(pid: &str, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// User + system CPU seconds the process has used (`/proc/PID/stat` fields 14 and 15).
-fn cpu_s(pid: &str) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }
 
 fn main() {
