@@ -14,7 +14,7 @@
 #   4. setuptools packs both, `auditwheel repair --plat manylinux_2_28_x86_64` checks the symbol
 #      versions and tags the wheel (MCORE_WHEEL_PLAT=... demands another tag).
 # zig's cache (its libc++ and glibc stubs for 2.28) lives in target/zig228/zig-cache. A cold build
-# (nothing under target/) took about half an hour on a loaded 2-core machine, a warm one 18 s
+# (nothing under target/) took about 28 minutes on a loaded 2-core machine, a warm one 18 s
 # (docs/packaging.md). The wheel needs no Rust toolchain to install.
 # Usage: scripts/build-wheel.sh [OUTDIR] (default target/wheels); prints the wheel's path last.
 set -euo pipefail
@@ -82,14 +82,14 @@ nice -n 19 cmake -S backends/gloo -B "$plugin_build" "${toolchain[@]}" -DCMAKE_B
   || { tail -n 30 "$zig/plugin-build.log" >&2; echo "build-wheel: plugin build failed" >&2; exit 1; }
 
 step "3/4 libmcore_init.so linked for glibc $glibc (target/wheel-cargo)"
-# cargo rustc ARGS: one cargo target built in target/wheel-cargo with zig as its linker (only that
-# target's link uses zig: the crates compile as usual). A binary put into the wheel must be built
-# this way too (wheel_cargo --bin NAME), or auditwheel refuses the 2.28 tag.
+# cargo build ARGS in target/wheel-cargo with zig as the linker of every link (build scripts
+# included, so all crates build there once). A binary put into the wheel is built by the same call
+# (wheel_cargo --lib --bin NAME ...), or auditwheel refuses the 2.28 tag.
 wheel_cargo() {
-  nice -n 19 cargo rustc --release --locked --quiet --target-dir target/wheel-cargo "$@" \
-    -- -C linker="$zig/bin/zig-cc"
+  nice -n 19 cargo build --release --locked --quiet --target-dir target/wheel-cargo \
+    --config "target.x86_64-unknown-linux-gnu.linker='$zig/bin/zig-cc'" "$@"
 }
-wheel_cargo --lib --crate-type cdylib
+wheel_cargo --lib
 
 step "4/4 the wheel ($plat)"
 stage=$root/target/wheel-src
