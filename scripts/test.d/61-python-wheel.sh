@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # pip install: build the wheel (scripts/build-wheel.sh: setuptools, libmcore_init.so and the Gloo
-# plugin inside), install it into a fresh virtualenv that has no Rust toolchain on its PATH, and
-# run the Python tests from a copy outside the source tree against that install (no
-# MCORE_INIT_LIBRARY, no MCORE_GLOO_PLUGIN: the package finds what it carries). Then the
-# manylinux checks: `auditwheel show` (printed) must confirm the manylinux tag in the wheel's
-# name, the libraries the Gloo plugin needs must be inside (mcore_init.libs/), and a 4-rank
-# Gloo init from Python (tp 2, pp 2) must pass in a mount namespace (unshare -m) where Debian's
-# libgloo*, libhiredis*, libibverbs*, libnl-3*, libnl-route-3* files are hidden (an empty file
-# bound over each, an empty tmpfs over the ibverbs provider directory), with ldd and each rank's
-# /proc/self/maps showing the bundled copies.
+# plugin inside, both built with zig for glibc 2.28, Gloo linked into the plugin), install it into a
+# fresh virtualenv that has no Rust toolchain on its PATH, and run the Python tests from a copy
+# outside the source tree against that install (no MCORE_INIT_LIBRARY; MCORE_GLOO_PLUGIN is the
+# installed plugin: the package's own copies are what runs). The manylinux checks: the wheel is
+# tagged manylinux_2_28_x86_64 and `auditwheel show` (printed) confirms it; its native libraries
+# need nothing outside libc, libm, libpthread, libdl and the loader (no bundled mcore_init.libs/).
+# In a mount namespace (unshare -m, root) where Debian's libgloo*, libhiredis*, libibverbs*,
+# libnl-3*, libnl-route-3* and libstdc++* files are hidden (an empty file bound over each, an empty
+# tmpfs over the ibverbs provider directory), ldd resolves the installed plugin, a 4-rank Gloo init
+# from Python (tp 2, pp 2) passes with none of those libraries in any rank's /proc/self/maps, and
+# the package's pytest suite runs there too.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 root=$PWD
 fail() { suite_abort python-wheel "$1"; }
-gloo_plugin >/dev/null   # target/gloo-plugin, which scripts/build-wheel.sh packs
 wheel=$(bash scripts/build-wheel.sh "$root/target/wheels" | tail -n 1) || fail "cannot build the wheel"
 [ -f "$wheel" ] || fail "no wheel"
-case "$wheel" in *-py3-none-manylinux_2_*_x86_64.whl) ;; *) fail "wheel $wheel is not manylinux-tagged" ;; esac
+case "$wheel" in *-py3-none-manylinux_2_28_x86_64.whl) ;; *) fail "wheel $wheel is not tagged manylinux_2_28_x86_64" ;; esac
 tag=${wheel##*-py3-none-}
 tag=${tag%.whl}
 show=$("$root/target/wheel-build-venv/bin/auditwheel" show "$wheel" 2>/dev/null) || fail "auditwheel show failed"
@@ -29,11 +30,15 @@ else
   suite_bad "auditwheel show does not confirm $tag"
 fi
 listing=$(python3 -m zipfile -l "$wheel")
-for want in mcore_init/_native/libmcore_init.so mcore_init/_native/libmcore_init_gloo.so \
-  mcore_init.libs/libgloo- mcore_init.libs/libhiredis- mcore_init.libs/libibverbs- \
-  mcore_init.libs/libnl-3- mcore_init.libs/libnl-route-3-; do
+for want in mcore_init/_native/libmcore_init.so mcore_init/_native/libmcore_init_gloo.so; do
   suite_check "wheel carries $want" grep -qF "$want" <<<"$listing"
 done
+# Gloo is inside the plugin: nothing for auditwheel to bundle.
+if grep -qF mcore_init.libs/ <<<"$listing"; then
+  suite_bad "wheel bundles libraries: $(grep -o 'mcore_init\.libs/[^ ]*' <<<"$listing" | tr '\n' ' ')"
+else
+  suite_ok "wheel bundles no libraries (mcore_init.libs/ absent)"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv" || fail "cannot create a venv"
@@ -62,7 +67,18 @@ runtime.initialize(backend="gloo", timeout=60)
 runtime.destroy()
 print("installed:", mcore_init.__file__, "library:", lib.lib._name, "gloo init ok")
 PY
-# The 4-rank Gloo init where Debian's Gloo and what it links are hidden.
+native=$("$work/venv/bin/python" -c "import mcore_init._lib as l; print(l.NATIVE_DIR)") || fail "no native dir"
+manylinux_needed='libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 ld-linux-x86-64.so.2'
+for so in "$native/libmcore_init.so" "$native/libmcore_init_gloo.so"; do
+  needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  extra=$(for n in $needed; do case " $manylinux_needed " in *" $n "*) ;; *) echo "$n" ;; esac; done)
+  if [ -n "$needed" ] && [ -z "$extra" ]; then
+    suite_ok "$(basename "$so") needs only $needed"
+  else
+    suite_bad "$(basename "$so") needs $needed (outside libc/libm/libpthread/libdl/the loader: $extra)"
+  fi
+done
+# The 4-rank Gloo init where Debian's Gloo, what it links and libstdc++ are hidden.
 cat >"$work/ranks.py" <<'PY'
 import json, os, socket, subprocess, sys
 WORKER = r"""
@@ -73,7 +89,8 @@ ps.initialize_model_parallel(tensor_model_parallel_size=2, pipeline_model_parall
                              backend="gloo", timeout=60)
 maps = open("/proc/self/maps").read()
 libs = sorted({l.split()[-1] for l in maps.splitlines()
-               if any(n in l for n in ("libgloo", "libhiredis", "libibverbs", "libnl-"))})
+               if any(n in l for n in ("libgloo", "libhiredis", "libibverbs", "libnl-", "libstdc++",
+                                       "libmcore_init"))})
 out = {"rank": rank, "world": list(runtime.world()),
        "tp": ps.get_tensor_model_parallel_group_ranks(), "pp": ps.get_pipeline_model_parallel_group_ranks(),
        "tp_sum": runtime.allreduce_sum("tensor_model_parallel", [rank, 1]),
@@ -93,64 +110,68 @@ for r, p in enumerate(procs):
     stdout, _ = p.communicate(timeout=120)
     assert p.returncode == 0, f"rank {r} exited {p.returncode}"
     outs.append(json.loads(stdout.strip().splitlines()[-1]))
-libdir = os.path.join(os.path.dirname(os.path.dirname(__import__("mcore_init").__file__)), "mcore_init.libs")
+import mcore_init._lib as lib
+native = str(lib.NATIVE_DIR)
 for r, o in enumerate(outs):
     tp, pp = [r - r % 2, r - r % 2 + 1], [r % 2, r % 2 + 2]
     assert o["world"] == [r, 4] and o["tp"] == tp and o["pp"] == pp, o
     assert o["tp_sum"] == [sum(tp), 2] and o["pp_sum"] == [sum(pp), 2], o
-    names = {os.path.basename(l).split("-")[0] for l in o["libs"]}
-    assert {"libgloo", "libhiredis", "libibverbs", "libnl"} <= names, o["libs"]
-    assert all(os.path.dirname(l) == libdir for l in o["libs"]), o["libs"]
+    # The wheel's two libraries and nothing else: no libgloo, hiredis, ibverbs, libnl, libstdc++.
+    assert o["libs"] == [native + "/libmcore_init.so", native + "/libmcore_init_gloo.so"], o["libs"]
 print("4-rank gloo init ok; rank 0 mapped:", " ".join(outs[0]["libs"]))
 PY
-cat >"$work/hidden.sh" <<'SH'
-# Runs inside `unshare -m`: hide Debian's files, show that they are hidden, then run the ranks.
+cat >"$work/hide.sh" <<'SH'
+# Runs inside `unshare -m`: hide Debian's files, show that they are hidden, then run "$@".
 set -u
 work=$1
+shift
 mount --make-rprivate / || exit 1
 : >"$work/empty"
 hidden=0
 for f in $(find /usr/lib /usr/lib64 /usr/local/lib -maxdepth 2 -type f \
     \( -name 'libgloo*.so*' -o -name 'libhiredis*.so*' -o -name 'libibverbs*.so*' \
-       -o -name 'libnl-3*.so*' -o -name 'libnl-route-3*.so*' \) 2>/dev/null); do
+       -o -name 'libnl-3*.so*' -o -name 'libnl-route-3*.so*' -o -name 'libstdc++.so*' \) 2>/dev/null); do
   mount --bind "$work/empty" "$f" || exit 1
   hidden=$((hidden + 1))
 done
 [ -d /usr/lib/x86_64-linux-gnu/libibverbs ] && { mount -t tmpfs none /usr/lib/x86_64-linux-gnu/libibverbs || exit 1; }
 echo "hidden: $hidden Debian library files"
-[ "$hidden" -ge 5 ] || { echo "expected at least 5 files to hide"; exit 1; }
-for n in libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200; do
+[ "$hidden" -ge 6 ] || { echo "expected at least 6 files to hide"; exit 1; }
+for n in libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200 libstdc++.so.6; do
   if "$work/venv/bin/python" -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$n" 2>/dev/null; then
     echo "$n still loads from the system"; exit 1
   fi
 done
-echo "Debian's libgloo, libhiredis, libibverbs, libnl-3, libnl-route-3 do not load here"
+echo "Debian's libgloo, libhiredis, libibverbs, libnl-3, libnl-route-3, libstdc++ do not load here"
+exec "$@"
+SH
+cat >"$work/ranks.sh" <<'SH'
+set -u
+work=$1
 plugin=$("$work/venv/bin/python" -c "import mcore_init._lib as l; print(l.bundled_backend('gloo'))") || exit 1
 echo "ldd $plugin:"
 ldd "$plugin" | sed 's/^/  | /'
 if ldd "$plugin" | grep -q 'not found'; then echo "unresolved libraries"; exit 1; fi
-libdir=$(dirname "$(dirname "$plugin")").libs
-resolved=$(ldd "$plugin" | awk '/=>/ {print $3}' | xargs -r readlink -f)
-for n in libgloo libhiredis libibverbs libnl-3 libnl-route-3; do
-  grep -q "^$libdir/$n-[0-9a-f]*\.so" <<<"$resolved" || { echo "$n is not the bundled copy"; exit 1; }
-done
-echo "ldd resolves libgloo, libhiredis, libibverbs, libnl-3, libnl-route-3 into $libdir"
+if ldd "$plugin" | grep -E 'libgloo|libhiredis|libibverbs|libnl-|libstdc\+\+'; then echo "the plugin links these"; exit 1; fi
 cd "$work" && "$work/venv/bin/python" "$work/ranks.py"
 SH
+run_env=(env -u MCORE_INIT_LIBRARY -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH
+  PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" MCORE_GLOO_PLUGIN="$native/libmcore_init_gloo.so")
+hide=()
 if [ "$(id -u)" -ne 0 ]; then
-  suite_bad "hidden-library check needs root (unshare -m, mount --bind)"
-elif env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH \
-    PATH="$work/venv/bin:$clean_path" unshare -m bash "$work/hidden.sh" "$work" >"$work/hidden.log" 2>&1; then
+  suite_bad "hidden-library checks need root (unshare -m, mount --bind)"
+elif "${run_env[@]}" unshare -m bash "$work/hide.sh" "$work" bash "$work/ranks.sh" "$work" >"$work/hidden.log" 2>&1; then
   sed 's/^/  /' "$work/hidden.log"
-  suite_ok "4-rank Gloo init from the installed wheel with Debian's gloo, hiredis, ibverbs, libnl hidden"
+  suite_ok "4-rank Gloo init from the installed wheel with Debian's gloo, hiredis, ibverbs, libnl, libstdc++ hidden"
+  hide=(unshare -m bash "$work/hide.sh" "$work")
 else
   sed 's/^/  /' "$work/hidden.log"
   suite_bad "4-rank Gloo init with Debian's libraries hidden"
 fi
 log=$work/pytest.log
-env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH \
-  PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" \
-  "$work/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests >"$log" 2>&1
+if [ "${#hide[@]}" -gt 0 ]; then where="in the namespace with Debian's libraries hidden"; else where="with Debian's libraries visible"; fi
+echo "pytest against the installed wheel, $where:"
+"${run_env[@]}" "${hide[@]}" "$work/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests >"$log" 2>&1
 rc=$?
 suite_count_pytest "$log" "$rc"
 suite_end python-wheel " ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"
