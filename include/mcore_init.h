@@ -545,7 +545,7 @@ typedef struct mcore_suspend_args {
   size_t n_kinds;
   /**
    * The grid the kinds belong to, by name; NULL (the default) = the default grid (the first).
-   * A communicator a colocated grid shares (equal members) is suspended for both.
+   * A communicator a colocated grid shares (equal members) stays up while that grid runs.
    */
   const char *grid;
   /**

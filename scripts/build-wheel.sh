@@ -15,7 +15,9 @@
 #      versions and tags the wheel (MCORE_WHEEL_PLAT=... demands another tag).
 # zig's cache (its libc++ and glibc stubs for 2.28) lives in target/zig228/zig-cache. A cold build
 # (nothing under target/) took about 28 minutes on a loaded 2-core machine, a warm one 18 s
-# (docs/packaging.md). The wheel needs no Rust toolchain to install.
+# (docs/packaging.md). The tools mcore-launch, mcore-selftest and mcore-topo go into
+# mcore_init/_native/ too (built by the same zig-linked cargo call); the wheel's console commands of
+# the same names run them (mcore_init/_tools.py). The wheel needs no Rust toolchain to install.
 # Usage: scripts/build-wheel.sh [OUTDIR] (default target/wheels); prints the wheel's path last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +83,7 @@ nice -n 19 cmake -S backends/gloo -B "$plugin_build" "${toolchain[@]}" -DCMAKE_B
   && nice -n 19 cmake --build "$plugin_build" -j 2 >>"$zig/plugin-build.log" 2>&1 \
   || { tail -n 30 "$zig/plugin-build.log" >&2; echo "build-wheel: plugin build failed" >&2; exit 1; }
 
-step "3/4 libmcore_init.so linked for glibc $glibc (target/wheel-cargo)"
+step "3/4 libmcore_init.so and the tools linked for glibc $glibc (target/wheel-cargo)"
 # cargo build ARGS in target/wheel-cargo with zig as the linker of every link (build scripts
 # included, so all crates build there once). A binary put into the wheel is built by the same call
 # (wheel_cargo --lib --bin NAME ...), or auditwheel refuses the 2.28 tag.
@@ -89,7 +91,7 @@ wheel_cargo() {
   nice -n 19 cargo build --release --locked --quiet --target-dir target/wheel-cargo \
     --config "target.x86_64-unknown-linux-gnu.linker='$zig/bin/zig-cc'" "$@"
 }
-wheel_cargo --lib
+wheel_cargo --lib --bin mcore-launch --bin mcore-selftest --bin mcore-topo
 
 step "4/4 the wheel ($plat)"
 stage=$root/target/wheel-src
@@ -100,7 +102,10 @@ find "$stage" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p "$stage/mcore_init/_native"
 cp target/wheel-cargo/release/libmcore_init.so "$plugin_build/libmcore_init_gloo.so" "$stage/mcore_init/_native/"
 # Debug info stays in target/; the exported symbols stay in the copies.
-strip --strip-debug "$stage/mcore_init/_native/"*.so
+for tool in mcore-launch mcore-selftest mcore-topo; do
+  cp "target/wheel-cargo/release/$tool" "$stage/mcore_init/_native/$tool"
+done
+strip --strip-debug "$stage/mcore_init/_native/"*
 raw=$root/target/wheel-raw
 rm -rf "$raw"
 mkdir -p "$raw"

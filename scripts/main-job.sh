@@ -5,11 +5,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-echo "== building (cargo, release) and the Gloo plugin (cmake)"
-cargo build --release --locked --bins --lib --quiet
+# A long step says so every 20 s (a first build takes minutes on 2 cores); its output is shown
+# only when it fails.
+step() {  # LABEL COMMAND...
+  local label=$1 start=$SECONDS out rc=0 pid ticker; shift
+  echo "== $label"
+  out=$(mktemp)
+  ( while sleep 20; do echo "   ... $label: still running, $((SECONDS - start)) s"; done ) &
+  ticker=$!
+  "$@" >"$out" 2>&1 || rc=$?
+  kill "$ticker" 2>/dev/null || true; wait "$ticker" 2>/dev/null || true
+  if [ "$rc" != 0 ]; then cat "$out"; rm -f "$out"; echo "== $label failed (exit status $rc)"; exit "$rc"; fi
+  rm -f "$out"
+  echo "   done in $((SECONDS - start)) s"
+}
+step "building the library and tools (cargo build --release; minutes the first time)" \
+  cargo build --release --locked --bins --lib
 plugin_dir=target/gloo-plugin
-cmake -S backends/gloo -B "$plugin_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$plugin_dir" -j 2 >/dev/null
+step "building the Gloo plugin (cmake, against Debian's libgloo-dev)" \
+  bash -c "cmake -S backends/gloo -B '$plugin_dir' -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build '$plugin_dir' -j 2"
 export LD_LIBRARY_PATH="$PWD/$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== mcore-launch --nproc 8 -- mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo --json"
 log=$(mktemp)
@@ -33,9 +47,10 @@ if ok:
         for k, s in l.get("create_s", {}).items():
             kinds[k] = max(kinds.get(k, 0.0), s)
     slow = sorted(((k, s) for k, s in kinds.items() if s >= 5e-5), key=lambda kv: -kv[1])
-    print(f"== communicator creation per kind (slowest rank, ms; {len(kinds) - len(slow)} more kinds reuse one):")
-    for i in range(0, len(slow), 3):
-        print("  " + "  ".join(f"{k[:36]:<36}{s * 1e3:>7.1f}" for k, s in slow[i:i + 3]))
+    if slow:
+        print(f"== communicator creation per kind (slowest rank, ms; {len(kinds) - len(slow)} more kinds reuse one):")
+        for i in range(0, len(slow), 3):
+            print("  " + "  ".join(f"{k[:36]:<36}{s * 1e3:>7.1f}" for k, s in slow[i:i + 3]))
 print(f"== summary: {len(ok)}/8 ranks ok", end="")
 if ok:
     groups = sum(l["groups"] for l in ok)

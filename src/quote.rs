@@ -31,9 +31,55 @@ pub fn debug(text: &str) -> String {
     }
 }
 
+/// The candidate nearest to `word` when it is a near miss (a typo: at most two single-character
+/// edits, fewer than the candidate's length), for a "did you mean" in an error message.
+pub fn near_miss<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let original = word;
+    let word: Vec<char> = word.to_lowercase().chars().collect();
+    candidates
+        .into_iter()
+        .filter_map(|c| {
+            let cand: Vec<char> = c.to_lowercase().chars().collect();
+            if word.len().abs_diff(cand.len()) > 2 || c == original {
+                return None;
+            }
+            let d = edit_distance(&word, &cand);
+            (d <= 2 && d < cand.len()).then_some((d, c))
+        })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions).
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_near_miss_is_suggested_and_a_far_word_is_not() {
+        let names = ["gloo", "hccl", "nccl"];
+        assert_eq!(near_miss("glo", names), Some("gloo"));
+        assert_eq!(near_miss("Gloo", names), Some("gloo"));
+        assert_eq!(near_miss("gloop", names), Some("gloo"));
+        assert_eq!(near_miss("ncl", names), Some("nccl"));
+        assert_eq!(near_miss("mpi", names), None);
+        assert_eq!(near_miss("gloo", names), None, "the word itself is no suggestion");
+        assert_eq!(near_miss(&"g".repeat(1 << 20), names), None);
+    }
 
     #[test]
     fn short_input_is_quoted_whole_and_long_input_is_cut_with_its_length() {

@@ -15,14 +15,32 @@ ABI_VERSION = 2
 c_status = ctypes.c_int32
 
 
-class McoreError(Exception):
-    """A failed ``mcore_*`` call: ``status`` (int), ``status_name`` and the library's message."""
+#: Each status's name as the header declares it (``mcore_status`` in mcore_backend.h;
+#: tests/test_abi.py checks them against the header).
+STATUS_NAMES = {
+    0: "MCORE_STATUS_OK", 1: "MCORE_STATUS_INVALID_ARGUMENT", 2: "MCORE_STATUS_INVALID_CONFIG",
+    3: "MCORE_STATUS_OUT_OF_RANGE", 4: "MCORE_STATUS_NOT_FOUND", 5: "MCORE_STATUS_ALREADY_EXISTS",
+    6: "MCORE_STATUS_NOT_INITIALIZED", 7: "MCORE_STATUS_ALREADY_INITIALIZED", 8: "MCORE_STATUS_CONFIG_MISMATCH",
+    9: "MCORE_STATUS_TIMEOUT", 10: "MCORE_STATUS_IO", 11: "MCORE_STATUS_PROTOCOL", 12: "MCORE_STATUS_BACKEND",
+    13: "MCORE_STATUS_UNSUPPORTED", 14: "MCORE_STATUS_LIBRARY_LOAD", 15: "MCORE_STATUS_VERSION_TOO_OLD",
+    16: "MCORE_STATUS_BUFFER_TOO_SMALL", 17: "MCORE_STATUS_CORRUPT", 18: "MCORE_STATUS_WRONG_RANK",
+    19: "MCORE_STATUS_PEER_FAILED", 20: "MCORE_STATUS_NOT_MEMBER", 21: "MCORE_STATUS_BUSY",
+    22: "MCORE_STATUS_SUSPENDED", 99: "MCORE_STATUS_PANIC",
+}
 
-    def __init__(self, status, status_name, message):
+
+class McoreError(Exception):
+    """A failed ``mcore_*`` call: ``status`` (int), ``status_name`` (the header's name, e.g.
+    ``"MCORE_STATUS_TIMEOUT"``), ``status_text`` (``mcore_status_str``'s words, e.g. ``"timed
+    out"``) and the library's ``message``."""
+
+    def __init__(self, status, status_text, message):
         self.status = status
-        self.status_name = status_name
+        self.status_name = STATUS_NAMES.get(status, f"MCORE_STATUS_{status}")
+        self.status_text = status_text
         self.message = message
-        super().__init__(f"{status_name}: {message}" if message else status_name)
+        head = f"{self.status_name} ({status_text})"
+        super().__init__(f"{head}: {message}" if message else head)
 
 
 def _candidates():
@@ -53,21 +71,9 @@ def _load():
 
 lib = _load()
 
-#: Where a wheel puts the native libraries it carries (scripts/build-wheel.sh).
+#: Where a wheel puts the native libraries it carries (scripts/build-wheel.sh); the library finds
+#: the plugins there itself (``backend="gloo"``: ``_native/libmcore_init_gloo.so``).
 NATIVE_DIR = Path(__file__).resolve().parent / "_native"
-
-
-def bundled_backend(name):
-    """``name`` as given, or the path of the plugin this package carries for that backend
-    (wheels carry the Gloo plugin as ``_native/libmcore_init_gloo.so``) when the name is a bare
-    backend name and ``MCORE_BACKEND_PLUGIN`` is unset."""
-    if not name or "/" in name or ".so" in name or os.environ.get("MCORE_BACKEND_PLUGIN"):
-        return name
-    path = NATIVE_DIR / f"libmcore_init_{name}.so"
-    try:
-        return str(path) if path.is_file() else name
-    except OSError:  # e.g. a name too long for a file name: the library reports it
-        return name
 
 
 #: Every function declared so far, by name (the tests check nothing is used undeclared).

@@ -150,7 +150,7 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
         args.topology = ctypes.pointer(layout)
     else:  # topology NULL: grids[0] is the first grid
         args.grids, args.grids_len = grid_c.array, len(grid_c.names)
-    backend_b = cstr(_lib.bundled_backend(backend)) if backend is not None else None
+    backend_b = cstr(backend) if backend is not None else None
     args.backend = backend_b
     if timeout is not None:
         args.timeout_ms = T.timeout_ms(timeout)
@@ -396,7 +396,8 @@ def suspend(kinds=None, grid=None) -> int:
     Backends that can (NCCL 2.29.7+) release the device memory in place; others release the
     communicators and :func:`resume` creates them again. A kind sharing a communicator with a
     named one is suspended with it. Using a suspended kind raises SUSPENDED naming it. ``grid``:
-    a grid's name (None: the default grid). Returns how many communicators were suspended."""
+    a grid's name (None: the default grid); a communicator that grid shares with another grid
+    that is still running stays up. Returns how many communicators were suspended."""
     args, _keep = _suspend_args(kinds, grid, None, "suspend")
     n = ctypes.c_size_t(0)
     check(_suspend(ctypes.byref(args), ctypes.byref(n)))

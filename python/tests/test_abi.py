@@ -21,10 +21,20 @@ def test_check_raises_with_status_name():
         _lib.check(9)
     except mcore_init.McoreError as exc:
         assert exc.status == 9
-        assert exc.status_name == "timed out"
+        assert exc.status_name == "MCORE_STATUS_TIMEOUT"
+        assert exc.status_text == "timed out"
+        assert str(exc).startswith("MCORE_STATUS_TIMEOUT (timed out)")
     else:
         raise AssertionError("check(9) did not raise")
     assert _lib.check(0) == 0
+
+
+def test_status_names_are_the_headers():
+    import re
+    from conftest import REPO
+    header = (REPO / "include" / "mcore_backend.h").read_text()
+    declared = {int(v): n for n, v in re.findall(r"^\s*(MCORE_STATUS_[A-Z_]+) = (\d+),", header, re.M)}
+    assert declared and declared == _lib.STATUS_NAMES
 
 
 def test_every_function_of_every_module_is_declared():

@@ -34,7 +34,7 @@ def test_a_fifo_comm_config_path_is_refused_instead_of_hanging():
             raise AssertionError("initialize blocked on a FIFO comm_config_path") from None
         assert out.returncode == 0, out.stderr
         status, message = json.loads(out.stdout.strip().splitlines()[-1])
-        assert status == "invalid argument", message
+        assert status == "MCORE_STATUS_INVALID_ARGUMENT", message
         assert fifo in message and "FIFO" in message, message
 
 
@@ -46,13 +46,13 @@ def test_windows_a_duration_cannot_hold_are_invalid_arguments():
         try:
             runtime.check_health(window)
         except McoreError as exc:
-            assert exc.status_name == "invalid argument" and "window" in exc.message, exc
+            assert exc.status_name == "MCORE_STATUS_INVALID_ARGUMENT" and "window" in exc.message, exc
         else:
             raise AssertionError(f"check_health({window}) did not fail")
         try:
             runtime.reinitialize((), window)
         except McoreError as exc:
-            assert exc.status_name == "invalid argument" and "window" in exc.message, exc
+            assert exc.status_name == "MCORE_STATUS_INVALID_ARGUMENT" and "window" in exc.message, exc
         else:
             raise AssertionError(f"reinitialize(window={window}) did not fail")
 

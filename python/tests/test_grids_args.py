@@ -108,6 +108,6 @@ def test_grid_queries_before_initialize_say_not_initialized():
     for call in (mcore_init.grids, mcore_init.grid, lambda: mcore_init.grid("rollout")):
         with pytest.raises(McoreError) as info:
             call()
-        assert info.value.status_name == "not initialized", info.value
+        assert info.value.status_name == "MCORE_STATUS_NOT_INITIALIZED", info.value
     with pytest.raises(TypeError, match=r"grid\(\): name must be a str or None, got 5"):
         mcore_init.grid(5)

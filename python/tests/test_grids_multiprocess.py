@@ -144,9 +144,9 @@ def _check(vectors, queries, kinds, outs, windows):
                 else:
                     assert "error" in have, (r, name, key, have, want)
                     if "Partial DP" in want["error"]["msg"]:  # Megatron checks the arguments first
-                        assert have["error"] == "invalid argument", (r, name, key, have)
+                        assert have["error"] == "MCORE_STATUS_INVALID_ARGUMENT", (r, name, key, have)
                     elif not inside:
-                        assert have["error"] == "rank is not a member of the group", (r, name, key, have)
+                        assert have["error"] == "MCORE_STATUS_NOT_MEMBER", (r, name, key, have)
                         assert f"grid '{name}'" in have["message"], (r, name, key, have)
                 checked += 1
             # the groups, as Megatron's for this grid
@@ -154,7 +154,7 @@ def _check(vectors, queries, kinds, outs, windows):
                 want = _own(cfg["groups_by_kind"][kind], r)
                 have = got["groups"][_kind_key(kind)]
                 if want is None:
-                    assert have["error"] == "rank is not a member of the group", (r, name, kind, have)
+                    assert have["error"] == "MCORE_STATUS_NOT_MEMBER", (r, name, kind, have)
                 else:
                     assert have == want, (r, name, kind, have, want)
             # the ProcessGroupCollection view: Megatron's field names over the same groups
@@ -203,8 +203,8 @@ def test_side_by_side_grids_answer_as_megatron_for_their_windows(tmp_path):
         if r < 8:
             assert train == _seeds(dict(tp=2, pp=2, local_world_size=8), r, 1234), (r, train)
         else:
-            assert train == "not initialized", (r, train)
-        assert o["per_grid"]["rollout"]["rng"] == "not initialized"
+            assert train == "MCORE_STATUS_NOT_INITIALIZED", (r, train)
+        assert o["per_grid"]["rollout"]["rng"] == "MCORE_STATUS_NOT_INITIALIZED"
 
 
 def test_colocated_grids_answer_as_megatron_with_their_own_seeds(tmp_path):

@@ -78,8 +78,8 @@ def test_four_processes_tp2_getters_and_allreduce():
         assert o["dp_group"] == [r % 2, r % 2 + 2]
         assert o["sum"] == [2 * base + 1, 2, 2 * 10 ** 12]
         assert o["after_destroy"] is False
-        assert o["error_after_destroy"] == "not initialized"
-        assert o["tracker_without_seed"] == "not initialized"
+        assert o["error_after_destroy"] == "MCORE_STATUS_NOT_INITIALIZED"
+        assert o["tracker_without_seed"] == "MCORE_STATUS_NOT_INITIALIZED"
 
 
 def test_train_init_example_under_two_ranks():
@@ -218,7 +218,7 @@ def test_communicator_options_are_checked_before_any_rendezvous():
     plugin = str(gloo_plugin())
     (o,) = _run_ranks(lambda r: [sys.executable, "-c", COMM_OPTIONS, plugin], 1, timeout=60)
     for name, (status, message, up) in o.items():
-        assert status == "invalid argument" and up is False, (name, message)
+        assert status == "MCORE_STATUS_INVALID_ARGUMENT" and up is False, (name, message)
     assert "takes no communicator options" in o["gloo_with_options"][1]
     assert "communicator options of tensor_model_parallel" in o["gloo_with_options"][1]
     assert "max_ctas=4" in o["gloo_with_options"][1]

@@ -51,7 +51,7 @@ def test_megatron_policy_matches_megatron_seeds():
                     t_ = Tracker(t, rank["rank"])
                     with pytest.raises(McoreError) as info:
                         t_.seed(case["seed"], "megatron", case["data_parallel_random_init"])
-                    assert info.value.status_name == "already exists"
+                    assert info.value.status_name == "MCORE_STATUS_ALREADY_EXISTS"
                     continue
                 seeds = stream_seeds(t, rank["rank"], case["seed"], "megatron", case["data_parallel_random_init"])
                 assert list(seeds.values()) == rank["cuda_manual_seed_calls"], (cfg["id"], rank["rank"])
@@ -75,7 +75,7 @@ def test_tracker_fork_rounds_to_four_and_state_round_trip():
         assert tr.fork("model-parallel-rng", 3) == (99, 40)
         with pytest.raises(McoreError) as info:
             tr.add("model-parallel-rng", 5)
-        assert info.value.status_name == "already exists"
+        assert info.value.status_name == "MCORE_STATUS_ALREADY_EXISTS"
         with pytest.raises(McoreError) as info:
             tr.get_state("no-such-stream")
         assert "no-such-stream" in info.value.message
@@ -100,7 +100,7 @@ def test_save_restore_round_trip_and_wrong_rank():
         other = Tracker(t, 7)
         with pytest.raises(McoreError) as info:
             other.restore(blob)
-        assert info.value.status_name.startswith("belongs to another rank") and "5" in info.value.message
+        assert info.value.status_name == "MCORE_STATUS_WRONG_RANK" and "5" in info.value.message
         with pytest.raises(McoreError) as info:
             tr.restore(blob[:-3])
         assert info.value.status == 17  # CORRUPT

@@ -80,4 +80,4 @@ def test_suspend_arguments_are_checked_before_the_library():
 def test_suspend_without_init_is_not_initialized():
     with pytest.raises(mcore_init.McoreError) as e:
         mcore_init.suspend()
-    assert e.value.status_name == "not initialized"
+    assert e.value.status_name == "MCORE_STATUS_NOT_INITIALIZED"

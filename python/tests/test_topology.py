@@ -190,7 +190,7 @@ def test_unknown_kind_is_not_found():
     with Topology(8, tp=2) as topo:
         with pytest.raises(McoreError) as info:
             topo.group("tensor_parallel", 0)
-        assert info.value.status_name == "not found"
+        assert info.value.status_name == "MCORE_STATUS_NOT_FOUND"
         assert "tensor_parallel" in info.value.message
     with pytest.raises(McoreError):
         kind_value("hierarchical_context_parallel_x")

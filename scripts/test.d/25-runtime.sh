@@ -11,20 +11,8 @@ suite_check "tests/member_groups_multiprocess.rs" \
   env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test member_groups_multiprocess -- --test-threads 1
 # mcore-launch's signal handling with real mcore-selftest ranks (and the rest of that file).
 suite_check "tests/cli_launch_signals.rs" env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test cli_launch_signals
-# The README's C example, as written there, on 4 ranks (tp=2, pp=2) through mcore-launch.
-stage_c_library >/dev/null 2>&1   # target/c-examples/lib
-python3 - <<'PY' > target/readme_example.c
-import re
-print(re.findall(r"```c\n(.*?)```", open("README.md").read(), re.S)[0])
-PY
-if cc -std=c11 -Wall -Wextra -Wpedantic -Werror -Iinclude target/readme_example.c -Ltarget/c-examples/lib -lmcore_init \
-     -Wl,-rpath,"$PWD/target/c-examples/lib" -o target/readme_example \
-   && out=$(LD_LIBRARY_PATH="$PWD/target/gloo-plugin" ./target/release/mcore-launch --nproc 4 --timeout 120 -- target/readme_example) \
-   && [ "$(echo "$out" | grep -c 'tp rank [01] of 2, pp stage [01]')" -eq 4 ]; then
-  suite_ok
-else
-  suite_bad "README's C example on 4 ranks: ${out:-}"
-fi
+# The README's C, C++ and Python examples run in 40-cmake-package.sh (installed prefix) and
+# 61-python-wheel.sh (the wheel).
 if bash scripts/main-job.sh >target/main-job.log 2>&1; then
   suite_ok; tail -1 target/main-job.log
 else

@@ -49,14 +49,15 @@ cp -r python/tests "$work/tests"
 cd "$work"
 env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH \
   PATH="$work/venv/bin:$clean_path" MCORE_REPO_ROOT="$root" "$work/venv/bin/python" - <<'PY' || fail "the installed package is not the one imported"
-import shutil, sys
+import os, shutil, sys
 import mcore_init, mcore_init._lib as lib
 assert shutil.which("cargo") is None and shutil.which("rustc") is None, "a Rust toolchain is on PATH"
 site = sys.prefix
 assert mcore_init.__file__.startswith(site), mcore_init.__file__
 assert lib.lib._name == str(lib.NATIVE_DIR / "libmcore_init.so"), lib.lib._name
 assert (lib.NATIVE_DIR / "libmcore_init_gloo.so").is_file()
-assert lib.bundled_backend("gloo") == str(lib.NATIVE_DIR / "libmcore_init_gloo.so")
+for tool in ("mcore-launch", "mcore-selftest", "mcore-topo"):
+    assert shutil.which(tool) == os.path.join(sys.prefix, "bin", tool), (tool, shutil.which(tool))
 # backend="gloo" finds the carried plugin (a world of one on loopback).
 import os, socket
 from mcore_init import runtime
@@ -78,6 +79,29 @@ for so in "$native/libmcore_init.so" "$native/libmcore_init_gloo.so"; do
     suite_bad "$(basename "$so") needs $needed (outside libc/libm/libpthread/libdl/the loader: $extra)"
   fi
 done
+# The console commands run the programs the wheel carries: mcore-topo, and 4 ranks of
+# mcore-selftest (Gloo, the plugin found beside the program) and of the README's Python example
+# (examples/python/first_job.py) under the wheel's mcore-launch, with nothing set.
+wheel_env=(env -u MCORE_INIT_LIBRARY -u MCORE_GLOO_PLUGIN -u MCORE_BACKEND_PLUGIN -u PYTHONPATH -u LD_LIBRARY_PATH
+  PATH="$work/venv/bin:$clean_path")
+if "${wheel_env[@]}" mcore-topo --world-size 8 --tp 2 | grep -q tensor_model_parallel; then
+  suite_ok "wheel's mcore-topo"
+else
+  suite_bad "wheel's mcore-topo"
+fi
+rc=0; out=$("${wheel_env[@]}" mcore-launch --nproc 4 --timeout 120 -- mcore-selftest --tp 2 --pp 2 --backend gloo 2>&1) || rc=$?
+if [ "$rc" = 0 ] && [ "$(grep -c '^\[rank [0-3]\]: ' <<<"$out")" -ge 4 ]; then
+  suite_ok "wheel's mcore-launch runs 4 ranks of its mcore-selftest on Gloo"
+else
+  printf '%s\n' "$out" | tail -20; suite_bad "wheel's mcore-launch + mcore-selftest (exit status $rc)"
+fi
+cp "$root/examples/python/first_job.py" "$work/first_job.py"
+out=$("${wheel_env[@]}" mcore-launch --nproc 4 --timeout 120 -- python "$work/first_job.py" 2>&1)
+if [ "$(grep -cE 'rank [0-3] of 4: tp rank [01], tp sum (1|5) ok$' <<<"$out")" = 4 ]; then
+  suite_ok "the README's Python example: 4 ranks under the wheel's mcore-launch"
+else
+  printf '%s\n' "$out" | tail -20; suite_bad "the README's Python example under the wheel's mcore-launch"
+fi
 # The 4-rank Gloo init where Debian's Gloo, what it links and libstdc++ are hidden.
 cat >"$work/ranks.py" <<'PY'
 import json, os, socket, subprocess, sys
@@ -148,7 +172,7 @@ SH
 cat >"$work/ranks.sh" <<'SH'
 set -u
 work=$1
-plugin=$("$work/venv/bin/python" -c "import mcore_init._lib as l; print(l.bundled_backend('gloo'))") || exit 1
+plugin=$("$work/venv/bin/python" -c "import mcore_init._lib as l; print(l.NATIVE_DIR / 'libmcore_init_gloo.so')") || exit 1
 echo "ldd $plugin:"
 ldd "$plugin" | sed 's/^/  | /'
 if ldd "$plugin" | grep -q 'not found'; then echo "unresolved libraries"; exit 1; fi

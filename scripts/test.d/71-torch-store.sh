@@ -9,7 +9,11 @@
 #      server;
 #   3. a real torchrun job, --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:<our port>, 2 agents x 2
 #      Gloo (CPU) workers, whose process group is built on our server too; every worker must
-#      finish its all-reduce, queue and barrier, and our server must hold the rendezvous state.
+#      finish its all-reduce, queue and barrier, and our server must hold the rendezvous state;
+#   4. torch and mcore_init in one process (same_process.py): 4 ranks initialize mcore_init (Gloo,
+#      tp 2) and build torch's Gloo process group on mcore_init.torch_store(), under mcore-launch
+#      (MCORE_STORE_KEEP_OPEN=1, nothing else set) and under torchrun (torchrun's agent store); both
+#      all-reduces must give the world's sums.
 # MCORE_SKIP_TORCHRUN=1 skips this suite, saying so (as 70-multihost.sh's torchrun check does);
 # MCORE_TORCHRUN_VENV names another venv with torch. About 1-2 minutes once the venv exists.
 set -uo pipefail
@@ -33,7 +37,7 @@ if ! scripts/torchrun-venv.sh "$venv" >"$tmp/venv.log" 2>&1; then
   tail -20 "$tmp/venv.log"
   suite_abort torch-store "installing torch into $venv (scripts/torchrun-venv.sh)"
 fi
-cargo build --release --locked --lib --quiet || suite_abort torch-store "building the library"
+cargo build --release --locked --quiet || suite_abort torch-store "building the library and tools"
 lib=$PWD/target/release/libmcore_init.so
 py=$venv/bin/python
 compat=scripts/torch_store_compat
@@ -92,5 +96,24 @@ print(int("torch.rendezvous." + sys.argv[2] in keys), s.get("train/" + sys.argv[
     suite_bad "torchrun c10d: agent exit codes $rc0/$rc1, $n_ok/4 workers ok, rendezvous key and barrier count: '$state' (want '1 4')"
   fi
 fi
+
+# 4. torch + mcore_init in one process, under mcore-launch and under torchrun.
+plugin=$(gloo_plugin) || suite_abort torch-store "building the Gloo plugin"
+same_process() {  # NAME COMMAND...
+  local name=$1 rc=0 n_ok; shift
+  env -u MCORE_BACKEND_PLUGIN PYTHONPATH="$PWD/python" MCORE_INIT_LIBRARY="$lib" OMP_NUM_THREADS=1 \
+    GLOO_SOCKET_IFNAME=lo timeout 240 "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+  n_ok=$(grep -cE 'SAME_PROCESS_OK [0-3] 4 10 (1|5|9|13)$' "$tmp/$name.log")
+  if [ "$rc" = 0 ] && [ "$n_ok" = 4 ]; then
+    suite_ok "torch + mcore_init in one process under $name: 4 ranks, torch's group on mcore_init.torch_store()"
+  else
+    tail -30 "$tmp/$name.log"; suite_bad "torch + mcore_init under $name: exit status $rc, $n_ok/4 ranks ok"
+  fi
+}
+same_process mcore-launch env MCORE_STORE_KEEP_OPEN=1 target/release/mcore-launch --nproc 4 --timeout 200 -- \
+  "$py" -W ignore "$compat/same_process.py" "$plugin"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+same_process torchrun "$venv/bin/torchrun" --nnodes 1 --nproc-per-node 4 --master-addr 127.0.0.1 \
+  --master-port "$port" --max-restarts 0 --monitor-interval 0.5 "$compat/same_process.py" "$plugin"
 
 suite_end torch-store

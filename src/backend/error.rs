@@ -18,8 +18,9 @@ pub enum BackendError {
     InvalidVtable(String),
     /// A backend of this name is registered already.
     AlreadyExists(String),
-    /// No backend of this name; `known` lists the registered ones.
-    NotFound { name: String, known: Vec<String> },
+    /// No backend of this name; `known` lists the registered ones, `hint` what to do (where a
+    /// plugin of that name was looked for, a near-miss name).
+    NotFound { name: String, known: Vec<String>, hint: String },
     /// The backend leaves the slot a call needs NULL.
     Unsupported { backend: String, op: &'static str },
     /// A bad argument from the caller (group description, buffer), named.
@@ -41,9 +42,9 @@ impl fmt::Display for BackendError {
             BackendError::AlreadyExists(name) => {
                 write!(f, "a backend named {} is registered already (unregister it first)", quoted(name))
             }
-            BackendError::NotFound { name, known } => write!(
+            BackendError::NotFound { name, known, hint } => write!(
                 f,
-                "no backend named {} (registered: {}); load its plugin (MCORE_BACKEND_PLUGIN) first",
+                "no backend named {} (registered: {}); {hint}",
                 quoted(name),
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
             ),

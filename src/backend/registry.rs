@@ -4,7 +4,7 @@ use super::plugin::loader::open_plugin;
 use super::plugin::Vtable;
 use super::{Backend, BackendError};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a registered backend came from.
@@ -57,10 +57,15 @@ pub(crate) fn insert(vt: Vtable, origin: Origin) -> Result<Backend, BackendError
 /// The backend registered under `name`.
 pub fn get(name: &str) -> Result<Backend, BackendError> {
     let map = registry();
-    map.get(name)
-        .map(|e| e.backend.clone())
-        .ok_or_else(|| BackendError::NotFound { name: name.to_string(), known: map.keys().cloned().collect() })
+    map.get(name).map(|e| e.backend.clone()).ok_or_else(|| BackendError::NotFound {
+        name: name.to_string(),
+        known: map.keys().cloned().collect(),
+        hint: LOAD_FIRST.into(),
+    })
 }
+
+/// What a [`BackendError::NotFound`] of a name that was only looked up says to do.
+const LOAD_FIRST: &str = "load its plugin (MCORE_BACKEND_PLUGIN) first";
 
 /// Names of all registered backends, sorted.
 pub fn names() -> Vec<String> {
@@ -71,11 +76,21 @@ pub fn names() -> Vec<String> {
 /// A plugin file stays mapped (it is never unloaded).
 pub fn unregister(name: &str) -> Result<(), BackendError> {
     let removed = registry().remove(name);
-    removed.map(drop).ok_or_else(|| BackendError::NotFound { name: name.to_string(), known: names() })
+    removed.map(drop).ok_or_else(|| BackendError::NotFound {
+        name: name.to_string(),
+        known: names(),
+        hint: LOAD_FIRST.into(),
+    })
 }
 
+/// The backends this project ships (built in or as plugins), for near-miss suggestions.
+const SHIPPED: [&str; 3] = ["nccl", "gloo", "hccl"];
+
 /// The backend a user named: a registered name, else a plugin path (contains `/` or ends in
-/// `.so`), else `libmcore_init_<name>.so` found through the dynamic loader's search path.
+/// `.so`), else the plugin file `libmcore_init_<name>.so` from [`plugin_dirs`] (the directory of
+/// this library first), else through the dynamic loader's search path (`LD_LIBRARY_PATH`,
+/// the library's and program's `RUNPATH`, `ld.so.cache`, `/lib`, `/usr/lib`). Not found: the
+/// error says where it looked and suggests a near-miss name.
 pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
     if let Ok(b) = get(spec) {
         return Ok(b);
@@ -83,19 +98,87 @@ pub fn resolve(spec: &str) -> Result<Backend, BackendError> {
     if spec.contains('/') || spec.ends_with(".so") || spec.contains(".so.") {
         return load_plugin(Path::new(spec));
     }
-    let not_found = get(spec).unwrap_err();
-    let guess = format!("libmcore_init_{spec}.so");
-    match load_plugin(Path::new(&guess)) {
+    let file = format!("libmcore_init_{spec}.so");
+    let dirs = plugin_dirs();
+    let beside = dirs.iter().map(|d| d.join(&file)).find(|p| p.is_file());
+    let from_loader = beside.is_none();
+    let path = beside.unwrap_or_else(|| PathBuf::from(&file));
+    match load_plugin(&path) {
         Ok(b) if b.name() == spec => Ok(b),
         Ok(b) => Err(BackendError::InvalidVtable(format!(
             "{} registers backend {}, not {}",
-            crate::quote::clip(&guess),
+            crate::quote::clip(&path.display().to_string()),
             crate::quote::quoted(b.name()),
             crate::quote::quoted(spec)
         ))),
-        Err(BackendError::Load { .. }) => Err(not_found),
+        Err(BackendError::Load { .. }) if from_loader => Err(not_found(spec, &file, &dirs)),
         Err(e) => Err(e),
     }
+}
+
+/// The error for a backend name that is neither registered nor a plugin file found by
+/// [`resolve`]: where it looked, and a near-miss name when there is one.
+fn not_found(spec: &str, file: &str, dirs: &[PathBuf]) -> BackendError {
+    let known = names();
+    let installed: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(|e| {
+            let n = e.ok()?.file_name().into_string().ok()?;
+            Some(n.strip_prefix("libmcore_init_")?.strip_suffix(".so")?.to_string())
+        })
+        .collect();
+    let candidates = known.iter().chain(&installed).map(String::as_str).chain(SHIPPED);
+    let suggestion = crate::quote::near_miss(spec, candidates)
+        .map(|n| format!("did you mean {}? ", crate::quote::quoted(n)))
+        .unwrap_or_default();
+    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let hint = format!(
+        "{suggestion}no plugin {} in {}the dynamic loader's search path; name the plugin file, or list it in \
+         {PLUGIN_ENV}",
+        crate::quote::quoted(file),
+        if looked.is_empty() { String::new() } else { format!("{} or ", looked.join(", ")) }
+    );
+    BackendError::NotFound { name: spec.to_string(), known, hint }
+}
+
+/// Where [`resolve`] looks for a plugin file before the dynamic loader's search path: the
+/// directory of the file this code runs from (`libmcore_init.so`, found with `dladdr`; or a
+/// program that links the library statically, such as `mcore-selftest`), then that directory's
+/// `../lib` (a program in `<prefix>/bin` finds the plugins of `<prefix>/lib`). An installed
+/// prefix or wheel thus finds the plugins installed beside the library with no variable set.
+pub fn plugin_dirs() -> Vec<PathBuf> {
+    let Some(dir) = own_file().and_then(|f| f.parent().map(Path::to_path_buf)) else { return Vec::new() };
+    let mut dirs = vec![dir.clone()];
+    if let Ok(lib) = dir.join("../lib").canonicalize() {
+        if lib != dir {
+            dirs.push(lib);
+        }
+    }
+    dirs
+}
+
+/// The file (shared library or program) holding this code, resolved to a canonical path.
+#[allow(unsafe_code)]
+fn own_file() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = own_file as fn() -> Option<PathBuf> as *const libc::c_void;
+    // SAFETY: dladdr reads no memory at `addr` and fills `info`; dli_fname, when set, is a
+    // NUL-terminated string owned by the loader for as long as the object stays loaded.
+    let named = unsafe { libc::dladdr(addr, &mut info) } != 0 && !info.dli_fname.is_null();
+    let from_dladdr = named
+        .then(|| {
+            // SAFETY: checked non-NULL above; see the dladdr comment.
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+            PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()))
+        })
+        .and_then(|p| p.canonicalize().ok())
+        .filter(|p| p.is_file());
+    // The main program may be named by argv[0] only: the kernel knows its file.
+    from_dladdr.or_else(|| std::env::current_exe().ok())
 }
 
 /// Environment variable naming plugin files to load (`:`-separated).
@@ -142,11 +225,27 @@ mod tests {
         let name = "b".repeat(1 << 20);
         let Err(e) = resolve(&name) else { panic!("a backend of that name") };
         let e = e.to_string();
-        assert!(e.len() < 1024 && e.starts_with("no backend named 'bbb") && e.contains("(1048576 bytes)"), "{e}");
+        assert!(e.len() < 2048 && e.starts_with("no backend named 'bbb") && e.contains("(1048576 bytes)"), "{e}");
         for path in [format!("/nonexistent/{name}.so"), format!("{name}.so")] {
             let Err(e) = resolve(&path) else { panic!("a plugin at that path") };
             let e = e.to_string();
             assert!(e.len() < 1024 && e.starts_with("cannot load backend plugin '") && e.contains(" bytes)"), "{e}");
         }
+    }
+
+    /// A mistyped name gets a near-miss suggestion and says where plugins were looked for:
+    /// the directory of the code running (here the test program's), then the loader's path.
+    #[test]
+    fn a_mistyped_backend_name_is_answered_with_a_near_miss_and_where_it_looked() {
+        let dirs = plugin_dirs();
+        assert!(!dirs.is_empty(), "dladdr found no file for this code");
+        let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
+        assert_eq!(dirs[0], exe.parent().unwrap(), "the first directory is the one of the running code");
+        let Err(e) = resolve("glo") else { panic!("a backend named glo") };
+        let e = e.to_string();
+        assert!(e.contains("did you mean 'gloo'?") && e.contains("'libmcore_init_glo.so'"), "{e}");
+        assert!(e.contains(&dirs[0].display().to_string()) && e.contains("dynamic loader's search path"), "{e}");
+        let Err(e) = resolve("mpi") else { panic!("a backend named mpi") };
+        assert!(!e.to_string().contains("did you mean"), "{e}");
     }
 }

@@ -21,7 +21,7 @@ pub struct mcore_suspend_args {
     pub kinds: *const *const c_char,
     pub n_kinds: usize,
     /// The grid the kinds belong to, by name; NULL (the default) = the default grid (the first).
-    /// A communicator a colocated grid shares (equal members) is suspended for both.
+    /// A communicator a colocated grid shares (equal members) stays up while that grid runs.
     pub grid: *const c_char,
     /// Bound of a resume that creates communicators again, in ms; 0 (the default) = the init
     /// timeout. `MCORE_TIMEOUT_NONE` = no limit.

@@ -45,7 +45,9 @@ pub use pg_collection::{PgSource, PG_COLLECTION_FIELDS};
 pub use plan::{plan_for, Grid};
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;
-pub use suspend::{resume, suspend, CommMemoryEntry, CommTransition, SuspendMode, SuspendReport, SuspendRequest};
+pub use suspend::{
+    resume, suspend, CommMemoryEntry, CommTransition, SharedComm, SuspendMode, SuspendReport, SuspendRequest,
+};
 
 /// Tear down what `initialize` brought up; `Ok(false)` when nothing was initialized. A rank that
 /// left a recovered world and hosts the store keeps serving the survivors until they are done

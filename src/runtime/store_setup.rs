@@ -286,9 +286,15 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
                 return RuntimeError::Checkin(other);
             }
+            let fix = if in_use {
+                "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
+                 without --master-port (it picks a free port)"
+            } else {
+                ""
+            };
             RuntimeError::Store(match e {
                 StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
-                    "rank 0 cannot host the rendezvous store on MASTER_PORT={} ({}): {m}",
+                    "rank 0 cannot host the rendezvous store on MASTER_PORT={} ({}): {m}{fix}",
                     env.master_port, env.rendezvous_why
                 )),
                 other => other,
@@ -308,11 +314,19 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         source,
     };
     let open_key = format!("{attempt}/open");
-    // A connection cut by a previous attempt's server shutting down is retried until the deadline.
+    // A connection cut by a previous attempt's server shutting down is retried until the deadline;
+    // a store not reachable yet is retried in windows of PROGRESS_EVERY, saying so after each.
     let connect = || loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, left, token.get().as_ref());
+        let window = left.min(PROGRESS_EVERY);
+        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, window, token.get().as_ref());
         match connected {
+            Err(StoreError::Timeout { keys, .. }) if window < left => still_connecting(env, who, &keys, deadline),
+            // The last window: the whole wait is what timed out.
+            Err(StoreError::Timeout { keys, .. }) => {
+                let waited = timeout.saturating_sub(deadline.saturating_duration_since(Instant::now()));
+                return Err(StoreError::Timeout { keys, waited });
+            }
             Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
                 std::thread::sleep(Duration::from_millis(10))
             }
@@ -363,6 +377,39 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server })
+}
+
+/// How often a rank that cannot reach the rendezvous store yet says so on stderr.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// One progress line of a rank still trying to reach the store of `who` (see [`open_store`]),
+/// on stderr: [`progress_line`].
+fn still_connecting(env: &LaunchEnv, who: &str, keys: &[String], deadline: Instant) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    eprintln!("{}", progress_line(env, who, keys, left, std::time::SystemTime::now() + left));
+}
+
+/// What fails (`keys`: the connect attempt's `<connect to ...: reason>`) and until when it is
+/// retried, e.g. `cannot resolve MASTER_ADDR 'x' (...); ... (retrying until 06:31:05 UTC, 295 s
+/// left)`.
+fn progress_line(env: &LaunchEnv, who: &str, keys: &[String], left: Duration, until: std::time::SystemTime) -> String {
+    let attempt = keys.first().map_or("", |k| k.trim_start_matches('<').trim_end_matches('>'));
+    let reason = attempt.split_once(": ").map_or(attempt, |(_, why)| why);
+    let addr = crate::quote::quoted(&env.master_addr);
+    let what = match reason.strip_prefix("cannot resolve ") {
+        Some(rest) => format!("cannot resolve MASTER_ADDR {addr} ({})", rest.split_once(": ").map_or(rest, |(_, e)| e)),
+        None => format!("cannot reach the rendezvous store of {who} at {addr}:{} ({reason})", env.master_port),
+    };
+    let secs = until.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
+    format!(
+        "mcore_init: rank {}: {what}; {} (retrying until {:02}:{:02}:{:02} UTC, {} s left)",
+        env.rank,
+        env.rendezvous_why,
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        left.as_secs()
+    )
 }
 
 /// Distinguishes successive initializations of one process in store keys (destroy + re-init).
@@ -467,6 +514,73 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         let e = e.to_string();
         assert!(e.contains("MCORE_STORE_TOKEN") && e.contains("TORCHELASTIC_USE_AGENT_STORE"), "{e}");
+    }
+
+    /// The progress line of a MASTER_ADDR that does not resolve names MASTER_ADDR and the
+    /// resolver's reason, and the wall-clock time until which it retries.
+    #[test]
+    fn an_unresolvable_master_addr_is_named_in_the_progress_line() {
+        let vars = [("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "nodex"), ("MASTER_PORT", "29500")];
+        let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+        let keys = ["<connect to store server nodex:29500: cannot resolve 'nodex': Name or service not known>".into()];
+        let until = std::time::UNIX_EPOCH + Duration::from_secs(86_400 * 3 + 6 * 3600 + 31 * 60 + 5);
+        let line = progress_line(&env, "rank 0", &keys, Duration::from_secs(295), until);
+        assert!(
+            line.starts_with("mcore_init: rank 1: cannot resolve MASTER_ADDR 'nodex' (Name or service not known); ")
+                && line.ends_with("(retrying until 06:31:05 UTC, 295 s left)"),
+            "{line}"
+        );
+    }
+
+    /// Set by [`a_rank_that_cannot_reach_the_store_says_so_every_few_seconds`] in the process it
+    /// starts: run [`unreachable_store_child`] there.
+    const UNREACHABLE_CHILD: &str = "MCORE_TEST_UNREACHABLE_STORE_CHILD";
+
+    #[test]
+    fn unreachable_store_child() {
+        if std::env::var_os(UNREACHABLE_CHILD).is_none() {
+            return;
+        }
+        let env = LaunchEnv::from_process().unwrap();
+        let Err(e) = open_store(&env, Duration::from_secs(7), "mcore_init/test/0/0") else { panic!("opened") };
+        println!("CHILD-RESULT {e}");
+    }
+
+    /// Rank 1 of 2 whose rank 0 never hosts the store (nothing listens on MASTER_PORT, on
+    /// 127.0.0.1): a line on stderr every PROGRESS_EVERY naming the address and until when it
+    /// retries, and an error at the timeout (7 s) that names the connect failure, not a store key.
+    #[test]
+    fn a_rank_that_cannot_reach_the_store_says_so_every_few_seconds() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "runtime::store_setup::tests::unreachable_store_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(UNREACHABLE_CHILD, "1")
+            .env("RANK", "1")
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("retrying until")).collect();
+        assert_eq!(lines.len(), 1, "one progress line in 7 s:\n{stderr}");
+        assert!(
+            lines[0].starts_with("mcore_init: rank 1: cannot reach the rendezvous store of rank 0 at '127.0.0.1':")
+                && lines[0].contains(&format!(":{port} (")),
+            "{stderr}"
+        );
+        let result = stdout
+            .lines()
+            .find_map(|l| l.split_once("CHILD-RESULT ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(result.contains("timed out after 7.") && result.contains(": connect to store server"), "{result}");
+        assert!(!result.contains("store key"), "{result}");
     }
 
     /// Set by [`a_host_name_that_binds_every_interface_is_said_on_stderr`] in the process it

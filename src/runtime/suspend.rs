@@ -8,6 +8,9 @@
 //! suspended the slot of the group holds a [`SuspendedComm`], so every use of it (the raw handle,
 //! an all-reduce, a barrier) is an error naming its kinds. A communicator shared by several
 //! kinds (aliases) is suspended and resumed once, and suspending any of its kinds suspends it.
+//! A grid's suspend touches only what that grid alone uses: a communicator it shares with
+//! another grid (colocated grids, equal members) that is still running stays up, and the report
+//! names it in [`SuspendReport::kept_shared`]; it is suspended with the last of its grids.
 //!
 //! Both calls are collective over the members of every communicator they touch: every rank calls
 //! them with the same kinds, as it initialized. The state lives behind each group's own mutex,
@@ -32,7 +35,7 @@ pub struct SuspendRequest {
     /// every kind of this rank.
     pub kinds: Option<Vec<String>>,
     /// The grid the kinds belong to (`None`: the default grid, the first). A communicator that a
-    /// colocated grid shares (equal members) is suspended for both.
+    /// colocated grid shares (equal members) stays up while that grid runs (see the module docs).
     pub grid: Option<String>,
     /// Bound of a recreate-mode resume (`None`: the runtime's init timeout).
     pub timeout: Option<Duration>,
@@ -89,7 +92,20 @@ pub struct SuspendReport {
     pub communicators: Vec<CommTransition>,
     /// Communicators verified after a resume (0 for a suspend, or with verification off).
     pub verified: usize,
+    /// Suspend only: communicators of the selected kinds left up because a grid that is not
+    /// suspended shares them, in plan order.
+    pub kept_shared: Vec<SharedComm>,
     pub took: Duration,
+}
+
+/// A communicator a suspend left up: a running grid shares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedComm {
+    pub name: String,
+    /// Every kind of this rank sharing it (`<grid>:<kind>`), comma-separated.
+    pub kinds: String,
+    /// The grids sharing it that are still running.
+    pub running_grids: Vec<String>,
 }
 
 /// Suspend the communicators of the kinds `req` names on this rank (all kinds when it names
@@ -198,6 +214,11 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
     let mut report = SuspendReport::default();
     for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
         let t = Instant::now();
+        let running_grids = running_sharers(rt, grid, g)?;
+        if !running_grids.is_empty() {
+            report.kept_shared.push(SharedComm { name: g.comm_name.clone(), kinds, running_grids });
+            continue;
+        }
         let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
         if slot.suspension().is_some() {
             continue;
@@ -235,6 +256,32 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
     }
     report.took = start.elapsed();
     Ok(report)
+}
+
+/// The grids other than `grid` that share `g`'s communicator and are still running: a grid runs
+/// while any communicator of its own (one it shares with no group of `grid`) is up, or when it
+/// has none on this rank. Every member of the communicator has the same groups sharing it, so
+/// every member decides alike.
+fn running_sharers(rt: &Runtime, grid: &Grid, g: &LiveGroup) -> Result<Vec<String>, RuntimeError> {
+    let mut running: Vec<String> = Vec::new();
+    let sharers = rt.groups.iter().filter(|o| Arc::ptr_eq(&o.comm, &g.comm) && o.plan.grid != grid.tag);
+    for other in sharers {
+        let name = grid_prefix(&other.plan.grid).trim_end_matches(':').to_string();
+        if running.contains(&name) {
+            continue;
+        }
+        let shared_with_grid =
+            |c: &LiveGroup| rt.groups.iter().any(|o| o.plan.grid == grid.tag && Arc::ptr_eq(&o.comm, &c.comm));
+        let mut own_up = None;
+        for c in rt.groups.iter().filter(|c| c.plan.grid == other.plan.grid && !shared_with_grid(c)) {
+            let up = c.comm.lock().map_err(|_| poisoned(c))?.suspension().is_none();
+            own_up = Some(own_up.unwrap_or(false) || up);
+        }
+        if own_up.unwrap_or(true) {
+            running.push(name);
+        }
+    }
+    Ok(running)
 }
 
 fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {

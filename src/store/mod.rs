@@ -41,6 +41,12 @@ pub enum StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // A wait that is not for keys (connecting to the server) names itself as `<...>`.
+            StoreError::Timeout { keys, waited }
+                if keys.len() == 1 && keys[0].starts_with('<') && keys[0].ends_with('>') =>
+            {
+                write!(f, "timed out after {:.1} s: {}", waited.as_secs_f64(), &keys[0][1..keys[0].len() - 1])
+            }
             StoreError::Timeout { keys, waited } => write!(
                 f,
                 "timed out after {:.1} s waiting for store key(s) {}",

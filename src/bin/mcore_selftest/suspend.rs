@@ -18,11 +18,15 @@ pub(crate) fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
     if suspended.communicators.is_empty() {
         return Err(format!("suspend of {req:?} suspended no communicator of this rank"));
     }
-    // Every group of a suspended communicator must refuse, naming the kind as suspended.
-    let refused = runtime::with_runtime(|rt| {
-        let mut refused = 0;
+    // Every group of a suspended communicator must refuse, naming the kind as suspended; every
+    // other group (plan order on every rank: collective) must still all-reduce right.
+    let (refused, usable) = runtime::with_runtime(|rt| {
+        let (mut refused, mut usable) = (0, 0);
         for g in &rt.groups {
             if !suspended.communicators.iter().any(|c| c.name == g.comm_name) {
+                verify_group(g, rt.env.rank)
+                    .map_err(|e| format!("{}: not suspended, but unusable while others are: {e}", g.plan.kind))?;
+                usable += 1;
                 continue;
             }
             match verify_group(g, rt.env.rank) {
@@ -35,7 +39,7 @@ pub(crate) fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
                 Err(e) => return Err(format!("{}: a suspended communicator failed otherwise: {e}", g.plan.kind)),
             }
         }
-        Ok(refused)
+        Ok((refused, usable))
     })
     .map_err(|e| e.to_string())??;
     let me = std::env::var("RANK").ok();
@@ -72,6 +76,10 @@ pub(crate) fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
         "verified_after_resume": resumed.verified,
         "groups_verified_after": verified_all,
         "refused_while_suspended": refused,
+        "usable_while_suspended": usable,
+        "kept_shared": suspended.kept_shared.iter().map(|k| json!({
+            "name": k.name, "kinds": k.kinds, "running_grids": k.running_grids,
+        })).collect::<Vec<_>>(),
     }))
 }
 
