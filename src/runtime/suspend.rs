@@ -215,7 +215,7 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
             Some(vote) => agree(rt, g, &kinds, vote, deadline)?,
             None => None,
         };
-        let (mode, native, memory_suspended, reason) = match refused.map_or_else(|| slot.suspend(), |why| Err(why)) {
+        let (mode, native, memory_suspended, reason) = match refused.map_or_else(|| slot.suspend(), Err) {
             Ok(()) => {
                 let after = slot.memory().and_then(Result::ok);
                 (SuspendMode::Native, true, after, None)

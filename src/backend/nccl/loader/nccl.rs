@@ -116,7 +116,7 @@ pub(crate) const NCCL_ENCRYPTION_MODE_PSK: c_int = 1;
 pub const MIN_PSK_BYTES: usize = 32;
 /// The start of the message with which a TLS-less NCCL (NVIDIA's PyPI build of 2.32.3) fails
 /// every connection once a key is set; only such a build carries it.
-pub(crate) const NO_TLS_MARKER: &[u8] = b"NCCL was built without TLS support";
+pub const NO_TLS_MARKER: &[u8] = b"NCCL was built without TLS support";
 /// How errors name a TLS-less NCCL.
 const NO_TLS: &str = "this NCCL was built without TLS";
 /// What to do about it.
@@ -771,6 +771,12 @@ mod tests {
         assert!(e.starts_with("this NCCL was built without TLS") && e.contains(nccl), "{e}");
         assert!(e.contains("unset MCORE_NCCL_PSK_FILE"), "{e}");
         assert_eq!(explain_no_tls("remote process exited".into()), "remote process exited");
+    }
+
+    #[test]
+    fn the_encryption_config_is_as_large_as_nvidias() {
+        // sizeof(ncclEncryptionConfig_t) in 2.32.3's nccl.h (docs/backends.md's header table).
+        assert_eq!(std::mem::size_of::<EncryptionConfig>(), 32);
     }
 
     #[test]
