@@ -1,6 +1,7 @@
 //! The NCCL backend against the real `libnccl.so.2` on a machine without a GPU: loading, version,
 //! unique ids handed to several real processes through a file store, and the errors for a missing GPU, a missing
-//! library and a library without NCCL's symbols.
+//! library and a library without NCCL's symbols; encryption refused on NVIDIA's TLS-less build;
+//! the library's symbols resolved through the global scope (`MCORE_NCCL_GLOBAL_SYMBOLS`).
 //!
 //! The library comes from `MCORE_NCCL_LIBRARY` or the usual search (scripts/test.d/30-nccl-cpu.sh
 //! installs the `nvidia-nccl-cu12` wheel and points at it). Without it the tests that need it say
@@ -403,4 +404,37 @@ fn selftest_with_nccl_rejects_a_bad_megatron_config_file_before_any_rendezvous()
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("unknown option 'max_cta'") && err.contains("nccl_comm.yaml"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 36: NVIDIA's PyPI build of 2.32.3 has no TLS (`ncclSetEncryption` would accept a key and
+/// every connection then fail). The real library is recognised from its file before anything is
+/// handed to NCCL, and the error names the fix; a key shorter than 32 bytes is refused first,
+/// naming the rule. Below 2.32.3 the error names the version instead.
+#[test]
+fn encryption_on_the_real_library_is_refused_early_and_named() {
+    let Some(lib) = library() else { return };
+    let short = lib.set_encryption_psk("0123456789abcdef").unwrap_err().to_string();
+    assert!(short.contains("is 16 bytes; NCCL requires a pre-shared key of at least 32 bytes"), "{short}");
+    let e = lib.set_encryption_psk("0123456789abcdef0123456789abcdef-test-only").unwrap_err().to_string();
+    if lib.version() < mcore_init::backend::nccl::NcclVersion::new(2, 32, 3) {
+        assert!(e.contains("needs NCCL 2.32.3"), "{e}");
+        return;
+    }
+    eprintln!("NCCL {} at {}: {e}", lib.version(), lib.path());
+    assert!(lib.built_without_tls(), "NVIDIA's PyPI build carries NCCL's no-TLS message");
+    assert!(e.contains("this NCCL was built without TLS") && e.contains("unset MCORE_NCCL_PSK_FILE"), "{e}");
+    assert!(e.contains("libnccl.so.2"), "names the file: {e}");
+}
+
+/// Issue 36 (cuda-checkpoint): the real library opened `RTLD_GLOBAL` with every symbol resolved
+/// through the process's global scope works as the private one does (version, unique id).
+#[test]
+fn the_real_library_works_with_global_symbols() {
+    let Some(private) = library() else { return };
+    let mut search = LibrarySearch::explicit(private.path());
+    search.global_symbols = true;
+    let lib = NcclLibrary::load(&search).expect("the real library resolved globally");
+    assert!(lib.global_symbols() && !private.global_symbols());
+    assert_eq!(lib.version(), private.version());
+    assert_eq!(lib.unique_id().expect("a unique id without a GPU").as_bytes().len(), 128);
 }

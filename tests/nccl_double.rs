@@ -44,14 +44,21 @@ fn double_dir() -> &'static Path {
     DIR.get_or_init(|| build_double(if asan() { "nccl-double-asan" } else { "nccl-double" }, &[]))
 }
 
-/// The double built without ncclCommSuspend, ncclCommResume and ncclCommMemStats (a library
-/// that predates them, whatever version it reports).
-fn double_without_suspend_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let name = if asan() { "nccl-double-nosuspend-asan" } else { "nccl-double-nosuspend" };
-        build_double(name, &["-DMCORE_NCCL_DOUBLE_NO_SUSPEND"])
-    })
+/// The double built with `-D<define>` (once per define and process): `MCORE_NCCL_DOUBLE_NO_SUSPEND`
+/// (without ncclCommSuspend, ncclCommResume and ncclCommMemStats: a library that predates them,
+/// whatever version it reports), `MCORE_NCCL_DOUBLE_NO_TLS` (NVIDIA's TLS-less 2.32.3 build),
+/// `MCORE_NCCL_DOUBLE_NO_TLS_UNMARKED` (a TLS-less build without NCCL's message in its file).
+fn double_variant_dir(define: &str) -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, d)) = dirs.iter().find(|(k, _)| k == define) {
+        return d.clone();
+    }
+    let short = define.trim_start_matches("MCORE_NCCL_DOUBLE_").to_lowercase().replace('_', "");
+    let name = format!("nccl-double-{short}{}", if asan() { "-asan" } else { "" });
+    let dir = build_double(&name, &[&format!("-D{define}")]);
+    dirs.push((define.to_string(), dir.clone()));
+    dir
 }
 
 /// Build the double into `target/tmp/<name>` with the extra compiler flags `defines`. The library
@@ -123,26 +130,30 @@ impl Run {
 
 /// `program args` with the double as NCCL and CUDA, a fresh rendezvous folder, and `env`.
 fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
-    // A test's pseudo-variable (not passed on) picks the double built without the suspend calls.
-    let dir = if env.iter().any(|(k, _)| *k == NO_SUSPEND) { double_without_suspend_dir() } else { double_dir() };
+    // A test's pseudo-variable (not passed on) picks a variant build of the double.
+    let dir = env
+        .iter()
+        .find(|(k, _)| *k == VARIANT)
+        .map_or_else(|| double_dir().to_path_buf(), |(_, define)| double_variant_dir(define));
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("MCORE_NCCL_LIBRARY", dir.join("libnccl_double.so"))
-        .env("LD_LIBRARY_PATH", dir)
+        .env("LD_LIBRARY_PATH", &dir)
         .env("MCORE_NCCL_DOUBLE_DIR", &rv.0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if asan() {
         cmd.env("LD_PRELOAD", libasan()).env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1");
     }
-    for (k, v) in env.iter().filter(|(k, _)| *k != NO_SUSPEND) {
+    for (k, v) in env.iter().filter(|(k, _)| *k != VARIANT) {
         cmd.env(k, v);
     }
     cmd
 }
 
-/// In a test's `env`: run against [`double_without_suspend_dir`] (not an environment variable).
-const NO_SUSPEND: &str = "<double without suspend>";
+/// In a test's `env`, `(VARIANT, define)`: run against [`double_variant_dir`]`(define)` (not an
+/// environment variable).
+const VARIANT: &str = "<double built with>";
 
 /// Wait for `child` at most 150 s (killed past that); its output.
 fn finish(mut child: Child) -> Output {
@@ -164,18 +175,15 @@ fn json_lines(stdout: &[u8]) -> impl Iterator<Item = Value> + '_ {
 /// `mcore-launch --nproc n -- mcore-selftest --json --backend nccl <args>` (which stops every rank once
 /// one fails).
 fn launch(n: u32, args: &[&str], env: &[(&str, &str)]) -> Run {
+    launch_via(n, &[], args, env)
+}
+
+/// [`launch`] with `pre` in front of `mcore-selftest` on each rank's command line (a wrapper).
+fn launch_via(n: u32, pre: &[&str], args: &[&str], env: &[(&str, &str)]) -> Run {
     let rv = Rendezvous::new("launch");
-    let mut all = vec![
-        "--nproc".to_string(),
-        n.to_string(),
-        "--timeout".into(),
-        "120".into(),
-        "--".into(),
-        selftest(),
-        "--json".into(),
-        "--backend".into(),
-        "nccl".into(),
-    ];
+    let mut all = vec!["--nproc".to_string(), n.to_string(), "--timeout".into(), "120".into(), "--".into()];
+    all.extend(pre.iter().map(|a| a.to_string()));
+    all.extend([selftest(), "--json".into(), "--backend".into(), "nccl".into()]);
     all.extend(args.iter().map(|a| a.to_string()));
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let start = Instant::now();
@@ -501,13 +509,26 @@ fn a_shrink_that_never_completes_ends_at_the_deadline() {
 
 /// Suspend then resume of chosen kinds at 8 ranks (tp 2 pp 2 cp 2), in `env`: every rank ok,
 /// each suspended group refused an all-reduce naming its kind, every communicator verified after
-/// the resume, and no ASan report; the per-communicator entries.
+/// the resume, and no ASan report; the per-communicator entries (with `rank` added).
 fn suspend_resume_8(kinds: &str, strategy: &str, env: &[(&str, &str)]) -> (Run, Vec<Value>) {
+    suspend_resume_8_via(&[], kinds, strategy, &[], env)
+}
+
+/// [`suspend_resume_8`] with a wrapper `pre` in front of each rank's `mcore-selftest`, and more
+/// selftest arguments `extra`.
+fn suspend_resume_8_via(
+    pre: &[&str],
+    kinds: &str,
+    strategy: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Run, Vec<Value>) {
     let mut all_env = vec![("MCORE_NCCL_DOUBLE_TRACE", "1")];
     all_env.extend_from_slice(env);
     let mut args = layout(8);
     args.extend(["--comm-strategy", strategy, "--timeout", "60", "--suspend-resume", kinds]);
-    let run = launch(8, &args, &all_env);
+    args.extend(extra);
+    let run = launch_via(8, pre, &args, &all_env);
     let text = run.text();
     assert!(!text.contains("AddressSanitizer"), "{kinds}, {env:?}: ASan report:\n{text}");
     assert!(run.out.status.success(), "{kinds}, {strategy}, {env:?}: {text}");
@@ -520,7 +541,10 @@ fn suspend_resume_8(kinds: &str, strategy: &str, env: &[(&str, &str)]) -> (Run, 
         assert_eq!(sr["verified_after_resume"].as_u64().unwrap(), mine.len() as u64, "{sr}");
         assert_eq!(sr["groups_verified_after"], l["groups"], "every kind verified again: {l}");
         assert!(sr["refused_while_suspended"].as_u64().unwrap() >= mine.len() as u64, "{sr}");
-        comms.extend(mine.iter().cloned());
+        comms.extend(mine.iter().cloned().map(|mut c| {
+            c["rank"] = l["rank"].clone();
+            c
+        }));
     }
     (run, comms)
 }
@@ -572,14 +596,96 @@ fn suspend_then_resume_of_chosen_kinds_at_8_ranks_is_native_with_memory() {
 /// (never an `ncclCommSuspend` call), and verified.
 #[test]
 fn without_suspend_in_the_library_resume_recreates() {
-    for env in
-        [vec![("MCORE_NCCL_DOUBLE_VERSION", "22906")], vec![("MCORE_NCCL_DOUBLE_VERSION", "22907"), (NO_SUSPEND, "1")]]
-    {
+    for env in [
+        vec![("MCORE_NCCL_DOUBLE_VERSION", "22906")],
+        vec![("MCORE_NCCL_DOUBLE_VERSION", "22907"), (VARIANT, "MCORE_NCCL_DOUBLE_NO_SUSPEND")],
+    ] {
         let (run, comms) = suspend_resume_8("tensor_model_parallel,pipeline_model_parallel", "split", &env);
         assert_eq!(comms.len(), 8 * 2, "{env:?}: {comms:?}");
         assert!(comms.iter().all(|c| c["mode"] == "recreate" && c["memory"].is_null()), "{env:?}: {comms:?}");
         assert_eq!(trace_count(&run, "ncclCommSuspend"), 0, "{env:?}: {}", run.text());
     }
+}
+
+/// Issue 36: NCCL refuses `ncclCommSuspend` (ncclInvalidUsage; the double does too) for a
+/// communicator sharing resources with its parent or children and for every one under
+/// `NCCL_DISABLE_MEM_MANAGER=1`. Exactly those fall back to recreate, on every member, with the
+/// reason reported; the others stay native with the bytes freed reported; NCCL is never asked to
+/// suspend one it refuses. `NCCL_CUMEM_ENABLE=0` warns once per process.
+#[test]
+fn communicators_nccl_refuses_to_suspend_are_recreated_by_every_member() {
+    let v = ("MCORE_NCCL_DOUBLE_VERSION", "22907");
+    let refused = |run: &Run| trace_count(run, "ncclCommSuspend refused");
+    // split_share on tp only, split strategy: tp's children (and their parent, the world, which
+    // is not suspended) share; every other kind is suspended natively.
+    let share_tp = ConfigFile::new("share-tp", "tp: {split_share: true}\n");
+    let (run, comms) = suspend_resume_8_via(&[], "all", "split", &["--comm-config", share_tp.path()], &[v]);
+    assert_eq!(refused(&run), 0, "{}", run.text());
+    // tp's options now differ from its aliases' (the world's): 8 distinct communicators a rank.
+    assert_eq!(comms.len(), 8 * 8, "{comms:?}");
+    for c in &comms {
+        if c["kinds"].as_str().unwrap().split(", ").any(|k| k == "tensor_model_parallel") {
+            assert_eq!(c["mode"], "recreate", "{c}");
+            let why = c["reason"].as_str().unwrap();
+            assert!(why.contains("shares resources with its parent or a child (split_share"), "{c}");
+            assert_eq!(c["freed_bytes"], (4u64 << 20) + (64 << 10), "all it held: {c}");
+        } else {
+            assert_eq!(c["mode"], "native", "{c}");
+            assert!(c["reason"].is_null(), "{c}");
+            assert_eq!(c["freed_bytes"], 4u64 << 20, "the suspendable bytes: {c}");
+        }
+    }
+    // NCCL_COMM_SPLIT_SHARE_RESOURCES=1: every split child shares (split strategy), no
+    // communicator has a parent per group.
+    let env = [v, ("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1")];
+    let (run, comms) = suspend_resume_8("all", "split", &env);
+    assert_eq!(refused(&run), 0, "{}", run.text());
+    assert!(comms.iter().all(|c| c["mode"] == "recreate"), "{comms:?}");
+    assert!(comms.iter().all(|c| c["reason"].as_str().unwrap().contains("NCCL_COMM_SPLIT_SHARE_RESOURCES=1")));
+    let (_, comms) = suspend_resume_8("all", "per-group", &env);
+    assert!(comms.iter().all(|c| c["mode"] == "native"), "{comms:?}");
+    // NCCL_DISABLE_MEM_MANAGER=1 on every rank, and MCORE_NCCL_SUSPEND_MODE=recreate
+    // (cuda-checkpoint's destroy-and-recreate, although NCCL could suspend them): all recreate.
+    for (var, value, why) in [
+        ("NCCL_DISABLE_MEM_MANAGER", "1", "NCCL_DISABLE_MEM_MANAGER=1 is set"),
+        ("MCORE_NCCL_SUSPEND_MODE", "recreate", "MCORE_NCCL_SUSPEND_MODE=recreate is set"),
+    ] {
+        let (run, comms) = suspend_resume_8("all", "per-group", &[v, (var, value)]);
+        assert_eq!(trace_count(&run, "ncclCommSuspend") + refused(&run), 0, "{}", run.text());
+        assert!(
+            comms.iter().all(|c| c["mode"] == "recreate" && c["reason"].as_str().unwrap().ends_with(why)),
+            "{comms:?}"
+        );
+    }
+    // ... on rank 3 only: the members of rank 3's communicators agree on recreate (naming rank
+    // 3), the others stay native; NCCL_CUMEM_ENABLE=0 warns once per process.
+    let pre = ["sh", "-c", "[ \"$RANK\" = 3 ] && export NCCL_DISABLE_MEM_MANAGER=1; exec \"$@\"", "sh"];
+    let (run, comms) = suspend_resume_8_via(&pre, "all", "split", &[], &[v, ("NCCL_CUMEM_ENABLE", "0")]);
+    let text = run.text();
+    assert_eq!(refused(&run), 0, "{text}");
+    // Once per process that suspends natively: every rank but 3, whose communicators all recreate.
+    assert_eq!(text.matches("NCCL_CUMEM_ENABLE=0: NCCL's buffers are not cuMem allocations").count(), 7, "{text}");
+    for c in &comms {
+        let rank = c["rank"].as_u64().unwrap();
+        match c["mode"].as_str().unwrap() {
+            "recreate" => {
+                let who = if rank == 3 { "this rank" } else { "rank 3" };
+                assert_eq!(c["reason"].as_str().unwrap(), format!("{who}: NCCL_DISABLE_MEM_MANAGER=1 is set"), "{c}");
+            }
+            _ => assert_ne!(rank, 3, "{c}"),
+        }
+    }
+    // tp 2 at 8 ranks: rank 2's tp partner is rank 3; rank 4's is rank 5.
+    let mode = |rank: u64| {
+        comms
+            .iter()
+            .find(|c| {
+                c["rank"] == rank && c["kinds"].as_str().unwrap().split(", ").any(|k| k == "tensor_model_parallel")
+            })
+            .map(|c| c["mode"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!((mode(2), mode(3), mode(4)), ("recreate".into(), "recreate".into(), "native".into()));
 }
 
 /// `mcore-selftest --suspend-each-kind` (the per-kind device-memory report run on a GPU): every
@@ -762,6 +868,113 @@ fn encryption_is_set_before_the_first_unique_id_and_refused_below_2_32_3() {
         text.contains("ncclSetEncryption") && text.contains("needs NCCL 2.32.3") && text.contains("2.31.0"),
         "{text}"
     );
+}
+
+/// Issue 36: a key shorter than NCCL's 32 bytes is refused naming the rule; NVIDIA's TLS-less
+/// build (the double built with -DMCORE_NCCL_DOUBLE_NO_TLS, which carries NCCL's message in its
+/// file as the PyPI library does) is refused before any unique id or communicator, naming the fix;
+/// a TLS-less build that does not carry the message fails at the first communicator, and that
+/// failure is named the same way. Without a key the TLS-less build brings up every group.
+#[test]
+fn a_short_key_and_a_tls_less_nccl_are_refused_naming_the_fix() {
+    let short = ConfigFile::new("psk-short", "0123456789abcdef0123456789abcde\n");
+    let run = launch(
+        1,
+        &["--timeout", "30"],
+        &[("MCORE_NCCL_DOUBLE_VERSION", "23203"), ("MCORE_NCCL_PSK_FILE", short.path())],
+    );
+    let text = run.text();
+    assert!(!run.out.status.success(), "{text}");
+    assert!(text.contains("is 31 bytes; NCCL requires a pre-shared key of at least 32 bytes"), "{text}");
+
+    let key = ConfigFile::new("psk-notls", "0123456789abcdef0123456789abcdef-test-only\n");
+    let env = |define| {
+        [
+            ("MCORE_NCCL_DOUBLE_VERSION", "23203"),
+            ("MCORE_NCCL_PSK_FILE", key.path()),
+            ("MCORE_NCCL_DOUBLE_TRACE", "1"),
+            (VARIANT, define),
+        ]
+    };
+    let run = launch(2, &["--tp", "2", "--timeout", "30"], &env("MCORE_NCCL_DOUBLE_NO_TLS"));
+    let errs = errors(&run);
+    let text = run.text();
+    // (mcore-launch stops the other rank once one failed: at least one reports.)
+    for (rank, e) in &errs {
+        assert!(
+            e.contains("this NCCL was built without TLS") && e.contains("unset MCORE_NCCL_PSK_FILE"),
+            "rank {rank}: {e}"
+        );
+    }
+    // Found before the key was handed to NCCL and before any unique id or communicator.
+    assert!(!text.contains("ncclSetEncryption mode") && !text.contains("ncclGetUniqueId"), "{text}");
+    assert!(!text.contains("ncclCommInitRankConfig") && !text.contains("ncclCommSplit"), "{text}");
+
+    let run = launch(2, &["--tp", "2", "--timeout", "30"], &env("MCORE_NCCL_DOUBLE_NO_TLS_UNMARKED"));
+    let errs = errors(&run);
+    let text = run.text();
+    assert!(text.contains("ncclSetEncryption mode 1 key of 42 bytes"), "not recognised ahead: {text}");
+    for (rank, e) in &errs {
+        assert!(
+            e.contains("this NCCL was built without TLS, and a pre-shared key is configured")
+                && e.contains("NCCL was built without TLS support but a pre-shared key was configured")
+                && e.contains("unset MCORE_NCCL_PSK_FILE"),
+            "rank {rank}: {e}"
+        );
+    }
+
+    assert_all_verified(2, "split", &[("MCORE_NCCL_DOUBLE_VERSION", "23203"), (VARIANT, "MCORE_NCCL_DOUBLE_NO_TLS")]);
+}
+
+/// tests/support/nccl_interpose.c built into `target/tmp/nccl-interpose` (once per process).
+fn interpose_shim() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nccl-interpose");
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libnccl_interpose.so");
+        let tmp = dir.join(format!("libnccl_interpose.so.{}", std::process::id()));
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/nccl_interpose.c");
+        let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(src)
+            .arg("-ldl")
+            .output()
+            .expect("cc");
+        assert!(
+            out.status.success(),
+            "building the interposing shim failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &lib).unwrap();
+        lib
+    })
+}
+
+/// Issue 36 (cuda-checkpoint): an `LD_PRELOAD`ed shim that defines NCCL's calls and forwards
+/// them (tests/support/nccl_interpose.c, standing in for NVIDIA's nccl_checkpoint) sees the
+/// runtime's calls with `MCORE_NCCL_GLOBAL_SYMBOLS=1`, and none without (NCCL opened privately);
+/// either way every group comes up verified through it.
+#[test]
+fn a_preloaded_shim_sees_nccls_calls_only_with_global_symbols() {
+    let shim = interpose_shim().display().to_string();
+    let preload = if asan() { format!("{} {shim}", libasan()) } else { shim };
+    let args = ["--tp", "2", "--comm-strategy", "split", "--timeout", "60"];
+    let count = |text: &str, call: &str| text.matches(&format!("nccl interpose: {call} #")).count();
+    let run = launch(2, &args, &[("LD_PRELOAD", &preload), ("MCORE_NCCL_GLOBAL_SYMBOLS", "1")]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert!(run.lines.iter().all(|l| l["ok"] == true && l["groups"].as_u64() > Some(0)), "{text}");
+    assert!(count(&text, "ncclGetUniqueId") >= 1, "{text}");
+    assert_eq!(count(&text, "ncclCommInitRankConfig"), 2, "one world per rank: {text}");
+    let kinds = run.lines[0]["kinds"].as_array().unwrap().len();
+    assert!(count(&text, "ncclCommSplit") >= 2 * kinds.min(2), "{text}");
+    assert!(count(&text, "ncclCommAbort") + count(&text, "ncclCommDestroy") >= 2, "released through it: {text}");
+    let run = launch(2, &args, &[("LD_PRELOAD", &preload)]);
+    let text = run.text();
+    assert!(run.out.status.success(), "{text}");
+    assert!(!text.contains("nccl interpose:"), "a private dlopen bypasses the shim: {text}");
 }
 
 mod in_process {

@@ -242,6 +242,14 @@ pub trait Communicator: Send {
     fn suspend(&mut self) -> Result<(), CommError> {
         Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot suspend itself"))
     }
+    /// This member's vote on how to suspend the communicator, where that depends on this
+    /// process's own settings and so could differ between members (suspend is collective: they
+    /// must agree): `Ok` native, `Err(why)` its backend would refuse, so recreate. `None` (the
+    /// default): the same on every member, no vote needed (the runtime calls
+    /// [`Communicator::suspend`] and recreates on `Unsupported`).
+    fn suspend_vote(&self) -> Option<Result<(), String>> {
+        None
+    }
     /// Take back what [`Communicator::suspend`] released (collective over its members).
     fn resume(&mut self) -> Result<(), CommError> {
         Err(CommError::new(CommErrorKind::Unsupported, "this communicator cannot resume itself"))

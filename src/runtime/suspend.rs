@@ -83,6 +83,12 @@ pub struct CommTransition {
     pub memory: Option<CommMemory>,
     /// Its memory while suspended, when the backend reports it (released: `None`).
     pub memory_suspended: Option<CommMemory>,
+    /// Bytes the suspend gave back, when the backend reports its memory: native, what it held
+    /// before less what it holds suspended; recreate, everything it held. `None` for a resume.
+    pub freed: Option<u64>,
+    /// Why a suspend recreates instead of suspending natively (a member's backend refused or
+    /// cannot, named); `None` when native, and for a resume.
+    pub reason: Option<String>,
     pub took: Duration,
 }
 
@@ -211,6 +217,7 @@ fn distinct<'a>(rt: &'a Runtime, grid: Option<&Grid>, kinds: Option<&[String]>) 
 fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
     let start = Instant::now();
     let (grid, kinds) = selected(rt, req)?;
+    let deadline = start + req.timeout.unwrap_or(rt.timeout);
     let mut report = SuspendReport::default();
     for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
         let t = Instant::now();
@@ -224,15 +231,25 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
             continue;
         }
         let memory = slot.memory().and_then(Result::ok);
-        let (mode, native, memory_suspended) = match slot.suspend() {
+        // Native or recreate: the same on every member (suspend is collective).
+        let refused = match slot.suspend_vote() {
+            Some(vote) => agree(rt, g, &kinds, vote, deadline)?,
+            None => None,
+        };
+        let (mode, native, memory_suspended, reason) = match refused.map_or_else(|| slot.suspend(), Err) {
             Ok(()) => {
                 let after = slot.memory().and_then(Result::ok);
-                (SuspendMode::Native, true, after)
+                (SuspendMode::Native, true, after, None)
             }
             Err(e) if matches!(e.kind, CommErrorKind::Unsupported | CommErrorKind::VersionTooOld) => {
-                (SuspendMode::Recreate, false, None)
+                (SuspendMode::Recreate, false, None, Some(e.message))
             }
             Err(e) => return Err(group_error(g, e.context(format!("suspending the communicator of kind {kinds}")))),
+        };
+        let freed = match (native, memory, memory_suspended) {
+            (true, Some(before), Some(after)) => Some(before.total.saturating_sub(after.total)),
+            (false, Some(before), _) => Some(before.total),
+            _ => None,
         };
         let stand_in: Box<dyn Communicator> =
             Box::new(SuspendedComm { kinds: kinds.clone(), native: None, memory_before: memory });
@@ -251,6 +268,8 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
             mode,
             memory,
             memory_suspended,
+            freed,
+            reason,
             took: t.elapsed(),
         });
     }
@@ -352,7 +371,16 @@ fn transition(
     memory: Option<CommMemory>,
     t: Instant,
 ) -> CommTransition {
-    CommTransition { name: g.comm_name.clone(), kinds, mode, memory, memory_suspended: None, took: t.elapsed() }
+    CommTransition {
+        name: g.comm_name.clone(),
+        kinds,
+        mode,
+        memory,
+        memory_suspended: None,
+        freed: None,
+        reason: None,
+        took: t.elapsed(),
+    }
 }
 
 /// What one recreate-mode creation is given: the group (what is left of `deadline`), its kind's
@@ -446,4 +474,63 @@ fn recreate_together(
         c.wait_ready().map_err(|e| explained(released[i].0, &released[i].1, prepared[i].2.as_ref(), e))?;
     }
     Ok(made)
+}
+
+/// The members' agreement on suspending `g` natively, from each one's
+/// [`Communicator::suspend_vote`]: every member publishes its vote under keys of its own for this
+/// suspend of `g` (`suspend/<n>/group/<name>/vote/<rank>`, n counting the suspends of that
+/// communicator) and reads all of them within `deadline`. `Some(error)` (`Unsupported`, naming the
+/// first refusing member and why) when any member's backend would refuse: then every member
+/// recreates. A member that never voted is named in a timeout.
+fn agree(
+    rt: &Runtime,
+    g: &LiveGroup,
+    kinds: &str,
+    vote: Result<(), String>,
+    deadline: Instant,
+) -> Result<Option<CommError>, RuntimeError> {
+    let generation = {
+        // The resume counters' map, under a key no communicator name has (names have no space).
+        let mut map = rt.resumes.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(format!("suspend {}", g.comm_name)).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let store = PrefixStore::new(&format!("suspend/{generation}/group/{}", g.comm_name), rt.base.clone());
+    let key = |rank: u32| format!("vote/{rank}");
+    let fail = |kind: CommErrorKind, msg: String| {
+        group_error(
+            g,
+            CommError::new(kind, msg).context(format!("agreeing how to suspend the communicator of kind {kinds}")),
+        )
+    };
+    let mine = match &vote {
+        Ok(()) => "native".to_string(),
+        Err(why) => format!("recreate: {why}"),
+    };
+    store.set(&key(rt.env.rank), mine.as_bytes()).map_err(|e| fail(CommErrorKind::Store, e.to_string()))?;
+    let keys: Vec<String> = g.plan.members.iter().map(|&m| key(m)).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    if let Err(e) = store.wait(&refs, left) {
+        let missing: Vec<u32> =
+            g.plan.members.iter().copied().filter(|&m| !store.check(&[&key(m)]).unwrap_or(false)).collect();
+        let kind = if matches!(e, crate::store::StoreError::Timeout { .. }) {
+            CommErrorKind::Timeout
+        } else {
+            CommErrorKind::Store
+        };
+        return Err(fail(
+            kind,
+            format!("{e} (members that never came to this suspend: {})", super::host::format_ranks(&missing)),
+        ));
+    }
+    for &m in &g.plan.members {
+        let v = store.get(&key(m)).map_err(|e| fail(CommErrorKind::Store, e.to_string()))?;
+        if let Some(why) = String::from_utf8_lossy(&v).strip_prefix("recreate: ") {
+            let who = if m == rt.env.rank { "this rank".to_string() } else { format!("rank {m}") };
+            return Ok(Some(CommError::new(CommErrorKind::Unsupported, format!("{who}: {why}"))));
+        }
+    }
+    Ok(None)
 }

@@ -25,7 +25,11 @@
  *   for its suspendable device memory (DOUBLE_SUSPENDABLE bytes, plus DOUBLE_PERSISTENT that a
  *   suspend keeps); a suspend frees the block, a resume allocates it again, so a use of the
  *   released memory is a use after free that ASan reports. A collective on a suspended
- *   communicator fails with ncclInvalidUsage. Built with -DMCORE_NCCL_DOUBLE_NO_SUSPEND, the
+ *   communicator fails with ncclInvalidUsage. ncclCommSuspend refuses (ncclInvalidUsage), as NCCL
+ *   does, a communicator that shares resources with its parent or children (a split with
+ *   splitShare = 1, inherited by a split without a config, or NCCL_COMM_SPLIT_SHARE_RESOURCES=1,
+ *   which overrides the config; the parent then shares too) and every one under
+ *   NCCL_DISABLE_MEM_MANAGER=1. Built with -DMCORE_NCCL_DOUBLE_NO_SUSPEND, the
  *   library exports none of the three (a library that predates them).
  *
  * - ncclConfig_t by version: a config must be laid out as the reported version's
@@ -34,7 +38,12 @@
  * - ncclCommInitRankScalable (2.23+): several unique ids, one per root; every rank must pass the
  *   same list (checked in the rendezvous: a rank whose list differs fails the init).
  * - ncclSetEncryption (2.32.3+; a pre-shared key of at least 32 bytes), refused after this
- *   process's first ncclGetUniqueId.
+ *   process's first ncclGetUniqueId. Built with -DMCORE_NCCL_DOUBLE_NO_TLS it models NVIDIA's PyPI
+ *   build of 2.32.3, which has no TLS: ncclSetEncryption succeeds, then every init with a key set
+ *   fails at its first connection with NCCL's message ("NCCL was built without TLS support but a
+ *   pre-shared key was configured"), which, as in that build, is in the library file.
+ *   -DMCORE_NCCL_DOUBLE_NO_TLS_UNMARKED fails the same way but composes the message at run time,
+ *   so that the file does not carry it (a TLS-less build the runtime cannot recognise ahead).
  * - The parameter API (2.30.7+): ncclParamGetAllParameterKeys / ncclParamGetParameter with a few
  *   keys of the double's own (NCCL_DOUBLE_VERSION, NCCL_DOUBLE_ENCRYPTION).
  *
@@ -106,6 +115,10 @@ typedef struct comm {
   /* Stands for the suspendable device memory (NULL while suspended). */
   unsigned char *mem;
   int suspended;
+  /* splitShare of its config (what a split without a config inherits), and whether it shares
+   * resources with a parent or a child (ncclCommSuspend refuses it then). */
+  int split_share;
+  atomic_int shares;
 } comm;
 
 /* The "device memory" a communicator of the double holds: released by a suspend, and kept. */
@@ -132,7 +145,8 @@ static void sleep_ms(int ms) { struct timespec t = {ms / 1000, (long)(ms % 1000)
 static int version(void) { return env_int("MCORE_NCCL_DOUBLE_VERSION", 22803); }
 static int trace(void) { return env_is("MCORE_NCCL_DOUBLE_TRACE", "1"); }
 
-/* sizeof(ncclConfig_t) in the nccl.h of version `v` (0 before 2.14). */
+/* sizeof(ncclConfig_t) in the nccl.h of version `v` (0 before 2.14): the sizes of NVIDIA's own
+ * headers from 2.16.2 to 2.32.3 (docs/backends.md lists them). */
 static size_t config_size_for(int v) {
   if (v < 21400) return 0;
   if (v < 21700) return 24;
@@ -142,6 +156,7 @@ static size_t config_size_for(int v) {
   if (v < 22900) return 80;
   if (v < 23000) return 88;
   if (v < 23100) return 96;
+  if (v < 23203) return 112; /* 2.31.2: no nvlsHostMode yet */
   return sizeof(config_prefix);
 }
 
@@ -322,6 +337,17 @@ typedef struct {
   int nids;
 } init_job;
 
+#if defined(MCORE_NCCL_DOUBLE_NO_TLS)
+#define NO_TLS 1
+static void no_tls_error(void) { set_error("NCCL was built without TLS support but a pre-shared key was configured"); }
+#elif defined(MCORE_NCCL_DOUBLE_NO_TLS_UNMARKED)
+#define NO_TLS 1
+static void no_tls_error(void) { set_error("%s was built without %s support but a pre-shared key was configured", "NCCL", "TLS"); }
+#else
+#define NO_TLS 0
+static void no_tls_error(void) {}
+#endif
+
 static void *init_thread(void *p) {
   init_job *j = p;
   comm *c = j->c;
@@ -331,6 +357,11 @@ static void *init_thread(void *p) {
   }
   if (hangs("MCORE_NCCL_DOUBLE_INIT")) {
     while (!atomic_load(&c->aborted)) sleep_ms(1);
+  } else if (NO_TLS && atomic_load(&encrypted)) {
+    /* The first connection of a TLS-less build with a key set. */
+    no_tls_error();
+    sleep_ms(2);
+    atomic_store(&c->state, sysErr);
   } else {
     char key[300];
     snprintf(key, sizeof key, "%s/init", c->id);
@@ -414,6 +445,7 @@ static int init_rank(const char *call, void **newcomm, int nranks, const ncclUni
   int blocking = config ? config->blocking != 0 : 1;
   comm *c = new_comm(id->internal, rank, nranks, blocking);
   if (!c) return sysErr;
+  c->split_share = config && version() >= 21800 && config->splitShare == 1;
   init_job *j = calloc(1, sizeof *j);
   if (!j) { unref(c); return sysErr; }
   j->c = c;
@@ -535,6 +567,7 @@ static int start_on_parent(comm *parent, void *(*fn)(void *), void *job, void **
 typedef struct {
   comm *parent;
   int color, key, blocking;
+  int split_share, shares; /* the child's config value, and whether it shares the parent's resources */
   unsigned seq;
   void **newcomm;
   stack_range stack;
@@ -574,6 +607,13 @@ static void *split_thread(void *p) {
     char id[200];
     snprintf(id, sizeof id, "%s/s%uc%d", parent->id, j->seq, j->color);
     child = new_comm(id, rank, size, j->blocking);
+    if (child) {
+      child->split_share = j->split_share;
+      if (j->shares) {
+        atomic_store(&child->shares, 1);
+        atomic_store(&parent->shares, 1);
+      }
+    }
   }
   free(all);
   sleep_ms(env_int("MCORE_NCCL_DOUBLE_SPLIT_DELAY_MS", 20));
@@ -601,6 +641,9 @@ int ncclCommSplit(void *parent_, int color, int key, void **newcomm, config_pref
   j->color = color;
   j->key = key;
   j->blocking = config ? config->blocking != 0 : parent->blocking;
+  /* NCCL_COMM_SPLIT_SHARE_RESOURCES, when set, overrides the config's splitShare. */
+  j->split_share = config ? config->splitShare == 1 : parent->split_share;
+  j->shares = env("NCCL_COMM_SPLIT_SHARE_RESOURCES") ? env_int("NCCL_COMM_SPLIT_SHARE_RESOURCES", 0) == 1 : j->split_share;
   j->seq = parent->splits++;
   j->newcomm = newcomm;
   j->stack = parent->blocking ? (stack_range){0, 0} : caller_stack();
@@ -811,6 +854,14 @@ int ncclCommSuspend(void *c_, int flags) {
   if (rc) return rc;
   if (flags & ~SUSPEND_MEM) { set_error("ncclCommSuspend: unknown flags %#x", flags); return invalidArg; }
   if (c->suspended) { set_error("ncclCommSuspend: already suspended"); return invalidUsage; }
+  /* NCCL refuses these (ncclInvalidUsage): a communicator sharing resources with its parent or
+   * children, and any under NCCL_DISABLE_MEM_MANAGER=1. */
+  if (atomic_load(&c->shares) || env_is("NCCL_DISABLE_MEM_MANAGER", "1")) {
+    if (trace()) fprintf(stderr, "libnccl double: ncclCommSuspend refused rank %d of %d\n", c->rank, c->nranks);
+    set_error("ncclCommSuspend: %s", atomic_load(&c->shares) ? "the communicator shares resources with its parent or children"
+                                                              : "NCCL_DISABLE_MEM_MANAGER=1");
+    return invalidUsage;
+  }
   if (env_is("MCORE_NCCL_DOUBLE_TRACE", "1"))
     fprintf(stderr, "libnccl double: ncclCommSuspend rank %d of %d flags %d\n", c->rank, c->nranks, flags);
   if (flags & SUSPEND_MEM) { free(c->mem); c->mem = NULL; }

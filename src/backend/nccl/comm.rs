@@ -15,6 +15,7 @@ use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Which CUDA device the communicator uses.
@@ -43,6 +44,28 @@ pub struct NcclComm {
     pending: Option<Pending>,
     /// Whether splits through the runtime seam return children still initializing (inherited).
     split_together: bool,
+    /// Whether it shares resources with its parent or a child (a split with `splitShare`, or
+    /// `NCCL_COMM_SPLIT_SHARE_RESOURCES=1`): NCCL refuses to suspend it.
+    shares: AtomicBool,
+}
+
+/// `NCCL_COMM_SPLIT_SHARE_RESOURCES`: when set, NCCL takes it instead of the config's `splitShare`.
+pub const SPLIT_SHARE_ENV: &str = "NCCL_COMM_SPLIT_SHARE_RESOURCES";
+/// `NCCL_DISABLE_MEM_MANAGER=1`: NCCL refuses every `ncclCommSuspend`.
+pub const DISABLE_MEM_MANAGER_ENV: &str = "NCCL_DISABLE_MEM_MANAGER";
+/// `MCORE_NCCL_SUSPEND_MODE=recreate`: suspend releases every communicator (NCCL aborts it) and
+/// resume creates it again, even where NCCL could suspend it in place: for cuda-checkpoint, which
+/// needs no communicator alive across a checkpoint (docs/backends.md).
+pub const SUSPEND_MODE_ENV: &str = "MCORE_NCCL_SUSPEND_MODE";
+/// `NCCL_CUMEM_ENABLE=0`: NCCL's buffers are not cuMem allocations; a suspend frees little.
+pub const CUMEM_ENV: &str = "NCCL_CUMEM_ENABLE";
+
+/// Whether a split with `config` makes a child sharing its parent's resources.
+fn split_shares(config: &NcclConfig) -> bool {
+    match std::env::var(SPLIT_SHARE_ENV) {
+        Ok(v) => v.trim() == "1",
+        Err(_) => config.split_share,
+    }
 }
 
 /// A creation not yet seen complete: the call, what it creates, and its deadline.
@@ -368,6 +391,7 @@ impl NcclComm {
                 op_timeout: s.timeout,
                 pending: Some(Pending { call, what, start, timeout: s.timeout, expect: None }),
                 split_together: false,
+                shares: AtomicBool::new(false),
             });
         }
         Ok(out)
@@ -446,7 +470,12 @@ impl NcclComm {
             }
         };
         let pending = Pending { call: "ncclCommSplit", what, start, timeout, expect: None };
-        Ok(Some(self.child(child, group, config, pending)))
+        let child = self.child(child, group, config, pending);
+        if split_shares(config.unwrap_or(&self.config)) {
+            child.shares.store(true, Ordering::SeqCst);
+            self.shares.store(true, Ordering::SeqCst);
+        }
+        Ok(Some(child))
     }
 
     /// A communicator made from this one (split, shrink), still initializing as `pending` says;
@@ -463,6 +492,7 @@ impl NcclComm {
             op_timeout: pending.timeout,
             pending: Some(pending),
             split_together: self.split_together,
+            shares: AtomicBool::new(false),
         }
     }
 
@@ -650,11 +680,47 @@ impl NcclComm {
         }
     }
 
+    /// Whether the loaded NCCL has `ncclCommSuspend`/`ncclCommResume` (2.29.7+).
+    pub fn has_native_suspend(&self) -> bool {
+        self.lib.has_suspend()
+    }
+
+    /// Why this communicator must be recreated rather than suspended in place, from this
+    /// process's view: `MCORE_NCCL_SUSPEND_MODE=recreate`, or NCCL would refuse
+    /// `ncclCommSuspend` (`ncclInvalidUsage`): `NCCL_DISABLE_MEM_MANAGER=1`, or it shares
+    /// resources with its parent or a child. `None`: NCCL suspends it (where the library has the
+    /// call).
+    pub fn suspend_refusal(&self) -> Option<String> {
+        if std::env::var(SUSPEND_MODE_ENV).is_ok_and(|v| v.trim() == "recreate") {
+            return Some(format!("{SUSPEND_MODE_ENV}=recreate is set"));
+        }
+        if std::env::var(DISABLE_MEM_MANAGER_ENV).is_ok_and(|v| v.trim() == "1") {
+            return Some(format!("{DISABLE_MEM_MANAGER_ENV}=1 is set"));
+        }
+        if self.shares.load(Ordering::SeqCst) {
+            return Some(format!(
+                "group {} shares resources with its parent or a child (split_share, or {SPLIT_SHARE_ENV}=1)",
+                self.group
+            ));
+        }
+        None
+    }
+
     /// `ncclCommSuspend(NCCL_SUSPEND_MEM)`: release the communicator's dynamic device memory
     /// (2.29.7+; `VersionTooOld` or `MissingSymbol` before). A non-blocking communicator is
-    /// waited for within the op timeout.
+    /// waited for within the op timeout. Under `NCCL_CUMEM_ENABLE=0` a warning, once per process,
+    /// says that it frees little.
     pub fn suspend(&mut self) -> Result<(), NcclError> {
         self.wait_ready()?;
+        if std::env::var(CUMEM_ENV).is_ok_and(|v| v.trim() == "0") {
+            super::config::warn_once_for(
+                "suspend under NCCL_CUMEM_ENABLE=0".into(),
+                format!(
+                    "{CUMEM_ENV}=0: NCCL's buffers are not cuMem allocations, so ncclCommSuspend frees little of a \
+                     communicator's memory (unset it, NCCL's default, for a suspend to give the memory back)"
+                ),
+            );
+        }
         let comm = self.raw()?;
         let rc = self.lib.comm_suspend(comm)?;
         self.settle(rc, "ncclCommSuspend")

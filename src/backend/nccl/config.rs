@@ -57,9 +57,15 @@ const fn f(key: &'static str, c_name: &'static str, since: NcclVersion, kind: Fi
     ConfigField { key, c_name, since, kind }
 }
 
-/// Every user field, in the struct's order (each release appends). Versions read from each
-/// release's `src/nccl.h.in` (first tag with the member; `graphStreamOrdering`: NCCL's own gate,
-/// 2.30.5, between the tags 2.30.4 without it and 2.30.7 with it).
+/// Every user field, in the struct's order (each release appends). Checked against NVIDIA's own
+/// `nccl.h` of every release on the package registry, 2.16.2 to 2.32.3 (the table with the
+/// headers' hashes, offsets and sizes is in docs/backends.md, pinned by the unit test
+/// `offsets_match_nvidias_headers`; `scripts/nccl-headers.sh` remakes it): a field's version is
+/// its release series when it came with the series' first release (`x.y.0`, equivalent for every
+/// release there is), else the exact release: `graphStreamOrdering` 2.30.5 (NCCL's own gate,
+/// between 2.30.4 without it and 2.30.7 with it) and `nvlsHostMode` 2.32.3 (2.31.2's header has
+/// not got it, although NCCL honours it for a config of version 2.31.0 and up). `blocking` 2.14:
+/// older than the registry's wheels (NVIDIA's git tags, REFERENCE's reading).
 pub const CONFIG_FIELDS: [ConfigField; 23] = {
     use FieldKind::{Bool, Int, Text};
     [
@@ -85,7 +91,7 @@ pub const CONFIG_FIELDS: [ConfigField; 23] = {
         f("num_rma_sig", "numRmaSig", NcclVersion::new(2, 31, 0), Int),
         f("rma_eager_init", "rmaEagerInit", NcclVersion::new(2, 31, 0), Int),
         f("host_cft_mode", "hostCftMode", NcclVersion::new(2, 31, 0), Int),
-        f("nvls_host_mode", "nvlsHostMode", NcclVersion::new(2, 31, 0), Int),
+        f("nvls_host_mode", "nvlsHostMode", NcclVersion::new(2, 32, 3), Int),
     ]
 };
 
@@ -454,6 +460,7 @@ mod tests {
         assert_eq!(layout_size(NcclVersion::new(2, 27, 3)), Some(72));
         assert_eq!(layout_size(NcclVersion::new(2, 30, 7)), Some(96));
         assert_eq!(layout_size(NcclVersion::new(2, 30, 4)), Some(96), "graphStreamOrdering padding");
+        assert_eq!(layout_size(NcclVersion::new(2, 31, 2)), Some(112), "no nvlsHostMode before 2.32.3");
         assert_eq!(layout_size(NcclVersion::new(2, 32, 3)), Some(std::mem::size_of::<ConfigStruct>()));
         assert_eq!(layout_size(NcclVersion::new(2, 40, 0)), Some(std::mem::size_of::<ConfigStruct>()));
         assert_eq!(layout_size(NcclVersion::new(2, 13, 0)), None);
@@ -538,6 +545,63 @@ mod tests {
         let mut c = NcclConfig::default();
         c.more.insert("traffic_clas".into(), OptionValue::Int(1));
         assert!(bad(c).contains("'traffic_clas' is not an ncclConfig_t field"));
+    }
+
+    /// One line of docs/backends.md's table of NVIDIA's headers.
+    struct Header {
+        version: NcclVersion,
+        /// `sizeof(ncclConfig_t)`.
+        size: usize,
+        /// `NCCL_VERSION_CODE`.
+        code: u32,
+        /// `(member, offset)` in the header's order.
+        members: Vec<(String, usize)>,
+    }
+
+    fn nvidia_headers() -> Vec<Header> {
+        let doc = include_str!("../../../docs/backends.md");
+        let begin = doc.find("<!-- nccl-headers begin -->").expect("table start");
+        let end = doc.find("<!-- nccl-headers end -->").expect("table end");
+        let mut out = Vec::new();
+        for line in doc[begin..end].lines().filter(|l| l.starts_with("2.")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let v: Vec<u32> = words[0].split('.').map(|n| n.parse().unwrap()).collect();
+            let members = words[4..]
+                .iter()
+                .filter_map(|w| w.split_once('@'))
+                .map(|(m, o)| (m.to_string(), o.parse().unwrap()))
+                .collect();
+            assert_eq!(words[1].len(), 64, "a sha256: {line}");
+            out.push(Header {
+                version: NcclVersion::new(v[0], v[1], v[2]),
+                size: words[2].parse().unwrap(),
+                code: words[3].parse().unwrap(),
+                members,
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn offsets_match_nvidias_headers() {
+        let headers = nvidia_headers();
+        assert_eq!(headers.len(), 29, "2.16.2 to 2.32.3");
+        for Header { version: v, size, code, members } in &headers {
+            assert_eq!(layout_size(*v), Some(*size), "sizeof(ncclConfig_t) of {v}");
+            assert_eq!(header_of(*v).unwrap(), (*size, *code), "initializer of {v}");
+            // The header's members are the table's fields known at `v`, in order, at our offsets.
+            let known: Vec<&str> = CONFIG_FIELDS.iter().filter(|f| f.since <= *v).map(|f| f.c_name).collect();
+            let theirs: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+            assert_eq!(theirs, known, "members of {v}'s ncclConfig_t");
+            for (m, off) in members {
+                assert_eq!(
+                    end_of(m) - if matches!(m.as_str(), "netName" | "commName") { 8 } else { 4 },
+                    *off,
+                    "{m} in {v}"
+                );
+            }
+        }
+        assert_eq!(std::mem::size_of::<ConfigStruct>(), headers.last().unwrap().size, "2.32.3's struct");
     }
 
     #[test]

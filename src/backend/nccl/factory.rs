@@ -376,8 +376,23 @@ impl Communicator for NcclComm {
 
     /// `ncclCommSuspend` with `NCCL_SUSPEND_MEM` where the loaded NCCL has it (2.29.7+); before
     /// that `VersionTooOld` or `Unsupported` (the runtime then recreates).
+    /// Refused up front (`Unsupported`, so the runtime recreates) where NCCL would refuse:
+    /// [`NcclComm::suspend_refusal`].
     fn suspend(&mut self) -> Result<(), CommError> {
+        if let Some(why) = self.suspend_refusal().filter(|_| self.has_native_suspend()) {
+            return Err(CommError::new(CommErrorKind::Unsupported, format!("not suspended in place: {why}")));
+        }
         NcclComm::suspend(self).map_err(missing_is_unsupported)
+    }
+
+    /// Where the library has `ncclCommSuspend`: NCCL's refusal depends on this process's
+    /// environment (`NCCL_DISABLE_MEM_MANAGER`, `NCCL_COMM_SPLIT_SHARE_RESOURCES`) and the kind's
+    /// options, so the members vote.
+    fn suspend_vote(&self) -> Option<Result<(), String>> {
+        if !self.has_native_suspend() {
+            return None;
+        }
+        Some(self.suspend_refusal().map_or(Ok(()), Err))
     }
 
     fn resume(&mut self) -> Result<(), CommError> {

@@ -45,7 +45,15 @@ pub struct LibrarySearch {
     /// Ask the `python3` on `PATH` for its site folders when no candidate served (it costs a
     /// process start, ~0.2 s, so it comes last).
     pub ask_python: bool,
+    /// Open the library `RTLD_GLOBAL` and resolve NCCL's symbols through the process's global
+    /// scope, so that a library `LD_PRELOAD`ed before it interposes them (NVIDIA's
+    /// `nccl_checkpoint` shim for cuda-checkpoint): [`GLOBAL_SYMBOLS_ENV`]`=1`.
+    pub global_symbols: bool,
 }
+
+/// `MCORE_NCCL_GLOBAL_SYMBOLS=1`: resolve NCCL's symbols through the process's global scope
+/// ([`LibrarySearch::global_symbols`]).
+pub const GLOBAL_SYMBOLS_ENV: &str = "MCORE_NCCL_GLOBAL_SYMBOLS";
 
 impl LibrarySearch {
     /// Exactly one file: a path, or a bare file name (no `/`) for the loader to resolve.
@@ -55,7 +63,7 @@ impl LibrarySearch {
             Some(name) if !name.contains('/') => Candidate::LoaderName(name.to_string()),
             _ => Candidate::Path(path),
         };
-        LibrarySearch { candidates: vec![c], explicit: true, ask_python: false }
+        LibrarySearch { candidates: vec![c], explicit: true, ask_python: false, global_symbols: false }
     }
 
     /// From the process environment; the `python3` on `PATH` is asked for its site folders only
@@ -63,6 +71,7 @@ impl LibrarySearch {
     pub fn from_env() -> Self {
         let mut s = Self::from_lookup(|k| std::env::var(k).ok(), Vec::new);
         s.ask_python = !s.explicit;
+        s.global_symbols = std::env::var(GLOBAL_SYMBOLS_ENV).is_ok_and(|v| v.trim() == "1");
         s
     }
 
@@ -83,7 +92,7 @@ impl LibrarySearch {
         sites.extend(python_sites());
         let mut candidates = vec![Candidate::LoaderName(NCCL_SONAME.to_string())];
         push_wheel_candidates(&mut candidates, sites);
-        LibrarySearch { candidates, explicit: false, ask_python: false }
+        LibrarySearch { candidates, explicit: false, ask_python: false, global_symbols: false }
     }
 
     /// The wheel candidates in the site folders of the `python3` on `PATH` that are not already

@@ -65,6 +65,7 @@ pub(crate) fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
             json!({
                 "name": s.name, "kinds": s.kinds, "mode": s.mode.to_string(),
                 "memory": memory_json(s.memory), "memory_suspended": memory_json(s.memory_suspended),
+                "freed_bytes": s.freed, "reason": s.reason,
                 "suspend_s": s.took.as_secs_f64(), "resume_s": r.took.as_secs_f64(),
             })
         })

@@ -112,6 +112,42 @@ pub(crate) struct EncryptionConfig {
 
 /// `NCCL_ENCRYPTION_MODE_PSK`.
 pub(crate) const NCCL_ENCRYPTION_MODE_PSK: c_int = 1;
+/// NCCL's minimum pre-shared key length (`ncclSetEncryption` refuses shorter ones).
+pub const MIN_PSK_BYTES: usize = 32;
+/// The start of the message with which a TLS-less NCCL (NVIDIA's PyPI build of 2.32.3) fails
+/// every connection once a key is set; only such a build carries it.
+pub const NO_TLS_MARKER: &[u8] = b"NCCL was built without TLS support";
+/// How errors name a TLS-less NCCL.
+const NO_TLS: &str = "this NCCL was built without TLS";
+/// What to do about it.
+const NO_TLS_FIX: &str = "Fix: unset MCORE_NCCL_PSK_FILE (NCCL's sockets then stay unencrypted), or load an NCCL \
+     built with TLS support (OpenSSL 3) through MCORE_NCCL_LIBRARY";
+
+/// A pre-shared key NCCL accepts: at least [`MIN_PSK_BYTES`] bytes, no NUL byte.
+fn check_psk(psk: &str) -> Result<(), NcclError> {
+    if psk.len() < MIN_PSK_BYTES {
+        return Err(NcclError::invalid(format!(
+            "the NCCL encryption key (MCORE_NCCL_PSK_FILE) is {} bytes; NCCL requires a pre-shared key of at least \
+             {MIN_PSK_BYTES} bytes",
+            psk.len()
+        )));
+    }
+    if psk.contains('\0') {
+        return Err(NcclError::invalid("the NCCL encryption key contains a NUL byte"));
+    }
+    Ok(())
+}
+
+/// NCCL's error text `detail`, with a TLS-less build's late connection failure named and the
+/// fix given.
+fn explain_no_tls(detail: String) -> String {
+    let marker = String::from_utf8_lossy(NO_TLS_MARKER);
+    if detail.contains(marker.as_ref()) || detail.contains("requested without TLS support") {
+        format!("{NO_TLS}, and a pre-shared key is configured: {detail}. {NO_TLS_FIX}")
+    } else {
+        detail
+    }
+}
 
 /// The loaded NCCL library. Obtain it with [`NcclLibrary::global`] (once per process, from the
 /// environment) or [`NcclLibrary::load`]; it is never unloaded.
@@ -119,6 +155,8 @@ pub struct NcclLibrary {
     lib: DynLib,
     fns: Fns,
     version: NcclVersion,
+    /// [`NcclLibrary::built_without_tls`], once asked.
+    no_tls: OnceCell<bool>,
 }
 
 /// A communicator handle owned by exactly one Rust value; only this module creates one.
@@ -222,19 +260,20 @@ impl NcclLibrary {
     /// lacks a required symbol is an error (not skipped). The result lives for the process.
     pub fn load(search: &LibrarySearch) -> Result<&'static NcclLibrary, NcclError> {
         let mut tried = Vec::new();
-        if let Some(lib) = Self::first_that_opens(&search.candidates, &mut tried) {
+        let global = search.global_symbols;
+        if let Some(lib) = Self::first_that_opens(&search.candidates, global, &mut tried) {
             return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
         }
         if search.ask_python {
             let more = search.python_candidates();
-            if let Some(lib) = Self::first_that_opens(&more, &mut tried) {
+            if let Some(lib) = Self::first_that_opens(&more, global, &mut tried) {
                 return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
             }
         }
         Err(NcclError::LibraryNotFound { library: "NCCL (libnccl.so.2)".into(), tried, hint: search.hint() })
     }
 
-    fn first_that_opens(candidates: &[Candidate], tried: &mut Vec<(String, String)>) -> Option<DynLib> {
+    fn first_that_opens(candidates: &[Candidate], global: bool, tried: &mut Vec<(String, String)>) -> Option<DynLib> {
         for cand in candidates {
             let shown = cand.display();
             if let Candidate::Path(p) = cand {
@@ -243,7 +282,8 @@ impl NcclLibrary {
                     continue;
                 }
             }
-            match DynLib::open(&shown) {
+            let opened = if global { DynLib::open_global(&shown) } else { DynLib::open(&shown) };
+            match opened {
                 Ok(lib) => return Some(lib),
                 Err(why) => tried.push((shown, why)),
             }
@@ -276,7 +316,7 @@ impl NcclLibrary {
                 found: version.to_string(),
             });
         }
-        Ok(NcclLibrary { lib, fns, version })
+        Ok(NcclLibrary { lib, fns, version, no_tls: OnceCell::new() })
     }
 
     fn resolve(lib: &DynLib) -> Result<Fns, NcclError> {
@@ -310,6 +350,12 @@ impl NcclLibrary {
     /// The version `ncclGetVersion` reported.
     pub fn version(&self) -> NcclVersion {
         self.version
+    }
+
+    /// Whether NCCL's symbols were resolved through the process's global scope
+    /// ([`LibrarySearch::global_symbols`]).
+    pub fn global_symbols(&self) -> bool {
+        self.lib.is_global()
     }
 
     /// The file (or loader name) that was opened.
@@ -368,7 +414,7 @@ impl NcclLibrary {
         if !last.is_empty() {
             detail = format!("{detail}; NCCL says: {last}");
         }
-        NcclError::Call { call: call.into(), code, name: result_name(code).into(), detail }
+        NcclError::Call { call: call.into(), code, name: result_name(code).into(), detail: explain_no_tls(detail) }
     }
 
     /// `ncclGetUniqueId`: needs no GPU; starts the bootstrap root in this process.
@@ -426,17 +472,29 @@ impl NcclLibrary {
     }
 
     /// `ncclSetEncryption` with a pre-shared key (2.32.3+; the error names the loaded version
-    /// below it). Call before the process's first unique id.
+    /// below it). Call before the process's first unique id. A key shorter than NCCL's minimum
+    /// ([`MIN_PSK_BYTES`]) is refused first; then a library built without TLS
+    /// ([`NcclLibrary::built_without_tls`]) is refused naming the fix, since NVIDIA's build
+    /// accepts the key and only fails every connection later.
     pub fn set_encryption_psk(&self, psk: &str) -> Result<(), NcclError> {
+        check_psk(psk)?;
         self.require(Feature::Encryption)?;
         let f = self.fns.set_encryption.expect("checked by require");
+        if self.built_without_tls() {
+            return Err(NcclError::invalid(format!(
+                "{NO_TLS} (NCCL {} at {}, which carries NCCL's own message \"{}\"): with a pre-shared key every NCCL \
+                 connection would fail. {NO_TLS_FIX}",
+                self.version,
+                self.lib.file_of("ncclGetVersion").map_or_else(|| self.lib.path.clone(), |p| p.display().to_string()),
+                String::from_utf8_lossy(NO_TLS_MARKER),
+            )));
+        }
         if ID_MADE.load(Ordering::SeqCst) {
             return Err(NcclError::invalid(
                 "ncclSetEncryption must come before this process's first NCCL unique id, and one was already made",
             ));
         }
-        let key = std::ffi::CString::new(psk)
-            .map_err(|_| NcclError::invalid("the NCCL encryption key contains a NUL byte"))?;
+        let key = std::ffi::CString::new(psk).expect("checked by check_psk");
         let cfg = EncryptionConfig {
             size: std::mem::size_of::<EncryptionConfig>(),
             magic: crate::backend::nccl::config::CONFIG_MAGIC,
@@ -450,6 +508,16 @@ impl NcclLibrary {
             return Err(self.call_error("ncclSetEncryption", rc, None));
         }
         Ok(())
+    }
+
+    /// Whether the loaded file was built without TLS: it carries the message NVIDIA's TLS-less
+    /// builds fail connections with ([`NO_TLS_MARKER`]; found in the PyPI wheels of 2.32.3, which
+    /// reference no OpenSSL library at all). Read from the file once per process (the PyPI
+    /// library is ~340 MB; only asked when a key is configured; remembered per library); a file that cannot be read
+    /// counts as built with TLS (a late failure is still explained, see
+    /// [`NcclLibrary::call_error`]).
+    pub fn built_without_tls(&self) -> bool {
+        *self.no_tls.get_or_init(|| self.lib.file_contains("ncclGetVersion", NO_TLS_MARKER).unwrap_or(false))
     }
 
     /// NCCL's own parameters, `(key, value)` (2.30.7+ parameter API); `None` without it.
@@ -686,6 +754,29 @@ mod tests {
         let comm = slot.take_written().expect("written");
         assert_eq!(comm.as_ptr(), fake.cast());
         assert!(CommSlot::new().take_completed().is_none(), "a non-member's slot stays NULL");
+    }
+
+    #[test]
+    fn short_keys_are_refused_naming_the_rule() {
+        let e = check_psk("0123456789abcdef0123456789abcde").unwrap_err().to_string();
+        assert!(e.contains("is 31 bytes") && e.contains("at least 32 bytes"), "{e}");
+        assert!(check_psk("0123456789abcdef0123456789abcdef").is_ok());
+        assert!(check_psk("0123456789abcdef0123456789abcdef\0").unwrap_err().to_string().contains("NUL"));
+    }
+
+    #[test]
+    fn a_late_no_tls_failure_is_named_with_its_fix() {
+        let nccl = "internal error; NCCL says: NCCL was built without TLS support but a pre-shared key was configured";
+        let e = explain_no_tls(nccl.to_string());
+        assert!(e.starts_with("this NCCL was built without TLS") && e.contains(nccl), "{e}");
+        assert!(e.contains("unset MCORE_NCCL_PSK_FILE"), "{e}");
+        assert_eq!(explain_no_tls("remote process exited".into()), "remote process exited");
+    }
+
+    #[test]
+    fn the_encryption_config_is_as_large_as_nvidias() {
+        // sizeof(ncclEncryptionConfig_t) in 2.32.3's nccl.h (docs/backends.md's header table).
+        assert_eq!(std::mem::size_of::<EncryptionConfig>(), 32);
     }
 
     #[test]
