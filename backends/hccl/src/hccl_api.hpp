@@ -112,8 +112,6 @@ struct HcclApi {
                                     HcclComm *) = nullptr;  // optional
   uint32_t (*GetCommConfigCapability)() = nullptr;          // optional (older CANN lack it)
   HcclResult (*GetCommAsyncError)(HcclComm, HcclResult *) = nullptr;  // optional
-  HcclResult (*CommSuspend)(HcclComm) = nullptr;  // optional (HcclCommSuspend, newer CANN)
-  HcclResult (*CommResume)(HcclComm) = nullptr;   // optional (HcclCommResume, with it)
 
   // libascendcl.so (MCORE_HCCL_ACL_LIBRARY overrides the name).
   std::string acl_path;

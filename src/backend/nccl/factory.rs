@@ -16,7 +16,7 @@ use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
-use crate::backend::options::OptionValue;
+use crate::backend::options::{hccl_option, OptionValue};
 use crate::backend::seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest};
 use crate::backend::CommOptions;
 use crate::backend::GroupInfo;
@@ -258,10 +258,11 @@ pub fn shrink_available(lib: &NcclLibrary) -> Result<(), CommError> {
 }
 
 /// `base` with the options a kind sets replacing its values (`blocking` in the options' `more`
-/// sets `blocking`; every other key there is an `ncclConfig_t` field of its own).
+/// sets `blocking`; HCCL's keys are the HCCL plugin's and skipped; every other key there is an
+/// `ncclConfig_t` field of its own).
 pub fn with_options(base: &NcclConfig, o: &CommOptions) -> NcclConfig {
     let mut more = base.more.clone();
-    more.extend(o.more.iter().map(|(k, v)| (k.clone(), v.clone())));
+    more.extend(o.more.iter().filter(|(k, _)| hccl_option(k).is_none()).map(|(k, v)| (k.clone(), v.clone())));
     let blocking = match more.remove("blocking") {
         Some(OptionValue::Bool(b)) => b,
         _ => base.blocking,
