@@ -5,7 +5,8 @@
 //! communicators whose all-reduce sums across the processes, and destroy them from another thread
 //! (which has no current device of its own); a split without HcclCreateSubCommConfig falls back
 //! to a communicator from root info; per-kind options (torch_npu's hccl_config keys) reach the
-//! HcclCommConfig the double gets, and options the library's capability lacks are refused.
+//! HcclCommConfig the double gets, and options the library's capability lacks are refused; the
+//! world comes from a rank table built through the store (HcclCommInitClusterInfoMemConfig).
 //!
 //! Needs the plugin built (scripts/test.d/31-hccl-plugin.sh builds it into target/hccl-plugin/
 //! and sets MCORE_HCCL_TEST_REQUIRE=1); otherwise the tests say why and pass.
@@ -135,6 +136,19 @@ fn stub_child() {
             pp.destroy().unwrap();
             world.destroy().unwrap();
         }
+        "cluster" => {
+            // The world from a rank table exchanged through the store, its splits through
+            // HcclCreateSubCommConfig: sums over both processes.
+            let w = GroupInfo::new("world", vec![0, 1], rank, T).unwrap();
+            let mut world = b.create_world(&w, file_store(&dir)).unwrap();
+            let g = GroupInfo::new("dp/0", vec![0, 1], rank, T).unwrap();
+            let mut dp = b.split(&mut world, 0, rank as i32, Some(&g)).unwrap().expect("a member got no communicator");
+            let mut v = [i64::from(rank) + 5];
+            dp.allreduce_sum_i64(&mut v).unwrap();
+            assert_eq!(v, [11]);
+            dp.destroy().unwrap();
+            world.destroy().unwrap();
+        }
         "options_refused" => {
             // Generation 4 of the double: capability 4, no execution timeout.
             let with = |k: &str, v: OptionValue| {
@@ -195,6 +209,12 @@ fn run_children(case: &str, ranks: u32, variant: &str) {
         if case == "options" {
             assert!(text.contains("group tp/0: option max_ctas is not an HCCL option"), "rank {r}: {text}");
         }
+        if case == "cluster" {
+            let line =
+                "group world: HcclCommInitClusterInfoMemConfig from a rank table of 2 ranks built through the store";
+            assert!(text.contains(line), "rank {r}: {text}");
+            assert!(!text.contains("falling back"), "rank {r}: {text}");
+        }
     }
     if case == "options" {
         let read = |name: &str| std::fs::read_to_string(dir.join(format!("config.{name}"))).unwrap();
@@ -218,6 +238,11 @@ fn run_children(case: &str, ranks: u32, variant: &str) {
         assert!(read("world").lines().any(|l| l == "hcclBufferSize=4294967295"), "{}", read("world"));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_world_comes_from_a_rank_table_where_the_library_has_cluster_info_init() {
+    run_children("cluster", 2, "gen12");
 }
 
 #[test]

@@ -63,7 +63,9 @@ world "8, no int64 all-reduce" 8 gen12 per-group "summing int32" MCORE_LOG=debug
   --tp 2 --pp 2 --cp 2
 world "2, the device given to mcore_initialize" 2 gen12 per-group "device 3 set from the group spec" MCORE_LOG=debug -- \
   --tp 2 --device 3
-world "8, split with HcclCreateSubCommConfig" 8 gen12 split - -- --tp 2 --pp 2 --cp 2 --comm-strategy split
+world "8, split with HcclCreateSubCommConfig from a cluster-info world" 8 gen12 split \
+  "HcclCommInitClusterInfoMemConfig from a rank table of 8 ranks" MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 \
+  --comm-strategy split
 world "8, split without HcclCreateSubCommConfig" 8 gen12-nosplit split "falling back to a communicator from root info" \
   MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 --comm-strategy split
 # Suspend and resume (docs/backends.md, "HCCL"): every kind released and created again, also

@@ -131,6 +131,10 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 fail_rank = Some(v.split(',').map(|r| common::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
             }
             "--spares" => init.spares = common::cli::number(flag, flags.value(flag, inline)?)?,
+            "--grids-disjoint-or-identical" if inline.is_some() => {
+                return Err("--grids-disjoint-or-identical takes no value".into())
+            }
+            "--grids-disjoint-or-identical" => init.grids_disjoint_or_identical = true,
             "--fail-at" => fail_at = Some(flags.value(flag, inline)?.parse::<recovery::FailAt>()?),
             "--recovery-window" => {
                 window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);

@@ -329,7 +329,83 @@ Status connect_timeout_s(int64_t *out) {
 
 std::string root_info_key(const std::string &name) { return name + "/hccl_root_info"; }
 
+namespace {
+
+// A rank table (HCCL's version 1.0 JSON: servers by host, each with its devices and their ranks)
+// built through the store: every member publishes "<host>\t<device>\t<device ip>" under
+// <name>/hccl_rank_table/<rank> and reads the others' within the group's bound, so a member that
+// never comes is named here. The text is the same on every member (it lists ranks in order).
+Status exchange_rank_table(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, const std::string &name,
+                           int32_t device, Clock::time_point deadline, std::string *json) {
+  const char *dev_ip = std::getenv("MCORE_HCCL_DEVICE_IP");  // the NPU's own address (hccn_tool), if known
+  const std::string host = spec.host_addr != nullptr && *spec.host_addr != '\0' ? spec.host_addr : "127.0.0.1";
+  const std::string mine = host + "\t" + std::to_string(device) + "\t" + (dev_ip != nullptr ? dev_ip : "");
+  const std::string prefix = name + "/hccl_rank_table/";
+  int32_t s = store.set(store.user_data, (prefix + std::to_string(spec.rank)).c_str(),
+                        reinterpret_cast<const uint8_t *>(mine.data()), mine.size());
+  if (s != MCORE_HCCL_OK) return fail(s, "group " + name + ": publishing this rank's rank-table entry failed");
+  std::vector<std::string> entries(spec.size);
+  std::vector<uint32_t> missing;
+  int32_t first = MCORE_HCCL_OK;
+  for (uint32_t r = 0; r < spec.size; ++r) {
+    if (r == spec.rank) {
+      entries[r] = mine;
+      continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    char buf[512];
+    size_t len = 0;
+    s = store.get(store.user_data, (prefix + std::to_string(r)).c_str(), reinterpret_cast<uint8_t *>(buf), sizeof buf,
+                  &len, static_cast<uint64_t>(std::max<int64_t>(left, 1)));
+    if (s != MCORE_HCCL_OK || len > sizeof buf) {
+      missing.push_back(r);
+      if (first == MCORE_HCCL_OK) first = s == MCORE_HCCL_OK ? MCORE_HCCL_BACKEND : s;
+      continue;
+    }
+    entries[r].assign(buf, len);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (uint32_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return fail(first, "group " + name + ": group rank(s) " + list + " of " + std::to_string(spec.size) +
+                           " gave no rank-table entry within " + std::to_string(spec.timeout_ms) + " ms");
+  }
+  // Servers in order of their first rank; devices in rank order.
+  std::vector<std::string> hosts;
+  std::vector<std::string> devices;  // per host, the JSON objects
+  for (uint32_t r = 0; r < spec.size; ++r) {
+    const std::string &e = entries[r];
+    size_t t1 = e.find('\t'), t2 = t1 == std::string::npos ? t1 : e.find('\t', t1 + 1);
+    if (t2 == std::string::npos)
+      return fail(MCORE_HCCL_BACKEND, "group " + name + ": rank " + std::to_string(r) + "'s rank-table entry is malformed");
+    std::string h = e.substr(0, t1), d = e.substr(t1 + 1, t2 - t1 - 1), ip = e.substr(t2 + 1);
+    for (const std::string &field : {h, d, ip})
+      if (field.find_first_of("\"\\") != std::string::npos || field.size() > 128)
+        return fail(MCORE_HCCL_BACKEND, "group " + name + ": rank " + std::to_string(r) + "'s rank-table entry is malformed");
+    size_t i = std::find(hosts.begin(), hosts.end(), h) - hosts.begin();
+    if (i == hosts.size()) {
+      hosts.push_back(h);
+      devices.emplace_back();
+    }
+    devices[i] += std::string(devices[i].empty() ? "" : ",") + "{\"device_id\":\"" + d + "\"," +
+                  (ip.empty() ? "" : "\"device_ip\":\"" + ip + "\",") + "\"rank_id\":\"" + std::to_string(r) + "\"}";
+  }
+  std::string servers;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    servers += std::string(i ? "," : "") + "{\"server_id\":\"" + hosts[i] + "\",\"device\":[" + devices[i] + "]}";
+  *json = "{\"version\":\"1.0\",\"server_count\":\"" + std::to_string(hosts.size()) + "\",\"server_list\":[" + servers +
+          "],\"status\":\"completed\"}";
+  return {};
+}
+
+}  // namespace
+
 Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out) {
+  return hccl_create_group(spec, store, false, out);
+}
+
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, bool cluster_info,
+                         Comm **out) {
   const auto start = Clock::now();
   std::string name = spec.name != nullptr ? spec.name : "";
   if (name.empty()) return fail(MCORE_HCCL_INVALID_ARGUMENT, "group spec has no name");
@@ -365,6 +441,23 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
   st = choose_device(api, spec.device, name, &device);
   if (!st.ok()) return st;
   const auto deadline = start + std::chrono::milliseconds(spec.timeout_ms == 0 ? INT32_MAX : spec.timeout_ms);
+
+  if (cluster_info && api->CommInitClusterInfoMemConfig != nullptr) {
+    std::string table;
+    st = exchange_rank_table(spec, store, name, device, deadline, &table);
+    if (!st.ok()) return st;
+    debug("group " + name + ": HcclCommInitClusterInfoMemConfig from a rank table of " + std::to_string(spec.size) +
+          " ranks built through the store");
+    HcclComm comm = nullptr;
+    HcclResult rc = api->CommInitClusterInfoMemConfig(table.c_str(), spec.rank, &config, &comm);
+    if (rc != HCCL_SUCCESS || comm == nullptr)
+      return fail(rc == HCCL_SUCCESS ? MCORE_HCCL_BACKEND : init_status(rc),
+                  "group " + name + " (rank " + std::to_string(spec.rank) + " of " + std::to_string(spec.size) +
+                      "): HcclCommInitClusterInfoMemConfig failed: " + api->describe(rc));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return finish_comm(api, comm, device, name, spec.rank, spec.size,
+                       spec.timeout_ms == 0 ? 0 : static_cast<uint64_t>(std::max<int64_t>(left, 1000)), out);
+  }
 
   HcclRootInfo root{};
   const std::string key = root_info_key(name);

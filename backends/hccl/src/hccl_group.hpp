@@ -52,6 +52,11 @@ Status connect_timeout_s(int64_t *out);
 std::string root_info_key(const std::string &name);
 
 Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out);
+// With `cluster_info`, where the library has HcclCommInitClusterInfoMemConfig: the communicator
+// from a rank table exchanged through the store (the documented parent of
+// HcclCreateSubCommConfig); root info otherwise.
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, bool cluster_info,
+                         Comm **out);
 Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
                             uint32_t sub_rank, uint64_t sub_comm_id, const Options &options, Comm **out);
 Status hccl_allreduce_sum_i64(Comm *comm, int64_t *inout, size_t count);

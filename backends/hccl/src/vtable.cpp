@@ -86,7 +86,7 @@ uint32_t env_u32(const char *name, uint32_t dflt) {
 }
 
 Status create_from_root_info(const mcore_backend_group_info *group, const mcore_backend_store *store,
-                             const std::string &prefix, Comm **out) {
+                             const std::string &prefix, Comm **out, bool cluster_info = false) {
   mcore_hccl_group_spec spec;
   mcore_hccl_group_spec_init(&spec);
   spec.name = group->name;
@@ -101,7 +101,7 @@ Status create_from_root_info(const mcore_backend_group_info *group, const mcore_
   spec.options = group_options(group);
   PrefixedStore ps{store, prefix};
   mcore_hccl_store cb{&ps, &store_set, &store_get};
-  return mcore_hccl::hccl_create_group(spec, cb, out);
+  return mcore_hccl::hccl_create_group(spec, cb, cluster_info, out);
 }
 
 int32_t create(void *, const mcore_backend_group_info *group, const mcore_backend_store *store, void **out_comm, bool world) {
@@ -109,7 +109,8 @@ int32_t create(void *, const mcore_backend_group_info *group, const mcore_backen
     if (group == nullptr || store == nullptr || out_comm == nullptr || store->set == nullptr || store->get == nullptr)
       return Status{MCORE_HCCL_INVALID_ARGUMENT, "HCCL plugin: group, store and out_comm are required"};
     Comm *c = nullptr;
-    Status st = create_from_root_info(group, store, "", &c);
+    // The world: from a rank table (HcclCommInitClusterInfoMemConfig) where the library has it.
+    Status st = create_from_root_info(group, store, "", &c, world);
     if (st.ok()) {
       if (world) c->world_store = store;  // valid until this communicator is destroyed
       *out_comm = c;

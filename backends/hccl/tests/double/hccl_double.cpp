@@ -15,6 +15,8 @@
 // - A communicator name already in use in the process is refused (HCCL_E_PARA).
 // - The config each communicator got (HcclCommInitRootInfoConfig, HcclCreateSubCommConfig) is
 //   written to <MCORE_HCCL_DOUBLE_DIR>/config.<comm name>, the fields this generation reads.
+// - HcclCommInitClusterInfoMemConfig (with HcclCreateSubCommConfig): a rank table as a JSON
+//   string; its "rank_id"s must be 0..n-1 in order (what a real table's are is not modelled).
 // - HcclCommInitRootInfoConfig waits for all ranks up to HCCL_CONNECT_TIMEOUT + 20 s.
 // - HcclAllReduce really sums across processes: its members meet in a directory named by the root
 //   info under MCORE_HCCL_DOUBLE_DIR (default /tmp) and exchange files; the work runs when the
@@ -276,6 +278,31 @@ HcclResult HcclCommInitRootInfoConfig(uint32_t n, const HcclRootInfo *root, uint
 }
 
 #if DOUBLE_GEN >= 12 && !defined(DOUBLE_NO_SUBCOMM)
+// The rank table as a JSON string (version 1.0): the ranks are its "rank_id" entries, which must
+// number 0..n-1 and include `rank`; members meet in a directory named by a hash of the text (all
+// members pass the same table).
+HcclResult HcclCommInitClusterInfoMemConfig(const char *table, uint32_t rank, HcclCommConfig *cfg, HcclComm *comm) {
+  if (table == nullptr || comm == nullptr) return HCCL_E_PTR;
+  const std::string t(table);
+  if (t.find("\"version\":\"1.0\"") == std::string::npos || t.find("\"server_list\"") == std::string::npos)
+    return HCCL_E_PARA;
+  uint32_t n = 0;
+  for (size_t at = t.find("\"rank_id\":\""); at != std::string::npos; at = t.find("\"rank_id\":\"", at + 1)) {
+    if (std::strtoul(t.c_str() + at + 11, nullptr, 10) != n) return HCCL_E_PARA;  // ranks 0..n-1 in order
+    ++n;
+  }
+  if (n == 0 || rank >= n) return HCCL_E_PARA;
+  std::string name;
+  HcclResult rc = check_config(cfg, &name);
+  if (rc != HCCL_SUCCESS) return rc;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : t) h = (h ^ ch) * 1099511628211ull;
+  char dir[64];
+  std::snprintf(dir, sizeof dir, "/%s-cluster-%016llx", kMagic, static_cast<unsigned long long>(h));
+  record_config(cfg, name);
+  return join(base_dir() + dir, n, rank, name, comm);
+}
+
 HcclResult HcclCreateSubCommConfig(HcclComm *parent, uint32_t n, uint32_t *ranks, uint64_t id, uint32_t sub_rank,
                                    HcclCommConfig *cfg, HcclComm *out) {
   if (parent == nullptr || ranks == nullptr || out == nullptr) return HCCL_E_PTR;
