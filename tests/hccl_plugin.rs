@@ -132,7 +132,7 @@ fn stub_child() {
             let mut small = CommOptions::default();
             small.more.insert("hccl_buffer_size".into(), OptionValue::Int(150));
             let g = GroupInfo::new("pp/0", vec![0, 1], rank, T).unwrap().with_options(&small);
-            let mut pp = b.split(&mut world, 0, rank as i32, Some(&g)).unwrap().expect("a member got no communicator");
+            let pp = b.split(&mut world, 0, rank as i32, Some(&g)).unwrap().expect("a member got no communicator");
             pp.destroy().unwrap();
             world.destroy().unwrap();
         }
