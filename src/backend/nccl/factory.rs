@@ -450,3 +450,22 @@ impl Communicator for NcclComm {
         let _ = NcclComm::abort(self);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One per-kind file serves NCCL and HCCL jobs: NCCL takes its fields and skips HCCL's keys
+    /// (which its validation would refuse as no `ncclConfig_t` field).
+    #[test]
+    fn hccl_keys_of_a_shared_file_are_skipped() {
+        let mut o = CommOptions { max_ctas: Some(4), ..Default::default() };
+        o.more.insert("traffic_class".into(), OptionValue::Int(3));
+        o.more.insert("hccl_buffer_size".into(), OptionValue::Int(300));
+        o.more.insert("group_name".into(), OptionValue::Text("grads".into()));
+        let c = with_options(&NcclConfig::default(), &o);
+        assert_eq!(c.max_ctas, Some(4));
+        assert_eq!(c.more.keys().collect::<Vec<_>>(), ["traffic_class"]);
+        c.validate().unwrap();
+    }
+}
