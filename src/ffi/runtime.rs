@@ -495,8 +495,13 @@ mod tests {
         // SAFETY: as above.
         let (_, topo) = unsafe { read_args(&args) }.unwrap();
         assert_eq!(topo.tp, 1, "NULL layout = every size 1");
-        args.struct_size -= 8;
+        // The previous release (before grids_disjoint_or_identical) is read, the flag off.
+        args.struct_size = std::mem::offset_of!(mcore_init_args, grids_disjoint_or_identical) as u32;
+        args.grids_disjoint_or_identical = true;
         // SAFETY: as above (a smaller declared size).
+        assert!(!unsafe { read_args(&args) }.unwrap().0.grids_disjoint_or_identical);
+        args.struct_size -= 4; // no released layout
+                               // SAFETY: as above (a smaller declared size).
         let e = unsafe { read_args(&args) }.unwrap_err();
         assert_eq!(e.status, mcore_status::InvalidArgument);
         assert!(e.message.contains("mcore_init_args struct_size"), "{}", e.message);
