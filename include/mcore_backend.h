@@ -58,6 +58,13 @@
 #define MCORE_BACKEND_FLAG_TAKES_DEVICE 4
 
 /**
+ * `mcore_backend_v1.flags`: the backend reads the per-kind communicator options
+ * (`mcore_backend_group_info.options`; appended in 0.2). Without this flag the library refuses
+ * options for the backend before anything is created.
+ */
+#define MCORE_BACKEND_FLAG_TAKES_OPTIONS 8
+
+/**
  * `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
  * flight before shrinking (the library aborts it afterwards).
  */
@@ -228,6 +235,14 @@ typedef struct mcore_backend_group_info {
    * `struct_size` covers it.
    */
   int32_t device;
+  /**
+   * The communicator options of the group's kind (the per-kind communicator config), as
+   * NUL-terminated `key=value` lines (`hccl_buffer_size=300\ngroup_name=grads\n`: the config
+   * file's keys, typed options first), or NULL when the kind sets none. A backend applies the
+   * keys it knows and skips the others (another backend's). Appended in 0.2: read it only when
+   * `struct_size` covers it.
+   */
+  const char *options;
 } mcore_backend_group_info;
 
 /**

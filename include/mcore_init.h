@@ -526,6 +526,12 @@ typedef struct mcore_init_args {
    */
   const struct mcore_grid_spec *const *grids;
   size_t grids_len;
+  /**
+   * Megatron-Core 0.20's rule for several grids: any two grids cover the same ranks or none
+   * in common, and together the world; other grids are `MCORE_STATUS_INVALID_ARGUMENT`
+   * naming the offending pair (default false). Appended in 0.2.
+   */
+  bool grids_disjoint_or_identical;
 } mcore_init_args;
 
 /**

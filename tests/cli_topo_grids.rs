@@ -228,3 +228,34 @@ fn one_rank_at_16m_ranks_without_the_world() {
     let out = topo(&["--world-size", "4294967295", "--rank", "7", "--all-members"]);
     assert!(text(&out.stderr).contains("output would list"), "{}", text(&out.stderr));
 }
+
+/// `--grids-disjoint-or-identical` (Megatron-Core 0.20's rule): colocated or side-by-side grids
+/// pass; grids that overlap without being identical, or leave ranks out, are refused naming them.
+#[test]
+fn the_disjoint_or_identical_rule_names_the_offending_pair() {
+    let rule = "--grids-disjoint-or-identical";
+    let ok = |grids: &[&str]| stdout_json(&topo(&[&["--world-size", "16", "--json", rule], grids].concat()));
+    ok(&["--grid", "train:tp=2,pp=2", "--grid", "rollout:tp=4"]);
+    ok(&["--grid", "train:tp=2,local-world-size=8", "--grid", "rollout:tp=4,rank-offset=8,local-world-size=8"]);
+    let refused = |grids: &[&str]| {
+        let out = topo(&[&["--world-size", "16", rule], grids].concat());
+        assert!(!out.status.success());
+        text(&out.stderr)
+    };
+    let overlap =
+        ["--grid", "train:tp=2,local-world-size=12", "--grid", "rollout:tp=4,rank-offset=8,local-world-size=8"];
+    let e = refused(&overlap);
+    assert!(
+        e.contains("grids 'train' (ranks 0..11) and 'rollout' (ranks 8..15) overlap without being identical"),
+        "{e}"
+    );
+    // Without the rule the same grids are reported (they share ranks 8..11).
+    assert!(topo(&[&["--world-size", "16"], &overlap[..]].concat()).status.success());
+    let e = refused(&[
+        "--grid",
+        "train:tp=2,local-world-size=8",
+        "--grid",
+        "rollout:tp=4,rank-offset=8,local-world-size=4",
+    ]);
+    assert!(e.contains("grids train, rollout cover 12 of the world's 16 ranks"), "{e}");
+}

@@ -4,12 +4,15 @@
 //! plugin's logic only), two real processes exchange root info through a file store, get
 //! communicators whose all-reduce sums across the processes, and destroy them from another thread
 //! (which has no current device of its own); a split without HcclCreateSubCommConfig falls back
-//! to a communicator from root info.
+//! to a communicator from root info; per-kind options (torch_npu's hccl_config keys) reach the
+//! HcclCommConfig the double gets, and options the library's capability lacks are refused; the
+//! world comes from a rank table built through the store (HcclCommInitClusterInfoMemConfig).
 //!
 //! Needs the plugin built (scripts/test.d/31-hccl-plugin.sh builds it into target/hccl-plugin/
 //! and sets MCORE_HCCL_TEST_REQUIRE=1); otherwise the tests say why and pass.
 
-use mcore_init::backend::{self, Backend, GroupInfo};
+use mcore_init::backend::options::OptionValue;
+use mcore_init::backend::{self, Backend, CommOptions, GroupInfo};
 use mcore_init::store::{FileStore, Store};
 use std::path::PathBuf;
 use std::process::Command;
@@ -102,6 +105,68 @@ fn stub_child() {
             std::thread::spawn(move || pp.abort()).join().unwrap().unwrap();
             world.destroy().unwrap();
         }
+        "options" => {
+            // torch_npu's hccl_config keys next to an NCCL one (skipped by the plugin), per group
+            // from root info and per split: the parent reads back what the double's config got.
+            let mut o = CommOptions { max_ctas: Some(4), ..Default::default() };
+            for (k, v) in [
+                ("hccl_buffer_size", OptionValue::Int(300)),
+                ("group_name", OptionValue::Text("tp_grads".into())),
+                ("qos_traffic_class", OptionValue::Int(132)),
+                ("qos_service_level", OptionValue::Int(4)),
+                ("hccl_op_expansion_mode", OptionValue::Int(2)),
+                ("hccl_exec_timeout", OptionValue::Int(1800)),
+                ("hccl_algo", OptionValue::Text("level0:NA;level1:ring".into())),
+                ("hccl_sdma_qos", OptionValue::Int(6)),
+            ] {
+                o.more.insert(k.into(), v);
+            }
+            let g = GroupInfo::new("tp/0", vec![0, 1], rank, T).unwrap().with_options(&o);
+            let mut tp = b.create_group(&g, file_store(&dir)).unwrap();
+            let mut v = [1i64];
+            tp.allreduce_sum_i64(&mut v).unwrap();
+            assert_eq!(v, [2]);
+            tp.destroy().unwrap();
+            let w = GroupInfo::new("world", vec![0, 1], rank, T).unwrap();
+            let mut world = b.create_world(&w, file_store(&dir)).unwrap();
+            let mut small = CommOptions::default();
+            small.more.insert("hccl_buffer_size".into(), OptionValue::Int(150));
+            let g = GroupInfo::new("pp/0", vec![0, 1], rank, T).unwrap().with_options(&small);
+            let pp = b.split(&mut world, 0, rank as i32, Some(&g)).unwrap().expect("a member got no communicator");
+            pp.destroy().unwrap();
+            world.destroy().unwrap();
+        }
+        "cluster" => {
+            // The world from a rank table exchanged through the store, its splits through
+            // HcclCreateSubCommConfig: sums over both processes.
+            let w = GroupInfo::new("world", vec![0, 1], rank, T).unwrap();
+            let mut world = b.create_world(&w, file_store(&dir)).unwrap();
+            let g = GroupInfo::new("dp/0", vec![0, 1], rank, T).unwrap();
+            let mut dp = b.split(&mut world, 0, rank as i32, Some(&g)).unwrap().expect("a member got no communicator");
+            let mut v = [i64::from(rank) + 5];
+            dp.allreduce_sum_i64(&mut v).unwrap();
+            assert_eq!(v, [11]);
+            dp.destroy().unwrap();
+            world.destroy().unwrap();
+        }
+        "options_refused" => {
+            // Generation 4 of the double: capability 4, no execution timeout.
+            let with = |k: &str, v: OptionValue| {
+                let mut o = CommOptions::default();
+                o.more.insert(k.into(), v);
+                let g = GroupInfo::new("tp/1", vec![0], 0, T).unwrap().with_options(&o);
+                b.create_group(&g, file_store(&dir)).map(|_| ()).unwrap_err().to_string()
+            };
+            let e = with("hccl_exec_timeout", OptionValue::Int(60));
+            assert!(
+                e.contains("option hccl_exec_timeout needs a CANN") && e.contains("HCCL_COMM_CONFIG_EXEC_TIMEOUT (8)")
+            );
+            assert!(e.contains("reports 4"), "{e}");
+            let e = with("hccl_buffer_size", OptionValue::Int(0));
+            assert!(e.contains("group tp/1: option hccl_buffer_size=0 is not a whole number in 1.."), "{e}");
+            let e = with("group_name", OptionValue::Text("x".repeat(200)));
+            assert!(e.contains("option group_name must be 1 to 127 bytes, got 200"), "{e}");
+        }
         other => panic!("unknown case {other}"),
     }
     println!("CHILD-OK rank={rank}");
@@ -141,8 +206,53 @@ fn run_children(case: &str, ranks: u32, variant: &str) {
         if case == "group" {
             assert!(text.contains("HcclCommDestroy succeeded after 3 tries"), "rank {r}: {text}");
         }
+        if case == "options" {
+            assert!(text.contains("group tp/0: option max_ctas is not an HCCL option"), "rank {r}: {text}");
+        }
+        if case == "cluster" {
+            let line =
+                "group world: HcclCommInitClusterInfoMemConfig from a rank table of 2 ranks built through the store";
+            assert!(text.contains(line), "rank {r}: {text}");
+            assert!(!text.contains("falling back"), "rank {r}: {text}");
+        }
+    }
+    if case == "options" {
+        let read = |name: &str| std::fs::read_to_string(dir.join(format!("config.{name}"))).unwrap();
+        let tp = read("tp_0");
+        for field in [
+            "hcclBufferSize=300",
+            "hcclUdi=tp_grads",
+            "hcclOpExpansionMode=2",
+            "hcclRdmaTrafficClass=132",
+            "hcclRdmaServiceLevel=4",
+            "hcclExecTimeOut=1800",
+            "hcclAlgo=level0:NA;level1:ring",
+            "hcclQos=6",
+        ] {
+            assert!(tp.lines().any(|l| l == field), "{field} not in the config HcclCommInitRootInfoConfig got:\n{tp}");
+        }
+        // The split's sub-communicator (HcclCreateSubCommConfig) got its own options only.
+        let pp = read("pp_0");
+        assert!(pp.lines().any(|l| l == "hcclBufferSize=150") && pp.contains("hcclUdi=\n"), "{pp}");
+        // The world had none: HCCL's "not set".
+        assert!(read("world").lines().any(|l| l == "hcclBufferSize=4294967295"), "{}", read("world"));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_world_comes_from_a_rank_table_where_the_library_has_cluster_info_init() {
+    run_children("cluster", 2, "gen12");
+}
+
+#[test]
+fn per_kind_options_reach_hccl_comm_config() {
+    run_children("options", 2, "gen12");
+}
+
+#[test]
+fn options_the_library_cannot_honour_are_refused_naming_them() {
+    run_children("options_refused", 1, "gen4");
 }
 
 #[test]

@@ -358,6 +358,19 @@ fn ranks_in_no_grid_are_named_before_any_rendezvous() {
     }
 }
 
+#[test]
+fn grids_breaking_the_disjoint_or_identical_rule_are_refused_before_any_rendezvous() {
+    let Some(plugin) = plugin() else { return };
+    // Default on ranks 0-3, rollout on 2-3: they overlap without being identical.
+    let args = ["--grids-disjoint-or-identical", "--tp", "2", "--grid", "rollout:rank-offset=2,local-world-size=2"];
+    for err in four_ranks_one_differing(&plugin, 0, &args, &args) {
+        assert!(
+            err.contains("grids 'default' (ranks 0..3) and 'rollout' (ranks 2..3) overlap without being identical"),
+            "{err}"
+        );
+    }
+}
+
 /// The JSON lines of a recovery by old rank: (survivors' lines, ranks that left), after checking
 /// that every line reports `failed` and `dropped` as given and that the killed ranks printed none.
 fn recovery_lines(

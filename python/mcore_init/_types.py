@@ -122,6 +122,7 @@ class InitArgs(CheckedStructure):
         ("grid_name", ctypes.c_char_p),
         ("grids", ctypes.POINTER(ctypes.POINTER(GridSpec))),
         ("grids_len", c_size_t),
+        ("grids_disjoint_or_identical", ctypes.c_bool),
     ]
 
 

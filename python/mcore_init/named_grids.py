@@ -52,6 +52,13 @@ PG_COLLECTION_FIELDS = (
     "inter_dist_opt", "intra_dist_opt",
 )
 
+#: The fields Megatron-Core 0.20's mandatory ``"expert"`` ``HyperCommGrid`` view fills (expt_tp,
+#: ep, expt_dp, pp over the same ranks; ``pp`` is shared with the ``"base"`` view).
+EXPERT_VIEW_FIELDS = (
+    "ep", "expt_tp", "tp_ep", "tp_ep_pp", "tp_ep_pp_with_egtp_remat", "expt_gtp_remat", "expt_dp",
+    "expt_dp_gtp_remat", "expt_dp_ag", "intra_expt_dp", "inter_dist_opt",
+)
+
 
 def grids() -> List[str]:
     """The names of the initialized job's grids, the default (first) one first."""
@@ -111,6 +118,16 @@ class PgCollection:
     def fields(self):
         """``{field: PgGroup, None or (hcp) a list}`` in field order."""
         return {f: getattr(self, f) for f in PG_COLLECTION_FIELDS}
+
+    def view(self, name):
+        """The fields of Megatron-Core 0.20's ``HyperCommGrid`` view ``name``: ``"expert"``
+        (:data:`EXPERT_VIEW_FIELDS` and the shared ``pp``) or ``"base"`` (the others)."""
+        if name not in ("base", "expert"):
+            raise ValueError(f"PgCollection.view(): view {name!r} is not 'base' or 'expert'")
+        fields = self.fields()
+        if name == "expert":
+            return {f: fields[f] for f in PG_COLLECTION_FIELDS if f in EXPERT_VIEW_FIELDS or f == "pp"}
+        return {f: v for f, v in fields.items() if f not in EXPERT_VIEW_FIELDS}
 
     def __repr__(self):
         present = [f for f, g in self.fields().items() if g]

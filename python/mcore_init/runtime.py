@@ -62,7 +62,7 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
                dist_opt_instances=_D(1), order=_D("tp-cp-ep-dp-pp"), backend="gloo", timeout=None, verify=True,
                seed=None, seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
                comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=_D(1), egtp=_D(1),
-               create_all_gather_groups=False, spares=0, grids=None) -> bool:
+               create_all_gather_groups=False, spares=0, grids=None, grids_disjoint_or_identical=False) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -88,7 +88,10 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
     module's group queries answer); do not pass the layout keywords (``tp``, ``pp``, ...) with
     it. Each layout takes those keywords plus ``rank_offset``, ``local_world_size`` (the grid's
     window of the world) and ``seed`` (the grid's RNG streams; a grid without one has none; the
-    top-level ``seed`` seeds the first grid). Per-grid handles: :func:`mcore_init.grid`."""
+    top-level ``seed`` seeds the first grid). Per-grid handles: :func:`mcore_init.grid`.
+    ``grids_disjoint_or_identical``: Megatron-Core 0.20's rule, any two grids on the same ranks or
+    on none in common, all of them covering the world; the library refuses other
+    grids with INVALID_ARGUMENT naming the offending pair."""
     layout = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp, dist_opt_instances=dist_opt_instances,
                   order=order, gtp=gtp, egtp=egtp)
     given = [k for k, v in layout.items() if not isinstance(v, _Default)]
@@ -98,12 +101,14 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
                        data_parallel_random_init=data_parallel_random_init, comm_strategy=comm_strategy,
                        comm_config=comm_config, comm_config_path=comm_config_path, split_share=split_share,
                        device=device, create_all_gather_groups=create_all_gather_groups,
-                       spares=spares, grids=grids, layout_given=given, **layout)
+                       spares=spares, grids=grids, layout_given=given,
+                       grids_disjoint_or_identical=grids_disjoint_or_identical, **layout)
 
 
 def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, backend, timeout, verify, seed,
                 seed_policy, data_parallel_random_init, comm_strategy, comm_config, comm_config_path, split_share,
-                device, gtp, egtp, create_all_gather_groups, spares, grids=None, layout_given=()):
+                device, gtp, egtp, create_all_gather_groups, spares, grids=None, layout_given=(),
+                grids_disjoint_or_identical=False):
     """:func:`initialize` with its arguments checked by ``a`` (an :class:`Args` naming the caller);
     ``layout_given``: the layout keywords the caller passed (refused together with ``grids``)."""
     # Every argument is checked before the library sees any of them.
@@ -125,7 +130,8 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
     timeout = a.seconds("timeout", timeout, inf=True, max_s=None)
     flags = {name: a.flag(name, value) for name, value in (
         ("verify", verify), ("data_parallel_random_init", data_parallel_random_init), ("split_share", split_share),
-        ("create_all_gather_groups", create_all_gather_groups))}
+        ("create_all_gather_groups", create_all_gather_groups),
+        ("grids_disjoint_or_identical", grids_disjoint_or_identical))}
     seed = a.int("seed", seed, ctypes.c_int64, none=True)
     if grid_c is not None and seed is not None and grid_c.seeds[0] is not None:
         raise a.value_error("seed", seed, f"and grids[{grid_c.names[0]!r}]['seed'] {grid_c.seeds[0]!r} both seed the "
@@ -164,6 +170,7 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
     args.split_share = flags["split_share"]
     args.create_all_gather_groups = flags["create_all_gather_groups"]
     args.spares = spares
+    args.grids_disjoint_or_identical = flags["grids_disjoint_or_identical"]
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)

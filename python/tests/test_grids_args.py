@@ -22,6 +22,7 @@ def captured(monkeypatch):
         seen["grid_name"] = args.grid_name
         seen["seed"] = (args.seed_rng, args.seed)
         seen["seed_policy"] = args.seed_policy
+        seen["grids_disjoint_or_identical"] = args.grids_disjoint_or_identical
         grids = []
         for i in range(args.grids_len):
             spec = args.grids[i].contents
@@ -111,3 +112,28 @@ def test_grid_queries_before_initialize_say_not_initialized():
         assert info.value.status_name == "MCORE_STATUS_NOT_INITIALIZED", info.value
     with pytest.raises(TypeError, match=r"grid\(\): name must be a str or None, got 5"):
         mcore_init.grid(5)
+
+
+def test_the_disjoint_or_identical_rule_reaches_the_args_and_is_checked(captured):
+    """Megatron-Core 0.20's grid rule: a flag of ``mcore_init_args``, off by default."""
+    grids = {"train": dict(tp=2), "rollout": dict(tp=4)}
+    runtime.initialize(grids=grids)
+    assert captured["grids_disjoint_or_identical"] is False
+    runtime.initialize(grids=grids, grids_disjoint_or_identical=True)
+    assert captured["grids_disjoint_or_identical"] is True
+    with pytest.raises(TypeError, match="grids_disjoint_or_identical"):
+        runtime.initialize(grids=grids, grids_disjoint_or_identical="yes")
+
+
+def test_the_expert_view_of_a_pg_collection():
+    """Megatron-Core 0.20's ``"expert"`` HyperCommGrid view: the expert fields and the shared pp."""
+    from mcore_init.named_grids import EXPERT_VIEW_FIELDS, PG_COLLECTION_FIELDS, PgCollection, PgGroup
+    assert set(EXPERT_VIEW_FIELDS) <= set(PG_COLLECTION_FIELDS)
+    groups = [PgGroup(f, "k", [0], 0, 1, 1, False) for f in ("tp", "pp", "ep", "expt_dp")]
+    pg = PgCollection("default", groups)
+    expert = pg.view("expert")
+    assert set(expert) == set(EXPERT_VIEW_FIELDS) | {"pp"} and expert["ep"].field == "ep" and expert["tp_ep"] is None
+    base = pg.view("base")
+    assert base["tp"].field == "tp" and "ep" not in base and base["pp"].field == "pp"
+    with pytest.raises(ValueError, match="'dense'"):
+        pg.view("dense")

@@ -6,7 +6,8 @@
 # (the plugin loaded through the library's plugin loader, two real processes), and mcore-selftest
 # --backend hccl through mcore-launch with the doubles: 1, 2, 4 and 8 processes (tp2 pp2 cp2 at 8)
 # with verification on, once per config generation the double models, once without int64, split
-# with and without HcclCreateSubCommConfig (the fallback said at MCORE_LOG=debug), and peers that
+# with and without HcclCreateSubCommConfig (the fallback said at MCORE_LOG=debug), per-kind options
+# reaching each kind's HcclCommConfig, and peers that
 # never arrive (scripts/lib/fault_trials.py). The doubles are for the plugin's logic only: real
 # HCCL is not tested here (docs/backends.md says what to run on an Ascend node).
 set -uo pipefail
@@ -41,7 +42,9 @@ world() {  # world LABEL N VARIANT STRATEGY|- TEXT|- [VAR=VALUE...] -- SELFTEST_
     timeout 300 ./target/release/mcore-launch --nproc "$n" --timeout 120 -- \
     ./target/release/mcore-selftest --backend hccl --json "$@" >"$log" 2>&1
   local rc=$?
-  if [ "$rc" -eq 0 ] && python3 scripts/lib/hccl_world.py "$log" "$n" "$strategy" "${text#-}"; then
+  if [ -e "$dir/suspend_calls" ]; then
+    echo "  the plugin called HCCL's reserved suspend/resume: $(head -3 "$dir/suspend_calls")"; suite_bad "selftest $label"
+  elif [ "$rc" -eq 0 ] && python3 scripts/lib/hccl_world.py "$log" "$n" "$strategy" "${text#-}"; then
     suite_ok
   else
     echo "  (mcore-launch exit $rc)"; suite_bad "selftest $label"
@@ -60,16 +63,57 @@ world "8, no int64 all-reduce" 8 gen12 per-group "summing int32" MCORE_LOG=debug
   --tp 2 --pp 2 --cp 2
 world "2, the device given to mcore_initialize" 2 gen12 per-group "device 3 set from the group spec" MCORE_LOG=debug -- \
   --tp 2 --device 3
-world "8, split with HcclCreateSubCommConfig" 8 gen12 split - -- --tp 2 --pp 2 --cp 2 --comm-strategy split
+world "8, split with HcclCreateSubCommConfig from a cluster-info world" 8 gen12 split \
+  "HcclCommInitClusterInfoMemConfig from a rank table of 8 ranks" MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 \
+  --comm-strategy split
 world "8, split without HcclCreateSubCommConfig" 8 gen12-nosplit split "falling back to a communicator from root info" \
   MCORE_LOG=debug -- --tp 2 --pp 2 --cp 2 --comm-strategy split
-# Suspend and resume (docs/backends.md): every kind suspended through HcclCommSuspend (generation
-# 12 of the double has it), and without it (generation 4) released and created again; either way
-# mcore-selftest checks that a suspended kind refuses an all-reduce and verifies every kind after.
-world "8, suspend/resume all kinds (HcclCommSuspend)" 8 gen12 per-group '"mode":"native"' -- \
-  --tp 2 --pp 2 --cp 2 --suspend-resume all
+# Suspend and resume (docs/backends.md, "HCCL"): every kind released and created again, also
+# where libhccl.so exports HcclCommSuspend (generation 12 of the double: the plugin must not call
+# HCCL's reserved recovery calls, which release no memory; world() fails on any call); mcore-selftest
+# checks that a suspended kind refuses an all-reduce and verifies every kind after.
+world "8, suspend/resume all kinds (recreate; HcclCommSuspend exported, not called)" 8 gen12 per-group \
+  '"mode":"recreate"' -- --tp 2 --pp 2 --cp 2 --suspend-resume all
 world "8, suspend/resume without HcclCommSuspend (recreate)" 8 gen4 per-group '"mode":"recreate"' -- \
   --tp 2 --pp 2 --cp 2 --suspend-resume all
+# Per-kind options (docs/backends.md, "HCCL"): torch_npu's keys in a per-kind file and MindSpeed's
+# buffer string (MCORE_HCCL_GROUP_BUFFER) reach each kind's HcclCommConfig, which the double writes
+# to config.<comm name>; the file's hccl_buffer_size wins over the string's, cp_ring is skipped.
+hccl_options() {
+  local dir rc
+  dir=$(mktemp -d)
+  printf 'tp: {hccl_buffer_size: 300, group_name: tp_grads, hccl_exec_timeout: 900}\npp: {qos_traffic_class: 132}\n' \
+    >"$dir/comm.yaml"
+  LD_LIBRARY_PATH="$PWD/target/hccl-plugin" MCORE_HCCL_LIBRARY="$dbl/gen12/libhccl.so" \
+    MCORE_HCCL_ACL_LIBRARY="$dbl/acl/libascendcl.so" MCORE_HCCL_DOUBLE_DIR="$dir" \
+    MCORE_HCCL_GROUP_BUFFER='dp:200;tp:500;pp:250;cp_ring:70' timeout 300 ./target/release/mcore-launch --nproc 8 \
+    --timeout 120 -- ./target/release/mcore-selftest --backend hccl --tp 2 --pp 2 --comm-config "$dir/comm.yaml" \
+    >"$log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { cat "$log"; echo "  (mcore-launch exit $rc)"; rm -rf "$dir"; return 1; }
+  python3 - "$dir" <<'PY'
+import pathlib, re, sys
+d = pathlib.Path(sys.argv[1])
+want = {"tensor_model_parallel": ["hcclBufferSize=300", "hcclUdi=tp_grads", "hcclExecTimeOut=900"],
+        "pipeline_model_parallel": ["hcclBufferSize=250", "hcclRdmaTrafficClass=132"],
+        "data_parallel": ["hcclBufferSize=200", "hcclRdmaTrafficClass=4294967295"],
+        "context_parallel": ["hcclBufferSize=4294967295"]}
+bad = []
+for kind, fields in want.items():
+    files = sorted(f for f in d.iterdir() if re.fullmatch(rf"config\.{kind}_\d+", f.name))
+    if not files:
+        bad.append(f"no communicator of {kind} recorded")
+    for f in files:
+        lines = f.read_text().splitlines()
+        bad += [f"{f.name}: {x} missing (got {lines})" for x in fields if x not in lines]
+print("\n".join(bad) or "hccl options: every kind's HcclCommConfig as configured")
+sys.exit(1 if bad else 0)
+PY
+  rc=$?
+  rm -rf "$dir"
+  return $rc
+}
+suite_check "hccl: per-kind options and MindSpeed's buffer string reach HcclCommConfig (8 processes)" hccl_options
 # A peer that never arrives (stopped before init, or after its check-in): every other rank ends
 # within the deadline (T = 5 s, + 2 s) naming it.
 hccl_faults() {

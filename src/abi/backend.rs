@@ -61,6 +61,12 @@ pub struct mcore_backend_group_info {
     /// library refuses a device for the others). Appended in 0.2: read it only when
     /// `struct_size` covers it.
     pub device: i32,
+    /// The communicator options of the group's kind (the per-kind communicator config), as
+    /// NUL-terminated `key=value` lines (`hccl_buffer_size=300\ngroup_name=grads\n`: the config
+    /// file's keys, typed options first), or NULL when the kind sets none. A backend applies the
+    /// keys it knows and skips the others (another backend's). Appended in 0.2: read it only when
+    /// `struct_size` covers it.
+    pub options: *const c_char,
 }
 
 /// Store `set`: write `len` bytes at `value` under the NUL-terminated `key`. Returns a status.
@@ -282,6 +288,10 @@ pub const MCORE_BACKEND_FLAG_CONCURRENT_CREATE: u32 = 2;
 /// `mcore_backend_group_info.device` (a device given at initialization is refused for a
 /// backend without this flag).
 pub const MCORE_BACKEND_FLAG_TAKES_DEVICE: u32 = 4;
+/// `mcore_backend_v1.flags`: the backend reads the per-kind communicator options
+/// (`mcore_backend_group_info.options`; appended in 0.2). Without this flag the library refuses
+/// options for the backend before anything is created.
+pub const MCORE_BACKEND_FLAG_TAKES_OPTIONS: u32 = 8;
 
 /// `flags` of `mcore_backend_v1.shrink`: a peer of the communicator failed; end its operations in
 /// flight before shrinking (the library aborts it afterwards).

@@ -49,6 +49,11 @@ impl Backend {
         self.vt.creates_concurrently()
     }
 
+    /// Whether it applies the per-kind options it is given (`MCORE_BACKEND_FLAG_TAKES_OPTIONS`).
+    pub fn takes_options(&self) -> bool {
+        self.vt.takes_options()
+    }
+
     /// Whether it places communicators on the device it is given (`MCORE_BACKEND_FLAG_TAKES_DEVICE`).
     pub fn takes_device(&self) -> bool {
         self.vt.takes_device()

@@ -1,6 +1,6 @@
 //! The description of one group a backend creates a communicator for.
 
-use super::BackendError;
+use super::{BackendError, CommOptions};
 use std::time::Duration;
 
 /// One group as the runtime hands it to a backend: a unique name, its global ranks (ascending,
@@ -22,6 +22,9 @@ pub struct GroupInfo {
     pub host_addr: Option<String>,
     /// The device the caller asked for (backends that take one); `None` when none was given.
     pub device: Option<u32>,
+    /// The options of the group's kind as `key=value` lines ([`CommOptions::lines`]) for a
+    /// plugin backend; `None` when the kind sets none.
+    pub options: Option<String>,
 }
 
 impl GroupInfo {
@@ -60,6 +63,7 @@ impl GroupInfo {
             timeout: crate::timeout::clamp(timeout),
             host_addr: None,
             device: None,
+            options: None,
         })
     }
 
@@ -72,6 +76,12 @@ impl GroupInfo {
     /// The same group, with the device the caller asked for.
     pub fn with_device(mut self, device: Option<u32>) -> Self {
         self.device = device;
+        self
+    }
+
+    /// The same group, with its kind's options for a plugin backend (none when all are default).
+    pub fn with_options(mut self, options: &CommOptions) -> Self {
+        self.options = (!options.is_default()).then(|| options.lines());
         self
     }
 

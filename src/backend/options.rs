@@ -40,7 +40,52 @@ pub struct CommOptions {
     pub strict: Option<bool>,
 }
 
+/// torch_npu's per-group `hccl_config` keys, which the HCCL plugin applies to `HcclCommConfig`
+/// (docs/backends.md, "HCCL"): whether each takes text (else a whole number).
+pub const HCCL_OPTIONS: [(&str, bool); 8] = [
+    ("hccl_buffer_size", false),
+    ("group_name", true),
+    ("qos_traffic_class", false),
+    ("qos_service_level", false),
+    ("hccl_op_expansion_mode", false),
+    ("hccl_exec_timeout", false),
+    ("hccl_algo", true),
+    ("hccl_sdma_qos", false),
+];
+
+/// Whether `key` is one of [`HCCL_OPTIONS`] (`Some(takes text)`).
+pub fn hccl_option(key: &str) -> Option<bool> {
+    HCCL_OPTIONS.iter().find(|(k, _)| *k == key).map(|&(_, text)| text)
+}
+
 impl CommOptions {
+    /// Every option set as `key=value` lines (typed options first, then the others by key,
+    /// `strict` last): what a plugin backend is given (`mcore_backend_group_info.options`).
+    pub fn lines(&self) -> String {
+        let mut out = String::new();
+        let mut line = |k: &str, v: &dyn fmt::Display| out.push_str(&format!("{k}={v}\n"));
+        let typed: [(&str, Option<i32>); 3] =
+            [("cga_cluster_size", self.cga_cluster_size), ("min_ctas", self.min_ctas), ("max_ctas", self.max_ctas)];
+        for (k, v) in typed {
+            if let Some(v) = v {
+                line(k, &v);
+            }
+        }
+        if let Some(n) = &self.net_name {
+            line("net_name", n);
+        }
+        if let Some(s) = self.split_share {
+            line("split_share", &s);
+        }
+        for (k, v) in &self.more {
+            line(k, v);
+        }
+        if let Some(s) = self.strict {
+            line("strict", &s);
+        }
+        out
+    }
+
     /// Whether every option is left at the backend's default.
     pub fn is_default(&self) -> bool {
         *self == CommOptions::default()

@@ -28,13 +28,31 @@ impl CommFactory for Backend {
         (!self.supports_allreduce()).then(|| format!("backend '{}' fills no allreduce_sum_i64 slot", self.name()))
     }
 
+    /// A plugin that sets `MCORE_BACKEND_FLAG_TAKES_OPTIONS` takes any options: they reach it as
+    /// `key=value` lines ([`GroupInfo::with_options`]) and it applies the keys it knows. Others
+    /// refuse every option.
+    fn check_options(&self, options: &CommOptions) -> Result<(), CommError> {
+        if self.takes_options() || options.is_default() {
+            return Ok(());
+        }
+        Err(CommError::new(
+            CommErrorKind::InvalidArgument,
+            format!(
+                "backend '{}' takes no communicator options (its vtable sets no MCORE_BACKEND_FLAG_TAKES_OPTIONS),                  but {options} are set (use the nccl or hccl backend, or drop them)",
+                self.name()
+            ),
+        ))
+    }
+
     fn create_group(
         &self,
         group: &GroupInfo,
-        _: &CommOptions,
+        options: &CommOptions,
         store: Arc<dyn Store>,
     ) -> Result<Box<dyn Communicator>, CommError> {
-        Backend::create_group(self, group, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
+        Backend::create_group(self, &group.clone().with_options(options), store)
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
     }
 
     /// A backend whose `create_group` may run on several threads creates a rank's groups together.
@@ -79,10 +97,12 @@ impl CommFactory for Backend {
     fn create_world(
         &self,
         world: &GroupInfo,
-        _: &CommOptions,
+        options: &CommOptions,
         store: Arc<dyn Store>,
     ) -> Result<Box<dyn Communicator>, CommError> {
-        Backend::create_world(self, world, store).map(|c| Box::new(c) as Box<dyn Communicator>).map_err(CommError::from)
+        Backend::create_world(self, &world.clone().with_options(options), store)
+            .map(|c| Box::new(c) as Box<dyn Communicator>)
+            .map_err(CommError::from)
     }
 }
 
@@ -135,10 +155,11 @@ impl Communicator for Comm {
         &mut self,
         color: u32,
         group: Option<&GroupInfo>,
-        _: &CommOptions,
+        options: &CommOptions,
     ) -> Result<Option<Box<dyn Communicator>>, CommError> {
         let key = group.map_or(0, |g| g.group_rank as i32);
-        Comm::split(self, color, key, group)
+        let group = group.map(|g| g.clone().with_options(options));
+        Comm::split(self, color, key, group.as_ref())
             .map(|c| c.map(|c| Box::new(c) as Box<dyn Communicator>))
             .map_err(CommError::from)
     }

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N] [--cp N] [--hcp S0,S1,...] \
 [--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
-[--local-world-size N] [--grid NAME:key=value,... ...] [--rank R [--all-members]] \
+[--local-world-size N] [--grid NAME:key=value,... ...] [--grids-disjoint-or-identical] [--rank R [--all-members]] \
 [--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json] \
 [--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]] [--without-ranks R1,R2,... [--spares S1,...]]
 
@@ -27,7 +27,8 @@ rank map and the dropped ranks; --rank and the other reports then refer to the n
 --grid NAME:key=value,... adds a named grid (repeatable; keys as the layout flags without dashes, e.g.
 --grid rollout:tp=4,rank-offset=8,local-world-size=8); the plain layout flags describe grid 'default'.
 Every report is then given per grid, with the ranks the grids share and, with --gpus-per-node, which
-grids each node's GPUs belong to.
+grids each node's GPUs belong to. --grids-disjoint-or-identical refuses grids that break Megatron-Core
+0.20's rule (any two on the same ranks or on none in common, all of them covering the world).
 
 --rank R shows R's groups without visiting the world: a group of more than 256 ranks is shown by its
 first ranks and an exact pattern (JSON: \"boxes\"); --all-members lists every member.";
@@ -54,6 +55,8 @@ struct Options {
     nodes: NodeOptions,
     /// `--without-ranks` and `--spares`.
     recovery: Option<(Vec<u32>, Vec<u32>)>,
+    /// `--grids-disjoint-or-identical`: Megatron-Core 0.20's rule for the grids.
+    disjoint_or_identical: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -63,9 +66,14 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut flags = Flags::new(args);
     let mut nodes = NodeOptions::default();
     let (mut without, mut spares) = (None, None);
+    let mut disjoint_or_identical = false;
     while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
+            "--grids-disjoint-or-identical" if inline.is_some() => {
+                return Err("--grids-disjoint-or-identical takes no value".into())
+            }
+            "--grids-disjoint-or-identical" => disjoint_or_identical = true,
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
             "--all-members" if inline.is_some() => return Err("--all-members takes no value".into()),
@@ -113,7 +121,18 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     if multi && recovery.is_some() {
         return Err("--without-ranks plans the recovery of one grid: not with --grid".into());
     }
-    Ok(Some(Options { world_size, grids, multi, rank, all_members, json, seeds, nodes, recovery }))
+    Ok(Some(Options {
+        world_size,
+        grids,
+        multi,
+        rank,
+        all_members,
+        json,
+        seeds,
+        nodes,
+        recovery,
+        disjoint_or_identical,
+    }))
 }
 
 fn sizes_json(t: &Topology) -> Value {
@@ -415,6 +434,11 @@ fn build_grids(opts: &Options) -> Result<Vec<(String, Topology)>, String> {
             ));
         }
         out.push((g.name.clone(), t));
+    }
+    if opts.disjoint_or_identical {
+        let spans: Vec<(&str, u32, u32)> =
+            out.iter().map(|(n, t)| (n.as_str(), t.rank_offset(), t.world_size())).collect();
+        mcore_init::runtime::check_disjoint_or_identical(&spans, opts.world_size)?;
     }
     Ok(out)
 }

@@ -87,6 +87,10 @@ pub struct mcore_init_args {
     /// first grid (its name and seed). Every rank must be in at least one grid. Appended in 0.2.
     pub grids: *const *const mcore_grid_spec,
     pub grids_len: usize,
+    /// Megatron-Core 0.20's rule for several grids: any two grids cover the same ranks or none
+    /// in common, and together the world; other grids are `MCORE_STATUS_INVALID_ARGUMENT`
+    /// naming the offending pair (default false). Appended in 0.2.
+    pub grids_disjoint_or_identical: bool,
 }
 
 impl Default for mcore_init_args {
@@ -111,6 +115,7 @@ impl Default for mcore_init_args {
             grid_name: std::ptr::null(),
             grids: std::ptr::null(),
             grids_len: 0,
+            grids_disjoint_or_identical: false,
         }
     }
 }
@@ -129,8 +134,11 @@ pub unsafe extern "C" fn mcore_init_args_init(args: *mut mcore_init_args) -> mco
 
 /// The `struct_size` of every released layout of `mcore_init_args` (see `crate::abi::sized`;
 /// ABI 2 restarted the list).
-const ARGS_RELEASES: &[u32] =
-    &[std::mem::offset_of!(mcore_init_args, grid_name) as u32, std::mem::size_of::<mcore_init_args>() as u32];
+const ARGS_RELEASES: &[u32] = &[
+    std::mem::offset_of!(mcore_init_args, grid_name) as u32,
+    std::mem::offset_of!(mcore_init_args, grids_disjoint_or_identical) as u32,
+    std::mem::size_of::<mcore_init_args>() as u32,
+];
 
 /// The caller's args and their layout config, each read under the one `struct_size` rule.
 ///
@@ -237,6 +245,7 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             },
             create_all_gather_groups: c.create_all_gather_groups,
             spares: c.spares,
+            grids_disjoint_or_identical: c.grids_disjoint_or_identical,
         };
         let outcome = runtime::initialize(args)?;
         drop(users); // callbacks hold their own reference for as long as the runtime lives
@@ -486,8 +495,13 @@ mod tests {
         // SAFETY: as above.
         let (_, topo) = unsafe { read_args(&args) }.unwrap();
         assert_eq!(topo.tp, 1, "NULL layout = every size 1");
-        args.struct_size -= 8;
+        // The previous release (before grids_disjoint_or_identical) is read, the flag off.
+        args.struct_size = std::mem::offset_of!(mcore_init_args, grids_disjoint_or_identical) as u32;
+        args.grids_disjoint_or_identical = true;
         // SAFETY: as above (a smaller declared size).
+        assert!(!unsafe { read_args(&args) }.unwrap().0.grids_disjoint_or_identical);
+        args.struct_size -= 4; // no released layout
+                               // SAFETY: as above (a smaller declared size).
         let e = unsafe { read_args(&args) }.unwrap_err();
         assert_eq!(e.status, mcore_status::InvalidArgument);
         assert!(e.message.contains("mcore_init_args struct_size"), "{}", e.message);

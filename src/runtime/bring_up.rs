@@ -249,6 +249,11 @@ fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeE
         }
         next = next.max(end);
     }
+    if args.grids_disjoint_or_identical {
+        let spans: Vec<(&str, u32, u32)> =
+            grids.iter().map(|g| (g.name.as_str(), g.topology.rank_offset(), g.topology.world_size())).collect();
+        super::grid_rule::check_disjoint_or_identical(&spans, world).map_err(RuntimeError::InvalidArgument)?;
+    }
     if !uncovered.is_empty() {
         let names: Vec<&str> = grids.iter().map(|g| g.name.as_str()).collect();
         return Err(RuntimeError::InvalidArgument(format!(

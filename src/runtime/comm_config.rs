@@ -9,10 +9,13 @@
 //! `max_p2p_peers`, ...: `backend::nccl::config::CONFIG_FIELDS`, each with the NCCL version that
 //! has it), and `strict` (a field newer than the loaded NCCL is then an error, not a warning).
 //! Megatron's `is_high_priority_stream` is a torch stream setting with no communicator
-//! equivalent: it is accepted and ignored.
+//! equivalent: it is accepted and ignored. torch_npu's per-group `hccl_config` keys
+//! (`hccl_buffer_size`, `group_name`, ...: `backend::options::HCCL_OPTIONS`) are the HCCL
+//! plugin's; MindSpeed's per-group buffer string (`dp:200;tp:300;exp:400`) sets
+//! `hccl_buffer_size` per kind ([`CommConfig::add_group_buffers`], `MCORE_HCCL_GROUP_BUFFER`).
 
 use crate::backend::nccl::config::{config_field, FieldKind, CONFIG_FIELDS};
-use crate::backend::options::OptionValue;
+use crate::backend::options::{hccl_option, OptionValue, HCCL_OPTIONS};
 pub use crate::backend::CommOptions;
 use crate::quote::{clip, quoted};
 use crate::topology::GroupKind;
@@ -125,6 +128,31 @@ enum Entry {
     EveryHierarchicalCpLevel,
 }
 
+/// MindSpeed's (older Megatron's) expert group names in its `--hccl-group-buffer` string, with
+/// the kinds they mean.
+pub const MINDSPEED_EXPERT_NAMES: [(&str, &str); 4] = [
+    ("exp", "expert_model_parallel"),
+    ("tp_exp", "expert_tensor_and_model_parallel"),
+    ("mp_exp", "expert_tensor_model_pipeline_parallel"),
+    ("dp_modulo_exp", "expert_data_parallel"),
+];
+
+/// Groups MindSpeed creates and this library does not: skipped in its buffer string.
+pub const MINDSPEED_ONLY_GROUPS: [&str; 12] = [
+    "pp_new_stream",
+    "cp2",
+    "cp_ulysses",
+    "cp_ring",
+    "cp_ring_intra",
+    "cp_ring_intra_overlap",
+    "nd1_dim1",
+    "nd1_dim2",
+    "nd2_dim1",
+    "nd2_dim2",
+    "ag_x_sd_rcv_overlap",
+    "ag_y_sd_rcv_overlap",
+];
+
 /// The entry that applies to every `hierarchical_context_parallel_<i>` level.
 const HIERARCHICAL_CP: &str = "hierarchical_context_parallel";
 
@@ -213,6 +241,29 @@ impl CommConfig {
         Ok(())
     }
 
+    /// Add MindSpeed's per-group HCCL buffer string (`--hccl-group-buffer`, e.g.
+    /// `dp:200;tp:300;exp:400`, MB per group): each entry sets `hccl_buffer_size` of its kind
+    /// unless the kind's entry sets it already. Names are the ones [`Self::set`] takes plus
+    /// MindSpeed's older expert names ([`MINDSPEED_EXPERT_NAMES`]); MindSpeed's own groups that
+    /// this library does not create ([`MINDSPEED_ONLY_GROUPS`]) are skipped. The error names the
+    /// entry.
+    pub fn add_group_buffers(&mut self, text: &str, source: &str) -> Result<(), String> {
+        for item in text.split(';').map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = |why: &str| format!("{source}: {} {why} (expected name:MB, e.g. dp:200;tp:300)", quoted(item));
+            let (name, mb) = item.split_once(':').ok_or_else(|| bad("is not name:MB"))?;
+            let (name, mb) = (name.trim(), mb.trim());
+            let mb: i32 = mb.parse().ok().filter(|v| *v >= 1).ok_or_else(|| bad("has no whole number of MB from 1"))?;
+            if MINDSPEED_ONLY_GROUPS.contains(&name) {
+                continue;
+            }
+            let kind_name = MINDSPEED_EXPERT_NAMES.iter().find(|(m, _)| *m == name).map_or(name, |&(_, k)| k);
+            let entry = entry_of(kind_name).ok_or_else(|| bad("names no group kind"))?;
+            let options = self.per_kind.entry(entry).or_default();
+            options.more.entry("hccl_buffer_size".into()).or_insert(OptionValue::Int(mb));
+        }
+        Ok(())
+    }
+
     /// Read a Megatron NCCL communicator config file. Only a regular file is read: a FIFO,
     /// socket, device or directory is refused without blocking (the file is opened
     /// non-blocking and checked before any read), so that init can never hang on it.
@@ -288,9 +339,9 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
             "min_ctas" => o.min_ctas = Some(int()?),
             "max_ctas" => o.max_ctas = Some(int()?),
             "net_name" => {
-                let v = value
-                    .as_str()
-                    .ok_or_else(|| format!("{at}: net_name must be a string, got {}", describe(value)))?;
+                let v = value.as_str().filter(|t| !t.contains(char::is_control)).ok_or_else(|| {
+                    format!("{at}: net_name must be a string without control characters, got {}", describe(value))
+                })?;
                 o.net_name = Some(v.to_string());
             }
             "split_share" => {
@@ -311,11 +362,15 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
             // communicator option corresponds; the caller chooses its streams' priorities.
             "is_high_priority_stream" => {}
             other => {
-                let field = config_field(other).ok_or_else(|| {
-                    let keys: Vec<&str> = CONFIG_FIELDS.iter().map(|f| f.key).collect();
-                    format!("{at}: unknown option {} (expected one of {}, strict)", quoted(other), keys.join(", "))
-                })?;
-                let v = match field.kind {
+                let kind = config_field(other)
+                    .map(|f| f.kind)
+                    .or_else(|| hccl_option(other).map(|text| if text { FieldKind::Text } else { FieldKind::Int }))
+                    .ok_or_else(|| {
+                        let keys: Vec<&str> =
+                            CONFIG_FIELDS.iter().map(|f| f.key).chain(HCCL_OPTIONS.iter().map(|(k, _)| *k)).collect();
+                        format!("{at}: unknown option {} (expected one of {}, strict)", quoted(other), keys.join(", "))
+                    })?;
+                let v = match kind {
                     FieldKind::Int => OptionValue::Int(int()?),
                     FieldKind::Bool => match (value.as_bool(), value.as_i64()) {
                         (Some(b), _) => OptionValue::Bool(b),
@@ -325,9 +380,12 @@ fn parse_options(body: &Yaml, at: &str) -> Result<CommOptions, String> {
                     FieldKind::Text => OptionValue::Text(
                         value
                             .as_str()
-                            .filter(|t| !t.is_empty())
+                            .filter(|t| !t.is_empty() && !t.contains(char::is_control))
                             .ok_or_else(|| {
-                                format!("{at}: {other} must be a non-empty string, got {}", describe(value))
+                                format!(
+                                    "{at}: {other} must be a non-empty string without control characters, got {}",
+                                    describe(value)
+                                )
                             })?
                             .to_string(),
                     ),
@@ -439,6 +497,52 @@ tensor_and_data_parallel:
             assert_eq!(c.options_for(k(kind)).max_ctas, Some(i as i32 + 1), "{kind}");
         }
         assert!(c.options_for(k("data_parallel")).is_default(), "gtp_remat_dp does not configure dp");
+    }
+
+    #[test]
+    fn torch_npu_hccl_keys_are_accepted_next_to_nccls() {
+        let mut c = CommConfig::default();
+        c.add_yaml(
+            "tp: {hccl_buffer_size: 300, group_name: tp_grads, qos_traffic_class: 132, qos_service_level: 4, \
+             hccl_op_expansion_mode: 2, hccl_exec_timeout: 1800, hccl_algo: 'level0:NA;level1:ring', \
+             hccl_sdma_qos: 6, max_ctas: 4}\n",
+            "cfg.yaml",
+        )
+        .unwrap();
+        let tp = c.options_for(k("tensor_model_parallel"));
+        assert_eq!(tp.more.get("hccl_buffer_size"), Some(&OptionValue::Int(300)));
+        assert_eq!(tp.more.get("group_name"), Some(&OptionValue::Text("tp_grads".into())));
+        assert_eq!(tp.more.get("hccl_algo"), Some(&OptionValue::Text("level0:NA;level1:ring".into())));
+        assert_eq!(tp.more.get("hccl_sdma_qos"), Some(&OptionValue::Int(6)));
+        let lines = tp.lines();
+        assert!(lines.starts_with("max_ctas=4\n") && lines.contains("\nhccl_exec_timeout=1800\n"), "{lines}");
+        assert_eq!(lines.lines().count(), 9, "{lines}");
+        let err = |text: &str| CommConfig::default().add_yaml(text, "cfg.yaml").unwrap_err();
+        assert!(err("tp: {hccl_buffer_size: big}").contains("tp: hccl_buffer_size must be an integer, got 'big'"));
+        assert!(err("tp: {group_name: \"a\\nb\"}").contains("group_name must be a non-empty string without control"));
+        assert!(err("tp: {net_name: \"IB\\n\"}").contains("net_name must be a string without control"));
+        assert!(err("tp: {hccl_buffersize: 1}").contains("unknown option 'hccl_buffersize'"));
+    }
+
+    #[test]
+    fn mindspeeds_group_buffer_string_sets_buffer_sizes_per_kind() {
+        let mut c = CommConfig::default();
+        c.add_yaml("tp: {hccl_buffer_size: 500}\npp: {max_ctas: 2}", "cfg.yaml").unwrap();
+        c.add_group_buffers(" dp:200; tp:300 ;exp:400;dp_modulo_exp:50;cp_ring:70;pp:10;", "MCORE_HCCL_GROUP_BUFFER")
+            .unwrap();
+        let mb = |kind: &str| c.options_for(k(kind)).more.get("hccl_buffer_size").cloned();
+        assert_eq!(mb("data_parallel"), Some(OptionValue::Int(200)));
+        assert_eq!(mb("tensor_model_parallel"), Some(OptionValue::Int(500)), "the per-kind file wins");
+        assert_eq!(mb("expert_model_parallel"), Some(OptionValue::Int(400)));
+        assert_eq!(mb("expert_data_parallel"), Some(OptionValue::Int(50)));
+        assert_eq!(mb("pipeline_model_parallel"), Some(OptionValue::Int(10)));
+        assert_eq!(c.options_for(k("pipeline_model_parallel")).max_ctas, Some(2), "the kind's other options stay");
+        assert_eq!(mb("context_parallel"), None, "cp_ring is MindSpeed's own group, not cp");
+        let err = |text: &str| CommConfig::default().add_group_buffers(text, "MCORE_HCCL_GROUP_BUFFER").unwrap_err();
+        assert!(err("dp:200;tq:300").contains("MCORE_HCCL_GROUP_BUFFER: 'tq:300' names no group kind"));
+        assert!(err("dp=200").contains("'dp=200' is not name:MB"));
+        assert!(err("dp:0").contains("'dp:0' has no whole number of MB from 1"));
+        assert!(err("dp:lots").contains("'dp:lots' has no whole number"));
     }
 
     #[test]

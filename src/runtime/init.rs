@@ -23,9 +23,16 @@ static RUNTIME: IdempotentSlot<Runtime, Kept> = IdempotentSlot::new();
 pub(super) const RECOVERING: &str = "a recovery is in progress";
 pub(super) const DESTROYING: &str = "a destroy is in progress";
 
+/// MindSpeed's per-group HCCL buffer string (`dp:200;tp:300;exp:400`), applied to the per-kind
+/// communicator options by [`initialize`] (`CommConfig::add_group_buffers`).
+pub const GROUP_BUFFER_ENV: &str = "MCORE_HCCL_GROUP_BUFFER";
+
 /// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
-pub fn initialize(args: InitArgs) -> Result<InitOutcome, RuntimeError> {
+pub fn initialize(mut args: InitArgs) -> Result<InitOutcome, RuntimeError> {
     let env = LaunchEnv::from_process()?;
+    if let Some(text) = std::env::var(GROUP_BUFFER_ENV).ok().filter(|t| !t.trim().is_empty()) {
+        args.comm_config.add_group_buffers(&text, GROUP_BUFFER_ENV).map_err(RuntimeError::InvalidArgument)?;
+    }
     initialize_with(args, env, &default_factory)
 }
 

@@ -89,6 +89,9 @@ pub struct InitArgs {
     /// others); they check in, stand by in `recovery::reinitialize`, and take a failed rank's
     /// place when a recovery needs them (docs/recovery.md).
     pub spares: u32,
+    /// Megatron-Core 0.20's rule for several grids: any two grids cover the same ranks or none
+    /// in common (and all of them the world); init refuses other grids, naming the pair.
+    pub grids_disjoint_or_identical: bool,
 }
 
 impl Default for InitArgs {
@@ -108,6 +111,7 @@ impl Default for InitArgs {
             device: None,
             create_all_gather_groups: false,
             spares: 0,
+            grids_disjoint_or_identical: false,
         }
     }
 }
@@ -180,6 +184,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("comm_config", args.comm_config.fingerprint())
         .with("create_all_gather_groups", args.create_all_gather_groups)
         .with("spares", args.spares)
+        .with("grids_disjoint_or_identical", args.grids_disjoint_or_identical)
         .with_local("device", opt(&args.device))
 }
 

@@ -8,6 +8,7 @@ pub mod checkin;
 pub mod comm_config;
 pub mod env;
 pub mod error;
+mod grid_rule;
 pub mod groups;
 pub mod host;
 pub mod hostlist;
@@ -31,6 +32,7 @@ pub use bring_up::{set_phase_hook, InitPhase, PhaseHook};
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
 pub use env::{EnvError, LaunchEnv, LauncherKind};
 pub use error::RuntimeError;
+pub use grid_rule::check_disjoint_or_identical;
 pub use groups::{GridTag, GroupPlan, LiveGroup, PlanKind, RankPlan};
 pub use init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use init_args::{
@@ -41,7 +43,9 @@ pub use member_groups::{
     create_group, create_groups, destroy_group, member_group, member_group_names, start_group, GroupOptions, GroupSpec,
     MemberGroup,
 };
-pub use pg_collection::{PgSource, PG_COLLECTION_FIELDS};
+pub use pg_collection::{
+    pg_collection_view, PgSource, BASE_VIEW, EXPERT_VIEW, EXPERT_VIEW_FIELDS, PG_COLLECTION_FIELDS,
+};
 pub use plan::{plan_for, Grid};
 pub use runtime_state::{InitTimings, Runtime};
 pub use settings::InitOutcome;

@@ -46,6 +46,10 @@ typedef struct mcore_hccl_group_spec {
   uint32_t deterministic;  /* hcclDeterministic 0, 1 or 2; 0xffffffff = HCCL's default (HCCL_DETERMINISTIC) */
   const char *host_addr;   /* group rank 0's root-info interface (HCCL_IF_IP) unless HCCL_IF_IP or
                               HCCL_SOCKET_IFNAME is set; NULL = HCCL's choice */
+  const char *options;     /* appended: "key=value" lines of torch_npu's hccl_config keys (hccl_buffer_size,
+                              group_name, qos_traffic_class, qos_service_level, hccl_op_expansion_mode,
+                              hccl_exec_timeout, hccl_algo, hccl_sdma_qos) for HcclCommConfig; other keys
+                              are skipped; NULL = none. Read only when struct_size covers it. */
 } mcore_hccl_group_spec;
 
 /* Fill a spec with defaults (device -1 = the thread's current device, else LOCAL_RANK, else 0;

@@ -118,8 +118,7 @@ bool load_locked(std::string *err) {
   resolve(h, "HcclCreateSubCommConfig", &api.CreateSubCommConfig, path, w, nullptr);
   resolve(h, "HcclGetCommConfigCapability", &api.GetCommConfigCapability, path, w, nullptr);
   resolve(h, "HcclGetCommAsyncError", &api.GetCommAsyncError, path, w, nullptr);
-  resolve(h, "HcclCommSuspend", &api.CommSuspend, path, w, nullptr);
-  resolve(h, "HcclCommResume", &api.CommResume, path, w, nullptr);
+  resolve(h, "HcclCommInitClusterInfoMemConfig", &api.CommInitClusterInfoMemConfig, path, w, nullptr);
   // After libhccl.so, whose own dependency on libascendcl.so is then already loaded: one copy of
   // the runtime (and of its per-thread current device) serves both.
   if (!load_acl(&api, err)) return false;

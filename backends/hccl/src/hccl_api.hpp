@@ -112,8 +112,9 @@ struct HcclApi {
                                     HcclComm *) = nullptr;  // optional
   uint32_t (*GetCommConfigCapability)() = nullptr;          // optional (older CANN lack it)
   HcclResult (*GetCommAsyncError)(HcclComm, HcclResult *) = nullptr;  // optional
-  HcclResult (*CommSuspend)(HcclComm) = nullptr;  // optional (HcclCommSuspend, newer CANN)
-  HcclResult (*CommResume)(HcclComm) = nullptr;   // optional (HcclCommResume, with it)
+  // optional: a communicator from a rank table given as a JSON string (the documented parent of
+  // HcclCreateSubCommConfig)
+  HcclResult (*CommInitClusterInfoMemConfig)(const char *, uint32_t, HcclCommConfig *, HcclComm *) = nullptr;
 
   // libascendcl.so (MCORE_HCCL_ACL_LIBRARY overrides the name).
   std::string acl_path;

@@ -111,10 +111,87 @@ bool env_u32(const char *name, uint32_t *out) {
   return true;
 }
 
+// A whole number in [lo, hi] from an option's text; an error naming the group, key and value.
+Status option_number(const std::string &group, const std::string &key, const std::string &value, int64_t lo,
+                     int64_t hi, int64_t *out) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || errno != 0 || *end != '\0' || v < lo || v > hi)
+    return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + group + ": option " + key + "=" + value +
+                                                 " is not a whole number in " + std::to_string(lo) + ".." +
+                                                 std::to_string(hi));
+  *out = v;
+  return {};
+}
+
+// Copy text into a fixed char field, NUL-terminated; an error when it does not fit.
+Status option_text(const std::string &group, const std::string &key, const std::string &value, char *field,
+                   size_t cap) {
+  if (value.empty() || value.size() >= cap)
+    return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + group + ": option " + key + " must be 1 to " +
+                                                 std::to_string(cap - 1) + " bytes, got " +
+                                                 std::to_string(value.size()));
+  std::memset(field, 0, cap);
+  std::memcpy(field, value.data(), value.size());
+  return {};
+}
+
+// Apply the group's per-kind options (torch_npu's hccl_config keys) to the config. A key another
+// backend reads (an NCCL field of the same per-kind file) is skipped; an HCCL key the library's
+// config capability does not cover is an error naming the capability.
+Status apply_options(const HcclApi *api, const std::string &name, const Options &options, HcclCommConfig *config) {
+  const uint32_t cap = api->capability();
+  auto needs = [&](const std::string &key, uint32_t c, const char *cap_name) -> Status {
+    if (cap > c) return {};
+    return fail(MCORE_HCCL_UNSUPPORTED, "group " + name + ": option " + key + " needs a CANN whose "
+                "HcclGetCommConfigCapability() includes " + cap_name + " (" + std::to_string(c) + "); " + api->path +
+                " reports " + std::to_string(cap));
+  };
+  for (const auto &kv : options) {
+    const std::string &key = kv.first, &value = kv.second;
+    int64_t v = 0;
+    Status st;
+    if (key == "hccl_buffer_size") {
+      if (!(st = option_number(name, key, value, 1, UINT32_MAX - 1, &v)).ok()) return st;
+      config->hcclBufferSize = static_cast<uint32_t>(v);
+    } else if (key == "group_name") {
+      if (!(st = needs(key, CAP_COMM_NAME, "HCCL_COMM_CONFIG_COMM_NAME")).ok()) return st;
+      if (!(st = option_text(name, key, value, config->hcclUdi, sizeof config->hcclUdi)).ok()) return st;
+    } else if (key == "hccl_op_expansion_mode" || key == "qos_traffic_class" || key == "qos_service_level") {
+      // The traffic class and service level follow the expansion mode in the struct and came with it.
+      if (!(st = needs(key, CAP_OP_EXPANSION_MODE, "HCCL_COMM_CONFIG_OP_EXPANSION_MODE")).ok()) return st;
+      if (!(st = option_number(name, key, value, 0, UINT32_MAX - 1, &v)).ok()) return st;
+      uint32_t *field = key == "hccl_op_expansion_mode" ? &config->hcclOpExpansionMode
+                        : key == "qos_traffic_class"    ? &config->hcclRdmaTrafficClass
+                                                        : &config->hcclRdmaServiceLevel;
+      *field = static_cast<uint32_t>(v);
+    } else if (key == "hccl_exec_timeout") {
+      if (!(st = needs(key, CAP_EXEC_TIMEOUT, "HCCL_COMM_CONFIG_EXEC_TIMEOUT")).ok()) return st;
+      if (!(st = option_number(name, key, value, 0, INT32_MAX - 1, &v)).ok()) return st;
+      config->hcclExecTimeOut = static_cast<int32_t>(v);
+    } else if (key == "hccl_algo") {
+      if (!(st = needs(key, CAP_ALGO, "HCCL_COMM_CONFIG_ALGO")).ok()) return st;
+      if (!(st = option_text(name, key, value, config->hcclAlgo, sizeof config->hcclAlgo)).ok()) return st;
+    } else if (key == "hccl_sdma_qos") {
+      // hcclQos follows hcclBufferName in the struct.
+      if (!(st = needs(key, CAP_BUFFER_NAME, "HCCL_COMM_CONFIG_BUFFER_NAME")).ok()) return st;
+      if (!(st = option_number(name, key, value, 0, UINT32_MAX - 1, &v)).ok()) return st;
+      config->hcclQos = static_cast<uint32_t>(v);
+    } else {
+      debug("group " + name + ": option " + key + " is not an HCCL option (another backend's): skipped");
+      continue;
+    }
+    debug("group " + name + ": option " + key + "=" + value);
+  }
+  return {};
+}
+
 // The config the library understands: its version and size, explicit values where it does not
-// understand "not set", and an error naming the capability when a request cannot be honoured.
+// understand "not set", the group's options, and an error naming the capability when a request
+// cannot be honoured.
 Status build_config(const HcclApi *api, const std::string &name, uint32_t buffer_mb, uint32_t deterministic,
-                    HcclCommConfig *config) {
+                    const Options &options, HcclCommConfig *config) {
   config_init(config);
   const uint32_t cap = api->capability();
   // "Not set" (0xffffffff) and deterministic 2 came with the releases that also added the
@@ -141,6 +218,8 @@ Status build_config(const HcclApi *api, const std::string &name, uint32_t buffer
     config->hcclRdmaTrafficClass = 0;
     config->hcclRdmaServiceLevel = 0;
   }
+  Status st = apply_options(api, name, options, config);
+  if (!st.ok()) return st;
   if (cap > CAP_COMM_NAME) {
     std::strncpy(config->hcclCommName, name.c_str(), kCommNameBytes - 1);
   } else {
@@ -210,6 +289,25 @@ Status wait_for_members(const mcore_hccl_group_spec &spec, const mcore_hccl_stor
 
 }  // namespace
 
+Status parse_options(const char *text, const std::string &group, Options *out) {
+  out->clear();
+  if (text == nullptr) return {};
+  std::string all(text);
+  size_t at = 0;
+  while (at < all.size()) {
+    size_t nl = all.find('\n', at);
+    std::string line = all.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    at = nl == std::string::npos ? all.size() : nl + 1;
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + group + ": option line '" + line.substr(0, 64) +
+                                                   "' is not key=value");
+    out->emplace_back(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return {};
+}
+
 Status connect_timeout_s(int64_t *out) {
   const char *v = std::getenv("HCCL_CONNECT_TIMEOUT");
   if (v == nullptr || *v == '\0') {
@@ -231,7 +329,83 @@ Status connect_timeout_s(int64_t *out) {
 
 std::string root_info_key(const std::string &name) { return name + "/hccl_root_info"; }
 
+namespace {
+
+// A rank table (HCCL's version 1.0 JSON: servers by host, each with its devices and their ranks)
+// built through the store: every member publishes "<host>\t<device>\t<device ip>" under
+// <name>/hccl_rank_table/<rank> and reads the others' within the group's bound, so a member that
+// never comes is named here. The text is the same on every member (it lists ranks in order).
+Status exchange_rank_table(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, const std::string &name,
+                           int32_t device, Clock::time_point deadline, std::string *json) {
+  const char *dev_ip = std::getenv("MCORE_HCCL_DEVICE_IP");  // the NPU's own address (hccn_tool), if known
+  const std::string host = spec.host_addr != nullptr && *spec.host_addr != '\0' ? spec.host_addr : "127.0.0.1";
+  const std::string mine = host + "\t" + std::to_string(device) + "\t" + (dev_ip != nullptr ? dev_ip : "");
+  const std::string prefix = name + "/hccl_rank_table/";
+  int32_t s = store.set(store.user_data, (prefix + std::to_string(spec.rank)).c_str(),
+                        reinterpret_cast<const uint8_t *>(mine.data()), mine.size());
+  if (s != MCORE_HCCL_OK) return fail(s, "group " + name + ": publishing this rank's rank-table entry failed");
+  std::vector<std::string> entries(spec.size);
+  std::vector<uint32_t> missing;
+  int32_t first = MCORE_HCCL_OK;
+  for (uint32_t r = 0; r < spec.size; ++r) {
+    if (r == spec.rank) {
+      entries[r] = mine;
+      continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    char buf[512];
+    size_t len = 0;
+    s = store.get(store.user_data, (prefix + std::to_string(r)).c_str(), reinterpret_cast<uint8_t *>(buf), sizeof buf,
+                  &len, static_cast<uint64_t>(std::max<int64_t>(left, 1)));
+    if (s != MCORE_HCCL_OK || len > sizeof buf) {
+      missing.push_back(r);
+      if (first == MCORE_HCCL_OK) first = s == MCORE_HCCL_OK ? MCORE_HCCL_BACKEND : s;
+      continue;
+    }
+    entries[r].assign(buf, len);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (uint32_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return fail(first, "group " + name + ": group rank(s) " + list + " of " + std::to_string(spec.size) +
+                           " gave no rank-table entry within " + std::to_string(spec.timeout_ms) + " ms");
+  }
+  // Servers in order of their first rank; devices in rank order.
+  std::vector<std::string> hosts;
+  std::vector<std::string> devices;  // per host, the JSON objects
+  for (uint32_t r = 0; r < spec.size; ++r) {
+    const std::string &e = entries[r];
+    size_t t1 = e.find('\t'), t2 = t1 == std::string::npos ? t1 : e.find('\t', t1 + 1);
+    if (t2 == std::string::npos)
+      return fail(MCORE_HCCL_BACKEND, "group " + name + ": rank " + std::to_string(r) + "'s rank-table entry is malformed");
+    std::string h = e.substr(0, t1), d = e.substr(t1 + 1, t2 - t1 - 1), ip = e.substr(t2 + 1);
+    for (const std::string &field : {h, d, ip})
+      if (field.find_first_of("\"\\") != std::string::npos || field.size() > 128)
+        return fail(MCORE_HCCL_BACKEND, "group " + name + ": rank " + std::to_string(r) + "'s rank-table entry is malformed");
+    size_t i = std::find(hosts.begin(), hosts.end(), h) - hosts.begin();
+    if (i == hosts.size()) {
+      hosts.push_back(h);
+      devices.emplace_back();
+    }
+    devices[i] += std::string(devices[i].empty() ? "" : ",") + "{\"device_id\":\"" + d + "\"," +
+                  (ip.empty() ? "" : "\"device_ip\":\"" + ip + "\",") + "\"rank_id\":\"" + std::to_string(r) + "\"}";
+  }
+  std::string servers;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    servers += std::string(i ? "," : "") + "{\"server_id\":\"" + hosts[i] + "\",\"device\":[" + devices[i] + "]}";
+  *json = "{\"version\":\"1.0\",\"server_count\":\"" + std::to_string(hosts.size()) + "\",\"server_list\":[" + servers +
+          "],\"status\":\"completed\"}";
+  return {};
+}
+
+}  // namespace
+
 Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out) {
+  return hccl_create_group(spec, store, false, out);
+}
+
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, bool cluster_info,
+                         Comm **out) {
   const auto start = Clock::now();
   std::string name = spec.name != nullptr ? spec.name : "";
   if (name.empty()) return fail(MCORE_HCCL_INVALID_ARGUMENT, "group spec has no name");
@@ -257,13 +431,33 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
   }
   const HcclApi *api = api_or(&st, "group " + name);
   if (api == nullptr) return st;
+  Options options;
+  st = parse_options(spec_options(spec), name, &options);
+  if (!st.ok()) return st;
   HcclCommConfig config;
-  st = build_config(api, name, spec.buffer_size_mb, spec.deterministic, &config);
+  st = build_config(api, name, spec.buffer_size_mb, spec.deterministic, options, &config);
   if (!st.ok()) return st;
   int32_t device = 0;
   st = choose_device(api, spec.device, name, &device);
   if (!st.ok()) return st;
   const auto deadline = start + std::chrono::milliseconds(spec.timeout_ms == 0 ? INT32_MAX : spec.timeout_ms);
+
+  if (cluster_info && api->CommInitClusterInfoMemConfig != nullptr) {
+    std::string table;
+    st = exchange_rank_table(spec, store, name, device, deadline, &table);
+    if (!st.ok()) return st;
+    debug("group " + name + ": HcclCommInitClusterInfoMemConfig from a rank table of " + std::to_string(spec.size) +
+          " ranks built through the store");
+    HcclComm comm = nullptr;
+    HcclResult rc = api->CommInitClusterInfoMemConfig(table.c_str(), spec.rank, &config, &comm);
+    if (rc != HCCL_SUCCESS || comm == nullptr)
+      return fail(rc == HCCL_SUCCESS ? MCORE_HCCL_BACKEND : init_status(rc),
+                  "group " + name + " (rank " + std::to_string(spec.rank) + " of " + std::to_string(spec.size) +
+                      "): HcclCommInitClusterInfoMemConfig failed: " + api->describe(rc));
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return finish_comm(api, comm, device, name, spec.rank, spec.size,
+                       spec.timeout_ms == 0 ? 0 : static_cast<uint64_t>(std::max<int64_t>(left, 1000)), out);
+  }
 
   HcclRootInfo root{};
   const std::string key = root_info_key(name);
@@ -316,7 +510,7 @@ Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_sto
 }
 
 Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
-                            uint32_t sub_rank, uint64_t sub_comm_id, Comm **out) {
+                            uint32_t sub_rank, uint64_t sub_comm_id, const Options &options, Comm **out) {
   if (parent == nullptr || parent_ranks == nullptr || n == 0 || sub_rank >= n)
     return fail(MCORE_HCCL_INVALID_ARGUMENT, "group " + name + ": sub-communicator needs a parent, ranks and sub_rank < " +
                                                  std::to_string(n));
@@ -329,7 +523,7 @@ Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_
     return fail(MCORE_HCCL_UNSUPPORTED, "group " + name + ": " + api->path +
                                             " has no HcclCreateSubCommConfig; create the group from root info instead");
   HcclCommConfig config;
-  st = build_config(api, name, 0, kNotSet, &config);
+  st = build_config(api, name, 0, kNotSet, options, &config);
   if (!st.ok()) return st;
   st = enter_device(api, parent);
   if (!st.ok()) return st;
@@ -443,28 +637,6 @@ Status hccl_barrier(Comm *c) {
   if (rc != HCCL_SUCCESS) return fail(init_status(rc), "group " + c->name + ": HcclBarrier failed: " + api->describe(rc));
   return sync_stream(api, c, "HcclBarrier");
 }
-
-namespace {
-Status suspend_or_resume(Comm *c, bool suspend) {
-  const char *call = suspend ? "HcclCommSuspend" : "HcclCommResume";
-  if (c == nullptr) return fail(MCORE_HCCL_INVALID_ARGUMENT, std::string(call) + " needs a communicator");
-  Status st;
-  const HcclApi *api = api_or(&st, "group " + c->name);
-  if (api == nullptr) return st;
-  HcclResult (*f)(HcclComm) = suspend ? api->CommSuspend : api->CommResume;
-  if (f == nullptr)
-    return fail(MCORE_HCCL_UNSUPPORTED, "group " + c->name + ": " + api->path + " has no " + call +
-                                            " (the library re-creates the communicator instead)");
-  st = enter_device(api, c);
-  if (!st.ok()) return st;
-  HcclResult rc = f(c->handle);
-  if (rc != HCCL_SUCCESS) return fail(init_status(rc), "group " + c->name + ": " + call + " failed: " + api->describe(rc));
-  return {};
-}
-}  // namespace
-
-Status hccl_suspend(Comm *c) { return suspend_or_resume(c, true); }
-Status hccl_resume(Comm *c) { return suspend_or_resume(c, false); }
 
 Status hccl_destroy(Comm *c, bool abort) {
   if (c == nullptr) return {};

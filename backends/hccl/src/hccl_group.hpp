@@ -3,7 +3,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hccl_api.hpp"
 #include "mcore_hccl.h"
@@ -31,6 +34,16 @@ struct Comm {
   const void *world_store = nullptr;  // create_world's store (valid until this comm is destroyed)
 };
 
+// A group's per-kind options, in order: (key, value) from the "key=value" lines of
+// mcore_backend_group_info.options (the per-kind YAML's keys; torch_npu's hccl_config names).
+using Options = std::vector<std::pair<std::string, std::string>>;
+Status parse_options(const char *text, const std::string &group, Options *out);
+
+// spec.options where the spec's struct_size covers it, else NULL.
+inline const char *spec_options(const mcore_hccl_group_spec &spec) {
+  return spec.struct_size >= offsetof(mcore_hccl_group_spec, options) + sizeof(const char *) ? spec.options : nullptr;
+}
+
 // HCCL_CONNECT_TIMEOUT in seconds (default 120); code != OK when it is not a whole number in HCCL's
 // documented range 120..7200.
 Status connect_timeout_s(int64_t *out);
@@ -39,14 +52,15 @@ Status connect_timeout_s(int64_t *out);
 std::string root_info_key(const std::string &name);
 
 Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, Comm **out);
+// With `cluster_info`, where the library has HcclCommInitClusterInfoMemConfig: the communicator
+// from a rank table exchanged through the store (the documented parent of
+// HcclCreateSubCommConfig); root info otherwise.
+Status hccl_create_group(const mcore_hccl_group_spec &spec, const mcore_hccl_store &store, bool cluster_info,
+                         Comm **out);
 Status hccl_create_subgroup(Comm *parent, const std::string &name, const uint32_t *parent_ranks, uint32_t n,
-                            uint32_t sub_rank, uint64_t sub_comm_id, Comm **out);
+                            uint32_t sub_rank, uint64_t sub_comm_id, const Options &options, Comm **out);
 Status hccl_allreduce_sum_i64(Comm *comm, int64_t *inout, size_t count);
 Status hccl_barrier(Comm *comm);
-// HcclCommSuspend / HcclCommResume on the communicator's device; MCORE_HCCL_UNSUPPORTED when the
-// library lacks them (the library then destroys and re-creates the communicator instead).
-Status hccl_suspend(Comm *comm);
-Status hccl_resume(Comm *comm);
 // Destroys the communicator (retrying HCCL_E_AGAIN); `abort` ends its device's tasks first
 // (aclrtDeviceTaskAbort, where the runtime has it). The Comm is freed when HCCL released it.
 Status hccl_destroy(Comm *comm, bool abort);

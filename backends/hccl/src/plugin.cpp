@@ -1,4 +1,5 @@
 // The plugin's C entry points (see include/mcore_hccl.h). No exception crosses them.
+#include <cstddef>
 #include <cstring>
 #include <exception>
 
@@ -52,7 +53,8 @@ int32_t mcore_hccl_create_group(const mcore_hccl_group_spec *spec, const mcore_h
   return guarded(err, err_len, [&] {
     if (spec == nullptr || store == nullptr || out_comm == nullptr)
       return mcore_hccl::Status{MCORE_HCCL_INVALID_ARGUMENT, "spec, store and out_comm must not be NULL"};
-    if (spec->struct_size < sizeof(mcore_hccl_group_spec))
+    // The spec before `options` was appended is still read.
+    if (spec->struct_size < offsetof(mcore_hccl_group_spec, options))
       return mcore_hccl::Status{MCORE_HCCL_INVALID_ARGUMENT,
                                 "spec->struct_size " + std::to_string(spec->struct_size) +
                                     " is smaller than mcore_hccl_group_spec; fill it with mcore_hccl_group_spec_init"};
@@ -69,7 +71,7 @@ int32_t mcore_hccl_create_subgroup(void *parent, const char *name, const uint32_
     if (out_comm == nullptr) return mcore_hccl::Status{MCORE_HCCL_INVALID_ARGUMENT, "out_comm must not be NULL"};
     mcore_hccl::Comm *c = nullptr;
     mcore_hccl::Status st = mcore_hccl::hccl_create_subgroup(static_cast<mcore_hccl::Comm *>(parent), name ? name : "",
-                                                             parent_ranks, n, sub_rank, sub_comm_id, &c);
+                                                             parent_ranks, n, sub_rank, sub_comm_id, {}, &c);
     if (st.ok()) *out_comm = c;
     return st;
   });

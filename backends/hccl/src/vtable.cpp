@@ -71,6 +71,12 @@ const char *host_addr(const mcore_backend_group_info *g) {
   return nullptr;
 }
 
+// The group's per-kind options ("key=value" lines), when the library is new enough to pass them.
+const char *group_options(const mcore_backend_group_info *g) {
+  if (g->struct_size >= offsetof(mcore_backend_group_info, options) + sizeof(const char *)) return g->options;
+  return nullptr;
+}
+
 uint32_t env_u32(const char *name, uint32_t dflt) {
   const char *v = std::getenv(name);
   if (v == nullptr || *v == '\0') return dflt;
@@ -80,7 +86,7 @@ uint32_t env_u32(const char *name, uint32_t dflt) {
 }
 
 Status create_from_root_info(const mcore_backend_group_info *group, const mcore_backend_store *store,
-                             const std::string &prefix, Comm **out) {
+                             const std::string &prefix, Comm **out, bool cluster_info = false) {
   mcore_hccl_group_spec spec;
   mcore_hccl_group_spec_init(&spec);
   spec.name = group->name;
@@ -92,9 +98,10 @@ Status create_from_root_info(const mcore_backend_group_info *group, const mcore_
   if (group->struct_size >= offsetof(mcore_backend_group_info, device) + sizeof(int32_t)) spec.device = group->device;
   spec.buffer_size_mb = env_u32("MCORE_HCCL_BUFFER_MB", 0);
   spec.deterministic = env_u32("MCORE_HCCL_DETERMINISTIC", 0xffffffffu);
+  spec.options = group_options(group);
   PrefixedStore ps{store, prefix};
   mcore_hccl_store cb{&ps, &store_set, &store_get};
-  return mcore_hccl::hccl_create_group(spec, cb, out);
+  return mcore_hccl::hccl_create_group(spec, cb, cluster_info, out);
 }
 
 int32_t create(void *, const mcore_backend_group_info *group, const mcore_backend_store *store, void **out_comm, bool world) {
@@ -102,7 +109,8 @@ int32_t create(void *, const mcore_backend_group_info *group, const mcore_backen
     if (group == nullptr || store == nullptr || out_comm == nullptr || store->set == nullptr || store->get == nullptr)
       return Status{MCORE_HCCL_INVALID_ARGUMENT, "HCCL plugin: group, store and out_comm are required"};
     Comm *c = nullptr;
-    Status st = create_from_root_info(group, store, "", &c);
+    // The world: from a rank table (HcclCommInitClusterInfoMemConfig) where the library has it.
+    Status st = create_from_root_info(group, store, "", &c, world);
     if (st.ok()) {
       if (world) c->world_store = store;  // valid until this communicator is destroyed
       *out_comm = c;
@@ -128,9 +136,12 @@ int32_t split(void *, void *parent, int32_t color, int32_t, const mcore_backend_
       return Status{MCORE_HCCL_INVALID_ARGUMENT, "HCCL plugin: split without a group or parent"};
     auto *world = static_cast<Comm *>(parent);
     Comm *c = nullptr;
+    mcore_hccl::Options options;
+    Status st = mcore_hccl::parse_options(group_options(group), group->name, &options);
+    if (!st.ok()) return st;
     // The parent is the world communicator, so the group's global ranks are its parent ranks.
-    Status st = mcore_hccl::hccl_create_subgroup(world, group->name, group->global_ranks, group->group_size,
-                                                 group->group_rank, sub_comm_id(group->name), &c);
+    st = mcore_hccl::hccl_create_subgroup(world, group->name, group->global_ranks, group->group_size,
+                                          group->group_rank, sub_comm_id(group->name), options, &c);
     if (!st.ok()) {
       if (world->world_store == nullptr) return st;
       mcore_hccl::debug("group " + std::string(group->name) + ": split failed (" + st.message +
@@ -155,14 +166,6 @@ int32_t destroy(void *, void *comm) {
   return guarded([&] { return mcore_hccl::hccl_destroy(static_cast<Comm *>(comm), false); });
 }
 
-int32_t suspend(void *, void *comm) {
-  return guarded([&] { return mcore_hccl::hccl_suspend(static_cast<Comm *>(comm)); });
-}
-
-int32_t resume(void *, void *comm) {
-  return guarded([&] { return mcore_hccl::hccl_resume(static_cast<Comm *>(comm)); });
-}
-
 int32_t abort_comm(void *, void *comm) {
   return guarded([&] { return mcore_hccl::hccl_destroy(static_cast<Comm *>(comm), true); });
 }
@@ -182,16 +185,17 @@ mcore_backend_v1 make_vtable() {
   vt.barrier = &barrier;
   vt.destroy_comm = &destroy;
   vt.abort_comm = &abort_comm;
-  // HcclCommSuspend/HcclCommResume where the library has them (else UNSUPPORTED: the library
-  // re-creates the communicators on resume). HCCL reports no per-communicator memory: no mem_stat.
-  vt.suspend = &suspend;
-  vt.resume = &resume;
+  // No suspend/resume slots: the library destroys a communicator on suspend and creates it again
+  // on resume. HcclCommSuspend/HcclCommResume are reserved recovery calls after an uncorrectable
+  // on-chip memory error (A2/A3) that release no memory, and HCCL's memory-range calls
+  // (HcclCommSetMemoryRange, HcclCommActivateCommMemory) map user memory for zero-copy, not
+  // HCCL's own buffers (docs/backends.md, "HCCL"). HCCL reports no per-communicator memory.
   vt.last_error = &last_error;
   // Sub-communicators of a root-info world are experimental in HCCL (torch_npu enables them only
   // behind ROOTINFO_SUBCOMM_ENABLE=1): `auto` creates groups from root info unless asked.
   const char *sub = std::getenv("ROOTINFO_SUBCOMM_ENABLE");
   vt.flags = (sub != nullptr && std::strcmp(sub, "1") == 0) ? 0 : MCORE_BACKEND_FLAG_PREFER_PER_GROUP;
-  vt.flags |= MCORE_BACKEND_FLAG_TAKES_DEVICE;
+  vt.flags |= MCORE_BACKEND_FLAG_TAKES_DEVICE | MCORE_BACKEND_FLAG_TAKES_OPTIONS;
   return vt;
 }
 

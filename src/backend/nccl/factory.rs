@@ -16,7 +16,7 @@ use super::exchange::{share_unique_id, UNIQUE_ID_KEY};
 use super::loader::nccl::NcclLibrary;
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
-use crate::backend::options::OptionValue;
+use crate::backend::options::{hccl_option, OptionValue};
 use crate::backend::seam::{CommError, CommErrorKind, CommFactory, CommMemory, Communicator, GroupRequest};
 use crate::backend::CommOptions;
 use crate::backend::GroupInfo;
@@ -258,10 +258,11 @@ pub fn shrink_available(lib: &NcclLibrary) -> Result<(), CommError> {
 }
 
 /// `base` with the options a kind sets replacing its values (`blocking` in the options' `more`
-/// sets `blocking`; every other key there is an `ncclConfig_t` field of its own).
+/// sets `blocking`; HCCL's keys are the HCCL plugin's and skipped; every other key there is an
+/// `ncclConfig_t` field of its own).
 pub fn with_options(base: &NcclConfig, o: &CommOptions) -> NcclConfig {
     let mut more = base.more.clone();
-    more.extend(o.more.iter().map(|(k, v)| (k.clone(), v.clone())));
+    more.extend(o.more.iter().filter(|(k, _)| hccl_option(k).is_none()).map(|(k, v)| (k.clone(), v.clone())));
     let blocking = match more.remove("blocking") {
         Some(OptionValue::Bool(b)) => b,
         _ => base.blocking,
@@ -462,5 +463,24 @@ impl Communicator for NcclComm {
     /// `ncclCommAbort`: a peer failed, so no `ncclCommDestroy` that could wait on it.
     fn abort(&mut self) {
         let _ = NcclComm::abort(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One per-kind file serves NCCL and HCCL jobs: NCCL takes its fields and skips HCCL's keys
+    /// (which its validation would refuse as no `ncclConfig_t` field).
+    #[test]
+    fn hccl_keys_of_a_shared_file_are_skipped() {
+        let mut o = CommOptions { max_ctas: Some(4), ..Default::default() };
+        o.more.insert("traffic_class".into(), OptionValue::Int(3));
+        o.more.insert("hccl_buffer_size".into(), OptionValue::Int(300));
+        o.more.insert("group_name".into(), OptionValue::Text("grads".into()));
+        let c = with_options(&NcclConfig::default(), &o);
+        assert_eq!(c.max_ctas, Some(4));
+        assert_eq!(c.more.keys().collect::<Vec<_>>(), ["traffic_class"]);
+        c.validate().unwrap();
     }
 }

@@ -61,6 +61,7 @@ impl RawComm {
 struct CGroup {
     _name: CString,
     _host_addr: Option<CString>,
+    _options: Option<CString>,
     c: mcore_backend_group_info,
 }
 
@@ -75,6 +76,12 @@ impl CGroup {
             ),
             None => None,
         };
+        let options = match &g.options {
+            Some(o) => Some(CString::new(o.as_str()).map_err(|_| {
+                BackendError::InvalidArgument(format!("group '{}': communicator options contain NUL", g.name))
+            })?),
+            None => None,
+        };
         let c = mcore_backend_group_info {
             struct_size: size_of::<mcore_backend_group_info>() as u32,
             group_rank: g.group_rank,
@@ -85,8 +92,9 @@ impl CGroup {
             timeout_ms: g.timeout.as_millis().min(u64::MAX as u128) as u64,
             host_addr: host_addr.as_ref().map_or(std::ptr::null(), |a| a.as_ptr()),
             device: g.device.and_then(|d| i32::try_from(d).ok()).unwrap_or(-1),
+            options: options.as_ref().map_or(std::ptr::null(), |o| o.as_ptr()),
         };
-        Ok(CGroup { _name: name, _host_addr: host_addr, c })
+        Ok(CGroup { _name: name, _host_addr: host_addr, _options: options, c })
     }
 }
 
@@ -163,6 +171,11 @@ impl Vtable {
     /// Whether `create_group` may run on several threads at once (`MCORE_BACKEND_FLAG_CONCURRENT_CREATE`).
     pub fn creates_concurrently(&self) -> bool {
         self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_CONCURRENT_CREATE != 0
+    }
+
+    /// Whether it reads the options of `mcore_backend_group_info` (`MCORE_BACKEND_FLAG_TAKES_OPTIONS`).
+    pub fn takes_options(&self) -> bool {
+        self.raw.flags & crate::abi::backend::MCORE_BACKEND_FLAG_TAKES_OPTIONS != 0
     }
 
     /// Whether it reads the device of `mcore_backend_group_info` (`MCORE_BACKEND_FLAG_TAKES_DEVICE`).

@@ -9,7 +9,8 @@ pub(crate) fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} {GRID_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
-         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
+         [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--hccl-group-buffer NAME:MB;...] [--split-share] \
+         [--device N] [--json] [--grids-disjoint-or-identical] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
          [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] \
          [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
@@ -89,6 +90,10 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                     .add_yaml_file(std::path::Path::new(path))
                     .map_err(|e| format!("--comm-config: {e}"))?;
             }
+            "--hccl-group-buffer" => init
+                .comm_config
+                .add_group_buffers(flags.value(flag, inline)?, "--hccl-group-buffer")
+                .map_err(|e| e.to_string())?,
             "--split-share" => init.comm_config.default.split_share = Some(true),
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
@@ -104,6 +109,10 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 fail_rank = Some(v.split(',').map(|r| common::cli::number(flag, r)).collect::<Result<Vec<u32>, _>>()?);
             }
             "--spares" => init.spares = common::cli::number(flag, flags.value(flag, inline)?)?,
+            "--grids-disjoint-or-identical" if inline.is_some() => {
+                return Err("--grids-disjoint-or-identical takes no value".into())
+            }
+            "--grids-disjoint-or-identical" => init.grids_disjoint_or_identical = true,
             "--fail-at" => fail_at = Some(flags.value(flag, inline)?.parse::<recovery::FailAt>()?),
             "--recovery-window" => {
                 window = Some(mcore_init::timeout::parse_seconds(flag, flags.value(flag, inline)?)?);

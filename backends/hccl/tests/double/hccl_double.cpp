@@ -13,14 +13,19 @@
 // - HcclCommDestroy answers HCCL_E_AGAIN while the communicator is busy: here the first
 //   MCORE_HCCL_DOUBLE_DESTROY_AGAIN (default 2) calls on each communicator.
 // - A communicator name already in use in the process is refused (HCCL_E_PARA).
+// - The config each communicator got (HcclCommInitRootInfoConfig, HcclCreateSubCommConfig) is
+//   written to <MCORE_HCCL_DOUBLE_DIR>/config.<comm name>, the fields this generation reads.
+// - HcclCommInitClusterInfoMemConfig (with HcclCreateSubCommConfig): a rank table as a JSON
+//   string; its "rank_id"s must be 0..n-1 in order (what a real table's are is not modelled).
 // - HcclCommInitRootInfoConfig waits for all ranks up to HCCL_CONNECT_TIMEOUT + 20 s.
 // - HcclAllReduce really sums across processes: its members meet in a directory named by the root
 //   info under MCORE_HCCL_DOUBLE_DIR (default /tmp) and exchange files; the work runs when the
 //   stream is synchronized. MCORE_HCCL_DOUBLE_NO_INT64=1: int64 is HCCL_E_NOT_SUPPORT (as on
 //   products without int64 reduction).
-// - HcclCommSuspend / HcclCommResume (generation 12 only, and not when built with
-//   DOUBLE_NO_SUSPEND): a suspended communicator refuses collectives (HCCL_E_PARA here; what real
-//   HCCL answers is not modelled), suspending twice or resuming an active one is HCCL_E_PARA.
+// - HcclCommSuspend / HcclCommResume (generation 12 only): exported as newer CANN does, as the
+//   reserved recovery calls Huawei documents (they release no memory). The plugin must never call
+//   them for a memory suspend: each call here appends a line to <MCORE_HCCL_DOUBLE_DIR>/suspend_calls,
+//   which the tests check stays absent.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -62,7 +67,6 @@ struct DComm {
   std::string name;
   uint64_t seq = 0;
   int again_left;
-  bool suspended = false;
 };
 
 std::mutex g_mu;
@@ -139,6 +143,27 @@ HcclResult check_config(const HcclCommConfig *cfg, std::string *name) {
   if (info.size >= 24 + 8 + kCommNameBytes) name->assign(cfg->hcclCommName, strnlen(cfg->hcclCommName, kCommNameBytes));
 #endif
   return HCCL_SUCCESS;
+}
+
+// What the communicator got, as this generation reads it, in <MCORE_HCCL_DOUBLE_DIR>/config.<name>
+// ('/' in the name as '_'): "field=value" lines, so tests can check what reached HcclCommConfig.
+void record_config(const HcclCommConfig *cfg, const std::string &name) {
+  if (name.empty()) return;
+  std::string file = name;
+  for (char &ch : file)
+    if (ch == '/') ch = '_';
+  std::ofstream f(base_dir() + "/config." + file, std::ios::trunc);
+  f << "hcclBufferSize=" << cfg->hcclBufferSize << "\n"
+    << "hcclDeterministic=" << cfg->hcclDeterministic << "\n"
+    << "hcclUdi=" << std::string(cfg->hcclUdi, strnlen(cfg->hcclUdi, sizeof cfg->hcclUdi)) << "\n"
+    << "hcclOpExpansionMode=" << cfg->hcclOpExpansionMode << "\n";
+#if DOUBLE_GEN >= 12
+  f << "hcclRdmaTrafficClass=" << cfg->hcclRdmaTrafficClass << "\n"
+    << "hcclRdmaServiceLevel=" << cfg->hcclRdmaServiceLevel << "\n"
+    << "hcclExecTimeOut=" << cfg->hcclExecTimeOut << "\n"
+    << "hcclAlgo=" << std::string(cfg->hcclAlgo, strnlen(cfg->hcclAlgo, sizeof cfg->hcclAlgo)) << "\n"
+    << "hcclQos=" << cfg->hcclQos << "\n";
+#endif
 }
 
 HcclResult join(const std::string &dir, uint32_t n, uint32_t rank, const std::string &name, HcclComm *out) {
@@ -219,7 +244,6 @@ HcclResult comm_call_ok(DComm *c, void *stream) {
   if (c == nullptr) return HCCL_E_PTR;
   if (current_device() != c->device) return HCCL_E_RUNTIME;
   if (stream != nullptr && acl_double_stream_device(stream) != c->device) return HCCL_E_PARA;
-  if (stream != nullptr && c->suspended) return HCCL_E_PARA;  // a collective on a suspended comm
   return HCCL_SUCCESS;
 }
 
@@ -249,10 +273,36 @@ HcclResult HcclCommInitRootInfoConfig(uint32_t n, const HcclRootInfo *root, uint
   if (rc != HCCL_SUCCESS) return rc;
   std::string dir(root->internal, strnlen(root->internal, kRootInfoBytes));
   if (dir.find(kMagic) == std::string::npos) return HCCL_E_PARA;
+  record_config(cfg, name);
   return join(dir, n, rank, name, comm);
 }
 
 #if DOUBLE_GEN >= 12 && !defined(DOUBLE_NO_SUBCOMM)
+// The rank table as a JSON string (version 1.0): the ranks are its "rank_id" entries, which must
+// number 0..n-1 and include `rank`; members meet in a directory named by a hash of the text (all
+// members pass the same table).
+HcclResult HcclCommInitClusterInfoMemConfig(const char *table, uint32_t rank, HcclCommConfig *cfg, HcclComm *comm) {
+  if (table == nullptr || comm == nullptr) return HCCL_E_PTR;
+  const std::string t(table);
+  if (t.find("\"version\":\"1.0\"") == std::string::npos || t.find("\"server_list\"") == std::string::npos)
+    return HCCL_E_PARA;
+  uint32_t n = 0;
+  for (size_t at = t.find("\"rank_id\":\""); at != std::string::npos; at = t.find("\"rank_id\":\"", at + 1)) {
+    if (std::strtoul(t.c_str() + at + 11, nullptr, 10) != n) return HCCL_E_PARA;  // ranks 0..n-1 in order
+    ++n;
+  }
+  if (n == 0 || rank >= n) return HCCL_E_PARA;
+  std::string name;
+  HcclResult rc = check_config(cfg, &name);
+  if (rc != HCCL_SUCCESS) return rc;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : t) h = (h ^ ch) * 1099511628211ull;
+  char dir[64];
+  std::snprintf(dir, sizeof dir, "/%s-cluster-%016llx", kMagic, static_cast<unsigned long long>(h));
+  record_config(cfg, name);
+  return join(base_dir() + dir, n, rank, name, comm);
+}
+
 HcclResult HcclCreateSubCommConfig(HcclComm *parent, uint32_t n, uint32_t *ranks, uint64_t id, uint32_t sub_rank,
                                    HcclCommConfig *cfg, HcclComm *out) {
   if (parent == nullptr || ranks == nullptr || out == nullptr) return HCCL_E_PTR;
@@ -263,6 +313,7 @@ HcclResult HcclCreateSubCommConfig(HcclComm *parent, uint32_t n, uint32_t *ranks
   std::string name;
   rc = check_config(cfg, &name);
   if (rc != HCCL_SUCCESS) return rc;
+  record_config(cfg, name);
   char sub[40];
   std::snprintf(sub, sizeof sub, "/sub-%016llx", static_cast<unsigned long long>(id));
   return join(p->dir + sub, n, sub_rank, name, out);
@@ -313,24 +364,18 @@ HcclResult HcclCommDestroy(HcclComm comm) {
   return HCCL_SUCCESS;
 }
 
-#if DOUBLE_GEN >= 12 && !defined(DOUBLE_NO_SUSPEND)
-HcclResult HcclCommSuspend(HcclComm comm) {
+#if DOUBLE_GEN >= 12
+namespace {
+HcclResult note_reserved_call(HcclComm comm, const char *call) {
   auto *c = static_cast<DComm *>(comm);
   HcclResult rc = comm_call_ok(c, nullptr);
   if (rc != HCCL_SUCCESS) return rc;
-  if (c->suspended) return HCCL_E_PARA;
-  c->suspended = true;
-  return HCCL_SUCCESS;
+  std::ofstream(base_dir() + "/suspend_calls", std::ios::app) << call << " " << c->name << "\n";
+  return HCCL_SUCCESS;  // releases nothing
 }
-
-HcclResult HcclCommResume(HcclComm comm) {
-  auto *c = static_cast<DComm *>(comm);
-  HcclResult rc = comm_call_ok(c, nullptr);
-  if (rc != HCCL_SUCCESS) return rc;
-  if (!c->suspended) return HCCL_E_PARA;
-  c->suspended = false;
-  return HCCL_SUCCESS;
-}
+}  // namespace
+HcclResult HcclCommSuspend(HcclComm comm) { return note_reserved_call(comm, "HcclCommSuspend"); }
+HcclResult HcclCommResume(HcclComm comm) { return note_reserved_call(comm, "HcclCommResume"); }
 #endif
 
 HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *err) {
