@@ -211,9 +211,9 @@ pub fn hashed_port(name: &str) -> u16 {
 /// How many ports a job whose port is derived may use (see [`port_candidates`]).
 pub const DERIVED_PORT_CANDIDATES: usize = 8;
 
-/// A derived port and the job's further candidates: `first`, then `20000 + FNV-1a-64(job id
-/// + "#" + i) mod 12000` for i = 1, 2, ... (skipping repeats) up to [`DERIVED_PORT_CANDIDATES`]
-/// ports. Two jobs whose first ports collide almost never share their second (and so on):
+/// A derived port and the job's further candidates: `first`, then
+/// `20000 + FNV-1a-64(format!("{job_id}#{i}")) mod 12000` for i = 1, 2, ... (skipping repeats)
+/// up to [`DERIVED_PORT_CANDIDATES`] ports. Two jobs whose first ports collide almost never share their second (and so on):
 /// rank 0 binds the first free one, the other ranks look for their own job's store along the
 /// same list (docs/multihost.md, "Two jobs on one port").
 pub fn port_candidates(first: u16, job_id: &str) -> Vec<u16> {
