@@ -119,6 +119,15 @@ TEST(RuntimeLifecycle, WorldOfOneInitDestroyCycles) {
             << last_error();
         EXPECT_EQ(v[0], 5);
         EXPECT_EQ(v[1], -3);
+        // Issue 34.7: a number that is no kind is INVALID_ARGUMENT naming it, not NOT_MEMBER of
+        // a hierarchical level no layout has.
+        uint32_t ranks[4];
+        size_t n_ranks = 0;
+        EXPECT_EQ(mcore_grid_group_ranks(nullptr, 9999, ranks, 4, &n_ranks), MCORE_STATUS_INVALID_ARGUMENT);
+        EXPECT_NE(last_error().find("unknown group kind 9999"), std::string::npos) << last_error();
+        mcore_group_info info;
+        EXPECT_EQ(mcore_runtime_group(-5, &info), MCORE_STATUS_INVALID_ARGUMENT);
+        EXPECT_NE(last_error().find("unknown group kind -5"), std::string::npos) << last_error();
         EXPECT_EQ(mcore_get_pipeline_model_parallel_next_rank(), 0);
         EXPECT_EQ(mcore_is_pipeline_first_stage(-1), 1);
         EXPECT_EQ(mcore_is_rank_in_embedding_group(-1), 1);

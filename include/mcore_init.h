@@ -1093,7 +1093,10 @@ mcore_status mcore_group_allreduce_sum_i64(const struct mcore_group *group,
 
 /**
  * Destroy the group on this rank (its communicator goes; the runtime and other groups stay) and
- * free the handle. NULL is accepted; so is a handle whose runtime was destroyed already.
+ * free the handle. NULL is accepted; so is a handle whose runtime was destroyed already. A call
+ * on the group running in another thread meanwhile (`mcore_group_wait`, a collective) ends with
+ * INVALID_ARGUMENT "the group was destroyed" (or its own result, when it was past the wait);
+ * a call made after the destroy is INVALID_ARGUMENT (not a live handle).
  *
  * # Safety
  * `group` is NULL or a handle from `mcore_group_create`, not used afterwards.

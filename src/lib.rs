@@ -16,6 +16,7 @@
 pub mod abi;
 pub mod backend;
 pub mod ffi;
+pub mod input_file;
 pub mod quote;
 pub mod rng;
 pub mod runtime;

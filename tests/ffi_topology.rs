@@ -182,6 +182,20 @@ fn bad_configs_and_arguments_are_named() {
         assert_eq!(mcore_topology_group(t, 0, 57, &mut info), mcore_status::InvalidArgument);
         assert!(last_error().contains("57"), "{}", last_error());
         assert_eq!(mcore_topology_group(t, 0, -2, &mut info), mcore_status::InvalidArgument);
+        // Issue 34.7: a large number is no hierarchical level (it used to answer NOT_MEMBER for
+        // "hierarchical_context_parallel_8999").
+        for unknown in [9999, i32::MAX, 1064] {
+            assert_eq!(mcore_topology_group(t, 0, unknown, &mut info), mcore_status::InvalidArgument);
+            assert!(last_error().contains(&format!("unknown group kind {unknown}")), "{}", last_error());
+            let mut count = 0u64;
+            assert_eq!(mcore_topology_group_count(t, unknown, &mut count), mcore_status::InvalidArgument);
+            let mut nb = [0i8; 64];
+            let mut need = 0usize;
+            assert_eq!(
+                mcore_group_kind_name(unknown, nb.as_mut_ptr().cast(), nb.len(), &mut need),
+                mcore_status::InvalidArgument
+            );
+        }
         assert_eq!(mcore_topology_group(t, 8, 0, &mut info), mcore_status::OutOfRange);
         assert!(last_error().contains("rank 8"), "{}", last_error());
         // A kind the layout lacks (no hierarchical cp, one instance): not a member.

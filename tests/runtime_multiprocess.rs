@@ -862,3 +862,97 @@ fn suspending_a_grid_leaves_the_communicators_a_running_grid_shares_up() {
         assert!(!out.status.success() && all.contains("no grid named 'nosuch' (this job's grids: default)"), "{all}");
     }
 }
+
+/// One rank of a job started as its launcher starts it: `vars` are the launcher's variables
+/// (no RANK, MASTER_ADDR or MASTER_PORT: the library derives them), `MCORE_LOG=debug` so that it
+/// says where it met the others.
+fn spawn_launched(plugin: &str, vars: &[(String, String)]) -> Child {
+    let mut cmd = Command::new(SELFTEST);
+    cmd.args(["--json", "--backend", plugin, "--timeout", "60"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for v in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MCORE_JOB_ID"] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(vars.iter().map(|(k, v)| (k, v))).env("MCORE_LOG", "debug");
+    cmd.spawn().unwrap()
+}
+
+/// Two 4-rank jobs started together whose derived ports collide: each rank's JSON says ok (its
+/// groups verified by collectives over its own 4 ranks) and the two jobs met on different ports.
+fn both_jobs_come_up_apart(plugin: &str, jobs: [Vec<Vec<(String, String)>>; 2]) {
+    let children: Vec<Vec<Child>> =
+        jobs.iter().map(|ranks| ranks.iter().map(|vars| spawn_launched(plugin, vars)).collect()).collect();
+    let mut ports = Vec::new();
+    for (j, ranks) in children.into_iter().enumerate() {
+        let mut job_ports = std::collections::BTreeSet::new();
+        for (r, child) in ranks.into_iter().enumerate() {
+            let out = common::wait_bounded(child, Duration::from_secs(90));
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert!(out.status.success(), "job {j} rank {r}:\n{stdout}\n{stderr}");
+            let line: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or(Value::Null);
+            assert_eq!((line["ok"].clone(), line["world_size"].clone()), (Value::Bool(true), 4.into()), "{stdout}");
+            let port = stderr
+                .lines()
+                .find_map(|l| l.split_once("meets the others at 127.0.0.1:"))
+                .and_then(|(_, rest)| rest.split(' ').next().map(str::to_string))
+                .unwrap_or_else(|| panic!("job {j} rank {r} did not say where it met: {stderr}"));
+            job_ports.insert(port);
+        }
+        assert_eq!(job_ports.len(), 1, "job {j}'s ranks met on several ports: {job_ports:?}");
+        ports.extend(job_ports);
+    }
+    assert_ne!(ports[0], ports[1], "both jobs on one port");
+    eprintln!("two colliding jobs came up 4 of 4 each, on ports {} and {}", ports[0], ports[1]);
+}
+
+fn vars(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// Issue 34.1: two mpirun jobs of 4 ranks (environment as OpenMPI 4/5 sets it) whose
+/// namespaces hash to one port (`prterun-vm-4242@1`, `prterun-vm-15301@1`) used to make one
+/// mixed world; now each comes up 4 of 4, the second on its next candidate port.
+#[test]
+fn two_mpirun_jobs_whose_namespaces_collide_both_come_up_apart() {
+    let Some(plugin) = plugin() else { return };
+    let job = |ns: &str| -> Vec<Vec<(String, String)>> {
+        (0..4)
+            .map(|r: u32| {
+                vars(&[
+                    ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE", "4".into()),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_LOCAL_SIZE", "4".into()),
+                    ("OMPI_COMM_WORLD_NODE_RANK", r.to_string()),
+                    ("PMIX_NAMESPACE", ns.into()),
+                    ("PMIX_RANK", r.to_string()),
+                    ("OMPI_MCA_ess_base_jobid", "1".into()),
+                ])
+            })
+            .collect()
+    };
+    both_jobs_come_up_apart(&plugin, [job("prterun-vm-4242@1"), job("prterun-vm-15301@1")]);
+}
+
+/// Issue 34.1: steps 0 and 16 of one Slurm job on one node derive the same port (both used to
+/// end 0 of 4); now both come up 4 of 4.
+#[test]
+fn two_slurm_steps_whose_ports_collide_both_come_up_apart() {
+    let Some(plugin) = plugin() else { return };
+    let step = |s: &str| -> Vec<Vec<(String, String)>> {
+        (0..4)
+            .map(|r: u32| {
+                vars(&[
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "4".into()),
+                    ("SLURM_LOCALID", r.to_string()),
+                    ("SLURM_NODEID", "0".into()),
+                    ("SLURM_STEP_TASKS_PER_NODE", "4".into()),
+                    ("SLURM_STEP_NODELIST", "vm".into()),
+                    ("SLURM_JOB_ID", "4321".into()),
+                    ("SLURM_STEP_ID", s.into()),
+                ])
+            })
+            .collect()
+    };
+    both_jobs_come_up_apart(&plugin, [step("0"), step("16")]);
+}

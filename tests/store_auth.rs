@@ -4,6 +4,8 @@
 //! refused with a token and served without one (when a torch interpreter is available, see
 //! [`torch_python`]).
 
+mod common;
+
 use mcore_init::store::tcp::auth::{self, AUTH_REQUIRED};
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
 use mcore_init::store::{ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
@@ -168,4 +170,33 @@ fn a_torch_client_is_refused_with_a_token_and_served_without() {
     let c = TcpStore::connect_with_token("127.0.0.1", closed.port(), T, Some(&token("s3cret"))).unwrap();
     assert!(!c.check(&["torch_key"]).unwrap(), "torch's client wrote a key");
     eprintln!("torch client refused with: {}", text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(""));
+}
+
+/// Issue 34.3: `MCORE_STORE_TOKEN_FILE` naming a FIFO (it hung forever), `/dev/zero` (read until
+/// memory ran out) or a 200 MB file (accepted as a token): each makes a real rank fail within
+/// 1 s, naming the variable, with a 60 s init timeout.
+#[test]
+fn a_token_file_that_is_a_fifo_a_device_or_huge_fails_at_once_naming_the_variable() {
+    const SELFTEST: &str = env!("CARGO_BIN_EXE_mcore-selftest");
+    let dir = std::env::temp_dir().join(format!("mcore-token-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let big = dir.join("big");
+    std::fs::File::create(&big).unwrap().set_len(200 << 20).unwrap();
+    let cases = [(fifo.clone(), "a FIFO"), ("/dev/zero".into(), "a character device"), (big.clone(), "larger than")];
+    for (path, why) in cases {
+        let start = Instant::now();
+        let mut cmd = common::rank_command(SELFTEST, 0, 2, &common::free_port().to_string());
+        cmd.args(["--timeout", "60"]).env("MCORE_STORE_TOKEN_FILE", &path);
+        let out = common::wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(30));
+        let took = start.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{}: the rank came up: {err}", path.display());
+        let named = format!("MCORE_STORE_TOKEN_FILE='{}'", path.display());
+        assert!(err.contains(&named) && err.contains(why), "{}: {err}", path.display());
+        assert!(took < Duration::from_secs(1), "{}: failed after {took:?}: {err}", path.display());
+        eprintln!("token file {}: failed after {:.3} s: {}", path.display(), took.as_secs_f64(), err.trim());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -66,3 +66,45 @@ def test_five_ranks_make_groups_after_init_in_their_own_orders_and_a_weight_sync
         assert f"rank {rank} is listed twice" in dup, dup
         assert "rank 99 is not in the world of 5 ranks" in far, far
         assert f"this rank {rank} is not a member" in other, other
+
+
+DESTROY_RACE = r"""
+import json, sys, threading
+from mcore_init import McoreError, groups, runtime
+runtime.initialize(tp=1, backend=sys.argv[1], timeout=30)
+outcomes = {}
+for i in range(100):
+    g = groups.start_group("g", [0])
+    got = []
+
+    def waiter():
+        try:
+            g.wait()
+            got.append("ready")
+        except McoreError as exc:
+            got.append(str(exc))
+        except ValueError as exc:  # the Python object was closed before the thread read its handle
+            got.append(str(exc))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    g.destroy()
+    t.join(10)
+    assert not t.is_alive(), f"run {i}: the wait did not end"
+    key = "ready" if got[0] == "ready" else ("destroyed" if "destroyed" in got[0] else
+                                             "closed" if "closed" in got[0] else got[0])
+    outcomes[key] = outcomes.get(key, 0) + 1
+runtime.destroy()
+print(json.dumps(outcomes), flush=True)
+"""
+
+
+def test_a_group_destroyed_while_another_thread_waits_on_it_100_times_never_crashes():
+    # Issue 34.4: this used to end in SIGSEGV in 5 of 26 runs (the wait read the freed handle).
+    plugin = str(gloo_plugin())
+    (outcomes,) = _run_ranks(lambda r: [sys.executable, "-c", DESTROY_RACE, plugin], 1, timeout=120)
+    assert sum(outcomes.values()) == 100, outcomes
+    # Every wait ended ready (it won the race), with "the group was destroyed", or found the
+    # Python object closed: nothing else.
+    assert set(outcomes) <= {"ready", "destroyed", "closed"}, outcomes
+    print("group destroy while a thread waits, 100 runs:", outcomes)

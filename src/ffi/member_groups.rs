@@ -257,19 +257,21 @@ pub unsafe extern "C" fn mcore_group_allreduce_sum_i64(
 }
 
 /// Destroy the group on this rank (its communicator goes; the runtime and other groups stay) and
-/// free the handle. NULL is accepted; so is a handle whose runtime was destroyed already.
+/// free the handle. NULL is accepted; so is a handle whose runtime was destroyed already. A call
+/// on the group running in another thread meanwhile (`mcore_group_wait`, a collective) ends with
+/// INVALID_ARGUMENT "the group was destroyed" (or its own result, when it was past the wait);
+/// a call made after the destroy is INVALID_ARGUMENT (not a live handle).
 ///
 /// # Safety
 /// `group` is NULL or a handle from `mcore_group_create`, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn mcore_group_destroy(group: *mut mcore_group) {
-    // SAFETY: NULL or a live handle (the contract).
-    if let Some(g) = unsafe { group.as_ref() } {
+    // SAFETY: any pointer value (looked up, see `handle`). A call still running on the handle
+    // in another thread keeps the object alive and ends with "the group was destroyed".
+    if let Some(g) = unsafe { destroy(group) } {
         // Dropping the communicator runs backend code: no panic may leave through here.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.inner.destroy()));
     }
-    // SAFETY: as above; not used afterwards.
-    unsafe { destroy(group) }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ pub struct mcore_recovery_plan {
     user: Option<Arc<UserData>>,
 }
 
-fn plan<'a>(p: *const mcore_recovery_plan) -> Result<&'a mcore_recovery_plan, FfiError> {
+fn plan(p: *const mcore_recovery_plan) -> Result<Arc<mcore_recovery_plan>, FfiError> {
     // SAFETY: NULL or a live handle from mcore_recovery_plan_create (the API contract).
     unsafe { handle::borrow(p, "plan") }
 }
@@ -48,7 +48,7 @@ pub unsafe extern "C" fn mcore_recovery_plan_create(
         // SAFETY: the caller declares n_failed / n_spares readable items.
         let failed = unsafe { slice_arg(failed, n_failed, "failed") }?;
         let spares = unsafe { slice_arg(spares, n_spares, "spares") }?;
-        let plan = plan_recovery(layout, failed, spares)?;
+        let plan = plan_recovery(&layout, failed, spares)?;
         *out = handle::into_raw(mcore_recovery_plan { plan, user: user_data_of(t)? });
         Ok(())
     })

@@ -73,12 +73,44 @@ pub(crate) fn tracker_handle(rng: Arc<Mutex<RankRng>>) -> *mut mcore_rng_tracker
     super::handle::into_raw(mcore_rng_tracker { inner: rng })
 }
 
+/// The locked streams of a tracker handle, kept alive by their own `Arc` (so that destroying
+/// the handle in another thread meanwhile frees nothing under the caller).
+struct Locked {
+    guard: std::mem::ManuallyDrop<MutexGuard<'static, RankRng>>,
+    _owner: Arc<Mutex<RankRng>>,
+}
+
+impl std::ops::Deref for Locked {
+    type Target = RankRng;
+
+    fn deref(&self) -> &RankRng {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut RankRng {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, before `_owner` (which it borrows from) goes.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
+    }
+}
+
 /// # Safety
-/// `t` is NULL or a live handle from `mcore_rng_tracker_create`.
-unsafe fn lock<'a>(t: *const mcore_rng_tracker) -> Result<MutexGuard<'a, RankRng>, FfiError> {
-    // SAFETY: a live handle per the contract.
-    let t = unsafe { super::handle::borrow(t, "tracker") }?;
-    Ok(t.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+/// None needed: `t` is looked up, never dereferenced (see `handle`).
+unsafe fn lock(t: *const mcore_rng_tracker) -> Result<Locked, FfiError> {
+    // SAFETY: any pointer value.
+    let owner = unsafe { super::handle::borrow(t, "tracker") }?.inner.clone();
+    // SAFETY: the mutex lives in `owner`'s allocation, which does not move and outlives the
+    // guard (`Locked` drops the guard first).
+    let mutex: &'static Mutex<RankRng> = unsafe { &*Arc::as_ptr(&owner) };
+    let guard = mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    Ok(Locked { guard: std::mem::ManuallyDrop::new(guard), _owner: owner })
 }
 
 /// The `struct_size` of every released layout of `mcore_rng_coords` (see `crate::abi::sized`).

@@ -21,7 +21,7 @@ pub struct mcore_store {
 
 /// # Safety
 /// `p` is NULL or a live handle.
-unsafe fn handle<'a>(p: *const mcore_store) -> Result<&'a mcore_store, FfiError> {
+unsafe fn handle(p: *const mcore_store) -> Result<Arc<mcore_store>, FfiError> {
     // SAFETY: live handle per the contract.
     unsafe { super::handle::borrow(p, "store") }
 }

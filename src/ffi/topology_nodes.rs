@@ -53,7 +53,7 @@ pub unsafe extern "C" fn mcore_topology_node_placement(
 ) -> mcore_status {
     ffi_guard(|| {
         let t = topo(t)?;
-        let p = node_placement(t, gpus_per_node)?;
+        let p = node_placement(&t, gpus_per_node)?;
         let entries = p.kinds.iter().map(|k| mcore_kind_placement {
             kind: kind_to_c(k.kind),
             groups: k.groups,
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn mcore_topology_node_warning(
     ffi_guard(|| {
         let t = topo(t)?;
         let out_kind = out_ptr(out_kind, "out_kind")?;
-        let p = node_placement(t, gpus_per_node)?;
+        let p = node_placement(&t, gpus_per_node)?;
         let w = p.warnings.get(index).ok_or_else(|| {
             FfiError::new(
                 mcore_status::OutOfRange,

@@ -141,6 +141,7 @@ pub(super) fn bring_up(
 
     let deadline = start + args.timeout;
     let opened = open(&env, args, reuse, deadline)?;
+    let env = opened.store.resolved(&env);
     let t_store = start.elapsed();
     let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline };
     let made = check_in_create_verify(&steps, fingerprint, premade_world, kept);
@@ -339,6 +340,7 @@ fn open(
     deadline: Instant,
 ) -> Result<Opened, RuntimeError> {
     let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
+    let env = &store.resolved(env);
     let liveness = start_liveness(env, &attempt, left(deadline), store.token());
     if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
         l.on_store_gone(abort);

@@ -264,43 +264,13 @@ impl CommConfig {
         Ok(())
     }
 
-    /// Read a Megatron NCCL communicator config file. Only a regular file is read: a FIFO,
-    /// socket, device or directory is refused without blocking (the file is opened
-    /// non-blocking and checked before any read), so that init can never hang on it.
+    /// Read a Megatron NCCL communicator config file: a regular file of at most
+    /// [`MAX_YAML_BYTES`], refused without blocking otherwise ([`crate::input_file`]), so that
+    /// init can never hang on it.
     pub fn add_yaml_file(&mut self, path: &std::path::Path) -> Result<(), String> {
-        use std::io::Read;
-        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
         let shown = clip(&path.display().to_string());
-        let fail = |e: std::io::Error| format!("communicator config file {shown}: {e}");
-        // O_NONBLOCK: opening a FIFO without a writer would block forever; it does not change
-        // reads of a regular file.
-        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(fail)?;
-        let kind = file.metadata().map_err(fail)?.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_fifo() {
-                "a FIFO (named pipe)"
-            } else if kind.is_socket() {
-                "a socket"
-            } else if kind.is_char_device() {
-                "a character device"
-            } else if kind.is_block_device() {
-                "a block device"
-            } else if kind.is_dir() {
-                "a directory"
-            } else {
-                "not a regular file"
-            };
-            return Err(format!("communicator config file {shown} is {what}, not a regular file: refusing to read it"));
-        }
-        // Read at most one byte past the limit: a file that grows while read is refused without
-        // being read whole.
-        let mut bytes = Vec::new();
-        file.take(MAX_YAML_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(fail)?;
-        if bytes.len() > MAX_YAML_BYTES {
-            return Err(format!(
-                "communicator config file {shown}: larger than the {MAX_YAML_BYTES} bytes a communicator config may have"
-            ));
-        }
+        let bytes =
+            crate::input_file::read_bounded(path, &format!("communicator config file {shown}"), MAX_YAML_BYTES)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             format!("communicator config file {shown}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to())
         })?;

@@ -13,8 +13,12 @@
 //! table; [`LaunchEnv::rendezvous_why`] says which rule applied.
 //!
 //! The job id ([`JobId`], checked at rendezvous so that two jobs on one MASTER_ADDR:MASTER_PORT
-//! never mix) is the first set of MCORE_JOB_ID (an explicit override), TORCHELASTIC_RUN_ID
-//! (torchrun's `--rdzv-id`; its default `none` counts as unset) and SLURM_JOB_ID. The store's
+//! never mix) is the first set of [`JOB_ID_VARS`]: MCORE_JOB_ID (an explicit override),
+//! TORCHELASTIC_RUN_ID (torchrun's `--rdzv-id`; its default `none` counts as unset), mpirun's
+//! PMIX_NAMESPACE (else OMPI_MCA_ess_base_jobid), and SLURM_JOB_ID joined with SLURM_STEP_ID
+//! (`751.3`: the steps of one job running at once are different jobs). Where the port is
+//! derived, every job has [`DERIVED_PORT_CANDIDATES`] candidate ports ([`port_candidates`]) so
+//! that two jobs whose first ports collide still both come up. The store's
 //! shared secret comes from MCORE_STORE_TOKEN or MCORE_STORE_TOKEN_FILE
 //! ([`crate::store::StoreToken`]).
 
@@ -23,8 +27,9 @@ use crate::quote::quoted;
 use crate::store::StoreToken;
 use std::fmt;
 
-/// The variables a job id is read from, first set first.
-pub const JOB_ID_VARS: [&str; 3] = ["MCORE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+/// The variables a job id is read from, first set first (SLURM_JOB_ID with SLURM_STEP_ID).
+pub const JOB_ID_VARS: [&str; 5] =
+    ["MCORE_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID"];
 
 /// Which job this rank belongs to, and the variable that said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +48,11 @@ impl JobId {
             let v = v.trim();
             if v.is_empty() || (var == "TORCHELASTIC_RUN_ID" && v == "none") {
                 continue;
+            }
+            if var == "SLURM_JOB_ID" {
+                if let Some((_, step)) = first_set(get, &["SLURM_STEP_ID", "SLURM_STEPID"]) {
+                    return JobId { id: format!("{v}.{step}"), var: "SLURM_JOB_ID.SLURM_STEP_ID" };
+                }
             }
             return JobId { id: v.to_string(), var };
         }
@@ -86,6 +96,10 @@ pub struct LaunchEnv {
     /// torchrun's restart counter (0 on the first attempt).
     pub restart_count: u32,
     pub launcher: LauncherKind,
+    /// Where the store may be, in the order rank 0 tries to bind them and the other ranks look:
+    /// `[master_port]` when MASTER_PORT is set (or the default applies), else the job's
+    /// [`port_candidates`] (the first is `master_port`).
+    pub port_candidates: Vec<u16>,
     /// The job this rank belongs to (see the module docs).
     pub job_id: JobId,
     /// The shared secret clients of the store must prove they hold; None: anyone is served.
@@ -192,6 +206,27 @@ pub fn hashed_port(name: &str) -> u16 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     DERIVED_PORT_BASE + (h % u64::from(DERIVED_PORT_SPAN)) as u16
+}
+
+/// How many ports a job whose port is derived may use (see [`port_candidates`]).
+pub const DERIVED_PORT_CANDIDATES: usize = 8;
+
+/// A derived port and the job's further candidates: `first`, then
+/// `20000 + FNV-1a-64(format!("{job_id}#{i}")) mod 12000` for i = 1, 2, ... (skipping repeats)
+/// up to [`DERIVED_PORT_CANDIDATES`] ports. Two jobs whose first ports collide almost never share their second (and so on):
+/// rank 0 binds the first free one, the other ranks look for their own job's store along the
+/// same list (docs/multihost.md, "Two jobs on one port").
+pub fn port_candidates(first: u16, job_id: &str) -> Vec<u16> {
+    let mut ports = vec![first];
+    let mut i = 1;
+    while ports.len() < DERIVED_PORT_CANDIDATES && i < 64 {
+        let p = hashed_port(&format!("{job_id}#{i}"));
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+        i += 1;
+    }
+    ports
 }
 
 /// This node's task count under Slurm: the first set of [`SLURM_TASKS_PER_NODE_VARS`] (its
@@ -330,6 +365,9 @@ impl LaunchEnv {
         }
         let (master_addr, addr_why) = master_addr(get, &v)?;
         let (master_port, port_why) = master_port(get, v.launcher)?;
+        let job_id = JobId::from_lookup(get);
+        let derived = port_why.starts_with("derived");
+        let port_candidates = if derived { port_candidates(master_port, &job_id.id) } else { vec![master_port] };
         let use_agent_store = match get("TORCHELASTIC_USE_AGENT_STORE") {
             None => false,
             Some(s) => match s.trim() {
@@ -358,7 +396,8 @@ impl LaunchEnv {
             run_id: get("TORCHELASTIC_RUN_ID").unwrap_or_else(|| "none".into()),
             restart_count,
             launcher: v.launcher,
-            job_id: JobId::from_lookup(get),
+            port_candidates,
+            job_id,
             store_token: StoreToken::from_lookup(get).map_err(EnvError)?,
             rendezvous_why: format!("address: {addr_why}; port: {port_why}"),
         })
@@ -540,11 +579,59 @@ mod tests {
         assert_eq!(with(&all), JobId { id: "mine".into(), var: "MCORE_JOB_ID" });
         assert_eq!(with(&all[..2]), JobId { id: "tr".into(), var: "TORCHELASTIC_RUN_ID" });
         assert_eq!(with(&[("SLURM_JOB_ID", "77"), ("TORCHELASTIC_RUN_ID", "none")]).id, "77");
+        // The steps of one Slurm job, and mpirun jobs, are told apart (issue 34.1).
+        let step = with(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "16")]);
+        assert_eq!(step, JobId { id: "77.16".into(), var: "SLURM_JOB_ID.SLURM_STEP_ID" });
+        assert_ne!(step, with(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "0")]));
+        let ns = [("PMIX_NAMESPACE", "prterun-vm-4242@1"), ("SLURM_JOB_ID", "77")];
+        assert_eq!(with(&ns), JobId { id: "prterun-vm-4242@1".into(), var: "PMIX_NAMESPACE" });
+        assert_eq!(with(&[("OMPI_MCA_ess_base_jobid", "123")]).id, "123");
         assert_eq!(with(&[("MCORE_JOB_ID", "a b")]).describe(), "'a b' (from MCORE_JOB_ID)");
         let e = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MCORE_STORE_TOKEN", "")]).unwrap_err();
         assert!(e.0.contains("MCORE_STORE_TOKEN"), "{e}");
         let t = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MCORE_STORE_TOKEN", "s")]).unwrap();
         assert_eq!(t.store_token, StoreToken::new(b"s"));
+    }
+
+    /// Issue 34.1: the namespaces the issue names hash to one first port; their candidate lists
+    /// part after it. A set MASTER_PORT is the only candidate.
+    #[test]
+    fn jobs_whose_derived_ports_collide_have_other_candidates() {
+        let (a, b) = ("prterun-vm-4242@1", "prterun-vm-15301@1");
+        assert_eq!(hashed_port(a), hashed_port(b), "the issue's colliding namespaces");
+        let mpi = |ns: &'static str, extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+                ("PMIX_NAMESPACE", ns),
+            ];
+            v.extend_from_slice(extra);
+            env(&v).unwrap()
+        };
+        let (ea, eb) = (mpi(a, &[]), mpi(b, &[]));
+        assert_eq!((ea.port_candidates[0], eb.port_candidates[0]), (ea.master_port, eb.master_port));
+        assert_eq!(ea.port_candidates.len(), DERIVED_PORT_CANDIDATES);
+        assert_ne!(ea.port_candidates[1..], eb.port_candidates[1..]);
+        assert!(ea.port_candidates.iter().all(|p| (20000..32000).contains(p)));
+        let distinct: std::collections::HashSet<_> = ea.port_candidates.iter().collect();
+        assert_eq!(distinct.len(), DERIVED_PORT_CANDIDATES);
+        assert_eq!(mpi(a, &[("MASTER_PORT", "29501")]).port_candidates, vec![29501]);
+        // Steps 0 and 16 of one Slurm job: the same first port, other candidates after it.
+        let step = |s: &'static str| {
+            env(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_JOB_NODELIST", "vm"),
+                ("SLURM_JOB_ID", "42"),
+                ("SLURM_STEP_ID", s),
+            ])
+            .unwrap()
+        };
+        let (s0, s16) = (step("0"), step("16"));
+        assert_eq!(s0.master_port, s16.master_port);
+        assert_ne!(s0.job_id, s16.job_id);
+        assert_ne!(s0.port_candidates[1..], s16.port_candidates[1..]);
     }
 
     #[test]

@@ -102,6 +102,7 @@ pub(super) fn check_in_spare(
     }
     let topology = Topology::new(args.topology.clone(), args.layout_world(env.world_size)?)?;
     let (store, attempt) = open_attempt(&env, args.timeout, reuse)?;
+    let env = store.resolved(&env);
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     host::publish(base.as_ref(), env.rank, &store.host())?;
     // A rank missing at check-in does not end a spare's part: it stands by for the recovery that

@@ -23,6 +23,8 @@ pub struct StoreHandles {
     /// The host's server and, unless the store stays open to everyone, the job's secret it will
     /// require once the initialization is over.
     server: Option<(TcpStoreServer, Option<StoreToken>)>,
+    /// The port the store was found on (one of the job's `port_candidates`).
+    port: u16,
 }
 
 /// Where the store's host publishes the job's own secret (under the attempt's prefix) for the
@@ -37,6 +39,25 @@ pub const KEEP_OPEN_ENV: &str = "MCORE_STORE_KEEP_OPEN";
 impl StoreHandles {
     pub fn client(&self) -> Arc<dyn Store> {
         self.client.clone()
+    }
+
+    /// `env` with MASTER_PORT where this store was found: a job whose port is derived may have
+    /// met on a later candidate than the first (see [`super::env::port_candidates`]).
+    pub fn resolved(&self, env: &LaunchEnv) -> LaunchEnv {
+        let mut env = env.clone();
+        if self.port != env.master_port && self.tcp.is_some() {
+            let i = env.port_candidates.iter().position(|p| *p == self.port).unwrap_or(0);
+            env.rendezvous_why = format!(
+                "{}; port {} taken by another job, candidate {} of {}: {}",
+                env.rendezvous_why,
+                env.master_port,
+                i + 1,
+                env.port_candidates.len(),
+                self.port
+            );
+            env.master_port = self.port;
+        }
+        env
     }
 
     /// What this rank's new connections prove (shared with its heartbeat).
@@ -175,25 +196,39 @@ pub fn host_server(
     serve("0.0.0.0")
 }
 
-/// The error of a rank of job `ours` that reached a store of job `theirs`.
-fn other_job(env: &LaunchEnv, theirs: &[u8]) -> CheckinError {
+/// How a store's job id is named: `job 'x'`, or `no job id`.
+fn job_named(theirs: &[u8]) -> String {
     let theirs = String::from_utf8_lossy(theirs);
-    let theirs =
-        if theirs.is_empty() { "no job id".to_string() } else { format!("job {}", crate::quote::quoted(&theirs)) };
+    if theirs.is_empty() {
+        "no job id".to_string()
+    } else {
+        format!("job {}", crate::quote::quoted(&theirs))
+    }
+}
+
+/// The error of a rank of job `ours` that found only other jobs' stores: `found` holds (port,
+/// that store's job id) for every candidate port, all taken.
+fn other_jobs(env: &LaunchEnv, found: &[(u16, Vec<u8>)]) -> CheckinError {
+    let addr = crate::quote::clip(&env.master_addr);
+    let places: Vec<String> = found.iter().map(|(p, j)| format!("{addr}:{p} belongs to {}", job_named(j))).collect();
+    let fix = if env.port_candidates.len() > 1 {
+        format!("every one of this job's {} candidate ports is taken by another job; set MASTER_PORT", found.len())
+    } else {
+        "two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT".to_string()
+    };
     CheckinError::OtherJob(format!(
-        "rank {} belongs to job {}, but the rendezvous store at {}:{} (MASTER_ADDR/MASTER_PORT) belongs to {theirs}: \
-         two jobs use the same MASTER_ADDR:MASTER_PORT; give each job its own MASTER_PORT (this rank wrote nothing \
-         in that store)",
+        "rank {} belongs to job {}, but the rendezvous store at {} (MASTER_ADDR/MASTER_PORT; {}): {fix} (this rank \
+         wrote nothing in another job's store)",
         env.rank,
         env.job_id.describe(),
-        crate::quote::clip(&env.master_addr),
-        env.master_port
+        places.join(", and at "),
+        env.rendezvous_why
     ))
 }
 
-/// A client rank's check, before it writes anything: the store's job (published under
-/// [`JOB_KEY`] by its host) is this rank's. Waits for the key until `deadline`.
-fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Result<(), CheckinError>, StoreError> {
+/// A client rank's check, before it writes anything: the job of the store (published under
+/// [`JOB_KEY`] by its host), `Ok` when it is this rank's. Waits for the key until `deadline`.
+fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Result<(), Vec<u8>>, StoreError> {
     let theirs = if env.use_agent_store {
         // torchrun's agent store: no host of ours publishes it; the first rank does.
         client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?
@@ -201,22 +236,69 @@ fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Re
         client.wait(&[JOB_KEY], deadline.saturating_duration_since(Instant::now()))?;
         client.get(JOB_KEY)?
     };
-    Ok(if theirs == env.job_id.id.as_bytes() { Ok(()) } else { Err(other_job(env, &theirs)) })
+    Ok(if theirs == env.job_id.id.as_bytes() { Ok(()) } else { Err(theirs) })
 }
 
-/// Rank 0 found MASTER_PORT taken: when a store of another job holds it, say so naming both.
-fn port_taken_by_other_job(env: &LaunchEnv) -> Option<CheckinError> {
+/// Rank 0 found `port` taken: the job id of the store of another job that holds it, if one does.
+fn port_taken_by_other_job(env: &LaunchEnv, port: u16) -> Option<Vec<u8>> {
     let within = Duration::from_secs(2);
-    let client = match TcpStore::connect_with_token(&env.master_addr, env.master_port, within, env.store_token.as_ref())
-    {
+    let client = match TcpStore::connect_with_token(&env.master_addr, port, within, env.store_token.as_ref()) {
         Ok(c) => c,
         // Its initialization is over: it names its job.
-        Err(StoreError::Locked { job, .. }) => return (job != env.job_id.id).then(|| other_job(env, job.as_bytes())),
+        Err(StoreError::Locked { job, .. }) => return (job != env.job_id.id).then(|| job.into_bytes()),
         Err(_) => return None,
     };
     client.wait(&[JOB_KEY], within).ok()?;
     let theirs = client.get(JOB_KEY).ok()?;
-    (theirs != env.job_id.id.as_bytes()).then(|| other_job(env, &theirs))
+    (theirs != env.job_id.id.as_bytes()).then_some(theirs)
+}
+
+/// Rank 0's server on the first of the job's candidate ports that is free (see
+/// [`super::env::port_candidates`]); when every one is taken, the error names the jobs whose
+/// stores hold them (or the bind error of a single port).
+fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<TcpStoreServer, RuntimeError> {
+    let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
+    let mut taken = Vec::new();
+    let mut last = None;
+    for &port in &env.port_candidates {
+        let (user, secret) = (env.store_token.clone(), session.map(|s| (s.clone(), env.job_id.id.as_str())));
+        match host_server(&env.master_addr, port, bind.as_deref(), user, secret) {
+            Ok(server) => return Ok(server),
+            Err(e) => {
+                let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
+                if !in_use {
+                    return Err(bind_error(env, port, e));
+                }
+                if let Some(job) = port_taken_by_other_job(env, port) {
+                    taken.push((port, job));
+                }
+                last = Some((port, e));
+            }
+        }
+    }
+    if taken.len() == env.port_candidates.len() {
+        return Err(RuntimeError::Checkin(other_jobs(env, &taken)));
+    }
+    let (port, e) = last.expect("at least one candidate port");
+    Err(bind_error(env, port, e))
+}
+
+/// Rank 0 cannot host on `port`: the error, naming the port and where it came from.
+fn bind_error(env: &LaunchEnv, port: u16, e: StoreError) -> RuntimeError {
+    let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
+    let fix = if in_use {
+        "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
+         without --master-port (it picks a free port)"
+    } else {
+        ""
+    };
+    RuntimeError::Store(match e {
+        StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
+            "rank 0 cannot host the rendezvous store on MASTER_PORT={port} ({}): {m}{fix}",
+            env.rendezvous_why
+        )),
+        other => other,
+    })
 }
 
 /// Whether a server bound to `bind` is reachable at `master_addr`: a wildcard bind (`0.0.0.0`,
@@ -252,6 +334,103 @@ fn check_bind_covers(bind: &str, master_addr: &str) -> Result<(), StoreError> {
     )))
 }
 
+/// What one look at a candidate port found.
+enum Found {
+    /// This job's store, open for this attempt.
+    Ours(TcpStore),
+    /// Another job's store, naming its job.
+    Other(Vec<u8>),
+    /// Nothing yet (no server, a previous attempt's going away, one that does not answer).
+    Nothing(StoreError),
+    /// A refusal that waiting does not change (a store that wants a token this rank lacks).
+    Fatal(StoreError),
+}
+
+/// A client rank: this job's store, looked for along the job's candidate ports (one, unless the
+/// port is derived) until `deadline`. Another job's store is passed over once it named its job
+/// (its first answer); when every candidate holds another job's store the rank fails at once,
+/// naming them; a candidate with nothing there yet is looked at again (rank 0 may be late).
+fn find_own_store(
+    env: &LaunchEnv,
+    who: &str,
+    token: &TokenCell,
+    open_key: &str,
+    deadline: Instant,
+    unreachable: &dyn Fn(u16, StoreError) -> RuntimeError,
+) -> Result<(TcpStore, u16), RuntimeError> {
+    // Several candidates: a short look at each in turn; one: wait on it the whole deadline.
+    let several = env.port_candidates.len() > 1;
+    let look = |port: u16| -> Found {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let within = left.min(if several { Duration::from_millis(500) } else { PROGRESS_EVERY });
+        let client = match TcpStore::connect_with_token(&env.master_addr, port, within, token.get().as_ref()) {
+            Ok(c) => c,
+            // Another job's store whose initialization is over names that job.
+            Err(StoreError::Locked { job, .. }) if job != env.job_id.id => return Found::Other(job.into_bytes()),
+            Err(
+                e
+                @ (StoreError::Closed(_) | StoreError::Io(_) | StoreError::Timeout { .. } | StoreError::Locked { .. }),
+            ) => return Found::Nothing(e),
+            // With several candidates, another job's store may refuse us: look at the others.
+            Err(e) if several => return Found::Nothing(e),
+            Err(e) => return Found::Fatal(e),
+        };
+        match check_job(&client, env, Instant::now() + within.max(Duration::from_millis(100))) {
+            Ok(Err(theirs)) => return Found::Other(theirs),
+            Ok(Ok(())) => {}
+            Err(e) => return Found::Nothing(e),
+        }
+        if env.use_agent_store {
+            return Found::Ours(client);
+        }
+        // Our job's store: wait until its host marks this attempt open (a previous attempt's
+        // server may still be going away: then look again).
+        match client.wait(&[open_key], deadline.saturating_duration_since(Instant::now())) {
+            Ok(()) => Found::Ours(client),
+            Err(e) => Found::Nothing(e),
+        }
+    };
+    let mut others: Vec<Option<Vec<u8>>> = vec![None; env.port_candidates.len()];
+    let started = Instant::now();
+    let mut next_line = started + PROGRESS_EVERY;
+    loop {
+        let mut last = None;
+        for (i, &port) in env.port_candidates.iter().enumerate() {
+            match look(port) {
+                Found::Ours(client) => return Ok((client, port)),
+                Found::Fatal(e) => return Err(unreachable(port, e)),
+                Found::Other(job) => others[i] = Some(job),
+                Found::Nothing(e) => {
+                    others[i] = None;
+                    last = Some((port, e));
+                }
+            }
+        }
+        if others.iter().all(Option::is_some) {
+            let found: Vec<(u16, Vec<u8>)> =
+                env.port_candidates.iter().zip(&others).map(|(p, j)| (*p, j.clone().unwrap_or_default())).collect();
+            return Err(RuntimeError::Checkin(other_jobs(env, &found)));
+        }
+        if Instant::now() >= deadline {
+            let (port, e) = last.expect("a candidate with nothing found");
+            // The whole wait is what timed out, not the last look.
+            let e = match e {
+                StoreError::Timeout { keys, .. } => StoreError::Timeout { keys, waited: started.elapsed() },
+                e => e,
+            };
+            return Err(unreachable(port, e));
+        }
+        // Nothing silent: a store not reachable yet is said so every PROGRESS_EVERY.
+        if Instant::now() >= next_line {
+            if let Some((_, StoreError::Timeout { keys, .. })) = &last {
+                still_connecting(env, who, keys, deadline);
+            }
+            next_line += PROGRESS_EVERY;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Open the store this rank rendezvous through (see module docs). `attempt` names this init
 /// attempt (`mcore_init/<run>/<restart>/<epoch>`): the host marks its fresh server open for it,
 /// and clients wait for that mark, reconnecting meanwhile, so that a client never settles on the
@@ -259,7 +438,8 @@ fn check_bind_covers(bind: &str, master_addr: &str) -> Result<(), StoreError> {
 pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<StoreHandles, RuntimeError> {
     if env.world_size == 1 && !env.use_agent_store {
         let client = Arc::new(MemoryStore::new(timeout));
-        return Ok(StoreHandles { client, tcp: None, pool: None, token: TokenCell::default(), server: None });
+        let port = env.master_port;
+        return Ok(StoreHandles { client, tcp: None, pool: None, token: TokenCell::default(), server: None, port });
     }
     if env.use_agent_store && env.store_token.is_some() {
         use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
@@ -278,105 +458,36 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if let Some(s) = &session {
         token.set_if_none(s.clone());
     }
-    let server = if env.hosts_store() {
-        let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-        let (user, secret) = (env.store_token.clone(), session.clone().map(|s| (s, env.job_id.id.as_str())));
-        Some(host_server(&env.master_addr, env.master_port, bind.as_deref(), user, secret).map_err(|e| {
-            let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
-            if let Some(other) = in_use.then(|| port_taken_by_other_job(env)).flatten() {
-                return RuntimeError::Checkin(other);
-            }
-            let fix = if in_use {
-                "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
-                 without --master-port (it picks a free port)"
-            } else {
-                ""
-            };
-            RuntimeError::Store(match e {
-                StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
-                    "rank 0 cannot host the rendezvous store on MASTER_PORT={} ({}): {m}{fix}",
-                    env.master_port, env.rendezvous_why
-                )),
-                other => other,
-            })
-        })?)
-    } else {
-        None
-    };
+    let server = if env.hosts_store() { Some(host_on_candidates(env, session.as_ref())?) } else { None };
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
-    let unreachable = |source| RuntimeError::StoreConnect {
+    let unreachable = |port: u16, source| RuntimeError::StoreConnect {
         what: format!(
-            "the rendezvous store of {who} at {}:{} (MASTER_ADDR/MASTER_PORT; {})",
+            "the rendezvous store of {who} at {}:{port} (MASTER_ADDR/MASTER_PORT; {})",
             crate::quote::clip(&env.master_addr),
-            env.master_port,
             env.rendezvous_why
         ),
         source,
     };
     let open_key = format!("{attempt}/open");
-    // A connection cut by a previous attempt's server shutting down is retried until the deadline;
-    // a store not reachable yet is retried in windows of PROGRESS_EVERY, saying so after each.
-    let connect = || loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let window = left.min(PROGRESS_EVERY);
-        let connected = TcpStore::connect_with_token(&env.master_addr, env.master_port, window, token.get().as_ref());
-        match connected {
-            Err(StoreError::Timeout { keys, .. }) if window < left => still_connecting(env, who, &keys, deadline),
-            // The last window: the whole wait is what timed out.
-            Err(StoreError::Timeout { keys, .. }) => {
-                let waited = timeout.saturating_sub(deadline.saturating_duration_since(Instant::now()));
-                return Err(StoreError::Timeout { keys, waited });
-            }
-            Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            // This job's previous initialization's store, going away (a destroy and re-init).
-            Err(StoreError::Locked { job, .. }) if job == env.job_id.id && !left.is_zero() => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            other => return other,
+    let (client, port) = match &server {
+        Some(s) => {
+            let port = s.port();
+            let client = TcpStore::connect_with_token(&env.master_addr, port, timeout, token.get().as_ref())
+                .map_err(|e| unreachable(port, e))?;
+            // The host publishes its job id first, then marks the attempt open.
+            client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
+            client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
+            (client, port)
         }
+        None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
-    // Another job's store whose initialization is over names that job: fail at once, naming both.
-    let reach = |e: StoreError| match e {
-        StoreError::Locked { job, .. } => RuntimeError::Checkin(other_job(env, job.as_bytes())),
-        e => unreachable(e),
-    };
-    let mut client = connect().map_err(reach)?;
-    // Job ids first: the host publishes its own; every other rank reads it before writing.
-    let job_checked = |client: &TcpStore| -> Result<(), RuntimeError> {
-        match check_job(client, env, deadline) {
-            Ok(verdict) => verdict.map_err(RuntimeError::Checkin),
-            Err(e) => Err(unreachable(e)),
-        }
-    };
-    if server.is_some() {
-        client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
-        client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
-    } else {
-        job_checked(&client)?;
-    }
-    if server.is_none() && !env.use_agent_store {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match client.wait(&[open_key.as_str()], left) {
-                Ok(()) => break,
-                // The server of a previous attempt went away under us: connect again.
-                Err(StoreError::Closed(_) | StoreError::Io(_)) if !left.is_zero() => {
-                    std::thread::sleep(Duration::from_millis(10));
-                    client = connect().map_err(reach)?;
-                    job_checked(&client)?;
-                }
-                Err(e) => return Err(unreachable(e)),
-            }
-        }
-    }
+    let client = client.with_timeout(deadline.saturating_duration_since(Instant::now()));
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, env.master_port).with_token(token.clone()));
+    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
-    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server })
+    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
 }
 
 /// How often a rank that cannot reach the rendezvous store yet says so on stderr.
@@ -492,8 +603,9 @@ mod tests {
         assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
         assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
         let keys = client.num_keys().unwrap();
-        let Err(e) = check_job(&client, &env_of("run-2"), deadline).unwrap() else { panic!("another job passed") };
-        let e = e.to_string();
+        let Err(theirs) = check_job(&client, &env_of("run-2"), deadline).unwrap() else { panic!("another job passed") };
+        assert_eq!(theirs, b"run-1");
+        let e = other_jobs(&env_of("run-2"), &[(server.port(), theirs)]).to_string();
         assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
         assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
     }

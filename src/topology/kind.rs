@@ -47,6 +47,12 @@ pub enum GroupKind {
 const HCP_PREFIX: &str = "hierarchical_context_parallel_";
 
 impl GroupKind {
+    /// Most hierarchical context-parallel levels a layout may have (a level of size 1 is
+    /// allowed, so the product of the sizes does not bound their number by itself): level
+    /// numbers at or above it name no kind, so that a large number is refused as unknown
+    /// instead of read as a level no layout has.
+    pub const MAX_HCP_LEVELS: u32 = 64;
+
     /// Every kind except the hierarchical-CP levels, in table order (docs/topology.md, "Group kinds").
     /// The six kinds of Megatron-Core 0.19 come last (appended, so older numbers keep their place).
     pub const FIXED: [GroupKind; 26] = [
@@ -154,13 +160,21 @@ impl GroupKind {
     }
 
     /// The kind for a key; `None` for an unknown key. Hierarchical levels are
-    /// `hierarchical_context_parallel_<i>` with `i` in decimal without leading zeros.
+    /// `hierarchical_context_parallel_<i>` with `i` in decimal without leading zeros, below
+    /// [`GroupKind::MAX_HCP_LEVELS`].
     pub fn from_key(key: &str) -> Option<GroupKind> {
         if let Some(level) = key.strip_prefix(HCP_PREFIX) {
             let canonical = !level.is_empty()
                 && level.bytes().all(|b| b.is_ascii_digit())
                 && (level == "0" || !level.starts_with('0'));
-            return if canonical { level.parse().ok().map(GroupKind::HierarchicalContextParallel) } else { None };
+            if !canonical {
+                return None;
+            }
+            return level
+                .parse()
+                .ok()
+                .filter(|&i| i < GroupKind::MAX_HCP_LEVELS)
+                .map(GroupKind::HierarchicalContextParallel);
         }
         GroupKind::FIXED.into_iter().find(|k| k.key() == key)
     }
@@ -199,12 +213,16 @@ mod tests {
         let h = GroupKind::HierarchicalContextParallel(12);
         assert_eq!(h.key(), "hierarchical_context_parallel_12");
         assert_eq!(GroupKind::from_key("hierarchical_context_parallel_12"), Some(h));
+        let last = GroupKind::HierarchicalContextParallel(GroupKind::MAX_HCP_LEVELS - 1);
+        assert_eq!(GroupKind::from_key(&last.key()), Some(last));
         for bad in [
             "",
             "tensor",
             "hierarchical_context_parallel_",
             "hierarchical_context_parallel_01",
             "hierarchical_context_parallel_x",
+            "hierarchical_context_parallel_64",
+            "hierarchical_context_parallel_8999",
             "TENSOR_MODEL_PARALLEL",
         ] {
             assert_eq!(GroupKind::from_key(bad), None, "{bad}");

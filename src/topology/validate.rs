@@ -5,6 +5,7 @@
 use super::config::{Sizes, TopologyConfig};
 use super::error::TopologyError;
 use super::generator::{Dim, Generator};
+use super::kind::GroupKind;
 
 fn positive(name: &str, v: u32) -> Result<u64, TopologyError> {
     if v == 0 {
@@ -47,6 +48,13 @@ pub(crate) fn validate(c: &TopologyConfig, total_world_size: u32) -> Result<Size
     };
     if let Some(v) = c.vpp {
         positive("virtual pipeline size (vpp)", v)?;
+    }
+    if c.hierarchical_cp.len() > GroupKind::MAX_HCP_LEVELS as usize {
+        return Err(TopologyError::config(format!(
+            "{} hierarchical context-parallel levels: at most {} are supported",
+            c.hierarchical_cp.len(),
+            GroupKind::MAX_HCP_LEVELS
+        )));
     }
     for (i, &s) in c.hierarchical_cp.iter().enumerate() {
         positive(&format!("hierarchical context-parallel size #{i}"), s)?;

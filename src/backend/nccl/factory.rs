@@ -43,6 +43,9 @@ pub const DEFAULT_RANKS_PER_ROOT: u32 = 128;
 /// `MCORE_NCCL_PSK_FILE`: a file holding the pre-shared key NCCL (2.32.3+) encrypts its own
 /// sockets with (`ncclSetEncryption`, applied when the factory is made, before any unique id).
 pub const PSK_FILE_ENV: &str = "MCORE_NCCL_PSK_FILE";
+/// Most bytes of the file named by [`PSK_FILE_ENV`] (a key is a few dozen bytes); read by
+/// [`crate::input_file::read_bounded`].
+pub const MAX_PSK_FILE_BYTES: usize = 4096;
 /// The store key under which root `i` of a scalable init publishes its unique id.
 pub fn root_id_key(i: u32) -> String {
     format!("{UNIQUE_ID_KEY}_root_{i}")
@@ -127,8 +130,11 @@ impl NcclFactory {
             None => Ok(factory),
             Some(path) => {
                 let shown = crate::quote::clip(&path.to_string_lossy());
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| NcclError::invalid(format!("{PSK_FILE_ENV}={shown}: {e}")))?;
+                let what = format!("{PSK_FILE_ENV}={shown}");
+                let bytes = crate::input_file::read_bounded(std::path::Path::new(&path), &what, MAX_PSK_FILE_BYTES)
+                    .map_err(NcclError::invalid)?;
+                let text =
+                    String::from_utf8(bytes).map_err(|_| NcclError::invalid(format!("{what}: not UTF-8 text")))?;
                 factory.with_encryption_key(text.trim_end_matches(['\n', '\r']))
             }
         }

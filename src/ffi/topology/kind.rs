@@ -125,15 +125,21 @@ impl mcore_group_kind {
     }
 }
 
-/// The kind a C value names; INVALID_ARGUMENT naming the value when it names none.
+/// The kind a C value names; INVALID_ARGUMENT naming the value when it names none (a number at
+/// or above `HCP_BASE + GroupKind::MAX_HCP_LEVELS` is no level, not a level no layout has).
 pub(crate) fn kind_from_c(kind: i32) -> Result<GroupKind, FfiError> {
-    if kind >= HCP_BASE {
-        return Ok(GroupKind::HierarchicalContextParallel((kind - HCP_BASE) as u32));
-    }
-    GroupKind::FIXED
-        .into_iter()
-        .find(|&k| mcore_group_kind::of(k).map(|c| c as i32) == Some(kind))
-        .ok_or_else(|| FfiError::invalid_arg(format!("unknown group kind {kind} (see mcore_group_kind)")))
+    let fixed = || GroupKind::FIXED.into_iter().find(|&k| mcore_group_kind::of(k).map(|c| c as i32) == Some(kind));
+    let level = || {
+        let level = u32::try_from(kind.checked_sub(HCP_BASE)?).ok()?;
+        (level < GroupKind::MAX_HCP_LEVELS).then_some(GroupKind::HierarchicalContextParallel(level))
+    };
+    fixed().or_else(level).ok_or_else(|| {
+        FfiError::invalid_arg(format!(
+            "unknown group kind {kind} (see mcore_group_kind: 0-{} or hierarchical levels {HCP_BASE}-{})",
+            GroupKind::FIXED.len() - 1,
+            HCP_BASE + GroupKind::MAX_HCP_LEVELS as i32 - 1
+        ))
+    })
 }
 
 /// The C value of `kind`.
@@ -156,11 +162,6 @@ pub unsafe extern "C" fn mcore_group_kind_from_name(name: *const c_char, out_kin
         let out = out_ptr(out_kind, "out_kind")?;
         // SAFETY: NULL or a NUL-terminated string per the contract.
         let kind: GroupKind = unsafe { str_arg(name, "name") }?.parse()?;
-        if let GroupKind::HierarchicalContextParallel(i) = kind {
-            if i64::from(HCP_BASE) + i64::from(i) > i64::from(i32::MAX) {
-                return Err(FfiError::new(mcore_status::NotFound, format!("hierarchical level {i} is too large")));
-            }
-        }
         *out = kind_to_c(kind);
         Ok(())
     })
@@ -198,5 +199,12 @@ mod tests {
         assert_eq!(kind_to_c(GroupKind::ExpertDataParallelWithGtpRemat), 25);
         assert_eq!(kind_to_c(GroupKind::HierarchicalContextParallel(2)), 1002);
         assert!(kind_from_c(26).is_err() && kind_from_c(-1).is_err() && kind_from_c(999).is_err());
+        let last = HCP_BASE + GroupKind::MAX_HCP_LEVELS as i32 - 1;
+        assert_eq!(kind_from_c(last).unwrap(), GroupKind::HierarchicalContextParallel(GroupKind::MAX_HCP_LEVELS - 1));
+        for unknown in [last + 1, 9999, i32::MAX, i32::MIN] {
+            let e = kind_from_c(unknown).unwrap_err();
+            assert_eq!(e.status, mcore_status::InvalidArgument);
+            assert!(e.message.contains(&format!("unknown group kind {unknown}")), "{}", e.message);
+        }
     }
 }

@@ -39,10 +39,18 @@ pub(crate) fn user_data_of(t: *const mcore_topology) -> Result<Option<Arc<UserDa
     Ok(unsafe { handle::borrow(t, "topology") }?._user.clone())
 }
 
-/// The layout behind a handle.
-pub(crate) fn topo<'a>(t: *const mcore_topology) -> Result<&'a Topology, FfiError> {
-    // SAFETY: NULL or a live handle from mcore_topology_create (the API contract).
-    Ok(&unsafe { handle::borrow(t, "topology") }?.topology)
+/// The layout behind a handle (kept alive by the returned `Arc` while the caller uses it).
+pub(crate) fn topo(t: *const mcore_topology) -> Result<Arc<mcore_topology>, FfiError> {
+    // SAFETY: any pointer value (looked up, see `handle`).
+    unsafe { handle::borrow(t, "topology") }
+}
+
+impl std::ops::Deref for mcore_topology {
+    type Target = Topology;
+
+    fn deref(&self) -> &Topology {
+        &self.topology
+    }
 }
 
 /// Where a rank sits in one group.
@@ -240,7 +248,7 @@ pub unsafe extern "C" fn mcore_topology_group(
     out: *mut mcore_group_info,
 ) -> mcore_status {
     ffi_guard(|| {
-        let m = member_group(topo(t)?, rank, kind)?;
+        let m = member_group(&*topo(t)?, rank, kind)?;
         *out_ptr(out, "out")? = mcore_group_info { index: m.group_index(), rank: m.rank, size: m.size() };
         Ok(())
     })
@@ -261,7 +269,7 @@ pub unsafe extern "C" fn mcore_topology_group_ranks(
     out_len: *mut usize,
 ) -> mcore_status {
     ffi_guard(|| {
-        let m = member_group(topo(t)?, rank, kind)?;
+        let m = member_group(&*topo(t)?, rank, kind)?;
         fill_ranks(m.group.iter(), buf, len, out_len)
     })
 }

@@ -61,6 +61,9 @@ pub const MAX_JOB_LABEL: usize = 256;
 pub const TOKEN_ENV: &str = "MCORE_STORE_TOKEN";
 /// Environment variable naming a file whose content (less one trailing newline) is the token.
 pub const TOKEN_FILE_ENV: &str = "MCORE_STORE_TOKEN_FILE";
+/// Most bytes of the file named by [`TOKEN_FILE_ENV`]: a regular file, read by
+/// [`crate::input_file::read_bounded`] (a FIFO, a device or a larger file is an error at once).
+pub const MAX_TOKEN_BYTES: usize = 4096;
 
 /// A shared secret; its `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -79,7 +82,8 @@ impl StoreToken {
     }
 
     /// The token from [`TOKEN_ENV`], else from the file named by [`TOKEN_FILE_ENV`]; `Ok(None)`
-    /// when neither is set. Set but empty, both set, or an unreadable file is an error naming it.
+    /// when neither is set. Set but empty, both set, or a file that is unreadable, not a regular
+    /// file or over [`MAX_TOKEN_BYTES`] is an error naming the variable.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<StoreToken>, String> {
         let direct = get(TOKEN_ENV);
         let file = get(TOKEN_FILE_ENV);
@@ -89,8 +93,8 @@ impl StoreToken {
                 .map(Some)
                 .ok_or_else(|| format!("{TOKEN_ENV} is set but empty: unset it or give the shared secret")),
             (None, Some(path)) => {
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| format!("cannot read {TOKEN_FILE_ENV}={}: {e}", crate::quote::quoted(&path)))?;
+                let what = format!("{TOKEN_FILE_ENV}={}", crate::quote::quoted(&path));
+                let bytes = crate::input_file::read_bounded(std::path::Path::new(&path), &what, MAX_TOKEN_BYTES)?;
                 let mut s = bytes.as_slice();
                 s = s.strip_suffix(b"\n").unwrap_or(s);
                 s = s.strip_suffix(b"\r").unwrap_or(s);

@@ -237,6 +237,13 @@ impl TcpStore {
         Ok(())
     }
 
+    /// The same connection with `timeout` as its store timeout, as if it had been made with it:
+    /// a connection made with a short timeout to probe a server, kept once it is the right one.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// Wait at most `limit` for the reply to a request that does not wait for keys (a liveness
     /// connection, which must notice a frozen server within its deadline; the default waits at
     /// least 10 s so that a loaded server is not taken for a dead one).
