@@ -25,7 +25,7 @@ fn usage() -> String {
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--split-share] [--device N] [--json] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop] \
+         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS] \
          [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
          [--group-timeout SECONDS] [--group-absent RANK]] \
          [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"
@@ -39,6 +39,10 @@ const EXIT_AFTER_INIT_ENV: &str = "MCORE_SELFTEST_EXIT_AFTER_INIT";
 /// Test hook: the rank named here does not come to `--suspend-resume`'s resume (it sleeps 20 s,
 /// then exits); the others' resume must fail within its timeout, naming it.
 const SKIP_RESUME_ENV: &str = "MCORE_SELFTEST_SKIP_RESUME";
+
+/// Test hook: every rank holds its initialized runtime idle for this many seconds before
+/// destroying it (docs/BENCHMARKS.md measures what an idle job costs its store host).
+const HOLD_ENV: &str = "MCORE_SELFTEST_HOLD_S";
 
 struct Options {
     init: InitArgs,
@@ -501,6 +505,10 @@ fn cycle(
             let _ = runtime::destroy();
         })?;
         line["after_init_groups"] = made;
+    }
+    if let Some(hold) = std::env::var(HOLD_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()) {
+        eprintln!("mcore-selftest: holding the runtime idle for {hold} s");
+        std::thread::sleep(Duration::from_secs_f64(hold.clamp(0.0, 3600.0)));
     }
     fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;
@@ -990,9 +998,11 @@ mod progress {
 /// rank checked in, no communicator yet), `created` (communicators made, not yet verified),
 /// `verify` (after initialize, as this tool's own verification begins), `destroy` (before
 /// destroy), `recover` (a survivor of `--fail-rank`, as its recovery begins). The other ranks run on and must end within their deadline, naming it.
+/// `stop=SECONDS` stops the process for that long only (a helper process resumes it): a pause
+/// shorter than the time left must fail nothing.
 mod fault {
     use mcore_init::runtime::{self, InitPhase};
-    use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     #[repr(u8)]
@@ -1009,10 +1019,14 @@ mod fault {
     /// The armed point (0: none) and signal of this process.
     static POINT: AtomicU8 = AtomicU8::new(0);
     static SIGNAL: AtomicI32 = AtomicI32::new(0);
+    /// With SIGSTOP: resumed after this many milliseconds (0: never).
+    static PAUSE_MS: AtomicU64 = AtomicU64::new(0);
 
     /// Parse `RANK:POINT:SIGNAL` and arm it when RANK is this process's `RANK`.
     pub fn arm(spec: &str) -> Result<(), String> {
-        let bad = || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop");
+        let bad = || {
+            format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS")
+        };
         let mut parts = spec.split(':');
         let (Some(rank), Some(point), Some(signal), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
@@ -1028,14 +1042,19 @@ mod fault {
             "recover" => Point::Recover,
             _ => return Err(bad()),
         };
-        let signal = match signal {
-            "kill" => libc::SIGKILL,
-            "stop" => libc::SIGSTOP,
+        let (signal, pause) = match signal.split_once('=') {
+            None if signal == "kill" => (libc::SIGKILL, 0),
+            None if signal == "stop" => (libc::SIGSTOP, 0),
+            Some(("stop", secs)) => match secs.trim().parse::<f64>() {
+                Ok(s) if s > 0.0 && s <= 3600.0 => (libc::SIGSTOP, (s * 1000.0) as u64),
+                _ => return Err(bad()),
+            },
             _ => return Err(bad()),
         };
         if std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok()) == Some(rank) {
             POINT.store(point as u8, Ordering::SeqCst);
             SIGNAL.store(signal, Ordering::SeqCst);
+            PAUSE_MS.store(pause, Ordering::SeqCst);
             runtime::set_phase_hook(Some(on_phase));
         }
         Ok(())
@@ -1051,6 +1070,12 @@ mod fault {
     /// Send the armed signal to this process if `point` is the armed one.
     pub fn at(point: Point) {
         if POINT.load(Ordering::SeqCst) == point as u8 {
+            let pause = PAUSE_MS.load(Ordering::SeqCst);
+            if pause > 0 {
+                // A stopped process cannot resume itself: a helper sends SIGCONT.
+                let resume = format!("sleep {:.3}; kill -CONT {}", pause as f64 / 1000.0, std::process::id());
+                let _ = std::process::Command::new("sh").args(["-c", &resume]).spawn();
+            }
             crate::common::os::signal_self(SIGNAL.load(Ordering::SeqCst));
         }
     }

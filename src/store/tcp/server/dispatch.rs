@@ -14,6 +14,9 @@ impl EventLoop {
                 String::from_utf8_lossy(key)
             ))
         };
+        if let Some(why) = self.claim_refusal(i, &req) {
+            return Next::Close(why);
+        }
         match req {
             Request::Validate(m) if m == wire::VALIDATE_MAGIC => {}
             Request::Validate(m) => return Next::Close(format!("bad VALIDATE magic {m:#x}")),
@@ -133,23 +136,21 @@ impl EventLoop {
                 self.reply(i, &n.to_le_bytes());
             }
             Request::Append(k, v) => {
-                if let Err(why) = self.append(k, v, Some(i)) {
+                if let Err(why) = self.append(k, v, i) {
                     return Next::Close(why);
                 }
             }
-            Request::OnClose(k, v) => {
-                let now = if k.is_empty() { 0 } else { k.len() + v.len() };
+            Request::OnClose(k, _) => {
                 let was = self.conns[i].as_ref().map_or(0, Conn::on_close_len);
-                if now > was {
-                    if let Some(why) = self.refusal(i, now - was, false) {
+                if k.len() > was {
+                    if let Some(why) = self.refusal(i, k.len() - was, false) {
                         return Next::Close(why);
                     }
                 }
-                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                    c.on_close = (!k.is_empty()).then(|| (k.to_vec(), v.to_vec()));
-                }
-                self.account(i);
+                return self.arm_notice(i, k);
             }
+            Request::Claim(k, secret) => return self.claim(i, k, secret),
+            Request::Notice(k) => return self.question(i, k),
             Request::MultiGet(keys) => {
                 // The reply's size first: one too big is refused before anything is built.
                 let len =
@@ -183,9 +184,8 @@ impl EventLoop {
     }
 
     /// Append `v` to the value of `k` (set it when missing), within the limits; the refusal
-    /// otherwise. `by`: the connection asking, whose growth the memory budget must allow (none
-    /// for a close notice: its bytes were charged to its connection, gone now).
-    pub(super) fn append(&mut self, k: &[u8], v: &[u8], by: Option<usize>) -> Result<(), String> {
+    /// otherwise. `i`: the connection asking, whose growth the memory budget must allow.
+    pub(super) fn append(&mut self, k: &[u8], v: &[u8], i: usize) -> Result<(), String> {
         let cur = self.state.map.get(k).map_or(0, Vec::len);
         let len = cur as u64 + v.len() as u64;
         if len > wire::MAX_VALUE_LEN {
@@ -204,7 +204,7 @@ impl EventLoop {
                 self.limits.max_store_bytes
             ));
         }
-        if let Some(why) = by.and_then(|i| self.growth_refusal(i, total)) {
+        if let Some(why) = self.growth_refusal(i, total) {
             return Err(why);
         }
         match self.state.map.get_mut(k) {

@@ -45,8 +45,10 @@ pub(super) struct Conn {
     pub(super) charged: u64,
     /// Where the connection is in the token exchange ([`ConnAuth::Done`] without a token).
     pub(super) auth: ConnAuth,
-    /// Appended (value to key) when the client's side closes: see [`wire::Query::OnClose`].
-    pub(super) on_close: Option<(Vec<u8>, Vec<u8>)>,
+    /// The notice key raised when the client's side closes: see [`wire::Query::OnClose`].
+    pub(super) on_close: Option<Vec<u8>>,
+    /// The liveness counter it claimed (see `claims`).
+    pub(super) claim: Option<Vec<u8>>,
 }
 
 impl Conn {
@@ -60,7 +62,7 @@ impl Conn {
     }
     /// Bytes of its close notice (see [`Conn::on_close`]).
     pub(super) fn on_close_len(&self) -> usize {
-        self.on_close.as_ref().map_or(0, |(k, v)| k.len() + v.len())
+        self.on_close.as_ref().map_or(0, Vec::len)
     }
 }
 
@@ -203,7 +205,8 @@ impl EventLoop {
         self.limits.max_connections.min(fds).max(1)
     }
 
-    /// Close the oldest connection that has made no request. Whether there was one.
+    /// Close the oldest connection that has made no request, else the one quiet the longest that
+    /// the job does not hold (see below). Whether there was one.
     pub(super) fn evict_idle(&mut self, why: &str) -> bool {
         while let Some((i, serial)) = self.fresh.pop_front() {
             let idle = self.conns.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial && !c.served);
@@ -212,7 +215,14 @@ impl EventLoop {
                 return true;
             }
         }
-        false
+        // Else the one heard from longest ago that is not part of the job as far as the server
+        // can tell: no liveness claim, no parked WAIT (a rank waiting for its peers is quiet too).
+        let quiet = self.conns.iter().enumerate().filter_map(|(i, c)| c.as_ref().map(|c| (i, c)));
+        let oldest = quiet.filter(|(_, c)| c.claim.is_none() && c.waits.is_empty()).min_by_key(|(_, c)| c.heard);
+        let Some((i, heard)) = oldest.map(|(i, c)| (i, c.heard)) else { return false };
+        let secs = self.turn_start.saturating_duration_since(heard).as_secs_f64();
+        self.close_as(i, "idle", format!("quiet for {secs:.1} s, the longest of the connections, evicted {why}"));
+        true
     }
 
     /// Drop connections that made no request within the idle timeout, and those whose request
@@ -293,6 +303,7 @@ impl EventLoop {
                         charged: CONN_COST,
                         auth: self.auth.as_ref().map_or(ConnAuth::Open, ServerAuth::first_state),
                         on_close: None,
+                        claim: None,
                     });
                     self.buffered += CONN_COST;
                     self.fresh.push_back((i, self.next_serial));
@@ -354,11 +365,8 @@ impl EventLoop {
         self.buffered -= c.charged;
         self.live -= 1;
         self.free.push(i);
-        if let (true, Some((k, v))) = (client_gone, c.on_close.take()) {
-            if let Err(why) = self.append(&k, &v, None) {
-                let peer = c.peer;
-                self.log.log("on-close", || format!("dropped the close notice of client {peer}: {why}"));
-            }
+        if client_gone {
+            self.client_gone(c.serial, c.claim.take(), c.on_close.take());
         }
     }
 

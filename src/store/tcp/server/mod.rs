@@ -37,6 +37,7 @@
 //! is a waiter like a WAIT's, listed under its counter key. With a token (see [`super::auth`]) a
 //! connection is served only once it proves it holds it.
 
+mod claims;
 mod dispatch;
 mod event_loop;
 mod queues;

@@ -1,7 +1,7 @@
 //! The store's data and its parked waiters: keys and values, the waiters' slab and the index of
 //! waiters by key, with the bytes each holds charged to the memory budget.
 
-use super::{queues, ENTRY_COST, WAITER_COST, WAIT_KEY_COST};
+use super::{claims, queues, ENTRY_COST, WAITER_COST, WAIT_KEY_COST};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -85,6 +85,8 @@ pub(super) struct State {
     pub(super) bytes: u64,
     /// QUEUE_* state; LIST_KEYS and BARRIER are served there too.
     pub(super) queues: queues::Queues,
+    /// Liveness counters held by their ranks' connections, and notice keys (see `claims`).
+    pub(super) claims: claims::Claims,
     pub(super) waiters: Waiters,
     /// Key -> ids of the waiters parked on it: a WAIT under each key missing when it parked, a
     /// BARRIER arrival under its (existing) counter key (see `queues`). An ordered set: a
@@ -110,7 +112,7 @@ impl State {
 
     /// Bytes charged to the memory budget for the data and the waiters.
     pub(super) fn charged(&self) -> u64 {
-        self.bytes + ENTRY_COST * self.map.len() as u64 + self.wait_bytes
+        self.bytes + ENTRY_COST * self.map.len() as u64 + self.wait_bytes + self.claims.bytes
     }
 
     /// Set `key`. When it was missing, its waiters move to [`State::woken`], served a share per
