@@ -58,7 +58,8 @@ def main():
         procs.append(subprocess.Popen(argv, env=dict(env_base, RANK=str(r), LOCAL_RANK=str(r)), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True))
     try:
-        # Every rank initialized, verified and began its hold (it says so), then a second more.
+        # Every rank initialized, verified and began its hold (it says so), then 6 s more: the
+        # watcher checks the host for 5 s after the last store call (liveness::BUSY_LINGER).
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
             if all("holding the runtime idle" in open(log.name).read() for log in logs):
@@ -68,7 +69,7 @@ def main():
             time.sleep(0.25)
         else:
             sys.exit("the ranks did not all reach their hold in time")
-        time.sleep(1.0)
+        time.sleep(6.0)
         before = segs_in(port)
         t0 = time.monotonic()
         time.sleep(a.window)

@@ -151,6 +151,7 @@ pub(super) fn bring_up(
                 // Up: a death from now on is found by what fails (or a health check).
                 l.on_peer_death(None);
                 l.set_deadline(None);
+                l.set_idle_patience(args.timeout);
             }
             // Every rank holds the job's secret: the store serves only them from now on.
             opened.store.close_to_outsiders();
@@ -503,6 +504,7 @@ fn failed(
         // ends no wait.
         l.on_peer_death(None);
         l.set_deadline(None);
+        l.set_idle_patience(args.timeout);
     }
     if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
         // The store's host is gone: nobody can read a verdict or recover through it.

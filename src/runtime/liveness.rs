@@ -22,10 +22,11 @@
 //! silent ([`Liveness::silent`]) raises a question notice (`wire::Query::Notice`): every live
 //! rank's watcher wakes and bumps its counter once, a frozen one does not. So the idle cost is
 //! one parked WAIT per rank, renewed every [`IDLE_RENEW`]; while an initialization runs (a
-//! deadline is set, [`Liveness::set_deadline`]) the watcher also bumps the counter every
-//! [`PROBE_PERIOD`], which tells it whether the store's host still answers. The host is taken
-//! for gone only once it has not answered until the deadline (after init: for
-//! [`IDLE_PATIENCE`]): a pause shorter than the time left fails nothing.
+//! deadline is set, [`Liveness::set_deadline`]) or a store call through [`Liveness::guard`] runs,
+//! the watcher parks for [`PROBE_PERIOD`] only and bumps the counter each time, which tells it
+//! whether the store's host still answers. The host is taken for gone only once it has not
+//! answered until the deadline (without one: for [`Liveness::set_idle_patience`]): a pause
+//! shorter than the time left fails nothing.
 //!
 //! Where the store is torchrun's agent's (it cannot tell us of a closed connection), each rank
 //! bumps its counter every [`HEARTBEAT_PERIOD`], rank 0 reads every heartbeat each second and
@@ -38,7 +39,7 @@ use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -52,8 +53,12 @@ pub const EVENTS_KEY: &str = "alive/events";
 pub const PROBE_PERIOD: Duration = Duration::from_millis(500);
 /// After init, how long the watcher's WAIT stays parked before it is renewed.
 pub const IDLE_RENEW: Duration = Duration::from_secs(60);
-/// After init (no deadline), how long the store's host may not answer before it is taken for gone.
+/// After init (no deadline), how long the store's host may not answer before it is taken for gone,
+/// unless [`Liveness::set_idle_patience`] says otherwise (the runtime gives its timeout).
 pub const IDLE_PATIENCE: Duration = Duration::from_secs(30);
+/// After init, a store call through [`Liveness::guard`] makes the watcher check the host every
+/// [`PROBE_PERIOD`] while it runs and this long after.
+const BUSY_LINGER: Duration = Duration::from_secs(5);
 /// Where the store is torchrun's agent's, how often a rank bumps its heartbeat.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
 /// The longest a heartbeat (or a liveness read) waits for the store's reply.
@@ -132,6 +137,15 @@ struct Shared {
     prefix: String,
     /// Since when the store's host has answered nothing the watcher asked, if it has not.
     quiet_since: Mutex<Option<Instant>>,
+    /// See [`IDLE_PATIENCE`].
+    idle_patience: Mutex<Duration>,
+    /// Store calls through [`Liveness::guard`] in progress, and until when the watcher probes
+    /// after the last one ended (see [`BUSY_LINGER`]).
+    busy: AtomicUsize,
+    busy_until: Mutex<Option<Instant>>,
+    /// The watcher is parked for [`IDLE_RENEW`]: a store call that begins wakes it (by closing
+    /// its connection) so that it probes the host while the call runs.
+    long_park: AtomicBool,
 }
 
 /// How a rank's death is found (see module docs).
@@ -190,6 +204,14 @@ impl Shared {
         }
     }
 
+    /// Whether the watcher checks the host every [`PROBE_PERIOD`]: while an initialization runs,
+    /// and while (or shortly after) a store call runs.
+    fn probing(&self) -> bool {
+        self.deadline().is_some()
+            || self.busy.load(Ordering::SeqCst) > 0
+            || self.busy_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+    }
+
     fn deadline(&self) -> Option<Instant> {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -199,7 +221,8 @@ impl Shared {
     fn host_quiet_too_long(&self) -> Option<f64> {
         let since = (*self.quiet_since.lock().unwrap_or_else(|p| p.into_inner()))?;
         let now = Instant::now();
-        let limit = self.deadline().unwrap_or(since + IDLE_PATIENCE).max(since + REPLY_LIMIT);
+        let patience = *self.idle_patience.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = self.deadline().unwrap_or(since + patience).max(since + REPLY_LIMIT);
         (now >= limit).then(|| now.duration_since(since).as_secs_f64())
     }
 
@@ -314,6 +337,10 @@ impl Liveness {
             open_watcher,
             prefix,
             quiet_since: Mutex::new(None),
+            idle_patience: Mutex::new(IDLE_PATIENCE),
+            busy: AtomicUsize::new(0),
+            busy_until: Mutex::new(None),
+            long_park: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -344,10 +371,18 @@ impl Liveness {
     /// answers. `None` once it is over (idle: nothing is sent but the parked watch).
     pub fn set_deadline(&self, deadline: Option<Instant>) {
         *self.shared.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
-        // A watch parked for IDLE_RENEW is renewed at once, at the new pace.
-        if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            w.abort();
+        if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
+            // Parked for a minute: probe at the initialization's pace from now on.
+            if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                w.abort();
+            }
         }
+    }
+
+    /// Without a deadline, how long the store's host may answer nothing the watcher asks before it
+    /// is taken for gone (default [`IDLE_PATIENCE`]; the runtime gives its timeout).
+    pub fn set_idle_patience(&self, patience: Duration) {
+        *self.shared.idle_patience.lock().unwrap_or_else(|p| p.into_inner()) = patience;
     }
 
     /// The ranks found dead so far (see module docs), ascending.
@@ -568,7 +603,17 @@ impl Guarded {
         if let Some(e) = self.gone() {
             return Err(e);
         }
-        f(self.inner.as_ref()).map_err(|e| self.gone().unwrap_or(e))
+        let s = &self.liveness;
+        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
+            // The watcher is parked for a minute: wake it to check the host while this runs.
+            if let Some(w) = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                w.abort();
+            }
+        }
+        let got = f(self.inner.as_ref());
+        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + BUSY_LINGER);
+        s.busy.fetch_sub(1, Ordering::SeqCst);
+        got.map_err(|e| self.gone().unwrap_or(e))
     }
 }
 
@@ -666,12 +711,13 @@ fn secret() -> Vec<u8> {
 /// renewed every [`IDLE_RENEW`] (every [`PROBE_PERIOD`] while a deadline is set, with a bump of
 /// this rank's counter that checks the host answers).
 fn watch_notices(s: &Shared, rank: u32) {
-    let mut seen: Option<u64> = None;
+    // From the first notice of the attempt: a rank that starts late learns of earlier deaths too.
+    let mut seen: u64 = 0;
     while !s.stop.load(Ordering::SeqCst) {
         let held = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|w| w.is_usable());
         // A new connection gets at most the time left (the host's silence counts from before).
         let left = s.deadline().map_or(REPLY_LIMIT, |d| d.saturating_duration_since(Instant::now()));
-        let within = left.clamp(Duration::from_millis(100), REPLY_LIMIT);
+        let within = left.clamp(Duration::from_millis(100), 2 * REPLY_LIMIT);
         let w = match held.or_else(|| s.open_watcher.as_ref().and_then(|o| o(within))) {
             Some(w) => w,
             None => {
@@ -687,18 +733,15 @@ fn watch_notices(s: &Shared, rank: u32) {
             return; // a drop that took the watcher before it was stored above
         }
         let view = PrefixStore::new(&s.prefix, Arc::clone(&w) as Arc<dyn Store>);
-        let deadline = s.deadline();
-        let got = match seen {
-            None => view.add(EVENTS_KEY, 0).map(|n| seen = Some(n.max(0) as u64)),
-            Some(n) => {
-                let park = if deadline.is_some() { PROBE_PERIOD } else { IDLE_RENEW };
-                match view.wait(&[&format!("{EVENTS_KEY}/{}", n + 1)], park) {
-                    Ok(()) => read_notices(s, &view, rank, n).map(|n| seen = Some(n)),
-                    Err(StoreError::Timeout { .. }) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
+        let probing = s.probing();
+        s.long_park.store(!probing, Ordering::SeqCst);
+        let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
+        let got = match view.wait(&[&format!("{EVENTS_KEY}/{}", seen + 1)], park) {
+            Ok(()) => read_notices(s, &view, rank, seen).map(|n| seen = n),
+            Err(StoreError::Timeout { .. }) => Ok(()),
+            Err(e) => Err(e),
         };
+        s.long_park.store(false, Ordering::SeqCst);
         if s.stop.load(Ordering::SeqCst) {
             return;
         }
@@ -712,7 +755,7 @@ fn watch_notices(s: &Shared, rank: u32) {
                 continue;
             }
         }
-        if deadline.is_some() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
+        if s.probing() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
             let why = "no reply to a heartbeat, nor to a new connection";
             if host_unanswered(s, why) {
                 return;
