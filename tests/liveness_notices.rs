@@ -1,4 +1,4 @@
-//! Liveness through our server's notices (src/runtime/liveness.rs, docs/faults.md), with real
+//! Liveness through our server's notices (src/runtime/liveness/, docs/faults.md), with real
 //! connections to a real `TcpStoreServer`: a rank's death wakes every watcher at once, a
 //! question is answered by every live rank, and a client posing as a rank (a forged close notice,
 //! writes to its counter, a claim of it) changes nothing.
