@@ -12,7 +12,7 @@
 //! WAITs on one key on one connection then its close (and 250 connections of 1,000 WAITs each,
 //! woken by one SET), requests left half-sent (8 MiB SETs cut at 4 MiB, and 3-byte starts),
 //! replies never read (GETs of an 8 MiB value), 1,100 idle connections against the 1,024
-//! open-file limit. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it);
+//! open-file limit, and 1,100 connections that each sent a PING against it. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it);
 //! without it every test says so and returns.
 
 mod common;
@@ -434,6 +434,31 @@ fn idle_connections_at_the_open_file_limit() {
             }
             let evicted = idle.iter().filter(|s| closed_by_server(s)).count();
             format!("{evicted} of {} idle connections evicted", idle.len())
+        })]
+    });
+}
+
+#[test]
+fn connections_that_each_sent_a_ping_at_the_open_file_limit() {
+    run_case("pinged", |port, stop| {
+        // 1,100 connections that each sent one request (a PING, answered), against rank 0's limit
+        // of 1,024 descriptors: at the limit the server evicts the one heard from longest ago
+        // that the job does not hold, so the ranks get in (issue 34 item 5).
+        let mut pinged = Vec::new();
+        for i in 0..1100u32 {
+            if let Ok(mut s) = raw(port) {
+                if ping(&mut s, i).is_ok() {
+                    pinged.push(s);
+                }
+            }
+        }
+        assert!(pinged.len() >= 1000, "only {} connections answered their PING", pinged.len());
+        vec![std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let evicted = pinged.iter().filter(|s| closed_by_server(s)).count();
+            format!("{evicted} of {} connections that sent a PING evicted", pinged.len())
         })]
     });
 }

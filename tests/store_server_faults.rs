@@ -97,6 +97,8 @@ fn the_store_memory_cap_refuses_what_would_exceed_it() {
     assert_eq!(c.num_keys().unwrap(), 1);
 }
 
+/// Connections the job holds (a liveness claim, a parked WAIT) are never evicted: at the cap
+/// with only those, a new client is refused until one leaves.
 #[test]
 fn the_connection_cap_refuses_clients_until_one_leaves() {
     let limits = ServerLimits { max_connections: 2, ..ServerLimits::default() };
@@ -104,6 +106,8 @@ fn the_connection_cap_refuses_clients_until_one_leaves() {
     let port = server.port();
     let a = TcpStore::connect("127.0.0.1", port, T).unwrap();
     let b = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    a.claim("j/alive/0", b"a").unwrap().unwrap();
+    b.claim("j/alive/1", b"b").unwrap().unwrap();
     match TcpStore::connect("127.0.0.1", port, Duration::from_millis(500)) {
         Err(e @ StoreError::Timeout { .. }) => assert!(e.to_string().contains("handshake failed"), "{e}"),
         Err(e) => panic!("{e}"),
@@ -246,28 +250,61 @@ fn parked_waits_are_capped_per_connection() {
 }
 
 /// A connection the server drops for breaking a limit (here a request left half-sent past the
-/// idle timeout) is not a client's death: its close notice (ON_CLOSE) is not appended. A client
-/// that closes its side has its notice appended.
+/// idle timeout) is not a client's death: its close notice (ON_CLOSE) is not raised. A client
+/// that closes its side has its notice raised.
 #[test]
 fn a_connection_dropped_by_a_limit_leaves_no_close_notice() {
     let limits = ServerLimits { idle_timeout: Duration::from_secs(1), ..ServerLimits::default() };
     let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
     let port = server.port();
     let ctl = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let arm = |s: &mut TcpStream, rank: &[u8]| {
+        let counter = [b"/a/alive/".as_slice(), rank].concat();
+        s.write_all(&Encoder::query(Query::Claim).bytes(&counter).bytes(b"secret").finish()).unwrap();
+        s.write_all(&Encoder::query(Query::OnClose).bytes(b"/a/alive/events").bytes(b"").finish()).unwrap();
+        let mut ok = [9u8; 1];
+        s.set_read_timeout(Some(T)).unwrap();
+        s.read_exact(&mut ok).unwrap();
+        assert_eq!(ok[0], 0, "the claim was refused");
+    };
     let mut stalled = raw(port);
-    stalled.write_all(&Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"stalled,").finish()).unwrap();
+    arm(&mut stalled, b"1");
     let set = Encoder::query(Query::Set).bytes(b"/k").bytes(b"value").finish();
     stalled.write_all(&set[..set.len() - 2]).unwrap();
-    stalled.set_read_timeout(Some(T)).unwrap();
     let mut b = [0u8; 1];
     assert!(matches!(stalled.read(&mut b), Ok(0) | Err(_)), "a half-sent request outlived the idle timeout");
     let mut gone = raw(port);
-    gone.write_all(&Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"gone,").finish()).unwrap();
+    arm(&mut gone, b"2");
     drop(gone);
-    let deadline = Instant::now() + T;
-    while ctl.get("dead").unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    ctl.wait(&["a/alive/events/1"], T).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(ctl.get("dead").unwrap(), b"gone,");
+    assert_eq!(ctl.get("a/alive/events/1").unwrap(), b"/a/alive/2");
+    assert_eq!(ctl.add("a/alive/events", 0).unwrap(), 1);
+}
+
+/// At the connection cap, a new client is served by evicting the connection heard from longest
+/// ago, even when every connection made a request (a PING); one holding a liveness claim is
+/// never evicted for it.
+#[test]
+fn at_the_connection_cap_the_connection_quiet_the_longest_is_evicted() {
+    let limits = ServerLimits { max_connections: 8, ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_limits("127.0.0.1", 0, limits).unwrap();
+    let port = server.port();
+    let conn = || TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let rank = conn();
+    rank.claim("a/alive/0", b"secret").unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // Seven more, each served a PING (the handshake): the cap is reached.
+    let pinged: Vec<TcpStore> = (0..7)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            conn()
+        })
+        .collect();
+    let late = conn();
+    late.set("k", b"v").unwrap();
+    assert_eq!(late.get("k").unwrap(), b"v");
+    assert!(pinged[0].num_keys().is_err(), "the connection quiet the longest was not evicted");
+    assert!(pinged[6].num_keys().is_ok());
+    assert_eq!(rank.add("a/alive/0", 1).unwrap(), 1, "the claimed connection was evicted");
 }

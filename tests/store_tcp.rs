@@ -433,39 +433,111 @@ fn a_bad_cancel_reply_is_a_protocol_error() {
 }
 
 #[test]
-fn a_close_notice_is_appended_when_the_client_goes_and_not_when_it_withdrew_it() {
+fn a_close_notice_is_raised_when_the_client_goes_and_not_when_it_withdrew_it_or_moved_its_claim() {
     let (server, s) = pair();
     let port = server.port();
-    // A client that leaves a notice and goes (as a killed process's connection closes).
-    let gone = TcpStore::connect("127.0.0.1", port, T).unwrap();
-    gone.on_close("dead", b"3,").unwrap();
+    let conn = || TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let events = "job/alive/events";
+    // A client that claims its counter, arms a notice and goes (as a killed process's
+    // connection closes): the notice is numbered and names its counter.
+    let gone = conn();
+    assert_eq!(gone.claim("job/alive/3", b"s3").unwrap(), Ok(()));
+    gone.on_close(events).unwrap();
     gone.set("x", b"1").unwrap(); // the notice arrived before this was served
     drop(gone);
-    s.wait(&["dead"], Duration::from_secs(10)).unwrap();
-    assert_eq!(s.get("dead").unwrap(), b"3,");
-    // A second one appends; one that withdrew its notice first adds nothing.
-    let other = TcpStore::connect("127.0.0.1", port, T).unwrap();
-    other.on_close("dead", b"4,").unwrap();
-    let polite = TcpStore::connect("127.0.0.1", port, T).unwrap();
-    polite.on_close("dead", b"9,").unwrap();
-    polite.on_close("", b"").unwrap();
+    s.wait(&["job/alive/events/1"], Duration::from_secs(10)).unwrap();
+    assert_eq!(s.get("job/alive/events/1").unwrap(), b"/job/alive/3");
+    // One that withdrew its notice, and one whose claim moved to a new connection (its rank
+    // reconnected), raise nothing when they close; another one does.
+    let polite = conn();
+    polite.claim("job/alive/4", b"s4").unwrap().unwrap();
+    polite.on_close(events).unwrap();
+    polite.on_close("").unwrap();
     polite.set("y", b"1").unwrap();
     drop(polite);
+    let old = conn();
+    old.claim("job/alive/5", b"s5").unwrap().unwrap();
+    old.on_close(events).unwrap();
+    let new = conn();
+    assert_eq!(new.claim("job/alive/5", b"s5").unwrap(), Ok(()));
+    drop(old);
+    let other = conn();
+    other.claim("job/alive/6", b"s6").unwrap().unwrap();
+    other.on_close(events).unwrap();
+    other.set("z", b"1").unwrap();
     drop(other);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while s.get("dead").unwrap() != b"3,4," && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(s.get("dead").unwrap(), b"3,4,");
-    // A connection the server refuses (bad magic) is not a death: its notice is dropped.
+    s.wait(&["job/alive/events/2"], Duration::from_secs(10)).unwrap();
+    assert_eq!(s.get("job/alive/events/2").unwrap(), b"/job/alive/6");
+    // A question names the asker after '?'.
+    new.notice(events).unwrap();
+    s.wait(&["job/alive/events/3"], Duration::from_secs(10)).unwrap();
+    assert_eq!(s.get("job/alive/events/3").unwrap(), b"?/job/alive/5");
+    // A connection the server refuses (bad magic) is not a death: its notice is not raised.
     let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let notice = Encoder::query(Query::OnClose).bytes(b"/dead").bytes(b"7,").finish();
-    raw.write_all(&notice).unwrap();
+    raw.write_all(&Encoder::query(Query::Claim).bytes(b"/job/alive/7").bytes(b"s7").finish()).unwrap();
+    raw.write_all(&Encoder::query(Query::OnClose).bytes(b"/job/alive/events").bytes(b"").finish()).unwrap();
     raw.write_all(&Encoder::query(Query::Validate).u32(1).finish()).unwrap();
-    let mut buf = [0u8; 1];
-    let _ = raw.read(&mut buf); // closed by the server
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(s.get("dead").unwrap(), b"3,4,");
+    let mut buf = [0u8; 8];
+    while matches!(raw.read(&mut buf), Ok(n) if n > 0) {} // the claim's reply, then closed by the server
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.add(events, 0).unwrap(), 3, "only the two deaths and the question were raised");
+}
+
+#[test]
+fn a_claimed_liveness_counter_is_written_only_by_its_holder_and_notices_only_by_the_server() {
+    let (server, s) = pair();
+    let port = server.port();
+    let conn = || TcpStore::connect("127.0.0.1", port, T).unwrap();
+    // Written before anyone claimed it (a poser's junk): the claim clears it.
+    s.set("job/alive/1", b"junk").unwrap();
+    let owner = conn();
+    assert_eq!(owner.claim("job/alive/1", b"secret").unwrap(), Ok(()));
+    assert_eq!(owner.add("job/alive/1", 1).unwrap(), 1);
+    // Another secret is refused, naming the holder's address.
+    let poser = conn();
+    let holder = poser.claim("job/alive/1", b"other").unwrap().unwrap_err();
+    assert_eq!(holder, owner.local_addr().unwrap().to_string());
+    // Reading is free (ADD 0); every kind of write from another connection closes that one.
+    assert_eq!(poser.add("job/alive/1", 0).unwrap(), 1);
+    type Write = fn(&TcpStore) -> Result<(), StoreError>;
+    let writes: [(&str, Write); 6] = [
+        ("SET", |c| c.set("job/alive/1", b"9")),
+        ("ADD", |c| c.add("job/alive/1", 5).map(drop)),
+        ("APPEND", |c| c.append("job/alive/1", b"9")),
+        ("DELETE_KEY", |c| c.delete_key("job/alive/1").map(drop)),
+        ("COMPARE_SET", |c| c.compare_set("job/alive/1", b"1", b"9").map(drop)),
+        ("MULTI_SET", |c| c.multi_set(&[("free", b"1"), ("job/alive/1", b"9")])),
+    ];
+    for (what, write) in writes {
+        let c = conn();
+        let _ = write(&c);
+        assert!(c.num_keys().is_err(), "a {what} of another's counter was served");
+    }
+    assert_eq!(s.add("job/alive/1", 0).unwrap(), 1);
+    assert!(!s.check(&["free"]).unwrap(), "a refused MULTI_SET stored nothing");
+    // A notice needs a claim, and nobody but the server writes a notice key or its entries.
+    let c = conn();
+    c.on_close("job/alive/events").unwrap();
+    assert!(c.num_keys().is_err(), "a notice without a claim was armed");
+    owner.notice("job/alive/events").unwrap();
+    owner.num_keys().unwrap(); // the notice was served
+    for key in ["job/alive/events", "job/alive/events/2"] {
+        let c = conn();
+        let _ = c.set(key, b"/job/alive/1");
+        assert!(c.num_keys().is_err(), "a SET of the notice key {key} was served");
+    }
+    assert_eq!(s.add("job/alive/events", 0).unwrap(), 1);
+    // Only counters are claimed.
+    let c = conn();
+    assert!(c.claim("job/checkin", b"s").is_err());
+    // The same secret moves the claim (a rank that reconnected): the old connection may no
+    // longer write.
+    let again = conn();
+    assert_eq!(again.claim("job/alive/1", b"secret").unwrap(), Ok(()));
+    assert_eq!(again.add("job/alive/1", 1).unwrap(), 2);
+    let _ = owner.add("job/alive/1", 1);
+    assert!(owner.num_keys().is_err());
+    assert_eq!(s.add("job/alive/1", 0).unwrap(), 2);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Our TCPStore server (src/store/tcp/server.rs) under real torch clients (PyPI's torch, pinned; the
+# Our TCPStore server (src/store/tcp/server/) under real torch clients (PyPI's torch, pinned; the
 # venv of scripts/torchrun-venv.sh, target/torchrun-venv, shared with 70-multihost.sh), all on
 # 127.0.0.1 (scripts/torch_store_compat/):
 #   1. store_api.py: every public method of torch's TCPStore and PrefixStore (libuv and legacy

@@ -4,19 +4,30 @@
 use super::checkin::CheckinError;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
-use super::liveness::Liveness;
+use super::liveness::{Liveness, StartError};
 use crate::backend::{CommError, CommErrorKind};
 use crate::store::tcp::auth::TokenCell;
+use crate::store::StoreError;
 use std::time::Duration;
 
 /// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
 /// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
-/// init nothing but the naming of dead ranks.
-pub(super) fn start_liveness(env: &LaunchEnv, attempt: &str, within: Duration, token: TokenCell) -> Option<Liveness> {
+/// init nothing but the naming of dead ranks; one whose rank another client posed as fails it,
+/// naming that client.
+pub(super) fn start_liveness(
+    env: &LaunchEnv,
+    attempt: &str,
+    within: Duration,
+    token: TokenCell,
+) -> Result<Option<Liveness>, RuntimeError> {
     if env.world_size <= 1 {
-        return None;
+        return Ok(None);
     }
-    Liveness::start(env, attempt, within.min(Duration::from_secs(2)), token).ok()
+    match Liveness::start(env, attempt, within.min(Duration::from_secs(2)), token) {
+        Ok(l) => Ok(Some(l)),
+        Err(StartError::Unreachable(_)) => Ok(None),
+        Err(StartError::Posed(why)) => Err(RuntimeError::Store(StoreError::Protocol(why))),
+    }
 }
 
 /// `e` with the peers that stopped answering named first, when it is a failure that a dead or

@@ -151,6 +151,8 @@ pub(super) fn bring_up(
             if let Some(l) = &opened.liveness {
                 // Up: a death from now on is found by what fails (or a health check).
                 l.on_peer_death(None);
+                l.set_deadline(None);
+                l.set_idle_patience(args.timeout);
             }
             // Every rank holds the job's secret: the store serves only them from now on.
             opened.store.close_to_outsiders();
@@ -341,7 +343,10 @@ fn open(
 ) -> Result<Opened, RuntimeError> {
     let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let liveness = start_liveness(env, &attempt, left(deadline), store.token());
+    let liveness = start_liveness(env, &attempt, left(deadline), store.token())?;
+    if let Some(l) = &liveness {
+        l.set_deadline(Some(deadline));
+    }
     if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
         l.on_store_gone(abort);
     }
@@ -505,6 +510,8 @@ fn failed(
         // The initialization is over: from here on (its store kept for recovery, say) a death
         // ends no wait.
         l.on_peer_death(None);
+        l.set_deadline(None);
+        l.set_idle_patience(args.timeout);
     }
     if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
         // The store's host is gone: nobody can read a verdict or recover through it.

@@ -32,6 +32,10 @@ use verify::{report, verify_every_kind, verify_rng};
 /// rendezvous; the others must fail with an error, not hang.
 const EXIT_AFTER_INIT_ENV: &str = "MCORE_SELFTEST_EXIT_AFTER_INIT";
 
+/// Test hook: every rank holds its initialized runtime idle for this many seconds before
+/// destroying it (docs/BENCHMARKS.md measures what an idle job costs its store host).
+const HOLD_ENV: &str = "MCORE_SELFTEST_HOLD_S";
+
 /// Open file descriptors and threads of this process.
 fn fds_and_threads() -> (usize, usize) {
     let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
@@ -110,6 +114,10 @@ fn cycle(
             let _ = runtime::destroy();
         })?;
         line["after_init_groups"] = made;
+    }
+    if let Some(hold) = std::env::var(HOLD_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()) {
+        eprintln!("mcore-selftest: holding the runtime idle for {hold} s");
+        std::thread::sleep(Duration::from_secs_f64(hold.clamp(0.0, 3600.0)));
     }
     fault::at(fault::Point::Destroy);
     runtime::destroy().map_err(|e| e.to_string())?;

@@ -392,13 +392,35 @@ impl TcpStore {
         }
     }
 
-    /// Have our server append `value` to `key` when this connection closes from this side
-    /// without cancelling first (the process died); an empty `key` cancels. Only for a server of
+    /// Have our server raise a notice on `key` (ending `/alive/events`) naming this connection's
+    /// claimed counter (see [`Self::claim`]) when the connection closes from this side without
+    /// withdrawing it first (the process died); an empty `key` withdraws it. Only for a server of
     /// this project: torch's server closes the connection on this request.
-    pub fn on_close(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+    pub fn on_close(&self, key: &str) -> Result<(), StoreError> {
         let k = if key.is_empty() { String::new() } else { prefixed(key)? };
-        wire::check_value(key, value)?;
-        self.send(&Encoder::query(Query::OnClose).bytes(k.as_bytes()).bytes(value).finish())
+        // Sent even on a connection a missed reply made unusable: it asks no reply, and a
+        // notice left armed would name this live process dead when the connection closes.
+        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.write(&mut c, &Encoder::query(Query::OnClose).bytes(k.as_bytes()).bytes(b"").finish())
+    }
+
+    /// Claim the liveness counter `key` (ending `/alive/<rank>`) for this connection with
+    /// `secret` (see [`Query::Claim`]): `Ok(Err(holder))` when another connection, at address
+    /// `holder`, holds it with another secret. Only for a server of this project.
+    pub fn claim(&self, key: &str, secret: &[u8]) -> Result<Result<(), String>, StoreError> {
+        let k = prefixed(key)?;
+        self.call(&Encoder::query(Query::Claim).bytes(k.as_bytes()).bytes(secret).finish(), |d| match d.u8()? {
+            wire::CLAIM_OK => Ok(Ok(())),
+            wire::CLAIM_TAKEN => Ok(Err(String::from_utf8_lossy(&d.value()?).into_owned())),
+            other => Err(ReadError::Protocol(format!("answered CLAIM with {other}"))),
+        })
+    }
+
+    /// Raise a question notice on `key` (ending `/alive/events`; see [`Query::Notice`]). Needs a
+    /// claim on this connection.
+    pub fn notice(&self, key: &str) -> Result<(), StoreError> {
+        let k = prefixed(key)?;
+        self.send(&Encoder::query(Query::Notice).bytes(k.as_bytes()).finish())
     }
 
     /// Append `value` to the value of `key` (creates it when missing).

@@ -37,20 +37,36 @@ pub enum Query {
     QueueLen = 16,
     ListKeys = 17,
     Barrier = 18,
-    /// Not torch's: this project's extension, sent only to our own server (torch's closes the
-    /// connection on it). `key, value`: when this connection closes from the client's side (the
-    /// process exited or was killed) the server appends `value` to `key`, waking its waiters; an
-    /// empty key cancels. No reply. See `runtime::liveness`.
+    /// Not torch's: this project's extensions (0x80 and up), sent only to our own server (torch's
+    /// closes the connection on them); see `runtime::liveness` and docs/wire-protocol.md.
+    /// `key, value` (value unused, sent empty): when this connection closes from the client's
+    /// side (the process exited or was killed) while it holds its [`Query::Claim`], the server
+    /// raises a notice on `key` naming the claimed key (see [`Query::Notice`]); an empty key
+    /// withdraws it. Needs a claim. No reply.
     OnClose = 0x80,
+    /// `key, secret`: this connection claims the liveness counter `key` (ending `/alive/<rank>`):
+    /// only it may write the key from now on. The same secret moves the claim to a new
+    /// connection (a rank that reconnected); another secret is refused. Reply: `u8`
+    /// [`CLAIM_OK`], or [`CLAIM_TAKEN`] followed by the holder's address (`u64` length + bytes).
+    Claim = 0x81,
+    /// `key` (ending `/alive/events`): raise a notice on it now, naming this connection's claimed
+    /// key after a `?` (a question to every rank watching). A notice is numbered: the server adds
+    /// one to the counter `key` and sets `key/<n>` to it. Needs a claim. No reply.
+    Notice = 0x82,
 }
+
+/// [`Query::Claim`] granted.
+pub const CLAIM_OK: u8 = 0;
+/// [`Query::Claim`] refused: another connection holds the key with another secret.
+pub const CLAIM_TAKEN: u8 = 1;
 
 impl Query {
     /// The query for a type byte; `None` for types this implementation does not serve.
     pub fn from_u8(b: u8) -> Option<Query> {
         use Query::*;
-        const ALL: [Query; 20] = [
+        const ALL: [Query; 22] = [
             Validate, Set, CompareSet, Get, Add, Check, Wait, GetNumKeys, DeleteKey, Append, MultiGet, MultiSet,
-            CancelWait, Ping, QueuePush, QueuePop, QueueLen, ListKeys, Barrier, OnClose,
+            CancelWait, Ping, QueuePush, QueuePop, QueueLen, ListKeys, Barrier, OnClose, Claim, Notice,
         ];
         ALL.into_iter().find(|q| *q as u8 == b)
     }
@@ -220,6 +236,10 @@ pub enum Request<'a> {
     Barrier(&'a [u8], i64),
     /// See [`Query::OnClose`].
     OnClose(&'a [u8], &'a [u8]),
+    /// Key, secret: see [`Query::Claim`].
+    Claim(&'a [u8], &'a [u8]),
+    /// See [`Query::Notice`].
+    Notice(&'a [u8]),
 }
 
 /// What the start of a receive buffer holds.
@@ -346,6 +366,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
             Query::ListKeys => Request::ListKeys,
             Query::Barrier => Request::Barrier(c.key()?, c.u64()? as i64),
             Query::OnClose => Request::OnClose(c.key()?, c.value()?),
+            Query::Claim => Request::Claim(c.key()?, c.value()?),
+            Query::Notice => Request::Notice(c.key()?),
         })
     })();
     match parsed {

@@ -1,6 +1,6 @@
 //! The queries torch 2.15's libuv server added after the key-value ones: QUEUE_PUSH, QUEUE_POP,
 //! QUEUE_LEN, LIST_KEYS and BARRIER (docs/wire-protocol.md, "Queues, key listing, barrier").
-//! Kept apart from the key-value handlers of `server.rs`, which call [`EventLoop::handle_extended`]
+//! Kept apart from the key-value handlers of `dispatch.rs`, which call [`EventLoop::handle_extended`]
 //! for these and [`State::present`] for CHECK and WAIT.
 //!
 //! Semantics (those of torch's `LibUVStoreDaemon`, checked against torch 2.15's own server):
@@ -39,7 +39,9 @@
 //! the queue's name and [`ITEM_OVERHEAD`] bytes per item, so a flood of empty items is bounded
 //! too. A QUEUE_POP or LIST_KEYS reply is sized before it is built, within the reply limits.
 
-use super::{Conn, EventLoop, Next, State};
+use super::event_loop::{Conn, EventLoop};
+use super::state::State;
+use super::Next;
 use crate::store::tcp::wire::{self, Request};
 use std::collections::{HashMap, VecDeque};
 

@@ -10,30 +10,56 @@
 //! later question is then answered "the store's host stopped answering" at once instead of each
 //! store call waiting out its own timeout.
 //!
-//! A rank that dies is also found without waiting for anything to fail, when the store is ours
-//! (not torchrun's agent): its heartbeat connection asks our server to append its rank to
-//! [`CLOSED_KEY`] should the connection close without a goodbye (`wire::Query::OnClose`). The
-//! kernel closes a killed process's sockets at once, so the server notes it at once; every
-//! rank's heartbeat thread looks at that key every [`WATCH_PERIOD`], confirms each rank it names
-//! by its heartbeat standing still for [`SILENT_AFTER`] (a rank that merely reconnected keeps
-//! beating), and then runs the callback given to [`Liveness::on_peer_death`] (during an
-//! initialization: end the calls blocked on the store). From the kill to that: at most
-//! `WATCH_PERIOD + SILENT_AFTER + HEARTBEAT_PERIOD`, 0.75 s. Where the store is torchrun's agent's
-//! (it cannot tell us of a closed connection), rank 0 reads every heartbeat each second and names
-//! in the same key the ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`] (5 s) after
-//! beating once: slower, and a frozen rank counts as dead there.
+//! When the store is ours (not torchrun's agent's) nothing is sent while nothing happens. The
+//! heartbeat connection *claims* this rank's counter (`wire::Query::Claim`: from then on only
+//! this connection writes it, and a client that claimed it first, posing as this rank, fails the
+//! start naming its address) and arms a close notice on [`EVENTS_KEY`] (`wire::Query::OnClose`):
+//! should the connection close without a goodbye (the kernel closes a killed process's sockets
+//! at once), the server raises a numbered notice naming this rank's counter. A third connection,
+//! the watcher, parks one WAIT on the next notice's key; woken, it reads the notices, runs the
+//! callback given to [`Liveness::on_peer_death`] for the ranks that died (during an
+//! initialization: end the calls blocked on the store), and parks again. A rank asking who is
+//! silent ([`Liveness::silent`]) raises a question notice (`wire::Query::Notice`): every live
+//! rank's watcher wakes and bumps its counter once, a frozen one does not. So the idle cost is
+//! one parked WAIT per rank, renewed every [`IDLE_RENEW`]; while an initialization runs (a
+//! deadline is set, [`Liveness::set_deadline`]) or a store call through [`Liveness::guard`] runs,
+//! the watcher parks for [`PROBE_PERIOD`] only and bumps the counter each time, which tells it
+//! whether the store's host still answers. The host is taken for gone only once it has not
+//! answered until the deadline (without one: for [`Liveness::set_idle_patience`]): a pause
+//! shorter than the time left fails nothing.
+//!
+//! Where the store is torchrun's agent's (it cannot tell us of a closed connection), each rank
+//! bumps its counter every [`HEARTBEAT_PERIOD`], rank 0 reads every heartbeat each second and
+//! names in [`CLOSED_KEY`] the ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`] (5 s)
+//! after beating once, and every rank reads that key every [`WATCH_PERIOD`]: slower, and a frozen
+//! rank counts as dead there.
 
 use super::env::LaunchEnv;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often a rank bumps its heartbeat.
+/// The key our server numbers its notices under (see module docs): `alive/events` counts them,
+/// `alive/events/<n>` holds the n-th, the claimed counter of the rank it names (after `?` for a
+/// question).
+pub const EVENTS_KEY: &str = "alive/events";
+/// While an initialization runs, how often the watcher bumps this rank's counter (and so checks
+/// that the store's host answers).
+pub const PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// After init, how long the watcher's WAIT stays parked before it is renewed.
+pub const IDLE_RENEW: Duration = Duration::from_secs(60);
+/// After init (no deadline), how long the store's host may not answer before it is taken for gone,
+/// unless [`Liveness::set_idle_patience`] says otherwise (the runtime gives its timeout).
+pub const IDLE_PATIENCE: Duration = Duration::from_secs(30);
+/// After init, a store call through [`Liveness::guard`] makes the watcher check the host every
+/// [`PROBE_PERIOD`] while it runs and this long after.
+const BUSY_LINGER: Duration = Duration::from_secs(5);
+/// Where the store is torchrun's agent's, how often a rank bumps its heartbeat.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
 /// The longest a heartbeat (or a liveness read) waits for the store's reply.
 pub const REPLY_LIMIT: Duration = Duration::from_secs(1);
@@ -72,6 +98,10 @@ type Connection = (Arc<dyn Store>, Option<Arc<TcpStore>>);
 /// Opens a fresh heartbeat connection (None: the store's host did not answer one in time).
 type Reconnect = Box<dyn Fn() -> Option<Connection> + Send + Sync>;
 
+/// Opens a fresh watcher connection within the time given (None: the store's host did not
+/// answer one in time).
+type OpenWatcher = Box<dyn Fn(Duration) -> Option<Arc<TcpStore>> + Send + Sync>;
+
 struct Shared {
     store: Mutex<Arc<dyn Store>>,
     /// The heartbeat's connection, when it left a close notice (withdrawn before it is let go).
@@ -98,16 +128,43 @@ struct Shared {
     /// How deaths are found: our server's close notices, or (the store is not ours) rank 0's
     /// reading of every heartbeat; `None`: not looked for.
     finder: Option<Finder>,
+    /// The deadline of the initialization running, if one is (see [`Liveness::set_deadline`]).
+    deadline: Mutex<Option<Instant>>,
+    /// The watcher's connection and how to open one (our server only).
+    watcher: Mutex<Option<Arc<TcpStore>>>,
+    open_watcher: Option<OpenWatcher>,
+    /// The attempt's prefix (the notices name `/<prefix>/alive/<rank>`).
+    prefix: String,
+    /// Since when the store's host has answered nothing the watcher asked, if it has not.
+    quiet_since: Mutex<Option<Instant>>,
+    /// See [`IDLE_PATIENCE`].
+    idle_patience: Mutex<Duration>,
+    /// Store calls through [`Liveness::guard`] in progress, and until when the watcher probes
+    /// after the last one ended (see [`BUSY_LINGER`]).
+    busy: AtomicUsize,
+    busy_until: Mutex<Option<Instant>>,
+    /// The watcher is parked for [`IDLE_RENEW`]: a store call that begins wakes it (by closing
+    /// its connection) so that it probes the host while the call runs.
+    long_park: AtomicBool,
 }
 
 /// How a rank's death is found (see module docs).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Finder {
-    /// Our server appends to [`CLOSED_KEY`] when a heartbeat connection closes.
+    /// Our server raises a notice on [`EVENTS_KEY`] when a heartbeat connection closes.
     CloseNotice,
     /// Rank 0 reads the `world` ranks' heartbeats and appends those standing still for
     /// [`AGENT_SILENT_AFTER`].
     Heartbeats { world: u32 },
+}
+
+/// Why [`Liveness::start`] failed.
+#[derive(Debug)]
+pub enum StartError {
+    /// The store did not answer a liveness connection (the init goes on without one).
+    Unreachable(String),
+    /// Another client claimed this rank's liveness counter first, posing as this rank.
+    Posed(String),
 }
 
 /// What to do when peers are found dead (see [`Liveness::on_peer_death`]).
@@ -135,7 +192,7 @@ impl Shared {
     /// ahead of the close): this rank is not dying.
     fn withdraw_notice(&self) {
         if let Some(conn) = self.noticed.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = conn.on_close("", b"");
+            let _ = conn.on_close("");
         }
     }
 
@@ -145,6 +202,28 @@ impl Shared {
         if let Some(f) = on_gone {
             f();
         }
+    }
+
+    /// Whether the watcher checks the host every [`PROBE_PERIOD`]: while an initialization runs,
+    /// and while (or shortly after) a store call runs.
+    fn probing(&self) -> bool {
+        self.deadline().is_some()
+            || self.busy.load(Ordering::SeqCst) > 0
+            || self.busy_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long the host has answered nothing, once that is too long: past the initialization's
+    /// deadline (a shorter pause must fail nothing), or [`IDLE_PATIENCE`] without one.
+    fn host_quiet_too_long(&self) -> Option<f64> {
+        let since = (*self.quiet_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let now = Instant::now();
+        let patience = *self.idle_patience.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = self.deadline().unwrap_or(since + patience).max(since + REPLY_LIMIT);
+        (now >= limit).then(|| now.duration_since(since).as_secs_f64())
     }
 
     fn gone_text(&self, why: &str) -> String {
@@ -172,41 +251,64 @@ impl Liveness {
         prefix: &str,
         connect_within: Duration,
         token: TokenCell,
-    ) -> Result<Liveness, String> {
+    ) -> Result<Liveness, StartError> {
         let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
         let store_host = format!("{who} at {}:{}", env.master_addr, env.master_port);
         let (notices, rank, port) = (!env.use_agent_store, env.rank, env.master_port);
         let addr = env.master_addr.clone();
-        let prefix = prefix.to_string();
-        let connect = move |within: Duration| -> Result<Connection, StoreError> {
-            let conn = TcpStore::connect_with_token(&addr, port, within, token.get().as_ref())?;
-            let conn = Arc::new(conn.with_reply_timeout(REPLY_LIMIT));
-            let noticed = if notices {
-                conn.on_close(&format!("{prefix}/{CLOSED_KEY}"), format!("{rank},").as_bytes())?;
-                Some(Arc::clone(&conn))
-            } else {
-                None
-            };
-            Ok((Arc::new(PrefixStore::new(&prefix, conn)) as Arc<dyn Store>, noticed))
+        let attempt = prefix.to_string();
+        let secret = secret();
+        let open = {
+            let (addr, token) = (addr.clone(), token.clone());
+            move |within: Duration| -> Result<Arc<TcpStore>, StoreError> {
+                let conn = TcpStore::connect_with_token(&addr, port, within, token.get().as_ref())?;
+                Ok(Arc::new(conn.with_reply_timeout(REPLY_LIMIT)))
+            }
+        };
+        let connect = {
+            let (open, prefix) = (open.clone(), attempt.clone());
+            move |within: Duration| -> Result<Result<Connection, String>, StoreError> {
+                let conn = open(within)?;
+                let noticed = if notices {
+                    if let Err(holder) = conn.claim(&format!("{prefix}/{}", key(rank)), &secret)? {
+                        return Ok(Err(holder));
+                    }
+                    conn.on_close(&format!("{prefix}/{EVENTS_KEY}"))?;
+                    Some(Arc::clone(&conn))
+                } else {
+                    None
+                };
+                Ok(Ok((Arc::new(PrefixStore::new(&prefix, conn)) as Arc<dyn Store>, noticed)))
+            }
         };
         let (store, noticed) = connect(connect_within.max(REPLY_LIMIT))
-            .map_err(|e| format!("liveness connection to {store_host}: {e}"))?;
-        let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok());
-        let finder = if notices { Finder::CloseNotice } else { Finder::Heartbeats { world: env.world_size } };
-        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder));
+            .map_err(|e| StartError::Unreachable(format!("liveness connection to {store_host}: {e}")))?
+            .map_err(|holder| {
+                StartError::Posed(format!(
+                    "rank {rank}'s liveness counter in the store at {store_host} is held by another client, at \
+                     {holder}: it posed as rank {rank} (a client of another job, or a stray process)"
+                ))
+            })?;
+        let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok().and_then(Result::ok));
+        let (finder, open_watcher) = if notices {
+            (Finder::CloseNotice, Some(Box::new(move |within| open(within).ok()) as OpenWatcher))
+        } else {
+            (Finder::Heartbeats { world: env.world_size }, None)
+        };
+        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder), (open_watcher, attempt));
         *l.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
         Ok(l)
     }
 
     /// Heartbeat through `store` (tests: an in-process store). Deaths are not looked for.
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, None)
+        Self::with(store, None, rank, store_host, None, (None, String::new()))
     }
 
     /// [`Self::on`], and with rank 0 reading the heartbeats of a world of `world` ranks to find
     /// the dead, as where the store is torchrun's agent's (tests).
     pub fn on_watching(store: Arc<dyn Store>, rank: u32, world: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }))
+        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }), (None, String::new()))
     }
 
     fn with(
@@ -215,6 +317,7 @@ impl Liveness {
         rank: u32,
         store_host: String,
         finder: Option<Finder>,
+        (open_watcher, prefix): (Option<OpenWatcher>, String),
     ) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
@@ -229,12 +332,24 @@ impl Liveness {
             dead: Mutex::new(Vec::new()),
             on_dead: Mutex::new(None),
             finder,
+            deadline: Mutex::new(None),
+            watcher: Mutex::new(None),
+            open_watcher,
+            prefix,
+            quiet_since: Mutex::new(None),
+            idle_patience: Mutex::new(IDLE_PATIENCE),
+            busy: AtomicUsize::new(0),
+            busy_until: Mutex::new(None),
+            long_park: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("mcore-heartbeat".into())
             .stack_size(256 * 1024)
-            .spawn(move || beat(&s, rank))
+            .spawn(move || match s.finder {
+                Some(Finder::CloseNotice) => watch_notices(&s, rank),
+                _ => beat(&s, rank),
+            })
             .ok();
         Liveness { shared, thread }
     }
@@ -249,6 +364,25 @@ impl Liveness {
     /// far); `None` stops it. Runs on the heartbeat's thread: keep it short.
     pub fn on_peer_death(&self, f: Option<PeerDeath>) {
         *self.shared.on_dead.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+
+    /// While an initialization runs, its deadline: the store's host is taken for gone only once it
+    /// has not answered until then, and the watcher checks every [`PROBE_PERIOD`] that it
+    /// answers. `None` once it is over (idle: nothing is sent but the parked watch).
+    pub fn set_deadline(&self, deadline: Option<Instant>) {
+        *self.shared.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+        if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
+            // Parked for a minute: probe at the initialization's pace from now on.
+            if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                w.abort();
+            }
+        }
+    }
+
+    /// Without a deadline, how long the store's host may answer nothing the watcher asks before it
+    /// is taken for gone (default [`IDLE_PATIENCE`]; the runtime gives its timeout).
+    pub fn set_idle_patience(&self, patience: Duration) {
+        *self.shared.idle_patience.lock().unwrap_or_else(|p| p.into_inner()) = patience;
     }
 
     /// The ranks found dead so far (see module docs), ascending.
@@ -266,6 +400,10 @@ impl Liveness {
     /// answer (the text says so, naming it).
     pub fn silent(&self, ranks: &[u32]) -> Result<Vec<u32>, String> {
         let ranks = &ranks[..ranks.len().min(MAX_READ)];
+        if let Some(quiet) = self.shared.host_quiet_too_long() {
+            let why = format!("it answered nothing the watcher asked for {quiet:.1} s, until the deadline");
+            self.shared.note_store_failure(why);
+        }
         if let Some(why) = self.store_silent() {
             return Err(self.store_host_gone(&why));
         }
@@ -281,6 +419,10 @@ impl Liveness {
             })
         };
         let first = ranks.iter().map(|&r| read(r)).collect::<Result<Vec<_>, _>>()?;
+        // With our server the ranks bump their counters when asked (see module docs).
+        if let Some(conn) = self.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = conn.notice(&format!("{}/{EVENTS_KEY}", self.shared.prefix));
+        }
         std::thread::sleep(SILENT_AFTER);
         let mut silent = Vec::new();
         for (&r, before) in ranks.iter().zip(first) {
@@ -461,7 +603,17 @@ impl Guarded {
         if let Some(e) = self.gone() {
             return Err(e);
         }
-        f(self.inner.as_ref()).map_err(|e| self.gone().unwrap_or(e))
+        let s = &self.liveness;
+        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
+            // The watcher is parked for a minute: wake it to check the host while this runs.
+            if let Some(w) = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                w.abort();
+            }
+        }
+        let got = f(self.inner.as_ref());
+        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + BUSY_LINGER);
+        s.busy.fetch_sub(1, Ordering::SeqCst);
+        got.map_err(|e| self.gone().unwrap_or(e))
     }
 }
 
@@ -504,6 +656,9 @@ impl Store for Guarded {
 impl Drop for Liveness {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            w.abort(); // ends its parked WAIT
+        }
         if let Some(t) = self.thread.take() {
             // The beat sleeps in short slices and waits at most REPLY_LIMIT for a reply.
             let _ = t.join();
@@ -537,6 +692,137 @@ fn beat(s: &Shared, rank: u32) {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A secret for this rank's claim (see module docs): 16 bytes from /dev/urandom, or from the
+/// clock and the process id where that cannot be read.
+fn secret() -> Vec<u8> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        b[..8].copy_from_slice(&(t.as_nanos() as u64).to_le_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b.to_vec()
+}
+
+/// The watcher of our server's notices (see module docs): one parked WAIT on the next notice,
+/// renewed every [`IDLE_RENEW`] (every [`PROBE_PERIOD`] while a deadline is set, with a bump of
+/// this rank's counter that checks the host answers).
+fn watch_notices(s: &Shared, rank: u32) {
+    // From the first notice of the attempt: a rank that starts late learns of earlier deaths too.
+    let mut seen: u64 = 0;
+    while !s.stop.load(Ordering::SeqCst) {
+        let held = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|w| w.is_usable());
+        // A new connection gets at most the time left (the host's silence counts from before).
+        let left = s.deadline().map_or(REPLY_LIMIT, |d| d.saturating_duration_since(Instant::now()));
+        let within = left.clamp(Duration::from_millis(100), 2 * REPLY_LIMIT);
+        let w = match held.or_else(|| s.open_watcher.as_ref().and_then(|o| o(within))) {
+            Some(w) => w,
+            None => {
+                if host_unanswered(s, "no answer to a new connection") {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        *s.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&w));
+        if s.stop.load(Ordering::SeqCst) {
+            return; // a drop that took the watcher before it was stored above
+        }
+        let view = PrefixStore::new(&s.prefix, Arc::clone(&w) as Arc<dyn Store>);
+        let probing = s.probing();
+        s.long_park.store(!probing, Ordering::SeqCst);
+        let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
+        let got = match view.wait(&[&format!("{EVENTS_KEY}/{}", seen + 1)], park) {
+            Ok(()) => read_notices(s, &view, rank, seen).map(|n| seen = n),
+            Err(StoreError::Timeout { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+        s.long_park.store(false, Ordering::SeqCst);
+        if s.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match got {
+            Ok(()) => *s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Err(e) => {
+                w.abort();
+                if host_unanswered(s, &format!("no reply to the watcher: {e}")) {
+                    return;
+                }
+                continue;
+            }
+        }
+        if s.probing() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
+            let why = "no reply to a heartbeat, nor to a new connection";
+            if host_unanswered(s, why) {
+                return;
+            }
+        }
+    }
+}
+
+/// The store's host did not answer the watcher (`why`): taken for gone once it has answered
+/// nothing until the deadline (see [`Shared::host_quiet_too_long`]). Whether it is gone now.
+fn host_unanswered(s: &Shared, why: &str) -> bool {
+    s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Instant::now);
+    match s.host_quiet_too_long() {
+        Some(quiet) => {
+            s.note_store_failure(format!("{why}; it answered nothing for {quiet:.1} s, until the deadline"));
+            true
+        }
+        None => false,
+    }
+}
+
+/// Read the notices after the `seen`-th: bump this rank's counter if one asks, and report the
+/// ranks whose connection closed. The number read up to.
+fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64, StoreError> {
+    let count = (view.add(EVENTS_KEY, 0)?.max(0) as u64).min(seen + MAX_READ as u64);
+    if count <= seen {
+        return Ok(seen);
+    }
+    let keys: Vec<String> = (seen + 1..=count).map(|n| format!("{EVENTS_KEY}/{n}")).collect();
+    let notices = view.multi_get(&keys.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let head = format!("/{}/alive/", s.prefix);
+    let mut asked = false;
+    let mut died = Vec::new();
+    for v in notices {
+        let (question, named) = match v.strip_prefix(b"?") {
+            Some(rest) => (true, rest),
+            None => (false, &v[..]),
+        };
+        asked |= question;
+        let rank = named.strip_prefix(head.as_bytes()).and_then(|r| std::str::from_utf8(r).ok()?.parse::<u32>().ok());
+        if let (false, Some(r)) = (question, rank) {
+            if r != me {
+                died.push(r);
+            }
+        }
+    }
+    if asked {
+        let _ = s.store().add(&key(me), 1);
+    }
+    let mut found = false;
+    {
+        let mut dead = s.dead.lock().unwrap_or_else(|p| p.into_inner());
+        for r in died {
+            if !dead.contains(&r) {
+                dead.push(r);
+                found = true;
+            }
+        }
+        dead.sort_unstable();
+    }
+    if found {
+        let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(f) = s.on_dead.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            f(&dead);
+        }
+    }
+    Ok(count)
 }
 
 /// The close notices a rank has read, and the ranks they named whose death is being confirmed.
@@ -651,96 +937,4 @@ impl Watch {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::MemoryStore;
-
-    #[test]
-    fn a_rank_whose_heartbeat_stops_is_named_and_live_ones_are_not() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
-        let a = Liveness::on(store.clone(), 0, "rank 0".into());
-        let b = Liveness::on(store.clone(), 1, "rank 0".into());
-        let c = Liveness::on(store.clone(), 2, "rank 0".into());
-        std::thread::sleep(HEARTBEAT_PERIOD * 2);
-        drop(c); // rank 2 dies
-        assert_eq!(a.silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
-        let text = a.blame(&[0, 1, 2], 0).unwrap();
-        assert!(text.contains("rank(s) 2 stopped answering"), "{text}");
-        assert_eq!(a.blame(&[0, 1], 0), None);
-        // Rank 1 fails naming 2 (recorded), then goes: rank 0 is told of 2, not of 1.
-        assert!(b.blame(&[1, 2], 1).unwrap().contains("rank(s) 2 stopped"));
-        drop(b);
-        let text = a.blame(&[0, 1], 0).unwrap();
-        assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
-        assert!(text.contains("rank(s) 1 failed waiting for it"), "{text}");
-        // After a recovery both numbers are given.
-        a.number_as_before(vec![0, 4, 5]);
-        let text = a.blame(&[0, 2], 0).unwrap();
-        assert!(text.starts_with("rank(s) 2 (before the recovery: 5) stopped answering"), "{text}");
-    }
-
-    #[test]
-    fn where_the_store_is_not_ours_rank_0_names_a_rank_whose_heartbeat_stood_still() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
-        let host = || "torchrun's agent at 127.0.0.1:1".to_string();
-        let a = Liveness::on_watching(store.clone(), 0, 4, host());
-        let b = Liveness::on_watching(store.clone(), 1, 4, host());
-        let c = Liveness::on_watching(store.clone(), 2, 4, host());
-        // Rank 3 never starts: not named (it is found at check-in instead).
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let seen2 = Arc::clone(&seen);
-        b.on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
-        std::thread::sleep(HEARTBEAT_PERIOD * 3);
-        drop(c); // rank 2 dies
-        let deadline = Instant::now() + AGENT_SILENT_AFTER + Duration::from_secs(10);
-        while b.dead().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert_eq!(b.dead(), vec![2]);
-        assert_eq!(*seen.lock().unwrap(), vec![2]);
-        let text = b.blame(&[0, 1, 2, 3], 1).unwrap();
-        assert!(text.starts_with("rank(s) 2 stopped answering: no heartbeat in the store for 5 s"), "{text}");
-        // Live ranks are never named.
-        assert!(!a.dead().contains(&1) && !b.dead().contains(&0));
-    }
-
-    #[test]
-    fn a_store_that_stops_answering_is_named_as_the_hosts_death() {
-        /// A store whose every call fails, as a connection to a frozen host does.
-        struct Frozen;
-        impl Store for Frozen {
-            fn set(&self, _: &str, _: &[u8]) -> Result<(), crate::store::StoreError> {
-                Err(crate::store::StoreError::Io("no reply within 1.0 s".into()))
-            }
-            fn get(&self, _: &str) -> Result<Vec<u8>, crate::store::StoreError> {
-                self.set("", b"").map(|_| vec![])
-            }
-            fn add(&self, _: &str, _: i64) -> Result<i64, crate::store::StoreError> {
-                self.set("", b"").map(|_| 0)
-            }
-            fn compare_set(&self, _: &str, _: &[u8], _: &[u8]) -> Result<Vec<u8>, crate::store::StoreError> {
-                self.get("")
-            }
-            fn check(&self, _: &[&str]) -> Result<bool, crate::store::StoreError> {
-                self.set("", b"").map(|_| false)
-            }
-            fn wait(&self, _: &[&str], _: Duration) -> Result<(), crate::store::StoreError> {
-                self.set("", b"")
-            }
-            fn delete_key(&self, _: &str) -> Result<bool, crate::store::StoreError> {
-                self.check(&[])
-            }
-            fn num_keys(&self) -> Result<i64, crate::store::StoreError> {
-                self.add("", 0)
-            }
-            fn timeout(&self) -> Duration {
-                Duration::from_secs(1)
-            }
-        }
-        let l = Liveness::on(Arc::new(Frozen), 3, "rank 0 at 127.0.0.1:1".into());
-        std::thread::sleep(HEARTBEAT_PERIOD);
-        let text = l.blame(&[0, 1, 3], 3).unwrap();
-        assert!(text.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{text}");
-        assert!(l.store_silent().is_some());
-    }
-}
+mod tests;

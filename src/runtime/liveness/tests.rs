@@ -1,0 +1,94 @@
+//! Unit tests of the heartbeat mode (in-process stores; the notice mode with our server is in
+//! tests/liveness_notices.rs).
+
+use super::*;
+use crate::store::MemoryStore;
+
+#[test]
+fn a_rank_whose_heartbeat_stops_is_named_and_live_ones_are_not() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+    let a = Liveness::on(store.clone(), 0, "rank 0".into());
+    let b = Liveness::on(store.clone(), 1, "rank 0".into());
+    let c = Liveness::on(store.clone(), 2, "rank 0".into());
+    std::thread::sleep(HEARTBEAT_PERIOD * 2);
+    drop(c); // rank 2 dies
+    assert_eq!(a.silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
+    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    assert!(text.contains("rank(s) 2 stopped answering"), "{text}");
+    assert_eq!(a.blame(&[0, 1], 0), None);
+    // Rank 1 fails naming 2 (recorded), then goes: rank 0 is told of 2, not of 1.
+    assert!(b.blame(&[1, 2], 1).unwrap().contains("rank(s) 2 stopped"));
+    drop(b);
+    let text = a.blame(&[0, 1], 0).unwrap();
+    assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
+    assert!(text.contains("rank(s) 1 failed waiting for it"), "{text}");
+    // After a recovery both numbers are given.
+    a.number_as_before(vec![0, 4, 5]);
+    let text = a.blame(&[0, 2], 0).unwrap();
+    assert!(text.starts_with("rank(s) 2 (before the recovery: 5) stopped answering"), "{text}");
+}
+
+#[test]
+fn where_the_store_is_not_ours_rank_0_names_a_rank_whose_heartbeat_stood_still() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+    let host = || "torchrun's agent at 127.0.0.1:1".to_string();
+    let a = Liveness::on_watching(store.clone(), 0, 4, host());
+    let b = Liveness::on_watching(store.clone(), 1, 4, host());
+    let c = Liveness::on_watching(store.clone(), 2, 4, host());
+    // Rank 3 never starts: not named (it is found at check-in instead).
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = Arc::clone(&seen);
+    b.on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
+    std::thread::sleep(HEARTBEAT_PERIOD * 3);
+    drop(c); // rank 2 dies
+    let deadline = Instant::now() + AGENT_SILENT_AFTER + Duration::from_secs(10);
+    while b.dead().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(b.dead(), vec![2]);
+    assert_eq!(*seen.lock().unwrap(), vec![2]);
+    let text = b.blame(&[0, 1, 2, 3], 1).unwrap();
+    assert!(text.starts_with("rank(s) 2 stopped answering: no heartbeat in the store for 5 s"), "{text}");
+    // Live ranks are never named.
+    assert!(!a.dead().contains(&1) && !b.dead().contains(&0));
+}
+
+#[test]
+fn a_store_that_stops_answering_is_named_as_the_hosts_death() {
+    /// A store whose every call fails, as a connection to a frozen host does.
+    struct Frozen;
+    impl Store for Frozen {
+        fn set(&self, _: &str, _: &[u8]) -> Result<(), crate::store::StoreError> {
+            Err(crate::store::StoreError::Io("no reply within 1.0 s".into()))
+        }
+        fn get(&self, _: &str) -> Result<Vec<u8>, crate::store::StoreError> {
+            self.set("", b"").map(|_| vec![])
+        }
+        fn add(&self, _: &str, _: i64) -> Result<i64, crate::store::StoreError> {
+            self.set("", b"").map(|_| 0)
+        }
+        fn compare_set(&self, _: &str, _: &[u8], _: &[u8]) -> Result<Vec<u8>, crate::store::StoreError> {
+            self.get("")
+        }
+        fn check(&self, _: &[&str]) -> Result<bool, crate::store::StoreError> {
+            self.set("", b"").map(|_| false)
+        }
+        fn wait(&self, _: &[&str], _: Duration) -> Result<(), crate::store::StoreError> {
+            self.set("", b"")
+        }
+        fn delete_key(&self, _: &str) -> Result<bool, crate::store::StoreError> {
+            self.check(&[])
+        }
+        fn num_keys(&self) -> Result<i64, crate::store::StoreError> {
+            self.add("", 0)
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+    let l = Liveness::on(Arc::new(Frozen), 3, "rank 0 at 127.0.0.1:1".into());
+    std::thread::sleep(HEARTBEAT_PERIOD);
+    let text = l.blame(&[0, 1, 3], 3).unwrap();
+    assert!(text.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{text}");
+    assert!(l.store_silent().is_some());
+}

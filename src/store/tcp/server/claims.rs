@@ -1,0 +1,219 @@
+//! The server's part of liveness (`runtime::liveness`, docs/faults.md): liveness counters that
+//! only their rank's own connection may write, and numbered notices that wake whoever watches.
+//!
+//! - CLAIM `key, secret` ([`wire::Query::Claim`]): a connection claims a liveness counter, a key
+//!   ending `/alive/<rank>` (one claim per connection). The first claim records the secret (and
+//!   deletes a value stored under the key before: nobody owned it); a claim with the same secret
+//!   moves it to the new connection (its rank reconnected); another secret is refused, naming the
+//!   holder's address. Claims outlive their connections (so that a dead rank's counter cannot be
+//!   taken over) and are bounded by the memory budget like data.
+//! - Only the connection holding a claim writes its key: SET, COMPARE_SET, ADD (but ADD 0, a
+//!   read), APPEND, MULTI_SET, DELETE_KEY or BARRIER of it from another connection is refused
+//!   (that connection is closed).
+//! - Notices: ON_CLOSE `key` (a key ending `/alive/events`) by a connection holding a claim
+//!   arms one; when the connection closes from the client's side (its process exited or was
+//!   killed) while it still holds its claim, the server raises it. NOTICE `key` raises one now,
+//!   a question (`?` first). Raising adds one to the counter `key` and sets `key/<n>` to the
+//!   claimed key, so a watcher parks one WAIT on `key/<n+1>` and wakes on the next notice. No
+//!   client writes a notice key or its entries: a notice names a rank only when the rank's own
+//!   connection raised it.
+
+use super::event_loop::EventLoop;
+use super::Next;
+use crate::store::tcp::wire::{self, Request};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+
+/// Most bytes of a claim's secret.
+const MAX_SECRET: usize = 64;
+/// Bytes charged to the memory budget per claim besides its key and secret.
+const CLAIM_COST: u64 = 96;
+
+/// Who holds a claimed key.
+struct Claim {
+    secret: Vec<u8>,
+    /// The holding connection's serial (`Conn::serial`) and address.
+    serial: u64,
+    peer: SocketAddr,
+}
+
+/// The claims and the notice keys (see the module docs).
+#[derive(Default)]
+pub(super) struct Claims {
+    held: HashMap<Vec<u8>, Claim>,
+    notice_keys: HashSet<Vec<u8>>,
+    /// Bytes charged for them.
+    pub(super) bytes: u64,
+}
+
+impl Claims {
+    /// Whether `key` is a notice key or one of its numbered entries (written by the server only).
+    fn is_notice(&self, key: &[u8]) -> bool {
+        if self.notice_keys.is_empty() {
+            return false;
+        }
+        let parent = key.iter().rposition(|b| *b == b'/').map(|at| &key[..at]);
+        self.notice_keys.contains(key) || parent.is_some_and(|p| self.notice_keys.contains(p))
+    }
+
+    /// Whether connection `serial` may write `key`; why not otherwise.
+    fn write_refusal(&self, serial: u64, key: &[u8]) -> Option<String> {
+        if self.is_notice(key) {
+            return Some(format!("a write to '{}', a liveness notice only the server writes", lossy(key)));
+        }
+        let c = self.held.get(key).filter(|c| c.serial != serial)?;
+        Some(format!("a write to '{}', the liveness counter of the connection of {}", lossy(key), c.peer))
+    }
+
+    /// Whether connection `serial` still holds the claim on `key`.
+    fn holds(&self, key: &[u8], serial: u64) -> bool {
+        self.held.get(key).is_some_and(|c| c.serial == serial)
+    }
+}
+
+fn lossy(k: &[u8]) -> String {
+    String::from_utf8_lossy(&k[..k.len().min(200)]).into_owned()
+}
+
+/// Whether `key` ends `/alive/<digits>`.
+fn is_counter(key: &[u8]) -> bool {
+    let Some(at) = key.iter().rposition(|b| *b == b'/') else { return false };
+    let digits = &key[at + 1..];
+    !digits.is_empty() && digits.len() <= 10 && digits.iter().all(u8::is_ascii_digit) && key[..at].ends_with(b"/alive")
+}
+
+/// Whether `key` ends `/alive/events`.
+fn is_notice_key(key: &[u8]) -> bool {
+    key.ends_with(b"/alive/events")
+}
+
+impl EventLoop {
+    /// Why request `req` of connection `i` is refused for a key it may not write, if it is.
+    pub(super) fn claim_refusal(&self, i: usize, req: &Request<'_>) -> Option<String> {
+        let claims = &self.state.claims;
+        if claims.held.is_empty() && claims.notice_keys.is_empty() {
+            return None;
+        }
+        let serial = self.conns.get(i).and_then(Option::as_ref)?.serial;
+        let one = |k: &[u8]| claims.write_refusal(serial, k);
+        match req {
+            Request::Set(k, _) | Request::CompareSet(k, ..) | Request::Append(k, _) | Request::DeleteKey(k) => one(k),
+            Request::Barrier(k, _) => one(k),
+            // ADD 0 reads a counter; creating a missing one as 0 is harmless (a claim deletes it;
+            // a notice counts on from it).
+            Request::Add(k, delta) if *delta != 0 => one(k),
+            Request::MultiSet(items) => items.iter().find_map(|(k, _)| one(k)),
+            _ => None,
+        }
+    }
+
+    /// CLAIM `key` with `secret` for connection `i` (see the module docs).
+    pub(super) fn claim(&mut self, i: usize, key: &[u8], secret: &[u8]) -> Next {
+        if !is_counter(key) || secret.is_empty() || secret.len() > MAX_SECRET {
+            return Next::Close(format!(
+                "a CLAIM of '{}' with a secret of {} bytes (claims are of keys ending /alive/<rank>, with 1 to \
+                 {MAX_SECRET} bytes of secret)",
+                lossy(key),
+                secret.len()
+            ));
+        }
+        let Some((serial, peer, held)) =
+            self.conns.get(i).and_then(Option::as_ref).map(|c| (c.serial, c.peer, c.claim.clone()))
+        else {
+            return Next::Continue;
+        };
+        if held.as_deref().is_some_and(|h| h != key) {
+            return Next::Close(format!("a second CLAIM ('{}') on one connection", lossy(key)));
+        }
+        match self.state.claims.held.get_mut(key) {
+            Some(c) if c.secret == secret => {
+                c.serial = serial;
+                c.peer = peer;
+            }
+            Some(c) => {
+                let holder = c.peer.to_string();
+                self.log.log("claim", || {
+                    format!("refused client {peer} the liveness counter '{}' held by {holder}", lossy(key))
+                });
+                let mut reply = vec![wire::CLAIM_TAKEN];
+                reply.extend_from_slice(&(holder.len() as u64).to_le_bytes());
+                reply.extend_from_slice(holder.as_bytes());
+                self.reply(i, &reply);
+                return Next::Continue;
+            }
+            None => {
+                let cost = CLAIM_COST + (key.len() + secret.len()) as u64;
+                if let Some(why) = self.refusal(i, cost as usize, false) {
+                    return Next::Close(why);
+                }
+                self.state.remove(key);
+                self.state.claims.bytes += cost;
+                self.state.claims.held.insert(key.to_vec(), Claim { secret: secret.to_vec(), serial, peer });
+            }
+        }
+        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+            c.claim = Some(key.to_vec());
+        }
+        self.reply(i, &[wire::CLAIM_OK]);
+        Next::Continue
+    }
+
+    /// ON_CLOSE `key` (empty: withdraw) for connection `i`.
+    pub(super) fn arm_notice(&mut self, i: usize, key: &[u8]) -> Next {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else { return Next::Continue };
+        if key.is_empty() {
+            c.on_close = None;
+            return Next::Continue;
+        }
+        if c.claim.is_none() || !is_notice_key(key) {
+            return Next::Close(format!(
+                "an ON_CLOSE of '{}' (a notice needs a claimed liveness counter and a key ending /alive/events)",
+                lossy(key)
+            ));
+        }
+        c.on_close = Some(key.to_vec());
+        if self.state.claims.notice_keys.insert(key.to_vec()) {
+            self.state.claims.bytes += CLAIM_COST + key.len() as u64;
+        }
+        self.account(i);
+        Next::Continue
+    }
+
+    /// NOTICE `key` by connection `i`: a question, raised now.
+    pub(super) fn question(&mut self, i: usize, key: &[u8]) -> Next {
+        let claim = self.conns.get(i).and_then(Option::as_ref).and_then(|c| c.claim.clone());
+        let Some(claim) = claim.filter(|_| is_notice_key(key)) else {
+            return Next::Close(format!(
+                "a NOTICE of '{}' (a notice needs a claimed liveness counter and a key ending /alive/events)",
+                lossy(key)
+            ));
+        };
+        if self.state.claims.notice_keys.insert(key.to_vec()) {
+            self.state.claims.bytes += CLAIM_COST + key.len() as u64;
+        }
+        let mut value = b"?".to_vec();
+        value.extend_from_slice(&claim);
+        self.raise(key, value);
+        Next::Continue
+    }
+
+    /// A connection whose client went (serial `serial`, claim `claim`, notice `notice`): raise its
+    /// notice if it still holds its claim (a rank that reconnected moved it: nothing to tell).
+    pub(super) fn client_gone(&mut self, serial: u64, claim: Option<Vec<u8>>, notice: Option<Vec<u8>>) {
+        let (Some(claim), Some(notice)) = (claim, notice) else { return };
+        if self.state.claims.holds(&claim, serial) {
+            self.raise(&notice, claim);
+        }
+    }
+
+    /// Number the next notice on `key` and store `value` under `key/<n>`, waking its watchers.
+    /// A few bytes per notice, at most one per connection's close or per question.
+    fn raise(&mut self, key: &[u8], value: Vec<u8>) {
+        let n = self.state.map.get(key).and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
+        let mut entry = key.to_vec();
+        entry.push(b'/');
+        entry.extend_from_slice(n.to_string().as_bytes());
+        self.set(&entry, value);
+        self.set(key, n.to_string().into_bytes());
+    }
+}

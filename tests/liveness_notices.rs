@@ -1,0 +1,120 @@
+//! Liveness through our server's notices (src/runtime/liveness/, docs/faults.md), with real
+//! connections to a real `TcpStoreServer`: a rank's death wakes every watcher at once, a
+//! question is answered by every live rank, and a client posing as a rank (a forged close notice,
+//! writes to its counter, a claim of it) changes nothing.
+
+use mcore_init::runtime::liveness::Liveness;
+use mcore_init::runtime::LaunchEnv;
+use mcore_init::store::tcp::auth::TokenCell;
+use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
+use mcore_init::store::{Store, TcpStore, TcpStoreServer};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+const PREFIX: &str = "job/0";
+
+fn env(rank: u32, world: u32, port: u16) -> LaunchEnv {
+    let vars = [
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+        ("LOCAL_RANK", rank.to_string()),
+        ("LOCAL_WORLD_SIZE", world.to_string()),
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+    ];
+    LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
+}
+
+fn start(rank: u32, world: u32, port: u16) -> Liveness {
+    Liveness::start(&env(rank, world, port), PREFIX, T, TokenCell::default()).unwrap()
+}
+
+/// A raw connection that claims rank `rank`'s counter and arms its close notice, as a rank's
+/// heartbeat connection does; dropping it is that rank being killed.
+fn rank_connection(port: u16, rank: u32) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let counter = format!("/{PREFIX}/alive/{rank}");
+    s.write_all(&Encoder::query(Query::Validate).u32(VALIDATE_MAGIC).finish()).unwrap();
+    s.write_all(&Encoder::query(Query::Claim).bytes(counter.as_bytes()).bytes(b"secret").finish()).unwrap();
+    let events = format!("/{PREFIX}/alive/events");
+    s.write_all(&Encoder::query(Query::OnClose).bytes(events.as_bytes()).bytes(b"").finish()).unwrap();
+    let mut ok = [9u8; 1];
+    s.set_read_timeout(Some(T)).unwrap();
+    s.read_exact(&mut ok).unwrap();
+    assert_eq!(ok[0], 0, "the claim of rank {rank}'s counter was refused");
+    s
+}
+
+fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_killed_rank_is_named_by_every_watcher_at_once_and_live_ranks_answer_questions() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let ranks: Vec<Liveness> = (0..3).map(|r| start(r, 4, port)).collect();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = Arc::clone(&seen);
+    ranks[1].on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
+    // Rank 3's heartbeat connection, then its process killed (the kernel closes the socket).
+    let three = rank_connection(port, 3);
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    drop(three);
+    for l in &ranks {
+        until("a watcher did not learn of rank 3's death", || l.dead() == vec![3]);
+    }
+    println!("every watcher named rank 3 {:.3} s after its connection closed", killed.elapsed().as_secs_f64());
+    assert_eq!(*seen.lock().unwrap(), vec![3]);
+    // A question: the live ranks answer, rank 3 (dead) and rank 7 (never started) do not.
+    assert_eq!(ranks[0].silent(&[1, 2, 3, 7]).unwrap(), vec![3, 7]);
+    let text = ranks[0].blame(&[0, 1, 2, 3], 0).unwrap();
+    assert!(text.contains("rank(s) 3") && text.contains("died"), "{text}");
+    // A rank that leaves (drop: its notice withdrawn first) is not named.
+    let two = ranks.into_iter().nth(2).unwrap();
+    drop(two);
+    std::thread::sleep(Duration::from_millis(300));
+    let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert_eq!(c.add(&format!("{PREFIX}/alive/events"), 0).unwrap(), 2, "only rank 3's death and the question");
+}
+
+#[test]
+fn a_client_posing_as_rank_1_changes_nothing_and_one_that_claimed_first_is_named() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let zero = start(0, 3, port);
+    let one = start(1, 3, port);
+    // The poser: a close notice naming rank 1 (without a claim of its own), writes to
+    // alive/1, a claim of it with another secret.
+    let poser = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let _ = poser.on_close(&format!("{PREFIX}/alive/events"));
+    assert!(poser.num_keys().is_err(), "a close notice without a claim was armed");
+    let poser = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let _ = poser.set(&format!("{PREFIX}/alive/1"), b"1000000");
+    assert!(poser.num_keys().is_err(), "a write to rank 1's counter was served");
+    let poser = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert!(poser.claim(&format!("{PREFIX}/alive/1"), b"guess").unwrap().is_err());
+    drop(poser);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(zero.dead().is_empty() && one.dead().is_empty(), "a poser made a live rank dead");
+    assert_eq!(zero.silent(&[1]).unwrap(), Vec::<u32>::new(), "rank 1 is alive and answers");
+    assert_eq!(zero.blame(&[0, 1], 0), None);
+    // A client that claimed rank 2's counter before rank 2 started: rank 2's start fails,
+    // naming it.
+    let early = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    early.claim(&format!("{PREFIX}/alive/2"), b"guess").unwrap().unwrap();
+    let err = match Liveness::start(&env(2, 3, port), PREFIX, T, TokenCell::default()) {
+        Err(e) => format!("{e:?}"),
+        Ok(_) => panic!("rank 2 started though its counter was claimed by another client"),
+    };
+    let at = early.local_addr().unwrap().to_string();
+    assert!(err.contains("posed as rank 2") && err.contains(&at), "{err}");
+}
