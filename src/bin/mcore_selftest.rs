@@ -360,22 +360,9 @@ fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
     }))
 }
 
-/// Every rank adds itself to the store counter `key` and waits (at most 120 s) until all have.
+/// Every rank meets at the barrier `key` (at most 120 s).
 fn store_barrier(rt: &Runtime, key: &str) -> Result<(), String> {
-    let store = rt.store();
-    let n = i64::from(rt.env.world_size);
-    store.add(key, 1).map_err(|e| format!("store barrier {key}: {e}"))?;
-    let start = Instant::now();
-    loop {
-        let have = store.add(key, 0).map_err(|e| format!("store barrier {key}: {e}"))?;
-        if have >= n {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            return Err(format!("store barrier {key}: {have} of {n} ranks came within 120 s"));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rt.barrier(key, Duration::from_secs(120)).map_err(|e| format!("store barrier {key}: {e}"))
 }
 
 /// The device's free bytes (NCCL backend only: `cuMemGetInfo` on the init's device).
@@ -959,7 +946,7 @@ mod progress {
             let n = env.world_size.min(MAX_POLLED);
             let (mut checked, mut steps) = (0u32, Vec::new());
             for r in 0..n {
-                if s.check(&[&format!("{prefix}/checkin/rank/{r}")]).unwrap_or(false) {
+                if s.check(&[&format!("{prefix}/{}", mcore_init::runtime::checkin::arrival_key(r))]).unwrap_or(false) {
                     checked += 1;
                 }
                 steps.push(s.add(&format!("{prefix}/progress/{r}"), 0).unwrap_or(0));

@@ -16,6 +16,8 @@
 use super::error::RuntimeError;
 use super::groups::{grid_prefix, verify_group, GroupError, LiveGroup};
 use super::init::with_runtime;
+use super::keys;
+use super::meeting::{Deadline, Meeting};
 use super::plan::Grid;
 use super::runtime_state::Runtime;
 use crate::backend::{
@@ -309,50 +311,49 @@ fn transition(
 }
 
 /// What one recreate-mode creation is given: the group (what is left of `deadline`), its kind's
-/// options, and its store under keys of its own for this resume (`resume/<n>/group/<name>`), in
-/// which this rank has marked its arrival.
-fn prepare(
-    rt: &Runtime,
-    g: &LiveGroup,
-    kinds: &str,
-    deadline: Instant,
-) -> Result<(GroupInfo, CommOptions, Arc<dyn Store>), RuntimeError> {
-    let generation = {
-        let mut map = rt.resumes.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(g.comm_name.clone()).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let prefix = format!("resume/{generation}/group/{}", g.comm_name);
-    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&prefix, rt.base.clone()));
+/// options, its meeting's key space for this resume (`resume/<name>/<n>`, where this rank has
+/// arrived) and the backend's store under it.
+struct Prepared {
+    info: GroupInfo,
+    options: CommOptions,
+    space: String,
+    store: Arc<dyn Store>,
+}
+
+fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Result<Prepared, RuntimeError> {
+    let space = rt.key_spaces.next(&keys::resume(&g.comm_name));
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&space, rt.base.clone()));
     let fail = |e: CommError| recreate_error(g, kinds, e);
-    store.set(&arrived(rt.env.rank), b"1").map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
+    meeting(rt, g, &space, deadline)
+        .arrive(b"1")
+        .map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let host = rt.host.addr.to_string();
     let info = GroupInfo::new(g.comm_name.clone(), g.plan.members.clone(), rt.env.rank, left)
         .map(|i| i.with_host_addr(Some(&host)).with_device(rt.args.device))
         .map_err(|e| fail(e.into()))?;
-    Ok((info, g.plan.kind.options(&rt.args.comm_config), store))
+    Ok(Prepared { info, options: g.plan.kind.options(&rt.args.comm_config), space, store })
 }
 
-fn arrived(rank: u32) -> String {
-    format!("arrived/{rank}")
+/// The members of `g` meeting in `space` to re-create its communicator.
+fn meeting<'a>(rt: &'a Runtime, g: &LiveGroup, space: &str, deadline: Instant) -> Meeting<'a> {
+    let what = format!("this resume of communicator '{}'", g.comm_name);
+    Meeting::new(rt.base.as_ref(), space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline))
 }
 
 fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
     group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
 }
 
-/// `e`, a failed re-creation of `g` through `store`, with the members that never marked their
-/// arrival named.
-fn explained(g: &LiveGroup, kinds: &str, store: &dyn Store, e: CommError) -> RuntimeError {
-    let missing: Vec<u32> =
-        g.plan.members.iter().copied().filter(|&m| !store.check(&[&arrived(m)]).unwrap_or(false)).collect();
+/// `e`, a failed re-creation of `g` (meeting in `space`), with the members that never arrived
+/// named.
+fn explained(rt: &Runtime, g: &LiveGroup, kinds: &str, space: &str, e: CommError) -> RuntimeError {
+    let m = meeting(rt, g, space, Instant::now());
+    let missing = m.missing();
     let e = if missing.is_empty() {
         e
     } else {
-        let m = super::host::format_ranks(&missing);
-        CommError { message: format!("{} (members that never came to this resume: {m})", e.message), ..e }
+        CommError { message: format!("{}; {}", e.message, m.explain(missing)), ..e }
     };
     recreate_error(g, kinds, e)
 }
@@ -365,9 +366,10 @@ fn recreate(
     kinds: &str,
     deadline: Instant,
 ) -> Result<Box<dyn Communicator>, RuntimeError> {
-    let (info, options, store) = prepare(rt, g, kinds, deadline)?;
-    let made = rt.backend.create_group(&info, &options, store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
-    made.map_err(|e| explained(g, kinds, store.as_ref(), e))
+    let p = prepare(rt, g, kinds, deadline)?;
+    let made =
+        rt.backend.create_group(&p.info, &p.options, p.store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
+    made.map_err(|e| explained(rt, g, kinds, &p.space, e))
 }
 
 /// [`recreate`] of every group of `released` at once, through the backend's creation together.
@@ -377,10 +379,10 @@ fn recreate_together(
     deadline: Instant,
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
-    let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|(i, o, s)| (i, o, s.clone())).collect();
+    let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|p| (&p.info, &p.options, p.store.clone())).collect();
     let mut made = rt.backend.create_groups_together(&requests).map_err(|(i, e)| {
         let (g, kinds) = &released[i.min(released.len() - 1)];
-        explained(g, kinds, prepared[i.min(prepared.len() - 1)].2.as_ref(), e)
+        explained(rt, g, kinds, &prepared[i.min(prepared.len() - 1)].space, e)
     })?;
     if made.len() != released.len() {
         let (g, kinds) = &released[0];
@@ -396,7 +398,7 @@ fn recreate_together(
         return Err(recreate_error(g, kinds, e));
     }
     for (i, c) in made.iter_mut().enumerate() {
-        c.wait_ready().map_err(|e| explained(released[i].0, &released[i].1, prepared[i].2.as_ref(), e))?;
+        c.wait_ready().map_err(|e| explained(rt, released[i].0, &released[i].1, &prepared[i].space, e))?;
     }
     Ok(made)
 }
