@@ -515,7 +515,8 @@ fn failed(
     // Wait for them only until a little past the deadline (not past the time this error
     // took to explain, e.g. waiting for failure records): ranks that died never leave.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    let watch = opened.liveness.as_ref().map(|liveness| Watch { liveness, store: &opened.store });
+    let watch =
+        opened.liveness.as_ref().map(|liveness| Watch { liveness, store: &opened.store, attempt: &opened.attempt });
     leave(&opened.base, &env, gone, wait, watch);
     e
 }
@@ -547,7 +548,7 @@ fn keep_for_recovery(
     // A host stops waiting as soon as a rank asks for recovery (it ends the leave meeting): it
     // is needed there.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store });
+    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
     leave(&base, &env, &suspected, wait, watch);
     let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
     Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by }

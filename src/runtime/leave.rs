@@ -8,7 +8,7 @@ use super::liveness::Liveness;
 use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
 use super::store_setup::StoreHandles;
-use crate::store::Store;
+use crate::store::{PrefixStore, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,10 +43,12 @@ pub(super) fn end_for_recovery(base: &dyn Store) {
     let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
 }
 
-/// How the store's host learns of deaths while it waits for the others to leave.
+/// How the store's host learns of deaths while it waits for the others to leave: the heartbeat,
+/// and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
 pub(super) struct Watch<'a> {
     pub liveness: &'a Liveness,
     pub store: &'a StoreHandles,
+    pub attempt: &'a str,
 }
 
 /// Announce that this rank is done with the store; the rank hosting the store server waits (at
@@ -73,11 +75,16 @@ pub(super) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
         return;
     }
     let dead = || watch.as_ref().map(|w| known_dead(w.liveness)).unwrap_or_default();
+    // The host meets on the store without the heartbeat's guard: while a death callback is set,
+    // the guard fails every wait at once once a peer died, and the others still leave.
+    let unguarded: Option<Arc<dyn Store>> =
+        watch.as_ref().map(|w| Arc::new(PrefixStore::new(w.attempt, w.store.client())) as Arc<dyn Store>);
+    let view: &dyn Store = unguarded.as_deref().unwrap_or(base.as_ref());
     // Ranks missing from the start, or already known dead, never leave.
     for r in gone.iter().copied().chain(dead()) {
-        count_gone(base.as_ref(), env.world_size, r);
+        count_gone(view, env.world_size, r);
     }
-    let m = meeting(base.as_ref(), env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);
+    let m = meeting(view, env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);
     if m.arrive_counted().is_err() {
         return;
     }
@@ -105,7 +112,7 @@ fn known_dead(l: &Liveness) -> Vec<u32> {
 /// with the store; the rank hosting the store server waits (at most `LEAVE_WAIT`) until all have,
 /// so no rank loses the server in the middle of a request. Never fails because a peer is gone.
 pub(super) fn teardown(runtime: Runtime) {
-    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, .. } = runtime;
+    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, attempt, .. } = runtime;
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone
     // announces leaving.
@@ -115,7 +122,7 @@ pub(super) fn teardown(runtime: Runtime) {
     // The job ends: spares standing by wake up and leave.
     let _ = base.set(keys::ENDED, b"1");
     let _ = base.set(keys::WAKE, b"1");
-    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store });
+    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
     leave(&base, &env, &[], timeout, watch);
     drop(liveness);
     drop(base);

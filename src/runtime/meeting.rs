@@ -251,8 +251,8 @@ impl<'a> Meeting<'a> {
     /// dead (see [`Meeting::watching`]).
     fn await_keys(&self, keys: &[&str], deadline: Deadline) -> Result<bool, MeetError> {
         // Each turn ends on an event: the keys set, the deadline, or a peer-death abort; a wait
-        // is taken up again only after a new death (at most once per dead rank).
-        let mut deaths_seen = 0;
+        // is taken up again after an abort only while deaths account for the aborts.
+        let mut aborts = 0;
         loop {
             match self.store.wait(keys, deadline.left()) {
                 Ok(()) => return Ok(true),
@@ -260,10 +260,10 @@ impl<'a> Meeting<'a> {
                 Err(StoreError::Timeout { .. }) => {}
                 Err(e) => {
                     let dead = self.dead.map(|d| d()).unwrap_or_default();
-                    if dead.len() <= deaths_seen {
+                    aborts += 1;
+                    if dead.is_empty() || aborts > dead.len() + 1 {
                         return Err(e.into());
                     }
-                    deaths_seen = dead.len();
                     let missing = self.missing();
                     if !missing.is_empty() && missing.iter().all(|r| dead.contains(r)) {
                         return Err(self.missing_error_of(missing));

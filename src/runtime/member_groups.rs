@@ -274,7 +274,7 @@ impl Creation {
         let mine = record(&self.entry.members, &self.entry.options);
         for (theirs, &m) in requests.iter().zip(&self.entry.members) {
             let Some(theirs) = theirs.as_ref().filter(|_| m != self.rank) else { continue };
-            let theirs = String::from_utf8_lossy(&theirs);
+            let theirs = String::from_utf8_lossy(theirs);
             for f in ["members", "options"] {
                 let (a, b) = (field(&theirs, f), field(&mine, f));
                 if a != b {

@@ -539,16 +539,7 @@ fn recover(
         return Ok(Some(Reinitialized::Left(report)));
     };
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
-    let mut new_args = init_args;
-    new_args.spares = plan.spares_left.len() as u32;
-    if let Some(grids) = &plan.grids {
-        // Every grid's new layout; names and seeds as they were.
-        new_args.topology = grids[0].topology.config().clone();
-        for (spec, g) in new_args.grids.iter_mut().zip(&grids[1..]) {
-            spec.topology = g.topology.config().clone();
-        }
-    }
-    new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let new_args = next_args(init_args, &plan, deadline);
     let kept = keep_unchanged(comms.as_mut(), &plan, new_rank, &new_args);
     report.kept_kinds = kept.iter().map(|g| g.plan.kind.to_string()).collect();
     let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
@@ -679,6 +670,22 @@ fn report_of(
         world_from: WorldFrom::None,
         kept_kinds: vec![],
     }
+}
+
+/// The new layout's arguments: `args` with the plan's spares and grids, and what is left of
+/// `deadline`.
+fn next_args(args: InitArgs, plan: &Next, deadline: Instant) -> InitArgs {
+    let mut new_args = args;
+    new_args.spares = plan.spares_left.len() as u32;
+    if let Some(grids) = &plan.grids {
+        // Every grid's new layout; names and seeds as they were.
+        new_args.topology = grids[0].topology.config().clone();
+        for (spec, g) in new_args.grids.iter_mut().zip(&grids[1..]) {
+            spec.topology = g.topology.config().clone();
+        }
+    }
+    new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    new_args
 }
 
 /// A rank that left the recovered world and hosts the store: the survivors still need the server,
