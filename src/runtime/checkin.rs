@@ -2,7 +2,7 @@
 //! was started with; rank 0 compares them and publishes a verdict. A rank that never arrives is
 //! named in the timeout error of every rank; ranks started differently are named in the mismatch.
 //!
-//! A [`Meeting`] of the whole world: every rank arrives with its fingerprint; rank 0 gathers them
+//! A meeting (`runtime::meeting`) of the whole world: every rank arrives with its fingerprint; rank 0 gathers them
 //! and ends the meeting with its verdict, which the others wait for. Store cost per rank is
 //! constant (set, wait, get), whatever the world size; rank 0 reads all fingerprints in one
 //! multi-get.

@@ -11,7 +11,7 @@
 //! name), so the same set of groups started in any order still cannot wait in a cycle.
 //!
 //! The rendezvous: each member writes what it asked for (members and options) under the group's
-//! own keys, `after_init/<name>/<generation>/` (a [`Meeting`] of the members: it arrives with its
+//! own keys, `after_init/<name>/<generation>/` (a meeting (`runtime::meeting`) of the members: it arrives with its
 //! record), as it starts, then gathers every member's record until the group's deadline (the
 //! init timeout unless the caller gives one). A member whose record is missing at the deadline
 //! is named ("did not come to create_group ..."); a record that differs is

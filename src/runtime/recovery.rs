@@ -7,7 +7,7 @@
 //! already share. Ranks the plan drops
 //! leave with [`Reinitialized::Left`]. [`check_health`] lets ranks learn that a recovery began.
 //!
-//! Agreement: a [`Meeting`] of the world in `recovery/present` under the attempt's key prefix (so
+//! Agreement: a meeting (`runtime::meeting`) of the world in `recovery/present` under the attempt's key prefix (so
 //! the keys of an earlier attempt are never read). Every rank that takes part arrives with the
 //! ranks it suspects, then reads who is present: the arrival that finds every rank of the world
 //! present or suspected by a present rank decides at once (the last arrival always sees all
