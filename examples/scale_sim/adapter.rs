@@ -1,11 +1,11 @@
 //! The one place the simulator touches the runtime's protocol code: what one simulated rank of
-//! this project does at the store during init (today: a store client, the liveness heartbeat
-//! connection, check-in) and what it keeps while the job runs (the liveness). When the runtime's
+//! this project does at the store during init (a store client, the liveness connections,
+//! the check-in meeting) and what it keeps while the job runs (the liveness). When the runtime's
 //! rendezvous or liveness change (issue 33: one meeting, event-driven liveness), re-point these
 //! two functions at the new public entry points; nothing else in the simulator names them.
 
 use mcore_init::runtime::checkin::check_in;
-use mcore_init::runtime::liveness::{Liveness, HEARTBEAT_PERIOD, WATCH_PERIOD};
+use mcore_init::runtime::liveness::{Liveness, IDLE_RENEW};
 use mcore_init::runtime::LaunchEnv;
 use mcore_init::store::tcp::auth::TokenCell;
 use mcore_init::store::{PrefixStore, Store, TcpStore};
@@ -21,10 +21,11 @@ pub struct Ready {
     _liveness: Liveness,
 }
 
-/// Requests per second one idle rank sends by construction (heartbeat ADD and close-notice
-/// CHECK; the figures measured at the server are segments, see the JSON's `idle_*`).
+/// Requests per second one idle rank sends by construction: its watcher's one parked WAIT on the
+/// next death notice, renewed every [`IDLE_RENEW`] (the figures measured at the server are
+/// segments, see the JSON's `idle_*`).
 pub fn idle_requests_per_rank_per_s() -> f64 {
-    1.0 / HEARTBEAT_PERIOD.as_secs_f64() + 1.0 / WATCH_PERIOD.as_secs_f64()
+    1.0 / IDLE_RENEW.as_secs_f64()
 }
 
 /// Rank `rank` of `world` (`per_node` ranks a node) at the store on 127.0.0.1:`port`: connect,
@@ -42,7 +43,8 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
     let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .map_err(|e| e.to_string())?;
     let store = Arc::new(TcpStore::connect("127.0.0.1", port, timeout).map_err(|e| format!("connect: {e}"))?);
-    let liveness = Liveness::start(&env, PREFIX, timeout, TokenCell::new(None))?;
+    let liveness =
+        Liveness::start(&env, PREFIX, timeout, TokenCell::new(None)).map_err(|e| format!("liveness: {e:?}"))?;
     let view = PrefixStore::new(PREFIX, Arc::clone(&store) as Arc<dyn Store>);
     let fingerprint = b"tp=8 pp=4 cp=1 ep=1 order=tp-cp-ep-dp-pp backend=nccl seed=1234";
     check_in(&view, rank, world, per_node, fingerprint, timeout).map_err(|e| format!("check-in: {e}"))?;

@@ -49,7 +49,7 @@ try:
     runtime.initialize(tp=2, pp=2, backend=sys.argv[1], timeout=8)
     sys.exit("initialize succeeded without rank 3")
 except McoreError as exc:
-    assert "3 never checked in" in str(exc), exc
+    assert "3 did not come to the check-in" in str(exc), exc
 r = runtime.reinitialize()
 """ + REPORT
 

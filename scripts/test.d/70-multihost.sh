@@ -114,7 +114,7 @@ timeout=8
 dir="$tmp/never"; mkdir -p "$dir"
 for l in 0 1 2 3; do start_rank "$h0" "$a0" 0 "$l" "$dir"; done
 wait
-check_failures "host never joins" "$dir" "0 1 2 3" "rank(s) 4-7 = node 1 of 2" "never checked in"
+check_failures "host never joins" "$dir" "0 1 2 3" "rank(s) 4-7 = node 1 of 2" "did not come to the check-in"
 
 # Scenario 4: the second host is killed mid-init. Rank 3 waits for a flag, so the other ranks
 # check in and wait there; once every rank of the second host has reported its address
@@ -133,7 +133,7 @@ done
 sleep 0.3; kill_in "$h1"; touch "$dir/go"
 wait 2>/dev/null
 unset MCORE_LOG
-check_failures "host killed mid-init" "$dir" "0 1 2 3" "never arrived at this group" "on host '[^']*' ($a1)"
+check_failures "host killed mid-init" "$dir" "0 1 2 3" "did not come to this group" "on host '[^']*' ($a1)"
 
 # Scenario 4b: every rank advertises an address its peers cannot reach (MCORE_GLOO_HOSTNAME=
 # 127.0.0.1 on both hosts, the plugin's old default): every rank of both hosts fails within the

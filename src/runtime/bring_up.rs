@@ -14,7 +14,7 @@ use super::groups::{
 use super::host::{self, HostInfo};
 
 use super::init_args::{check_grid_name, BackendResolver, InitArgs};
-use super::leave::{leave, leave_unless, LEAVE_GRACE, RECOVERY_REQUESTED_KEY};
+use super::leave::{leave, Watch, LEAVE_GRACE};
 use super::liveness::Liveness;
 use super::pending::{Kept, Pending, RuntimeClaim};
 use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
@@ -25,8 +25,6 @@ use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
 use crate::store::{PrefixStore, Store};
 use crate::topology::Topology;
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -407,7 +405,7 @@ fn create(
 ) -> Result<CreatedGroups, RuntimeError> {
     let (args, layout, base) = (s.args, s.layout, &s.opened.base);
     let group_store =
-        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&format!("group/{name}"), base.clone())) };
+        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&super::keys::group(name), base.clone())) };
     let host_addr = s.opened.host.addr.to_string();
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
@@ -488,9 +486,8 @@ fn assemble(
         store: opened.store,
         args: args.clone(),
         attempt: opened.attempt,
-        health_checks: AtomicU64::new(0),
+        key_spaces: Default::default(),
         liveness: opened.liveness,
-        resumes: Mutex::new(HashMap::new()),
     }
 }
 
@@ -525,14 +522,16 @@ fn failed(
         return e;
     }
     // Keep the store up until the ranks that arrived have read the verdict and left.
-    let arrived = match e.cause() {
-        RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => env.world_size - ranks.len() as u32,
-        _ => env.world_size,
+    let gone: &[u32] = match e.cause() {
+        RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks,
+        _ => &[],
     };
     // Wait for them only until a little past the deadline (not past the time this error
     // took to explain, e.g. waiting for failure records): ranks that died never leave.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    leave(&opened.base, &env, arrived, wait, opened.liveness.as_ref());
+    let watch =
+        opened.liveness.as_ref().map(|liveness| Watch { liveness, store: &opened.store, attempt: &opened.attempt });
+    leave(&opened.base, &env, gone, wait, watch);
     e
 }
 
@@ -560,10 +559,11 @@ fn keep_for_recovery(
     }
     // As any failed init (see `failed`), so that ranks that do not recover read their error
     // from a store that is still up; then the store is kept for recovery.
-    // A host stops waiting as soon as a rank asks for recovery: it is needed there.
-    let arrived = env.world_size.saturating_sub(suspected.len() as u32);
+    // A host stops waiting as soon as a rank asks for recovery (it ends the leave meeting): it
+    // is needed there.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    leave_unless(&base, &env, arrived, wait, Some(RECOVERY_REQUESTED_KEY), liveness.as_ref());
+    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
+    leave(&base, &env, &suspected, wait, watch);
     let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
     Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by }
 }

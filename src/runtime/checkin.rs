@@ -2,21 +2,20 @@
 //! was started with; rank 0 compares them and publishes a verdict. A rank that never arrives is
 //! named in the timeout error of every rank; ranks started differently are named in the mismatch.
 //!
-//! Store cost per rank is constant (set, wait, get), whatever the world size; rank 0 reads all
-//! fingerprints in one multi-get.
+//! A meeting (`runtime::meeting`) of the whole world: every rank arrives with its fingerprint; rank 0 gathers them
+//! and ends the meeting with its verdict, which the others wait for. Store cost per rank is
+//! constant (set, wait, get), whatever the world size; rank 0 reads all fingerprints in one
+//! multi-get.
 
 use super::host::format_ranks;
+use super::keys;
+use super::meeting::{did_not_come, Deadline, MeetError, Meeting};
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const VERDICT_KEY: &str = "checkin/verdict";
 const VERDICT_OK: &[u8] = b"ok";
-
-fn rank_key(rank: u32) -> String {
-    format!("checkin/rank/{rank}")
-}
 
 /// Why check-in failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,10 +37,10 @@ impl fmt::Display for CheckinError {
         match self {
             CheckinError::Missing { ranks, waited, nodes } => write!(
                 f,
-                "rendezvous timed out after {:.1} s: rank(s) {}{nodes} never checked in (not started, crashed, \
-                 cannot reach MASTER_ADDR/MASTER_PORT, or pointed at another one)",
+                "rendezvous timed out after {:.1} s: {} (not started, crashed, cannot reach MASTER_ADDR/MASTER_PORT, \
+                 or pointed at another one)",
                 waited.as_secs_f64(),
-                format_ranks(ranks)
+                did_not_come(&format!("{}{nodes}", format_ranks(ranks)), WHAT)
             ),
             CheckinError::Mismatch(m) | CheckinError::OtherJob(m) => f.write_str(m),
             CheckinError::Store(e) => write!(f, "rendezvous store failed: {e}"),
@@ -57,16 +56,23 @@ impl From<StoreError> for CheckinError {
     }
 }
 
-/// Ranks whose check-in key is absent now (one CHECK per rank: used only on the failure path).
-fn missing_ranks(store: &dyn Store, world_size: u32) -> Result<Vec<u32>, StoreError> {
-    let mut missing = Vec::new();
-    for r in 0..world_size {
-        if !store.check(&[&rank_key(r)])? {
-            missing.push(r);
+impl From<MeetError> for CheckinError {
+    fn from(e: MeetError) -> Self {
+        match e {
+            MeetError::Store(e) => CheckinError::Store(e),
+            // Check-in names missing ranks by node (see `missing`), not through this.
+            MeetError::Missing(m) => CheckinError::Missing { ranks: m.ranks, waited: m.waited, nodes: String::new() },
         }
     }
-    Ok(missing)
 }
+
+/// The key under the attempt's prefix that says `rank` has checked in (for progress reports).
+pub fn arrival_key(rank: u32) -> String {
+    keys::here(keys::CHECKIN, rank)
+}
+
+/// What the ranks are waited for.
+const WHAT: &str = "the check-in";
 
 /// The `key=value` pairs of a fingerprint (see `Settings::fingerprint`); a word without `=`
 /// continues the value before it (a value with a space, e.g. a plugin path).
@@ -136,56 +142,39 @@ pub fn check_in(
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
-    let start = Instant::now();
-    let missing = |store: &dyn Store| -> Result<CheckinError, StoreError> {
-        let ranks = missing_ranks(store, world_size)?;
+    let meeting = Meeting::new(store, keys::CHECKIN, WHAT, (0..world_size).collect(), rank, Deadline::after(timeout));
+    let missing = |m: &Meeting| {
+        let ranks = m.missing();
         let nodes = super::host::nodes_of(&ranks, world_size, local_world_size);
-        Ok(CheckinError::Missing { ranks, waited: start.elapsed(), nodes })
+        CheckinError::Missing { ranks, waited: timeout.saturating_sub(m.deadline().left()), nodes }
     };
-    store.set(&rank_key(rank), fingerprint)?;
+    meeting.arrive(fingerprint)?;
     if rank == 0 {
-        let keys: Vec<String> = (0..world_size).map(rank_key).collect();
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let verdict = match store.wait(&key_refs, timeout) {
-            Err(StoreError::Timeout { .. }) => {
-                let err = missing(store)?;
-                store.set(VERDICT_KEY, err.to_string().as_bytes())?;
-                return Err(err);
+        let (verdict, result) = match meeting.gather() {
+            Err(MeetError::Missing(_)) => {
+                let err = missing(&meeting);
+                (err.to_string().into_bytes(), Err(err))
             }
             Err(e) => return Err(e.into()),
-            Ok(()) => mismatch_text(&store.multi_get(&key_refs)?, &|ranks| super::host::describe(store, ranks)),
+            Ok(fingerprints) => match mismatch_text(&fingerprints, &|ranks| super::host::describe(store, ranks)) {
+                None => (VERDICT_OK.to_vec(), Ok(())),
+                Some(text) => (text.clone().into_bytes(), Err(CheckinError::Mismatch(text))),
+            },
         };
-        return match verdict {
-            None => Ok(store.set(VERDICT_KEY, VERDICT_OK)?),
-            Some(text) => {
-                store.set(VERDICT_KEY, text.as_bytes())?;
-                Err(CheckinError::Mismatch(text))
-            }
-        };
+        meeting.end(&verdict)?;
+        return result;
     }
-    match store.wait(&[VERDICT_KEY], timeout) {
-        Ok(()) => {}
-        // Rank 0 may have started waiting a little later: its verdict (the same list for every
-        // rank) is preferred for a short grace; after that this rank names who is absent now.
-        Err(StoreError::Timeout { .. }) => match store.wait(&[VERDICT_KEY], super::progress::RECORD_GRACE.min(timeout))
-        {
-            Ok(()) => {}
-            Err(StoreError::Timeout { .. }) => return Err(missing(store)?),
-            Err(e) => return Err(e.into()),
-        },
-        Err(e) => return Err(e.into()),
-    }
-    let verdict = store.get(VERDICT_KEY)?;
+    // Rank 0 may have started waiting a little later: its verdict (the same list for every
+    // rank) is preferred for a short grace; after that this rank names who is absent now.
+    let grace = Deadline::at(meeting.deadline().instant() + super::progress::RECORD_GRACE.min(timeout));
+    let Some(verdict) = meeting.await_end_by(grace)? else { return Err(missing(&meeting)) };
     if verdict == VERDICT_OK {
         Ok(())
+    } else if verdict.starts_with(b"rendezvous timed out") {
+        Err(missing(&meeting))
     } else {
         // Rank 0's verdict already names the ranks; pass it on unchanged.
-        let text = String::from_utf8_lossy(&verdict).into_owned();
-        if text.starts_with("rendezvous timed out") {
-            Err(missing(store)?)
-        } else {
-            Err(CheckinError::Mismatch(text))
-        }
+        Err(CheckinError::Mismatch(String::from_utf8_lossy(&verdict).into_owned()))
     }
 }
 
@@ -223,7 +212,7 @@ mod tests {
         for r in out.into_iter().flatten() {
             match r {
                 Err(e @ CheckinError::Missing { .. }) => {
-                    assert!(e.to_string().contains("rank(s) 2, 4 never checked in"), "{e}")
+                    assert!(e.to_string().contains("rank(s) 2, 4 did not come to the check-in"), "{e}")
                 }
                 other => panic!("{other:?}"),
             }
@@ -235,6 +224,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new(Duration::from_millis(300)));
         let e = check_in(store.as_ref(), 0, 4, 2, b"a", Duration::from_millis(300)).unwrap_err();
         assert!(e.to_string().contains("rank(s) 1-3 = node 0 of 2 (ranks 1), node 1 of 2 (all its ranks: 2-3)"), "{e}");
+        assert!(e.to_string().contains("did not come to the check-in"), "{e}");
     }
 
     #[test]
@@ -265,7 +255,7 @@ mod tests {
         let (r1, r0, r2) = (start(1, 0), start(0, 600), start(2, 1200));
         for (rank, h) in [(1, r1), (0, r0), (2, r2)] {
             let e = h.join().unwrap().unwrap_err().to_string();
-            assert!(e.contains("rank(s) 3 never checked in"), "rank {rank}: {e}");
+            assert!(e.contains("rank(s) 3 did not come to the check-in"), "rank {rank}: {e}");
         }
     }
 

@@ -888,11 +888,11 @@ mod tests {
         // Rank 2's tensor group {2, 3} waits for rank 3 in vain.
         let e = out[2].as_ref().expect_err("rank 2 must fail").to_string();
         assert!(e.starts_with("group tensor_model_parallel/1 (ranks 2-3)"), "{e}");
-        assert!(e.ends_with("rank(s) 3 never arrived at this group"), "{e}");
+        assert!(e.ends_with("rank(s) 3 did not come to this group"), "{e}");
         // Ranks 0 and 1 share no group with rank 3 past the first kind except the embedding
         // group {0, 3}, which rank 0 waits for.
         let e = out[0].as_ref().expect_err("rank 0 must fail").to_string();
-        assert!(e.starts_with("group embedding/0 (ranks 0, 3)") && e.contains("rank(s) 3 never arrived"), "{e}");
+        assert!(e.starts_with("group embedding/0 (ranks 0, 3)") && e.contains("rank(s) 3 did not come"), "{e}");
         assert_eq!(out[1].as_ref().ok(), Some(&3));
     }
 
@@ -907,19 +907,19 @@ mod tests {
             .collect();
         assert!(
             out[1].starts_with("group data_parallel_with_cp/1 (ranks 1, 3)")
-                && out[1].ends_with("rank(s) 3 never arrived at this group"),
+                && out[1].ends_with("rank(s) 3 did not come to this group"),
             "{}",
             out[1]
         );
         assert!(
             out[2].starts_with("group tensor_model_parallel/1 (ranks 2-3)")
-                && out[2].ends_with("rank(s) 3 never arrived at this group"),
+                && out[2].ends_with("rank(s) 3 did not come to this group"),
             "{}",
             out[2]
         );
         let e = &out[0];
         assert!(e.starts_with("group tensor_model_parallel/0 (ranks 0-1)"), "{e}");
-        assert!(!e.contains("rank(s) 1 never arrived"), "blames the live rank 1: {e}");
+        assert!(!e.contains("rank(s) 1 did not come"), "blames the live rank 1: {e}");
         assert!(e.ends_with("rank(s) 1 failed at an earlier group, waiting for rank(s) 3"), "{e}");
     }
 

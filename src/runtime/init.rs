@@ -128,3 +128,16 @@ pub fn is_spare() -> bool {
 pub fn with_runtime<R>(f: impl FnOnce(&Runtime) -> R) -> Result<R, RuntimeError> {
     RUNTIME.with(f).ok_or(RuntimeError::NotInitialized)
 }
+
+/// Tear down what `initialize` brought up, or let go of what the runtime kept (see
+/// [`super::destroy`]). `false` when there was nothing.
+pub(super) fn destroy() -> Result<bool, RuntimeError> {
+    let (mut claim, state) = claim_runtime(DESTROYING)?;
+    match state {
+        Some((_, runtime)) => {
+            super::leave::teardown(runtime);
+            Ok(true)
+        }
+        None => Ok(claim.take_kept().map(Kept::release).is_some()),
+    }
+}

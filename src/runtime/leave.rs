@@ -1,14 +1,16 @@
-//! Leaving the store: every rank announces it is done, the store's host waits (bounded) for the
-//! others; the keys that end a job or request recovery; and the teardown of a live runtime.
+//! Leaving the store: a [`Meeting`] of every rank of the world (`keys::LEAVE`), counted; the
+//! store's host waits (bounded) until the count is complete, the ranks still missing are dead,
+//! or a recovery was requested (it ends the meeting); and the teardown of a live runtime.
 
 use super::env::LaunchEnv;
-use super::error::RuntimeError;
-use super::init::{claim_runtime, DESTROYING};
-use super::liveness::{Liveness, SILENT_AFTER};
+use super::keys;
+use super::liveness::Liveness;
+use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
-use crate::store::Store;
+use super::store_setup::StoreHandles;
+use crate::store::{PrefixStore, Store};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
@@ -16,46 +18,55 @@ const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// ranks that arrived to read the verdict and leave (they explain their failure within
 /// `progress::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
 pub(super) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
-
-/// Announce that this rank is done with the store; the rank hosting the store server waits (at
-/// most `LEAVE_WAIT`, and at most `timeout`) until `expected` ranks have, so none loses the
-/// server mid-request, or until the ranks that have not left stopped answering (`liveness`).
-pub(super) fn leave(
-    base: &Arc<dyn Store>,
-    env: &LaunchEnv,
-    expected: u32,
-    timeout: Duration,
-    liveness: Option<&Liveness>,
-) {
-    leave_unless(base, env, expected, timeout, None, liveness)
-}
-
-/// Above this many ranks the store host does not look for dead ranks while it waits for the
-/// others to leave (one store request per rank each time).
-const LEAVE_LIVENESS_MAX: u32 = 1024;
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);
+/// What the leave meeting's members are waited for.
+const WHAT: &str = "leaving the store";
 
-/// [`leave`], but the host also stops waiting once `stop_key` exists.
-pub(super) fn leave_unless(
-    base: &Arc<dyn Store>,
-    env: &LaunchEnv,
-    expected: u32,
-    timeout: Duration,
-    stop_key: Option<&str>,
-    liveness: Option<&Liveness>,
-) {
+/// The leave meeting of a world of `world` in `base` as `rank` sees it, over by `deadline`.
+fn meeting(base: &dyn Store, world: u32, rank: u32, deadline: Deadline) -> Meeting<'_> {
+    Meeting::new(base, keys::LEAVE, WHAT, (0..world).collect(), rank, deadline)
+}
+
+/// Announce that this rank leaves, without waiting for anyone (a spare, a failed check-in).
+pub(super) fn announce(base: &dyn Store, env: &LaunchEnv) {
+    let _ = meeting(base, env.world_size, env.rank, Deadline::after(LEAVE_SEND)).arrive_counted();
+}
+
+/// Count `rank`, a rank that will never leave (dead, or missing from the start), as left; once.
+fn count_gone(base: &dyn Store, world: u32, rank: u32) {
+    let _ = meeting(base, world, rank, Deadline::after(LEAVE_SEND)).arrive_counted_as(b"gone");
+}
+
+/// End the leave meeting at once (a recovery was requested: the store's host is needed there).
+pub(super) fn end_for_recovery(base: &dyn Store) {
+    let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
+}
+
+/// How the store's host learns of deaths while it waits for the others to leave: the heartbeat,
+/// and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
+pub(super) struct Watch<'a> {
+    pub liveness: &'a Liveness,
+    pub store: &'a StoreHandles,
+    pub attempt: &'a str,
+}
+
+/// Announce that this rank is done with the store; the rank hosting the store server waits (at
+/// most `LEAVE_WAIT`, and at most `timeout`) until every rank of the world has, those in `gone`
+/// not waited for, so none loses the server mid-request; or until the ranks that have not left
+/// are dead (the heartbeat's death notices end the wait, see [`Meeting::watching`]), or a
+/// recovery was requested.
+pub(super) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Option<Watch>) {
     if env.world_size <= 1 {
         return;
     }
-    let _ = base.set(&format!("leave/{}", env.rank), b"1");
     if !env.hosts_store() {
         // The count's reply is not needed: a store host that froze must not hold this rank
         // (at most LEAVE_SEND; the request finishes or fails on its own thread).
-        let b = Arc::clone(base);
+        let (b, env) = (Arc::clone(base), env.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let sent = std::thread::Builder::new().name("mcore-leave".into()).spawn(move || {
-            let _ = b.add("leave/count", 1);
+            announce(b.as_ref(), &env);
             let _ = tx.send(());
         });
         if sent.is_ok() {
@@ -63,72 +74,57 @@ pub(super) fn leave_unless(
         }
         return;
     }
-    if base.add("leave/count", 1).is_err() {
+    let dead = || watch.as_ref().map(|w| known_dead(w.liveness)).unwrap_or_default();
+    // The host meets on the store without the heartbeat's guard: while a death callback is set,
+    // the guard fails every wait at once once a peer died, and the others still leave.
+    let unguarded: Option<Arc<dyn Store>> =
+        watch.as_ref().map(|w| Arc::new(PrefixStore::new(w.attempt, w.store.client())) as Arc<dyn Store>);
+    let view: &dyn Store = unguarded.as_deref().unwrap_or(base.as_ref());
+    // Ranks missing from the start, or already known dead, never leave.
+    for r in gone.iter().copied().chain(dead()) {
+        count_gone(view, env.world_size, r);
+    }
+    let m = meeting(view, env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);
+    if m.arrive_counted().is_err() {
         return;
     }
-    let start = Instant::now();
-    let deadline = start + LEAVE_WAIT.min(timeout);
-    let mut look_at = start;
-    let watch = liveness.filter(|_| env.world_size <= LEAVE_LIVENESS_MAX);
-    while Instant::now() < deadline {
-        if stop_key.is_some_and(|k| base.check(&[k]).unwrap_or(false)) {
-            return;
+    if let Some(w) = &watch {
+        if let Some(abort) = w.store.busy_aborter() {
+            w.liveness.on_peer_death(Some(Box::new(move |_| abort())));
         }
-        let left = match base.add("leave/count", 0) {
-            Ok(n) if n < i64::from(expected) => n,
-            _ => return,
-        };
-        std::thread::sleep(Duration::from_millis(2));
-        let Some(l) = watch else { continue };
-        // Those that have not left and stopped answering (found so by this rank's own failure,
-        // or by asking now) never will.
-        let known = l.recently_silent(LEAVE_GRACE);
-        let now = Instant::now();
-        if left + known.len() as i64 >= i64::from(expected) || now >= look_at {
-            let missing: Vec<u32> =
-                (0..env.world_size).filter(|r| !base.check(&[&format!("leave/{r}")]).unwrap_or(true)).collect();
-            if missing.iter().all(|r| known.contains(r)) && !known.is_empty() {
-                return;
-            }
-            if now >= look_at {
-                if l.silent(&missing).map_or(true, |silent| silent.len() == missing.len()) {
-                    return;
-                }
-                look_at = Instant::now() + SILENT_AFTER;
-            }
-        }
+    }
+    let _ = m.await_end();
+    if let Some(w) = &watch {
+        w.liveness.on_peer_death(None);
     }
 }
 
-/// The key a recovery writes first under its attempt's prefix (with the ranks it suspects), so
-/// that the other ranks learn of it (`recovery::check_health`, a spare standing by, a store host
-/// waiting for ranks to leave a failed init).
-pub(super) const RECOVERY_REQUESTED_KEY: &str = "recovery/requested";
+/// The ranks this one knows dead or silent (its own failure found them so): no store request.
+fn known_dead(l: &Liveness) -> Vec<u32> {
+    let mut dead = l.dead();
+    dead.extend(l.recently_silent(LEAVE_GRACE));
+    dead.sort_unstable();
+    dead.dedup();
+    dead
+}
 
-/// The key the layout's ranks write when they tear their runtime down: the job ends, and spares
-/// standing by leave.
-pub(super) const ENDED_KEY: &str = "ended";
-
-/// Tear down what `initialize` brought up, or let go of what the runtime kept (see
-/// [`super::destroy`]). `false` when there was nothing.
-///
-/// Every rank announces that it is done with the store; the rank hosting the store server waits
-/// (at most `LEAVE_WAIT`) until all have, so no rank loses the server in the middle of a request.
-/// Teardown itself never fails because a peer is gone.
-pub(super) fn destroy() -> Result<bool, RuntimeError> {
-    let (mut claim, state) = claim_runtime(DESTROYING)?;
-    let Some((_, runtime)) = state else { return Ok(claim.take_kept().map(|kept| kept.release()).is_some()) };
-    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, .. } = runtime;
+/// Tear down a live runtime (see [`super::destroy`]): every rank announces that it is done
+/// with the store; the rank hosting the store server waits (at most `LEAVE_WAIT`) until all have,
+/// so no rank loses the server in the middle of a request. Never fails because a peer is gone.
+pub(super) fn teardown(runtime: Runtime) {
+    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, attempt, .. } = runtime;
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone
     // announces leaving.
     drop(member_groups);
     drop(groups);
     drop(world);
-    let _ = base.set(ENDED_KEY, b"1");
-    leave(&base, &env, env.world_size, timeout, liveness.as_ref());
+    // The job ends: spares standing by wake up and leave.
+    let _ = base.set(keys::ENDED, b"1");
+    let _ = base.set(keys::WAKE, b"1");
+    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
+    leave(&base, &env, &[], timeout, watch);
     drop(liveness);
     drop(base);
     drop(store);
-    Ok(true)
 }

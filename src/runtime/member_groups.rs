@@ -11,9 +11,10 @@
 //! name), so the same set of groups started in any order still cannot wait in a cycle.
 //!
 //! The rendezvous: each member writes what it asked for (members and options) under the group's
-//! own keys, `after_init/<name>/<generation>/`, as it starts, then waits for every member's
-//! record until the group's deadline (the init timeout unless the caller gives one). A member
-//! whose record is missing at the deadline is named ("never called"); a record that differs is
+//! own keys, `after_init/<name>/<generation>/` (a meeting (`runtime::meeting`) of the members: it arrives with its
+//! record), as it starts, then gathers every member's record until the group's deadline (the
+//! init timeout unless the caller gives one). A member whose record is missing at the deadline
+//! is named ("did not come to create_group ..."); a record that differs is
 //! named with its rank and field. Then the backend creates the communicator through a store
 //! private to the group. The generation counts the groups of this name and members this rank made
 //! before, so a destroyed group can be made again without meeting its old keys.
@@ -22,10 +23,11 @@ use super::error::RuntimeError;
 use super::groups::{GroupError, SharedComm};
 use super::host::format_ranks;
 use super::init::with_runtime;
+use super::meeting::{Deadline, MeetError, Meeting};
 use super::member_registry::MemberEntry;
 use super::runtime_state::Runtime;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
-use crate::store::{PrefixStore, Store, StoreError};
+use crate::store::{PrefixStore, Store};
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,8 +199,10 @@ fn field<'a>(record: &'a str, name: &str) -> &'a str {
 /// Everything a creation needs, taken from the runtime (the creation outlives the borrow).
 struct Creation {
     factory: Arc<dyn CommFactory>,
-    /// The group's own keys (`after_init/<name>/<generation>/`).
-    store: Arc<dyn Store>,
+    /// The attempt's store; the group's own keys are under `space`
+    /// (`after_init/<name>/<generation>`): its members' meeting, and the backend's under `comm`.
+    base: Arc<dyn Store>,
+    space: String,
     entry: Arc<MemberEntry>,
     rank: u32,
     host_addr: String,
@@ -220,43 +224,40 @@ impl Creation {
         self.entry.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
     }
 
+    /// The members' meeting: each arrives with its request.
+    fn meeting(&self) -> Meeting<'_> {
+        let e = &self.entry;
+        let what =
+            format!("create_group of group '{}' within its timeout ({:.1} s)", e.name, self.timeout.as_secs_f64());
+        Meeting::new(self.base.as_ref(), &self.space, &what, e.members.clone(), self.rank, Deadline::at(e.deadline))
+    }
+
     /// Record this member's request (its arrival).
     fn arrive(&self) -> Result<(), GroupError> {
         let mine = record(&self.entry.members, &self.entry.options);
-        self.store
-            .set(&format!("request/{}", self.rank), mine.as_bytes())
+        self.meeting()
+            .arrive(mine.as_bytes())
             .map_err(|e| self.error(CommErrorKind::Store, format!("recording this rank's request: {e}")))
     }
 
     /// Wait for every member's request, compare them with this rank's, then create.
     fn run(self) -> Result<Box<dyn Communicator>, GroupError> {
         let e = &self.entry;
-        let keys: Vec<String> = e.members.iter().map(|m| format!("request/{m}")).collect();
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let waited = self.store.wait(&keys, self.left());
-        let present: Vec<bool> = match &waited {
-            Ok(()) => vec![true; keys.len()],
-            Err(StoreError::Timeout { .. }) => keys.iter().map(|k| self.store.check(&[k]).unwrap_or(false)).collect(),
-            Err(other) => {
-                return Err(self.error(CommErrorKind::Store, format!("waiting for the members' requests: {other}")))
+        let meeting = self.meeting();
+        let store_err = |what: &str, err: MeetError| self.error(CommErrorKind::Store, format!("{what}: {err}"));
+        match meeting.gather() {
+            Ok(requests) => self.compare(requests.into_iter().map(Some).collect())?,
+            Err(MeetError::Missing(missing)) => {
+                // A member that asked for something else is named first.
+                self.compare(meeting.arrivals().map_err(|err| store_err("reading the members' requests", err))?)?;
+                return Err(self.error(CommErrorKind::Timeout, missing.to_string()));
             }
-        };
-        self.compare(&keys, &present)?;
-        let missing: Vec<u32> = e.members.iter().zip(&present).filter(|(_, p)| !**p).map(|(m, _)| *m).collect();
-        if !missing.is_empty() {
-            return Err(self.error(
-                CommErrorKind::Timeout,
-                format!(
-                    "rank(s) {} never called create_group for it within its timeout ({:.1} s)",
-                    format_ranks(&missing),
-                    self.timeout.as_secs_f64()
-                ),
-            ));
+            Err(err) => return Err(store_err("waiting for the members' requests", err)),
         }
         let info = GroupInfo::new(e.name.clone(), e.members.clone(), self.rank, self.left())
             .map(|g| g.with_host_addr(Some(self.host_addr.as_str())).with_device(self.device))
             .map_err(|err| self.error(CommErrorKind::InvalidArgument, err.to_string()))?;
-        let comm_store: Arc<dyn Store> = Arc::new(PrefixStore::new("comm", self.store.clone()));
+        let comm_store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{}/comm", self.space), self.base.clone()));
         let fail = |err: CommError| GroupError {
             group: e.name.clone(),
             members: e.members.clone(),
@@ -269,17 +270,11 @@ impl Creation {
 
     /// The first member (of those present) whose request differs from this rank's, named with
     /// the field.
-    fn compare(&self, keys: &[&str], present: &[bool]) -> Result<(), GroupError> {
+    fn compare(&self, requests: Vec<Option<Vec<u8>>>) -> Result<(), GroupError> {
         let mine = record(&self.entry.members, &self.entry.options);
-        for ((key, &here), &m) in keys.iter().zip(present).zip(&self.entry.members) {
-            if !here || m == self.rank {
-                continue;
-            }
-            let theirs = self
-                .store
-                .get(key)
-                .map_err(|e| self.error(CommErrorKind::Store, format!("reading rank {m}'s request: {e}")))?;
-            let theirs = String::from_utf8_lossy(&theirs);
+        for (theirs, &m) in requests.iter().zip(&self.entry.members) {
+            let Some(theirs) = theirs.as_ref().filter(|_| m != self.rank) else { continue };
+            let theirs = String::from_utf8_lossy(theirs);
             for f in ["members", "options"] {
                 let (a, b) = (field(&theirs, f), field(&mine, f));
                 if a != b {
@@ -338,7 +333,8 @@ fn start_on(rt: &Runtime, name: &str, ranks: &[u32], options: &GroupOptions) -> 
         .map_err(invalid)?;
     let creation = Creation {
         factory: factory.clone(),
-        store: Arc::new(PrefixStore::new(&format!("after_init/{name}/{}", entry.generation), rt.base.clone())),
+        base: rt.base.clone(),
+        space: super::keys::after_init(name, entry.generation),
         entry: entry.clone(),
         rank,
         host_addr: rt.host.addr.to_string(),
@@ -510,7 +506,8 @@ mod tests {
                         ));
                         let creation = Creation {
                             factory: Arc::new(Rendezvous),
-                            store: Arc::new(PrefixStore::new(&format!("after_init/{name}/0"), base.clone())),
+                            base: base.clone(),
+                            space: crate::runtime::keys::after_init(name, 0),
                             entry: entry.clone(),
                             rank,
                             host_addr: "127.0.0.1".into(),

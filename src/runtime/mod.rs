@@ -14,8 +14,10 @@ pub mod host;
 pub mod hostlist;
 mod init;
 mod init_args;
+mod keys;
 mod leave;
 pub mod liveness;
+mod meeting;
 pub mod member_groups;
 mod member_registry;
 mod pending;
@@ -58,5 +60,5 @@ pub use suspend::{
 /// (see [`recovery`]), and stops the server here; so does a rank whose initialization failed for
 /// a peer (kept for recovery) and that does not recover.
 pub fn destroy() -> Result<bool, RuntimeError> {
-    leave::destroy()
+    init::destroy()
 }

@@ -8,7 +8,9 @@ use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::host;
 use super::init_args::InitArgs;
-use super::leave::LEAVE_GRACE;
+use super::keys;
+use super::leave::{announce, LEAVE_GRACE};
+use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
 use super::settings::Claim;
 use super::store_setup::{open_attempt, StoreHandles};
@@ -70,17 +72,22 @@ impl Kept {
             Kept::Attempt(p) => {
                 if p.spare {
                     // The layout's ranks wait for every rank of the world, spares included, to leave.
-                    let _ = p.base.add("leave/count", 1);
+                    announce(p.base.as_ref(), &p.env);
                 }
             }
             Kept::Lingering(l) => {
-                let deadline = Instant::now() + l.timeout;
-                while Instant::now() < deadline {
-                    match l.survivors.add("leave/count", 0) {
-                        Ok(n) if n < i64::from(l.expected) => std::thread::sleep(Duration::from_millis(5)),
-                        _ => break,
-                    }
-                }
+                // Not a member: it waits for the survivors' leave meeting to end.
+                let members = (0..l.expected).collect();
+                let what = "leaving the recovered world";
+                let _ = Meeting::new(
+                    l.survivors.as_ref(),
+                    keys::LEAVE,
+                    what,
+                    members,
+                    u32::MAX,
+                    Deadline::after(l.timeout),
+                )
+                .await_end();
                 // The server stops.
                 drop(l.store);
             }
@@ -112,7 +119,7 @@ pub(super) fn check_in_spare(
             Ok(_) => vec![],
             Err(CheckinError::Missing { ranks, .. }) => {
                 // As a failed init's ranks do, so the store's host need not wait for this one.
-                let _ = base.add("leave/count", 1);
+                announce(base.as_ref(), &env);
                 ranks
             }
             Err(e) => return Err(e.into()),

@@ -7,12 +7,13 @@
 //! was never started. This matters most for NCCL, whose own timeout cannot say who is missing.
 //!
 //! A member that is behind may itself be alive, stuck at an earlier group that waits for a dead
-//! rank. So a rank whose creation fails also records whom it blamed (`progress/failed/<rank>`),
+//! rank. So a rank whose creation fails also records whom it blamed (`blame/<rank>`, the one blame record),
 //! and a failure that finds a member behind waits briefly ([`RECORD_GRACE`]) for that member's
 //! record: a member with a record is reported as stuck, and the ranks it blamed are blamed
 //! instead; only members without one are said to have never arrived.
 
 use super::host::describe;
+use super::meeting::did_not_come;
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -26,13 +27,7 @@ pub const RECORD_GRACE: Duration = Duration::from_millis(400);
 /// The most members whose marks a failure reads (one store request each).
 const MAX_CHECKED: usize = 65_536;
 
-fn key(rank: u32) -> String {
-    format!("progress/{rank}")
-}
-
-fn failed_key(rank: u32) -> String {
-    format!("progress/failed/{rank}")
-}
+use super::keys::{blame as failed_key, progress as key};
 
 /// This rank has reached `step` (steps count from 1 and only grow).
 pub fn mark(store: &dyn Store, rank: u32, step: u64) -> Result<(), String> {
@@ -110,7 +105,7 @@ pub fn explain(store: &dyn Store, rank: u32, members: &[u32], step: u64, message
     let scope =
         if members.len() > MAX_CHECKED { format!(" (of the first {MAX_CHECKED} checked)") } else { String::new() };
     if !never.is_empty() {
-        out.push_str(&format!("; rank(s) {} never arrived at this group{scope}", describe(store, &never)));
+        out.push_str(&format!("; {}", did_not_come(&format!("{}{scope}", describe(store, &never)), "this group")));
     }
     if !stuck.is_empty() {
         out.push_str(&format!("; rank(s) {} failed at an earlier group", describe(store, &stuck)));
@@ -145,7 +140,7 @@ mod tests {
         // rank 3 never marked anything
         assert_eq!(behind(&s, &[0, 1, 2, 3], 3), vec![1, 3]);
         let text = explain(&s, 0, &[0, 1, 2, 3], 3, "timed out".into());
-        assert_eq!(text, "timed out; rank(s) 1, 3 never arrived at this group");
+        assert_eq!(text, "timed out; rank(s) 1, 3 did not come to this group");
         assert_eq!(explain(&s, 2, &[0, 2], 3, "failed".into()), "failed");
         // A member that published its host is named with it.
         let host = crate::runtime::host::HostInfo {
@@ -156,7 +151,7 @@ mod tests {
         crate::runtime::host::publish(&s, 3, &host).unwrap();
         assert_eq!(
             explain(&s, 0, &[1, 3], 3, "x".into()),
-            "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) never arrived at this group"
+            "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) did not come to this group"
         );
         // All arrived: the members' hosts are named.
         mark(&s, 3, 3).unwrap();
@@ -171,7 +166,7 @@ mod tests {
         mark(&s, 3, 1).unwrap();
         mark(&s, 1, 2).unwrap();
         mark(&s, 0, 3).unwrap();
-        assert_eq!(explain(&s, 1, &[1, 3], 2, "timed out".into()), "timed out; rank(s) 3 never arrived at this group");
+        assert_eq!(explain(&s, 1, &[1, 3], 2, "timed out".into()), "timed out; rank(s) 3 did not come to this group");
         let text = explain(&s, 0, &[0, 1], 3, "timed out".into());
         assert_eq!(text, "timed out; rank(s) 1 failed at an earlier group, waiting for rank(s) 3");
         // Rank 0 passes on rank 3, not rank 1, to whoever waits for it in turn.

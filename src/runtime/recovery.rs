@@ -7,12 +7,14 @@
 //! already share. Ranks the plan drops
 //! leave with [`Reinitialized::Left`]. [`check_health`] lets ranks learn that a recovery began.
 //!
-//! Agreement: every rank that takes part writes `recovery/present/<rank>` (with the ranks it
-//! suspects) under its attempt's key prefix, so the keys of an earlier attempt are never read.
-//! Each waits until every rank of the world is present or suspected by a present rank, or until
-//! the detection window ends; its proposal is the set of absent ranks, and the first proposal
-//! written to `recovery/verdict` (compare-and-set) is the verdict every participant reads. A rank
-//! that arrives after the verdict and finds itself in it is excluded and leaves.
+//! Agreement: a meeting (`runtime::meeting`) of the world in `recovery/present` under the attempt's key prefix (so
+//! the keys of an earlier attempt are never read). Every rank that takes part arrives with the
+//! ranks it suspects, then reads who is present: the arrival that finds every rank of the world
+//! present or suspected by a present rank decides at once (the last arrival always sees all
+//! arrivals before it); the others wait, parked, for the decision until the detection window
+//! ends, and then decide themselves. A proposal is the set of absent ranks; the first one
+//! (compare-and-set on the meeting's end) is the verdict every participant reads. A rank that
+//! arrives after the verdict and finds itself in it is excluded and leaves.
 
 use super::bring_up::Carried;
 use super::comm_config::CommStrategy;
@@ -21,14 +23,15 @@ use super::error::RuntimeError;
 use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
 use super::init::{claim_runtime, initialize_on_store, with_runtime, RECOVERING};
 use super::init_args::InitArgs;
-use super::leave::{ENDED_KEY, RECOVERY_REQUESTED_KEY};
+use super::keys;
+use super::leave::{announce, end_for_recovery};
+use super::meeting::{Deadline, MeetError, Meeting};
 use super::pending::{Kept, Lingering, Pending, RuntimeClaim};
 use super::settings::InitOutcome;
 use super::store_setup::StoreHandles;
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
 use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,10 +109,6 @@ impl WorldFrom {
     }
 }
 
-fn ranks_key(rank: u32) -> String {
-    format!("recovery/present/{rank}")
-}
-
 fn encode(ranks: &[u32]) -> Vec<u8> {
     let v: Vec<String> = ranks.iter().map(u32::to_string).collect();
     format!("failed:{}", v.join(",")).into_bytes()
@@ -143,52 +142,72 @@ fn agree(
             .into(),
         source,
     };
-    store.set(&ranks_key(rank), &encode(suspected)).map_err(store_err)?;
-    let window_end = (Instant::now() + window).min(deadline);
-    let mut present = vec![false; world as usize];
+    let meet_err = |e: MeetError| match e {
+        MeetError::Store(e) => store_err(e),
+        other => RuntimeError::InvalidArgument(other.to_string()),
+    };
+    let window_end = Deadline::at((Instant::now() + window).min(deadline));
+    let what = "the recovery's agreement";
+    let meeting = Meeting::new(store, keys::RECOVERY_PRESENT, what, (0..world).collect(), rank, window_end);
+    meeting.arrive(&encode(suspected)).map_err(meet_err)?;
+    let (settled, proposal) = presence(&meeting, world, host)?;
+    let verdict = if settled {
+        meeting.decide(&encode(&proposal)).map_err(meet_err)?
+    } else {
+        match meeting.await_end_by(window_end).map_err(meet_err)? {
+            Some(verdict) => verdict,
+            // The window is over: propose who is absent now.
+            None => meeting.decide(&encode(&presence(&meeting, world, host)?.1)).map_err(meet_err)?,
+        }
+    };
+    decode(&verdict, keys::RECOVERY_VERDICT)
+}
+
+/// Whether every rank of the world is present (the store's `host` counts as present while the
+/// store answers) or suspected by a present rank; and the ranks absent now.
+fn presence(meeting: &Meeting, world: u32, host: Option<u32>) -> Result<(bool, Vec<u32>), RuntimeError> {
+    let arrivals = meeting.arrivals().map_err(|e| RuntimeError::InvalidArgument(e.to_string()))?;
     let mut named = vec![false; world as usize];
-    // The store's host is alive while the store answers: it counts as present even before its
-    // key arrives (its suspicions are still read when it does).
-    let alive = |r: usize, present: &[bool]| present[r] || host == Some(r as u32);
-    loop {
-        for r in 0..world {
-            if present[r as usize] {
-                continue;
-            }
-            let key = ranks_key(r);
-            if store.check(&[key.as_str()]).map_err(store_err)? {
-                present[r as usize] = true;
-                for s in decode(&store.get(&key).map_err(store_err)?, &key)? {
-                    if s < world {
-                        named[s as usize] = true;
-                    }
-                }
+    for payload in arrivals.iter().flatten() {
+        for s in decode(payload, keys::RECOVERY_PRESENT)? {
+            if s < world {
+                named[s as usize] = true;
             }
         }
-        let settled = (0..world as usize).all(|r| alive(r, &present) || named[r]);
-        if settled || Instant::now() >= window_end {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
-    let proposal: Vec<u32> = (0..world).filter(|&r| !alive(r as usize, &present)).collect();
-    let verdict = store.compare_set("recovery/verdict", b"", &encode(&proposal)).map_err(store_err)?;
-    decode(&verdict, "recovery/verdict")
+    let alive = |r: u32| arrivals[r as usize].is_some() || host == Some(r);
+    let settled = (0..world).all(|r| alive(r) || named[r as usize]);
+    Ok((settled, (0..world).filter(|&r| !alive(r)).collect()))
 }
 
 /// Tell every rank that a recovery has begun (their [`check_health`] reports it), naming the
 /// ranks this one suspects. The first request stands; a store failure is left to the agreement.
 fn request(store: &dyn Store, suspected: &[u32]) {
-    let _ = store.compare_set(RECOVERY_REQUESTED_KEY, b"", &encode(suspected));
+    let _ = store.compare_set(keys::RECOVERY_REQUESTED, b"", &encode(suspected));
+    // Whoever waits must look: a store host waiting for a failed init's ranks to leave, spares
+    // standing by, and the health checks now running (the latest and its neighbours: ranks
+    // one check apart).
+    end_for_recovery(store);
+    let _ = store.set(keys::WAKE, b"1");
+    let latest =
+        store.check(&[keys::HEALTH_LATEST]).ok().filter(|&b| b).and_then(|_| store.get(keys::HEALTH_LATEST).ok());
+    if let Some(n) = latest.and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok()) {
+        for g in n.saturating_sub(1)..=n + 1 {
+            let _ = store.set(&keys::done(&format!("{}/{g}", keys::HEALTH)), HEALTH_ENDED_BY_REQUEST);
+        }
+    }
 }
+
+/// The end a recovery request gives the health checks running (see [`request`]).
+const HEALTH_ENDED_BY_REQUEST: &[u8] = b"recovery requested";
 
 /// The ranks named by the first recovery request, when one was made.
 fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
     let err = |e| store_lost(e, "looking for a recovery request");
-    if !store.check(&[RECOVERY_REQUESTED_KEY]).map_err(err)? {
+    if !store.check(&[keys::RECOVERY_REQUESTED]).map_err(err)? {
         return Ok(None);
     }
-    Ok(Some(decode(&store.get(RECOVERY_REQUESTED_KEY).map_err(err)?, RECOVERY_REQUESTED_KEY)?))
+    Ok(Some(decode(&store.get(keys::RECOVERY_REQUESTED).map_err(err)?, keys::RECOVERY_REQUESTED)?))
 }
 
 /// What [`check_health`] found.
@@ -207,44 +226,36 @@ pub enum Health {
 /// rank checks in under a new generation of keys and waits until all have, at most `window`
 /// ([`DEFAULT_WINDOW`] when `None`). It reports [`Health::Failed`] when a rank asked for recovery (a rank whose init failed
 /// for a peer does, so ranks whose init succeeded learn of it here) or some ranks did not come.
-/// Costs two store requests per rank plus one short wait per 50 ms of waiting.
+/// A meeting (a barrier) of the layout's ranks: three store requests per rank and a parked wait,
+/// which a recovery request ends at once.
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     // The layout's ranks take part (every grid's: the world less the spares); spares stand by
     // elsewhere (a recovery's agreement sees them).
-    let (base, rank, world, generation) = with_runtime(|rt| {
+    let (base, rank, world, space) = with_runtime(|rt| {
         let layout_world = rt.env.world_size - rt.args.spares;
-        (rt.base.clone(), rt.env.rank, layout_world, rt.health_checks.fetch_add(1, Ordering::SeqCst))
+        (rt.base.clone(), rt.env.rank, layout_world, rt.key_spaces.next(keys::HEALTH))
     })?;
+    let err = |e| store_lost(e, "a health check");
+    let meet_err = |e: MeetError| match e {
+        MeetError::Store(e) => err(e),
+        other => RuntimeError::InvalidArgument(other.to_string()),
+    };
+    let deadline = Deadline::after(window.unwrap_or(DEFAULT_WINDOW));
+    let meeting = Meeting::new(base.as_ref(), &space, "the health check", (0..world).collect(), rank, deadline);
+    meeting.arrive_counted().map_err(meet_err)?;
+    let number = space.rsplit('/').next().unwrap_or("0");
+    base.set(keys::HEALTH_LATEST, number.as_bytes()).map_err(err)?;
     if let Some(suspects) = requested(base.as_ref())? {
         return Ok(Health::Failed(suspects));
     }
-    let err = |e| store_lost(e, "a health check");
-    let key = |r: u32| format!("health/{generation}/{r}");
-    let (count, done) = (format!("health/{generation}/count"), format!("health/{generation}/done"));
-    base.set(&key(rank), b"1").map_err(err)?;
-    if base.add(&count, 1).map_err(err)? >= i64::from(world) {
-        base.set(&done, b"1").map_err(err)?;
-    }
-    // Clamped: a Rust caller's `Duration::MAX` is no limit, not an `Instant` overflow panic.
-    let end = Instant::now() + crate::timeout::clamp(window.unwrap_or(DEFAULT_WINDOW));
-    loop {
-        let step = end.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
-        match base.wait(&[done.as_str()], step) {
-            Ok(()) => return Ok(Health::Healthy),
-            Err(crate::store::StoreError::Timeout { .. }) => {}
-            Err(e) => return Err(err(e)),
+    match meeting.await_end_by(deadline).map_err(meet_err)? {
+        Some(end) if end == HEALTH_ENDED_BY_REQUEST => {
+            Ok(Health::Failed(requested(base.as_ref())?.unwrap_or_default()))
         }
-        if let Some(suspects) = requested(base.as_ref())? {
-            return Ok(Health::Failed(suspects));
-        }
-        if Instant::now() >= end {
-            let mut missing = Vec::new();
-            for r in 0..world {
-                if !base.check(&[key(r).as_str()]).map_err(err)? {
-                    missing.push(r);
-                }
-            }
-            return Ok(if missing.is_empty() { Health::Healthy } else { Health::Failed(missing) });
+        Some(_) => Ok(Health::Healthy),
+        None => {
+            let missing = meeting.missing();
+            Ok(if missing.is_empty() { Health::Healthy } else { Health::Failed(missing) })
         }
     }
 }
@@ -410,9 +421,9 @@ fn stand_by(
             if requested(base.as_ref())?.is_some() {
                 break;
             }
-            if base.check(&[ENDED_KEY]).map_err(|e| store_lost(e, "a spare standing by"))? {
+            if base.check(&[keys::ENDED]).map_err(|e| store_lost(e, "a spare standing by"))? {
                 // The layout's ranks are tearing down: the job ends without needing this spare.
-                let _ = base.add("leave/count", 1);
+                announce(base.as_ref(), &pending.env);
                 let world = pending.env.world_size;
                 let report = RecoveryReport {
                     old_rank: rank,
@@ -440,7 +451,13 @@ fn stand_by(
                     ),
                 )));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Parked until a recovery request or the job's end wakes it (or `until`). Both are
+            // written before the wake key, so once it is set the next turn ends the loop.
+            let left = until.map_or(crate::timeout::NO_LIMIT, |u| u.saturating_duration_since(Instant::now()));
+            match base.wait(&[keys::WAKE], left.max(Duration::from_millis(1))) {
+                Ok(()) | Err(crate::store::StoreError::Timeout { .. }) => {}
+                Err(e) => return Err(store_lost(e, "a spare standing by")),
+            }
         }
         let timeout = pending.args.timeout;
         match recover(claim, from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
@@ -497,12 +514,15 @@ fn recover(
     // The new layout gets the whole timeout from the verdict on, as an init would.
     let deadline = Instant::now() + timeout;
     let agree_time = start.elapsed();
-    let _ = base.add("recovery/read", 1);
+    // Every participant has read the verdict: the store's host may go on (see
+    // `hold_store_until_read`).
+    let read = read_meeting(base.as_ref(), old_world, old_rank, Deadline::at(deadline));
+    let _ = read.arrive_counted();
     let plan = match plan_next(&topology, &init_args, old_world, &failed) {
         Ok(plan) => plan,
         Err(e) => {
             abort_all(comms.take());
-            return Err(hold_store_until_read(e, &env, base.as_ref(), old_world - failed.len() as u32, deadline));
+            return Err(hold_store_until_read(e, &env, base.as_ref(), &failed, deadline));
         }
     };
     // The new world: the new layout, then the spares left, in their old order.
@@ -519,22 +539,12 @@ fn recover(
         return Ok(Some(Reinitialized::Left(report)));
     };
     let new_env = LaunchEnv { rank: new_rank, world_size: new_world, ..env.clone() };
-    let mut new_args = init_args;
-    new_args.spares = plan.spares_left.len() as u32;
-    if let Some(grids) = &plan.grids {
-        // Every grid's new layout; names and seeds as they were.
-        new_args.topology = grids[0].topology.config().clone();
-        for (spec, g) in new_args.grids.iter_mut().zip(&grids[1..]) {
-            spec.topology = g.topology.config().clone();
-        }
-    }
-    new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let new_args = next_args(init_args, &plan, deadline);
     let kept = keep_unchanged(comms.as_mut(), &plan, new_rank, &new_args);
     report.kept_kinds = kept.iter().map(|g| g.plan.kind.to_string()).collect();
     let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
     abort_all(comms.take());
-    let participants = old_world - failed.len() as u32;
-    let world = shrunk.map_err(|e| hold_store_until_read(e, &env, base.as_ref(), participants, deadline))?;
+    let world = shrunk.map_err(|e| hold_store_until_read(e, &env, base.as_ref(), &failed, deadline))?;
     report.world_from = match (&world, strategy) {
         (Some(_), _) => WorldFrom::Shrink,
         (None, Some(CommStrategy::Split)) => WorldFrom::New,
@@ -662,6 +672,22 @@ fn report_of(
     }
 }
 
+/// The new layout's arguments: `args` with the plan's spares and grids, and what is left of
+/// `deadline`.
+fn next_args(args: InitArgs, plan: &Next, deadline: Instant) -> InitArgs {
+    let mut new_args = args;
+    new_args.spares = plan.spares_left.len() as u32;
+    if let Some(grids) = &plan.grids {
+        // Every grid's new layout; names and seeds as they were.
+        new_args.topology = grids[0].topology.config().clone();
+        for (spec, g) in new_args.grids.iter_mut().zip(&grids[1..]) {
+            spec.topology = g.topology.config().clone();
+        }
+    }
+    new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    new_args
+}
+
 /// A rank that left the recovered world and hosts the store: the survivors still need the server,
 /// kept (under their attempt's prefix) until they leave (destroy).
 fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Duration) -> Lingering {
@@ -669,22 +695,30 @@ fn linger(store: StoreHandles, new_attempt: &str, new_world: u32, timeout: Durat
     Lingering { store, survivors, expected: new_world, timeout }
 }
 
-/// A recovery error after the agreement, returned once every participant (`expected`) has read
-/// the verdict when this rank hosts the store (at most until `deadline`): the others then meet
+/// A recovery error after the agreement, returned once every participant (all but `failed`) has
+/// read the verdict when this rank hosts the store (at most until `deadline`): the others then meet
 /// their own outcome (the same refusal, a leave) instead of a vanished store.
 fn hold_store_until_read(
     e: RuntimeError,
     env: &LaunchEnv,
     base: &dyn Store,
-    expected: u32,
+    failed: &[u32],
     deadline: Instant,
 ) -> RuntimeError {
     if env.hosts_store() {
-        while Instant::now() < deadline && base.add("recovery/read", 0).is_ok_and(|n| n < i64::from(expected)) {
-            std::thread::sleep(Duration::from_millis(2));
+        // The failed ranks never read it: counted as read.
+        for &r in failed {
+            let _ = read_meeting(base, env.world_size, r, Deadline::at(deadline)).arrive_counted_as(b"failed");
         }
+        let _ = read_meeting(base, env.world_size, env.rank, Deadline::at(deadline)).await_end();
     }
     e
+}
+
+/// The meeting of the ranks of a world of `world` that read a recovery's verdict, as `rank`
+/// sees it.
+fn read_meeting(base: &dyn Store, world: u32, rank: u32, deadline: Deadline) -> Meeting<'_> {
+    Meeting::new(base, keys::RECOVERY_READ, "reading the recovery's verdict", (0..world).collect(), rank, deadline)
 }
 
 /// Take this rank's groups of the kinds whose membership the plan leaves as it was out of

@@ -8,16 +8,17 @@ use super::error::RuntimeError;
 use super::groups::{LiveGroup, PlanKind, SharedComm};
 use super::host::HostInfo;
 use super::init_args::InitArgs;
+use super::keys::KeySpaces;
 use super::liveness::Liveness;
+use super::meeting::{Deadline, MeetError, Meeting};
 use super::member_registry::MemberGroups;
 use super::plan::Grid;
 use super::store_setup::StoreHandles;
+use crate::backend::CommErrorKind;
 use crate::backend::{CommError, CommFactory};
 use crate::rng::RankRng;
 use crate::store::Store;
 use crate::topology::{GroupKind, RankView, Topology};
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,17 +62,29 @@ pub struct Runtime {
     pub(super) attempt: String,
     /// This rank's heartbeat and the questions of who stopped answering (None: a world of one).
     pub(super) liveness: Option<Liveness>,
-    /// Health checks run so far (each uses its own generation of store keys).
-    pub(super) health_checks: AtomicU64,
+    /// Fresh key spaces of the meetings this runtime holds (health checks, resumes).
+    pub(super) key_spaces: KeySpaces,
     /// The backend, which makes the groups made after init (see [`super::member_groups`]).
     pub(super) backend: Arc<dyn CommFactory>,
     /// This rank's groups made after init.
     pub(super) member_groups: MemberGroups,
-    /// Recreate-mode resumes so far, per communicator name (each uses its own store keys).
-    pub(super) resumes: Mutex<HashMap<String, u64>>,
 }
 
 impl Runtime {
+    /// A barrier of every rank of the world named `name` (a fresh meeting each time this rank
+    /// calls it with that name), at most `within`: one SET, one ADD and one parked WAIT per
+    /// rank. A failure names the ranks that did not come, with their hosts.
+    pub fn barrier(&self, name: &str, within: Duration) -> Result<(), RuntimeError> {
+        let space = self.key_spaces.next(&format!("barrier/{name}"));
+        let what = format!("the barrier {}", crate::quote::quoted(name));
+        let members = (0..self.env.world_size).collect();
+        let m = Meeting::new(self.base.as_ref(), &space, &what, members, self.env.rank, Deadline::after(within));
+        m.barrier().map_err(|e| match e {
+            MeetError::Store(e) => RuntimeError::Store(e),
+            MeetError::Missing(m) => RuntimeError::Comm(CommError::new(CommErrorKind::Timeout, m.to_string())),
+        })
+    }
+
     /// `e`, a failed collective, with the ranks that stopped answering named first (see
     /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked: a member
     /// of the group may be alive but stuck on a rank of another group.

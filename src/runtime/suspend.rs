@@ -19,6 +19,8 @@
 use super::error::RuntimeError;
 use super::groups::{grid_prefix, verify_group, GroupError, LiveGroup};
 use super::init::with_runtime;
+use super::keys;
+use super::meeting::{Deadline, MeetError, Meeting};
 use super::plan::Grid;
 use super::runtime_state::Runtime;
 use crate::backend::{
@@ -384,50 +386,49 @@ fn transition(
 }
 
 /// What one recreate-mode creation is given: the group (what is left of `deadline`), its kind's
-/// options, and its store under keys of its own for this resume (`resume/<n>/group/<name>`), in
-/// which this rank has marked its arrival.
-fn prepare(
-    rt: &Runtime,
-    g: &LiveGroup,
-    kinds: &str,
-    deadline: Instant,
-) -> Result<(GroupInfo, CommOptions, Arc<dyn Store>), RuntimeError> {
-    let generation = {
-        let mut map = rt.resumes.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(g.comm_name.clone()).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let prefix = format!("resume/{generation}/group/{}", g.comm_name);
-    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&prefix, rt.base.clone()));
+/// options, its meeting's key space for this resume (`resume/<name>/<n>`, where this rank has
+/// arrived) and the backend's store under it.
+struct Prepared {
+    info: GroupInfo,
+    options: CommOptions,
+    space: String,
+    store: Arc<dyn Store>,
+}
+
+fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Result<Prepared, RuntimeError> {
+    let space = rt.key_spaces.next(&keys::resume(&g.comm_name));
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&space, rt.base.clone()));
     let fail = |e: CommError| recreate_error(g, kinds, e);
-    store.set(&arrived(rt.env.rank), b"1").map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
+    meeting(rt, g, &space, deadline)
+        .arrive(b"1")
+        .map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let host = rt.host.addr.to_string();
     let info = GroupInfo::new(g.comm_name.clone(), g.plan.members.clone(), rt.env.rank, left)
         .map(|i| i.with_host_addr(Some(&host)).with_device(rt.args.device))
         .map_err(|e| fail(e.into()))?;
-    Ok((info, g.plan.kind.options(&rt.args.comm_config), store))
+    Ok(Prepared { info, options: g.plan.kind.options(&rt.args.comm_config), space, store })
 }
 
-fn arrived(rank: u32) -> String {
-    format!("arrived/{rank}")
+/// The members of `g` meeting in `space` to re-create its communicator.
+fn meeting<'a>(rt: &'a Runtime, g: &LiveGroup, space: &str, deadline: Instant) -> Meeting<'a> {
+    let what = format!("this resume of communicator '{}'", g.comm_name);
+    Meeting::new(rt.base.as_ref(), space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline))
 }
 
 fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
     group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
 }
 
-/// `e`, a failed re-creation of `g` through `store`, with the members that never marked their
-/// arrival named.
-fn explained(g: &LiveGroup, kinds: &str, store: &dyn Store, e: CommError) -> RuntimeError {
-    let missing: Vec<u32> =
-        g.plan.members.iter().copied().filter(|&m| !store.check(&[&arrived(m)]).unwrap_or(false)).collect();
+/// `e`, a failed re-creation of `g` (meeting in `space`), with the members that never arrived
+/// named.
+fn explained(rt: &Runtime, g: &LiveGroup, kinds: &str, space: &str, e: CommError) -> RuntimeError {
+    let m = meeting(rt, g, space, Instant::now());
+    let missing = m.missing();
     let e = if missing.is_empty() {
         e
     } else {
-        let m = super::host::format_ranks(&missing);
-        CommError { message: format!("{} (members that never came to this resume: {m})", e.message), ..e }
+        CommError { message: format!("{}; {}", e.message, m.explain(missing)), ..e }
     };
     recreate_error(g, kinds, e)
 }
@@ -440,9 +441,10 @@ fn recreate(
     kinds: &str,
     deadline: Instant,
 ) -> Result<Box<dyn Communicator>, RuntimeError> {
-    let (info, options, store) = prepare(rt, g, kinds, deadline)?;
-    let made = rt.backend.create_group(&info, &options, store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
-    made.map_err(|e| explained(g, kinds, store.as_ref(), e))
+    let p = prepare(rt, g, kinds, deadline)?;
+    let made =
+        rt.backend.create_group(&p.info, &p.options, p.store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
+    made.map_err(|e| explained(rt, g, kinds, &p.space, e))
 }
 
 /// [`recreate`] of every group of `released` at once, through the backend's creation together.
@@ -452,10 +454,10 @@ fn recreate_together(
     deadline: Instant,
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
-    let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|(i, o, s)| (i, o, s.clone())).collect();
+    let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|p| (&p.info, &p.options, p.store.clone())).collect();
     let mut made = rt.backend.create_groups_together(&requests).map_err(|(i, e)| {
         let (g, kinds) = &released[i.min(released.len() - 1)];
-        explained(g, kinds, prepared[i.min(prepared.len() - 1)].2.as_ref(), e)
+        explained(rt, g, kinds, &prepared[i.min(prepared.len() - 1)].space, e)
     })?;
     if made.len() != released.len() {
         let (g, kinds) = &released[0];
@@ -471,17 +473,16 @@ fn recreate_together(
         return Err(recreate_error(g, kinds, e));
     }
     for (i, c) in made.iter_mut().enumerate() {
-        c.wait_ready().map_err(|e| explained(released[i].0, &released[i].1, prepared[i].2.as_ref(), e))?;
+        c.wait_ready().map_err(|e| explained(rt, released[i].0, &released[i].1, &prepared[i].space, e))?;
     }
     Ok(made)
 }
 
 /// The members' agreement on suspending `g` natively, from each one's
-/// [`Communicator::suspend_vote`]: every member publishes its vote under keys of its own for this
-/// suspend of `g` (`suspend/<n>/group/<name>/vote/<rank>`, n counting the suspends of that
-/// communicator) and reads all of them within `deadline`. `Some(error)` (`Unsupported`, naming the
-/// first refusing member and why) when any member's backend would refuse: then every member
-/// recreates. A member that never voted is named in a timeout.
+/// [`Communicator::suspend_vote`]: a meeting of `g`'s members in a fresh space of
+/// [`keys::suspend`] where each arrives with its vote and gathers all of them within `deadline`.
+/// `Some(error)` (`Unsupported`, naming the first refusing member and why) when any member's
+/// backend would refuse: then every member recreates. Members that never voted are named.
 fn agree(
     rt: &Runtime,
     g: &LiveGroup,
@@ -489,46 +490,27 @@ fn agree(
     vote: Result<(), String>,
     deadline: Instant,
 ) -> Result<Option<CommError>, RuntimeError> {
-    let generation = {
-        // The resume counters' map, under a key no communicator name has (names have no space).
-        let mut map = rt.resumes.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(format!("suspend {}", g.comm_name)).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let store = PrefixStore::new(&format!("suspend/{generation}/group/{}", g.comm_name), rt.base.clone());
-    let key = |rank: u32| format!("vote/{rank}");
-    let fail = |kind: CommErrorKind, msg: String| {
-        group_error(
-            g,
-            CommError::new(kind, msg).context(format!("agreeing how to suspend the communicator of kind {kinds}")),
-        )
-    };
+    let space = rt.key_spaces.next(&keys::suspend(&g.comm_name));
+    let what = format!("this suspend of communicator '{}'", g.comm_name);
+    let m = Meeting::new(rt.base.as_ref(), &space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline));
     let mine = match &vote {
         Ok(()) => "native".to_string(),
         Err(why) => format!("recreate: {why}"),
     };
-    store.set(&key(rt.env.rank), mine.as_bytes()).map_err(|e| fail(CommErrorKind::Store, e.to_string()))?;
-    let keys: Vec<String> = g.plan.members.iter().map(|&m| key(m)).collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    if let Err(e) = store.wait(&refs, left) {
-        let missing: Vec<u32> =
-            g.plan.members.iter().copied().filter(|&m| !store.check(&[&key(m)]).unwrap_or(false)).collect();
-        let kind = if matches!(e, crate::store::StoreError::Timeout { .. }) {
-            CommErrorKind::Timeout
-        } else {
-            CommErrorKind::Store
+    let votes = m.arrive(mine.as_bytes()).and_then(|()| m.gather()).map_err(|e| {
+        let kind = match e {
+            MeetError::Missing(_) => CommErrorKind::Timeout,
+            MeetError::Store(_) => CommErrorKind::Store,
         };
-        return Err(fail(
-            kind,
-            format!("{e} (members that never came to this suspend: {})", super::host::format_ranks(&missing)),
-        ));
-    }
-    for &m in &g.plan.members {
-        let v = store.get(&key(m)).map_err(|e| fail(CommErrorKind::Store, e.to_string()))?;
-        if let Some(why) = String::from_utf8_lossy(&v).strip_prefix("recreate: ") {
-            let who = if m == rt.env.rank { "this rank".to_string() } else { format!("rank {m}") };
+        group_error(
+            g,
+            CommError::new(kind, e.to_string())
+                .context(format!("agreeing how to suspend the communicator of kind {kinds}")),
+        )
+    })?;
+    for (&member, v) in g.plan.members.iter().zip(&votes) {
+        if let Some(why) = String::from_utf8_lossy(v).strip_prefix("recreate: ") {
+            let who = if member == rt.env.rank { "this rank".to_string() } else { format!("rank {member}") };
             return Ok(Some(CommError::new(CommErrorKind::Unsupported, format!("{who}: {why}"))));
         }
     }

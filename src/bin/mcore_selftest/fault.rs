@@ -30,7 +30,8 @@ static PAUSE_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Parse `RANK:POINT:SIGNAL` and arm it when RANK is this process's `RANK`.
 pub fn arm(spec: &str) -> Result<(), String> {
-    let bad = || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS");
+    let bad =
+        || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS");
     let mut parts = spec.split(':');
     let (Some(rank), Some(point), Some(signal), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(bad());

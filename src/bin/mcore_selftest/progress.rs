@@ -77,7 +77,7 @@ fn watch(env: &LaunchEnv, stop: &AtomicBool) {
         let n = env.world_size.min(MAX_POLLED);
         let (mut checked, mut steps) = (0u32, Vec::new());
         for r in 0..n {
-            if s.check(&[&format!("{prefix}/checkin/rank/{r}")]).unwrap_or(false) {
+            if s.check(&[&format!("{prefix}/{}", mcore_init::runtime::checkin::arrival_key(r))]).unwrap_or(false) {
                 checked += 1;
             }
             steps.push(s.add(&format!("{prefix}/progress/{r}"), 0).unwrap_or(0));

@@ -5,7 +5,7 @@ use crate::verify::{memory_json, verify_every_kind};
 use mcore_init::runtime::groups::verify_group;
 use mcore_init::runtime::{self, InitArgs, Runtime, SuspendReport, SuspendRequest};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Test hook: the rank named here does not come to `--suspend-resume`'s resume (it sleeps 20 s,
 /// then exits); the others' resume must fail within its timeout, naming it.
@@ -84,22 +84,9 @@ pub(crate) fn suspend_resume(req: &SuspendRequest) -> Result<Value, String> {
     }))
 }
 
-/// Every rank adds itself to the store counter `key` and waits (at most 120 s) until all have.
+/// Every rank meets at the barrier `key` (at most 120 s).
 pub(crate) fn store_barrier(rt: &Runtime, key: &str) -> Result<(), String> {
-    let store = rt.store();
-    let n = i64::from(rt.env.world_size);
-    store.add(key, 1).map_err(|e| format!("store barrier {key}: {e}"))?;
-    let start = Instant::now();
-    loop {
-        let have = store.add(key, 0).map_err(|e| format!("store barrier {key}: {e}"))?;
-        if have >= n {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            return Err(format!("store barrier {key}: {have} of {n} ranks came within 120 s"));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rt.barrier(key, Duration::from_secs(120)).map_err(|e| format!("store barrier {key}: {e}"))
 }
 
 /// The device's free bytes (NCCL backend only: `cuMemGetInfo` on the init's device).

@@ -1,0 +1,388 @@
+//! The one rendezvous of the runtime: a [`Meeting`] of some ranks in a key space of its own,
+//! bounded by a [`Deadline`].
+//!
+//! A member *arrives* (`<space>/here/<rank>`, with a payload), then either *gathers* every
+//! member's payload (one WAIT for all arrival keys, one multi-get) or meets at a *barrier* (an
+//! ADD on `<space>/count`; the arrival that completes the count sets `<space>/done`, which every
+//! member waits on). A wait parks in the store until the key is set: nothing polls. A wait also
+//! ends when a peer-death notice aborts the calls blocked on the store (`Liveness::on_peer_death`
+//! with the store's busy-aborter), and a meeting told who is dead ([`Meeting::watching`]) then
+//! ends at once when every member still missing is dead.
+//!
+//! A meeting that fails explains itself once ([`Missing`]): the members that did not come, with
+//! their hosts, what they were waited for, and for how long, in the one wording of
+//! [`did_not_come`].
+//!
+//! Store work per member: a gather costs one SET, one WAIT and one multi-get; a barrier one SET,
+//! one ADD and one WAIT. Finding who is missing (failure paths only) costs one CHECK per member.
+
+use super::host::describe;
+use super::keys;
+use crate::store::{Store, StoreError};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// When a wait must be over: every step below bring-up gets what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    at: Instant,
+}
+
+impl Deadline {
+    /// `d` from now (clamped to `timeout::NO_LIMIT`, so a long one never overflows).
+    pub fn after(d: Duration) -> Deadline {
+        Deadline { at: Instant::now() + crate::timeout::clamp(d) }
+    }
+
+    /// At `at`.
+    pub fn at(at: Instant) -> Deadline {
+        Deadline { at }
+    }
+
+    /// The instant.
+    pub fn instant(&self) -> Instant {
+        self.at
+    }
+
+    /// What is left (at least 1 ms, so a store wait is never told zero).
+    pub fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    /// Whether it has passed.
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.at
+    }
+}
+
+/// The one wording of a rendezvous that some ranks did not come to: `who` (ranks with their
+/// hosts) and `what` they were waited for.
+pub fn did_not_come(who: &str, what: &str) -> String {
+    format!("rank(s) {who} did not come to {what}")
+}
+
+/// Members that did not come to a meeting by its deadline (or that died on the way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// What they were waited for ("the check-in", "group 'tp'", ...).
+    pub what: String,
+    /// The ranks, ascending.
+    pub ranks: Vec<u32>,
+    /// The ranks as [`describe`] names them (with the hosts they published).
+    pub who: String,
+    /// How long this rank waited.
+    pub waited: Duration,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64())
+    }
+}
+
+/// Why a meeting failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeetError {
+    /// Members did not come.
+    Missing(Missing),
+    /// The store failed (not a timeout).
+    Store(StoreError),
+}
+
+impl fmt::Display for MeetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MeetError::Missing(m) => m.fmt(f),
+            MeetError::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for MeetError {}
+
+impl From<StoreError> for MeetError {
+    fn from(e: StoreError) -> Self {
+        MeetError::Store(e)
+    }
+}
+
+/// A rendezvous of `members` in the key space `space` of `store` (see the module docs).
+pub struct Meeting<'a> {
+    store: &'a dyn Store,
+    space: String,
+    what: String,
+    members: Vec<u32>,
+    rank: u32,
+    deadline: Deadline,
+    started: Instant,
+    dead: Option<&'a dyn Fn() -> Vec<u32>>,
+}
+
+impl<'a> Meeting<'a> {
+    /// A meeting of `members` (this rank `rank` among them, or not: a host may only wait) in
+    /// `space`, over by `deadline`; `what` says what the members are waited for.
+    pub fn new(
+        store: &'a dyn Store,
+        space: &str,
+        what: &str,
+        members: Vec<u32>,
+        rank: u32,
+        deadline: Deadline,
+    ) -> Meeting<'a> {
+        Meeting {
+            store,
+            space: space.to_string(),
+            what: what.to_string(),
+            members,
+            rank,
+            deadline,
+            started: Instant::now(),
+            dead: None,
+        }
+    }
+
+    /// The same, but a wait ended by a peer-death notice ends the meeting when every member
+    /// still missing is among `dead()` (ranks known dead, a local question: no store request).
+    pub fn watching(mut self, dead: &'a dyn Fn() -> Vec<u32>) -> Meeting<'a> {
+        self.dead = Some(dead);
+        self
+    }
+
+    /// The deadline.
+    pub fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    fn here(&self, rank: u32) -> String {
+        keys::here(&self.space, rank)
+    }
+
+    fn done_key(&self) -> String {
+        keys::done(&self.space)
+    }
+
+    /// This rank is here, with `payload`.
+    pub fn arrive(&self, payload: &[u8]) -> Result<(), MeetError> {
+        Ok(self.store.set(&self.here(self.rank), payload)?)
+    }
+
+    /// Every member's payload, in the members' order, once all have arrived.
+    pub fn gather(&self) -> Result<Vec<Vec<u8>>, MeetError> {
+        let keys: Vec<String> = self.members.iter().map(|&r| self.here(r)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if !self.await_keys(&refs, self.deadline)? {
+            return Err(self.missing_error());
+        }
+        Ok(self.store.multi_get(&refs)?)
+    }
+
+    /// Arrive and count this arrival; the arrival that completes the count ends the meeting
+    /// (sets its done key). Whether this one did.
+    pub fn arrive_counted(&self) -> Result<bool, MeetError> {
+        self.arrive_counted_as(b"1")
+    }
+
+    /// [`Meeting::arrive_counted`] with `payload` as the arrival (for a member someone else
+    /// counts: `b"gone"` for a rank known dead). The arrival key is compare-and-set first, and
+    /// only the one that set it counts: a member counted as gone that arrives after all is not
+    /// counted twice.
+    pub fn arrive_counted_as(&self, payload: &[u8]) -> Result<bool, MeetError> {
+        if self.store.compare_set(&self.here(self.rank), b"", payload)? != payload {
+            return Ok(false);
+        }
+        self.count_one()
+    }
+
+    /// Count one more arrival; whether this completed the count.
+    fn count_one(&self) -> Result<bool, MeetError> {
+        let n = self.store.add(&keys::count(&self.space), 1)?;
+        let last = n >= self.members.len() as i64;
+        if last {
+            self.end(b"1")?;
+        }
+        Ok(last)
+    }
+
+    /// Arrive, and wait until every member has.
+    pub fn barrier(&self) -> Result<(), MeetError> {
+        self.arrive_counted()?;
+        self.await_end().map(|_| ())
+    }
+
+    /// End the meeting with `value` (its verdict), for everyone waiting in [`Meeting::await_end`].
+    pub fn end(&self, value: &[u8]) -> Result<(), MeetError> {
+        Ok(self.store.set(&self.done_key(), value)?)
+    }
+
+    /// Wait for the meeting's end; its value.
+    pub fn await_end(&self) -> Result<Vec<u8>, MeetError> {
+        self.await_end_by(self.deadline)?.ok_or_else(|| self.missing_error())
+    }
+
+    /// Wait for the meeting's end until `deadline` (which may differ from the meeting's: a
+    /// grace, say); its value, or None when `deadline` passed first.
+    pub fn await_end_by(&self, deadline: Deadline) -> Result<Option<Vec<u8>>, MeetError> {
+        let done = self.done_key();
+        Ok(match self.await_keys(&[done.as_str()], deadline)? {
+            true => Some(self.store.get(&done)?),
+            false => None,
+        })
+    }
+
+    /// The first verdict of the meeting: `value` unless someone decided before (compare-and-set);
+    /// the verdict that stands.
+    pub fn decide(&self, value: &[u8]) -> Result<Vec<u8>, MeetError> {
+        Ok(self.store.compare_set(&self.done_key(), b"", value)?)
+    }
+
+    /// Every member's payload if it has arrived, without waiting (two requests per member that
+    /// arrived, one per member that did not).
+    pub fn arrivals(&self) -> Result<Vec<Option<Vec<u8>>>, MeetError> {
+        let mut out = Vec::with_capacity(self.members.len());
+        for &r in &self.members {
+            let key = self.here(r);
+            out.push(if self.store.check(&[key.as_str()])? { Some(self.store.get(&key)?) } else { None });
+        }
+        Ok(out)
+    }
+
+    /// Wait (parked in the store) until `keys` exist: true, or false once `deadline` passed.
+    /// A store failure ends it; so does a peer-death notice when every member still missing is
+    /// dead (see [`Meeting::watching`]).
+    fn await_keys(&self, keys: &[&str], deadline: Deadline) -> Result<bool, MeetError> {
+        // Each turn ends on an event: the keys set, the deadline, or a peer-death abort; a wait
+        // is taken up again after an abort only while deaths account for the aborts.
+        let mut aborts = 0;
+        loop {
+            match self.store.wait(keys, deadline.left()) {
+                Ok(()) => return Ok(true),
+                Err(StoreError::Timeout { .. }) if deadline.passed() => return Ok(false),
+                Err(StoreError::Timeout { .. }) => {}
+                Err(e) => {
+                    let dead = self.dead.map(|d| d()).unwrap_or_default();
+                    aborts += 1;
+                    if dead.is_empty() || aborts > dead.len() + 1 {
+                        return Err(e.into());
+                    }
+                    let missing = self.missing();
+                    if !missing.is_empty() && missing.iter().all(|r| dead.contains(r)) {
+                        return Err(self.missing_error_of(missing));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The members that have not arrived (one CHECK each; failure paths only).
+    pub fn missing(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|&r| !self.store.check(&[self.here(r).as_str()]).unwrap_or(false))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The explanation of this meeting's failure: who is missing now.
+    pub fn missing_error(&self) -> MeetError {
+        self.missing_error_of(self.missing())
+    }
+
+    fn missing_error_of(&self, ranks: Vec<u32>) -> MeetError {
+        MeetError::Missing(self.explain(ranks))
+    }
+
+    /// `ranks` as the members this meeting is missing.
+    pub fn explain(&self, ranks: Vec<u32>) -> Missing {
+        let who = describe(self.store, &ranks);
+        Missing { what: self.what.clone(), ranks, who, waited: self.started.elapsed() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use std::sync::Arc;
+
+    fn meet(store: &Arc<MemoryStore>, rank: u32, n: u32, ms: u64) -> std::thread::JoinHandle<Result<(), MeetError>> {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let deadline = Deadline::after(Duration::from_millis(ms));
+            Meeting::new(store.as_ref(), "b", "the barrier", (0..n).collect(), rank, deadline).barrier()
+        })
+    }
+
+    #[test]
+    fn a_barrier_ends_when_the_last_member_arrives() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let hs: Vec<_> = (0..4).map(|r| meet(&store, r, 4, 5000)).collect();
+        for h in hs {
+            h.join().unwrap().unwrap();
+        }
+        assert_eq!(store.get("b/done").unwrap(), b"1");
+    }
+
+    #[test]
+    fn a_member_that_never_comes_is_named_with_its_host() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let host = super::super::host::HostInfo {
+            hostname: "n1".into(),
+            addr: "10.0.0.2".parse().unwrap(),
+            why: String::new(),
+        };
+        super::super::host::publish(store.as_ref(), 2, &host).unwrap();
+        let hs: Vec<_> = [0, 1, 3].into_iter().map(|r| meet(&store, r, 5, 300)).collect();
+        for h in hs {
+            let e = h.join().unwrap().unwrap_err();
+            assert_eq!(
+                e.to_string().split(" (waited").next().unwrap(),
+                "rank(s) 4; 2 on host 'n1' (10.0.0.2) did not come to the barrier"
+            );
+            let MeetError::Missing(m) = e else { panic!() };
+            assert_eq!(m.ranks, [2, 4]);
+        }
+    }
+
+    #[test]
+    fn a_gather_returns_every_payload_in_member_order() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let hs: Vec<_> = (0..3u32)
+            .map(|r| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let m = Meeting::new(
+                        store.as_ref(),
+                        "g",
+                        "x",
+                        vec![2, 0, 1],
+                        r,
+                        Deadline::after(Duration::from_secs(5)),
+                    );
+                    m.arrive(r.to_string().as_bytes()).unwrap();
+                    m.gather().unwrap()
+                })
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(h.join().unwrap(), [b"2", b"0", b"1"]);
+        }
+    }
+
+    #[test]
+    fn a_dead_member_counted_for_ends_the_barrier() {
+        let store = MemoryStore::new(Duration::from_secs(5));
+        let m = Meeting::new(&store, "l", "leaving", vec![0, 1], 0, Deadline::after(Duration::from_secs(5)));
+        assert!(!m.arrive_counted().unwrap());
+        let dead = Meeting::new(&store, "l", "leaving", vec![0, 1], 1, Deadline::after(Duration::from_secs(5)));
+        assert!(dead.arrive_counted_as(b"gone").unwrap());
+        assert_eq!(m.await_end().unwrap(), b"1");
+        assert_eq!(m.missing(), Vec::<u32>::new());
+        // A member counted as gone that arrives after all is not counted again.
+        let late = Meeting::new(&store, "l", "leaving", vec![0, 1], 1, Deadline::after(Duration::from_secs(5)));
+        assert!(!late.arrive_counted().unwrap());
+        assert_eq!(store.get("l/count").unwrap(), b"2");
+    }
+}
