@@ -265,11 +265,6 @@ fn cycles(edges: &BTreeSet<(Vec<String>, Vec<String>)>) -> Vec<String> {
 /// `mod.rs` excepted): `a -> b -> c -> a` ties three files as tightly as two that import each
 /// other.
 #[test]
-#[ignore = "import circles remain in src/runtime until the 'meeting' branch (issue 33) is merged: \
-            runtime::init -> bring_up -> leave -> init, init -> pending -> leave -> init, \
-            bring_up -> pending -> leave -> init -> bring_up (leave uses init's claim_runtime and \
-            DESTROYING; pending uses leave's LEAVE_GRACE). Run with --ignored to list them; remove \
-            this line once none remain"]
 fn no_import_circle_of_any_length() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let found = cycles(&import_edges(&imports(&src)));
