@@ -104,11 +104,12 @@ fn the_most_hcp_levels_work_and_tens_of_thousands_are_refused() {
     let most = format!("2{}", ",1".repeat(levels - 1));
     let many = format!("2{}", ",1".repeat(60_000 - 1));
     for extra in [&[][..], &["--rank", "1"][..], &["--json"][..]] {
-        let args = |hcp: &str| {
+        fn topo_args<'a>(hcp: &'a str, extra: &[&'a str]) -> Vec<&'a std::ffi::OsStr> {
             let mut a = vec![s("5"), s(TOPO), s("--world-size"), s("2"), s("--cp"), s("2"), s("--hcp"), s(hcp)];
             a.extend(extra.iter().map(|x| s(x)));
             a
-        };
+        }
+        let args = |hcp| topo_args(hcp, extra);
         // coreutils' timeout stops it (exit 124) should it run away.
         let out = run("timeout", &args(&most), &[]);
         assert_clean(&out, 0, "");

@@ -751,12 +751,9 @@ fn groups_made_after_init_are_created_in_name_order_and_a_missing_member_is_name
         // Ranks 1 and 2 may meet rank 3 missing at b, or fail at a when a peer gave up first.
         assert!(e.contains("did not come to create_group") || e.contains("creating its communicator"), "{e}");
     }
-    let named = run
-        .lines
-        .iter()
-        .filter(|l| {
-            l["error"].as_str().is_some_and(|e| e.contains("rank(s) 3 ") && e.contains("did not come to create_group"))
-        });
+    let named = run.lines.iter().filter(|l| {
+        l["error"].as_str().is_some_and(|e| e.contains("rank(s) 3 ") && e.contains("did not come to create_group"))
+    });
     assert!(named.count() >= 2, "rank 3 named by its peers: {text}");
     assert!(run.elapsed < Duration::from_secs(30), "{:?}: {text}", run.elapsed);
 }
