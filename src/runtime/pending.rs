@@ -124,8 +124,6 @@ pub(super) fn check_in_spare(
             }
             Err(e) => return Err(e.into()),
         };
-    // The job's secret, for the connections a recovery makes once the store serves only the job.
-    let _ = store.adopt_session(base.as_ref());
     let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
     Ok(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by })
 }

@@ -266,12 +266,15 @@ impl Liveness {
             }
         };
         let connect = {
-            let (open, prefix) = (open.clone(), attempt.clone());
+            let (open, prefix, token) = (open.clone(), attempt.clone(), token.clone());
             move |within: Duration| -> Result<Result<Connection, String>, StoreError> {
                 let conn = open(within)?;
                 let noticed = if notices {
-                    if let Err(holder) = conn.claim(&format!("{prefix}/{}", key(rank)), &secret)? {
-                        return Ok(Err(holder));
+                    match conn.claim(&format!("{prefix}/{}", key(rank)), &secret)? {
+                        Err(holder) => return Ok(Err(holder)),
+                        // The job's secret (default mode): this rank's later connections prove it.
+                        Ok(Some(session)) => token.set_if_none(session),
+                        Ok(None) => {}
                     }
                     conn.on_close(&format!("{prefix}/{EVENTS_KEY}"))?;
                     Some(Arc::clone(&conn))
