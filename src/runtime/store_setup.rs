@@ -56,6 +56,11 @@ impl StoreHandles {
         env
     }
 
+    /// This rank's first connection (none for the in-process store).
+    pub fn first_connection(&self) -> Option<Arc<TcpStore>> {
+        self.tcp.clone()
+    }
+
     /// What this rank's new connections prove (shared with its heartbeat).
     pub fn token(&self) -> TokenCell {
         self.token.clone()
