@@ -959,3 +959,72 @@ fn two_slurm_steps_whose_ports_collide_both_come_up_apart() {
     };
     both_jobs_come_up_apart(&plugin, [step("0"), step("16")]);
 }
+
+/// Issue 34 item 2, default mode (no token): after init the store serves only the job's ranks,
+/// whoever was there during init. Three outsiders of the init: a connection opened during it,
+/// one that read every key it could (LIST_KEYS, then GET of each) and tries each value read as
+/// the secret afterwards, and a fresh one after it: all refused, while the ranks go on (their
+/// after-init group forms once the store is closed).
+#[test]
+fn after_init_the_store_refuses_every_outsider_whoever_was_there_during_init() {
+    use mcore_init::store::tcp::wire::{Decoder, Encoder, Query, VALIDATE_MAGIC};
+    use mcore_init::store::{Store, StoreToken, TcpStore};
+    use std::io::Write;
+    let Some(plugin) = plugin() else { return };
+    let port_s = common::free_port().to_string();
+    let port: u16 = port_s.parse().unwrap();
+    let args = ["--timeout", "60", "--group", "ws:0,1"];
+    let hold = [("MCORE_SELFTEST_HOLD_S", "6")];
+    let rank0 = spawn_rank(&plugin, 0, 2, &port_s, &args, &hold);
+    // During init (rank 1 not started yet): an ordinary client and a reader of everything.
+    let t = Duration::from_secs(30);
+    let early = TcpStore::connect("127.0.0.1", port, t).unwrap();
+    early.wait(&["mcore_init/job"], t).unwrap();
+    early.set("outsider/early", b"1").unwrap();
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&Encoder::query(Query::Validate).u32(VALIDATE_MAGIC).finish()).unwrap();
+    raw.write_all(&Encoder::query(Query::ListKeys).finish()).unwrap();
+    let n = Decoder::new(&raw).i64().unwrap();
+    let keys: Vec<Vec<u8>> = (0..n).map(|_| Decoder::new(&raw).value().unwrap()).collect();
+    assert!(keys.iter().any(|k| k.ends_with(b"mcore_init/job")), "{keys:?}");
+    let mut values = Vec::new();
+    for k in &keys {
+        raw.write_all(&Encoder::query(Query::Get).bytes(k).finish()).unwrap();
+        values.push(Decoder::new(&raw).value().unwrap());
+    }
+    let rank1 = spawn_rank(&plugin, 1, 2, &port_s, &args, &hold);
+    // Init over: a fresh client is refused (naming the job) rather than served.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let refused = loop {
+        match TcpStore::connect("127.0.0.1", port, Duration::from_secs(2)) {
+            Err(e) => break e.to_string(),
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(_) => panic!("a fresh client is still served 90 s after the ranks started"),
+        }
+    };
+    assert!(refused.contains("serves only the ranks of job"), "{refused}");
+    // The connection opened during init is closed: its requests fail.
+    assert!(early.get("outsider/early").is_err(), "a connection of the init is still served after it");
+    // The reader's connection is closed too (end of stream, or a reset) ...
+    raw.write_all(&Encoder::query(Query::ListKeys).finish()).ok();
+    assert!(Decoder::new(&raw).i64().is_err(), "the reader's connection is still served after init");
+    // ... and nothing it read opens the store.
+    for (k, v) in keys.iter().zip(&values) {
+        let Some(tok) = StoreToken::new(v) else { continue };
+        let got = TcpStore::connect_with_token("127.0.0.1", port, Duration::from_secs(2), Some(&tok));
+        assert!(
+            got.is_err(),
+            "the value of {:?} read during init opens the store after it",
+            String::from_utf8_lossy(k)
+        );
+    }
+    for (r, child) in [rank0, rank1].into_iter().enumerate() {
+        let out = common::wait_bounded(child, Duration::from_secs(120));
+        assert!(out.status.success(), "rank {r}: {}\n{}", text(&out.stdout), text(&out.stderr));
+        let line: Value = text(&out.stdout).lines().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+        assert_eq!(line["ok"], true, "{line}");
+        let made = line["after_init_groups"].as_array().unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(made.len(), 1, "rank {r}'s after-init group: {line}");
+    }
+}

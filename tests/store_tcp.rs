@@ -441,7 +441,7 @@ fn a_close_notice_is_raised_when_the_client_goes_and_not_when_it_withdrew_it_or_
     // A client that claims its counter, arms a notice and goes (as a killed process's
     // connection closes): the notice is numbered and names its counter.
     let gone = conn();
-    assert_eq!(gone.claim("job/alive/3", b"s3").unwrap(), Ok(()));
+    assert_eq!(gone.claim("job/alive/3", b"s3").unwrap(), Ok(None));
     gone.on_close(events).unwrap();
     gone.set("x", b"1").unwrap(); // the notice arrived before this was served
     drop(gone);
@@ -459,7 +459,7 @@ fn a_close_notice_is_raised_when_the_client_goes_and_not_when_it_withdrew_it_or_
     old.claim("job/alive/5", b"s5").unwrap().unwrap();
     old.on_close(events).unwrap();
     let new = conn();
-    assert_eq!(new.claim("job/alive/5", b"s5").unwrap(), Ok(()));
+    assert_eq!(new.claim("job/alive/5", b"s5").unwrap(), Ok(None));
     drop(old);
     let other = conn();
     other.claim("job/alive/6", b"s6").unwrap().unwrap();
@@ -491,7 +491,7 @@ fn a_claimed_liveness_counter_is_written_only_by_its_holder_and_notices_only_by_
     // Written before anyone claimed it (a poser's junk): the claim clears it.
     s.set("job/alive/1", b"junk").unwrap();
     let owner = conn();
-    assert_eq!(owner.claim("job/alive/1", b"secret").unwrap(), Ok(()));
+    assert_eq!(owner.claim("job/alive/1", b"secret").unwrap(), Ok(None));
     assert_eq!(owner.add("job/alive/1", 1).unwrap(), 1);
     // Another secret is refused, naming the holder's address.
     let poser = conn();
@@ -533,7 +533,7 @@ fn a_claimed_liveness_counter_is_written_only_by_its_holder_and_notices_only_by_
     // The same secret moves the claim (a rank that reconnected): the old connection may no
     // longer write.
     let again = conn();
-    assert_eq!(again.claim("job/alive/1", b"secret").unwrap(), Ok(()));
+    assert_eq!(again.claim("job/alive/1", b"secret").unwrap(), Ok(None));
     assert_eq!(again.add("job/alive/1", 1).unwrap(), 2);
     let _ = owner.add("job/alive/1", 1);
     assert!(owner.num_keys().is_err());
@@ -574,10 +574,37 @@ fn a_session_store_serves_everyone_until_it_serves_only_holders_of_the_secret() 
     assert!(refused.contains("serves only the ranks of job 'job-A' now"), "{refused}");
     let other = StoreToken::new(b"guess").unwrap();
     assert!(TcpStore::connect_with_token("127.0.0.1", port, Duration::from_secs(2), Some(&other)).is_err());
-    // Holders get in; connections made before go on.
+    // Holders get in and those made before that proved the secret go on; one that did not is
+    // closed (it is no rank's own).
     let late_holder = TcpStore::connect_with_token("127.0.0.1", port, T, Some(&secret)).unwrap();
     assert_eq!(late_holder.add("n", 2).unwrap(), 2);
-    assert_eq!(plain.add("n", 1).unwrap(), 3);
+    assert!(plain.add("n", 1).is_err(), "a connection that proved nothing is served after the close");
     assert_eq!(holder.get("a").unwrap(), b"1");
-    assert_eq!(plain.num_keys().unwrap(), 2);
+    assert_eq!(holder.num_keys().unwrap(), 2);
+}
+
+/// A claim of one of the job's rank counters (and only that) is answered with the job's secret,
+/// stored under no key; its connection stays served after the close, another claim's does not.
+#[test]
+fn a_ranks_claim_learns_the_secret_and_keeps_its_connection_after_the_close() {
+    use mcore_init::store::StoreToken;
+    let secret = StoreToken::new(b"job secret").unwrap();
+    let limits = mcore_init::store::ServerLimits::default();
+    let server = TcpStoreServer::bind_with_session("127.0.0.1", 0, limits, secret.clone(), "job-A").unwrap();
+    server.expect_ranks("mcore_init/r/0/0", 2);
+    let port = server.port();
+    let rank = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert_eq!(rank.claim("mcore_init/r/0/0/alive/1", b"mine").unwrap(), Ok(Some(secret.clone())));
+    // Not a rank of the job (rank 2 of 2, a padded number, another attempt): no secret.
+    let other = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    for k in ["mcore_init/r/0/0/alive/2", "mcore_init/r/0/0/alive/01", "mcore_init/r/0/1/alive/0"] {
+        let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
+        assert_eq!(c.claim(k, b"x").unwrap(), Ok(None), "{k}");
+    }
+    assert_eq!(other.claim("x/alive/0", b"x").unwrap(), Ok(None));
+    assert_eq!(other.num_keys().unwrap(), 0, "the secret is stored under no key");
+    server.serve_only_holders();
+    // Only the rank's claiming connection stays.
+    assert_eq!(rank.add("mcore_init/r/0/0/alive/1", 1).unwrap(), 1);
+    assert!(other.num_keys().is_err(), "a claim of no rank's counter keeps its connection after the close");
 }

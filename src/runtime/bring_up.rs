@@ -390,9 +390,7 @@ fn check_in_create_verify(
 fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     let (env, base) = (s.env, s.opened.base.as_ref());
     host::publish(base, env.rank, &s.opened.host)?;
-    s.opened.store.publish_session(base)?;
     check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline))?;
-    s.opened.store.adopt_session(base)?;
     Ok(())
 }
 

@@ -10,11 +10,12 @@ use super::host;
 use super::init_args::InitArgs;
 use super::keys;
 use super::leave::{announce, LEAVE_GRACE};
+use super::liveness::{claim_counter, posed};
 use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
 use super::settings::Claim;
 use super::store_setup::{open_attempt, StoreHandles};
-use crate::store::{PrefixStore, Store};
+use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::Topology;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,6 +111,15 @@ pub(super) fn check_in_spare(
     let topology = Topology::new(args.topology.clone(), args.layout_world(env.world_size)?)?;
     let (store, attempt) = open_attempt(&env, args.timeout, reuse)?;
     let env = store.resolved(&env);
+    // A spare starts no liveness while it stands by: it claims its counter on its first
+    // connection to learn the job's secret (default mode), which keeps that connection, and lets
+    // its later ones in, once the store serves only the job's ranks.
+    if let Some(first) = store.first_connection().filter(|_| !env.use_agent_store) {
+        if let Err(holder) = claim_counter(&first, &attempt, env.rank, &store.token())? {
+            let at = format!("rank 0 at {}:{}", env.master_addr, env.master_port);
+            return Err(RuntimeError::Store(StoreError::Protocol(posed(env.rank, &at, &holder))));
+        }
+    }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     host::publish(base.as_ref(), env.rank, &store.host())?;
     // A rank missing at check-in does not end a spare's part: it stands by for the recovery that
@@ -124,8 +134,6 @@ pub(super) fn check_in_spare(
             }
             Err(e) => return Err(e.into()),
         };
-    // The job's secret, for the connections a recovery makes once the store serves only the job.
-    let _ = store.adopt_session(base.as_ref());
     let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
     Ok(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by })
 }

@@ -18,7 +18,8 @@ pub struct StoreHandles {
     tcp: Option<Arc<TcpStore>>,
     pool: Option<Arc<TcpStorePool>>,
     /// What this rank's new connections prove: the user's token, or the job's own secret once
-    /// learnt (see [`SESSION_KEY`]).
+    /// learnt (the host's from the start; another rank's from its liveness claim, see
+    /// [`TcpStoreServer::expect_ranks`]).
     token: TokenCell,
     /// The host's server and, unless the store stays open to everyone, the job's secret it will
     /// require once the initialization is over.
@@ -26,11 +27,6 @@ pub struct StoreHandles {
     /// The port the store was found on (one of the job's `port_candidates`).
     port: u16,
 }
-
-/// Where the store's host publishes the job's own secret (under the attempt's prefix) for the
-/// ranks that check in: once the initialization is over, the server serves only new
-/// connections that prove it (a pool growing, a heartbeat reconnecting), not outsiders.
-pub const SESSION_KEY: &str = "session";
 
 /// Environment variable: `1` keeps rank 0's store open to every client after initialization
 /// (e.g. for torch clients of the job's own on the same store).
@@ -60,33 +56,18 @@ impl StoreHandles {
         env
     }
 
+    /// This rank's first connection (none for the in-process store).
+    pub fn first_connection(&self) -> Option<Arc<TcpStore>> {
+        self.tcp.clone()
+    }
+
     /// What this rank's new connections prove (shared with its heartbeat).
     pub fn token(&self) -> TokenCell {
         self.token.clone()
     }
 
-    /// The host, before its ranks check in: publish the job's secret under `base` (see
-    /// [`SESSION_KEY`]).
-    pub fn publish_session(&self, base: &dyn Store) -> Result<(), StoreError> {
-        match &self.server {
-            Some((_, Some(secret))) => base.set(SESSION_KEY, secret.bytes()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Any other rank, once checked in: learn the job's secret (when its host published one).
-    pub fn adopt_session(&self, base: &dyn Store) -> Result<(), StoreError> {
-        if self.server.is_some() || self.tcp.is_none() || !base.check(&[SESSION_KEY])? {
-            return Ok(());
-        }
-        if let Some(secret) = StoreToken::new(&base.get(SESSION_KEY)?) {
-            self.token.set_if_none(secret);
-        }
-        Ok(())
-    }
-
-    /// The host, once the initialization is over: from now on serve only new connections that
-    /// prove the job's secret.
+    /// The host, once the initialization is over: from now on serve only the job's ranks'
+    /// connections (see [`TcpStoreServer::serve_only_holders`]).
     pub fn close_to_outsiders(&self) {
         if let Some((server, Some(_))) = &self.server {
             server.serve_only_holders();
@@ -474,7 +455,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             let port = s.port();
             let client = TcpStore::connect_with_token(&env.master_addr, port, timeout, token.get().as_ref())
                 .map_err(|e| unreachable(port, e))?;
-            // The host publishes its job id first, then marks the attempt open.
+            // The host publishes its job id first, then marks the attempt open; the ranks' claims
+            // of their liveness counters hand them the job's secret (stored under no key).
+            s.expect_ranks(attempt, env.world_size);
             client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
             client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
             (client, port)

@@ -257,7 +257,6 @@ impl Liveness {
         let (notices, rank, port) = (!env.use_agent_store, env.rank, env.master_port);
         let addr = env.master_addr.clone();
         let attempt = prefix.to_string();
-        let secret = secret();
         let open = {
             let (addr, token) = (addr.clone(), token.clone());
             move |within: Duration| -> Result<Arc<TcpStore>, StoreError> {
@@ -266,11 +265,11 @@ impl Liveness {
             }
         };
         let connect = {
-            let (open, prefix) = (open.clone(), attempt.clone());
+            let (open, prefix, token) = (open.clone(), attempt.clone(), token.clone());
             move |within: Duration| -> Result<Result<Connection, String>, StoreError> {
                 let conn = open(within)?;
                 let noticed = if notices {
-                    if let Err(holder) = conn.claim(&format!("{prefix}/{}", key(rank)), &secret)? {
+                    if let Err(holder) = claim_counter(&conn, &prefix, rank, &token)? {
                         return Ok(Err(holder));
                     }
                     conn.on_close(&format!("{prefix}/{EVENTS_KEY}"))?;
@@ -283,12 +282,7 @@ impl Liveness {
         };
         let (store, noticed) = connect(connect_within.max(REPLY_LIMIT))
             .map_err(|e| StartError::Unreachable(format!("liveness connection to {store_host}: {e}")))?
-            .map_err(|holder| {
-                StartError::Posed(format!(
-                    "rank {rank}'s liveness counter in the store at {store_host} is held by another client, at \
-                     {holder}: it posed as rank {rank} (a client of another job, or a stray process)"
-                ))
-            })?;
+            .map_err(|holder| StartError::Posed(posed(rank, &store_host, &holder)))?;
         let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok().and_then(Result::ok));
         let (finder, open_watcher) = if notices {
             (Finder::CloseNotice, Some(Box::new(move |within| open(within).ok()) as OpenWatcher))
@@ -696,15 +690,45 @@ fn beat(s: &Shared, rank: u32) {
 
 /// A secret for this rank's claim (see module docs): 16 bytes from /dev/urandom, or from the
 /// clock and the process id where that cannot be read.
-fn secret() -> Vec<u8> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        b[..8].copy_from_slice(&(t.as_nanos() as u64).to_le_bytes());
-        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    }
-    b.to_vec()
+/// This process's secret for its liveness claims (one per process, so that a claim made while
+/// standing by, see [`claim_counter`], moves to the liveness connection later).
+fn secret() -> &'static [u8] {
+    static SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| {
+        use std::io::Read;
+        let mut b = [0u8; 16];
+        if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            b[..8].copy_from_slice(&(t.as_nanos() as u64).to_le_bytes());
+            b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        }
+        b.to_vec()
+    })
+}
+
+/// Claim rank `rank`'s liveness counter under `prefix` on `conn` (our server only). The job's
+/// secret that a claim of a rank's own counter returns (default mode) goes to `token`: this
+/// rank's later connections prove it, and `conn` counts as the rank's own once the store closes
+/// to outsiders. `Ok(Err(holder))`: another client, at `holder`, holds it (see [`posed`]).
+pub(super) fn claim_counter(
+    conn: &TcpStore,
+    prefix: &str,
+    rank: u32,
+    token: &TokenCell,
+) -> Result<Result<(), String>, StoreError> {
+    Ok(conn.claim(&format!("{prefix}/{}", key(rank)), secret())?.map(|session| {
+        if let Some(s) = session {
+            token.set_if_none(s);
+        }
+    }))
+}
+
+/// The error of a rank whose liveness counter another client (at `holder`) claimed first.
+pub(super) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
+    format!(
+        "rank {rank}'s liveness counter in the store at {store_host} is held by another client, at {holder}: it \
+         posed as rank {rank} (a client of another job, or a stray process)"
+    )
 }
 
 /// The watcher of our server's notices (see module docs): one parked WAIT on the next notice,

@@ -244,6 +244,11 @@ impl ServerAuth {
         Ok(ServerAuth { session: true, job, optional: true, ..ServerAuth::new(token)? })
     }
 
+    /// The job's own secret (none for a user's token): what a rank's claim is answered with.
+    pub fn session_secret(&self) -> Option<&StoreToken> {
+        self.session.then_some(&self.token)
+    }
+
     /// From now on a new connection must prove the token.
     pub fn require(&mut self) {
         self.optional = false;

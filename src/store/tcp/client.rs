@@ -51,6 +51,8 @@ pub struct TcpStore {
     /// A second handle of the connection's socket, outside the lock, so that [`TcpStore::abort`]
     /// can end a call blocked on it.
     aborter: Option<TcpStream>,
+    /// It proved a token when it connected (see [`TcpStore::connect_with_token`]).
+    proven: bool,
 }
 
 /// A small pseudo-random jitter source (no security needed): the clock's nanoseconds mixed.
@@ -155,6 +157,7 @@ impl TcpStore {
             reply_timeout: Some(timeout.max(Duration::from_millis(1))),
             round_trips: AtomicU64::new(0),
             aborter,
+            proven: token.is_some(),
         };
         if let Some(token) = token {
             store.authenticate(token)?;
@@ -404,13 +407,21 @@ impl TcpStore {
         self.write(&mut c, &Encoder::query(Query::OnClose).bytes(k.as_bytes()).bytes(b"").finish())
     }
 
+    /// Whether this connection proved a token when it connected.
+    pub fn proven(&self) -> bool {
+        self.proven
+    }
+
     /// Claim the liveness counter `key` (ending `/alive/<rank>`) for this connection with
-    /// `secret` (see [`Query::Claim`]): `Ok(Err(holder))` when another connection, at address
-    /// `holder`, holds it with another secret. Only for a server of this project.
-    pub fn claim(&self, key: &str, secret: &[u8]) -> Result<Result<(), String>, StoreError> {
+    /// `secret` (see [`Query::Claim`]): `Ok(Ok(Some(job's secret)))` when `key` is the counter of
+    /// a rank of the job whose store this is (default mode), `Ok(Err(holder))` when another
+    /// connection, at address `holder`, holds it with another secret. Only for a server of this
+    /// project.
+    pub fn claim(&self, key: &str, secret: &[u8]) -> Result<Result<Option<StoreToken>, String>, StoreError> {
         let k = prefixed(key)?;
         self.call(&Encoder::query(Query::Claim).bytes(k.as_bytes()).bytes(secret).finish(), |d| match d.u8()? {
-            wire::CLAIM_OK => Ok(Ok(())),
+            wire::CLAIM_OK => Ok(Ok(None)),
+            wire::CLAIM_SESSION => Ok(Ok(StoreToken::new(&d.value()?))),
             wire::CLAIM_TAKEN => Ok(Err(String::from_utf8_lossy(&d.value()?).into_owned())),
             other => Err(ReadError::Protocol(format!("answered CLAIM with {other}"))),
         })

@@ -75,18 +75,25 @@ impl TcpStorePool {
 
     fn with<T>(&self, f: impl FnOnce(&TcpStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let lock_err = || StoreError::Io("store connection pool lock poisoned".into());
-        let idle = self.idle.lock().map_err(|_| lock_err())?.pop();
-        let conn = match idle {
-            Some(c) => c,
-            None => {
-                let c = Arc::new(TcpStore::connect_with_token(
-                    &self.host,
-                    self.port,
-                    self.timeout,
-                    self.token.get().as_ref(),
-                )?);
-                self.all.lock().map_err(|_| lock_err())?.push(c.clone());
-                c
+        let conn = loop {
+            let idle = self.idle.lock().map_err(|_| lock_err())?.pop();
+            match idle {
+                // Made before this rank learnt the job's secret: not served once the store closes
+                // to outsiders, so left for one that proves it.
+                Some(c) if !c.proven() && self.token.get().is_some() => {
+                    self.all.lock().map_err(|_| lock_err())?.retain(|x| !Arc::ptr_eq(x, &c));
+                }
+                Some(c) => break c,
+                None => {
+                    let c = Arc::new(TcpStore::connect_with_token(
+                        &self.host,
+                        self.port,
+                        self.timeout,
+                        self.token.get().as_ref(),
+                    )?);
+                    self.all.lock().map_err(|_| lock_err())?.push(c.clone());
+                    break c;
+                }
             }
         };
         let result = f(&conn);

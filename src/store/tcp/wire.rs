@@ -47,7 +47,9 @@ pub enum Query {
     /// `key, secret`: this connection claims the liveness counter `key` (ending `/alive/<rank>`):
     /// only it may write the key from now on. The same secret moves the claim to a new
     /// connection (a rank that reconnected); another secret is refused. Reply: `u8`
-    /// [`CLAIM_OK`], or [`CLAIM_TAKEN`] followed by the holder's address (`u64` length + bytes).
+    /// [`CLAIM_OK`], or [`CLAIM_TAKEN`] followed by the holder's address (`u64` length + bytes),
+    /// or, for the counter of one of the ranks of the job whose store this is (default mode),
+    /// [`CLAIM_SESSION`] followed by the job's secret (`u64` length + bytes).
     Claim = 0x81,
     /// `key` (ending `/alive/events`): raise a notice on it now, naming this connection's claimed
     /// key after a `?` (a question to every rank watching). A notice is numbered: the server adds
@@ -59,6 +61,9 @@ pub enum Query {
 pub const CLAIM_OK: u8 = 0;
 /// [`Query::Claim`] refused: another connection holds the key with another secret.
 pub const CLAIM_TAKEN: u8 = 1;
+/// [`Query::Claim`] granted on one of the job's rank counters: the job's secret follows, which
+/// the rank's later connections prove (see `TcpStoreServer::expect_ranks`).
+pub const CLAIM_SESSION: u8 = 2;
 
 impl Query {
     /// The query for a type byte; `None` for types this implementation does not serve.

@@ -154,8 +154,35 @@ impl EventLoop {
         if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
             c.claim = Some(key.to_vec());
         }
-        self.reply(i, &[wire::CLAIM_OK]);
+        // A rank's own counter: its connection learns the job's secret (stored under no key).
+        let secret = self.auth.as_ref().and_then(|a| a.session_secret()).filter(|_| self.is_rank_counter(key));
+        match secret.map(|s| s.bytes().to_vec()) {
+            Some(s) => {
+                let mut reply = vec![wire::CLAIM_SESSION];
+                reply.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                reply.extend_from_slice(&s);
+                self.reply(i, &reply);
+            }
+            None => self.reply(i, &[wire::CLAIM_OK]),
+        }
         Next::Continue
+    }
+
+    /// Whether `key` is the liveness counter of one of the job's ranks (see
+    /// `TcpStoreServer::expect_ranks`).
+    fn is_rank_counter(&self, key: &[u8]) -> bool {
+        let ranks = self.ranks.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((prefix, world)) = ranks.as_ref() else { return false };
+        let Some(digits) = key.strip_prefix(prefix.as_slice()) else { return false };
+        // Canonical digits only: `07` is another key than rank 7's, and gets no secret.
+        let rank = std::str::from_utf8(digits).ok().and_then(|d| d.parse::<u32>().ok());
+        rank.is_some_and(|r| r < *world && r.to_string().as_bytes() == digits)
+    }
+
+    /// Whether connection `i` holds the claim of one of the job's rank counters.
+    pub(super) fn holds_rank_claim(&self, i: usize) -> bool {
+        let Some(c) = self.conns.get(i).and_then(Option::as_ref) else { return false };
+        c.claim.as_deref().is_some_and(|k| self.state.claims.holds(k, c.serial) && self.is_rank_counter(k))
     }
 
     /// ON_CLOSE `key` (empty: withdraw) for connection `i`.

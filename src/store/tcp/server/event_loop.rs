@@ -49,6 +49,8 @@ pub(super) struct Conn {
     pub(super) on_close: Option<Vec<u8>>,
     /// The liveness counter it claimed (see `claims`).
     pub(super) claim: Option<Vec<u8>>,
+    /// It proved the token in the exchange (see [`super::auth`]).
+    pub(super) proven: bool,
 }
 
 impl Conn {
@@ -121,6 +123,8 @@ pub(super) struct EventLoop {
     pub(super) auth: Option<ServerAuth>,
     /// Set when the optional secret becomes required ([`TcpStoreServer::serve_only_holders`]).
     pub(super) close: Arc<AtomicBool>,
+    /// The job's rank counters ([`TcpStoreServer::expect_ranks`]).
+    pub(super) ranks: super::JobRanks,
 }
 
 /// The soft limit on open descriptors of this process (`RLIMIT_NOFILE`, from
@@ -304,6 +308,7 @@ impl EventLoop {
                         auth: self.auth.as_ref().map_or(ConnAuth::Open, ServerAuth::first_state),
                         on_close: None,
                         claim: None,
+                        proven: false,
                     });
                     self.buffered += CONN_COST;
                     self.fresh.push_back((i, self.next_serial));
@@ -619,17 +624,37 @@ impl EventLoop {
     }
 
     /// Once [`TcpStoreServer::serve_only_holders`] was called: new connections, and those that
-    /// have not sent a byte yet, must prove the secret.
+    /// have not sent a byte yet, must prove the secret; every other connection that is not one
+    /// of the job's ranks' own (proven, or holding a rank's claim) is closed.
     pub(super) fn require_later_token(&mut self) {
         if !self.close.swap(false, Ordering::SeqCst) {
             return;
         }
         let Some(a) = self.auth.as_mut().filter(|a| a.optional) else { return };
         a.require();
-        for c in self.conns.iter_mut().flatten() {
+        let mut outsiders = Vec::new();
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
             if c.auth == ConnAuth::Open && c.rbuf.is_empty() {
                 c.auth = ConnAuth::Hello;
+            } else if matches!(c.auth, ConnAuth::Open | ConnAuth::Done) && !c.proven {
+                outsiders.push(i);
             }
+        }
+        for i in outsiders {
+            if self.holds_rank_claim(i) {
+                continue;
+            }
+            // Its unsent replies go first (best effort): what it asked during the init is answered.
+            self.flush(i);
+            self.close(
+                i,
+                Some(
+                    "the job's initialization is over and its store serves only the job's own ranks: this \
+                     connection proved neither the job's secret nor a rank's claim"
+                        .into(),
+                ),
+            );
         }
     }
 
@@ -654,6 +679,7 @@ impl EventLoop {
             match step {
                 Step::Need => return false,
                 Step::Reply { consumed, reply } => {
+                    c.proven |= c.auth == ConnAuth::Done && reply == [auth::AUTH_OK];
                     c.rbuf.drain(..consumed);
                     c.wbuf.extend_from_slice(&reply);
                     if !reply.is_empty() && !c.in_dirty {

@@ -136,6 +136,8 @@ pub struct TcpStoreServer {
     stop: Arc<AtomicBool>,
     /// Set once new connections must prove the job's secret (see [`Self::serve_only_holders`]).
     close: Arc<AtomicBool>,
+    /// The job's rank counters (see [`Self::expect_ranks`]).
+    ranks: JobRanks,
     waker: Arc<Waker>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
@@ -192,9 +194,21 @@ impl TcpStoreServer {
         Self::bind_inner(host, port, limits, Some((session, Some(job.as_bytes().to_vec()))))
     }
 
-    /// New connections must prove the secret given to [`Self::bind_with_session`] from now on;
-    /// connections already made (those that sent a first byte) go on. Used once a job's
-    /// initialization is over: its ranks hold the job's secret, outsiders do not. No effect on a
+    /// The liveness counters of the job's ranks are `<prefix>/alive/<r>` for `r < world`: a CLAIM
+    /// of one of them is answered with the job's secret (given to [`Self::bind_with_session`]),
+    /// and its connection counts as the rank's own. The secret is stored under no key: a client
+    /// learns it only by claiming a rank's counter, and a rank whose counter another client
+    /// claimed first fails its initialization naming that client. Call it before the ranks
+    /// connect (before the attempt is marked open). No effect on a server without a job's secret.
+    pub fn expect_ranks(&self, prefix: &str, world: u32) {
+        *self.ranks.lock().unwrap_or_else(|p| p.into_inner()) = Some((format!("/{prefix}/alive/").into_bytes(), world));
+    }
+
+    /// New connections must prove the secret given to [`Self::bind_with_session`] from now on,
+    /// and every connection made before is closed unless it is one of the job's ranks' own: it
+    /// proved the secret, or it holds the claim of one of the job's rank counters (see
+    /// [`Self::expect_ranks`]). Used once a job's initialization is over: its ranks hold the
+    /// job's secret, outsiders do not, whether or not they were there during it. No effect on a
     /// server without one.
     pub fn serve_only_holders(&self) {
         self.close.store(true, Ordering::SeqCst);
@@ -254,8 +268,10 @@ impl TcpStoreServer {
             .map_err(|e| io("register the listener", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let close = Arc::new(AtomicBool::new(false));
+        let ranks = JobRanks::default();
         let mut ev = EventLoop {
             close: Arc::clone(&close),
+            ranks: Arc::clone(&ranks),
             auth,
             poll,
             listener,
@@ -282,7 +298,7 @@ impl TcpStoreServer {
             .name(format!("store-server-{}", addr.port()))
             .spawn(move || ev.run())
             .map_err(|e| io("spawn the thread", e))?;
-        Ok(TcpStoreServer { stop, close, waker, addr, thread: Some(thread) })
+        Ok(TcpStoreServer { stop, close, ranks, waker, addr, thread: Some(thread) })
     }
 
     /// The port the server listens on.
@@ -318,6 +334,10 @@ const WAIT_KEY_COST: u64 = 48;
 const ENTRY_COST: u64 = 64;
 /// Bytes charged per connection besides its buffers.
 const CONN_COST: u64 = 512;
+
+/// The prefix of the job's rank counters (`/<attempt>/alive/`, as on the wire) and the world
+/// size, once the host said (see [`TcpStoreServer::expect_ranks`]).
+type JobRanks = Arc<std::sync::Mutex<Option<(Vec<u8>, u32)>>>;
 
 /// What to do with a connection after a request.
 enum Next {
