@@ -229,9 +229,8 @@ fn port_taken_by_other_job(env: &LaunchEnv, port: u16) -> Option<Vec<u8>> {
         Err(StoreError::Locked { job, .. }) => return (job != env.job_id.id).then(|| job.into_bytes()),
         Err(_) => return None,
     };
-    client.wait(&[JOB_KEY], within).ok()?;
-    let theirs = client.get(JOB_KEY).ok()?;
-    (theirs != env.job_id.id.as_bytes()).then_some(theirs)
+    // Rank 0 hosts, so the store is not torchrun's agent's: check_job waits for the host's id.
+    check_job(&client, env, Instant::now() + within).ok()?.err()
 }
 
 /// Rank 0's server on the first of the job's candidate ports that is free (see
@@ -246,8 +245,7 @@ fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<T
         match host_server(&env.master_addr, port, bind.as_deref(), user, secret) {
             Ok(server) => return Ok(server),
             Err(e) => {
-                let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
-                if !in_use {
+                if !port_in_use(&e) {
                     return Err(bind_error(env, port, e));
                 }
                 if let Some(job) = port_taken_by_other_job(env, port) {
@@ -264,10 +262,14 @@ fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<T
     Err(bind_error(env, port, e))
 }
 
+/// Whether binding failed because another program holds the port.
+fn port_in_use(e: &StoreError) -> bool {
+    matches!(e, StoreError::InvalidArgument(m) if m.contains("already in use"))
+}
+
 /// Rank 0 cannot host on `port`: the error, naming the port and where it came from.
 fn bind_error(env: &LaunchEnv, port: u16, e: StoreError) -> RuntimeError {
-    let in_use = matches!(&e, StoreError::InvalidArgument(m) if m.contains("already in use"));
-    let fix = if in_use {
+    let fix = if port_in_use(&e) {
         "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
          without --master-port (it picks a free port)"
     } else {
