@@ -70,7 +70,7 @@ def run_world(worker, n=8):
         for r, p in enumerate(procs):
             stdout, stderr = p.communicate(timeout=120)
             if r == 3:
-                assert p.returncode == -9, f"rank 3 exited {p.returncode}"
+                assert p.returncode == -9, f"rank 3 exited {p.returncode}:\n{stderr}"
                 continue
             assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{stderr}"
             outs[r] = json.loads(stdout.strip().splitlines()[-1])

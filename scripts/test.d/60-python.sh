@@ -18,7 +18,7 @@ export MCORE_GLOO_PLUGIN=$plugin
 export MCORE_REPO_ROOT=$root
 export MCORE_LAUNCH=$root/target/release/mcore-launch
 log=$root/target/py-pytest.log
-(cd python && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests) >"$log" 2>&1
+(cd python && "$venv/bin/python" -m pytest -q -rsfE -p no:cacheprovider tests) >"$log" 2>&1
 rc=$?
 suite_count_pytest "$log" "$rc"
 suite_end python

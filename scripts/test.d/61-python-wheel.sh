@@ -195,7 +195,7 @@ fi
 log=$work/pytest.log
 if [ "${#hide[@]}" -gt 0 ]; then where="in the namespace with Debian's libraries hidden"; else where="with Debian's libraries visible"; fi
 echo "pytest against the installed wheel, $where:"
-"${run_env[@]}" "${hide[@]}" "$work/venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests >"$log" 2>&1
+"${run_env[@]}" "${hide[@]}" "$work/venv/bin/python" -m pytest -q -rsfE -p no:cacheprovider tests >"$log" 2>&1
 rc=$?
 suite_count_pytest "$log" "$rc"
 suite_end python-wheel " ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"

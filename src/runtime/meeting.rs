@@ -193,12 +193,13 @@ impl<'a> Meeting<'a> {
         self.count_one()
     }
 
-    /// Count one more arrival; whether this completed the count.
+    /// Count one more arrival; whether this completed the count. The completing arrival ends the
+    /// meeting unless another verdict came first ([`Meeting::decide`]): every member reads one.
     fn count_one(&self) -> Result<bool, MeetError> {
         let n = self.store.add(&keys::count(&self.space), 1)?;
         let last = n >= self.members.len() as i64;
         if last {
-            self.end(b"1")?;
+            self.decide(b"1")?;
         }
         Ok(last)
     }

@@ -193,7 +193,8 @@ fn request(store: &dyn Store, suspected: &[u32]) {
         store.check(&[keys::HEALTH_LATEST]).ok().filter(|&b| b).and_then(|_| store.get(keys::HEALTH_LATEST).ok());
     if let Some(n) = latest.and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok()) {
         for g in n.saturating_sub(1)..=n + 1 {
-            let _ = store.set(&keys::done(&format!("{}/{g}", keys::HEALTH)), HEALTH_ENDED_BY_REQUEST);
+            // Only a check still running: one that already ended keeps the verdict its ranks read.
+            let _ = store.compare_set(&keys::done(&format!("{}/{g}", keys::HEALTH)), b"", HEALTH_ENDED_BY_REQUEST);
         }
     }
 }
@@ -245,8 +246,10 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     meeting.arrive_counted().map_err(meet_err)?;
     let number = space.rsplit('/').next().unwrap_or("0");
     base.set(keys::HEALTH_LATEST, number.as_bytes()).map_err(err)?;
-    if let Some(suspects) = requested(base.as_ref())? {
-        return Ok(Health::Failed(suspects));
+    // A request made before the check ends it as requested, unless the check ended first: the
+    // first verdict stands (compare-and-set), so every rank reports the same.
+    if requested(base.as_ref())?.is_some() {
+        meeting.decide(HEALTH_ENDED_BY_REQUEST).map_err(meet_err)?;
     }
     match meeting.await_end_by(deadline).map_err(meet_err)? {
         Some(end) if end == HEALTH_ENDED_BY_REQUEST => {
