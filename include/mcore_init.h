@@ -706,6 +706,14 @@ mcore_status mcore_backend_unregister(const char *name);
 const char *mcore_last_error_message(void);
 
 /**
+ * The status of the last failed `mcore_*` call on this thread (`MCORE_STATUS_OK` when the last
+ * call succeeded): how a caller of a function that returns a plain value (the Megatron-style
+ * getters return -1 on error) tells "not initialized" from "not a member" without reading the
+ * message.
+ */
+mcore_status mcore_last_error_status(void);
+
+/**
  * Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
  */
 const char *mcore_status_str(int32_t code);

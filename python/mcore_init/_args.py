@@ -18,10 +18,9 @@ import numbers
 import operator
 import os
 
-from ._lib import McoreError, int_range, mcore_status_str
+from ._lib import McoreError, Status, int_range, mcore_status_str
 
-#: ``MCORE_STATUS_INVALID_ARGUMENT``.
-INVALID_ARGUMENT = 1
+INVALID_ARGUMENT = Status.INVALID_ARGUMENT
 
 #: The longest time in seconds the library accepts (its timeouts' "no limit", ``MCORE_TIMEOUT_MAX_MS``).
 MAX_SECONDS = float(2**31)

@@ -6,6 +6,7 @@ Every function used is declared with ``argtypes``/``restype`` in :func:`declare`
 """
 
 import ctypes
+import enum
 import os
 from pathlib import Path
 
@@ -27,6 +28,10 @@ STATUS_NAMES = {
     19: "MCORE_STATUS_PEER_FAILED", 20: "MCORE_STATUS_NOT_MEMBER", 21: "MCORE_STATUS_BUSY",
     22: "MCORE_STATUS_SUSPENDED", 99: "MCORE_STATUS_PANIC",
 }
+
+#: The same table as an ``IntEnum`` (``Status.NOT_MEMBER == 20``): the package's one list of
+#: status codes; every module compares and raises with these names.
+Status = enum.IntEnum("Status", {name[len("MCORE_STATUS_"):]: code for code, name in STATUS_NAMES.items()})
 
 
 class McoreError(Exception):
@@ -133,6 +138,7 @@ mcore_abi_version = declare("mcore_abi_version", ctypes.c_uint32)
 mcore_version_string = declare("mcore_version_string", ctypes.c_char_p)
 mcore_status_str = declare("mcore_status_str", ctypes.c_char_p, ctypes.c_int32)
 mcore_last_error_message = declare("mcore_last_error_message", ctypes.c_char_p)
+mcore_last_error_status = declare("mcore_last_error_status", ctypes.c_int32)
 
 _abi = mcore_abi_version()
 if _abi != ABI_VERSION:
@@ -145,10 +151,15 @@ if _abi != ABI_VERSION:
 version = mcore_version_string().decode()
 
 
+def error(status, message) -> McoreError:
+    """A :class:`McoreError` of ``status`` with the library's words for it and ``message``."""
+    return McoreError(status, mcore_status_str(status).decode(), message)
+
+
 def check(status):
     """Raise :class:`McoreError` for a non-zero status, with the thread's last error message."""
     if status != 0:
-        raise McoreError(status, mcore_status_str(status).decode(), mcore_last_error_message().decode())
+        raise error(status, mcore_last_error_message().decode())
     return status
 
 

@@ -8,7 +8,7 @@ mirrors, so a header change that moves fields is an ImportError rather than memo
 
 import ctypes
 
-from ._lib import _INT_TYPES, check, checked_int, declare, lib
+from ._lib import _INT_TYPES, Status, check, checked_int, declare, lib
 
 c_size_t = ctypes.c_size_t
 u32 = ctypes.c_uint32
@@ -258,8 +258,8 @@ def read_two_call(call, elem_type, first_guess=8):
     raise AssertionError("unreachable")
 
 
-#: ``MCORE_STATUS_BUFFER_TOO_SMALL`` and ``MCORE_STATUS_NOT_MEMBER``.
-BUFFER_TOO_SMALL = 16
-NOT_MEMBER = 20
-#: ``MCORE_STATUS_SUSPENDED``: the kind's communicator is suspended (resume it first).
-SUSPENDED = 22
+#: Statuses compared by name across the package (from :data:`mcore_init._lib.Status`, the one table).
+BUFFER_TOO_SMALL = Status.BUFFER_TOO_SMALL
+NOT_MEMBER = Status.NOT_MEMBER
+#: The kind's communicator is suspended (resume it first).
+SUSPENDED = Status.SUSPENDED

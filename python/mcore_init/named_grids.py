@@ -13,7 +13,11 @@ the grid (another window of the world) every getter raises :class:`~mcore_init.M
 status NOT_MEMBER naming the grid, except where Megatron's own getter answers without its group
 (``is_rank_in_embedding_group`` False, the expert tensor-parallel rank and size None, the gtp
 remat rank and size 0); :meth:`Grid.group` returns None and every :meth:`Grid.pg_collection`
-field is None.
+field is None. Inside the grid, a ``get_*_group_ranks`` getter answers [] where this rank has no
+such group (the embedding group off the first and last stages).
+
+These getters are the package's one implementation of Megatron's names:
+:mod:`mcore_init.parallel_state`'s module-level getters are the same methods on the default grid.
 """
 
 import ctypes
@@ -21,7 +25,7 @@ from typing import List, NamedTuple, Optional, Sequence
 
 from . import _types as T
 from ._args import Args, cstr
-from ._lib import McoreError, check, declare, mcore_status_str
+from ._lib import McoreError, Status, check, declare, error
 from .topology import GroupInfo, Topology, c_topo_p, kind_name, kind_value
 
 _status = ctypes.c_int32
@@ -41,8 +45,6 @@ _topology = declare("mcore_grid_topology", _status, _str, _P(c_topo_p))
 _pg_collection = declare(
     "mcore_grid_pg_collection", _status, _str, _P(T.PgEntry), ctypes.c_size_t, _P(ctypes.c_size_t)
 )
-
-_INVALID_ARGUMENT = 1
 
 #: Megatron-Core 0.19.2's ``ProcessGroupCollection`` fields, in its order (``hcp`` is a list).
 PG_COLLECTION_FIELDS = (
@@ -80,8 +82,7 @@ def grid(name=None) -> "Grid":
     if name is None:
         return Grid(names[0])
     if name not in names:
-        raise McoreError(_INVALID_ARGUMENT, mcore_status_str(_INVALID_ARGUMENT).decode(),
-                         f"grid(): no grid named {name!r} (this job's grids: {', '.join(names)})")
+        raise error(Status.INVALID_ARGUMENT, f"grid(): no grid named {name!r} (this job's grids: {', '.join(names)})")
     return Grid(name)
 
 
@@ -138,16 +139,19 @@ class Grid:
     """One named grid of the initialized job (:func:`grid`): queries by name through the
     ``mcore_grid_*`` C API, so a handle stays usable as long as the runtime is up."""
 
-    def __init__(self, name):
+    def __init__(self, name, where="Grid."):
         self.name = name
         self._c = cstr(name)
+        # What an argument error names: "Grid.get_..." here, "get_..." for parallel_state's
+        # module-level getters (the same methods on the default grid).
+        self._where = where
 
     def __repr__(self):
         return f"Grid({self.name!r})"
 
     # groups -----------------------------------------------------------------------------------
     def _kind(self, kind, func):
-        return kind_value(kind, Args(f"Grid.{func}"))
+        return kind_value(kind, Args(f"{self._where}{func}"))
 
     def group(self, kind) -> Optional[GroupInfo]:
         """This rank's group of ``kind`` in this grid (index, group rank, size); None when not a member."""
@@ -222,8 +226,7 @@ class Grid:
         g = self.group(kind)
         if g is None:
             self.group_ranks(kind)  # raises the library's NOT_MEMBER, naming the rank and the grid
-            raise McoreError(T.NOT_MEMBER, mcore_status_str(T.NOT_MEMBER).decode(),
-                             f"no {kind_name(kind)} group of grid {self.name!r} on this rank")
+            raise error(Status.NOT_MEMBER, f"no {kind_name(kind)} group of grid {self.name!r} on this rank")
         return g
 
     def _src(self, kind) -> int:
@@ -279,14 +282,13 @@ class Grid:
         """The group kind a data-parallel getter answers from, as Megatron-Core 0.19's: the
         gtp-inclusive group with gtp > 1 and ``with_gtp_remat``, the intra-partial group with
         ``partial_data_parallel`` (only together with context parallelism), else the plain one."""
-        a = Args(f"Grid.{func}")
+        a = Args(f"{self._where}{func}")
         with_context_parallel = a.flag("with_context_parallel", with_context_parallel)
         partial_data_parallel = a.flag("partial_data_parallel", partial_data_parallel)
         with_gtp_remat = a.flag("with_gtp_remat", with_gtp_remat)
         if partial_data_parallel and not with_context_parallel:
-            raise McoreError(_INVALID_ARGUMENT, mcore_status_str(_INVALID_ARGUMENT).decode(),
-                             f"Grid.{func}(): partial_data_parallel=True needs with_context_parallel=True "
-                             "(as in Megatron)")
+            raise error(Status.INVALID_ARGUMENT, f"{self._where}{func}(): partial_data_parallel=True needs "
+                        "with_context_parallel=True (as in Megatron)")
         gtp_kind = "data_parallel_with_cp_with_gtp_remat" if with_context_parallel else "data_parallel_with_gtp_remat"
         if with_gtp_remat and self._gtp_group(gtp_kind) is not None:
             return gtp_kind
@@ -306,14 +308,14 @@ class Grid:
 
     def get_data_parallel_src_rank(self, with_context_parallel=False) -> int:
         """The first rank of the replicate data-parallel group (also with gtp > 1, as Megatron-Core 0.19.2)."""
-        with_context_parallel = Args("Grid.get_data_parallel_src_rank").flag("with_context_parallel",
-                                                                              with_context_parallel)
+        with_context_parallel = Args(f"{self._where}get_data_parallel_src_rank").flag("with_context_parallel",
+                                                                                       with_context_parallel)
         return self._src("data_parallel_with_cp" if with_context_parallel else "data_parallel")
 
     def get_data_parallel_group_ranks(self, with_context_parallel=False, partial_data_parallel=False,
                                       with_gtp_remat=True) -> List[int]:
-        return self.group_ranks(self._dp_kind("get_data_parallel_group_ranks", with_context_parallel,
-                                              partial_data_parallel, with_gtp_remat))
+        return self._ranks(self._dp_kind("get_data_parallel_group_ranks", with_context_parallel,
+                                         partial_data_parallel, with_gtp_remat))
 
     def get_context_parallel_rank(self) -> int:
         return self._info("context_parallel").rank
@@ -362,7 +364,7 @@ class Grid:
         return self._info("expert_tensor_and_model_parallel").size
 
     def _edp_kind(self, func, partial_expert_data_parallel, with_gtp_remat):
-        a = Args(f"Grid.{func}")
+        a = Args(f"{self._where}{func}")
         partial = a.flag("partial_expert_data_parallel", partial_expert_data_parallel)
         with_gtp_remat = a.flag("with_gtp_remat", with_gtp_remat)
         if with_gtp_remat and self._gtp_group("expert_data_parallel_with_gtp_remat") is not None:
@@ -377,17 +379,95 @@ class Grid:
         return self._info(self._edp_kind("get_expert_data_parallel_world_size", partial_expert_data_parallel,
                                          with_gtp_remat)).size
 
+    def _remat_field(self, kind, field) -> int:
+        """Megatron-Core 0.19's gtp remat rank and size: 0 on a rank without the group."""
+        g = self.group(kind)
+        return getattr(g, field) if g is not None else 0
+
     def get_gtp_weight_remat_rank(self) -> int:
-        """0 on a rank without the group (outside the grid), as Megatron-Core's."""
-        g = self.group("gtp_weight_remat")
-        return g.rank if g is not None else 0
+        return self._remat_field("gtp_weight_remat", "rank")
 
     def get_gtp_weight_remat_world_size(self) -> int:
-        g = self.group("gtp_weight_remat")
-        return g.size if g is not None else 0
+        return self._remat_field("gtp_weight_remat", "size")
+
+    def get_expert_gtp_weight_remat_rank(self) -> int:
+        return self._remat_field("expert_gtp_weight_remat", "rank")
+
+    def get_expert_gtp_weight_remat_world_size(self) -> int:
+        return self._remat_field("expert_gtp_weight_remat", "size")
+
+    # rank lists of Megatron's group getters: [] where this rank of the grid has no such group ----
+    def _ranks(self, kind) -> List[int]:
+        try:
+            return self.group_ranks(kind)
+        except McoreError as exc:
+            if exc.status == Status.NOT_MEMBER and self.is_member():
+                return []
+            raise
+
+    def get_tensor_model_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("tensor_model_parallel")
+
+    def get_pipeline_model_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("pipeline_model_parallel")
+
+    def get_context_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("context_parallel")
+
+    def get_model_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("model_parallel")
+
+    def get_tensor_and_data_parallel_group_ranks(self, with_context_parallel=False) -> List[int]:
+        cp = Args(f"{self._where}get_tensor_and_data_parallel_group_ranks").flag("with_context_parallel",
+                                                                                 with_context_parallel)
+        return self._ranks("tensor_and_data_parallel_with_cp" if cp else "tensor_and_data_parallel")
+
+    def get_tensor_and_context_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("tensor_and_context_parallel")
+
+    def get_embedding_group_ranks(self) -> List[int]:
+        return self._ranks("embedding")
+
+    def get_position_embedding_group_ranks(self) -> List[int]:
+        return self._ranks("position_embedding")
+
+    def get_expert_model_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("expert_model_parallel")
+
+    def get_expert_tensor_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("expert_tensor_parallel")
+
+    def get_expert_tensor_and_model_parallel_group_ranks(self) -> List[int]:
+        return self._ranks("expert_tensor_and_model_parallel")
+
+    def get_expert_tensor_model_pipeline_parallel_group_ranks(self, with_egtp_remat=False) -> List[int]:
+        """``with_egtp_remat``: the group merged with its egtp peers (Megatron-Core 0.19)."""
+        egtp = Args(f"{self._where}get_expert_tensor_model_pipeline_parallel_group_ranks").flag(
+            "with_egtp_remat", with_egtp_remat)
+        return self._ranks("expert_tensor_model_pipeline_parallel_with_egtp" if egtp
+                           else "expert_tensor_model_pipeline_parallel")
+
+    def get_expert_data_parallel_group_ranks(self, partial_expert_data_parallel=False,
+                                             with_gtp_remat=True) -> List[int]:
+        return self._ranks(self._edp_kind("get_expert_data_parallel_group_ranks", partial_expert_data_parallel,
+                                          with_gtp_remat))
+
+    def get_intra_distributed_optimizer_instance_group_ranks(self) -> List[int]:
+        return self._ranks("intra_distributed_optimizer_instance")
+
+    def get_gtp_weight_remat_group_ranks(self) -> List[int]:
+        return self._ranks("gtp_weight_remat")
+
+    def get_expert_gtp_weight_remat_group_ranks(self) -> List[int]:
+        return self._ranks("expert_gtp_weight_remat")
+
+    # Megatron-Core 0.19's names for the same lists (groups are rank lists here)
+    get_gtp_weight_remat_group = get_gtp_weight_remat_global_ranks = get_gtp_weight_remat_group_ranks
+    get_expert_gtp_weight_remat_group = get_expert_gtp_weight_remat_group_ranks
+    get_expert_gtp_weight_remat_global_ranks = get_expert_gtp_weight_remat_group_ranks
 
     def _stage(self, func, test, ignore_virtual, vp_stage):
-        a = Args(f"Grid.{func}")
+        a = Args(f"{self._where}{func}")
         ignore_virtual, vp_stage = a.flag("ignore_virtual", ignore_virtual), a.int("vp_stage", vp_stage, lo=0,
                                                                                     none=True)
         if test == "is_rank_in_embedding_group":
@@ -398,8 +478,8 @@ class Grid:
         vp = None
         if not ignore_virtual and self.get_virtual_pipeline_model_parallel_world_size() is not None:
             if vp_stage is None:
-                raise McoreError(_INVALID_ARGUMENT, mcore_status_str(_INVALID_ARGUMENT).decode(),
-                                 f"Grid.{func}(): vp_stage must be passed if virtual pipeline is enabled")
+                raise error(Status.INVALID_ARGUMENT,
+                            f"{self._where}{func}(): vp_stage must be passed if virtual pipeline is enabled")
             vp = vp_stage
         with self.topology() as t:
             return bool(getattr(t, test)(_this_rank(), vp))

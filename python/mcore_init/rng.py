@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _types as T
 from ._args import Args, cstr
-from ._lib import McoreError, OwnedHandle, check, declare, mcore_last_error_message
+from ._lib import OwnedHandle, Status, check, declare, error, mcore_last_error_message, mcore_last_error_status
 from .topology import Topology
 
 _status = ctypes.c_int32
@@ -107,7 +107,7 @@ def group_positions(topology: Topology, rank: int, policy: str, args=None):
     for i, kind in enumerate(kinds):
         info = topology.group(kind, rank)
         if info is None:
-            raise McoreError(1, "invalid argument", f"seed policy {policy}: rank {rank} is in no {kind} group of this layout")
+            raise error(Status.INVALID_ARGUMENT, f"seed policy {policy}: rank {rank} is in no {kind} group of this layout")
         arr[i].rank, arr[i].size = info.rank, info.size
     return arr, len(kinds)
 
@@ -196,7 +196,7 @@ class Tracker(OwnedHandle):
             coords = coordinates(topology, rank) if topology is not None else T.new_rng_coords()
         handle = _create(ctypes.byref(coords))
         if not handle:
-            raise McoreError(-1, "tracker create failed", mcore_last_error_message().decode())
+            raise error(mcore_last_error_status(), f"Tracker: {mcore_last_error_message().decode()}")
         self._handle = handle
 
     @classmethod

@@ -65,3 +65,16 @@ def test_mirrors_match_library_struct_sizes():
     assert _types.new_init_args().struct_size == ctypes.sizeof(_types.InitArgs)
     assert _types.new_rng_coords().struct_size == ctypes.sizeof(_types.RngCoords)
     assert not _types.new_init_args().topology, "the layout is a pointer, NULL by default"
+
+
+def test_a_getter_failure_is_read_by_status_not_message():
+    # The C getters report failure by -1: the status says which (here: not initialized).
+    getter = _lib.declare("mcore_get_tensor_model_parallel_rank", ctypes.c_int32)
+    assert getter() == -1
+    assert _lib.mcore_last_error_status() == _lib.Status.NOT_INITIALIZED
+
+
+def test_the_status_table_is_one_enum():
+    assert {s.value: f"MCORE_STATUS_{s.name}" for s in _lib.Status} == _lib.STATUS_NAMES
+    from mcore_init import _args, _types
+    assert _types.NOT_MEMBER is _lib.Status.NOT_MEMBER and _args.INVALID_ARGUMENT is _lib.Status.INVALID_ARGUMENT

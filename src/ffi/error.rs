@@ -29,7 +29,7 @@ impl std::fmt::Display for FfiError {
 }
 
 thread_local! {
-    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+    static LAST_ERROR: RefCell<Option<(mcore_status, CString)>> = const { RefCell::new(None) };
 }
 
 /// Record `err` as this thread's last error.
@@ -37,7 +37,7 @@ pub(crate) fn set_last_error(err: &FfiError) {
     // Interior NULs would truncate the C string; replace them so the message survives.
     let text = err.message.replace('\0', "\\0");
     let c = CString::new(text).unwrap_or_default();
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = Some(c));
+    LAST_ERROR.with(|slot| *slot.borrow_mut() = Some((err.status, c)));
 }
 
 /// Forget this thread's last error (called on success).
@@ -51,9 +51,18 @@ pub(crate) fn clear_last_error() {
 #[no_mangle]
 pub extern "C" fn mcore_last_error_message() -> *const c_char {
     LAST_ERROR.with(|slot| match slot.borrow().as_ref() {
-        Some(c) => c.as_ptr(),
+        Some((_, c)) => c.as_ptr(),
         None => c"".as_ptr(),
     })
+}
+
+/// The status of the last failed `mcore_*` call on this thread (`MCORE_STATUS_OK` when the last
+/// call succeeded): how a caller of a function that returns a plain value (the Megatron-style
+/// getters return -1 on error) tells "not initialized" from "not a member" without reading the
+/// message.
+#[no_mangle]
+pub extern "C" fn mcore_last_error_status() -> mcore_status {
+    LAST_ERROR.with(|slot| slot.borrow().as_ref().map_or(mcore_status::Ok, |(status, _)| *status))
 }
 
 /// Static text for a status code (any `int32_t`, unknown codes included). Never NULL.
@@ -79,5 +88,13 @@ mod tests {
                 None => assert_eq!(text, "unknown status code"),
             }
         }
+    }
+
+    #[test]
+    fn last_error_status_follows_the_last_call() {
+        set_last_error(&FfiError::new(mcore_status::NotMember, "rank 3 is not a member"));
+        assert_eq!(mcore_last_error_status(), mcore_status::NotMember);
+        clear_last_error();
+        assert_eq!(mcore_last_error_status(), mcore_status::Ok);
     }
 }
