@@ -82,7 +82,7 @@ for r, o in sorted(rows.items()):
                 and (not world_from or o.get("world_from") == world_from)
                 and (fail_at != "after" or "tensor_model_parallel" in o.get("kept_kinds", []))):
             errors.append(f"rank {r}: expected new rank {survivors.index(r)} of {new_world}: {o}")
-        elif o.get("fail_at") in ("before", "during") and not re.search(rf"rank\(s\) {killed[0]}\b[^;]* did not come", o.get("detected", "")):
+        elif o.get("fail_at") in ("before", "during") and not re.search(rf"rank\(s\) {killed[0]}\b[^;]* (did not come|died)", o.get("detected", "")):
             errors.append(f"rank {r}: the failed init should name rank {killed[0]}: {o.get('detected')}")
         elif o.get("fail_at") == "verify" and not o.get("detected", "").startswith(("init failed", "init succeeded")):
             errors.append(f"rank {r}: expected a failed init or a health check to find the failure: {o}")

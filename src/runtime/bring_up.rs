@@ -117,6 +117,15 @@ fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
 }
 
+/// How long before the init deadline the backend's waits end: the time a failure takes to be
+/// explained (a member behind is waited for briefly, silent ranks are read twice: see
+/// `progress::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
+/// within the deadline + 2 s even on a loaded machine. At most a tenth of the whole timeout.
+fn creation_deadline(deadline: Instant, timeout: Duration) -> Instant {
+    let reserve = (super::progress::RECORD_GRACE + super::liveness::SILENT_AFTER).min(timeout / 10);
+    deadline.checked_sub(reserve).unwrap_or(deadline)
+}
+
 /// Bring up the layout `args` describes: validate, open the store, check in, create, verify.
 pub(super) fn bring_up(
     claim: &mut RuntimeClaim,
@@ -413,7 +422,7 @@ fn create(
             store_for: &group_store,
             progress_store: base.as_ref(),
             config: &args.comm_config,
-            deadline: Instant::now() + left(s.deadline),
+            deadline: Instant::now() + left(creation_deadline(s.deadline, args.timeout)),
             host_addr: Some(host_addr.as_str()),
             device: args.device,
         }

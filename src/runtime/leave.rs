@@ -80,8 +80,12 @@ pub(super) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
     let unguarded: Option<Arc<dyn Store>> =
         watch.as_ref().map(|w| Arc::new(PrefixStore::new(w.attempt, w.store.client())) as Arc<dyn Store>);
     let view: &dyn Store = unguarded.as_deref().unwrap_or(base.as_ref());
-    // Ranks missing from the start, or already known dead, never leave.
-    for r in gone.iter().copied().chain(dead()) {
+    // Ranks missing from the start, or already known dead, never leave: each counted once (a
+    // rank counted twice would end the meeting with a rank still reading its verdict).
+    let mut never: Vec<u32> = gone.iter().copied().chain(dead()).collect();
+    never.sort_unstable();
+    never.dedup();
+    for r in never {
         count_gone(view, env.world_size, r);
     }
     let m = meeting(view, env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);

@@ -185,7 +185,8 @@ impl<'a> Meeting<'a> {
     /// [`Meeting::arrive_counted`] with `payload` as the arrival (for a member someone else
     /// counts: `b"gone"` for a rank known dead). The arrival key is compare-and-set first, and
     /// only the one that set it counts: a member counted as gone that arrives after all is not
-    /// counted twice.
+    /// counted twice. The same payload set twice for one member counts twice (the store's
+    /// compare-and-set answers the same to both): count each member once.
     pub fn arrive_counted_as(&self, payload: &[u8]) -> Result<bool, MeetError> {
         if self.store.compare_set(&self.here(self.rank), b"", payload)? != payload {
             return Ok(false);

@@ -35,6 +35,9 @@ const EXIT_AFTER_INIT_ENV: &str = "MCORE_SELFTEST_EXIT_AFTER_INIT";
 /// Test hook: every rank holds its initialized runtime idle for this many seconds before
 /// destroying it (docs/BENCHMARKS.md measures what an idle job costs its store host).
 const HOLD_ENV: &str = "MCORE_SELFTEST_HOLD_S";
+/// When this process first called initialize, in seconds since it started (the JSON error line's
+/// `init_began_s`: a deadline counts from there, not from the process's start).
+static INIT_BEGAN: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
 /// Open file descriptors and threads of this process.
 fn fds_and_threads() -> (usize, usize) {
@@ -51,6 +54,7 @@ fn cycle(
     groups: &after_init::GroupRun,
 ) -> Result<Value, String> {
     fault::at(fault::Point::Start);
+    INIT_BEGAN.get_or_init(|| seconds_since_process_start().unwrap_or(f64::NAN));
     if let Some(f) = fail.filter(|f| f.at != recovery::FailAt::After) {
         let line = recovery::fail_in_init(args, f)?;
         runtime::destroy().map_err(|e| e.to_string())?;
@@ -192,8 +196,9 @@ fn main() -> ExitCode {
         Err(msg) => {
             let rank = std::env::var("RANK").ok().and_then(|r| r.parse::<u32>().ok());
             if opts.json {
-                let line =
-                    json!({"rank": rank, "host": {"name": runtime::host::hostname()}, "ok": false, "error": msg});
+                let host = json!({"name": runtime::host::hostname()});
+                let began = INIT_BEGAN.get().copied();
+                let line = json!({"rank": rank, "host": host, "ok": false, "error": msg, "init_began_s": began});
                 print_whole(&format!("{line}\n"));
             } else {
                 let who = rank.map_or("rank ?".to_string(), |r| format!("rank {r}"));
