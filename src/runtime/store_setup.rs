@@ -104,6 +104,12 @@ impl StoreHandles {
         Some(Box::new(move || pool.abort_busy()))
     }
 
+    /// Requests this rank's store server has served so far, from every rank (None: this rank
+    /// hosts no store).
+    pub fn requests_served(&self) -> Option<u64> {
+        self.server.as_ref().map(|(s, _)| s.requests_served())
+    }
+
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
     pub fn round_trips(&self) -> u64 {
         self.pool.as_ref().map(|p| p.round_trips()).unwrap_or(0)
