@@ -259,8 +259,14 @@ unsafe impl Send for PmixClient {}
 unsafe impl Sync for PmixClient {}
 
 static CLIENT: OnceLock<Result<PmixClient, String>> = OnceLock::new();
+/// The process that initialized the client: a child forked after it (whose copy of the client
+/// has no progress thread) must not finalize it when it exits.
+static INIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 extern "C" fn finalize_at_exit() {
+    if INIT_PID.load(std::sync::atomic::Ordering::SeqCst) != std::process::id() {
+        return;
+    }
     if let Some(Ok(c)) = CLIENT.get() {
         // SAFETY: an initialized client; no info.
         unsafe { (c.lib.finalize)(std::ptr::null(), 0) };
@@ -280,6 +286,7 @@ impl PmixClient {
             .get_or_init(|| {
                 let path = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty());
                 let client = PmixClient::init(path.as_deref().unwrap_or(DEFAULT_LIBRARY))?;
+                INIT_PID.store(std::process::id(), std::sync::atomic::Ordering::SeqCst);
                 // SAFETY: registering a plain extern "C" function.
                 unsafe { libc::atexit(finalize_at_exit) };
                 Ok(client)

@@ -29,8 +29,6 @@ pub struct StoreHandles {
     /// The port the store was found on (one of the job's `port_candidates`, or the one rank 0
     /// published through PMIx).
     port: u16,
-    /// The address rank 0 published through PMIx (None: MASTER_ADDR's).
-    addr: Option<String>,
 }
 
 /// Environment variable: `1` keeps rank 0's store open to every client after initialization
@@ -46,8 +44,9 @@ impl StoreHandles {
     /// met on a later candidate than the first (see [`super::env::port_candidates`]).
     pub fn resolved(&self, env: &LaunchEnv) -> LaunchEnv {
         let mut env = env.clone();
-        if let Some(addr) = &self.addr {
-            (env.master_addr, env.master_port) = (addr.clone(), self.port);
+        if let (Rendezvous::Pmix, Some(pool)) = (env.rendezvous, &self.pool) {
+            // Where rank 0 published its store (the pool connects there).
+            (env.master_addr, env.master_port) = (pool.host().to_string(), self.port);
             return env;
         }
         if self.port != env.master_port && self.tcp.is_some() {
@@ -447,7 +446,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         let client = Arc::new(MemoryStore::new(timeout));
         let port = env.master_port;
         let (token, server) = (TokenCell::default(), None);
-        return Ok(StoreHandles { client, tcp: None, pool: None, token, server, port, addr: None });
+        return Ok(StoreHandles { client, tcp: None, pool: None, token, server, port });
     }
     if env.use_agent_store && env.store_token.is_some() {
         use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
@@ -521,18 +520,15 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         }
         None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
-    let addr = match (&server, pmix) {
-        (Some(_), true) => Some(env.master_addr.clone()),
-        _ => published,
-    };
     let client = client.with_timeout(deadline.saturating_duration_since(Instant::now()));
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let at = addr.as_deref().unwrap_or(&env.master_addr);
+    // A client under PMIx connects where rank 0 published; every other rank at MASTER_ADDR.
+    let at = published.as_deref().unwrap_or(&env.master_addr);
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), at, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
-    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port, addr })
+    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
 }
 
 /// How often a rank that cannot reach the rendezvous store yet says so on stderr.
