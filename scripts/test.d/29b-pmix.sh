@@ -6,6 +6,8 @@
 # up, each at its own port; MCORE_RENDEZVOUS=tcp-store still takes the derived port; a PMIx
 # library that cannot be loaded falls back to the TCP store with one line (and is an error when
 # MCORE_RENDEZVOUS=pmix). Rank 0's store serves fewer requests under PMIx (counted, printed).
+# MASTER_ADDR/MASTER_PORT set by hand are still used; a rank that never comes ends rank 0's
+# PMIx fence at its deadline.
 # All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
@@ -112,5 +114,31 @@ if [ "$rc" -ne 0 ] && grep -q "MCORE_RENDEZVOUS=pmix, but PMIx cannot be used: c
   suite_ok "MCORE_RENDEZVOUS=pmix without a loadable library fails, naming both"
 else
   suite_bad "MCORE_RENDEZVOUS=pmix without the library (status $rc):"; tail -n 20 "$dir/forced.err" "$dir/forced.mpirun"
+fi
+
+# 6. MASTER_ADDR and MASTER_PORT set by hand under PMIx: rank 0's store binds them, and publishes.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+if run given 4 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" -- --tp 2 && python3 scripts/lib/selftest_lines.py "$dir/given.out" 4 127.0.0.1 \
+   && [ "$(grep -c '"rendezvous":"pmix"' "$dir/given.out")" -eq 4 ] \
+   && [ "$(grep -c "meets the others at 127.0.0.1:$port (address: MASTER_ADDR, published through PMIx; port: MASTER_PORT)" "$dir/given.err")" -eq 4 ]; then
+  suite_ok "MASTER_ADDR/MASTER_PORT under PMIx: rank 0's store took them and published them; 4 ranks ok"
+else
+  suite_bad "MASTER_ADDR/MASTER_PORT under PMIx:"; tail -n 20 "$dir/given.mpirun" "$dir/given.err"
+fi
+
+# 7. A rank that never comes (it sleeps 30 s before starting): rank 0's PMIx fence ends at its
+# deadline (--timeout 4), naming the fence and the namespace; the job does not wait for the sleeper.
+start=$SECONDS
+"${clean[@]}" timeout 60 "${mpi[@]}" --output-filename "$dir/late" -np 2 bash -c \
+  'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep 30; fi; exec target/release/mcore-selftest --backend gloo --timeout 4' \
+  >/dev/null 2>&1
+rc=$?
+took=$((SECONDS - start))
+cat "$dir/late"/*/rank.0/stderr >"$dir/late.err" 2>/dev/null
+if [ "$rc" -ne 0 ] && [ "$took" -lt 20 ] \
+   && grep -q "^mcore-selftest: cannot reach the rendezvous store of rank 0 through PMIx (namespace '[^']*', 2 ranks): timed out after 4\.[0-9] s: PMIx_Fence (every rank of namespace [^ ]*) failed" "$dir/late.err"; then
+  suite_ok "a rank that never comes: rank 0's PMIx fence ended at its 4 s deadline, naming the fence (job over in ${took} s)"
+else
+  suite_bad "a rank that never comes (status $rc, ${took} s):"; cat "$dir/late.err"
 fi
 suite_end pmix
