@@ -55,6 +55,7 @@ const PMIX_HOSTNAME: &CStr = c"pmix.hname";
 const PMIX_NODEID: &CStr = c"pmix.nodeid";
 const PMIX_COLLECT_DATA: &CStr = c"pmix.collect";
 const PMIX_TIMEOUT: &CStr = c"pmix.timeout";
+const PMIX_OPTIONAL: &CStr = c"pmix.optional";
 
 /// `pmix_proc_t`: a namespace and a rank.
 #[repr(C)]
@@ -337,9 +338,11 @@ impl PmixClient {
 
     #[allow(clippy::type_complexity)]
     fn read_facts(&self) -> Result<(u32, u32, u32, String, Option<u32>), PmixError> {
+        // What the server handed over at PMIx_Init: looked up locally only (a key it did not
+        // hand over is not asked of the server, which could wait for it).
         let within = Duration::from_secs(10);
-        let job = |key: &CStr| self.get_value(PMIX_RANK_WILDCARD, key, within).and_then(|v| self.integer(key, v));
-        let mine = |key: &CStr| self.get_value(self.me.rank, key, within);
+        let job = |key: &CStr| self.get_value(PMIX_RANK_WILDCARD, key, within, true).and_then(|v| self.integer(key, v));
+        let mine = |key: &CStr| self.get_value(self.me.rank, key, within, true);
         let job_size = job(PMIX_JOB_SIZE)?;
         let local_size = job(PMIX_LOCAL_SIZE)?;
         let local_rank = mine(PMIX_LOCAL_RANK).and_then(|v| self.integer(PMIX_LOCAL_RANK, v))?;
@@ -368,10 +371,11 @@ impl PmixClient {
         })
     }
 
-    /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it.
-    fn get_value(&self, rank: u32, key: &CStr, within: Duration) -> Result<Value, PmixError> {
+    /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it; `local`:
+    /// only in the client's own copy of the job's data (`PMIX_OPTIONAL`).
+    fn get_value(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, PmixError> {
         let proc_ = RawProc { nspace: self.me.nspace, rank };
-        let info = [RawInfo::timeout(within)];
+        let info = [RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, local)];
         let mut out: *mut RawValue = std::ptr::null_mut();
         // SAFETY: valid proc, key and info; PMIx allocates `out` on success.
         let rc = unsafe { (self.lib.get)(&proc_, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
@@ -430,7 +434,7 @@ impl PmixClient {
     pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
         let k =
             CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
-        let v = self.get_value(rank, &k, within)?;
+        let v = self.get_value(rank, &k, within, false)?;
         v.bytes().ok_or_else(|| PmixError {
             message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
             timed_out: false,
