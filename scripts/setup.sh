@@ -9,8 +9,10 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 [ -f /usr/include/gloo/config.h ] || need+=(libgloo-dev)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 # Slurm (slurmctld, slurmd, slurm-client, munge) and OpenMPI (openmpi-bin) are installed by the
-# suites that use them (scripts/test.d/28-slurm.sh, 29-mpirun.sh), through apt_install in
-# scripts/lib/suite.sh, so that a machine that never runs them gets no daemons' packages.
+# suites that use them (scripts/test.d/28-slurm.sh, 29-mpirun.sh, 29b-pmix.sh), through apt_install in
+# scripts/lib/suite.sh, so that a machine that never runs them gets no daemons' packages. PMIx
+# (libpmix2) comes with openmpi-bin; 28-slurm.sh adds libpmix-dev, whose unversioned libpmix.so
+# Slurm's mpi_pmix plugin loads for `srun --mpi=pmix` (mcore_init loads libpmix.so.2 itself).
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing ${need[*]}" >&2

@@ -160,4 +160,26 @@ if [ "$rc" -ne 0 ] && [ "$(grep -c "^mcore-selftest: MASTER_ADDR is not set, and
 else
   suite_bad "a malformed SLURM_STEP_NODELIST (status $rc):"; cat "$dir/bad.out"
 fi
+# srun --mpi=pmix (issue 35; Slurm's mpi_pmix plugin comes with slurmd, in
+# slurm-wlm-basic-plugins): the ranks meet through PMIx, at the port rank 0 published, not the
+# derived one; tp 2 pp 2 cp 2, every group verified. Debian's plugin dlopens PMIx by its
+# unversioned name, pmix2/lib/libpmix.so, which only libpmix-dev ships (mcore_init itself needs
+# only libpmix.so.2).
+pmix_dir=/usr/lib/x86_64-linux-gnu/pmix2/lib
+[ -e "$pmix_dir/libpmix.so" ] || { echo "slurm: installing libpmix-dev (for Slurm's mpi_pmix plugin)"; apt_install libpmix-dev; }
+if [ -e "$pmix_dir/libpmix.so" ] && srun --mpi=list 2>&1 | grep -q pmix; then
+  env "${unset_vars[@]}" LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MCORE_LOG=debug \
+    timeout 240 srun --mpi=pmix -n 8 --time=4 target/release/mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo --json \
+    --timeout 120 >"$dir/pmix.out" 2>"$dir/pmix.err"
+  rc=$?
+  if [ "$rc" -eq 0 ] && python3 scripts/lib/selftest_lines.py "$dir/pmix.out" 8 127.0.0.1 \
+     && [ "$(grep -c '"rendezvous":"pmix"' "$dir/pmix.out")" -eq 8 ] \
+     && [ "$(grep -c 'meets the others at 127.0.0.1:[0-9]* (address: every rank runs on this node (PMIx: pmix.local.size = pmix.job.size = 8): loopback; port: an ephemeral port of rank 0.s store, published through PMIx)' "$dir/pmix.err")" -eq 8 ]; then
+    suite_ok "srun --mpi=pmix -n 8 (tp 2 pp 2 cp 2): every rank ok, every group verified, rendezvous through PMIx"
+  else
+    suite_bad "srun --mpi=pmix -n 8 (status $rc):"; tail -n 20 "$dir/pmix.err"; head -c 2000 "$dir/pmix.out"
+  fi
+else
+  echo "slurm: no mpi_pmix plugin (srun --mpi=list: $(srun --mpi=list 2>&1 | tr '\n' ' ')); srun --mpi=pmix not checked"
+fi
 suite_end slurm

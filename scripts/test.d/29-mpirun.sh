@@ -4,6 +4,8 @@
 # node with no MASTER_ADDR/MASTER_PORT: the ranks meet on loopback at the port derived from the
 # job's PMIX_NAMESPACE (the documented formula); the several-node form (`-x MASTER_ADDR -x
 # MASTER_PORT`) is used as given; a job that spans nodes without MASTER_ADDR is refused, naming it.
+# mpirun runs a PMIx server, through which the ranks would meet by default (29b-pmix.sh):
+# MCORE_RENDEZVOUS=tcp-store keeps this suite on the TCP store and its derived port.
 # All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
@@ -24,7 +26,7 @@ gather() {
   cat "$dir/$1"/*/rank.*/stdout >"$dir/$1.out" 2>/dev/null
   cat "$dir/$1"/*/rank.*/stderr >"$dir/$1.err" 2>/dev/null
 }
-clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE
+clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE MCORE_RENDEZVOUS=tcp-store
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MCORE_LOG=debug)
 
 # One node, nothing set.

@@ -4,7 +4,8 @@
 //! name, pointer or plugin file. A [`Backend`] is a validated copy of a C vtable; it creates a
 //! [`Comm`] per group, which verifies itself and is destroyed on drop.
 //!
-//! `unsafe` is confined to [`plugin`], the NCCL loader, the one `dlopen` helper (`dynlib`) and
+//! `unsafe` is confined to [`plugin`], the NCCL loader, the PMIx client ([`pmix`]), the one
+//! `dlopen` helper (`dynlib`) and
 //! [`registry::register_vtable`] (which takes a vtable by pointer).
 #![deny(unsafe_code)]
 
@@ -15,6 +16,7 @@ mod group;
 pub mod nccl;
 pub mod options;
 pub mod plugin;
+pub mod pmix;
 pub mod registry;
 pub mod seam;
 mod vtable_seam;

@@ -21,8 +21,14 @@
 //! that two jobs whose first ports collide still both come up. The store's
 //! shared secret comes from MCORE_STORE_TOKEN or MCORE_STORE_TOKEN_FILE
 //! ([`crate::store::StoreToken`]).
+//!
+//! Under a PMIx server (mpirun, `srun --mpi=pmix`: PMIX_RANK, PMIX_NAMESPACE and a
+//! PMIX_SERVER_URI* set, and no torchrun variables) the rank, sizes and job id come from PMIx
+//! itself ([`PmixFacts`]), and rank 0's store listens on an ephemeral port it publishes through
+//! PMIx ([`Rendezvous::Pmix`]); [`RENDEZVOUS_ENV`] forces either path (docs/multihost.md).
 
 use super::hostlist;
+use crate::backend::pmix::{PmixClient, PmixFacts};
 use crate::quote::quoted;
 use crate::store::StoreToken;
 use std::fmt;
@@ -78,7 +84,41 @@ pub enum LauncherKind {
     Torchrun,
     Slurm,
     OpenMpi,
+    /// Only PMIx's variables (a PMIx launcher that sets none of the above).
+    Pmix,
 }
+
+/// How the ranks find rank 0's store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// At MASTER_ADDR:MASTER_PORT (or the address and port derived in their place).
+    TcpStore,
+    /// Rank 0's store binds an ephemeral port and publishes its address and the job's secret
+    /// through PMIx; the others read them after a PMIx fence.
+    Pmix,
+}
+
+impl Rendezvous {
+    /// `pmix` or `tcp-store` (the values of [`RENDEZVOUS_ENV`] and mcore-selftest's report).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rendezvous::TcpStore => "tcp-store",
+            Rendezvous::Pmix => "pmix",
+        }
+    }
+}
+
+/// Environment variable choosing the rendezvous: `auto` (the default: PMIx when this process was
+/// started by a PMIx server and its library loads, else the TCP store), `pmix` (PMIx or an
+/// error), `tcp-store` (never PMIx).
+pub const RENDEZVOUS_ENV: &str = "MCORE_RENDEZVOUS";
+
+/// The variables that say a PMIx server started this process (with one of
+/// [`PMIX_SERVER_URI_VARS`]).
+pub const PMIX_VARS: [&str; 2] = ["PMIX_RANK", "PMIX_NAMESPACE"];
+/// A PMIx server's address, one per protocol version.
+pub const PMIX_SERVER_URI_VARS: [&str; 5] =
+    ["PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21", "PMIX_SERVER_URI2"];
 
 /// What a rank learns from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +146,8 @@ pub struct LaunchEnv {
     pub store_token: Option<StoreToken>,
     /// Where MASTER_ADDR and MASTER_PORT came from (the variables, or what stood in for them).
     pub rendezvous_why: String,
+    /// How the ranks find rank 0's store.
+    pub rendezvous: Rendezvous,
 }
 
 /// A variable that is missing or malformed, named with its value.
@@ -257,7 +299,7 @@ fn master_addr(get: &dyn Fn(&str) -> Option<String>, v: &RankVars) -> Result<(St
         return Ok(("127.0.0.1".into(), "a job of one rank".into()));
     }
     match v.launcher {
-        LauncherKind::Torchrun => {
+        LauncherKind::Torchrun | LauncherKind::Pmix => {
             Err(EnvError("MASTER_ADDR is not set: every rank needs the address of the rendezvous store".into()))
         }
         LauncherKind::Slurm => {
@@ -333,20 +375,123 @@ fn master_port(get: &dyn Fn(&str) -> Option<String>, launcher: LauncherKind) -> 
                 None => Ok((DEFAULT_MASTER_PORT, format!("the default (no MASTER_PORT, none of {})", VARS.join(", ")))),
             }
         }
-        LauncherKind::Torchrun => Ok((DEFAULT_MASTER_PORT, "the default".into())),
+        LauncherKind::Torchrun | LauncherKind::Pmix => Ok((DEFAULT_MASTER_PORT, "the default".into())),
     }
+}
+
+/// Whether to try PMIx, from [`RENDEZVOUS_ENV`] and the variables a PMIx server sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PmixWanted {
+    No,
+    /// `auto`: when the library loads and initializes; else the TCP store.
+    IfThere,
+    /// `pmix`: or fail.
+    Required,
+}
+
+fn pmix_wanted(get: &dyn Fn(&str) -> Option<String>) -> Result<PmixWanted, EnvError> {
+    let started_by_pmix = PMIX_VARS.iter().all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
+        && PMIX_SERVER_URI_VARS.iter().any(|v| get(v).is_some_and(|s| !s.trim().is_empty()));
+    // torchrun's workers (or mcore-launch's) under a PMIx launcher inherit the launcher's PMIx
+    // variables, which name the agent's process, not theirs: torchrun's variables win.
+    let torchrun = get("RANK").is_some() && get("WORLD_SIZE").is_some();
+    match get(RENDEZVOUS_ENV).as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => {
+            Ok(if started_by_pmix && !torchrun { PmixWanted::IfThere } else { PmixWanted::No })
+        }
+        Some("tcp-store") => Ok(PmixWanted::No),
+        Some("pmix") if started_by_pmix => Ok(PmixWanted::Required),
+        Some("pmix") => Err(EnvError(format!(
+            "{RENDEZVOUS_ENV}=pmix, but no PMIx server started this process (it needs {} and one of {} set)",
+            PMIX_VARS.join(", "),
+            PMIX_SERVER_URI_VARS.join(", ")
+        ))),
+        Some(other) => Err(EnvError(format!(
+            "environment variable {RENDEZVOUS_ENV}={} is not auto, pmix or tcp-store",
+            quoted(other)
+        ))),
+    }
+}
+
+/// Under PMIx: where rank 0's store listens (MASTER_ADDR if set; loopback when every rank runs on
+/// this node; else rank 0's host name as PMIx gives it), on MASTER_PORT if set, else on an
+/// ephemeral port (0); rank 0 publishes the real address, the others read it from PMIx.
+#[allow(clippy::type_complexity)]
+fn pmix_meeting_point(
+    get: &dyn Fn(&str) -> Option<String>,
+    f: &PmixFacts,
+    v: &RankVars,
+) -> Result<((String, String), (u16, String)), EnvError> {
+    let addr = if let Some(a) = get("MASTER_ADDR").filter(|s| !s.trim().is_empty()) {
+        (a.trim().to_string(), "MASTER_ADDR, published through PMIx".to_string())
+    } else if f.local_size == f.job_size {
+        (
+            "127.0.0.1".to_string(),
+            format!(
+                "every rank runs on this node (PMIx: pmix.local.size = pmix.job.size = {}): loopback",
+                v.world_size
+            ),
+        )
+    } else if !f.hostname.is_empty() {
+        (f.hostname.clone(), "rank 0's host name from PMIx (pmix.hname), published through PMIx".to_string())
+    } else {
+        return Err(EnvError(format!(
+            "MASTER_ADDR is not set, this PMIx job spans several nodes (pmix.local.size {} of pmix.job.size {}) and \
+             PMIx gives no host name (pmix.hname) for rank 0 to listen on: set MASTER_ADDR to an address of rank 0's node",
+            f.local_size, f.job_size
+        )));
+    };
+    let port = match get("MASTER_PORT") {
+        Some(_) => master_port(get, LauncherKind::Torchrun)?,
+        None => (0, "an ephemeral port of rank 0's store, published through PMIx".to_string()),
+    };
+    Ok((addr, port))
 }
 
 impl LaunchEnv {
     /// Read the process environment (a value that is not UTF-8 is read lossily, so that its
     /// error names it instead of calling the variable unset).
     pub fn from_process() -> Result<Self, EnvError> {
-        Self::from_lookup(&|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
+        let get = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+        let facts = match pmix_wanted(&get)? {
+            PmixWanted::No => None,
+            want => match PmixClient::get() {
+                Ok(c) => Some(c.facts().clone()),
+                Err(e) if want == PmixWanted::Required => {
+                    return Err(EnvError(format!("{RENDEZVOUS_ENV}=pmix, but PMIx cannot be used: {e}")))
+                }
+                Err(e) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
+                        SAID.call_once(|| {
+                            eprintln!("mcore_init: PMIx not used, rendezvous through the TCP store: {e}")
+                        });
+                    }
+                    None
+                }
+            },
+        };
+        Self::from_lookup_with(&get, facts.as_ref())
     }
 
-    /// Read from any lookup (tests pass a map).
+    /// Read from any lookup (tests pass a map), without PMIx.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
-        let v = rank_vars(get)?;
+        Self::from_lookup_with(get, None)
+    }
+
+    /// Read from any lookup; with `pmix`, what PMIx said of this process and its job stands in
+    /// for the launcher's rank variables, and the rendezvous runs through PMIx.
+    pub fn from_lookup_with(get: &dyn Fn(&str) -> Option<String>, pmix: Option<&PmixFacts>) -> Result<Self, EnvError> {
+        let v = match pmix {
+            None => rank_vars(get)?,
+            Some(f) => RankVars {
+                rank: f.rank,
+                world_size: f.job_size,
+                local_rank: f.local_rank,
+                local_world_size: Some(f.local_size),
+                launcher: rank_vars(get).map_or(LauncherKind::Pmix, |v| v.launcher),
+            },
+        };
         if v.world_size == 0 {
             return Err(EnvError("WORLD_SIZE is 0: a job needs at least one rank".into()));
         }
@@ -363,12 +508,17 @@ impl LaunchEnv {
                 v.local_rank
             )));
         }
-        let (master_addr, addr_why) = master_addr(get, &v)?;
-        let (master_port, port_why) = master_port(get, v.launcher)?;
-        let job_id = JobId::from_lookup(get);
+        let ((master_addr, addr_why), (master_port, port_why)) = match pmix {
+            None => (master_addr(get, &v)?, master_port(get, v.launcher)?),
+            Some(f) => pmix_meeting_point(get, f, &v)?,
+        };
+        let mut job_id = JobId::from_lookup(get);
+        if let Some(f) = pmix.filter(|_| job_id.var != "MCORE_JOB_ID") {
+            job_id = JobId { id: f.nspace.clone(), var: "the PMIx namespace" };
+        }
         let derived = port_why.starts_with("derived");
         let port_candidates = if derived { port_candidates(master_port, &job_id.id) } else { vec![master_port] };
-        let use_agent_store = match get("TORCHELASTIC_USE_AGENT_STORE") {
+        let use_agent_store = match get("TORCHELASTIC_USE_AGENT_STORE").filter(|_| pmix.is_none()) {
             None => false,
             Some(s) => match s.trim() {
                 "True" | "true" | "1" => true,
@@ -400,6 +550,7 @@ impl LaunchEnv {
             job_id,
             store_token: StoreToken::from_lookup(get).map_err(EnvError)?,
             rendezvous_why: format!("address: {addr_why}; port: {port_why}"),
+            rendezvous: if pmix.is_some() { Rendezvous::Pmix } else { Rendezvous::TcpStore },
         })
     }
 
@@ -632,6 +783,75 @@ mod tests {
         assert_eq!(s0.master_port, s16.master_port);
         assert_ne!(s0.job_id, s16.job_id);
         assert_ne!(s0.port_candidates[1..], s16.port_candidates[1..]);
+    }
+
+    fn facts(rank: u32, local_size: u32) -> PmixFacts {
+        PmixFacts {
+            nspace: "prterun-vm-4242@1".into(),
+            rank,
+            job_size: 8,
+            local_rank: rank % local_size,
+            local_size,
+            hostname: "node-a".into(),
+            node_id: Some(0),
+            library: "test".into(),
+        }
+    }
+
+    /// Under PMIx the rank, sizes and job id are PMIx's (not the launcher's variables); the
+    /// store listens on an ephemeral port (0) on loopback when every rank runs on this node, on
+    /// rank 0's host name otherwise; MASTER_ADDR / MASTER_PORT / MCORE_JOB_ID still win.
+    #[test]
+    fn under_pmix_the_facts_are_pmix_s_and_the_port_is_ephemeral() {
+        let vars = |extra: &[(&'static str, &'static str)]| {
+            let mut v = vec![("OMPI_COMM_WORLD_RANK", "5"), ("OMPI_COMM_WORLD_SIZE", "99"), ("PMIX_NAMESPACE", "x")];
+            v.extend_from_slice(extra);
+            let m: HashMap<String, String> = v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            move |k: &str| m.get(k).cloned()
+        };
+        let e = LaunchEnv::from_lookup_with(&vars(&[]), Some(&facts(3, 8))).unwrap();
+        assert_eq!((e.rank, e.world_size, e.local_rank, e.local_world_size), (3, 8, 3, 8));
+        assert_eq!((e.master_addr.as_str(), e.master_port, e.rendezvous), ("127.0.0.1", 0, Rendezvous::Pmix));
+        assert_eq!(e.port_candidates, vec![0]);
+        assert_eq!(e.job_id, JobId { id: "prterun-vm-4242@1".into(), var: "the PMIx namespace" });
+        assert_eq!(e.launcher, LauncherKind::OpenMpi);
+        assert!(e.rendezvous_why.contains("pmix.local.size = pmix.job.size = 8"), "{}", e.rendezvous_why);
+        // Two nodes: rank 0's host name.
+        let e = LaunchEnv::from_lookup_with(&|_| None, Some(&facts(0, 4))).unwrap();
+        assert_eq!((e.master_addr.as_str(), e.launcher, e.local_world_size), ("node-a", LauncherKind::Pmix, 4));
+        let mut nameless = facts(0, 4);
+        nameless.hostname.clear();
+        let err = LaunchEnv::from_lookup_with(&|_| None, Some(&nameless)).unwrap_err();
+        assert!(err.0.contains("pmix.hname") && err.0.contains("MASTER_ADDR"), "{err}");
+        // What is set by hand wins.
+        let set = vars(&[("MASTER_ADDR", "10.0.0.9"), ("MASTER_PORT", "29511"), ("MCORE_JOB_ID", "mine")]);
+        let e = LaunchEnv::from_lookup_with(&set, Some(&facts(0, 4))).unwrap();
+        assert_eq!((e.master_addr.as_str(), e.master_port, e.job_id.id.as_str()), ("10.0.0.9", 29511, "mine"));
+        // Without facts: the TCP store, as before.
+        assert_eq!(
+            LaunchEnv::from_lookup(&vars(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "99")])).unwrap().rendezvous,
+            Rendezvous::TcpStore
+        );
+    }
+
+    /// MCORE_RENDEZVOUS: auto tries PMIx only when a PMIx server started the process and no
+    /// torchrun variables are set; pmix without a server and unknown values are named errors.
+    #[test]
+    fn the_rendezvous_switch() {
+        let want = |pairs: &[(&str, &str)]| {
+            let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            pmix_wanted(&move |k| m.get(k).cloned())
+        };
+        let server = [("PMIX_RANK", "0"), ("PMIX_NAMESPACE", "ns"), ("PMIX_SERVER_URI41", "x;tcp4://127.0.0.1:1")];
+        assert_eq!(want(&server), Ok(PmixWanted::IfThere));
+        assert_eq!(want(&server[..2]), Ok(PmixWanted::No), "no server URI");
+        assert_eq!(want(&[server[0], server[1], server[2], ("RANK", "0"), ("WORLD_SIZE", "2")]), Ok(PmixWanted::No));
+        assert_eq!(want(&[server[0], server[1], server[2], (RENDEZVOUS_ENV, "tcp-store")]), Ok(PmixWanted::No));
+        assert_eq!(want(&[server[0], server[1], server[2], (RENDEZVOUS_ENV, "pmix")]), Ok(PmixWanted::Required));
+        let e = want(&[(RENDEZVOUS_ENV, "pmix")]).unwrap_err();
+        assert!(e.0.contains("MCORE_RENDEZVOUS=pmix") && e.0.contains("PMIX_SERVER_URI41"), "{e}");
+        let e = want(&[(RENDEZVOUS_ENV, "carrier-pigeon")]).unwrap_err();
+        assert!(e.0.contains("MCORE_RENDEZVOUS='carrier-pigeon'"), "{e}");
     }
 
     #[test]

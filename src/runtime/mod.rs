@@ -23,6 +23,7 @@ mod member_registry;
 mod pending;
 mod pg_collection;
 mod plan;
+mod pmix_rendezvous;
 mod progress;
 pub mod recovery;
 mod runtime_state;
@@ -32,7 +33,7 @@ pub mod suspend;
 
 pub use bring_up::{set_phase_hook, InitPhase, PhaseHook};
 pub use comm_config::{CommConfig, CommOptions, CommStrategy};
-pub use env::{EnvError, LaunchEnv, LauncherKind};
+pub use env::{EnvError, LaunchEnv, LauncherKind, Rendezvous};
 pub use error::RuntimeError;
 pub use grid_rule::check_disjoint_or_identical;
 pub use groups::{GridTag, GroupPlan, LiveGroup, PlanKind, RankPlan};

@@ -160,4 +160,10 @@ impl Runtime {
     pub fn store_round_trips(&self) -> u64 {
         self.store.round_trips()
     }
+
+    /// Requests the store server this process hosts (rank 0's) has served so far, from every
+    /// rank; None where this process hosts none.
+    pub fn store_requests_served(&self) -> Option<u64> {
+        self.store.requests_served()
+    }
 }

@@ -1,10 +1,12 @@
 //! Opening the rendezvous store a rank uses: rank 0 hosts a TCP store on MASTER_PORT unless
 //! torchrun's agent already serves one (then every rank is a client); a world of one process
-//! without a launcher uses an in-process store.
+//! without a launcher uses an in-process store. Under PMIx rank 0 binds an ephemeral port and
+//! the ranks learn it through PMIx ([`super::pmix_rendezvous`]).
 
 use super::checkin::CheckinError;
-use super::env::LaunchEnv;
+use super::env::{LaunchEnv, Rendezvous};
 use super::error::RuntimeError;
+use super::pmix_rendezvous::{self, StoreRecord};
 use crate::quote::quoted;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
@@ -24,7 +26,8 @@ pub struct StoreHandles {
     /// The host's server and, unless the store stays open to everyone, the job's secret it will
     /// require once the initialization is over.
     server: Option<(TcpStoreServer, Option<StoreToken>)>,
-    /// The port the store was found on (one of the job's `port_candidates`).
+    /// The port the store was found on (one of the job's `port_candidates`, or the one rank 0
+    /// published through PMIx).
     port: u16,
 }
 
@@ -41,6 +44,11 @@ impl StoreHandles {
     /// met on a later candidate than the first (see [`super::env::port_candidates`]).
     pub fn resolved(&self, env: &LaunchEnv) -> LaunchEnv {
         let mut env = env.clone();
+        if let (Rendezvous::Pmix, Some(pool)) = (env.rendezvous, &self.pool) {
+            // Where rank 0 published its store (the pool connects there).
+            (env.master_addr, env.master_port) = (pool.host().to_string(), self.port);
+            return env;
+        }
         if self.port != env.master_port && self.tcp.is_some() {
             let i = env.port_candidates.iter().position(|p| *p == self.port).unwrap_or(0);
             env.rendezvous_why = format!(
@@ -93,6 +101,12 @@ impl StoreHandles {
     pub fn busy_aborter(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
         let pool = self.pool.clone()?;
         Some(Box::new(move || pool.abort_busy()))
+    }
+
+    /// Requests this rank's store server has served so far, from every rank (None: this rank
+    /// hosts no store).
+    pub fn requests_served(&self) -> Option<u64> {
+        self.server.as_ref().map(|(s, _)| s.requests_served())
     }
 
     /// Request/response exchanges with the TCP store so far (0 for the in-process store).
@@ -262,6 +276,15 @@ fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<T
     Err(bind_error(env, port, e))
 }
 
+/// Rank 0 under PMIx: its server on MASTER_PORT if set, else on an ephemeral port (no candidates:
+/// the port is published, not derived).
+fn host_for_pmix(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<TcpStoreServer, RuntimeError> {
+    let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
+    let secret = session.map(|s| (s.clone(), env.job_id.id.as_str()));
+    host_server(&env.master_addr, env.master_port, bind.as_deref(), env.store_token.clone(), secret)
+        .map_err(|e| bind_error(env, env.master_port, e))
+}
+
 /// Whether binding failed because another program holds the port.
 fn port_in_use(e: &StoreError) -> bool {
     matches!(e, StoreError::InvalidArgument(m) if m.contains("already in use"))
@@ -422,7 +445,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if env.world_size == 1 && !env.use_agent_store {
         let client = Arc::new(MemoryStore::new(timeout));
         let port = env.master_port;
-        return Ok(StoreHandles { client, tcp: None, pool: None, token: TokenCell::default(), server: None, port });
+        let (token, server) = (TokenCell::default(), None);
+        return Ok(StoreHandles { client, tcp: None, pool: None, token, server, port });
     }
     if env.use_agent_store && env.store_token.is_some() {
         use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
@@ -441,7 +465,12 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if let Some(s) = &session {
         token.set_if_none(s.clone());
     }
-    let server = if env.hosts_store() { Some(host_on_candidates(env, session.as_ref())?) } else { None };
+    let pmix = env.rendezvous == Rendezvous::Pmix;
+    let server = match (env.hosts_store(), pmix) {
+        (false, _) => None,
+        (true, false) => Some(host_on_candidates(env, session.as_ref())?),
+        (true, true) => Some(host_for_pmix(env, session.as_ref())?),
+    };
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let unreachable = |port: u16, source| RuntimeError::StoreConnect {
         what: format!(
@@ -452,6 +481,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         source,
     };
     let open_key = format!("{attempt}/open");
+    let mut published = None;
     let (client, port) = match &server {
         Some(s) => {
             let port = s.port();
@@ -462,7 +492,31 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             s.expect_ranks(attempt, env.world_size);
             client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
             client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
+            if pmix {
+                let record = StoreRecord { addr: env.master_addr.clone(), port, secret: session.clone() };
+                pmix_rendezvous::publish(env, attempt, &record, deadline)?;
+            }
             (client, port)
+        }
+        None if pmix => {
+            // The address is this job's own by construction: no job check, no open mark to wait for.
+            let record = pmix_rendezvous::find(env, attempt, deadline)?;
+            if let Some(secret) = record.secret {
+                token.set_if_none(secret);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let client = TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(
+                |source| RuntimeError::StoreConnect {
+                    what: format!(
+                        "the rendezvous store of rank 0 at {}:{} (published through PMIx)",
+                        crate::quote::clip(&record.addr),
+                        record.port
+                    ),
+                    source,
+                },
+            )?;
+            published = Some(record.addr);
+            (client, record.port)
         }
         None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
@@ -470,7 +524,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
-    let pool = Arc::new(TcpStorePool::new(tcp.clone(), &env.master_addr, port).with_token(token.clone()));
+    // A client under PMIx connects where rank 0 published; every other rank at MASTER_ADDR.
+    let at = published.as_deref().unwrap_or(&env.master_addr);
+    let pool = Arc::new(TcpStorePool::new(tcp.clone(), at, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
 }

@@ -35,7 +35,9 @@ pub fn start() -> Option<Watcher> {
     let env = LaunchEnv::from_process().ok()?;
     let min =
         std::env::var("MCORE_SELFTEST_PROGRESS_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MIN_WORLD);
-    if env.rank != 0 || env.world_size < min {
+    // Under PMIx rank 0's store takes its port while initializing (env.master_port is 0 until
+    // then): no progress line there yet.
+    if env.rank != 0 || env.world_size < min || env.rendezvous == mcore_init::runtime::Rendezvous::Pmix {
         return None;
     }
     let stop = Arc::new(AtomicBool::new(false));

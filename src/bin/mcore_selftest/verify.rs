@@ -89,6 +89,11 @@ pub(crate) fn report(rt: &Runtime, init_seconds: f64, ready: f64, checked: usize
         "init_seconds": init_seconds,
         "ready_since_process_start_s": ready,
         "store_round_trips": rt.store_round_trips(),
+        // How the ranks found rank 0's store: "pmix" (published through the launcher's PMIx
+        // server) or "tcp-store" (MASTER_ADDR:MASTER_PORT, or what stands in for them).
+        "rendezvous": rt.env.rendezvous.name(),
+        // On the store's host (rank 0): requests its server served so far, from every rank.
+        "store_requests_served": rt.store_requests_served(),
         "phases_s": {
             "store": t.store.as_secs_f64(), "checkin": t.checkin.as_secs_f64(),
             "groups": t.groups.as_secs_f64(), "world": t.world.as_secs_f64(), "verify": t.verify.as_secs_f64(),

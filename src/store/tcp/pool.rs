@@ -46,6 +46,11 @@ impl TcpStorePool {
         self
     }
 
+    /// The host new connections go to (as given to [`TcpStorePool::new`]).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// Request/response exchanges over every connection of the pool so far.
     pub fn round_trips(&self) -> u64 {
         self.all.lock().map_or(0, |all| all.iter().map(|c| c.round_trips()).sum())

@@ -125,6 +125,8 @@ pub(super) struct EventLoop {
     pub(super) close: Arc<AtomicBool>,
     /// The job's rank counters ([`TcpStoreServer::expect_ranks`]).
     pub(super) ranks: super::JobRanks,
+    /// Requests served so far ([`TcpStoreServer::requests_served`]).
+    pub(super) served: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The soft limit on open descriptors of this process (`RLIMIT_NOFILE`, from
@@ -569,6 +571,9 @@ impl EventLoop {
                         }
                     }
                     outcome = self.handle(i, req);
+                    if !matches!(outcome, Next::Defer) {
+                        self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if matches!(outcome, Next::Defer) {
                         // Served on a later turn, from the same bytes.
                         more = true;

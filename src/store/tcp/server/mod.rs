@@ -138,6 +138,8 @@ pub struct TcpStoreServer {
     close: Arc<AtomicBool>,
     /// The job's rank counters (see [`Self::expect_ranks`]).
     ranks: JobRanks,
+    /// Requests served so far (see [`Self::requests_served`]).
+    served: Arc<std::sync::atomic::AtomicU64>,
     waker: Arc<Waker>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
@@ -269,9 +271,11 @@ impl TcpStoreServer {
         let stop = Arc::new(AtomicBool::new(false));
         let close = Arc::new(AtomicBool::new(false));
         let ranks = JobRanks::default();
+        let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut ev = EventLoop {
             close: Arc::clone(&close),
             ranks: Arc::clone(&ranks),
+            served: Arc::clone(&served),
             auth,
             poll,
             listener,
@@ -298,7 +302,13 @@ impl TcpStoreServer {
             .name(format!("store-server-{}", addr.port()))
             .spawn(move || ev.run())
             .map_err(|e| io("spawn the thread", e))?;
-        Ok(TcpStoreServer { stop, close, ranks, waker, addr, thread: Some(thread) })
+        Ok(TcpStoreServer { stop, close, ranks, served, waker, addr, thread: Some(thread) })
+    }
+
+    /// Requests (GET, SET, WAIT, ... each counted once, when answered or parked) this server
+    /// has served so far, from every client.
+    pub fn requests_served(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The port the server listens on.

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The rendezvous through PMIx (issue 35), with Debian's OpenMPI (openmpi-bin, whose mpirun runs a
+# PMIx server; libpmix2 comes with it): `mpirun -np 8 mcore-selftest --tp 2 --pp 2 --cp 2` with
+# nothing set by hand rendezvous through PMIx (rank 0's store on an ephemeral port, published via
+# PMIx_Put/Commit, one PMIx_Fence, PMIx_Get), every group verified; two such jobs at once both come
+# up, each at its own port; MCORE_RENDEZVOUS=tcp-store still takes the derived port; a PMIx
+# library that cannot be loaded falls back to the TCP store with one line (and is an error when
+# MCORE_RENDEZVOUS=pmix). Rank 0's store serves fewer requests under PMIx (counted, printed).
+# MASTER_ADDR/MASTER_PORT set by hand are still used; a rank that never comes ends rank 0's
+# PMIx fence at its deadline.
+# All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
+set -uo pipefail
+. "$(dirname "$0")/../lib/suite.sh"
+suite_need pmix mpirun openmpi-bin
+echo "pmix: $(mpirun --version 2>/dev/null | head -n 1), libpmix2 $(dpkg-query -W -f '${Version}' libpmix2 2>/dev/null)"
+cargo build --release --locked --quiet --bin mcore-selftest || suite_abort pmix "cargo build failed"
+plugin=$(gloo_plugin)
+[ -f "$plugin" ] || suite_abort pmix "the Gloo plugin did not build"
+
+mpi=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)
+[ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
+dir=$(mktemp -d /tmp/mcore-pmix.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MCORE_JOB_ID
+  -u MCORE_RENDEZVOUS -u MCORE_PMIX_LIBRARY
+  LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MCORE_LOG=debug)
+# run NAME NP [VAR=VALUE...] -- SELFTEST-ARGS: one mpirun job; each rank's output gathered into
+# $dir/NAME.out and $dir/NAME.err (mpirun interleaves the ranks' partial lines otherwise).
+run() {
+  local name=$1 np=$2 vars=()
+  shift 2
+  while [ "$1" != "--" ]; do vars+=("$1"); shift; done
+  shift
+  "${clean[@]}" "${vars[@]}" timeout 180 "${mpi[@]}" --output-filename "$dir/$name" -np "$np" \
+    target/release/mcore-selftest --backend gloo --json --timeout 90 "$@" >/dev/null 2>"$dir/$name.mpirun"
+  local rc=$?
+  cat "$dir/$name"/*/rank.*/stdout >"$dir/$name.out" 2>/dev/null
+  cat "$dir/$name"/*/rank.*/stderr >"$dir/$name.err" 2>/dev/null
+  return $rc
+}
+# field NAME KEY: the set of KEY's values over NAME's JSON lines, and rank 0's store_requests_served.
+check() {
+  python3 - "$dir/$1.out" "$dir/$1.err" "$2" "${3:-}" <<'PY'
+import json, re, sys
+out, err, want, port_rule = sys.argv[1:5]
+lines = [json.loads(l) for l in open(out) if l.startswith("{")]
+rdzv = {l.get("rendezvous") for l in lines}
+assert rdzv == {want}, f"rendezvous {rdzv}, want {want}"
+meets = re.findall(r"rank (\d+) meets the others at 127\.0\.0\.1:(\d+) \(([^\n]*)\)", open(err).read())
+assert sorted(int(m[0]) for m in meets) == list(range(len(lines))), meets
+ports = {m[1] for m in meets}
+assert len(ports) == 1, f"the ranks met at several ports: {ports}"
+whys = {m[2] for m in meets}
+if want == "pmix":
+    assert all("published through PMIx" in w and "pmix.local.size = pmix.job.size" in w for w in whys), whys
+else:
+    assert all("derived from PMIX_NAMESPACE" in w for w in whys), whys
+served = [l.get("store_requests_served") for l in lines if l["rank"] == 0][0]
+print(ports.pop(), served)
+PY
+}
+
+# 1. One node, nothing set: PMIx, tp 2 pp 2 cp 2, every group verified.
+if run one 8 -- --tp 2 --pp 2 --cp 2; then suite_ok "mpirun -np 8 (tp 2 pp 2 cp 2) exited 0"; else
+  suite_bad "mpirun -np 8 exited with status $?"; tail -n 20 "$dir/one.mpirun" "$dir/one.err"; fi
+if python3 scripts/lib/selftest_lines.py "$dir/one.out" 8 127.0.0.1 && read -r port_one served_pmix < <(check one pmix); then
+  suite_ok "8 ranks ok, every group verified, rendezvous pmix, all met at 127.0.0.1:$port_one (published through PMIx)"
+else
+  suite_bad "the PMIx job's lines:"; head -c 3000 "$dir/one.out"; grep -h "meets\|PMIx" "$dir/one.err" | head
+fi
+
+# 2. Two jobs at once on this node: both come up, each at its own port.
+run twoa 8 -- --tp 2 --pp 2 & a=$!
+run twob 8 -- --tp 2 --pp 2 & b=$!
+wait "$a"; rca=$?
+wait "$b"; rcb=$?
+pa=$(check twoa pmix 2>/dev/null | cut -d' ' -f1)
+pb=$(check twob pmix 2>/dev/null | cut -d' ' -f1)
+if [ "$rca" -eq 0 ] && [ "$rcb" -eq 0 ] && python3 scripts/lib/selftest_lines.py "$dir/twoa.out" 8 127.0.0.1 \
+   && python3 scripts/lib/selftest_lines.py "$dir/twob.out" 8 127.0.0.1 && [ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]; then
+  suite_ok "two mpirun -np 8 jobs at once both came up through PMIx, at ports $pa and $pb"
+else
+  suite_bad "two concurrent jobs (status $rca, $rcb; ports '${pa}' '${pb}'):"
+  tail -n 10 "$dir/twoa.mpirun" "$dir/twob.mpirun"; grep -h "error\|meets" "$dir/twoa.err" "$dir/twob.err" | head
+fi
+
+# 3. MCORE_RENDEZVOUS=tcp-store: the derived port, as without PMIx.
+if run tcp 8 MCORE_RENDEZVOUS=tcp-store -- --tp 2 --pp 2 --cp 2 && python3 scripts/lib/selftest_lines.py "$dir/tcp.out" 8 127.0.0.1 \
+   && read -r port_tcp served_tcp < <(check tcp tcp-store); then
+  suite_ok "MCORE_RENDEZVOUS=tcp-store: 8 ranks ok through the TCP store at the derived port $port_tcp"
+  # Issue 35's count: requests rank 0's store served by the end of init (check-in, groups, verification).
+  if [ -n "${served_pmix:-}" ] && [ "$served_pmix" -lt "$served_tcp" ]; then
+    suite_ok "rank 0's store served $served_pmix requests under PMIx, $served_tcp through the TCP store (8 ranks)"
+  else
+    suite_bad "rank 0's store served ${served_pmix:-?} requests under PMIx, ${served_tcp} through the TCP store"
+  fi
+else
+  suite_bad "MCORE_RENDEZVOUS=tcp-store:"; tail -n 20 "$dir/tcp.mpirun" "$dir/tcp.err"
+fi
+
+# 4. A PMIx library that cannot be loaded: the TCP store, one line per rank saying why.
+if run nolib 4 MCORE_PMIX_LIBRARY=/nonexistent/libpmix.so.2 -- --tp 2 && python3 scripts/lib/selftest_lines.py "$dir/nolib.out" 4 127.0.0.1 \
+   && check nolib tcp-store >/dev/null \
+   && [ "$(grep -c "^mcore_init: PMIx not used, rendezvous through the TCP store: cannot load the PMIx library /nonexistent/libpmix.so.2" "$dir/nolib.err")" -eq 4 ]; then
+  suite_ok "MCORE_PMIX_LIBRARY=/nonexistent/...: each rank said so once and met through the TCP store"
+else
+  suite_bad "an unloadable PMIx library:"; tail -n 20 "$dir/nolib.mpirun" "$dir/nolib.err"
+fi
+
+# 5. The same with MCORE_RENDEZVOUS=pmix: an error naming it (mpirun ends the others on the first).
+run forced 2 MCORE_RENDEZVOUS=pmix MCORE_PMIX_LIBRARY=/nonexistent/libpmix.so.2 -- --tp 2
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "MCORE_RENDEZVOUS=pmix, but PMIx cannot be used: cannot load the PMIx library /nonexistent/libpmix.so.2" "$dir/forced.err"; then
+  suite_ok "MCORE_RENDEZVOUS=pmix without a loadable library fails, naming both"
+else
+  suite_bad "MCORE_RENDEZVOUS=pmix without the library (status $rc):"; tail -n 20 "$dir/forced.err" "$dir/forced.mpirun"
+fi
+
+# 6. MASTER_ADDR and MASTER_PORT set by hand under PMIx: rank 0's store binds them, and publishes.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+if run given 4 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" -- --tp 2 && python3 scripts/lib/selftest_lines.py "$dir/given.out" 4 127.0.0.1 \
+   && [ "$(grep -c '"rendezvous":"pmix"' "$dir/given.out")" -eq 4 ] \
+   && [ "$(grep -c "meets the others at 127.0.0.1:$port (address: MASTER_ADDR, published through PMIx; port: MASTER_PORT)" "$dir/given.err")" -eq 4 ]; then
+  suite_ok "MASTER_ADDR/MASTER_PORT under PMIx: rank 0's store took them and published them; 4 ranks ok"
+else
+  suite_bad "MASTER_ADDR/MASTER_PORT under PMIx:"; tail -n 20 "$dir/given.mpirun" "$dir/given.err"
+fi
+
+# 7. A rank that never comes (it sleeps 30 s before starting): rank 0's PMIx fence ends at its
+# deadline (--timeout 4), naming the fence and the namespace; the job does not wait for the sleeper.
+start=$SECONDS
+"${clean[@]}" timeout 60 "${mpi[@]}" --output-filename "$dir/late" -np 2 bash -c \
+  'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep 30; fi; exec target/release/mcore-selftest --backend gloo --timeout 4' \
+  >/dev/null 2>&1
+rc=$?
+took=$((SECONDS - start))
+cat "$dir/late"/*/rank.0/stderr >"$dir/late.err" 2>/dev/null
+if [ "$rc" -ne 0 ] && [ "$took" -lt 20 ] \
+   && grep -q "^mcore-selftest: cannot reach the rendezvous store of rank 0 through PMIx (namespace '[^']*', 2 ranks): timed out after 4\.[0-9] s: PMIx_Fence (every rank of namespace [^ ]*) failed" "$dir/late.err"; then
+  suite_ok "a rank that never comes: rank 0's PMIx fence ended at its 4 s deadline, naming the fence (job over in ${took} s)"
+else
+  suite_bad "a rank that never comes (status $rc, ${took} s):"; cat "$dir/late.err"
+fi
+suite_end pmix

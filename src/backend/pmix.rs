@@ -1,0 +1,584 @@
+//! The PMIx client, loaded at run time (`dlopen` of `libpmix.so.2`, no build or link dependency):
+//! it sits in the backend layer beside the NCCL loader because that is where the crate's one
+//! `dlopen` helper and its foreign calls live; the runtime (which forbids `unsafe`) uses it
+//! through the safe [`PmixClient`] only.
+//!
+//! Only what the rendezvous needs is declared: `PMIx_Init`, `PMIx_Finalize`, `PMIx_Put`,
+//! `PMIx_Commit`, `PMIx_Fence` (with data collection), `PMIx_Get`, and for the layout test
+//! `PMIx_Value_load` / `PMIx_Info_load`. The ABI facts (struct layouts, type codes, attribute
+//! names, status codes) are those of PMIx's published `pmix_common.h` (v4.2), written down in
+//! docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and finalized
+//! when the process exits (a launcher such as OpenMPI's `mpirun` treats a client that exits
+//! without finalizing as a failed process).
+#![allow(unsafe_code)]
+
+use super::dynlib::{as_fn, DynLib};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Environment variable naming the PMIx library to load (default [`DEFAULT_LIBRARY`]).
+pub const LIBRARY_ENV: &str = "MCORE_PMIX_LIBRARY";
+/// The library loaded when [`LIBRARY_ENV`] is unset: PMIx v4's client (Debian's libpmix2).
+pub const DEFAULT_LIBRARY: &str = "libpmix.so.2";
+
+/// `PMIX_MAX_NSLEN + 1`: a namespace is a fixed array of this many chars.
+const NSPACE_LEN: usize = 256;
+/// `PMIX_MAX_KEYLEN + 1`: a key is a fixed array of this many chars.
+const KEY_LEN: usize = 512;
+
+/// `pmix_status_t` codes used here.
+const PMIX_SUCCESS: c_int = 0;
+const PMIX_ERR_TIMEOUT: c_int = -24;
+const PMIX_ERR_NOT_FOUND: c_int = -46;
+
+/// `pmix_data_type_t` codes used here.
+const PMIX_BOOL: u16 = 1;
+const PMIX_STRING: u16 = 3;
+const PMIX_SIZE: u16 = 4;
+const PMIX_INT: u16 = 6;
+const PMIX_UINT16: u16 = 13;
+const PMIX_UINT32: u16 = 14;
+const PMIX_UINT64: u16 = 15;
+const PMIX_BYTE_OBJECT: u16 = 27;
+
+/// `pmix_scope_t`: share with every process of the job, on this node and others.
+const PMIX_GLOBAL: u8 = 3;
+/// `PMIX_RANK_WILDCARD`: job-level information.
+const PMIX_RANK_WILDCARD: u32 = u32::MAX - 1;
+
+/// Attribute names (`pmix_common.h`).
+const PMIX_JOB_SIZE: &CStr = c"pmix.job.size";
+const PMIX_LOCAL_SIZE: &CStr = c"pmix.local.size";
+const PMIX_LOCAL_RANK: &CStr = c"pmix.lrank";
+const PMIX_HOSTNAME: &CStr = c"pmix.hname";
+const PMIX_NODEID: &CStr = c"pmix.nodeid";
+const PMIX_COLLECT_DATA: &CStr = c"pmix.collect";
+const PMIX_TIMEOUT: &CStr = c"pmix.timeout";
+const PMIX_OPTIONAL: &CStr = c"pmix.optional";
+
+/// `pmix_proc_t`: a namespace and a rank.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawProc {
+    nspace: [c_char; NSPACE_LEN],
+    rank: u32,
+}
+
+/// `pmix_byte_object_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawBytes {
+    bytes: *mut c_char,
+    size: usize,
+}
+
+/// The members of `pmix_value_t`'s data union read or written here; `_whole` gives the union
+/// its full size (its largest member, `pmix_envar_t`, is two pointers and a char: 24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+union RawData {
+    flag: bool,
+    string: *mut c_char,
+    size: usize,
+    integer: c_int,
+    uint16: u16,
+    uint32: u32,
+    uint64: u64,
+    bo: RawBytes,
+    _whole: [u64; 3],
+}
+
+/// `pmix_value_t`: a type code and the data union.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawValue {
+    kind: u16,
+    data: RawData,
+}
+
+/// `pmix_info_t`: a key, directive flags and a value.
+#[repr(C)]
+struct RawInfo {
+    key: [c_char; KEY_LEN],
+    flags: u32,
+    value: RawValue,
+}
+
+// The layouts of pmix_common.h on LP64 Linux (docs/pmix.md); the unit tests check them against
+// the library itself.
+const _: () = assert!(std::mem::size_of::<RawProc>() == 260);
+const _: () = assert!(std::mem::size_of::<RawValue>() == 32);
+const _: () = assert!(std::mem::size_of::<RawInfo>() == 552);
+
+impl RawInfo {
+    fn new(key: &CStr, value: RawValue) -> RawInfo {
+        let mut info = RawInfo { key: [0; KEY_LEN], flags: 0, value };
+        for (d, s) in info.key.iter_mut().zip(key.to_bytes()) {
+            *d = *s as c_char;
+        }
+        info
+    }
+
+    fn flag(key: &CStr, on: bool) -> RawInfo {
+        RawInfo::new(key, RawValue { kind: PMIX_BOOL, data: RawData { flag: on } })
+    }
+
+    /// `PMIX_TIMEOUT` in whole seconds, at least 1 (0 would mean no limit).
+    fn timeout(within: Duration) -> RawInfo {
+        let secs = within.as_secs().saturating_add(u64::from(within.subsec_nanos() > 0)).clamp(1, i32::MAX as u64);
+        RawInfo::new(PMIX_TIMEOUT, RawValue { kind: PMIX_INT, data: RawData { integer: secs as c_int } })
+    }
+}
+
+type InitFn = unsafe extern "C" fn(*mut RawProc, *mut RawInfo, usize) -> c_int;
+type FinalizeFn = unsafe extern "C" fn(*const RawInfo, usize) -> c_int;
+type PutFn = unsafe extern "C" fn(u8, *const c_char, *mut RawValue) -> c_int;
+type CommitFn = unsafe extern "C" fn() -> c_int;
+type FenceFn = unsafe extern "C" fn(*const RawProc, usize, *const RawInfo, usize) -> c_int;
+type GetFn = unsafe extern "C" fn(*const RawProc, *const c_char, *const RawInfo, usize, *mut *mut RawValue) -> c_int;
+type ValueDestructFn = unsafe extern "C" fn(*mut RawValue);
+type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type VersionFn = unsafe extern "C" fn() -> *const c_char;
+#[cfg(test)]
+type ValueLoadFn = unsafe extern "C" fn(*mut RawValue, *const std::ffi::c_void, u16) -> c_int;
+#[cfg(test)]
+type InfoLoadFn = unsafe extern "C" fn(*mut RawInfo, *const c_char, *const std::ffi::c_void, u16) -> c_int;
+
+/// The loaded library's entry points.
+struct Library {
+    init: InitFn,
+    finalize: FinalizeFn,
+    put: PutFn,
+    commit: CommitFn,
+    fence: FenceFn,
+    get: GetFn,
+    value_destruct: ValueDestructFn,
+    error_string: ErrorStringFn,
+    version: VersionFn,
+    #[cfg(test)]
+    lib: DynLib,
+}
+
+impl Library {
+    /// Open `path` and resolve every entry point, or say which one is missing (a PMIx older
+    /// than v4 lacks some).
+    fn open(path: &str) -> Result<Library, String> {
+        let lib = DynLib::open(path).map_err(|e| format!("cannot load the PMIx library {path}: {e}"))?;
+        fn sym<F: Copy>(lib: &DynLib, name: &str) -> Result<F, String> {
+            let p = lib.address(name).map_err(|e| {
+                format!("the PMIx library {} has no {name} (a PMIx v4 client is needed): {e}", lib.path)
+            })?;
+            // SAFETY: every call site pairs `name` with the type of its declaration in pmix.h.
+            Ok(unsafe { as_fn::<F>(p) })
+        }
+        Ok(Library {
+            init: sym(&lib, "PMIx_Init")?,
+            finalize: sym(&lib, "PMIx_Finalize")?,
+            put: sym(&lib, "PMIx_Put")?,
+            commit: sym(&lib, "PMIx_Commit")?,
+            fence: sym(&lib, "PMIx_Fence")?,
+            get: sym(&lib, "PMIx_Get")?,
+            value_destruct: sym(&lib, "PMIx_Value_destruct")?,
+            error_string: sym(&lib, "PMIx_Error_string")?,
+            version: sym(&lib, "PMIx_Get_version")?,
+            #[cfg(test)]
+            lib,
+        })
+    }
+
+    /// `PMIx_Error_string(status)` with the number.
+    fn describe(&self, status: c_int) -> String {
+        // SAFETY: PMIx_Error_string returns a static NUL-terminated string (or NULL).
+        let p = unsafe { (self.error_string)(status) };
+        let text = if p.is_null() {
+            "unknown status".into()
+        } else {
+            // SAFETY: see above.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        };
+        format!("{text} ({status})")
+    }
+
+    fn version(&self) -> String {
+        // SAFETY: PMIx_Get_version returns a static NUL-terminated string (or NULL).
+        let p = unsafe { (self.version)() };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: see above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Why a PMIx call failed: the call, PMIx's own words for the status, and whether it was a
+/// timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmixError {
+    pub message: String,
+    pub timed_out: bool,
+}
+
+impl std::fmt::Display for PmixError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PmixError {}
+
+/// What PMIx says about this process and its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmixFacts {
+    /// The job's namespace (identical for every rank of the job, distinct between jobs).
+    pub nspace: String,
+    pub rank: u32,
+    /// `pmix.job.size`.
+    pub job_size: u32,
+    /// `pmix.lrank`.
+    pub local_rank: u32,
+    /// `pmix.local.size`.
+    pub local_size: u32,
+    /// `pmix.hname` of this process (empty when the server does not say).
+    pub hostname: String,
+    /// `pmix.nodeid` (None when the server does not say).
+    pub node_id: Option<u32>,
+    /// The client library's version and file.
+    pub library: String,
+}
+
+/// This process's initialized PMIx client.
+pub struct PmixClient {
+    lib: Library,
+    me: RawProc,
+    facts: PmixFacts,
+}
+
+// SAFETY: PMIx's client API is thread-safe (its calls are serialized by the library's progress
+// thread); `me` is plain data.
+unsafe impl Send for PmixClient {}
+unsafe impl Sync for PmixClient {}
+
+static CLIENT: OnceLock<Result<PmixClient, String>> = OnceLock::new();
+/// The process that initialized the client: a child forked after it (whose copy of the client
+/// has no progress thread) must not finalize it when it exits.
+static INIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn finalize_at_exit() {
+    if INIT_PID.load(std::sync::atomic::Ordering::SeqCst) != std::process::id() {
+        return;
+    }
+    if let Some(Ok(c)) = CLIENT.get() {
+        // SAFETY: an initialized client; no info.
+        unsafe { (c.lib.finalize)(std::ptr::null(), 0) };
+    }
+}
+
+fn string_of(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl PmixClient {
+    /// The process's client: the library ([`LIBRARY_ENV`], else [`DEFAULT_LIBRARY`]) loaded
+    /// and `PMIx_Init` called on first use; the outcome (or why not) is kept for the process.
+    pub fn get() -> Result<&'static PmixClient, String> {
+        CLIENT
+            .get_or_init(|| {
+                let path = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty());
+                let client = PmixClient::init(path.as_deref().unwrap_or(DEFAULT_LIBRARY))?;
+                INIT_PID.store(std::process::id(), std::sync::atomic::Ordering::SeqCst);
+                // SAFETY: registering a plain extern "C" function.
+                unsafe { libc::atexit(finalize_at_exit) };
+                Ok(client)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn init(path: &str) -> Result<PmixClient, String> {
+        let lib = Library::open(path)?;
+        let mut me = RawProc { nspace: [0; NSPACE_LEN], rank: 0 };
+        // SAFETY: `me` is writable; no info.
+        let rc = unsafe { (lib.init)(&mut me, std::ptr::null_mut(), 0) };
+        if rc != PMIX_SUCCESS {
+            return Err(format!("PMIx_Init of {path} failed: {}", lib.describe(rc)));
+        }
+        let mut client = PmixClient {
+            facts: PmixFacts {
+                nspace: string_of(&me.nspace),
+                rank: me.rank,
+                job_size: 0,
+                local_rank: 0,
+                local_size: 0,
+                hostname: String::new(),
+                node_id: None,
+                library: format!("{} ({path})", lib.version()),
+            },
+            lib,
+            me,
+        };
+        let facts = client.read_facts();
+        match facts {
+            Ok((job_size, local_rank, local_size, hostname, node_id)) => {
+                client.facts.job_size = job_size;
+                client.facts.local_rank = local_rank;
+                client.facts.local_size = local_size;
+                client.facts.hostname = hostname;
+                client.facts.node_id = node_id;
+                Ok(client)
+            }
+            Err(e) => {
+                // SAFETY: initialized above; no info.
+                unsafe { (client.lib.finalize)(std::ptr::null(), 0) };
+                Err(e.message)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn read_facts(&self) -> Result<(u32, u32, u32, String, Option<u32>), PmixError> {
+        // What the server handed over at PMIx_Init: looked up locally only (a key it did not
+        // hand over is not asked of the server, which could wait for it).
+        let within = Duration::from_secs(10);
+        let job = |key: &CStr| self.get_value(PMIX_RANK_WILDCARD, key, within, true).and_then(|v| self.integer(key, v));
+        let mine = |key: &CStr| self.get_value(self.me.rank, key, within, true);
+        let job_size = job(PMIX_JOB_SIZE)?;
+        let local_size = job(PMIX_LOCAL_SIZE)?;
+        let local_rank = mine(PMIX_LOCAL_RANK).and_then(|v| self.integer(PMIX_LOCAL_RANK, v))?;
+        let hostname = mine(PMIX_HOSTNAME).ok().and_then(|v| v.text()).unwrap_or_default();
+        let node_id = mine(PMIX_NODEID).ok().and_then(|v| v.number());
+        Ok((job_size, local_rank, local_size, hostname, node_id))
+    }
+
+    /// What PMIx said about this process at `PMIx_Init`.
+    pub fn facts(&self) -> &PmixFacts {
+        &self.facts
+    }
+
+    fn fail(&self, call: &str, rc: c_int) -> PmixError {
+        PmixError { message: format!("{call} failed: {}", self.lib.describe(rc)), timed_out: rc == PMIX_ERR_TIMEOUT }
+    }
+
+    fn integer(&self, key: &CStr, v: Value) -> Result<u32, PmixError> {
+        v.number().ok_or_else(|| PmixError {
+            message: format!(
+                "PMIx_Get({}) gave a value of type {}, not a number that fits 32 bits",
+                key_text(key),
+                v.0.kind
+            ),
+            timed_out: false,
+        })
+    }
+
+    /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it; `local`:
+    /// only in the client's own copy of the job's data (`PMIX_OPTIONAL`).
+    fn get_value(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, PmixError> {
+        let proc_ = RawProc { nspace: self.me.nspace, rank };
+        let info = [RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, local)];
+        let mut out: *mut RawValue = std::ptr::null_mut();
+        // SAFETY: valid proc, key and info; PMIx allocates `out` on success.
+        let rc = unsafe { (self.lib.get)(&proc_, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
+        if rc != PMIX_SUCCESS || out.is_null() {
+            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
+            if rc == PMIX_ERR_NOT_FOUND {
+                e.message.push_str(" (not published)");
+            }
+            return Err(e);
+        }
+        // SAFETY: `out` is a value PMIx allocated with malloc: copy what is read, then release it
+        // as PMIX_VALUE_RELEASE does (destruct, then free).
+        let v = unsafe { Value::copy_of(&*out) };
+        unsafe {
+            (self.lib.value_destruct)(out);
+            libc::free(out.cast());
+        }
+        Ok(v)
+    }
+
+    /// Publish `bytes` under `key` for every process of the job (`PMIx_Put` with global scope,
+    /// then `PMIx_Commit`).
+    pub fn publish(&self, key: &str, bytes: &[u8]) -> Result<(), PmixError> {
+        let k =
+            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
+        let mut value = RawValue {
+            kind: PMIX_BYTE_OBJECT,
+            data: RawData { bo: RawBytes { bytes: bytes.as_ptr() as *mut c_char, size: bytes.len() } },
+        };
+        // SAFETY: PMIx_Put copies the value; `bytes` outlives the call.
+        let rc = unsafe { (self.lib.put)(PMIX_GLOBAL, k.as_ptr(), &mut value) };
+        if rc != PMIX_SUCCESS {
+            return Err(self.fail(&format!("PMIx_Put({key})"), rc));
+        }
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.lib.commit)() };
+        if rc != PMIX_SUCCESS {
+            return Err(self.fail("PMIx_Commit", rc));
+        }
+        Ok(())
+    }
+
+    /// `PMIx_Fence` over the whole job with data collection: returns once every process of the
+    /// job has called it, with everything they committed before it readable; at most `within`.
+    pub fn fence(&self, within: Duration) -> Result<(), PmixError> {
+        let info = [RawInfo::flag(PMIX_COLLECT_DATA, true), RawInfo::timeout(within)];
+        // SAFETY: NULL procs is the whole job of this process; valid info.
+        let rc = unsafe { (self.lib.fence)(std::ptr::null(), 0, info.as_ptr(), info.len()) };
+        if rc != PMIX_SUCCESS {
+            return Err(self.fail(&format!("PMIx_Fence (every rank of namespace {})", self.facts.nspace), rc));
+        }
+        Ok(())
+    }
+
+    /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`.
+    pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
+        let k =
+            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
+        let v = self.get_value(rank, &k, within, false)?;
+        v.bytes().ok_or_else(|| PmixError {
+            message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
+            timed_out: false,
+        })
+    }
+}
+
+fn key_text(key: &CStr) -> String {
+    key.to_string_lossy().into_owned()
+}
+
+/// A value read back from PMIx: the type code and an owned copy of its data.
+struct Value(RawValue, Option<Vec<u8>>);
+
+impl Value {
+    /// # Safety
+    /// `raw` must be a valid `pmix_value_t`.
+    unsafe fn copy_of(raw: &RawValue) -> Value {
+        // SAFETY (for each arm): the union member read is the one `kind` says is set.
+        let owned = match raw.kind {
+            PMIX_STRING if !unsafe { raw.data.string }.is_null() => {
+                Some(unsafe { CStr::from_ptr(raw.data.string) }.to_bytes().to_vec())
+            }
+            PMIX_BYTE_OBJECT => {
+                let bo = unsafe { raw.data.bo };
+                Some(if bo.bytes.is_null() || bo.size == 0 {
+                    Vec::new()
+                } else {
+                    unsafe { std::slice::from_raw_parts(bo.bytes as *const u8, bo.size) }.to_vec()
+                })
+            }
+            _ => None,
+        };
+        Value(*raw, owned)
+    }
+
+    fn number(&self) -> Option<u32> {
+        // SAFETY: the member read is the one the type code names.
+        let n: u64 = unsafe {
+            match self.0.kind {
+                PMIX_UINT16 => u64::from(self.0.data.uint16),
+                PMIX_UINT32 => u64::from(self.0.data.uint32),
+                PMIX_UINT64 => self.0.data.uint64,
+                PMIX_SIZE => self.0.data.size as u64,
+                PMIX_INT => u64::try_from(self.0.data.integer).ok()?,
+                _ => return None,
+            }
+        };
+        u32::try_from(n).ok()
+    }
+
+    fn text(&self) -> Option<String> {
+        (self.0.kind == PMIX_STRING)
+            .then(|| String::from_utf8_lossy(self.1.as_deref().unwrap_or_default()).into_owned())
+    }
+
+    fn bytes(&self) -> Option<Vec<u8>> {
+        (self.0.kind == PMIX_BYTE_OBJECT).then(|| self.1.clone().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real library, when this machine has it (Debian's libpmix2, installed with
+    /// openmpi-bin); None (said on stderr) otherwise.
+    fn real() -> Option<(Library, ValueLoadFn, InfoLoadFn)> {
+        match Library::open(DEFAULT_LIBRARY) {
+            Ok(lib) => {
+                // SAFETY: pmix.h's declarations of the two.
+                let value_load = unsafe { as_fn::<ValueLoadFn>(lib.lib.address("PMIx_Value_load").unwrap()) };
+                let info_load = unsafe { as_fn::<InfoLoadFn>(lib.lib.address("PMIx_Info_load").unwrap()) };
+                Some((lib, value_load, info_load))
+            }
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// The layouts declared here against the library's own writers: `PMIx_Value_load` fills a
+    /// `pmix_value_t` (type code at 0, data union at 8) and `PMIx_Info_load` a `pmix_info_t`
+    /// (key at 0, flags at 512, value at 520); what they wrote is read back through the Rust
+    /// structs (and the bytes after each struct stay untouched).
+    #[test]
+    fn the_declared_layouts_match_the_real_library() {
+        let Some((lib, value_load, info_load)) = real() else { return };
+        assert!(lib.version().contains("4."), "{}", lib.version());
+        // A string: copied by the library into the union's pointer member.
+        let mut slots = [RawValue { kind: 0, data: RawData { _whole: [0; 3] } }; 2];
+        slots[1].kind = 0xBEEF;
+        let text = c"127.0.0.1:4242";
+        let p: *const c_char = text.as_ptr();
+        // SAFETY: a writable value; for PMIX_STRING `data` is the string itself.
+        assert_eq!(unsafe { value_load(&mut slots[0], p.cast(), PMIX_STRING) }, 0);
+        let v = unsafe { Value::copy_of(&slots[0]) };
+        assert_eq!(v.text().as_deref(), Some("127.0.0.1:4242"));
+        assert_ne!(unsafe { slots[0].data.string } as *const c_char, p, "the library copies strings");
+        assert_eq!(slots[1].kind, 0xBEEF, "the library wrote past a 32-byte pmix_value_t");
+        unsafe { (lib.value_destruct)(&mut slots[0]) };
+        // 32-bit and 16-bit numbers; a byte object (pointer, then size).
+        let n: u32 = 0xA1B2_C3D4;
+        assert_eq!(unsafe { value_load(&mut slots[0], (&n as *const u32).cast(), PMIX_UINT32) }, 0);
+        assert_eq!(unsafe { Value::copy_of(&slots[0]) }.number(), Some(0xA1B2_C3D4));
+        let s: u16 = 513;
+        assert_eq!(unsafe { value_load(&mut slots[0], (&s as *const u16).cast(), PMIX_UINT16) }, 0);
+        assert_eq!(unsafe { Value::copy_of(&slots[0]) }.number(), Some(513));
+        let payload = b"port\0and secret";
+        let bo = RawBytes { bytes: payload.as_ptr() as *mut c_char, size: payload.len() };
+        assert_eq!(unsafe { value_load(&mut slots[0], (&bo as *const RawBytes).cast(), PMIX_BYTE_OBJECT) }, 0);
+        assert_eq!(unsafe { Value::copy_of(&slots[0]) }.bytes().as_deref(), Some(&payload[..]));
+        unsafe { (lib.value_destruct)(&mut slots[0]) };
+        assert_eq!(slots[1].kind, 0xBEEF);
+        // An info: key, flags, value.
+        let mut infos: [RawInfo; 2] = std::array::from_fn(|_| RawInfo::flag(c"x", false));
+        infos[1].flags = 0x5A5A_5A5A;
+        let on = true;
+        // SAFETY: a writable info; a bool for PMIX_BOOL.
+        assert_eq!(
+            unsafe { info_load(&mut infos[0], PMIX_COLLECT_DATA.as_ptr(), (&on as *const bool).cast(), PMIX_BOOL) },
+            0
+        );
+        assert_eq!(string_of(&infos[0].key), "pmix.collect");
+        assert_eq!((infos[0].value.kind, unsafe { infos[0].value.data.flag }), (PMIX_BOOL, true));
+        let t: c_int = 7;
+        assert_eq!(
+            unsafe { info_load(&mut infos[0], PMIX_TIMEOUT.as_ptr(), (&t as *const c_int).cast(), PMIX_INT) },
+            0
+        );
+        let ours = RawInfo::timeout(Duration::from_millis(6500));
+        assert_eq!((infos[0].value.kind, unsafe { infos[0].value.data.integer }), (ours.value.kind, 7));
+        assert_eq!(unsafe { ours.value.data.integer }, 7, "6.5 s rounds up to 7 s");
+        assert_eq!(infos[1].flags, 0x5A5A_5A5A, "the library wrote past a 552-byte pmix_info_t");
+        assert!(lib.describe(PMIX_ERR_TIMEOUT).contains("(-24)"), "{}", lib.describe(PMIX_ERR_TIMEOUT));
+    }
+
+    /// A library that is not there, or is not PMIx v4, is named with what is missing.
+    #[test]
+    fn a_missing_or_foreign_library_is_named() {
+        let Err(e) = Library::open("/nonexistent/libpmix.so.2") else { panic!("opened") };
+        assert!(e.contains("cannot load the PMIx library /nonexistent/libpmix.so.2"), "{e}");
+        let Err(e) = Library::open("libc.so.6") else { panic!("libc is no PMIx") };
+        assert!(e.contains("has no PMIx_Init") && e.contains("PMIx v4"), "{e}");
+    }
+}
