@@ -331,12 +331,11 @@ fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
 /// The initialization is over (up or failed; every call it made has returned): from here on (its
 /// store kept for recovery, say) a death ends no wait, and the backend's calls run again.
 fn init_over(liveness: Option<&Liveness>, backend: &dyn CommFactory, args: &InitArgs) {
+    super::blame::deaths_end_nothing(liveness, backend);
     if let Some(l) = liveness {
-        l.on_peer_death(None);
         l.set_deadline(None);
         l.set_idle_patience(args.timeout);
     }
-    backend.interrupt(false);
 }
 
 /// Open the attempt's store (or take a recovery's), start the heartbeat, and learn this rank's
@@ -358,14 +357,9 @@ fn open(
         l.on_store_gone(abort);
     }
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls
-    // blocked on the store, and every backend call in flight (creating or verifying any
-    // communicator, one in a group without the dead rank too), which then fail for a peer.
+    // blocked on the store, and every backend call in flight.
     if let (Some(l), Some(abort)) = (&liveness, store.busy_aborter()) {
-        let backend = Arc::clone(backend);
-        l.on_peer_death(Some(Box::new(move |_| {
-            abort();
-            backend.interrupt(true);
-        })));
+        super::blame::deaths_interrupt(l, Some(abort), backend);
     }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
