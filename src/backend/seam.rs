@@ -369,3 +369,17 @@ pub trait CommFactory: Send + Sync {
         Err(CommError::new(CommErrorKind::Unsupported, why))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NCCL wait the runtime interrupted (a peer died) is a peer failure, which recovery can
+    /// continue from, and says what it waited for.
+    #[test]
+    fn an_interrupted_nccl_wait_is_a_peer_failure() {
+        let e = CommError::from(NcclError::Interrupted { what: "allreduce on group tp/0".into() });
+        assert_eq!(e.kind, CommErrorKind::PeerFailed);
+        assert!(e.message.contains("a peer failed") && e.message.contains("allreduce on group tp/0"), "{}", e.message);
+    }
+}
