@@ -426,6 +426,17 @@ typedef int32_t (*mcore_backend_mem_stat_fn)(void *user_data,
                                              uint64_t *out_value);
 
 /**
+ * `interrupt`: `on` true: a peer of this process failed while it creates or verifies
+ * communicators. End every blocking call of this backend in flight (`create_world`,
+ * `create_group`, `split`, `shrink`, `allreduce_sum_i64`, `barrier`: any thread, any
+ * communicator, also one being created) promptly with `MCORE_STATUS_PEER_FAILED`, and fail every
+ * such call that starts the same way at once, until `interrupt(user_data, false)`. Called from
+ * any thread while those calls run: it must not wait for them. `destroy_comm` and `abort_comm`
+ * keep working. The library turns it off once the calls it ended have returned.
+ */
+typedef void (*mcore_backend_interrupt_fn)(void *user_data, bool on);
+
+/**
  * A communicator backend, version 1. Fill it in (zero what you do not support), then register
  * it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
  * The library copies it; `name` is copied too. Statuses are `mcore_status` codes as `int32_t`.
@@ -518,6 +529,12 @@ typedef struct mcore_backend_v1 {
    * Optional: device memory statistics of a communicator (see `mcore_backend_mem_stat_fn`).
    */
   mcore_backend_mem_stat_fn mem_stat;
+  /**
+   * Optional (appended after `mem_stat`; NULL when `struct_size` does not cover it): end the
+   * calls in flight when a peer failed (see `mcore_backend_interrupt_fn`). NULL: a call blocked
+   * on a live peer runs to its deadline.
+   */
+  mcore_backend_interrupt_fn interrupt;
 } mcore_backend_v1;
 
 /**

@@ -150,6 +150,7 @@ fn solo_vtable(name: &'static CStr) -> mcore_backend_v1 {
         suspend: None,
         resume: None,
         mem_stat: None,
+        interrupt: None,
     }
 }
 
@@ -1271,4 +1272,39 @@ unsafe extern "C" fn solo_split_unused(
     _out: *mut *mut c_void,
 ) -> i32 {
     mcore_status::Unsupported as i32
+}
+
+// The optional `interrupt` slot (a peer failed while communicators are created or verified):
+// the library's call reaches it with the flag, and a plugin built before the slot (struct_size
+// ending at `mem_stat`) never has it read. A Rust test double with counters; the Gloo plugin's
+// interrupt ends real waits in scripts/test.d/27-faults.sh.
+static INTERRUPTS_ON: AtomicUsize = AtomicUsize::new(0);
+static INTERRUPTS_OFF: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn counting_interrupt(_ud: *mut c_void, on: bool) {
+    if on { &INTERRUPTS_ON } else { &INTERRUPTS_OFF }.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn interrupt_reaches_the_slot_and_an_older_vtable_has_none() {
+    let mut with = solo_vtable(c"interruptible");
+    with.interrupt = Some(counting_interrupt);
+    with.finalize = None;
+    let mut older = with;
+    older.name = c"interruptible-older".as_ptr();
+    older.struct_size = std::mem::offset_of!(mcore_backend_v1, interrupt) as u32;
+    assert!(MCORE_BACKEND_V1_RELEASES.contains(&older.struct_size), "the release before the slot is accepted");
+    for vt in [&with, &older] {
+        assert_eq!(register(vt), mcore_status::Ok, "{}", last_error());
+    }
+    let b = backend::get("interruptible").unwrap();
+    b.interrupt(true);
+    b.interrupt(false);
+    b.interrupt(false);
+    assert_eq!((INTERRUPTS_ON.load(Ordering::SeqCst), INTERRUPTS_OFF.load(Ordering::SeqCst)), (1, 2));
+    backend::get("interruptible-older").unwrap().interrupt(true);
+    assert_eq!(INTERRUPTS_ON.load(Ordering::SeqCst), 1, "an older vtable's bytes past its size are not a slot");
+    for name in ["interruptible", "interruptible-older"] {
+        backend::unregister(name).unwrap();
+    }
 }

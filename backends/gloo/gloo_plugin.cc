@@ -10,12 +10,18 @@
 //    world size - 1 connections in all, whatever the number of groups.
 //  * Per group (`create_group`): each group gets its own gloo::rendezvous::Context, connected as
 //    a full mesh through the group's store (the library hands us a key space private to the
-//    group, reached through the mcore_backend_store callbacks, valid during the call), and runs
-//    gloo's own collectives. Used on request (`per-group`).
+//    group, reached through the mcore_backend_store callbacks, valid during the call). Used on
+//    request (`per-group`).
+// Every communicator runs the same all-reduce (derived_allreduce) over its mesh, the world's
+// and its own alike, so that an interrupt can end any of its waits.
 // All contexts share one TCP device, bound to the first of: MCORE_GLOO_HOSTNAME (an address or
 // host name), GLOO_SOCKET_IFNAME (an interface), the address the library advertises for this
 // rank (`host_addr`: the local address of its connection to the rendezvous store, which peers
 // on other hosts can reach), 127.0.0.1.
+//
+// Interrupt (`interrupt` slot): while the library says a peer failed, every wait of a creation
+// or collective in flight ends at once (a creation's pairs are closed, a collective's buffer
+// waits are aborted) and every new one fails, all with MCORE_STATUS_PEER_FAILED (see Flights).
 //
 // Deadlines: a group's `timeout_ms` is what is left of the init deadline. Every store wait of a
 // full-mesh connect runs to that deadline (whatever timeout gloo asks for), and gloo's pair
@@ -28,12 +34,10 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <mcore_backend.h>
 
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
 #include <gloo/common/error.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
@@ -47,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -100,6 +105,70 @@ struct StatusError : std::runtime_error {
   StatusError(int32_t status, const std::string& message) : std::runtime_error(message), status(status) {}
   int32_t status;
 };
+
+// The waits in flight, so that the `interrupt` slot can end them from another thread. A Flight
+// lives on the waiting thread's stack for as long as its wait runs and holds how to end it;
+// `interrupt(true)` ends every one (under the lock, so none is destroyed meanwhile) and, until
+// `interrupt(false)`, ends each new one as it starts.
+class Flights {
+ public:
+  class Flight {
+   public:
+    Flight(Flights& all, std::function<void()> stop) : all_(all), stop_(std::move(stop)) {
+      std::lock_guard<std::mutex> lock(all_.mu_);
+      all_.flying_.insert(this);
+      if (all_.on_) end();
+    }
+    ~Flight() {
+      std::lock_guard<std::mutex> lock(all_.mu_);
+      all_.flying_.erase(this);
+    }
+    Flight(const Flight&) = delete;
+    Flight& operator=(const Flight&) = delete;
+
+    // Whether the wait was ended by an interrupt.
+    bool ended() {
+      std::lock_guard<std::mutex> lock(all_.mu_);
+      return ended_;
+    }
+
+   private:
+    friend class Flights;
+    void end() {
+      if (ended_) return;
+      ended_ = true;
+      stop_();
+    }
+    Flights& all_;
+    std::function<void()> stop_;
+    bool ended_ = false;
+  };
+
+  void interrupt(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_ = on;
+    if (on)
+      for (Flight* f : flying_) f->end();
+  }
+
+  bool on() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return on_;
+  }
+
+ private:
+  std::mutex mu_;
+  bool on_ = false;
+  std::unordered_set<Flight*> flying_;
+};
+
+Flights g_flights;
+
+// The failure of a wait that an interrupt ended (`what`: the wait).
+StatusError interrupted(const std::string& what) {
+  return StatusError(MCORE_STATUS_PEER_FAILED,
+                     what + ": ended because a peer failed (the library interrupted this backend's waits)");
+}
 
 // The mesh rendezvous over the library's mcore_backend_store callbacks: each rank sets its key
 // `"<group rank>"`, then reads every peer's (see MeshContext).
@@ -261,9 +330,8 @@ struct GlooComm {
   std::vector<uint32_t> global_ranks;
   // How many times this world was split into each group name (keeps re-splits' slots apart).
   std::unordered_map<std::string, uint32_t> splits;
-  // A split's child only (empty otherwise): its members' ranks in the world context `ctx`, in
-  // group order, this rank's index among them, and the slot space of its messages (see
-  // derived_slot).
+  // Its members' ranks in the context `ctx` (a split's child: in the world's), in group order,
+  // this rank's index among them, and the slot space of its messages (see derived_slot).
   std::vector<int> members;
   uint32_t group_rank = 0;
   uint64_t slot_id = 0;
@@ -361,6 +429,14 @@ class MeshContext : public gloo::rendezvous::Context {
       peer[i].assign(theirs.begin() + at, theirs.begin() + at + len);
       (dials(tctx->getPair(i)->address(), peer[i]) ? dial : listen).push_back(i);
     }
+    // Only a listening pair waits on its peer (a dialling one ends as fast as the peer's kernel
+    // answers): an interrupt closes the listening ones, which wakes their connects, and the mesh
+    // fails. (Closing the dialling ones too would reset connections that a peer's gloo may be
+    // taking at that moment, which it does not survive.)
+    Flights::Flight flight(g_flights, [&tctx, &listen] {
+      for (int i : listen) tctx->getPair(i)->close();
+    });
+    if (flight.ended()) throw interrupted("connecting the full mesh");
     std::vector<std::exception_ptr> errors(size);
     auto connect_one = [&](int i) {
       try {
@@ -380,7 +456,9 @@ class MeshContext : public gloo::rendezvous::Context {
     if (!dial.empty()) connect_one(dial[0]);
     for (auto& t : threads) t.join();
     auto first_error = [&] { return std::find_if(errors.begin(), errors.end(), [](auto& e) { return e != nullptr; }); };
-    for (size_t k = 0; k < listen.size() && first_error() == errors.end(); ++k) connect_one(listen[k]);
+    for (size_t k = 0; k < listen.size() && first_error() == errors.end() && !flight.ended(); ++k)
+      connect_one(listen[k]);
+    if (flight.ended()) throw interrupted("connecting the full mesh");
     if (first_error() != errors.end()) std::rethrow_exception(*first_error());
     device_ = dev;
     transportContext_ = std::move(tctx);
@@ -448,6 +526,8 @@ std::string rank_of(const mcore_backend_group_info* group) {
 
 // create_group and create_world: a full mesh of the group through `store`. A world keeps the
 // store (valid until it is destroyed, by the create_world contract) to rendezvous its splits.
+uint64_t split_slot_id(const std::string& name, uint32_t n);
+
 int32_t create(const char* op, void* user_data, const mcore_backend_group_info* group,
                const mcore_backend_store* store, void** out_comm, bool world) {
   if (group == nullptr || store == nullptr || out_comm == nullptr)
@@ -460,8 +540,14 @@ int32_t create(const char* op, void* user_data, const mcore_backend_group_info* 
   auto* plugin = static_cast<Plugin*>(user_data);
   const std::string name = group->name != nullptr ? group->name : "";
   return guarded("gloo connectFullMesh for group '" + name + "'" + rank_of(group), [&] {
+    if (g_flights.on()) throw interrupted("the creation");
     auto timeout = group_timeout(group->timeout_ms, kFallbackTimeout);
     auto comm = connect(plugin, group, store, timeout);
+    // Its collectives are a child's over all of its own mesh, in a slot space no split uses.
+    comm->group_rank = group->group_rank;
+    comm->member_globals.assign(group->global_ranks, group->global_ranks + group->group_size);
+    for (uint32_t i = 0; i < group->group_size; ++i) comm->members.push_back(static_cast<int>(i));
+    comm->slot_id = split_slot_id(name, UINT32_MAX);
     if (world) {
       comm->global_rank = group->global_rank;
       comm->global_ranks.assign(group->global_ranks, group->global_ranks + group->group_size);
@@ -522,20 +608,26 @@ void wait_members(const GlooComm* comm, gloo::transport::UnboundBuffer& buf, boo
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() < 1) left = std::chrono::milliseconds(1);
     int rank = -1;
-    try {
-      if (recv) {
-        buf.waitRecv(&rank, left);
-      } else {
-        buf.waitSend(&rank, left);
-      }
-    } catch (const gloo::IoException& e) {
-      std::string who;
+    auto who = [&] {
+      std::string w;
       for (size_t j = 0; j < peers.size(); ++j)
-        if (!done[j]) who += member_of(comm, peers[j]);
+        if (!done[j]) w += member_of(comm, peers[j]);
+      return w;
+    };
+    // An interrupt aborts the wait (it returns false) and fails it.
+    Flights::Flight flight(g_flights, [&buf] {
+      buf.abortWaitRecv();
+      buf.abortWaitSend();
+    });
+    bool completed = false;
+    try {
+      completed = recv ? buf.waitRecv(&rank, left) : buf.waitSend(&rank, left);
+    } catch (const gloo::IoException& e) {
       const bool timed_out = std::string(e.what()).find("Timed out") != std::string::npos;
       throw StatusError(timed_out ? MCORE_STATUS_TIMEOUT : MCORE_STATUS_PEER_FAILED,
-                        (timed_out ? "timed out " : "failed ") + what + who + " (gloo: " + e.what() + ")");
+                        (timed_out ? "timed out " : "failed ") + what + who() + " (gloo: " + e.what() + ")");
     }
+    if (!completed || flight.ended()) throw interrupted(what + who());
     for (size_t j = 0; j < peers.size(); ++j) {
       if (!done[j] && comm->members[peers[j]] == rank) {
         done[j] = true;
@@ -658,15 +750,8 @@ int32_t gloo_allreduce_sum_i64(void*, void* comm_ptr, int64_t* inout, size_t cou
       return invalid("gloo allreduce_sum_i64: buffer is NULL, count " + std::to_string(count));
     auto* comm = static_cast<GlooComm*>(comm_ptr);
     return guarded("gloo allreduce_sum_i64 on group '" + comm->name + "'", [&] {
-      if (count == 0) return;
-      if (!comm->members.empty()) return derived_allreduce(comm, inout, count);
-      gloo::AllreduceOptions opts(comm->ctx);
-      opts.setOutput(inout, count);
-      void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<int64_t>;
-      opts.setReduceFunction(sum);
-      opts.setTag(comm->next_tag++);
-      opts.setTimeout(comm->timeout);
-      gloo::allreduce(opts);
+      if (g_flights.on()) throw interrupted("the all-reduce");
+      derived_allreduce(comm, inout, count);
     });
   });
 }
@@ -676,14 +761,9 @@ int32_t gloo_barrier(void*, void* comm_ptr) {
     if (comm_ptr == nullptr) return invalid("gloo barrier: comm is NULL");
     auto* comm = static_cast<GlooComm*>(comm_ptr);
     return guarded("gloo barrier on group '" + comm->name + "'", [&] {
-      if (!comm->members.empty()) {
-        int64_t token = 0;
-        return derived_allreduce(comm, &token, 1);
-      }
-      gloo::BarrierOptions opts(comm->ctx);
-      opts.setTag(comm->next_tag++);
-      opts.setTimeout(comm->timeout);
-      gloo::barrier(opts);
+      if (g_flights.on()) throw interrupted("the barrier");
+      int64_t token = 0;
+      derived_allreduce(comm, &token, 1);
     });
   });
 }
@@ -697,6 +777,16 @@ int32_t gloo_destroy_comm(void*, void* comm_ptr) {
     std::string name = comm->name;
     return guarded("gloo destroy_comm on group '" + name + "'", [&] { delete comm; });
   });
+}
+
+// Ends every wait in flight and fails new ones until turned off (see Flights). Takes only the
+// flights' lock and the locks of the buffers and pairs it ends, which no waiter holds while it
+// waits.
+void gloo_interrupt(void*, bool on) {
+  try {
+    g_flights.interrupt(on);
+  } catch (...) {
+  }
 }
 
 const char* gloo_last_error(void*) {
@@ -730,6 +820,7 @@ mcore_backend_v1 make_vtable() {
   vt.destroy_comm = &gloo_destroy_comm;
   vt.last_error = &gloo_last_error;
   vt.finalize = &gloo_finalize;
+  vt.interrupt = &gloo_interrupt;
   // Splits are derived from the world's mesh (no flag asks for per group). Contexts of
   // create_group are independent (own pairs, own listening sockets; the shared device is created
   // under a lock and its event loop takes registrations from any thread), so create_group may

@@ -24,9 +24,9 @@ pub const MCORE_BACKEND_V1_MIN_SIZE: u32 = 88;
 
 /// The `struct_size` of every released layout of [`mcore_backend_v1`], ascending: the first
 /// release (up to `finalize`), then `flags`, then `abort_comm`, then `shrink`, then `suspend`,
-/// `resume` and `mem_stat` together. A vtable must have one of these sizes, or be larger with
-/// every slot beyond ours NULL (see `crate::abi::sized`).
-pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112, 136];
+/// `resume` and `mem_stat` together, then `interrupt`. A vtable must have one of these sizes, or
+/// be larger with every slot beyond ours NULL (see `crate::abi::sized`).
+pub const MCORE_BACKEND_V1_RELEASES: &[u32] = &[MCORE_BACKEND_V1_MIN_SIZE, 96, 104, 112, 136, 144];
 
 /// One group a backend is asked to create a communicator for.
 ///
@@ -203,6 +203,14 @@ pub type mcore_backend_mem_stat_fn =
 pub type mcore_backend_last_error_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> *const c_char>;
 /// `finalize`: the library is done with this vtable and `user_data`.
 pub type mcore_backend_finalize_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+/// `interrupt`: `on` true: a peer of this process failed while it creates or verifies
+/// communicators. End every blocking call of this backend in flight (`create_world`,
+/// `create_group`, `split`, `shrink`, `allreduce_sum_i64`, `barrier`: any thread, any
+/// communicator, also one being created) promptly with `MCORE_STATUS_PEER_FAILED`, and fail every
+/// such call that starts the same way at once, until `interrupt(user_data, false)`. Called from
+/// any thread while those calls run: it must not wait for them. `destroy_comm` and `abort_comm`
+/// keep working. The library turns it off once the calls it ended have returned.
+pub type mcore_backend_interrupt_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, on: bool)>;
 
 /// A communicator backend, version 1. Fill it in (zero what you do not support), then register
 /// it with `mcore_backend_register`, or return it from a plugin's `mcore_backend_plugin_v1()`.
@@ -262,6 +270,10 @@ pub struct mcore_backend_v1 {
     pub resume: mcore_backend_comm_fn,
     /// Optional: device memory statistics of a communicator (see `mcore_backend_mem_stat_fn`).
     pub mem_stat: mcore_backend_mem_stat_fn,
+    /// Optional (appended after `mem_stat`; NULL when `struct_size` does not cover it): end the
+    /// calls in flight when a peer failed (see `mcore_backend_interrupt_fn`). NULL: a call blocked
+    /// on a live peer runs to its deadline.
+    pub interrupt: mcore_backend_interrupt_fn,
 }
 
 /// `mcore_backend_mem_stat_fn` statistics (NCCL's `ncclCommMemStat_t` numbering): bytes a suspend
@@ -308,4 +320,4 @@ const _: () = assert!(
     std::mem::offset_of!(mcore_backend_v1, finalize) + std::mem::size_of::<mcore_backend_finalize_fn>()
         == MCORE_BACKEND_V1_MIN_SIZE as usize
 );
-const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 136);
+const _: () = assert!(std::mem::size_of::<mcore_backend_v1>() == 144);

@@ -64,6 +64,12 @@ impl Backend {
         self.vt.has_allreduce()
     }
 
+    /// End (`on`) every call in flight of this backend and fail new ones until turned off (the
+    /// `interrupt` slot; nothing without it).
+    pub fn interrupt(&self, on: bool) {
+        self.vt.interrupt(on)
+    }
+
     fn wrap(&self, raw: RawComm, group: &GroupInfo) -> Comm {
         Comm::wrap(self.vt.clone(), raw, group)
     }

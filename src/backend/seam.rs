@@ -110,6 +110,7 @@ impl From<NcclError> for CommError {
             }
             NcclError::InvalidArgument(_) => CommErrorKind::InvalidArgument,
             NcclError::Store { .. } => CommErrorKind::Store,
+            NcclError::Interrupted { .. } => CommErrorKind::PeerFailed,
         };
         CommError::new(kind, e.to_string())
     }
@@ -323,6 +324,13 @@ pub trait CommFactory: Send + Sync {
         options: &CommOptions,
         store: Arc<dyn Store>,
     ) -> Result<Box<dyn Communicator>, CommError>;
+    /// A peer failed while this process creates or verifies communicators: `on` ends every
+    /// blocking call of this backend in flight (creations, collectives, on any thread) with
+    /// [`CommErrorKind::PeerFailed`] and fails new ones at once, until it is turned off. Called
+    /// from another thread than the calls it ends. Default: nothing (calls run to their deadline).
+    fn interrupt(&self, on: bool) {
+        let _ = on;
+    }
     /// Whether the per-group strategy creates all of a rank's groups at once
     /// ([`CommFactory::create_groups_together`]) instead of one by one ([`CommFactory::create_group`]).
     fn creates_together(&self) -> bool {
@@ -359,5 +367,19 @@ pub trait CommFactory: Send + Sync {
         let why =
             self.split_unavailable().unwrap_or_else(|| format!("backend '{}' has no world communicator", self.name()));
         Err(CommError::new(CommErrorKind::Unsupported, why))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NCCL wait the runtime interrupted (a peer died) is a peer failure, which recovery can
+    /// continue from, and says what it waited for.
+    #[test]
+    fn an_interrupted_nccl_wait_is_a_peer_failure() {
+        let e = CommError::from(NcclError::Interrupted { what: "allreduce on group tp/0".into() });
+        assert_eq!(e.kind, CommErrorKind::PeerFailed);
+        assert!(e.message.contains("a peer failed") && e.message.contains("allreduce on group tp/0"), "{}", e.message);
     }
 }

@@ -55,6 +55,11 @@ impl CommFactory for Backend {
             .map_err(CommError::from)
     }
 
+    /// The backend's `interrupt` slot.
+    fn interrupt(&self, on: bool) {
+        Backend::interrupt(self, on)
+    }
+
     /// A backend whose `create_group` may run on several threads creates a rank's groups together.
     fn creates_together(&self) -> bool {
         self.creates_concurrently() && self.supports_create_group()

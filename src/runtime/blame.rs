@@ -5,9 +5,10 @@ use super::checkin::CheckinError;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
 use super::liveness::{Liveness, StartError};
-use crate::backend::{CommError, CommErrorKind};
+use crate::backend::{CommError, CommErrorKind, CommFactory};
 use crate::store::tcp::auth::TokenCell;
 use crate::store::StoreError;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
@@ -27,6 +28,59 @@ pub(super) fn start_liveness(
         Ok(l) => Ok(Some(l)),
         Err(StartError::Unreachable(_)) => Ok(None),
         Err(StartError::Posed(why)) => Err(RuntimeError::Store(StoreError::Protocol(why))),
+    }
+}
+
+/// From now on, a peer found dead ends this rank's calls blocked on the store (`abort_store`, the
+/// store's busy-aborter) and every call of `backend` in flight (its interrupt: creating or
+/// verifying any communicator, one in a group without the dead rank too), which then fail for a
+/// peer. Undone by [`deaths_end_nothing`].
+pub(super) fn deaths_interrupt(
+    l: &Liveness,
+    abort_store: Option<Box<dyn Fn() + Send + Sync>>,
+    backend: &Arc<dyn CommFactory>,
+) {
+    let backend = Arc::clone(backend);
+    l.on_peer_death(Some(Box::new(move |_| {
+        if let Some(abort) = &abort_store {
+            abort();
+        }
+        backend.interrupt(true);
+    })));
+}
+
+/// Undo [`deaths_interrupt`] once every call it could end has returned: a death ends nothing,
+/// and `backend`'s calls run again.
+pub(super) fn deaths_end_nothing(l: Option<&Liveness>, backend: &dyn CommFactory) {
+    if let Some(l) = l {
+        l.on_peer_death(None);
+    }
+    backend.interrupt(false);
+}
+
+/// While it lives, deaths interrupt (see [`deaths_interrupt`]): a step after init that creates
+/// or verifies communicators (recreate-mode resume).
+pub(super) struct DeathsInterrupt<'a> {
+    liveness: Option<&'a Liveness>,
+    backend: &'a Arc<dyn CommFactory>,
+}
+
+impl<'a> DeathsInterrupt<'a> {
+    pub(super) fn arm(
+        liveness: Option<&'a Liveness>,
+        abort_store: Option<Box<dyn Fn() + Send + Sync>>,
+        backend: &'a Arc<dyn CommFactory>,
+    ) -> Self {
+        if let Some(l) = liveness {
+            deaths_interrupt(l, abort_store, backend);
+        }
+        DeathsInterrupt { liveness, backend }
+    }
+}
+
+impl Drop for DeathsInterrupt<'_> {
+    fn drop(&mut self) {
+        deaths_end_nothing(self.liveness, self.backend.as_ref());
     }
 }
 

@@ -147,7 +147,7 @@ pub(super) fn bring_up(
     check_options(args, &layout)?;
 
     let deadline = start + args.timeout;
-    let opened = open(&env, args, reuse, deadline)?;
+    let opened = open(&env, args, reuse, deadline, &layout.backend)?;
     let env = opened.store.resolved(&env);
     let t_store = start.elapsed();
     let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline };
@@ -155,18 +155,15 @@ pub(super) fn bring_up(
     let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
     match made {
         Ok(made) => {
-            if let Some(l) = &opened.liveness {
-                // Up: a death from now on is found by what fails (or a health check).
-                l.on_peer_death(None);
-                l.set_deadline(None);
-                l.set_idle_patience(args.timeout);
-            }
+            // Up: a death from now on is found by what fails (or a health check).
+            init_over(opened.liveness.as_ref(), layout.backend.as_ref(), args);
             // Every rank holds the job's secret: the store serves only them from now on.
             opened.store.close_to_outsiders();
             Ok(assemble(args, env, layout, opened, made, start, t_store))
         }
         Err(e) => {
             let first = layout.grids.swap_remove(0).topology;
+            init_over(opened.liveness.as_ref(), layout.backend.as_ref(), args);
             Err(failed(claim, e, args, env, first, opened, deadline))
         }
     }
@@ -340,6 +337,16 @@ fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// The initialization is over (up or failed; every call it made has returned): from here on (its
+/// store kept for recovery, say) a death ends no wait, and the backend's calls run again.
+fn init_over(liveness: Option<&Liveness>, backend: &dyn CommFactory, args: &InitArgs) {
+    super::blame::deaths_end_nothing(liveness, backend);
+    if let Some(l) = liveness {
+        l.set_deadline(None);
+        l.set_idle_patience(args.timeout);
+    }
+}
+
 /// Open the attempt's store (or take a recovery's), start the heartbeat, and learn this rank's
 /// host and the address it advertises.
 fn open(
@@ -347,6 +354,7 @@ fn open(
     args: &InitArgs,
     reuse: Option<(StoreHandles, String)>,
     deadline: Instant,
+    backend: &Arc<dyn CommFactory>,
 ) -> Result<Opened, RuntimeError> {
     let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
@@ -357,9 +365,10 @@ fn open(
     if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
         l.on_store_gone(abort);
     }
-    // While this initialization runs, a peer found dead ends the waits for it at once.
+    // While this initialization runs, a peer found dead ends the waits for it at once: the calls
+    // blocked on the store, and every backend call in flight.
     if let (Some(l), Some(abort)) = (&liveness, store.busy_aborter()) {
-        l.on_peer_death(Some(Box::new(move |_| abort())));
+        super::blame::deaths_interrupt(l, Some(abort), backend);
     }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
@@ -510,13 +519,6 @@ fn failed(
     opened: Opened,
     deadline: Instant,
 ) -> RuntimeError {
-    if let Some(l) = &opened.liveness {
-        // The initialization is over: from here on (its store kept for recovery, say) a death
-        // ends no wait.
-        l.on_peer_death(None);
-        l.set_deadline(None);
-        l.set_idle_patience(args.timeout);
-    }
     if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
         // The store's host is gone: nobody can read a verdict or recover through it.
         return e;

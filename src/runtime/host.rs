@@ -64,7 +64,7 @@ pub fn publish(store: &dyn Store, rank: u32, host: &HostInfo) -> Result<(), crat
 }
 
 /// The published label of `rank`'s host, or None (not published, or the store failed).
-fn label_of(store: &dyn Store, rank: u32) -> Option<String> {
+pub fn label_of(store: &dyn Store, rank: u32) -> Option<String> {
     if !store.check(&[&key(rank)]).ok()? {
         return None;
     }
@@ -78,9 +78,14 @@ fn label_of(store: &dyn Store, rank: u32) -> Option<String> {
 /// ranks that published none are listed bare. Used on failure paths only (two store requests
 /// per rank).
 pub fn describe(store: &dyn Store, ranks: &[u32]) -> String {
+    describe_by(ranks, &|r| label_of(store, r))
+}
+
+/// [`describe`] with each rank's host label from `label` (see [`label_of`]).
+pub fn describe_by(ranks: &[u32], label: &dyn Fn(u32) -> Option<String>) -> String {
     let mut by_host: BTreeMap<Option<String>, Vec<u32>> = BTreeMap::new();
     for &r in ranks {
-        by_host.entry(label_of(store, r)).or_default().push(r);
+        by_host.entry(label(r)).or_default().push(r);
     }
     let parts: Vec<String> = by_host
         .into_iter()

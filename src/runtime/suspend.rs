@@ -313,6 +313,8 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
         return Err(RuntimeError::InvalidArgument("resume timeout must be > 0".into()));
     }
     let deadline = start + timeout;
+    // A peer found dead meanwhile ends the creations and verifications below at once.
+    let _deaths = super::blame::DeathsInterrupt::arm(rt.liveness.as_ref(), rt.store.busy_aborter(), &rt.backend);
     let mut report = SuspendReport::default();
     let mut resumed: Vec<&LiveGroup> = Vec::new();
     // Native ones resume in place; released ones are created again after (together where the

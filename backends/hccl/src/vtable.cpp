@@ -191,6 +191,9 @@ mcore_backend_v1 make_vtable() {
   // (HcclCommSetMemoryRange, HcclCommActivateCommMemory) map user memory for zero-copy, not
   // HCCL's own buffers (docs/backends.md, "HCCL"). HCCL reports no per-communicator memory.
   vt.last_error = &last_error;
+  // No interrupt slot: HCCL has no abort and no non-blocking init, and destroying a communicator
+  // under a call blocked in it is not allowed; a call blocked in HCCL when a peer dies runs to
+  // HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT (the library's store waits still end at once).
   // Sub-communicators of a root-info world are experimental in HCCL (torch_npu enables them only
   // behind ROOTINFO_SUBCOMM_ENABLE=1): `auto` creates groups from root info unless asked.
   const char *sub = std::getenv("ROOTINFO_SUBCOMM_ENABLE");

@@ -109,6 +109,7 @@ fn poll_state(
     timeout: Duration,
     start: Instant,
 ) -> Result<bool, NcclError> {
+    interrupted(&format!("{call} of {what}"))?;
     match lib.comm_async_error(comm) {
         Ok(NCCL_SUCCESS) => Ok(true),
         Ok(NCCL_IN_PROGRESS) if start.elapsed() < timeout => Ok(false),
@@ -116,6 +117,25 @@ fn poll_state(
         Ok(state) => Err(lib.call_error(&format!("{call} for {what}"), state, Some(comm))),
         Err(rc) => Err(lib.call_error(&format!("ncclCommGetAsyncError for {what}"), rc, Some(comm))),
     }
+}
+
+/// Set while the runtime interrupts this process's waits (see [`interrupt`]).
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// A peer failed (`on`): every wait of this backend's polling loops ends with
+/// [`NcclError::Interrupted`] (the communicator waited on is aborted, as on a timeout), and so does
+/// every wait that starts, until turned off. Only sets a flag: safe from any thread while the
+/// waits run (`ncclCommAbort` is called by the waiting thread, never under its feet).
+pub fn interrupt(on: bool) {
+    INTERRUPTED.store(on, Ordering::SeqCst);
+}
+
+/// `Err` naming `what` while the waits are interrupted (see [`interrupt`]).
+fn interrupted(what: &str) -> Result<(), NcclError> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err(NcclError::Interrupted { what: what.to_string() });
+    }
+    Ok(())
 }
 
 /// Wait until `comm` leaves `ncclInProgress` or `timeout` passes; on error or expiry the
@@ -181,6 +201,7 @@ fn written_comm(
                 Ok(state) | Err(state) => return Err(lib.call_error(&format!("{call} for {what}"), state, Some(p))),
             }
         }
+        interrupted(&format!("{call} to hand out the communicator of {what}"))?;
         if start.elapsed() >= timeout {
             return Err(NcclError::Timeout {
                 what: format!("{call} to hand out the communicator of {what}"),
@@ -807,6 +828,7 @@ impl NcclComm {
         let mut step = Duration::from_micros(100);
         // Non-blocking communicators may return ncclInProgress until the op is enqueued.
         while rc == NCCL_IN_PROGRESS {
+            interrupted(&what)?;
             rc = self.lib.comm_async_error(comm).unwrap_or_else(|e| e);
             if rc == NCCL_IN_PROGRESS && start.elapsed() >= timeout {
                 return Err(NcclError::Timeout { what: format!("{what} to be enqueued"), deadline: timeout });
@@ -817,6 +839,7 @@ impl NcclComm {
             return Err(self.lib.call_error(&format!("ncclAllReduce ({what})"), rc, Some(comm)));
         }
         while !stream.is_done()? {
+            interrupted(&what)?;
             if let Ok(state) = self.lib.comm_async_error(comm) {
                 if state != NCCL_SUCCESS && state != NCCL_IN_PROGRESS {
                     return Err(self.lib.call_error(&what, state, Some(comm)));

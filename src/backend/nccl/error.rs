@@ -22,6 +22,8 @@ pub enum NcclError {
     InvalidArgument(String),
     /// The rendezvous store failed while doing `what` (e.g. publishing a group's unique id).
     Store { what: String, error: StoreError },
+    /// A peer failed and the runtime ended the wait for `what` (the communicator is not used again).
+    Interrupted { what: String },
 }
 
 impl NcclError {
@@ -59,6 +61,9 @@ impl fmt::Display for NcclError {
             }
             NcclError::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             NcclError::Store { what, error } => write!(f, "{what}: {error}"),
+            NcclError::Interrupted { what } => {
+                write!(f, "a peer failed: the wait for {what} was ended (the communicator is not used again)")
+            }
         }
     }
 }

@@ -317,6 +317,11 @@ impl CommFactory for NcclFactory {
         self.concurrent
     }
 
+    /// Ends the polling loops of every NCCL wait (see [`super::comm::interrupt`]).
+    fn interrupt(&self, on: bool) {
+        super::comm::interrupt(on)
+    }
+
     fn create_groups_together(
         &self,
         groups: &[GroupRequest<'_>],

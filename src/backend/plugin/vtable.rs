@@ -188,6 +188,15 @@ impl Vtable {
         self.raw.allreduce_sum_i64.is_some()
     }
 
+    /// The backend's `interrupt` slot: end (`on`) the calls in flight, and fail new ones, until
+    /// turned off. Nothing without the slot.
+    pub fn interrupt(&self, on: bool) {
+        if let Some(f) = self.raw.interrupt {
+            // SAFETY: the slot may be called from any thread while other slots run (its contract).
+            unsafe { f(self.raw.user_data, on) };
+        }
+    }
+
     fn unsupported(&self, op: &'static str) -> BackendError {
         BackendError::Unsupported { backend: self.name.clone(), op }
     }

@@ -123,6 +123,9 @@ struct Shared {
     on_gone: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     /// Ranks found dead by their connection's close notice, confirmed by their heartbeat.
     dead: Mutex<Vec<u32>>,
+    /// The host labels of the dead ranks, read as their death was noticed (the store that
+    /// holds them may be gone by the time a failure is explained).
+    dead_hosts: Mutex<BTreeMap<u32, Option<String>>>,
     /// Run when ranks are found dead (all found so far).
     on_dead: Mutex<Option<PeerDeath>>,
     /// How deaths are found: our server's close notices, or (the store is not ours) rank 0's
@@ -257,10 +260,12 @@ impl Liveness {
         let (notices, rank, port) = (!env.use_agent_store, env.rank, env.master_port);
         let addr = env.master_addr.clone();
         let attempt = prefix.to_string();
+        // The rank reached the store before it starts its heartbeat: a refused connection means
+        // the store's process is gone, and is not retried.
         let open = {
             let (addr, token) = (addr.clone(), token.clone());
             move |within: Duration| -> Result<Arc<TcpStore>, StoreError> {
-                let conn = TcpStore::connect_with_token(&addr, port, within, token.get().as_ref())?;
+                let conn = TcpStore::reconnect_with_token(&addr, port, within, token.get().as_ref())?;
                 Ok(Arc::new(conn.with_reply_timeout(REPLY_LIMIT)))
             }
         };
@@ -324,6 +329,7 @@ impl Liveness {
             before_recovery: Mutex::new(Vec::new()),
             on_gone: Mutex::new(None),
             dead: Mutex::new(Vec::new()),
+            dead_hosts: Mutex::new(BTreeMap::new()),
             on_dead: Mutex::new(None),
             finder,
             deadline: Mutex::new(None),
@@ -506,7 +512,12 @@ impl Liveness {
     /// [`super::host::describe`]), numbered as [`Self::name_ranks`] does.
     fn who(&self, ranks: &[u32]) -> String {
         let bare = super::host::format_ranks(ranks);
-        let hosts = super::host::describe(self.shared.store().as_ref(), ranks);
+        let store = self.shared.store();
+        let known = self.shared.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let hosts = super::host::describe_by(ranks, &|r| match known.get(&r) {
+            Some(Some(label)) => Some(label.clone()),
+            _ => super::host::label_of(store.as_ref(), r),
+        });
         let numbered = self.name_ranks(ranks);
         match (hosts == bare, numbered == bare) {
             (true, _) => numbered,
@@ -829,18 +840,24 @@ fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64,
     if asked {
         let _ = s.store().add(&key(me), 1);
     }
-    let mut found = false;
+    let mut found = Vec::new();
     {
         let mut dead = s.dead.lock().unwrap_or_else(|p| p.into_inner());
         for r in died {
             if !dead.contains(&r) {
                 dead.push(r);
-                found = true;
+                found.push(r);
             }
         }
         dead.sort_unstable();
     }
-    if found {
+    if !found.is_empty() {
+        // Their hosts first, while the store surely answers (it just did): the failures the
+        // callback causes are explained with them, when the store may be gone.
+        for r in found {
+            let label = super::host::label_of(view, r);
+            s.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(r, label);
+        }
         let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(f) = s.on_dead.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             f(&dead);

@@ -92,6 +92,29 @@ impl TcpStore {
         timeout: Duration,
         token: Option<&StoreToken>,
     ) -> Result<TcpStore, StoreError> {
+        Self::dial(host, port, timeout, token, false)
+    }
+
+    /// Another connection to a server this process reached before (a pool growing): as
+    /// [`TcpStore::connect_with_token`], but a refused connection fails at once, for the server
+    /// that answered before is gone (a server that is up, even frozen or with a full backlog,
+    /// does not refuse: its kernel queues or drops the connection).
+    pub fn reconnect_with_token(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        token: Option<&StoreToken>,
+    ) -> Result<TcpStore, StoreError> {
+        Self::dial(host, port, timeout, token, true)
+    }
+
+    fn dial(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        token: Option<&StoreToken>,
+        refusal_is_final: bool,
+    ) -> Result<TcpStore, StoreError> {
         let peer = format!("{}:{port}", crate::quote::clip(host));
         let start = Instant::now();
         let deadline = start + timeout;
@@ -112,6 +135,12 @@ impl TcpStore {
                                 }
                                 other => return other,
                             },
+                            Err(e) if refusal_is_final && e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                                return Err(StoreError::Closed(format!(
+                                    "the store server at {peer} refused a new connection ({e}): it answered before, \
+                                     so its process is gone"
+                                )))
+                            }
                             Err(e) => last_err = e.to_string(),
                         }
                     }

@@ -90,7 +90,8 @@ impl TcpStorePool {
                 }
                 Some(c) => break c,
                 None => {
-                    let c = Arc::new(TcpStore::connect_with_token(
+                    // The server answered `first`: a refusal now means it is gone.
+                    let c = Arc::new(TcpStore::reconnect_with_token(
                         &self.host,
                         self.port,
                         self.timeout,
@@ -173,5 +174,23 @@ mod tests {
         assert_eq!(waiter.join().unwrap().unwrap(), b"x");
         assert!(pool.connections() <= 2);
         assert!(pool.round_trips() >= 2);
+    }
+
+    /// A pool whose server went away: the call on the broken connection fails, and the one that
+    /// needs a new connection is refused and fails at once (not retried until the store
+    /// timeout, which is what a server that was never up gets).
+    #[test]
+    fn a_new_connection_to_a_server_that_went_away_fails_at_once() {
+        let (mut server, first) = TcpStore::host("127.0.0.1", 0, Duration::from_secs(300)).unwrap();
+        let port = server.port();
+        let pool = TcpStorePool::new(Arc::new(first), "127.0.0.1", port);
+        pool.set("k", b"v").unwrap();
+        server.shutdown();
+        drop(server);
+        let _ = pool.get("k"); // over the old connection, which the server closed
+        match pool.get("k") {
+            Err(StoreError::Closed(m)) => assert!(m.contains("refused a new connection"), "{m}"),
+            other => panic!("expected the refusal to end the call: {other:?}"),
+        }
     }
 }
