@@ -170,9 +170,9 @@ else
     cat "$out"/node*; suite_bad "torchrun 2 hosts: exit codes $rc0/$rc1, $n_ok/8 ranks ok"
   fi
   # The store's shared secret against a real torch client: refused with a token, served without
-  # (tests/store_auth.rs; plain `cargo test` skips this check when it finds no torch).
-  suite_check "tests/store_auth.rs with torch's client" \
-    env MCORE_TORCH_PYTHON="$(cd "$venv" && pwd)/bin/python" cargo test --release --locked --test store_auth
+  # (tests/store/store_auth.rs; plain `cargo test` skips this check when it finds no torch).
+  suite_check "tests/store/store_auth.rs with torch's client" \
+    env MCORE_TORCH_PYTHON="$(cd "$venv" && pwd)/bin/python" cargo test --release --locked --test store store_auth::
 fi
 
 suite_end multihost
