@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The runtime's NCCL paths against the libnccl test double (tests/nccl_double/nccl_double.rs), once more with
+# The runtime's NCCL paths against the libnccl test double (tests/nccl_double/nccl_double.rs), with
 # the double built with AddressSanitizer and libasan preloaded into every process, so that a write
-# NCCL makes after a call returned, into memory the caller already freed, is reported.
-# (`cargo test` in scripts/test.sh runs the same tests without ASan.) A double for the runtime's
-# logic only: the real libnccl.so.2 is tested by 30-nccl-cpu.sh and scripts/gpu-tests.sh.
+# NCCL makes after a call returned, into memory the caller already freed, is reported. (Plain
+# `cargo test` runs the same tests without ASan; scripts/test.sh leaves them to this suite.) A
+# double for the runtime's logic only: the real libnccl.so.2 is tested by 30-nccl-cpu.sh and
+# scripts/gpu-tests.sh.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 asan=$(cc -print-file-name=libasan.so 2>/dev/null)
