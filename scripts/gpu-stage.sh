@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares a GPU run on a machine with Rust for a GPU machine without it (or without a network):
-# builds the release tools and the tests/nccl_gpu.rs test binary, strips them into
+# builds the release tools and the tests/backends/nccl_gpu.rs test binary, strips them into
 # target/gpu-stage/bin, and downloads megatron-core's wheel (Python 3.12, no dependencies: the GPU
 # machine's torch, numpy and packaging serve) into target/gpu-stage/wheels. Then, on the GPU
 # machine, with target/gpu-stage copied beside a checkout of the same commit:
@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 stage=target/gpu-stage
 rm -rf "$stage"; mkdir -p "$stage/bin" "$stage/wheels"
 cargo build --release --locked --quiet --bins
-test_bin=$(cargo test --release --locked --test nccl_gpu --no-run --message-format=json 2>/dev/null \
+test_bin=$(cargo test --release --locked --test backends --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "nccl_gpu" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "backends" and m.get("executable"):
         print(m["executable"])')
 for f in target/release/mcore-launch target/release/mcore-selftest "$test_bin"; do
   strip -o "$stage/bin/$(basename "$f" | sed 's/-[0-9a-f]*$//')" "$f"

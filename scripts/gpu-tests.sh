@@ -7,7 +7,7 @@
 # torch's nvidia-nccl wheel); else the wheel matching the driver's CUDA major version
 # (nvidia-nccl-cu12 or nvidia-nccl-cu13; NCCL_WHEEL overrides) is installed into target/nccl-venv.
 #
-# 1. tests/nccl_gpu.rs (all #[ignore]d, so CPU machines skip them): init, split, creation together,
+# 1. tests/backends/nccl_gpu.rs (all #[ignore]d, so CPU machines skip them): init, split, creation together,
 #    allreduce on device memory, a deadline that aborts, 2 ranks on one GPU.
 # 2. mcore-selftest --backend nccl under mcore-launch: worlds of 1, 2, 4 and 8 ranks on GPU 0, and
 #    one rank per GPU when there are several; each with the split and the per-group strategy, each
@@ -31,7 +31,7 @@
 # MCORE_GPU_SECTIONS="1 2 3 4 5" (the default) picks the sections to run (3 reads 2's logs).
 #
 # Prebuilt (a GPU machine without Rust): MCORE_GPU_BIN=DIR runs DIR/mcore-launch, DIR/mcore-selftest
-# and DIR/nccl_gpu (the test binary of tests/nccl_gpu.rs) instead of calling cargo;
+# and DIR/nccl_gpu (the test binary of tests/backends/nccl_gpu.rs) instead of calling cargo;
 # scripts/gpu-stage.sh builds that folder. MCORE_GPU_OUT=DIR writes the logs and summary.md there
 # (default target/gpu-tests); MCORE_GPU_TIMEOUT=S is each selftest's init timeout (default 120).
 #
@@ -127,11 +127,11 @@ fi
 echo "gpu-tests: ranks sharing GPU 0 use $shared_how"
 
 if section 1; then
-  echo "== 1. tests/nccl_gpu.rs"
+  echo "== 1. tests/backends/nccl_gpu.rs"
   if [ -n "$bin" ]; then
-    check "$bin/nccl_gpu" --ignored --skip _child --test-threads=1 --nocapture
+    check "$bin/backends" nccl_gpu:: --ignored --skip _child --test-threads=1 --nocapture
   else
-    check cargo test --release --locked --test nccl_gpu -- --ignored --skip _child --test-threads=1 --nocapture
+    check cargo test --release --locked --test backends nccl_gpu:: -- --ignored --skip _child --test-threads=1 --nocapture
   fi
 fi
 

@@ -1,26 +1,54 @@
 #!/usr/bin/env bash
-# Run every test of the project: Rust unit + integration tests (conformance vectors read from
-# tests/data/conformance), then each suite in scripts/test.d/ in name order (C examples, C++,
-# Python, multi-process). Ends with one summary line.
+# Run the project's tests (docs/BENCHMARKS.md, "Test command", has the times):
+#   scripts/test.sh        every test: the fast tier, then the slow one (what CI's .ci/run runs)
+#   scripts/test.sh fast   Rust unit and integration tests (`cargo test`: conformance vectors read
+#                          from tests/data/conformance), then the fast suites of scripts/test.d/:
+#                          single-process and short multi-process ones
+#   scripts/test.sh slow   the slow suites: faults, recovery and scale, the launchers (Slurm,
+#                          mpirun, PMIx, two hosts), the wheel, torch
+# A suite is slow when its header has the line `# tier: slow`; every other suite is fast. Suites
+# run in name order, each with its wall time and its log in target/suite-logs/; what failed is
+# repeated at the end, then one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=${1:-all}
+case "$tier" in
+  all | fast | slow) ;;
+  *) echo "usage: $0 [fast|slow]   (no argument: both tiers)" >&2; exit 2 ;;
+esac
 ./scripts/setup.sh
 cargo build --release --locked --all-targets
-cargo test --release --locked --no-fail-fast
 failed=()
 logs=target/suite-logs
 mkdir -p "$logs"
-for suite in scripts/test.d/*.sh; do
-  [ -e "$suite" ] || continue
-  echo "=== $suite"
-  bash "$suite" 2>&1 | tee "$logs/$(basename "$suite" .sh).log" || failed+=("$suite")
+start=$SECONDS
+if [ "$tier" != slow ]; then
+  t0=$SECONDS
+  # The libnccl double's tests (tests/nccl_double/) run in this tier under AddressSanitizer
+  # (scripts/test.d/32-nccl-double.sh, the same tests with ASan's checks on top): not twice.
+  cargo test --release --locked --no-fail-fast -- --skip nccl_double:: || failed+=("cargo test")
+  echo "=== cargo test: $((SECONDS - t0)) s"
+fi
+for want in fast slow; do
+  { [ "$tier" = all ] || [ "$tier" = "$want" ]; } || continue
+  for suite in scripts/test.d/*.sh; do
+    [ -e "$suite" ] || continue
+    grep -qx '# tier: slow' "$suite" && is=slow || is=fast
+    [ "$is" = "$want" ] || continue
+    echo "=== $suite ($is)"
+    t0=$SECONDS
+    bash "$suite" 2>&1 | tee "$logs/$(basename "$suite" .sh).log" || failed+=("$suite")
+    echo "=== $suite: $((SECONDS - t0)) s"
+  done
 done
+echo "=== tier $tier: $((SECONDS - start)) s after the build"
 if [ "${#failed[@]}" -gt 0 ]; then
-  # What failed in each, again at the end (CI shows the tail of a long log).
+  # What failed in each suite, again at the end (CI shows the tail of a long log).
   for suite in "${failed[@]}"; do
+    [ "$suite" = "cargo test" ] && continue
     echo "--- $suite failed:"
     grep -E '^(FAIL|FAILED)\b|^E  |^test .* FAILED$|panicked at' "$logs/$(basename "$suite" .sh).log" | head -n 25
   done
-  echo "suites failed: ${failed[*]}"
+  echo "failed: ${failed[*]}"
   exit 1
 fi

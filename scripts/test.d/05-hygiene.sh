@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hygiene that keeps the tree as docs/architecture.md describes it: formatted (rustfmt.toml),
 # clippy-clean with warnings as errors, API docs that build with warnings as errors. The layer
-# check (imports run one way) is the cargo test tests/layers.rs.
+# check (imports run one way) is the cargo test tests/hygiene/layers.rs.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 suite_check_log fmt target/hygiene-fmt.log cargo fmt --all --check

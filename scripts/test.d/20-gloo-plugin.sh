@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Gloo backend plugin (backends/gloo, CMake, Debian's libgloo-dev) into
 # target/gloo-plugin/, check it exports only its entry symbol, then run the backend tests with
-# real processes against it (tests/backend_plugin.rs via MCORE_GLOO_PLUGIN).
+# real processes against it (tests/backends/backend_plugin.rs via MCORE_GLOO_PLUGIN).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 out=target/gloo-plugin
@@ -34,7 +34,7 @@ else
 fi
 rm -rf "$store"
 log=$(mktemp)
-MCORE_GLOO_PLUGIN="$plugin" cargo test --release --quiet --test backend_plugin >"$log" 2>&1
+MCORE_GLOO_PLUGIN="$plugin" cargo test --release --quiet --test backends backend_plugin:: >"$log" 2>&1
 cat "$log"
 suite_count_cargo "backend_plugin tests" "$log"
 rm -f "$log"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # Recovery after a failure with real processes (docs/recovery.md): 16 Gloo ranks, tp 2 pp 2,
 # through mcore-launch; after init rank 0 kills the named ranks with SIGKILL (by pid) and the
 # survivors agree on the failed set through the store and re-form:
@@ -23,7 +24,7 @@
 #   7. 17 ranks with --spares 1 --fail-rank 5: rank 16 stands by, takes rank 5's place (its
 #      coordinates, its groups) and the world stays 16 on tp 2 pp 2 dp 4, every group verified.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
-# tests/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
+# tests/cli/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 gloo_plugin >/dev/null   # target/gloo-plugin, on LD_LIBRARY_PATH below

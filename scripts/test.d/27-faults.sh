@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # Fault injection (issue #23): Gloo worlds of 8 and 16 real mcore-selftest processes, init timeout
 # T = 5 s, in which one rank (rank 0 in every third trial, else one drawn from a fixed seed)
 # SIGKILLs or SIGSTOPs itself at a drawn point: before init, at check-in, with its communicators

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # srun with nothing set by hand (issue 28): a real single-node Slurm from Debian (slurm-wlm:
 # slurmctld, slurmd; munge), configured, started, stopped and removed by this suite in a private
 # directory, runs `srun -n 8 mcore-selftest --tp 2 --pp 2 --backend gloo --json` with no

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # mpirun with nothing set by hand (issue 28): Debian's OpenMPI (openmpi-bin, installed when
 # missing) runs `mpirun -np 8 mcore-selftest --tp 2 --pp 2 --backend gloo --json` on this one
 # node with no MASTER_ADDR/MASTER_PORT: the ranks meet on loopback at the port derived from the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # The rendezvous through PMIx (issue 35), with Debian's OpenMPI (openmpi-bin, whose mpirun runs a
 # PMIx server; libpmix2 comes with it): `mpirun -np 8 mcore-selftest --tp 2 --pp 2 --cp 2` with
 # nothing set by hand rendezvous through PMIx (rank 0's store on an ephemeral port, published via

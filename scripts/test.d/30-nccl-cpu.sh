@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NCCL backend against the real libnccl.so.2 on a machine without a GPU (tests/nccl_cpu.rs).
+# The NCCL backend against the real libnccl.so.2 on a machine without a GPU (tests/backends/nccl_cpu.rs).
 # Installs the nvidia-nccl-cu12 wheel into target/nccl-venv (reused when present) and points
 # MCORE_NCCL_LIBRARY at its libnccl.so.2. When the wheel cannot be had (no network): a failure in
 # CI (CI=true), a skip elsewhere.
@@ -29,8 +29,8 @@ fi
 echo "nccl-cpu: nvidia-nccl-cu12 $("$venv/bin/pip" show nvidia-nccl-cu12 2>/dev/null | sed -n 's/^Version: //p') at $lib"
 export MCORE_NCCL_LIBRARY=$lib MCORE_NCCL_TEST_REQUIRE=1
 log=$(mktemp)
-cargo test --release --locked --test nccl_cpu 2>&1 | tee "$log"
+cargo test --release --locked --test backends nccl_cpu:: 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-suite_count_cargo "tests/nccl_cpu.rs" "$log" "$rc"
+suite_count_cargo "tests/backends/nccl_cpu.rs" "$log" "$rc"
 rm -f "$log"
 suite_end nccl-cpu

@@ -2,7 +2,7 @@
 # Build the HCCL backend plugin (backends/hccl, C++17, CMake; no Ascend toolkit needed) into
 # target/hccl-plugin/libmcore_init_hccl.so and run its tests: the C++ cases (ctest: no libhccl.so,
 # a library without HCCL's symbols, config generations, timeouts, a missing peer, against the test
-# doubles of libhccl.so and libascendcl.so in target/hccl-plugin/double), tests/hccl_plugin.rs
+# doubles of libhccl.so and libascendcl.so in target/hccl-plugin/double), tests/backends/hccl_plugin.rs
 # (the plugin loaded through the library's plugin loader, two real processes), and mcore-selftest
 # --backend hccl through mcore-launch with the doubles: 1, 2, 4 and 8 processes (tp2 pp2 cp2 at 8)
 # with verification on, once per config generation the double models, once without int64, split
@@ -23,9 +23,9 @@ log=$(mktemp)
 (cd "$build" && ctest --output-on-failure) >"$log" 2>&1
 cat "$log"
 suite_count_ctest ctest "$log"
-MCORE_HCCL_TEST_REQUIRE=1 cargo test --release --locked --test hccl_plugin >"$log" 2>&1
+MCORE_HCCL_TEST_REQUIRE=1 cargo test --release --locked --test backends hccl_plugin:: >"$log" 2>&1
 cat "$log"
-suite_count_cargo "tests/hccl_plugin.rs" "$log"
+suite_count_cargo "tests/backends/hccl_plugin.rs" "$log"
 # mcore-selftest --backend hccl through mcore-launch, with the doubles.
 cargo build --release --locked --quiet --bins || suite_abort hccl-plugin "cargo build --bins"
 dbl=$PWD/target/hccl-plugin/double

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Hostile clients against the store of a live 8-rank init (issue #24, tests/store_hostile.rs):
+# tier: slow
+# Hostile clients against the store of a live 8-rank init (issue #24, tests/store/store_hostile.rs):
 # MULTI_GETs of 1 MB key lists, 250,000 WAITs on one key then close, requests left half-sent,
 # replies never read, 1,100 idle connections at an open-file limit of 1,024. Every rank must come
 # up, the store host must survive within its memory budget, a probe client must stay answered.
@@ -8,10 +9,10 @@ set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 plugin=$(gloo_plugin)
 log=target/store-hostile.log
-MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test store_hostile -- --test-threads 1 --nocapture \
+MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test store store_hostile:: -- --test-threads 1 --nocapture \
   >"$log" 2>&1
 rc=$?
 grep -oE 'store_hostile .*|  rank 0: .*' "$log"
-suite_count_cargo "tests/store_hostile.rs" "$log" "$rc"
+suite_count_cargo "tests/store/store_hostile.rs" "$log" "$rc"
 [ "$rc" -eq 0 ] || tail -n 40 "$log"
 suite_end store-hostile

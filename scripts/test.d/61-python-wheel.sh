@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # pip install: build the wheel (scripts/build-wheel.sh: setuptools, libmcore_init.so and the Gloo
 # plugin inside, both built with zig for glibc 2.28, Gloo linked into the plugin), install it into a
 # fresh virtualenv that has no Rust toolchain on its PATH, and run the Python tests from a copy

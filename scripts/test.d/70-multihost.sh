@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # Several hosts, simulated with two network namespaces joined by a veth pair (10.77.0.1 and
 # 10.77.0.2, a private range used only between the namespaces this suite creates), 4 ranks on
 # each, Gloo, default settings (nothing but MASTER_ADDR/MASTER_PORT and the rank variables):
@@ -170,9 +171,9 @@ else
     cat "$out"/node*; suite_bad "torchrun 2 hosts: exit codes $rc0/$rc1, $n_ok/8 ranks ok"
   fi
   # The store's shared secret against a real torch client: refused with a token, served without
-  # (tests/store_auth.rs; plain `cargo test` skips this check when it finds no torch).
-  suite_check "tests/store_auth.rs with torch's client" \
-    env MCORE_TORCH_PYTHON="$(cd "$venv" && pwd)/bin/python" cargo test --release --locked --test store_auth
+  # (tests/store/store_auth.rs; plain `cargo test` skips this check when it finds no torch).
+  suite_check "tests/store/store_auth.rs with torch's client" \
+    env MCORE_TORCH_PYTHON="$(cd "$venv" && pwd)/bin/python" cargo test --release --locked --test store store_auth::
 fi
 
 suite_end multihost

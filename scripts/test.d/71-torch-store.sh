@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: slow
 # Our TCPStore server (src/store/tcp/server/) under real torch clients (PyPI's torch, pinned; the
 # venv of scripts/torchrun-venv.sh, target/torchrun-venv, shared with 70-multihost.sh), all on
 # 127.0.0.1 (scripts/torch_store_compat/):

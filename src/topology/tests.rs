@@ -207,7 +207,7 @@ fn local_world_leaves_other_ranks_in_no_group() {
 }
 
 /// The largest pipeline (2^32 - 1 stages): the last stage's neighbours wrap without overflow
-/// (found by tests/fuzz_parsers.rs).
+/// (found by tests/conformance/fuzz_parsers.rs).
 #[test]
 fn pipeline_neighbours_of_the_largest_pipeline() {
     let t = Topology::new(TopologyConfig { pp: u32::MAX, ..Default::default() }, u32::MAX).unwrap();

@@ -159,3 +159,13 @@ pub fn rank_command(exe: &str, rank: u32, world: u32, port: &str) -> std::proces
         .stderr(Stdio::piped());
     cmd
 }
+
+/// The name the test harness knows test `name` of the calling module by (`FILE::NAME`: each
+/// crate of tests/ holds its files as modules), for a test that runs one of its own tests again
+/// in a child process with `--exact`. Call as `test_name(module_path!(), "name")`.
+pub fn test_name(module_path: &str, name: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}

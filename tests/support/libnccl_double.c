@@ -5,7 +5,7 @@
  * version gates, and the orchestration of many communicators. It is not NCCL: there is no GPU
  * code, no transport, no algorithm; "device memory" is host memory, a stream is a token, and the
  * verifying all-reduce is a sum of int64 values exchanged through files. Nothing proven with this
- * double says that the backend works with the real NCCL; tests/nccl_cpu.rs (the real library
+ * double says that the backend works with the real NCCL; tests/backends/nccl_cpu.rs (the real library
  * without a GPU) and scripts/gpu-tests.sh (a GPU) do that.
  *
  * Behaviours it reproduces (measured on NCCL 2.28 with an H100, see docs/backends.md):

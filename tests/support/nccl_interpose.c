@@ -4,7 +4,7 @@
  * itself, forwarding each to the next definition (dlsym(RTLD_NEXT)). This one only counts: every
  * call prints "nccl interpose: <call> #<n>" on stderr, then forwards. It sees a call only when the
  * caller resolves NCCL's symbols through the process's global scope (MCORE_NCCL_GLOBAL_SYMBOLS=1);
- * a private dlopen + dlsym(handle) bypasses it. Used by tests/nccl_double.rs with the libnccl double
+ * a private dlopen + dlsym(handle) bypasses it. Used by tests/nccl_double/nccl_double.rs with the libnccl double
  * as the library underneath.
  */
 #define _GNU_SOURCE

@@ -1,5 +1,5 @@
 //! Unit tests of the heartbeat mode (in-process stores; the notice mode with our server is in
-//! tests/liveness_notices.rs).
+//! tests/runtime/liveness_notices.rs).
 
 use super::*;
 use crate::store::MemoryStore;

@@ -8,10 +8,10 @@
 //! `MCORE_STATUS_PANIC` status), and the tool must exit 0 or 2. `MCORE_FUZZ_SEED` picks another
 //! seed, `MCORE_FUZZ_SCALE` multiplies the number of cases (for longer local runs).
 
-mod common;
+use crate::common;
 // The tools' argument parsing (no part of the library), included by path.
 #[allow(dead_code)]
-#[path = "../src/bin/common/cli.rs"]
+#[path = "../../src/bin/common/cli.rs"]
 mod cli;
 
 use cli::{is_layout_flag, layout_flag, number, parse_grid, utf8_args, Flags};

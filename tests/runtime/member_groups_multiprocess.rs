@@ -4,7 +4,7 @@
 //! its three members while the other ranks do nothing. Needs `MCORE_GLOO_PLUGIN`
 //! (scripts/test.d/25-runtime.sh sets it); without it every test says so and returns.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};

@@ -15,7 +15,7 @@
 //! open-file limit, and 1,100 connections that each sent a PING against it. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it);
 //! without it every test says so and returns.
 
-mod common;
+use crate::common;
 
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
 use std::fs::File;

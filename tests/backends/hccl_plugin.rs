@@ -180,7 +180,13 @@ fn run_children(case: &str, ranks: u32, variant: &str) {
     let children: Vec<_> = (0..ranks)
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "stub_child", "--ignored", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &crate::common::test_name(module_path!(), "stub_child"),
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_ENV, case)
                 .env("MCORE_HCCL_LIBRARY", &stub)
                 .env("MCORE_HCCL_ACL_LIBRARY", &acl)

@@ -3,7 +3,7 @@
 //! time from `tests/data/conformance/{,v0.19.2/}megatron_groups.json.gz` (see docs/conformance.md,
 //! which also lists the documented deviations from 0.19.2's defects checked here).
 
-mod common;
+use crate::common;
 
 use mcore_init::topology::{GroupKind, Topology, TopologyConfig};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! refused with a token and served without one (when a torch interpreter is available, see
 //! [`torch_python`]).
 
-mod common;
+use crate::common;
 
 use mcore_init::store::tcp::auth::{self, AUTH_REQUIRED};
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};

@@ -173,7 +173,12 @@ fn multi_process_rendezvous() {
     let mut children: Vec<_> = (0..4)
         .map(|rank| {
             std::process::Command::new(&exe)
-                .args(["--exact", "child_process_worker", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &crate::common::test_name(module_path!(), "child_process_worker"),
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_ENV, port.to_string())
                 .env("MCORE_STORE_TCP_CHILD_RANK", rank.to_string())
                 .stdout(std::process::Stdio::null())
@@ -304,7 +309,12 @@ fn no_descriptor_or_thread_outlives_a_server() {
     // Other tests run in parallel threads of this process: use a child process for a clean count.
     if std::env::var("MCORE_STORE_TCP_LEAK_CHILD").is_err() {
         let st = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "no_descriptor_or_thread_outlives_a_server", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &crate::common::test_name(module_path!(), "no_descriptor_or_thread_outlives_a_server"),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("MCORE_STORE_TCP_LEAK_CHILD", "1")
             .status()
             .unwrap();

@@ -167,7 +167,13 @@ fn two_ranks_share_one_gpu() {
     let mut children = Vec::new();
     for rank in 0..2 {
         let mut c = Command::new(&exe)
-            .args(["--exact", "gpu_rank_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &crate::common::test_name(module_path!(), "gpu_rank_child"),
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, rank.to_string())
             .envs(shared_gpu_env(lib, rank))
             .env("NCCL_MAX_CTAS", "2")

@@ -3,7 +3,7 @@
 //! layout it prints) equal the seeds Megatron's training initializer gave each rank; a rank where
 //! Megatron raised (seed collision) makes the tool exit 2 naming that rank.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::process::Command;

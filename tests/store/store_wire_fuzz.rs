@@ -13,7 +13,7 @@
 //! `MCORE_STORE_FUZZ_SEED` the seed. A failing input is written to
 //! `target/store-wire-fuzz-failure.bin`: add it to the corpus once fixed.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use mcore_init::store::tcp::wire::{

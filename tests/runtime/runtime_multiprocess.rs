@@ -4,7 +4,7 @@
 //! 20 destroy + re-init cycles; recovery of a job of two grids (colocated, side by side, refused). Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/25-runtime.sh sets it);
 //! without it every test says so and returns.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::net::TcpListener;

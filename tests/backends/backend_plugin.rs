@@ -5,7 +5,7 @@
 //! The Gloo part needs `MCORE_GLOO_PLUGIN` (set by scripts/test.d/20-gloo-plugin.sh) or a build
 //! at target/gloo-plugin/libmcore_init_gloo.so; otherwise it prints why and skips.
 
-mod common;
+use crate::common;
 
 use mcore_init::abi::backend::*;
 use mcore_init::backend::register_vtable;
@@ -923,7 +923,13 @@ fn run_split_children(case: &str, world: u32) {
     let kids = (0..world)
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "gloo_split_child", "--ignored", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &common::test_name(module_path!(), "gloo_split_child"),
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(SPLIT_CHILD_ENV, case)
                 .env("MCORE_GLOO_PLUGIN", &plugin)
                 .env("MCORE_GLOO_SPLIT_DIR", &dir)

@@ -2,7 +2,7 @@
 //! Each run must end with a clean exit (0, or 2 with one line naming the value), never a panic
 //! (exit 101) or a signal.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

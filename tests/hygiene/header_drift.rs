@@ -2,7 +2,7 @@
 //! `include/mcore_backend.h` holds only the plugin ABI (`src/abi`: status codes and the
 //! `mcore_backend_*` types), `include/mcore_init.h` the public API (`src/ffi`), including the
 //! plugin header for the types they share.
-//! `MCORE_UPDATE_HEADER=1 cargo test --test header_drift` (scripts/gen-header.sh) rewrites them.
+//! `MCORE_UPDATE_HEADER=1 cargo test --test hygiene header_drift::` (scripts/gen-header.sh) rewrites them.
 
 use std::path::{Path, PathBuf};
 

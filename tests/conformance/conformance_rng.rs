@@ -3,7 +3,7 @@
 //! sharded-seed tables. The 0.19.2 per-rank cases are also recomputed from the layout itself
 //! (gtp-inclusive data-parallel rank, gtp/egtp ranks; ranks outside a local world have no seeds).
 
-mod common;
+use crate::common;
 
 use mcore_init::rng::{
     check_training_seed, megatron_tracker_seeds, seed_plan, sharded_index, stream_seeds, ForkFrame, GroupPosition,

@@ -112,7 +112,13 @@ fn unique_id_reaches_every_process() {
     let children: Vec<_> = (0..3)
         .map(|_| {
             Command::new(&exe)
-                .args(["--exact", "unique_id_child", "--ignored", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &crate::common::test_name(module_path!(), "unique_id_child"),
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_ENV, "1")
                 .env("MCORE_NCCL_TEST_STORE", &dir)
                 .stdout(Stdio::piped())
@@ -271,11 +277,17 @@ fn wheel_venv() -> Option<std::path::PathBuf> {
 
 fn found_by_search(env: &[(&str, String)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "search_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .env_remove("MCORE_NCCL_LIBRARY")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("MCORE_NCCL_PYTHON_SITE");
+    cmd.args([
+        "--exact",
+        &crate::common::test_name(module_path!(), "search_child"),
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, "1")
+    .env_remove("MCORE_NCCL_LIBRARY")
+    .env_remove("VIRTUAL_ENV")
+    .env_remove("MCORE_NCCL_PYTHON_SITE");
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -8,7 +8,7 @@
 //! store on MASTER_PORT and every rank connects to it, as `mcore-selftest`'s ranks do at init,
 //! without needing a communicator backend.
 
-mod common;
+use crate::common;
 
 use mcore_init::store::{Store, TcpStore};
 use std::io::{BufRead, BufReader};
@@ -87,7 +87,7 @@ fn rank_command(ignore_term: bool) -> Vec<String> {
     cmd.extend([
         me,
         "--exact".into(),
-        "rank_program".into(),
+        common::test_name(module_path!(), "rank_program"),
         "--nocapture".into(),
         "--test-threads".into(),
         "1".into(),

@@ -1084,7 +1084,7 @@ mod in_process {
             return false;
         }
         let out = Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .args([&crate::common::test_name(module_path!(), name), "--exact", "--nocapture", "--test-threads=1"])
             .env("LD_PRELOAD", libasan())
             .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
             .env("MCORE_NCCL_DOUBLE_INPROC_CHILD", "1")
@@ -1098,9 +1098,7 @@ mod in_process {
 
     #[test]
     fn scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots() {
-        if rerun_under_asan(
-            "in_process::scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots",
-        ) {
+        if rerun_under_asan("scalable_init_of_256_ranks_publishes_one_id_per_root_from_the_documented_roots") {
             return;
         }
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -1117,7 +1115,7 @@ mod in_process {
 
     #[test]
     fn after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy() {
-        if rerun_under_asan("in_process::after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy") {
+        if rerun_under_asan("after_a_peer_aborted_a_communicator_it_is_released_with_abort_not_destroy") {
             return;
         }
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -1145,7 +1143,7 @@ mod in_process {
 
     #[test]
     fn ranks_given_different_root_ids_fail_the_scalable_init() {
-        if rerun_under_asan("in_process::ranks_given_different_root_ids_fail_the_scalable_init") {
+        if rerun_under_asan("ranks_given_different_root_ids_fail_the_scalable_init") {
             return;
         }
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

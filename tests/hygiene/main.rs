@@ -1,0 +1,11 @@
+//! The crate's hygiene: the one-way import layering of `src/` (layers) and the generated C headers matching the code (header_drift).
+//!
+//! One test crate, one module per file of this folder (tests are named `FILE::TEST`: run one
+//! file with `cargo test --release --test hygiene FILE::`). To add a file: put it here and add
+//! its `mod` line below; it reaches the shared helpers as `crate::common`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod header_drift;
+mod layers;
