@@ -175,7 +175,8 @@ fn stub_child() {
 fn run_children(case: &str, ranks: u32, variant: &str) {
     let Some(stub) = built(&format!("double/{variant}/libhccl.so")) else { return };
     let Some(acl) = built("double/acl/libascendcl.so") else { return };
-    let dir = temp_dir(case);
+    // One directory per test: two tests of one case (on two config generations) run at once.
+    let dir = temp_dir(&format!("{case}-{variant}"));
     std::fs::create_dir_all(&dir).unwrap();
     let children: Vec<_> = (0..ranks)
         .map(|r| {
