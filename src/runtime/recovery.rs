@@ -136,16 +136,7 @@ fn agree(
     window: Duration,
     deadline: Instant,
 ) -> Result<Vec<u32>, RuntimeError> {
-    let store_err = |source| RuntimeError::StoreConnect {
-        what: "the rendezvous store to agree on the failed ranks (recovery needs its host, rank 0 or torchrun's \
-               agent, to survive)"
-            .into(),
-        source,
-    };
-    let meet_err = |e: MeetError| match e {
-        MeetError::Store(e) => store_err(e),
-        other => RuntimeError::InvalidArgument(other.to_string()),
-    };
+    let meet_err = agreement_error;
     let window_end = Deadline::at((Instant::now() + window).min(deadline));
     let what = "the recovery's agreement";
     let meeting = Meeting::new(store, keys::RECOVERY_PRESENT, what, (0..world).collect(), rank, window_end);
@@ -163,10 +154,23 @@ fn agree(
     decode(&verdict, keys::RECOVERY_VERDICT)
 }
 
+/// A failure of the recovery's agreement: the store's (its host is needed), or another.
+fn agreement_error(e: MeetError) -> RuntimeError {
+    match e {
+        MeetError::Store(source) => RuntimeError::StoreConnect {
+            what: "the rendezvous store to agree on the failed ranks (recovery needs its host, rank 0 or torchrun's \
+                   agent, to survive)"
+                .into(),
+            source,
+        },
+        other => RuntimeError::InvalidArgument(other.to_string()),
+    }
+}
+
 /// Whether every rank of the world is present (the store's `host` counts as present while the
 /// store answers) or suspected by a present rank; and the ranks absent now.
 fn presence(meeting: &Meeting, world: u32, host: Option<u32>) -> Result<(bool, Vec<u32>), RuntimeError> {
-    let arrivals = meeting.arrivals().map_err(|e| RuntimeError::InvalidArgument(e.to_string()))?;
+    let arrivals = meeting.arrivals().map_err(agreement_error)?;
     let mut named = vec![false; world as usize];
     for payload in arrivals.iter().flatten() {
         for s in decode(payload, keys::RECOVERY_PRESENT)? {
