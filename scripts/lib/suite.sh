@@ -27,6 +27,9 @@
 #   suite_need NAME "TOOL..." PKG...
 #                                   install PKGs when a TOOL is missing; when they cannot be
 #                                   installed, end suite NAME as skipped (exit 0)
+#   mpirun_ready NAME               Debian's OpenMPI (installed when missing, as suite_need),
+#                                   mcore-selftest and the Gloo plugin built ($plugin), and $mpi:
+#                                   mpirun on loopback only, oversubscribed, allowed as root
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_pass=0
 suite_fail=0
@@ -138,6 +141,16 @@ apt_install() {
   fi
   "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 || return 1
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null 2>&1
+}
+
+mpirun_ready() {
+  suite_need "$1" mpirun openmpi-bin
+  cargo build --release --locked --quiet --bin mcore-selftest || suite_abort "$1" "cargo build failed"
+  plugin=$(gloo_plugin)
+  [ -f "$plugin" ] || suite_abort "$1" "the Gloo plugin did not build"
+  # As root mpirun needs --allow-run-as-root; 8 ranks on fewer cores need --oversubscribe.
+  mpi=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)
+  [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 }
 
 suite_need() {

@@ -10,15 +10,8 @@
 # All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
-suite_need mpirun mpirun openmpi-bin
+mpirun_ready mpirun
 echo "mpirun: $(mpirun --version 2>/dev/null | head -n 1)"
-cargo build --release --locked --quiet --bin mcore-selftest || suite_abort mpirun "cargo build failed"
-plugin=$(gloo_plugin)
-[ -f "$plugin" ] || suite_abort mpirun "the Gloo plugin did not build"
-
-# As root mpirun needs --allow-run-as-root; 8 ranks on fewer cores need --oversubscribe.
-mpi=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)
-[ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 dir=$(mktemp -d /tmp/mcore-mpirun.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 # Each rank's output in its own files (mpirun interleaves the ranks' partial lines otherwise):

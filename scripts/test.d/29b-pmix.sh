@@ -12,14 +12,8 @@
 # All traffic on 127.0.0.1 (mpirun's own wire-up included: --mca oob_tcp_if_include lo).
 set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
-suite_need pmix mpirun openmpi-bin
+mpirun_ready pmix
 echo "pmix: $(mpirun --version 2>/dev/null | head -n 1), libpmix2 $(dpkg-query -W -f '${Version}' libpmix2 2>/dev/null)"
-cargo build --release --locked --quiet --bin mcore-selftest || suite_abort pmix "cargo build failed"
-plugin=$(gloo_plugin)
-[ -f "$plugin" ] || suite_abort pmix "the Gloo plugin did not build"
-
-mpi=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)
-[ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 dir=$(mktemp -d /tmp/mcore-pmix.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MCORE_JOB_ID
