@@ -36,6 +36,8 @@ pub(super) struct Conn {
     pub(super) in_again: bool,
     /// It made a request other than VALIDATE: never dropped as idle.
     pub(super) served: bool,
+    /// It made a request other than VALIDATE and PING: it may hold the job's state (evicted last).
+    pub(super) worked: bool,
     pub(super) accepted: Instant,
     /// When bytes last arrived.
     pub(super) heard: Instant,
@@ -222,9 +224,13 @@ impl EventLoop {
             }
         }
         // Else the one heard from longest ago that is not part of the job as far as the server
-        // can tell: no liveness claim, no parked WAIT (a rank waiting for its peers is quiet too).
+        // can tell: no liveness claim, no parked WAIT (a rank waiting for its peers is quiet too),
+        // not proven with the job's secret (a rank's pooled connection between two requests).
         let quiet = self.conns.iter().enumerate().filter_map(|(i, c)| c.as_ref().map(|c| (i, c)));
-        let oldest = quiet.filter(|(_, c)| c.claim.is_none() && c.waits.is_empty()).min_by_key(|(_, c)| c.heard);
+        // One that only ever pinged goes before one that stored or waited (a rank's, in a job
+        // whose store is kept open to anyone, between two requests).
+        let outsider = |c: &Conn| c.claim.is_none() && c.waits.is_empty() && !c.proven;
+        let oldest = quiet.filter(|(_, c)| outsider(c)).min_by_key(|(_, c)| (c.worked, c.heard));
         let Some((i, heard)) = oldest.map(|(i, c)| (i, c.heard)) else { return false };
         let secs = self.turn_start.saturating_duration_since(heard).as_secs_f64();
         self.close_as(i, "idle", format!("quiet for {secs:.1} s, the longest of the connections, evicted {why}"));
@@ -303,6 +309,7 @@ impl EventLoop {
                         in_dirty: false,
                         in_again: false,
                         served: false,
+                        worked: false,
                         accepted: now,
                         heard: now,
                         serial: self.next_serial,
@@ -568,6 +575,7 @@ impl EventLoop {
                     if !matches!(req, Request::Validate(_)) {
                         if let Some(c) = self.conns[i].as_mut() {
                             c.served = true;
+                            c.worked |= !matches!(req, Request::Ping(_));
                         }
                     }
                     outcome = self.handle(i, req);
