@@ -82,7 +82,7 @@ else
     eval "agent$n=\$!"
   done
   rc0=0; rc1=0; wait "$agent0" || rc0=$?; wait "$agent1" || rc1=$?
-  n_ok=$(cat "$tmp/agent0" "$tmp/agent1" | grep -c '^WORKER_OK [0-3] 4 10$')
+  n_ok=$(cat "$tmp/agent0" "$tmp/agent1" | grep -oE 'WORKER_OK [0-3] 4 10' | awk '{print $2}' | sort -u | wc -l)
   # Our server holds the rendezvous state and the workers' BARRIER counter.
   state=$("$py" -W ignore -c '
 import sys, datetime, torch.distributed as d
