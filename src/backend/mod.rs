@@ -21,6 +21,12 @@ pub mod registry;
 pub mod seam;
 mod vtable_seam;
 
+/// Whether `MCORE_LOG=debug`: the library's debug lines on stderr (NCCL's settings, where a
+/// rank meets the others, why PMIx is not used).
+pub(crate) fn debug_log() -> bool {
+    std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug"))
+}
+
 pub use comm::{Backend, Comm};
 pub use error::BackendError;
 pub use group::GroupInfo;

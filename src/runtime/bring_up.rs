@@ -377,7 +377,7 @@ fn open(
         None => base,
     };
     let host = store.host();
-    if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
+    if crate::backend::debug_log() {
         eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
         eprintln!(
             "mcore_init: rank {} meets the others at {}:{} ({})",

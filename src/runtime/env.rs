@@ -462,7 +462,7 @@ impl LaunchEnv {
                 }
                 Err(e) => {
                     static SAID: std::sync::Once = std::sync::Once::new();
-                    if std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug")) {
+                    if crate::backend::debug_log() {
                         SAID.call_once(|| {
                             eprintln!("mcore_init: PMIx not used, rendezvous through the TCP store: {e}")
                         });

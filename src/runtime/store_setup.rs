@@ -276,15 +276,6 @@ fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<T
     Err(bind_error(env, port, e))
 }
 
-/// Rank 0 under PMIx: its server on MASTER_PORT if set, else on an ephemeral port (no candidates:
-/// the port is published, not derived).
-fn host_for_pmix(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<TcpStoreServer, RuntimeError> {
-    let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-    let secret = session.map(|s| (s.clone(), env.job_id.id.as_str()));
-    host_server(&env.master_addr, env.master_port, bind.as_deref(), env.store_token.clone(), secret)
-        .map_err(|e| bind_error(env, env.master_port, e))
-}
-
 /// Whether binding failed because another program holds the port.
 fn port_in_use(e: &StoreError) -> bool {
     matches!(e, StoreError::InvalidArgument(m) if m.contains("already in use"))
@@ -466,11 +457,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         token.set_if_none(s.clone());
     }
     let pmix = env.rendezvous == Rendezvous::Pmix;
-    let server = match (env.hosts_store(), pmix) {
-        (false, _) => None,
-        (true, false) => Some(host_on_candidates(env, session.as_ref())?),
-        (true, true) => Some(host_for_pmix(env, session.as_ref())?),
-    };
+    // Under PMIx the one candidate is MASTER_PORT, or 0 (an ephemeral port, published).
+    let server = if env.hosts_store() { Some(host_on_candidates(env, session.as_ref())?) } else { None };
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let unreachable = |port: u16, source| RuntimeError::StoreConnect {
         what: format!(

@@ -8,12 +8,13 @@
 //! heap [`CommSlot`] and are read only once the operation completed.
 #![forbid(unsafe_code)]
 
-use super::config::{debug_log, NcclConfig, RawConfig};
+use super::config::{NcclConfig, RawConfig};
 use super::error::NcclError;
 use super::loader::cuda::{CudaDriver, DeviceBuffer, Stream};
 use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL_SPLIT_NOCOLOR, NCCL_SUCCESS};
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
+use crate::backend::debug_log;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -219,11 +219,6 @@ pub(crate) fn warn_once_for(key: String, msg: String) {
     }
 }
 
-/// Whether `MCORE_LOG=debug`.
-pub(crate) fn debug_log() -> bool {
-    std::env::var("MCORE_LOG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("debug"))
-}
-
 fn strict_env() -> bool {
     std::env::var(STRICT_ENV).is_ok_and(|v| v.trim() == "1")
 }
