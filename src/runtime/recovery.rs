@@ -136,19 +136,18 @@ fn agree(
     window: Duration,
     deadline: Instant,
 ) -> Result<Vec<u32>, RuntimeError> {
-    let meet_err = agreement_error;
     let window_end = Deadline::at((Instant::now() + window).min(deadline));
     let what = "the recovery's agreement";
     let meeting = Meeting::new(store, keys::RECOVERY_PRESENT, what, (0..world).collect(), rank, window_end);
-    meeting.arrive(&encode(suspected)).map_err(meet_err)?;
+    meeting.arrive(&encode(suspected)).map_err(agreement_error)?;
     let (settled, proposal) = presence(&meeting, world, host)?;
     let verdict = if settled {
-        meeting.decide(&encode(&proposal)).map_err(meet_err)?
+        meeting.decide(&encode(&proposal)).map_err(agreement_error)?
     } else {
-        match meeting.await_end_by(window_end).map_err(meet_err)? {
+        match meeting.await_end_by(window_end).map_err(agreement_error)? {
             Some(verdict) => verdict,
             // The window is over: propose who is absent now.
-            None => meeting.decide(&encode(&presence(&meeting, world, host)?.1)).map_err(meet_err)?,
+            None => meeting.decide(&encode(&presence(&meeting, world, host)?.1)).map_err(agreement_error)?,
         }
     };
     decode(&verdict, keys::RECOVERY_VERDICT)

@@ -579,14 +579,12 @@ impl EventLoop {
                         }
                     }
                     outcome = self.handle(i, req);
-                    if !matches!(outcome, Next::Defer) {
-                        self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
                     if matches!(outcome, Next::Defer) {
                         // Served on a later turn, from the same bytes.
                         more = true;
                         break;
                     }
+                    self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     pos += n;
                     need = 1;
                     let queued = self.conns[i].as_ref().map_or(0, Conn::queued);
