@@ -4,7 +4,8 @@
 //! as the client does. Used by `bench/store_scale.sh`; see docs/benchmarks/store.md.
 //!
 //! ```text
-//! store_scale serve PORT                      # our server on 127.0.0.1:PORT until stdin closes
+//! store_scale serve PORT                      # our server on 127.0.0.1:PORT until stdin closes;
+//!                                             # each line read: prints the requests served so far
 //! store_scale load PORT CLIENTS WORKLOAD [SERVER_PID]
 //! ```
 //! WORKLOAD `load`: per client connect, SET its key, ADD a counter (the client that brings it to
@@ -334,9 +335,13 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("serve") => {
             let port: u16 = args[2].parse().unwrap();
-            let _server = TcpStoreServer::bind("127.0.0.1", port).unwrap();
+            let server = TcpStoreServer::bind("127.0.0.1", port).unwrap();
             println!("ready");
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            // Each line read: the requests served so far (asked by the scale simulator, so that
+            // nothing runs in this process between questions).
+            for _ in std::io::stdin().lines().map_while(Result::ok) {
+                println!("{}", server.requests_served());
+            }
         }
         Some("load") => {
             let port: u16 = args[2].parse().unwrap();

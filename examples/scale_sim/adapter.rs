@@ -1,37 +1,77 @@
 //! The one place the simulator touches the runtime's protocol code: what one simulated rank of
-//! this project does at the store during init (a store client, the liveness connections,
-//! the check-in meeting) and what it keeps while the job runs (the liveness). When the runtime's
-//! rendezvous or liveness change (issue 33: one meeting, event-driven liveness), re-point these
-//! two functions at the new public entry points; nothing else in the simulator names them.
+//! this project does at the store during init and keeps while the job runs, in the order a real
+//! rank does it (`runtime::bring_up`'s `open`, `check_in_all` and `init_over`), through the same
+//! public entry points:
+//! 1. its store client (the rendezvous connection);
+//! 2. its liveness: `Liveness::start` (a second connection claims the rank's counter and arms a
+//!    close notice; a third, the watcher, parks a WAIT on the next death notice), given the
+//!    initialization's deadline (the watcher then re-parks every `PROBE_PERIOD` and bumps the
+//!    counter), with the callbacks a real rank sets (a death or the host's loss aborts the
+//!    store calls in flight);
+//! 3. the attempt's view of the store, guarded by the liveness (a store call makes the watcher
+//!    probe while it runs and a few seconds after);
+//! 4. its host label (`host::publish`) and the check-in meeting (`checkin::check_in`);
+//! 5. init over: deaths end nothing, no deadline, idle patience = the timeout. From then on the
+//!    watcher's WAIT stays parked for `IDLE_RENEW`.
+//!
+//! Not simulated: the open mark and job check before (a real non-host rank's first 2-3
+//! requests), and everything after the check-in (progress marks, communicator creation and
+//! verification): see docs/BENCHMARKS.md. When the runtime's rendezvous or liveness change,
+//! re-point these functions; nothing else in the simulator names them.
 
 use mcore_init::runtime::checkin::check_in;
-use mcore_init::runtime::liveness::{Liveness, IDLE_RENEW};
+use mcore_init::runtime::host::{self, HostInfo};
+use mcore_init::runtime::liveness::{Liveness, StartError, BUSY_LINGER, IDLE_RENEW, PROBE_PERIOD};
 use mcore_init::runtime::LaunchEnv;
 use mcore_init::store::tcp::auth::TokenCell;
 use mcore_init::store::{PrefixStore, Store, TcpStore};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Key prefix of the simulated init attempt (the runtime uses one per attempt).
 const PREFIX: &str = "mcore_init/sim/0";
 
-/// What a ready rank holds while the job runs: its store client and its liveness.
+/// What a ready rank holds while the job runs: its store client and its liveness (the attempt's
+/// guarded view last, as the runtime holds it).
 pub struct Ready {
+    _base: Arc<dyn Store>,
+    liveness: Option<Liveness>,
     _store: Arc<TcpStore>,
-    _liveness: Liveness,
 }
+
+impl Ready {
+    /// Whether this rank runs its liveness (a real rank whose liveness connection the store did
+    /// not answer in time goes on without it, as this one did).
+    pub fn live(&self) -> bool {
+        self.liveness.is_some()
+    }
+}
+
+/// Store connections one rank holds open at the store host (rendezvous, liveness counter,
+/// watcher).
+pub const CONNECTIONS_PER_RANK: u32 = 3;
 
 /// Requests per second one idle rank sends by construction: its watcher's one parked WAIT on the
 /// next death notice, renewed every [`IDLE_RENEW`] (the figures measured at the server are
-/// segments, see the JSON's `idle_*`).
+/// segments and served requests, see the JSON's `idle_*`).
 pub fn idle_requests_per_rank_per_s() -> f64 {
     1.0 / IDLE_RENEW.as_secs_f64()
 }
 
-/// Rank `rank` of `world` (`per_node` ranks a node) at the store on 127.0.0.1:`port`: connect,
-/// start the liveness, check in with a fingerprint. Returns what it holds and the requests its
-/// rendezvous connection sent (the liveness connection's are not counted here).
+/// After a rank's last store call, how long its watcher may still probe the host at the
+/// initialization's pace ([`BUSY_LINGER`] and the probe then parked, [`PROBE_PERIOD`]), with
+/// half a second to spare: the steady state is measured after this.
+pub fn settle() -> Duration {
+    BUSY_LINGER + PROBE_PERIOD + Duration::from_millis(500)
+}
+
+/// Rank `rank` of `world` (`per_node` ranks a node) at the store on 127.0.0.1:`port`, as
+/// described in the module docs. Returns what it holds and the requests its rendezvous
+/// connection sent (the liveness connections' are counted at the server only).
 pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Duration) -> Result<(Ready, u64), String> {
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let vars = [
         ("RANK", rank.to_string()),
         ("WORLD_SIZE", world.to_string()),
@@ -43,11 +83,42 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
     let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .map_err(|e| e.to_string())?;
     let store = Arc::new(TcpStore::connect("127.0.0.1", port, timeout).map_err(|e| format!("connect: {e}"))?);
-    let liveness =
-        Liveness::start(&env, PREFIX, timeout, TokenCell::new(None)).map_err(|e| format!("liveness: {e:?}"))?;
-    let view = PrefixStore::new(PREFIX, Arc::clone(&store) as Arc<dyn Store>);
+    // As `blame::start_liveness`: the liveness connection within at most 2 s; a store that does
+    // not answer it in time leaves the rank without liveness, one posed as fails the rank.
+    let liveness = match Liveness::start(&env, PREFIX, left().min(Duration::from_secs(2)), TokenCell::new(None)) {
+        Ok(l) => Some(l),
+        Err(StartError::Unreachable(_)) => None,
+        Err(e @ StartError::Posed(_)) => return Err(format!("liveness: {e:?}")),
+    };
+    let abort = |s: &Arc<TcpStore>| {
+        let s = Arc::clone(s);
+        move || s.abort()
+    };
+    let base: Arc<dyn Store> = Arc::new(PrefixStore::new(PREFIX, Arc::clone(&store) as Arc<dyn Store>));
+    let base = match &liveness {
+        Some(l) => {
+            l.set_deadline(Some(deadline));
+            l.on_store_gone(Box::new(abort(&store)));
+            let on_death = abort(&store);
+            l.on_peer_death(Some(Box::new(move |_| on_death())));
+            l.guard(base)
+        }
+        None => base,
+    };
+    let me = HostInfo {
+        hostname: format!("node{:05}", rank / per_node),
+        addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        why: "simulated".into(),
+    };
+    host::publish(base.as_ref(), rank, &me).map_err(|e| format!("host: {e}"))?;
     let fingerprint = b"tp=8 pp=4 cp=1 ep=1 order=tp-cp-ep-dp-pp backend=nccl seed=1234";
-    check_in(&view, rank, world, per_node, fingerprint, timeout).map_err(|e| format!("check-in: {e}"))?;
+    check_in(base.as_ref(), rank, world, per_node, fingerprint, left()).map_err(|e| format!("check-in: {e}"))?;
+    // Init over (`bring_up::init_over`).
+    if let Some(l) = &liveness {
+        l.on_peer_death(None);
+        l.set_deadline(None);
+        l.set_idle_patience(timeout);
+    }
     let requests = store.round_trips();
-    Ok((Ready { _store: store, _liveness: liveness }, requests))
+    Ok((Ready { _base: base, liveness, _store: store }, requests))
 }

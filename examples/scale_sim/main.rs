@@ -1,23 +1,28 @@
 //! Scale simulator (issue 33 item 5; figures only, never asserted): thousands of simulated ranks
 //! as threads, each with its own store connection(s), against a store server in another process,
 //! then held idle. The ranks run in child processes of at most [`SLICE`] ranks each (a rank of
-//! ours holds four descriptors: two connections, each with the duplicate its client keeps for
+//! ours holds six descriptors: three connections, each with the duplicate its client keeps for
 //! aborting), so that every process stays under the open-file limit.
 //! Driven by `bench/scale_sim.sh`; the figures and how to read them are in docs/BENCHMARKS.md.
 //!
 //! ```text
-//! scale_sim ours|torch PORT RANKS SERVER_PID [IDLE_SECONDS] [--gloo-dp]
+//! scale_sim ours|torch PORT RANKS SERVER_PID [IDLE_SECONDS] [--gloo-dp] [--served]
 //! ```
 //! - `ours`: every rank runs this project's real protocol code at the store (see [`adapter`]:
-//!   today the check-in and the liveness heartbeat, which stays on while the job is idle).
+//!   its liveness, started with the initialization's deadline, its host label and the check-in
+//!   meeting; then the liveness as it stays while the job is idle).
 //! - `torch`: every rank sends the store requests that `torch.distributed.init_process_group`
 //!   plus Megatron-Core's `new_group` per group make, as torch's TCPStore client sends them
 //!   (this project's client speaks the same wire protocol): see [`torch_rank`].
 //!
 //! Prints one JSON line: time from the first rank's start to the last rank ready, failures, the
 //! rendezvous requests the ranks counted, and at the server (SERVER_PID, port PORT): CPU seconds
-//! (`/proc/PID/stat`) and TCP segments received (`ss -ti` `segs_in` summed over the server's
-//! connections) during init and over IDLE_SECONDS (default 4) of the job held idle.
+//! (`/proc/PID/stat`), TCP segments received (`ss -ti` `segs_in` summed over the server's
+//! connections) and, with `--served` (our server, `store_scale serve`, its stdin on descriptor 3
+//! and its stdout on 4), the requests it served: during init, over the settling time after it
+//! (`settle_*`: ours, the liveness's busy linger; torch, half a second) and over IDLE_SECONDS
+//! (default 4; `bench/scale_sim.sh` gives 62) of the job held idle after that (`idle_*`, the
+//! steady state).
 
 mod adapter;
 mod shared;
@@ -35,8 +40,8 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 const READY_LIMIT: Duration = Duration::from_secs(240);
 /// Ranks per simulated node.
 const PER_NODE: u32 = 8;
-/// Most ranks one child process runs.
-const SLICE: u32 = 4096;
+/// Most ranks one child process runs (6 descriptors a rank of ours: 12,288 of the 20,000 allowed).
+const SLICE: u32 = 2048;
 
 /// What a ready rank keeps until the end of the idle hold.
 type Held = Box<dyn Any + Send>;
@@ -96,6 +101,28 @@ fn torch_rank(port: u16, r: u32, n: u32, gloo_dp: bool) -> Result<(Held, u64), S
     Ok((Box::new(store), requests))
 }
 
+/// Asks our server (`store_scale serve`: its stdin is this process's descriptor 3, its stdout 4)
+/// how many requests it has served.
+struct Served(Option<(std::fs::File, std::io::BufReader<std::fs::File>)>);
+
+impl Served {
+    fn open(asked: bool) -> Served {
+        let open = |fd: u32, write: bool| {
+            std::fs::OpenOptions::new().read(!write).write(write).open(format!("/proc/self/fd/{fd}")).ok()
+        };
+        Served(if asked { open(3, true).zip(open(4, false).map(std::io::BufReader::new)) } else { None })
+    }
+
+    fn now(&mut self) -> Option<u64> {
+        use std::io::Write;
+        let (ask, answer) = self.0.as_mut()?;
+        ask.write_all(b"?\n").ok()?;
+        let mut line = String::new();
+        answer.read_line(&mut line).ok()?;
+        line.trim().parse().ok()
+    }
+}
+
 /// TCP segments received so far on the server's side of its connections (local port `port`).
 fn segs_in(port: u16) -> u64 {
     let out = std::process::Command::new("ss")
@@ -106,17 +133,21 @@ fn segs_in(port: u16) -> u64 {
     out.split_whitespace().filter_map(|w| w.strip_prefix("segs_in:")).filter_map(|v| v.parse::<u64>().ok()).sum()
 }
 
-/// One simulated rank: bring it up on `side`'s pattern, report `ok REQUESTS` or `err TEXT` on
-/// stdout, and hold its connections until the process ends.
+/// One simulated rank: bring it up on `side`'s pattern, report `ok REQUESTS` (with
+/// ` without-liveness` when it went on without) or `err TEXT` on stdout, and hold its
+/// connections until the process ends.
 fn rank(side: &str, port: u16, r: u32, n: u32, gloo_dp: bool) {
     let result = if side == "ours" {
-        adapter::bring_up(port, r, n, PER_NODE, TIMEOUT).map(|(h, q)| (Box::new(h) as Held, q))
+        adapter::bring_up(port, r, n, PER_NODE, TIMEOUT).map(|(h, q)| {
+            let note = if h.live() { "" } else { " without-liveness" };
+            (Box::new(h) as Held, q, note)
+        })
     } else {
-        torch_rank(port, r, n, gloo_dp)
+        torch_rank(port, r, n, gloo_dp).map(|(h, q)| (h, q, ""))
     };
     let _held = match result {
-        Ok((held, requests)) => {
-            println!("ok {requests}");
+        Ok((held, requests, note)) => {
+            println!("ok {requests}{note}");
             Some(held)
         }
         Err(err) => {
@@ -166,9 +197,10 @@ fn children(side: &str, port: u16, n: u32, gloo_dp: bool, tx: &mpsc::Sender<Stri
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: scale_sim ours|torch PORT RANKS SERVER_PID [IDLE_SECONDS] [--gloo-dp]";
+    let usage = "usage: scale_sim ours|torch PORT RANKS SERVER_PID [IDLE_SECONDS] [--gloo-dp] [--served]";
     let gloo_dp = args.iter().any(|a| a == "--gloo-dp");
-    let args: Vec<&str> = args.iter().map(String::as_str).filter(|a| *a != "--gloo-dp").collect();
+    let mut served = Served::open(args.iter().any(|a| a == "--served"));
+    let args: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with("--")).collect();
     let num = |i: usize| args.get(i).and_then(|v| v.parse::<u32>().ok());
     if let (Some(&"child"), Some(side), Some(port), Some(n), Some(from), Some(to)) =
         (args.get(1), args.get(2), num(3), num(4), num(5), num(6))
@@ -187,11 +219,11 @@ fn main() {
     let idle = args.get(5).and_then(|v| v.parse::<f64>().ok()).unwrap_or(4.0);
     let cpu = || cpu_s(&pid).unwrap_or(f64::NAN);
     let (tx, rx) = mpsc::channel::<String>();
-    let (cpu0, segs0) = (cpu(), segs_in(port));
+    let (cpu0, segs0, served0) = (cpu(), segs_in(port), served.now());
     let start = Instant::now();
     let mut procs = children(side, port, n, gloo_dp, &tx);
     drop(tx);
-    let (mut requests, mut failed, mut first_error, mut seen) = (0u64, 0u32, None, 0u32);
+    let (mut requests, mut failed, mut first_error, mut seen, mut unwatched) = (0u64, 0u32, None, 0u32, 0u32);
     let mut last_note = Instant::now();
     while seen < n {
         if last_note.elapsed() > Duration::from_secs(10) {
@@ -204,8 +236,12 @@ fn main() {
             Err(_) => break,
         };
         seen += 1;
-        match line.strip_prefix("ok ").and_then(|q| q.parse::<u64>().ok()) {
-            Some(q) => requests += q,
+        let ok = line.strip_prefix("ok ").map(|rest| rest.split_once(' ').unwrap_or((rest, "")));
+        match ok.and_then(|(q, note)| Some((q.parse::<u64>().ok()?, note))) {
+            Some((q, note)) => {
+                requests += q;
+                unwatched += u32::from(!note.is_empty());
+            }
             None => {
                 failed += 1;
                 first_error.get_or_insert(line);
@@ -215,31 +251,52 @@ fn main() {
     let ready_s = start.elapsed().as_secs_f64();
     // Ranks neither ready nor failed within READY_LIMIT (then `ready_s` is that limit).
     let not_ready = n - seen;
-    let (cpu1, segs1) = (cpu(), segs_in(port));
-    // Idle: let the last replies settle, then measure a window of the job doing nothing.
-    std::thread::sleep(Duration::from_millis(500));
-    let (cpu2, segs2, t2) = (cpu(), segs_in(port), Instant::now());
+    let (cpu1, segs1, served1, t1) = (cpu(), segs_in(port), served.now(), Instant::now());
+    // Settling: the last replies, and (ours) the watchers probing a few seconds after the last
+    // store call; then a window of the job doing nothing.
+    std::thread::sleep(if side == "ours" { adapter::settle() } else { Duration::from_millis(500) });
+    let (cpu2, segs2, served2, t2) = (cpu(), segs_in(port), served.now(), Instant::now());
+    let settle = t2.duration_since(t1).as_secs_f64();
     std::thread::sleep(Duration::from_secs_f64(idle));
-    let (cpu3, segs3, window) = (cpu(), segs_in(port), t2.elapsed().as_secs_f64());
+    let (cpu3, segs3, served3, window) = (cpu(), segs_in(port), served.now(), t2.elapsed().as_secs_f64());
     for p in &mut procs {
         let _ = p.kill();
         let _ = p.wait();
     }
     let idle_requests =
         if side == "ours" { format!("{:.1}", adapter::idle_requests_per_rank_per_s() * n as f64) } else { "0".into() };
+    let delta = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
+    let json = |v: Option<String>| v.unwrap_or_else(|| "null".into());
+    let (init_served, settle_served, idle_served) =
+        (delta(served0, served1), delta(served1, served2), delta(served2, served3));
+    let up = (n - failed - not_ready).max(1) as f64;
+    let served_fields = format!(
+        "\"init_served\":{},\"init_served_per_rank\":{},\"init_us_per_served\":{},\"settle_s\":{settle:.2},\
+         \"settle_server_cpu_per_s\":{:.3},\"settle_segs_in_per_s_per_rank\":{:.2},\"settle_served_per_s\":{},\
+         \"idle_served_per_s\":{},\"idle_served_per_s_per_rank\":{}",
+        json(init_served.map(|v| v.to_string())),
+        json(init_served.map(|v| format!("{:.2}", v as f64 / up))),
+        json(init_served.filter(|&v| v > 0).map(|v| format!("{:.1}", (cpu1 - cpu0) * 1e6 / v as f64))),
+        (cpu2 - cpu1) / settle,
+        segs2.saturating_sub(segs1) as f64 / settle / n as f64,
+        json(settle_served.map(|v| format!("{:.1}", v as f64 / settle))),
+        json(idle_served.map(|v| format!("{:.2}", v as f64 / window))),
+        json(idle_served.map(|v| format!("{:.4}", v as f64 / window / n as f64))),
+    );
     println!(
         "{{\"side\":\"{side}\",\"ranks\":{n},\"processes\":{},\"gloo_dp\":{gloo_dp},\"ready_s\":{ready_s:.3},\
-         \"failed\":{failed},\"not_ready\":{not_ready},\"first_error\":{},\"init_requests\":{requests},\
+         \"failed\":{failed},\"not_ready\":{not_ready},\"ready_without_liveness\":{unwatched},\"first_error\":{},\"init_requests\":{requests},\
          \"init_requests_per_rank\":{:.2},\"init_server_cpu_s\":{:.2},\"init_segs_in\":{},\"idle_window_s\":{window:.2},\
          \"idle_server_cpu_per_s\":{:.3},\"idle_segs_in_per_s\":{:.1},\"idle_segs_in_per_s_per_rank\":{:.2},\
-         \"idle_requests_per_s_by_design\":{idle_requests}}}",
+         \"idle_requests_per_s_by_design\":{idle_requests},\"server_connections_per_rank\":{},{served_fields}}}",
         procs.len(),
         first_error.map_or("null".into(), |e| format!("{e:?}")),
-        requests as f64 / (n - failed - not_ready).max(1) as f64,
+        requests as f64 / up,
         cpu1 - cpu0,
         segs1.saturating_sub(segs0),
         (cpu3 - cpu2) / window,
         segs3.saturating_sub(segs2) as f64 / window,
         segs3.saturating_sub(segs2) as f64 / window / n as f64,
+        if side == "ours" { adapter::CONNECTIONS_PER_RANK } else { 1 },
     );
 }

@@ -58,7 +58,7 @@ pub const IDLE_RENEW: Duration = Duration::from_secs(60);
 pub const IDLE_PATIENCE: Duration = Duration::from_secs(30);
 /// After init, a store call through [`Liveness::guard`] makes the watcher check the host every
 /// [`PROBE_PERIOD`] while it runs and this long after.
-const BUSY_LINGER: Duration = Duration::from_secs(5);
+pub const BUSY_LINGER: Duration = Duration::from_secs(5);
 /// Where the store is torchrun's agent's, how often a rank bumps its heartbeat.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
 /// The longest a heartbeat (or a liveness read) waits for the store's reply.
