@@ -591,17 +591,24 @@ impl PmixClient {
     /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it; `local`:
     /// only in the client's own copy of the job's data (`PMIX_OPTIONAL`).
     fn get_value(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, PmixError> {
+        self.get_raw(rank, key, within, local).map_err(|rc| {
+            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
+            if rc == PMIX_ERR_NOT_FOUND {
+                e.message.push_str(" (not published)");
+            }
+            e
+        })
+    }
+
+    /// [`PmixClient::get_value`], failing with PMIx's status.
+    fn get_raw(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, c_int> {
         let proc_ = RawProc { nspace: self.me.nspace, rank };
         let info = [RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, local)];
         let mut out: *mut RawValue = std::ptr::null_mut();
         // SAFETY: valid proc, key and info; PMIx allocates `out` on success.
         let rc = unsafe { (self.lib.get)(&proc_, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
         if rc != PMIX_SUCCESS || out.is_null() {
-            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
-            if rc == PMIX_ERR_NOT_FOUND {
-                e.message.push_str(" (not published)");
-            }
-            return Err(e);
+            return Err(rc);
         }
         // SAFETY: `out` is a value PMIx allocated with malloc: copy what is read, then release it
         // as PMIX_VALUE_RELEASE does (destruct, then free).
@@ -616,8 +623,7 @@ impl PmixClient {
     /// Publish `bytes` under `key` for every process of the job (`PMIx_Put` with global scope,
     /// then `PMIx_Commit`).
     pub fn publish(&self, key: &str, bytes: &[u8]) -> Result<(), PmixError> {
-        let k =
-            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
+        let k = key_cstring(key)?;
         let mut value = RawValue {
             kind: PMIX_BYTE_OBJECT,
             data: RawData { bo: RawBytes { bytes: bytes.as_ptr() as *mut c_char, size: bytes.len() } },
@@ -680,14 +686,39 @@ impl PmixClient {
 
     /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`.
     pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
-        let k =
-            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
-        let v = self.get_value(rank, &k, within, false)?;
+        let k = key_cstring(key)?;
+        self.bytes_of(rank, key, self.get_value(rank, &k, within, false)?)
+    }
+
+    /// [`PmixClient::fetch`] of a key that `rank` may not have committed yet, without a fence:
+    /// OpenMPI's server answers PMIX_ERR_NOT_FOUND at once rather than wait for it, so it is
+    /// asked again, 10 ms later, then at intervals doubling up to 100 ms, until `deadline`.
+    pub fn fetch_when_published(&self, rank: u32, key: &str, deadline: Instant) -> Result<Vec<u8>, PmixError> {
+        let k = key_cstring(key)?;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.get_raw(rank, &k, left, false) {
+                Ok(v) => return self.bytes_of(rank, key, v),
+                Err(PMIX_ERR_NOT_FOUND) if left > pause => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(_) => return self.fetch(rank, key, left.max(Duration::from_millis(1))),
+            }
+        }
+    }
+
+    fn bytes_of(&self, rank: u32, key: &str, v: Value) -> Result<Vec<u8>, PmixError> {
         v.bytes().ok_or_else(|| PmixError {
             message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
             timed_out: false,
         })
     }
+}
+
+fn key_cstring(key: &str) -> Result<CString, PmixError> {
+    CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })
 }
 
 fn key_text(key: &CStr) -> String {

@@ -5,8 +5,8 @@
 //!
 //! The record, under the key `mcore_init.store:<attempt>` of rank 0: `<port> <address>\n` and
 //! then the secret's bytes (none when the user's own token, MCORE_STORE_TOKEN, is in force).
-//! The other ranks read it as soon as rank 0 has committed it (a PMIx_Get of a key another rank
-//! commits waits for it); no fence, so that a rank that never comes does not keep the others
+//! The other ranks read it as soon as rank 0 has committed it (asked again until then:
+//! [`PmixClient::fetch_when_published`]); no fence, so that a rank that never comes does not keep the others
 //! from the store, where the check-in names it.
 //!
 //! Then two exchanges that would otherwise cost rank 0's store requests from every rank run as
@@ -92,8 +92,7 @@ pub(super) fn publish(env: &LaunchEnv, attempt: &str, record: &StoreRecord) -> R
 pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
     let start = Instant::now();
     let pmix = client(env)?;
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let bytes = pmix.fetch(0, &key(attempt), left()).map_err(|e| failed(env, e, start.elapsed()))?;
+    let bytes = pmix.fetch_when_published(0, &key(attempt), deadline).map_err(|e| failed(env, e, start.elapsed()))?;
     StoreRecord::decode(&bytes).ok_or_else(|| {
         let head = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
         let e = PmixError {
