@@ -190,11 +190,12 @@ if [ -e "$pmix_dir/libpmix.so" ] && srun --mpi=list 2>&1 | grep -q pmix; then
     --backend gloo --json --timeout 60 --fail-rank 5 --fail-at during --recovery-window 5 \
     >"$dir/killed.out" 2>"$dir/killed.err"
   lines=$(grep -c '^{' "$dir/killed.out")
-  if killed=$(python3 scripts/lib/killed_in_init.py "$dir/killed.out" 8 5 60 --launcher-may-end-it) \
+  if killed=$(python3 scripts/lib/killed_in_init.py "$dir/killed.out" 8 5 60 --launcher-may-end-it 2>"$dir/killed.why") \
      && { [ "$lines" -eq 7 ] || grep -q "CANCELLED AT\|Force Terminated" "$dir/killed.err"; }; then
-    suite_ok "srun --mpi=pmix, a rank killed during init: Slurm cancelled the step: $(grep -c 'CANCELLED AT' "$dir/killed.err"); the $lines survivors' lines that came out named rank 5 (at most ${killed} s after init began); handler registrations refused: $(grep -c 'no PMIx event handler' "$dir/killed.err"); PMIx events seen: $(grep -c 'mcore_init: PMIx event ' "$dir/killed.err")"
+    suite_ok "srun --mpi=pmix, a rank killed during init: Slurm ended the step: $(grep -c 'CANCELLED AT\|Force Terminated' "$dir/killed.err"); the $lines survivors' lines that came out named rank 5 (at most ${killed} s after init began); handler registrations refused: $(grep -c 'no PMIx event handler' "$dir/killed.err"); PMIx events seen: $(grep -c 'mcore_init: PMIx event ' "$dir/killed.err")"
   else
-    suite_bad "srun --mpi=pmix, a rank killed during init:"; tail -n 20 "$dir/killed.err"; head -c 2000 "$dir/killed.out"
+    suite_bad "srun --mpi=pmix, a rank killed during init:"; tail -n 5 "$dir/killed.why"; tail -n 20 "$dir/killed.err"
+    head -c 2000 "$dir/killed.out"
   fi
 else
   echo "slurm: no mpi_pmix plugin (srun --mpi=list: $(srun --mpi=list 2>&1 | tr '\n' ' ')); srun --mpi=pmix not checked"
