@@ -13,9 +13,10 @@
 #![allow(unsafe_code)]
 
 use super::dynlib::{as_fn, DynLib};
-use std::ffi::{c_char, c_int, CStr, CString};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Environment variable naming the PMIx library to load (default [`DEFAULT_LIBRARY`]).
 pub const LIBRARY_ENV: &str = "MCORE_PMIX_LIBRARY";
@@ -31,6 +32,19 @@ const KEY_LEN: usize = 512;
 const PMIX_SUCCESS: c_int = 0;
 const PMIX_ERR_TIMEOUT: c_int = -24;
 const PMIX_ERR_NOT_FOUND: c_int = -46;
+const PMIX_OPERATION_SUCCEEDED: c_int = -157;
+/// Said by an event handler that leaves the event to the handlers after it.
+const PMIX_EVENT_NO_ACTION_TAKEN: c_int = -331;
+
+/// The events that say a process of the job ended or cannot be reached (pmix_common.h and
+/// pmix_deprecated.h of PMIx 4.2; docs/pmix.md): PMIX_ERR_PROC_ABORTED, PMIX_ERR_PROC_ABORTING,
+/// PMIX_ERR_UNREACH, PMIX_ERR_LOST_CONNECTION, PMIX_PROC_TERMINATED, PMIX_EVENT_JOB_END
+/// (= PMIX_ERR_JOB_TERMINATED), PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_EVENT_PROC_TERMINATED,
+/// PMIX_ERR_NODE_DOWN, PMIX_ERR_PROC_KILLED_BY_CMD, PMIX_ERR_PROC_ABORTED_BY_SIG,
+/// PMIX_ERR_EXIT_NONZERO_TERM.
+const DEATH_EVENTS: [c_int; 12] = [-7, -9, -25, -61, -111, -145, -200, -201, -231, -400, -402, -404];
+/// `PMIX_EVENT_AFFECTED_PROC`: the process an event is about (a `pmix_proc_t *`).
+const PMIX_EVENT_AFFECTED_PROC: &CStr = c"pmix.evproc";
 
 /// `pmix_data_type_t` codes used here.
 const PMIX_BOOL: u16 = 1;
@@ -41,6 +55,7 @@ const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
 const PMIX_UINT64: u16 = 15;
 const PMIX_BYTE_OBJECT: u16 = 27;
+const PMIX_PROC: u16 = 22;
 
 /// `pmix_scope_t`: share with every process of the job, on this node and others.
 const PMIX_GLOBAL: u8 = 3;
@@ -86,6 +101,8 @@ union RawData {
     uint32: u32,
     uint64: u64,
     bo: RawBytes,
+    /// `pmix_proc_t *proc` (type `PMIX_PROC`).
+    proc_: *mut RawProc,
     _whole: [u64; 3],
 }
 
@@ -135,7 +152,35 @@ type InitFn = unsafe extern "C" fn(*mut RawProc, *mut RawInfo, usize) -> c_int;
 type FinalizeFn = unsafe extern "C" fn(*const RawInfo, usize) -> c_int;
 type PutFn = unsafe extern "C" fn(u8, *const c_char, *mut RawValue) -> c_int;
 type CommitFn = unsafe extern "C" fn() -> c_int;
-type FenceFn = unsafe extern "C" fn(*const RawProc, usize, *const RawInfo, usize) -> c_int;
+/// `pmix_op_cbfunc_t`.
+type OpCallback = unsafe extern "C" fn(c_int, *mut c_void);
+type FenceNbFn =
+    unsafe extern "C" fn(*const RawProc, usize, *const RawInfo, usize, Option<OpCallback>, *mut c_void) -> c_int;
+/// `pmix_event_notification_cbfunc_fn_t`.
+type EventDoneFn = unsafe extern "C" fn(c_int, *mut RawInfo, usize, Option<OpCallback>, *mut c_void, *mut c_void);
+/// `pmix_notification_fn_t`.
+type EventHandlerFn = unsafe extern "C" fn(
+    usize,
+    c_int,
+    *const RawProc,
+    *mut RawInfo,
+    usize,
+    *mut RawInfo,
+    usize,
+    Option<EventDoneFn>,
+    *mut c_void,
+);
+/// `pmix_hdlr_reg_cbfunc_t`.
+type RegisteredFn = unsafe extern "C" fn(c_int, usize, *mut c_void);
+type RegisterEventFn = unsafe extern "C" fn(
+    *mut c_int,
+    usize,
+    *mut RawInfo,
+    usize,
+    Option<EventHandlerFn>,
+    Option<RegisteredFn>,
+    *mut c_void,
+) -> c_int;
 type GetFn = unsafe extern "C" fn(*const RawProc, *const c_char, *const RawInfo, usize, *mut *mut RawValue) -> c_int;
 type ValueDestructFn = unsafe extern "C" fn(*mut RawValue);
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -151,7 +196,8 @@ struct Library {
     finalize: FinalizeFn,
     put: PutFn,
     commit: CommitFn,
-    fence: FenceFn,
+    fence_nb: FenceNbFn,
+    register_event: RegisterEventFn,
     get: GetFn,
     value_destruct: ValueDestructFn,
     error_string: ErrorStringFn,
@@ -177,7 +223,8 @@ impl Library {
             finalize: sym(&lib, "PMIx_Finalize")?,
             put: sym(&lib, "PMIx_Put")?,
             commit: sym(&lib, "PMIx_Commit")?,
-            fence: sym(&lib, "PMIx_Fence")?,
+            fence_nb: sym(&lib, "PMIx_Fence_nb")?,
+            register_event: sym(&lib, "PMIx_Register_event_handler")?,
             get: sym(&lib, "PMIx_Get")?,
             value_destruct: sym(&lib, "PMIx_Value_destruct")?,
             error_string: sym(&lib, "PMIx_Error_string")?,
@@ -274,6 +321,153 @@ extern "C" fn finalize_at_exit() {
     }
 }
 
+/// A fence's arguments, kept until PMIx calls back.
+struct FenceArgs {
+    procs: Vec<RawProc>,
+    info: Vec<RawInfo>,
+    /// Nobody waits for it any more.
+    abandoned: bool,
+}
+
+// SAFETY: plain data (the info holds no pointer: a bool and an int).
+unsafe impl Send for FenceArgs {}
+
+/// The fences started ([`PmixClient::start_fence`]): each one's arguments until PMIx calls back,
+/// then its status until it is waited for; whether waits are interrupted ([`interrupt_waits`]).
+struct Fences {
+    next: usize,
+    args: BTreeMap<usize, FenceArgs>,
+    done: BTreeMap<usize, c_int>,
+    interrupted: bool,
+}
+
+static FENCES: Mutex<Fences> =
+    Mutex::new(Fences { next: 0, args: BTreeMap::new(), done: BTreeMap::new(), interrupted: false });
+static FENCE_DONE: Condvar = Condvar::new();
+
+fn fences() -> MutexGuard<'static, Fences> {
+    FENCES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `pmix_op_cbfunc_t` of a fence: record its status (on PMIx's progress thread), unless nobody
+/// waits for it any more.
+unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
+    let id = cbdata as usize;
+    let mut f = fences();
+    if f.args.remove(&id).is_some_and(|a| !a.abandoned) {
+        f.done.insert(id, status);
+    }
+    drop(f);
+    FENCE_DONE.notify_all();
+}
+
+/// While `on`, every wait for a fence ([`Fence::wait`]) ends at once, failing (a peer was found
+/// dead: the fence would wait for it until its timeout). The runtime sets it as it interrupts
+/// its backend's calls, and clears it with them.
+pub fn interrupt_waits(on: bool) {
+    fences().interrupted = on;
+    FENCE_DONE.notify_all();
+}
+
+/// The ranks of this job that PMIx events said ended ([`on_death_event`]), in order of report.
+static DEAD: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// The ranks of this job that a PMIx event said ended or became unreachable, so far.
+pub fn dead() -> Vec<u32> {
+    DEAD.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// `pmix_notification_fn_t` for [`DEATH_EVENTS`]: note the affected rank of this job (the
+/// `PMIX_EVENT_AFFECTED_PROC` info, else the event's source), end every wait for a fence (it
+/// would wait for that rank), say it at debug level, and leave the event to other handlers.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_death_event(
+    _id: usize,
+    status: c_int,
+    source: *const RawProc,
+    info: *mut RawInfo,
+    ninfo: usize,
+    _results: *mut RawInfo,
+    _nresults: usize,
+    done: Option<EventDoneFn>,
+    cbdata: *mut c_void,
+) {
+    let mine = CLIENT.get().and_then(|c| c.as_ref().ok());
+    let of_this_job = |p: *const RawProc| -> Option<u32> {
+        // SAFETY: PMIx hands valid procs (or NULL).
+        let p = unsafe { p.as_ref() }?;
+        (mine.is_some_and(|c| c.me.nspace == p.nspace) && p.rank < PMIX_RANK_WILDCARD).then_some(p.rank)
+    };
+    let infos: &[RawInfo] = if info.is_null() || ninfo == 0 {
+        &[]
+    } else {
+        // SAFETY: PMIx hands `ninfo` infos at `info`.
+        unsafe { std::slice::from_raw_parts(info, ninfo) }
+    };
+    let affected = infos
+        .iter()
+        // SAFETY: the union member read is the one the type code names.
+        .find(|i| string_of(&i.key) == key_text(PMIX_EVENT_AFFECTED_PROC) && i.value.kind == PMIX_PROC)
+        .and_then(|i| of_this_job(unsafe { i.value.data.proc_ }))
+        .or_else(|| of_this_job(source));
+    if super::debug_log() {
+        let what = mine.map(|c| c.lib.describe(status)).unwrap_or_else(|| status.to_string());
+        eprintln!("mcore_init: PMIx event {what} about rank {affected:?}");
+    }
+    if let Some(rank) = affected.filter(|r| mine.is_some_and(|c| c.me.rank != *r)) {
+        let mut dead = DEAD.lock().unwrap_or_else(|p| p.into_inner());
+        if !dead.contains(&rank) {
+            dead.push(rank);
+        }
+        drop(dead);
+        interrupt_waits(true);
+    }
+    if let Some(done) = done {
+        // SAFETY: PMIx's own continuation, with its cbdata.
+        unsafe { done(PMIX_EVENT_NO_ACTION_TAKEN, std::ptr::null_mut(), 0, None, std::ptr::null_mut(), cbdata) };
+    }
+}
+
+/// A fence started by [`PmixClient::start_fence`].
+pub struct Fence {
+    id: usize,
+    what: String,
+    client: &'static PmixClient,
+}
+
+impl Fence {
+    /// Wait until the fence is over, `deadline` passes, or waits are interrupted
+    /// ([`interrupt_waits`]).
+    pub fn wait(self, deadline: Instant) -> Result<(), PmixError> {
+        let mut f = fences();
+        loop {
+            if let Some(rc) = f.done.remove(&self.id) {
+                return if rc == PMIX_SUCCESS { Ok(()) } else { Err(self.client.fail(&self.what, rc)) };
+            }
+            let now = Instant::now();
+            if f.interrupted || now >= deadline {
+                let why = if f.interrupted { "a peer was found dead" } else { "the deadline passed" };
+                return Err(PmixError {
+                    message: format!("{} failed: not over when {why}", self.what),
+                    timed_out: !f.interrupted,
+                });
+            }
+            f = FENCE_DONE.wait_timeout(f, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+impl Drop for Fence {
+    /// A fence not over is left running; its status is dropped when it comes.
+    fn drop(&mut self) {
+        let mut f = fences();
+        f.done.remove(&self.id);
+        if let Some(a) = f.args.get_mut(&self.id) {
+            a.abandoned = true;
+        }
+    }
+}
+
 fn string_of(chars: &[c_char]) -> String {
     let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
@@ -326,6 +520,7 @@ impl PmixClient {
                 client.facts.local_size = local_size;
                 client.facts.hostname = hostname;
                 client.facts.node_id = node_id;
+                client.register_death_events();
                 Ok(client)
             }
             Err(e) => {
@@ -351,6 +546,28 @@ impl PmixClient {
         Ok((job_size, local_rank, local_size, hostname, node_id))
     }
 
+    /// Register [`on_death_event`] for [`DEATH_EVENTS`] (blocking: no completion callback). A
+    /// library that refuses is said at debug level; deaths are then found by the store's liveness
+    /// alone (as they are anyway where the launcher sends no event: docs/pmix.md).
+    fn register_death_events(&self) {
+        let mut codes = DEATH_EVENTS;
+        // SAFETY: a valid array of codes, no info; the handler is a plain extern "C" function.
+        let rc = unsafe {
+            (self.lib.register_event)(
+                codes.as_mut_ptr(),
+                codes.len(),
+                std::ptr::null_mut(),
+                0,
+                Some(on_death_event),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 && super::debug_log() {
+            eprintln!("mcore_init: no PMIx event handler for deaths: {}", self.lib.describe(rc));
+        }
+    }
+
     /// What PMIx said about this process at `PMIx_Init`.
     pub fn facts(&self) -> &PmixFacts {
         &self.facts
@@ -374,17 +591,24 @@ impl PmixClient {
     /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it; `local`:
     /// only in the client's own copy of the job's data (`PMIX_OPTIONAL`).
     fn get_value(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, PmixError> {
+        self.get_raw(rank, key, within, local).map_err(|rc| {
+            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
+            if rc == PMIX_ERR_NOT_FOUND {
+                e.message.push_str(" (not published)");
+            }
+            e
+        })
+    }
+
+    /// [`PmixClient::get_value`], failing with PMIx's status.
+    fn get_raw(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, c_int> {
         let proc_ = RawProc { nspace: self.me.nspace, rank };
         let info = [RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, local)];
         let mut out: *mut RawValue = std::ptr::null_mut();
         // SAFETY: valid proc, key and info; PMIx allocates `out` on success.
         let rc = unsafe { (self.lib.get)(&proc_, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
         if rc != PMIX_SUCCESS || out.is_null() {
-            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
-            if rc == PMIX_ERR_NOT_FOUND {
-                e.message.push_str(" (not published)");
-            }
-            return Err(e);
+            return Err(rc);
         }
         // SAFETY: `out` is a value PMIx allocated with malloc: copy what is read, then release it
         // as PMIX_VALUE_RELEASE does (destruct, then free).
@@ -399,8 +623,7 @@ impl PmixClient {
     /// Publish `bytes` under `key` for every process of the job (`PMIx_Put` with global scope,
     /// then `PMIx_Commit`).
     pub fn publish(&self, key: &str, bytes: &[u8]) -> Result<(), PmixError> {
-        let k =
-            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
+        let k = key_cstring(key)?;
         let mut value = RawValue {
             kind: PMIX_BYTE_OBJECT,
             data: RawData { bo: RawBytes { bytes: bytes.as_ptr() as *mut c_char, size: bytes.len() } },
@@ -420,26 +643,82 @@ impl PmixClient {
 
     /// `PMIx_Fence` over the whole job with data collection: returns once every process of the
     /// job has called it, with everything they committed before it readable; at most `within`.
-    pub fn fence(&self, within: Duration) -> Result<(), PmixError> {
-        let info = [RawInfo::flag(PMIX_COLLECT_DATA, true), RawInfo::timeout(within)];
-        // SAFETY: NULL procs is the whole job of this process; valid info.
-        let rc = unsafe { (self.lib.fence)(std::ptr::null(), 0, info.as_ptr(), info.len()) };
+    pub fn fence(&'static self, within: Duration) -> Result<(), PmixError> {
+        self.start_fence(None, within)?.wait(Instant::now() + within)
+    }
+
+    /// Start a fence with data collection over `ranks` of this job (None: every rank) without
+    /// waiting for it (`PMIx_Fence_nb`; PMIx ends it after at most `within`): [`Fence::wait`]
+    /// waits for it, or drop it to leave it running (a rank that only publishes).
+    pub fn start_fence(&'static self, ranks: Option<&[u32]>, within: Duration) -> Result<Fence, PmixError> {
+        let what = match ranks {
+            None => format!("PMIx_Fence (every rank of namespace {})", self.facts.nspace),
+            Some(r) => format!("PMIx_Fence ({} ranks of namespace {})", r.len(), self.facts.nspace),
+        };
+        let procs: Vec<RawProc> =
+            ranks.unwrap_or_default().iter().map(|&rank| RawProc { nspace: self.me.nspace, rank }).collect();
+        let info = vec![RawInfo::flag(PMIX_COLLECT_DATA, true), RawInfo::timeout(within)];
+        let args = FenceArgs { procs, info, abandoned: false };
+        let (procs, nprocs) =
+            if args.procs.is_empty() { (std::ptr::null(), 0) } else { (args.procs.as_ptr(), args.procs.len()) };
+        let info = args.info.as_ptr();
+        let id = {
+            let mut f = fences();
+            f.next += 1;
+            let id = f.next;
+            // The arrays stay where they are (a Vec's buffer does not move) until the callback.
+            f.args.insert(id, args);
+            id
+        };
+        // SAFETY: the procs and info arrays live in FENCES until the callback; `id` is the cbdata.
+        let rc = unsafe { (self.lib.fence_nb)(procs, nprocs, info, 2, Some(fence_done), id as *mut c_void) };
         if rc != PMIX_SUCCESS {
-            return Err(self.fail(&format!("PMIx_Fence (every rank of namespace {})", self.facts.nspace), rc));
+            // No callback will come (PMIX_OPERATION_SUCCEEDED: done already).
+            let mut f = fences();
+            f.args.remove(&id);
+            if rc != PMIX_OPERATION_SUCCEEDED {
+                return Err(self.fail(&what, rc));
+            }
+            f.done.insert(id, PMIX_SUCCESS);
         }
-        Ok(())
+        Ok(Fence { id, what, client: self })
     }
 
     /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`.
     pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
-        let k =
-            CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })?;
-        let v = self.get_value(rank, &k, within, false)?;
+        let k = key_cstring(key)?;
+        self.bytes_of(rank, key, self.get_value(rank, &k, within, false)?)
+    }
+
+    /// [`PmixClient::fetch`] of a key that `rank` may not have committed yet, without a fence:
+    /// OpenMPI's server answers PMIX_ERR_NOT_FOUND at once rather than wait for it, so it is
+    /// asked again, 10 ms later, then at intervals doubling up to 100 ms, until `deadline`.
+    pub fn fetch_when_published(&self, rank: u32, key: &str, deadline: Instant) -> Result<Vec<u8>, PmixError> {
+        let k = key_cstring(key)?;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.get_raw(rank, &k, left, false) {
+                Ok(v) => return self.bytes_of(rank, key, v),
+                Err(PMIX_ERR_NOT_FOUND) if left > pause => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(_) => return self.fetch(rank, key, left.max(Duration::from_millis(1))),
+            }
+        }
+    }
+
+    fn bytes_of(&self, rank: u32, key: &str, v: Value) -> Result<Vec<u8>, PmixError> {
         v.bytes().ok_or_else(|| PmixError {
             message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
             timed_out: false,
         })
     }
+}
+
+fn key_cstring(key: &str) -> Result<CString, PmixError> {
+    CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })
 }
 
 fn key_text(key: &CStr) -> String {

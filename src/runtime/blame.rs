@@ -46,6 +46,7 @@ pub(super) fn deaths_interrupt(
             abort();
         }
         backend.interrupt(true);
+        crate::backend::pmix::interrupt_waits(true);
     })));
 }
 
@@ -56,6 +57,7 @@ pub(super) fn deaths_end_nothing(l: Option<&Liveness>, backend: &dyn CommFactory
         l.on_peer_death(None);
     }
     backend.interrupt(false);
+    crate::backend::pmix::interrupt_waits(false);
 }
 
 /// While it lives, deaths interrupt (see [`deaths_interrupt`]): a step after init that creates

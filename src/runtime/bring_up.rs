@@ -3,7 +3,7 @@
 //! for recovery, or left once the ranks that arrived have read the verdict).
 
 use super::blame::{blame_peers, failed_for_a_peer, start_liveness};
-use super::checkin::{check_in, CheckinError};
+use super::checkin::{check_in, verdict, CheckinError};
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
@@ -12,6 +12,7 @@ use super::groups::{
     RankPlan,
 };
 use super::host::{self, HostInfo};
+use super::pmix_rendezvous::{self, WorldExchange};
 
 use super::init_args::{check_grid_name, BackendResolver, InitArgs};
 use super::leave::{leave, Watch, LEAVE_GRACE};
@@ -23,7 +24,7 @@ use super::store_setup::{open_attempt, StoreHandles};
 use crate::backend::{CommError, CommFactory, Communicator};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
-use crate::store::{PrefixStore, Store};
+use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::Topology;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -102,6 +103,9 @@ struct Steps<'a> {
     start: Instant,
     /// One deadline bounds every wait: each step gets what is left of it.
     deadline: Instant,
+    /// Check in and exchange the world communicator's addresses through PMIx
+    /// ([`super::pmix_rendezvous`]): a first bring-up under PMIx, not a recovery's.
+    pmix: Option<&'static crate::backend::pmix::PmixClient>,
 }
 
 /// The communicators made and verified, and when check-in and creation ended (since the start).
@@ -137,6 +141,7 @@ pub(super) fn bring_up(
 ) -> Result<Runtime, RuntimeError> {
     let start = Instant::now();
     let mut layout = validate(args, &env, factory)?;
+    let pmix = if carried.is_none() { pmix_rendezvous::usable(&env) } else { None };
     // Kinds a recovery kept are not created again (every rank keeps the same kinds).
     let (reuse, premade_world, kept) = match carried {
         Some(Carried { store, attempt, world, kept, .. }) => (Some((store, attempt)), world, kept),
@@ -150,7 +155,7 @@ pub(super) fn bring_up(
     let opened = open(&env, args, reuse, deadline, &layout.backend)?;
     let env = opened.store.resolved(&env);
     let t_store = start.elapsed();
-    let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline };
+    let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline, pmix };
     let made = check_in_create_verify(&steps, fingerprint, premade_world, kept);
     let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
     match made {
@@ -404,11 +409,53 @@ fn check_in_create_verify(
     Ok(Made { created, communicators, t_checkin, t_groups })
 }
 
-/// Publish this rank's host, and check in with every rank of the world.
+/// Publish this rank's host, and check in with every rank of the world: through PMIx when it
+/// can (rank 0 then writes every rank's host to the store in one request, for the explanations of
+/// later failures), else, or when its fence failed without a peer found dead, through the store,
+/// which names who is missing.
 fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
-    let (env, base) = (s.env, s.opened.base.as_ref());
+    let (env, base, began) = (s.env, s.opened.base.as_ref(), Instant::now());
+    if let Some(pmix) = s.pmix {
+        // The fence ends early enough for the store's check-in to name who did not come.
+        let reserve = (s.args.timeout / 5).min(Duration::from_secs(2));
+        let until = s.deadline.checked_sub(reserve).unwrap_or(s.deadline);
+        match pmix_rendezvous::check_in(pmix, &s.opened.attempt, &s.opened.host, fingerprint, until) {
+            Ok(records) => {
+                if env.rank == 0 {
+                    let keys: Vec<String> = (0..records.len() as u32).map(super::keys::host).collect();
+                    let items: Vec<(&str, &[u8])> =
+                        keys.iter().zip(&records).map(|(k, (h, _))| (k.as_str(), h.as_bytes())).collect();
+                    base.multi_set(&items)?;
+                }
+                let fingerprints: Vec<Vec<u8>> = records.iter().map(|(_, f)| f.clone()).collect();
+                let label = |r: u32| host::label_from(&records.get(r as usize)?.0);
+                return verdict(&fingerprints, &|ranks| host::describe_by(ranks, &label))
+                    .map_err(RuntimeError::Checkin);
+            }
+            // A peer found dead interrupted the fence: the blame names it.
+            Err(e) if s.opened.liveness.as_ref().is_some_and(|l| !l.dead().is_empty()) => {
+                return Err(RuntimeError::Checkin(CheckinError::Store(StoreError::Io(e.message))));
+            }
+            Err(e) => {
+                if crate::backend::debug_log() {
+                    eprintln!(
+                        "mcore_init: rank {}: the PMIx check-in failed ({e}); checking in through the store",
+                        env.rank
+                    );
+                }
+            }
+        }
+    }
     host::publish(base, env.rank, &s.opened.host)?;
-    check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline))?;
+    check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline)).map_err(
+        |e| match e {
+            // After a PMIx fence that failed: the wait counts from the start of the check-in.
+            CheckinError::Missing { ranks, nodes, .. } if s.pmix.is_some() => {
+                CheckinError::Missing { ranks, nodes, waited: began.elapsed() }
+            }
+            e => e,
+        },
+    )?;
     Ok(())
 }
 
@@ -420,8 +467,19 @@ fn create(
     kept: Vec<LiveGroup>,
 ) -> Result<CreatedGroups, RuntimeError> {
     let (args, layout, base) = (s.args, s.layout, &s.opened.base);
-    let group_store =
+    let prefixed =
         |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&super::keys::group(name), base.clone())) };
+    // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
+    let exchange = s.pmix.map(|pmix| {
+        let deadline = creation_deadline(s.deadline, args.timeout);
+        Arc::new(WorldExchange::new(pmix, prefixed("world"), &s.opened.attempt, &layout.plan.world, deadline))
+    });
+    let group_store = |name: &str| -> Arc<dyn Store> {
+        match &exchange {
+            Some(x) if name == "world" => x.clone(),
+            _ => prefixed(name),
+        }
+    };
     let host_addr = s.opened.host.addr.to_string();
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
@@ -437,7 +495,11 @@ fn create(
         }
         .create(strategy, world)
     };
-    let mut created = create(&layout.plan, layout.strategy, premade_world)?;
+    let created = create(&layout.plan, layout.strategy, premade_world);
+    if let Some(x) = &exchange {
+        x.finish();
+    }
+    let mut created = created?;
     created.groups.extend(kept);
     // In the grids' order and each's kind order, as if all were created now.
     let order: Vec<(&GridTag, PlanKind)> = layout

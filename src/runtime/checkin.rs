@@ -131,6 +131,15 @@ fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) 
     Some(text)
 }
 
+/// The verdict on every rank's fingerprint (by rank), each set of ranks named as `describe`
+/// names it: `Ok`, or the mismatch (the PMIx check-in reaches it on every rank).
+pub fn verdict(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) -> Result<(), CheckinError> {
+    match mismatch_text(fingerprints, describe) {
+        None => Ok(()),
+        Some(text) => Err(CheckinError::Mismatch(text)),
+    }
+}
+
 /// Announce this rank with `fingerprint` and wait until every rank of `world_size` has checked in
 /// with the same one. `store` should be private to this init attempt (a prefixed view). Missing
 /// ranks are also named by node when every node runs `local_world_size` ranks.

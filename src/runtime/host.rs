@@ -69,8 +69,12 @@ pub fn label_of(store: &dyn Store, rank: u32) -> Option<String> {
         return None;
     }
     let v = store.get(&key(rank)).ok()?;
-    let text = String::from_utf8_lossy(&v);
-    let (name, addr) = text.rsplit_once(' ')?;
+    label_from(&String::from_utf8_lossy(&v))
+}
+
+/// The label of a published host record `<hostname> <address>`: `'name' (address)`.
+pub fn label_from(record: &str) -> Option<String> {
+    let (name, addr) = record.rsplit_once(' ')?;
     Some(format!("'{name}' ({addr})"))
 }
 

@@ -5,11 +5,27 @@
 //!
 //! The record, under the key `mcore_init.store:<attempt>` of rank 0: `<port> <address>\n` and
 //! then the secret's bytes (none when the user's own token, MCORE_STORE_TOKEN, is in force).
+//! The other ranks read it as soon as rank 0 has committed it (asked again until then:
+//! [`PmixClient::fetch_when_published`]); no fence, so that a rank that never comes does not keep the others
+//! from the store, where the check-in names it.
+//!
+//! Then two exchanges that would otherwise cost rank 0's store requests from every rank run as
+//! PMIx fences with data collection instead (docs/pmix.md, "What runs where"):
+//!
+//! * the check-in ([`check_in`]): every rank's host and settings fingerprint under
+//!   `mcore_init.checkin:<attempt>`, one fence over the job, every rank reads every record and
+//!   reaches the same verdict. A fence that fails names nobody, so then (only then) the ranks
+//!   check in again through the store, which names who is missing;
+//! * the world communicator's exchange ([`WorldExchange`]): the store the backend is handed for
+//!   it, whose sets are PMIx puts and whose reads come after one fence over the world.
 
-use super::env::LaunchEnv;
+use super::env::{LaunchEnv, Rendezvous};
 use super::error::RuntimeError;
-use crate::backend::pmix::{PmixClient, PmixError};
-use crate::store::{StoreError, StoreToken};
+use super::host::HostInfo;
+use crate::backend::pmix::{Fence, PmixClient, PmixError};
+use crate::store::{Store, StoreError, StoreToken};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where rank 0's store listens and the secret its clients prove, as published.
@@ -65,26 +81,18 @@ fn client(env: &LaunchEnv) -> Result<&'static PmixClient, RuntimeError> {
     PmixClient::get().map_err(|e| failed(env, PmixError { message: e, timed_out: false }, Duration::ZERO))
 }
 
-/// Rank 0: publish `record` for `attempt`, then meet the others at the fence (until `deadline`).
-pub(super) fn publish(
-    env: &LaunchEnv,
-    attempt: &str,
-    record: &StoreRecord,
-    deadline: Instant,
-) -> Result<(), RuntimeError> {
-    let start = Instant::now();
+/// Rank 0: publish `record` for `attempt` (put, commit).
+pub(super) fn publish(env: &LaunchEnv, attempt: &str, record: &StoreRecord) -> Result<(), RuntimeError> {
     let pmix = client(env)?;
-    pmix.publish(&key(attempt), &record.encode()).map_err(|e| failed(env, e, start.elapsed()))?;
-    pmix.fence(deadline.saturating_duration_since(Instant::now())).map_err(|e| failed(env, e, start.elapsed()))
+    pmix.publish(&key(attempt), &record.encode()).map_err(|e| failed(env, e, Duration::ZERO))
 }
 
-/// Every other rank: the fence, then rank 0's record for `attempt` (until `deadline`).
+/// Every other rank: rank 0's record for `attempt`, once rank 0 has committed it (until
+/// `deadline`).
 pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
     let start = Instant::now();
     let pmix = client(env)?;
-    let left = || deadline.saturating_duration_since(Instant::now());
-    pmix.fence(left()).map_err(|e| failed(env, e, start.elapsed()))?;
-    let bytes = pmix.fetch(0, &key(attempt), left()).map_err(|e| failed(env, e, start.elapsed()))?;
+    let bytes = pmix.fetch_when_published(0, &key(attempt), deadline).map_err(|e| failed(env, e, start.elapsed()))?;
     StoreRecord::decode(&bytes).ok_or_else(|| {
         let head = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
         let e = PmixError {
@@ -93,6 +101,279 @@ pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<
         };
         failed(env, e, start.elapsed())
     })
+}
+
+/// The process's PMIx client when this rank's initialization may exchange through it: the
+/// rendezvous is PMIx's and the ranks are PMIx's own (not a recovered world's, renumbered).
+pub(super) fn usable(env: &LaunchEnv) -> Option<&'static PmixClient> {
+    if env.rendezvous != Rendezvous::Pmix {
+        return None;
+    }
+    let c = PmixClient::get().ok()?;
+    (c.facts().rank == env.rank && c.facts().job_size == env.world_size).then_some(c)
+}
+
+/// A timeout or failure of PMIx as the store says it (so that errors read as the store's do).
+fn as_store_error(e: PmixError, waited: Duration) -> StoreError {
+    if e.timed_out {
+        StoreError::Timeout { keys: vec![format!("<{e}>")], waited }
+    } else {
+        StoreError::Io(e.message)
+    }
+}
+
+/// One rank's check-in record: `<hostname> <address>\n<fingerprint>`.
+fn checkin_record(host: &HostInfo, fingerprint: &[u8]) -> Vec<u8> {
+    let mut out = format!("{} {}\n", host.hostname, host.addr).into_bytes();
+    out.extend_from_slice(fingerprint);
+    out
+}
+
+/// A check-in record read back: the host (`<hostname> <address>`) and the fingerprint.
+fn parse_checkin(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
+    let nl = bytes.iter().position(|b| *b == b'\n')?;
+    Some((String::from_utf8_lossy(&bytes[..nl]).into_owned(), bytes[nl + 1..].to_vec()))
+}
+
+/// The check-in through PMIx: publish this rank's host and `fingerprint` for `attempt`, one
+/// fence over the job (until `until`), then every rank's (host, fingerprint) by rank. An error
+/// when the fence or a read failed: the caller falls back to the store's check-in to name who
+/// is missing.
+pub(super) fn check_in(
+    pmix: &'static PmixClient,
+    attempt: &str,
+    host: &HostInfo,
+    fingerprint: &[u8],
+    until: Instant,
+) -> Result<Vec<(String, Vec<u8>)>, PmixError> {
+    let key = format!("mcore_init.checkin:{attempt}");
+    pmix.publish(&key, &checkin_record(host, fingerprint))?;
+    pmix.start_fence(None, until.saturating_duration_since(Instant::now()))?.wait(until)?;
+    (0..pmix.facts().job_size)
+        .map(|r| {
+            let bytes =
+                pmix.fetch(r, &key, until.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)))?;
+            parse_checkin(&bytes).ok_or_else(|| PmixError {
+                message: format!("rank {r}'s check-in record under {key} has no host line"),
+                timed_out: false,
+            })
+        })
+        .collect()
+}
+
+/// The store handed to the backend for the world communicator under PMIx: the keys this rank
+/// sets before its first read are one PMIx record of its own (`mcore_init.world:<attempt>`: a
+/// list of length-prefixed keys and values), put and committed; the first set or read starts
+/// one fence over the world's ranks, and reads wait for it, then look in the records (rank 0's
+/// first: NCCL's unique id is there). A rank that only publishes (NCCL's rank 0) starts the
+/// fence and does not wait for it. What the records do not hold (a key set after the fence,
+/// a counter) goes through `inner`, the world's store, as before.
+pub(super) struct WorldExchange {
+    pmix: &'static PmixClient,
+    inner: Arc<dyn Store>,
+    key: String,
+    members: Vec<u32>,
+    deadline: Instant,
+    state: Mutex<Exchange>,
+}
+
+#[derive(Default)]
+struct Exchange {
+    /// The keys this rank published, in order.
+    mine: Vec<(String, Vec<u8>)>,
+    /// None: not started; Some(Some(fence)) started, not yet waited for; Some(None): over.
+    fence: Option<Option<Fence>>,
+    /// How it failed (every later read says the same).
+    failed: Option<StoreError>,
+    /// The members' records read so far (in `members` order), their keys and values.
+    read: usize,
+    found: HashMap<String, Vec<u8>>,
+}
+
+fn encode_pairs(pairs: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        for part in [k.as_bytes(), v.as_slice()] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    out
+}
+
+fn decode_pairs(mut bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let mut take = || -> Option<Vec<u8>> {
+        let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+        let part = bytes.get(4..4 + len)?.to_vec();
+        bytes = &bytes[4 + len..];
+        Some(part)
+    };
+    let mut out = Vec::new();
+    while let Some(k) = take() {
+        out.push((String::from_utf8(k).ok()?, take()?));
+    }
+    Some(out)
+}
+
+impl WorldExchange {
+    /// The exchange of `attempt`'s world communicator over `members` (ascending), until `deadline`.
+    pub(super) fn new(
+        pmix: &'static PmixClient,
+        inner: Arc<dyn Store>,
+        attempt: &str,
+        members: &[u32],
+        deadline: Instant,
+    ) -> WorldExchange {
+        WorldExchange {
+            pmix,
+            inner,
+            key: format!("mcore_init.world:{attempt}"),
+            members: members.to_vec(),
+            deadline,
+            state: Mutex::new(Exchange::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Exchange> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publish this rank's keys and start the fence, once.
+    fn begin(&self, st: &mut Exchange) -> Result<(), StoreError> {
+        if st.fence.is_some() {
+            return Ok(());
+        }
+        let within = self.deadline.saturating_duration_since(Instant::now());
+        let everyone = self.members.len() as u32 == self.pmix.facts().job_size;
+        let started = self
+            .pmix
+            .publish(&self.key, &encode_pairs(&st.mine))
+            .and_then(|()| self.pmix.start_fence((!everyone).then_some(&self.members[..]), within));
+        match started {
+            Ok(fence) => {
+                st.fence = Some(Some(fence));
+                Ok(())
+            }
+            Err(e) => {
+                st.fence = Some(None);
+                let e = as_store_error(e, Duration::ZERO);
+                st.failed = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Started and waited for: the records are readable.
+    fn fenced(&self) -> Result<std::sync::MutexGuard<'_, Exchange>, StoreError> {
+        let mut st = self.lock();
+        self.begin(&mut st)?;
+        if let Some(fence) = st.fence.as_mut().and_then(Option::take) {
+            let start = Instant::now();
+            if let Err(e) = fence.wait(self.deadline) {
+                st.failed = Some(as_store_error(e, start.elapsed()));
+            }
+        }
+        match &st.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(st),
+        }
+    }
+
+    /// `key` from the records (this rank's own first), reading members' records until found.
+    fn lookup(&self, st: &mut Exchange, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some((_, v)) = st.mine.iter().find(|(k, _)| k == key) {
+            return Ok(Some(v.clone()));
+        }
+        while !st.found.contains_key(key) && st.read < self.members.len() {
+            let rank = self.members[st.read];
+            st.read += 1;
+            let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+            let bytes = self.pmix.fetch(rank, &self.key, left).map_err(|e| as_store_error(e, Duration::ZERO))?;
+            let pairs = decode_pairs(&bytes).ok_or_else(|| {
+                StoreError::Protocol(format!("rank {rank}'s record under {} is not a list of keys", self.key))
+            })?;
+            st.found.extend(pairs);
+        }
+        Ok(st.found.get(key).cloned())
+    }
+
+    /// A rank that never used the exchange starts its fence now (the others' reads wait for it).
+    pub(super) fn finish(&self) {
+        let mut st = self.lock();
+        let _ = self.begin(&mut st);
+    }
+}
+
+impl Store for WorldExchange {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        if st.fence.is_some() {
+            drop(st);
+            return self.inner.set(key, value);
+        }
+        st.mine.push((key.to_string(), value.to_vec()));
+        self.begin(&mut st)
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        let mut st = self.fenced()?;
+        match self.lookup(&mut st, key)? {
+            Some(v) => Ok(v),
+            None => {
+                drop(st);
+                self.inner.get(key)
+            }
+        }
+    }
+
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        let mut st = self.fenced()?;
+        let mut rest = Vec::new();
+        for k in keys {
+            if self.lookup(&mut st, k)?.is_none() {
+                rest.push(*k);
+            }
+        }
+        drop(st);
+        if rest.is_empty() {
+            Ok(())
+        } else {
+            self.inner.wait(&rest, timeout)
+        }
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        for k in keys {
+            let mut st = self.lock();
+            let known = st.fence.as_ref().is_some_and(Option::is_none) && st.failed.is_none();
+            let here = if known { self.lookup(&mut st, k)?.is_some() } else { false };
+            drop(st);
+            if !here && !self.inner.check(&[k])? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.inner.add(key, delta)
+    }
+
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.inner.compare_set(key, expected, desired)
+    }
+
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        self.inner.delete_key(key)
+    }
+
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.inner.num_keys()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
 }
 
 #[cfg(test)]
@@ -112,5 +393,20 @@ mod tests {
             assert_eq!(StoreRecord::decode(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
         assert_eq!(key("mcore_init/none/0/3"), "mcore_init.store:mcore_init/none/0/3");
+    }
+
+    /// The world exchange's record and the check-in's: written and read back; truncated lists
+    /// are refused.
+    #[test]
+    fn exchange_records_round_trip() {
+        let pairs = vec![("0".to_string(), b"addr\0".to_vec()), ("nccl_id".to_string(), Vec::new())];
+        let bytes = encode_pairs(&pairs);
+        assert_eq!(decode_pairs(&bytes), Some(pairs));
+        assert_eq!(decode_pairs(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_pairs(b""), Some(Vec::new()));
+        let host = HostInfo { hostname: "n1".into(), addr: [10, 0, 0, 2].into(), why: String::new() };
+        let rec = checkin_record(&host, b"tp=2 x=a b");
+        assert_eq!(parse_checkin(&rec), Some(("n1 10.0.0.2".to_string(), b"tp=2 x=a b".to_vec())));
+        assert_eq!(parse_checkin(b"no newline"), None);
     }
 }

@@ -482,7 +482,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
             if pmix {
                 let record = StoreRecord { addr: env.master_addr.clone(), port, secret: session.clone() };
-                pmix_rendezvous::publish(env, attempt, &record, deadline)?;
+                pmix_rendezvous::publish(env, attempt, &record)?;
             }
             (client, port)
         }
