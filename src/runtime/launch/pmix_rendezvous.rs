@@ -7,14 +7,14 @@
 //! then the secret's bytes (none when the user's own token, MCORE_STORE_TOKEN, is in force).
 
 use super::env::LaunchEnv;
-use super::error::RuntimeError;
 use crate::backend::pmix::{PmixClient, PmixError};
+use crate::runtime::error::RuntimeError;
 use crate::store::{StoreError, StoreToken};
 use std::time::{Duration, Instant};
 
 /// Where rank 0's store listens and the secret its clients prove, as published.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct StoreRecord {
+pub(crate) struct StoreRecord {
     pub addr: String,
     pub port: u16,
     pub secret: Option<StoreToken>,
@@ -66,7 +66,7 @@ fn client(env: &LaunchEnv) -> Result<&'static PmixClient, RuntimeError> {
 }
 
 /// Rank 0: publish `record` for `attempt`, then meet the others at the fence (until `deadline`).
-pub(super) fn publish(
+pub(crate) fn publish(
     env: &LaunchEnv,
     attempt: &str,
     record: &StoreRecord,
@@ -79,7 +79,7 @@ pub(super) fn publish(
 }
 
 /// Every other rank: the fence, then rank 0's record for `attempt` (until `deadline`).
-pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
+pub(crate) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
     let start = Instant::now();
     let pmix = client(env)?;
     let left = || deadline.saturating_duration_since(Instant::now());

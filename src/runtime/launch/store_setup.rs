@@ -3,11 +3,11 @@
 //! without a launcher uses an in-process store. Under PMIx rank 0 binds an ephemeral port and
 //! the ranks learn it through PMIx ([`super::pmix_rendezvous`]).
 
-use super::checkin::CheckinError;
 use super::env::{LaunchEnv, Rendezvous};
-use super::error::RuntimeError;
 use super::pmix_rendezvous::{self, StoreRecord};
 use crate::quote::quoted;
+use crate::runtime::error::RuntimeError;
+use crate::runtime::meeting::checkin::CheckinError;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -557,7 +557,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// The store and key prefix of an initialization: those of an earlier attempt (recovery), or
 /// a new attempt's (its store opened within `timeout`).
-pub(super) fn open_attempt(
+pub(crate) fn open_attempt(
     env: &LaunchEnv,
     timeout: Duration,
     reuse: Option<(StoreHandles, String)>,
@@ -696,7 +696,7 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "runtime::store_setup::tests::unreachable_store_child",
+                "runtime::launch::store_setup::tests::unreachable_store_child",
                 "--nocapture",
                 "--test-threads",
                 "1",
@@ -749,7 +749,7 @@ mod tests {
                 .unwrap();
             (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
         };
-        let (stdout, stderr) = run("runtime::store_setup::tests::host_name_bind_child");
+        let (stdout, stderr) = run("runtime::launch::store_setup::tests::host_name_bind_child");
         assert!(stdout.contains("CHILD-BOUND 0.0.0.0:"), "{stdout}\n{stderr}");
         assert!(
             stderr.contains("MASTER_ADDR='no-such-host.invalid' is a host name")
@@ -785,7 +785,13 @@ mod tests {
         use std::process::{Command, Stdio};
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "runtime::store_setup::tests::store_bind_child", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                "runtime::launch::store_setup::tests::store_bind_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(CHILD, "1")
             .env("RANK", "0")
             .env("WORLD_SIZE", "2")
