@@ -487,24 +487,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             (client, port)
         }
         None if pmix => {
-            // The address is this job's own by construction: no job check, no open mark to wait for.
-            let record = pmix_rendezvous::find(env, attempt, deadline)?;
-            if let Some(secret) = record.secret {
-                token.set_if_none(secret);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let client = TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(
-                |source| RuntimeError::StoreConnect {
-                    what: format!(
-                        "the rendezvous store of rank 0 at {}:{} (published through PMIx)",
-                        crate::quote::clip(&record.addr),
-                        record.port
-                    ),
-                    source,
-                },
-            )?;
-            published = Some(record.addr);
-            (client, record.port)
+            let (client, port, addr) = connect_published(env, attempt, &token, deadline)?;
+            published = Some(addr);
+            (client, port)
         }
         None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
@@ -517,6 +502,34 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), at, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
+}
+
+/// A client under PMIx: the store rank 0 published for `attempt`, connected with the secret
+/// published with it. The address is this job's own by construction: no job check, no open mark
+/// to wait for. Returns the client, its port and the published address.
+fn connect_published(
+    env: &LaunchEnv,
+    attempt: &str,
+    token: &TokenCell,
+    deadline: Instant,
+) -> Result<(TcpStore, u16, String), RuntimeError> {
+    let record = pmix_rendezvous::find(env, attempt, deadline)?;
+    if let Some(secret) = record.secret {
+        token.set_if_none(secret);
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let client =
+        TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(|source| {
+            RuntimeError::StoreConnect {
+                what: format!(
+                    "the rendezvous store of rank 0 at {}:{} (published through PMIx)",
+                    crate::quote::clip(&record.addr),
+                    record.port
+                ),
+                source,
+            }
+        })?;
+    Ok((client, record.port, record.addr))
 }
 
 /// How often a rank that cannot reach the rendezvous store yet says so on stderr.
