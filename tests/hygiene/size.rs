@@ -9,9 +9,9 @@
 //!
 //! Source files: Rust, C, C++ and Python (`.rs`, `.c`, `.cc`, `.cpp`, `.h`, `.hpp`, `.py`) and
 //! shell scripts under `src/` (the tools in `src/bin` too), `backends/`, `python/`, `bench/`,
-//! `benches/`, `examples/` and `scripts/`. The generated C headers under `include/` are not
-//! written by hand and are not counted; `tests/` is not counted yet (three of its files are
-//! over the limit; docs/architecture.md, "Sizes").
+//! `benches/`, `examples/`, `scripts/`, `tests/` and `cpp_tests/`. The generated C headers under
+//! `include/` are not written by hand and are not counted; three test files not split yet are
+//! named in [`NOT_SPLIT_YET`] (docs/architecture.md, "Sizes").
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,11 @@ const MAX_FN_LINES: usize = 80;
 /// The longest source file allowed, in lines.
 const MAX_FILE_LINES: usize = 1000;
 /// Folders (from the repository root) whose source files [`MAX_FILE_LINES`] bounds.
-const SOURCE_ROOTS: &[&str] = &["src", "backends", "python", "bench", "benches", "examples", "scripts"];
+const SOURCE_ROOTS: &[&str] =
+    &["src", "backends", "python", "bench", "benches", "examples", "scripts", "tests", "cpp_tests"];
+/// Test files over [`MAX_FILE_LINES`] not split yet (issue 33 follow-up); any other file over it fails.
+const NOT_SPLIT_YET: &[&str] =
+    &["tests/backends/backend_plugin.rs", "tests/nccl_double/nccl_double.rs", "tests/runtime/runtime_multiprocess.rs"];
 /// Extensions of the source files counted.
 const SOURCE_EXTENSIONS: &[&str] = &["rs", "c", "cc", "cpp", "h", "hpp", "py", "sh"];
 /// Folders never walked: build outputs and caches.
@@ -226,11 +230,14 @@ fn long_functions(root: &Path, max: usize) -> Vec<String> {
     out
 }
 
-/// Source files under `roots` longer than `max` lines, one line each.
+/// Source files under `roots` longer than `max` lines, one line each (but those in [`NOT_SPLIT_YET`]).
 fn long_files(roots: &[PathBuf], max: usize) -> Vec<String> {
     let mut out = Vec::new();
     for root in roots {
         for path in files(root, SOURCE_EXTENSIONS) {
+            if NOT_SPLIT_YET.iter().any(|f| path == repo().join(f)) {
+                continue;
+            }
             let lines = std::fs::read_to_string(&path).unwrap().lines().count();
             if lines > max {
                 out.push(format!("{} is {lines} lines (at most {max})", path.display()));
@@ -256,7 +263,13 @@ fn no_function_in_the_runtime_over_80_lines() {
 fn no_source_file_over_1000_lines() {
     let roots: Vec<PathBuf> = SOURCE_ROOTS.iter().map(|r| repo().join(r)).collect();
     // The walk finds the files it is meant to bound (a moved folder would otherwise pass silently).
-    for expected in ["src/lib.rs", "src/bin/mcore_topo.rs", "backends/gloo/gloo_plugin.cc", "python/setup.py"] {
+    for expected in [
+        "src/lib.rs",
+        "src/bin/mcore_topo.rs",
+        "backends/gloo/gloo_plugin.cc",
+        "python/setup.py",
+        "tests/hygiene/size.rs",
+    ] {
         assert!(
             roots.iter().any(|r| files(r, SOURCE_EXTENSIONS).contains(&repo().join(expected))),
             "{expected} not walked"
