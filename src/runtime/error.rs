@@ -1,9 +1,9 @@
 //! The one error type of the runtime (its C status is decided by the C layer's status map,
 //! src/ffi/status_map.rs).
 
-use super::checkin::CheckinError;
-use super::env::EnvError;
-use super::groups::GroupError;
+use super::creation::groups::GroupError;
+use super::launch::env::EnvError;
+use super::meeting::checkin::CheckinError;
 use crate::backend::{BackendError, CommError};
 use crate::rng::RngError;
 use crate::store::StoreError;

@@ -16,19 +16,19 @@
 //! (compare-and-set on the meeting's end) is the verdict every participant reads. A rank that
 //! arrives after the verdict and finds itself in it is excluded and leaves.
 
-use super::bring_up::Carried;
-use super::comm_config::CommStrategy;
-use super::env::LaunchEnv;
+use super::creation::comm_config::CommStrategy;
+use super::creation::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
 use super::error::RuntimeError;
-use super::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
-use super::init::{claim_runtime, initialize_on_store, with_runtime, RECOVERING};
-use super::init_args::InitArgs;
-use super::keys;
-use super::leave::{announce, end_for_recovery};
-use super::meeting::{Deadline, MeetError, Meeting};
-use super::pending::{Kept, Lingering, Pending, RuntimeClaim};
-use super::settings::InitOutcome;
-use super::store_setup::StoreHandles;
+use super::launch::env::LaunchEnv;
+use super::launch::store_setup::StoreHandles;
+use super::lifecycle::bring_up::Carried;
+use super::lifecycle::init::{claim_runtime, initialize_on_store, with_runtime, RECOVERING};
+use super::lifecycle::init_args::InitArgs;
+use super::lifecycle::leave::{announce, end_for_recovery};
+use super::lifecycle::pending::{Kept, Lingering, Pending, RuntimeClaim};
+use super::lifecycle::settings::InitOutcome;
+use super::meeting::keys;
+use super::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
 use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
@@ -292,8 +292,8 @@ struct Origin {
 /// peer is gone: the backend's abort where it has one; dropping closes their connections without
 /// a collective), except the world when it is shrunk and the groups of kinds whose membership did
 /// not change, which are kept.
-fn from_runtime(rt: super::runtime_state::Runtime, suspected: Vec<u32>) -> Origin {
-    let super::runtime_state::Runtime {
+fn from_runtime(rt: super::lifecycle::runtime_state::Runtime, suspected: Vec<u32>) -> Origin {
+    let super::lifecycle::runtime_state::Runtime {
         env,
         mut grids,
         groups,

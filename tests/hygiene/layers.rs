@@ -143,14 +143,19 @@ fn import_edges(imports: &[Import]) -> BTreeSet<(Vec<String>, Vec<String>)> {
     imports.iter().filter(|i| !ancestor(&i.me, &i.target)).map(|i| (i.me.clone(), i.target.clone())).collect()
 }
 
-#[test]
-fn imports_run_one_way_and_no_two_files_import_each_other() {
-    let imports = imports(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src"));
-    let wrong_way: Vec<String> = imports
+/// The imports that go up a layer, one line each.
+fn wrong_way(imports: &[Import]) -> Vec<String> {
+    imports
         .iter()
         .filter(|i| matches!((layer(&i.me[0]), layer(&i.target[0])), (Some(from), Some(to)) if to > from))
         .map(|i| format!("{} uses {}", i.path.display(), i.named.join("::")))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn imports_run_one_way_and_no_two_files_import_each_other() {
+    let imports = imports(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let wrong_way = wrong_way(&imports);
     assert!(wrong_way.is_empty(), "imports against the layers:\n{}", wrong_way.join("\n"));
     let edges = import_edges(&imports);
     let loops: Vec<String> = edges
@@ -293,4 +298,79 @@ fn the_check_sees_a_wrong_way_import() {
     assert_eq!(resolve(&refs[0], &modules), Some(&vec!["ffi".to_string()]));
     let sup = references("use super::super::abi::mcore_status;", &["backend".into(), "plugin".into(), "vtable".into()]);
     assert_eq!(sup, vec![vec!["backend".to_string(), "abi".to_string(), "mcore_status".to_string()]]);
+}
+
+/// Module paths written `runtime::a::x`.
+fn path(s: &str) -> Vec<String> {
+    s.split("::").map(str::to_string).collect()
+}
+
+#[test]
+fn the_checks_see_through_nested_folders() {
+    // A fixture tree: folders inside the runtime, a circle across them through `crate::` and
+    // `super::super::` paths, and a lower layer naming a file two folders down.
+    let dir = std::env::temp_dir().join(format!("mcore-hygiene-layers-{}", std::process::id()));
+    let files = [
+        ("runtime/mod.rs", "mod a;\nmod b;\n"),
+        ("runtime/a/mod.rs", "pub mod x;\n"),
+        ("runtime/a/x.rs", "use crate::runtime::b::y::Y;\npub struct X;\n"),
+        ("runtime/b/mod.rs", "pub mod y;\npub mod z;\n"),
+        ("runtime/b/y.rs", "use super::z::Z;\npub struct Y;\n"),
+        ("runtime/b/z.rs", "use super::super::a::x::X;\npub struct Z;\n"),
+        ("backend/mod.rs", "use crate::runtime::a::x::X;\n"),
+        ("runtime/b/w.rs", "use crate::runtime::X;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
+    ];
+    for (file, text) in files {
+        let p = dir.join(file);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let found = imports(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(cycles(&import_edges(&found)), vec!["runtime::a::x -> runtime::b::y -> runtime::b::z -> runtime::a::x"]);
+    let up = wrong_way(&found);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(up[0].ends_with("uses runtime::a::x::X"), "{up:?}");
+    let through = through_re_exports(&found);
+    assert_eq!(through.len(), 1, "{through:?}");
+    assert!(through[0].ends_with("w.rs uses runtime::X"), "{through:?}");
+}
+
+#[test]
+fn the_real_tree_has_edges_between_the_runtimes_folders() {
+    // Edges the runtime's files are known to have, each through another kind of path: a
+    // sibling's `super::`, another folder's `crate::runtime::<folder>::`, a top-level file's
+    // `super::<folder>::`. Were nested paths not resolved, they would be missing and a circle
+    // through them would go unseen.
+    let edges = import_edges(&imports(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")));
+    for (from, to) in [
+        ("runtime::lifecycle::init", "runtime::lifecycle::bring_up"),
+        ("runtime::lifecycle::bring_up", "runtime::launch::store_setup"),
+        ("runtime::meeting::checkin", "runtime::meeting::meet"),
+        ("runtime::recovery", "runtime::lifecycle::init"),
+        ("runtime::liveness", "runtime::launch::host"),
+        ("runtime::creation::groups", "runtime::meeting::progress"),
+    ] {
+        assert!(edges.contains(&(path(from), path(to))), "no edge {from} -> {to}");
+    }
+}
+
+/// The imports of files of `src/runtime` that name a re-export of `runtime/mod.rs`, one line each.
+fn through_re_exports(imports: &[Import]) -> Vec<String> {
+    let root = vec!["runtime".to_string()];
+    imports
+        .iter()
+        .filter(|i| i.me.starts_with(&root) && i.target == root && i.named.len() > 1)
+        .map(|i| format!("{} uses {}", i.path.display(), i.named.join("::")))
+        .collect()
+}
+
+/// The files of `src/runtime` name the file that defines what they use, never a re-export of
+/// `runtime/mod.rs` (`crate::runtime::Runtime`): the circle check ignores an edge to an
+/// enclosing `mod.rs`, so an import through the re-export would hide the edge it stands for.
+/// Doc links are comments and not imports; `super::*` in a file's tests names no item.
+#[test]
+fn the_runtimes_files_name_the_defining_file_not_a_re_export() {
+    let through = through_re_exports(&imports(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")));
+    assert!(through.is_empty(), "imports through runtime/mod.rs's re-exports:\n{}", through.join("\n"));
 }

@@ -1,4 +1,4 @@
-//! Groups made after init by their members only (src/runtime/member_groups.rs), with real
+//! Groups made after init by their members only (src/runtime/creation/member_groups.rs), with real
 //! processes on loopback over the Gloo plugin: 8 ranks each making three overlapping groups in
 //! orders shuffled per rank, a member that never calls, and a 16-rank weight-sync group made by
 //! its three members while the other ranks do nothing. Needs `MCORE_GLOO_PLUGIN`

@@ -34,7 +34,7 @@
 //! after beating once, and every rank reads that key every [`WATCH_PERIOD`]: slower, and a frozen
 //! rank counts as dead there.
 
-use super::env::LaunchEnv;
+use super::launch::env::LaunchEnv;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
@@ -509,14 +509,14 @@ impl Liveness {
     }
 
     /// `ranks` with the hosts they published, e.g. "5 on host 'n1' (10.0.0.2)" (see
-    /// [`super::host::describe`]), numbered as [`Self::name_ranks`] does.
+    /// [`super::launch::host::describe`]), numbered as [`Self::name_ranks`] does.
     fn who(&self, ranks: &[u32]) -> String {
-        let bare = super::host::format_ranks(ranks);
+        let bare = super::launch::host::format_ranks(ranks);
         let store = self.shared.store();
         let known = self.shared.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let hosts = super::host::describe_by(ranks, &|r| match known.get(&r) {
+        let hosts = super::launch::host::describe_by(ranks, &|r| match known.get(&r) {
             Some(Some(label)) => Some(label.clone()),
-            _ => super::host::label_of(store.as_ref(), r),
+            _ => super::launch::host::label_of(store.as_ref(), r),
         });
         let numbered = self.name_ranks(ranks);
         match (hosts == bare, numbered == bare) {
@@ -528,7 +528,7 @@ impl Liveness {
 
     /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
     fn name_ranks(&self, ranks: &[u32]) -> String {
-        let now = super::host::format_ranks(ranks);
+        let now = super::launch::host::format_ranks(ranks);
         let before = self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner());
         let old: Vec<String> = ranks.iter().filter_map(|&r| before.get(r as usize)).map(u32::to_string).collect();
         if before.is_empty() || old.len() != ranks.len() {
@@ -588,7 +588,7 @@ impl Guarded {
         (!dead.is_empty()).then(|| {
             StoreError::Closed(format!(
                 "rank(s) {} died or stopped answering: not waiting for keys any longer",
-                super::host::format_ranks(&dead)
+                super::launch::host::format_ranks(&dead)
             ))
         })
     }
@@ -855,7 +855,7 @@ fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64,
         // Their hosts first, while the store surely answers (it just did): the failures the
         // callback causes are explained with them, when the store may be gone.
         for r in found {
-            let label = super::host::label_of(view, r);
+            let label = super::launch::host::label_of(view, r);
             s.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(r, label);
         }
         let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One grid of the job (a named layout over a window of the world, see
-/// [`super::GridSpec`]) as this rank sees it.
+/// [`crate::runtime::GridSpec`]) as this rank sees it.
 pub struct Grid {
     /// Its name (`default` unless the caller named it).
     pub name: String,
@@ -23,7 +23,7 @@ pub struct Grid {
     /// asked for seeds and the rank is in it).
     pub rng: Option<Arc<Mutex<RankRng>>>,
     /// Its kinds whose groups are an earlier kind's (see [`aliased_kinds`]).
-    pub(super) aliases: Vec<(GroupKind, GroupKind)>,
+    pub(crate) aliases: Vec<(GroupKind, GroupKind)>,
 }
 
 /// What `view`'s rank creates of one layout (the job's only grid): its groups, every kind of the
@@ -43,7 +43,7 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
 /// What `rank` creates over every grid of the job, `world` being every rank of the job's layouts
 /// (the split strategy's parent): each grid's kinds in its layout's order (its aliased kinds left
 /// out), the grids in the job's order, and this rank's groups of them.
-pub(super) fn job_plan(grids: &[Grid], rank: u32, world: Vec<u32>) -> RankPlan {
+pub(crate) fn job_plan(grids: &[Grid], rank: u32, world: Vec<u32>) -> RankPlan {
     let mut plan = RankPlan { rank, world, kinds: Vec::new(), groups: Vec::new() };
     for g in grids {
         add_layout(&mut plan, &g.tag, &g.topology, g.view.as_ref(), &g.aliases);
@@ -74,7 +74,7 @@ fn add_layout(
 /// Megatron-Core 0.19's kinds whose groups are exactly an earlier kind's with the same
 /// communicator options (e.g. every one of them at gtp = egtp = 1), with that kind: they get no
 /// creation step (no split collective, no communicator) and share its communicators.
-pub(super) fn aliased_kinds(topology: &Topology, config: &CommConfig) -> Vec<(GroupKind, GroupKind)> {
+pub(crate) fn aliased_kinds(topology: &Topology, config: &CommConfig) -> Vec<(GroupKind, GroupKind)> {
     topology
         .kinds()
         .into_iter()
@@ -84,7 +84,7 @@ pub(super) fn aliased_kinds(topology: &Topology, config: &CommConfig) -> Vec<(Gr
 }
 
 /// This rank's groups of `grid`'s aliased kinds, sharing the communicators of their source kinds.
-pub(super) fn add_alias_groups(grid: &Grid, groups: &mut Vec<LiveGroup>) {
+pub(crate) fn add_alias_groups(grid: &Grid, groups: &mut Vec<LiveGroup>) {
     let Some(view) = &grid.view else { return };
     for (kind, src) in &grid.aliases {
         let (Some(m), Some(shared)) =
@@ -111,7 +111,7 @@ pub(super) fn add_alias_groups(grid: &Grid, groups: &mut Vec<LiveGroup>) {
 /// The twins this rank creates: its groups of every grid's twin kinds under their twin keys.
 /// Every kind is listed for every rank (the plan is rank-independent); the twins get the default
 /// communicator options.
-pub(super) fn all_gather_plan(grids: &[Grid], main: &RankPlan) -> RankPlan {
+pub(crate) fn all_gather_plan(grids: &[Grid], main: &RankPlan) -> RankPlan {
     let mut plan = RankPlan { rank: main.rank, world: main.world.clone(), kinds: Vec::new(), groups: Vec::new() };
     for g in grids {
         let kinds = g.topology.all_gather_twin_kinds();

@@ -20,7 +20,7 @@
 //!   it, whose sets are PMIx puts and whose reads come after one fence over the world.
 
 use super::env::{LaunchEnv, Rendezvous};
-use super::error::RuntimeError;
+use crate::runtime::error::RuntimeError;
 use super::host::HostInfo;
 use crate::backend::pmix::{Fence, PmixClient, PmixError};
 use crate::store::{Store, StoreError, StoreToken};
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// Where rank 0's store listens and the secret its clients prove, as published.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct StoreRecord {
+pub(crate) struct StoreRecord {
     pub addr: String,
     pub port: u16,
     pub secret: Option<StoreToken>,
@@ -82,14 +82,14 @@ fn client(env: &LaunchEnv) -> Result<&'static PmixClient, RuntimeError> {
 }
 
 /// Rank 0: publish `record` for `attempt` (put, commit).
-pub(super) fn publish(env: &LaunchEnv, attempt: &str, record: &StoreRecord) -> Result<(), RuntimeError> {
+pub(crate) fn publish(env: &LaunchEnv, attempt: &str, record: &StoreRecord) -> Result<(), RuntimeError> {
     let pmix = client(env)?;
     pmix.publish(&key(attempt), &record.encode()).map_err(|e| failed(env, e, Duration::ZERO))
 }
 
 /// Every other rank: rank 0's record for `attempt`, once rank 0 has committed it (until
 /// `deadline`).
-pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
+pub(crate) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
     let start = Instant::now();
     let pmix = client(env)?;
     let bytes = pmix.fetch_when_published(0, &key(attempt), deadline).map_err(|e| failed(env, e, start.elapsed()))?;
@@ -105,7 +105,7 @@ pub(super) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<
 
 /// The process's PMIx client when this rank's initialization may exchange through it: the
 /// rendezvous is PMIx's and the ranks are PMIx's own (not a recovered world's, renumbered).
-pub(super) fn usable(env: &LaunchEnv) -> Option<&'static PmixClient> {
+pub(crate) fn usable(env: &LaunchEnv) -> Option<&'static PmixClient> {
     if env.rendezvous != Rendezvous::Pmix {
         return None;
     }
@@ -139,7 +139,7 @@ fn parse_checkin(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
 /// fence over the job (until `until`), then every rank's (host, fingerprint) by rank. An error
 /// when the fence or a read failed: the caller falls back to the store's check-in to name who
 /// is missing.
-pub(super) fn check_in(
+pub(crate) fn check_in(
     pmix: &'static PmixClient,
     attempt: &str,
     host: &HostInfo,
@@ -168,7 +168,7 @@ pub(super) fn check_in(
 /// first: NCCL's unique id is there). A rank that only publishes (NCCL's rank 0) starts the
 /// fence and does not wait for it. What the records do not hold (a key set after the fence,
 /// a counter) goes through `inner`, the world's store, as before.
-pub(super) struct WorldExchange {
+pub(crate) struct WorldExchange {
     pmix: &'static PmixClient,
     inner: Arc<dyn Store>,
     key: String,
@@ -217,7 +217,7 @@ fn decode_pairs(mut bytes: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
 
 impl WorldExchange {
     /// The exchange of `attempt`'s world communicator over `members` (ascending), until `deadline`.
-    pub(super) fn new(
+    pub(crate) fn new(
         pmix: &'static PmixClient,
         inner: Arc<dyn Store>,
         attempt: &str,
@@ -298,7 +298,7 @@ impl WorldExchange {
     }
 
     /// A rank that never used the exchange starts its fence now (the others' reads wait for it).
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let mut st = self.lock();
         let _ = self.begin(&mut st);
     }

@@ -1,11 +1,11 @@
 //! What an initialization is asked for ([`InitArgs`]): its defaults, the settings fingerprint
 //! compared across ranks and calls, the timeout from the environment, and backend resolution.
 
-use super::comm_config::{CommConfig, CommStrategy};
-use super::error::RuntimeError;
 use super::settings::Settings;
 use crate::backend::{CommError, CommFactory};
 use crate::rng::SeedPolicy;
+use crate::runtime::creation::comm_config::{CommConfig, CommStrategy};
+use crate::runtime::error::RuntimeError;
 use crate::topology::TopologyConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +83,7 @@ pub struct InitArgs {
     /// Megatron-Core's `create_all_gather_groups`: also create the all-gather twins of the
     /// dp-cp and (ep > 1) expert-dp groups, separate communicators with the same members (for
     /// overlapping all-gathers); see
-    /// [`Runtime::all_gather_group`](super::Runtime::all_gather_group). Needs per-group creation.
+    /// [`Runtime::all_gather_group`](crate::runtime::Runtime::all_gather_group). Needs per-group creation.
     pub create_all_gather_groups: bool,
     /// Spare ranks: the last `spares` ranks of the world are outside the layout (which covers the
     /// others); they check in, stand by in `recovery::reinitialize`, and take a failed rank's

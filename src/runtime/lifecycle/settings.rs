@@ -79,7 +79,7 @@ pub enum InitOutcome {
     Created,
     /// Already up with the same settings: nothing done.
     AlreadyUp,
-    /// This rank is a spare ([`super::InitArgs::spares`]): checked in, outside the layout, and
+    /// This rank is a spare ([`crate::runtime::InitArgs::spares`]): checked in, outside the layout, and
     /// standing by; `recovery::reinitialize` waits until a recovery needs it or the job ends.
     Spare,
 }

@@ -8,20 +8,20 @@
 //! in the same slot.
 
 use super::bring_up::{bring_up, Carried};
-use super::env::LaunchEnv;
-use super::error::RuntimeError;
 use super::init_args::{default_factory, settings_of, BackendResolver, InitArgs};
 use super::pending::{check_in_spare, Kept, RuntimeClaim};
 use super::runtime_state::Runtime;
 use super::settings::{IdempotentSlot, InitOutcome, SlotError};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::env::LaunchEnv;
 
 /// The runtime's one lifecycle: idle, a transition running (initialize, recovery, destroy), up,
 /// or not up but keeping what recovery or a lingering store host needs ([`Kept`]).
 static RUNTIME: IdempotentSlot<Runtime, Kept> = IdempotentSlot::new();
 
 /// What the runtime reads as while a recovery runs, and while a destroy does.
-pub(super) const RECOVERING: &str = "a recovery is in progress";
-pub(super) const DESTROYING: &str = "a destroy is in progress";
+pub(crate) const RECOVERING: &str = "a recovery is in progress";
+pub(crate) const DESTROYING: &str = "a destroy is in progress";
 
 /// MindSpeed's per-group HCCL buffer string (`dp:200;tp:300;exp:400`), applied to the per-kind
 /// communicator options by [`initialize`] (`CommConfig::add_group_buffers`).
@@ -47,7 +47,7 @@ pub fn initialize_with(args: InitArgs, env: LaunchEnv, factory: &BackendResolver
 
 /// Bring up the layout `args` describes on `env` with what a recovery carries (see
 /// [`Carried`]), the backend resolved by [`default_factory`], as the transition `claim` holds.
-pub(super) fn initialize_on_store(
+pub(crate) fn initialize_on_store(
     claim: RuntimeClaim,
     args: InitArgs,
     env: LaunchEnv,
@@ -108,7 +108,7 @@ fn bring_up_claimed(
 /// Claim the runtime for the transition `what`: the live runtime taken out (after other threads
 /// still using it, a collective in progress, finish: at most the runtime's timeout; `Busy` past
 /// that), or what it kept (in the claim).
-pub(super) fn claim_runtime(
+pub(crate) fn claim_runtime(
     what: &'static str,
 ) -> Result<(RuntimeClaim, Option<(super::settings::Settings, Runtime)>), RuntimeError> {
     RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))
@@ -130,8 +130,8 @@ pub fn with_runtime<R>(f: impl FnOnce(&Runtime) -> R) -> Result<R, RuntimeError>
 }
 
 /// Tear down what `initialize` brought up, or let go of what the runtime kept (see
-/// [`super::destroy`]). `false` when there was nothing.
-pub(super) fn destroy() -> Result<bool, RuntimeError> {
+/// [`crate::runtime::destroy`]). `false` when there was nothing.
+pub(crate) fn destroy() -> Result<bool, RuntimeError> {
     let (mut claim, state) = claim_runtime(DESTROYING)?;
     match state {
         Some((_, runtime)) => {

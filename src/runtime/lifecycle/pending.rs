@@ -3,28 +3,28 @@
 //! checked in and standing by), or a leaving store host's server ([`Lingering`]). It is held by
 //! the runtime's one lifecycle slot (see `super::init`), never beside it.
 
-use super::checkin::{check_in, CheckinError};
-use super::env::LaunchEnv;
-use super::error::RuntimeError;
-use super::host;
 use super::init_args::InitArgs;
-use super::keys;
 use super::leave::{announce, LEAVE_GRACE};
-use super::liveness::{claim_counter, posed};
-use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
 use super::settings::Claim;
-use super::store_setup::{open_attempt, StoreHandles};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::env::LaunchEnv;
+use crate::runtime::launch::host;
+use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
+use crate::runtime::liveness::{claim_counter, posed};
+use crate::runtime::meeting::checkin::{check_in, CheckinError};
+use crate::runtime::meeting::keys;
+use crate::runtime::meeting::meet::{Deadline, Meeting};
 use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::Topology;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// An initialization that `recovery::reinitialize` continues from: one that failed for a peer
-/// ([`failed_for_a_peer`](super::blame::failed_for_a_peer); `suspected` are the ranks the
+/// ([`failed_for_a_peer`](crate::runtime::meeting::blame::failed_for_a_peer); `suspected` are the ranks the
 /// failure named), or a spare's, checked in and standing by. It keeps the layout, the store (a
 /// host keeps serving until this is dropped) and the attempt's prefix.
-pub(super) struct Pending {
+pub(crate) struct Pending {
     pub env: LaunchEnv,
     pub topology: Topology,
     pub args: InitArgs,
@@ -42,7 +42,7 @@ pub(super) struct Pending {
 
 /// The store of a rank that left a recovered world and hosts the rendezvous server: kept up
 /// until the survivors have left their new layout (see [`Kept::release`]).
-pub(super) struct Lingering {
+pub(crate) struct Lingering {
     pub store: StoreHandles,
     /// The survivors' key prefix and their number.
     pub survivors: Arc<dyn Store>,
@@ -51,10 +51,10 @@ pub(super) struct Lingering {
 }
 
 /// The right to run one transition of the runtime (see [`Claim`]).
-pub(super) type RuntimeClaim = Claim<'static, Runtime, Kept>;
+pub(crate) type RuntimeClaim = Claim<'static, Runtime, Kept>;
 
 /// What the runtime's slot keeps when it is not up.
-pub(super) enum Kept {
+pub(crate) enum Kept {
     Attempt(Box<Pending>),
     Lingering(Lingering),
 }
@@ -98,7 +98,7 @@ impl Kept {
 
 /// A spare's initialization: it checks in with the whole world (so the layout's ranks know it
 /// is there); the caller keeps it, standing by, for `recovery::reinitialize`.
-pub(super) fn check_in_spare(
+pub(crate) fn check_in_spare(
     args: &InitArgs,
     env: LaunchEnv,
     fingerprint: &[u8],

@@ -2,9 +2,9 @@
 //! fresh key spaces ([`KeySpaces`]).
 //!
 //! All of them live under an initialization attempt's prefix (`store_setup::open_attempt`). A
-//! rendezvous ([`super::meeting::Meeting`]) owns a *space*: its keys are `<space>/here/<rank>`,
+//! rendezvous ([`super::meet::Meeting`]) owns a *space*: its keys are `<space>/here/<rank>`,
 //! `<space>/count` and `<space>/done`, and nothing else writes there. The liveness keys
-//! (`alive/...`) are named by `super::liveness`.
+//! (`alive/...`) are named by `crate::runtime::liveness`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -49,7 +49,7 @@ pub fn after_init(name: &str, generation: u64) -> String {
 pub fn group(name: &str) -> String {
     format!("group/{name}")
 }
-/// Where `rank` published its host (`super::host`).
+/// Where `rank` published its host (`crate::runtime::launch::host`).
 pub fn host(rank: u32) -> String {
     format!("host/{rank}")
 }

@@ -19,14 +19,14 @@
 //! private to the group. The generation counts the groups of this name and members this rank made
 //! before, so a destroyed group can be made again without meeting its old keys.
 
-use super::error::RuntimeError;
 use super::groups::{GroupError, SharedComm};
-use super::host::format_ranks;
-use super::init::with_runtime;
-use super::meeting::{Deadline, MeetError, Meeting};
 use super::member_registry::MemberEntry;
-use super::runtime_state::Runtime;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::host::format_ranks;
+use crate::runtime::lifecycle::init::with_runtime;
+use crate::runtime::lifecycle::runtime_state::Runtime;
+use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -334,7 +334,7 @@ fn start_on(rt: &Runtime, name: &str, ranks: &[u32], options: &GroupOptions) -> 
     let creation = Creation {
         factory: factory.clone(),
         base: rt.base.clone(),
-        space: super::keys::after_init(name, entry.generation),
+        space: crate::runtime::meeting::keys::after_init(name, entry.generation),
         entry: entry.clone(),
         rank,
         host_addr: rt.host.addr.to_string(),
@@ -507,7 +507,7 @@ mod tests {
                         let creation = Creation {
                             factory: Arc::new(Rendezvous),
                             base: base.clone(),
-                            space: crate::runtime::keys::after_init(name, 0),
+                            space: crate::runtime::meeting::keys::after_init(name, 0),
                             entry: entry.clone(),
                             rank,
                             host_addr: "127.0.0.1".into(),

@@ -2,12 +2,12 @@
 //! store's host waits (bounded) until the count is complete, the ranks still missing are dead,
 //! or a recovery was requested (it ends the meeting); and the teardown of a live runtime.
 
-use super::env::LaunchEnv;
-use super::keys;
-use super::liveness::Liveness;
-use super::meeting::{Deadline, Meeting};
 use super::runtime_state::Runtime;
-use super::store_setup::StoreHandles;
+use crate::runtime::launch::env::LaunchEnv;
+use crate::runtime::launch::store_setup::StoreHandles;
+use crate::runtime::liveness::Liveness;
+use crate::runtime::meeting::keys;
+use crate::runtime::meeting::meet::{Deadline, Meeting};
 use crate::store::{PrefixStore, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// After a failed initialization, how long past the init deadline the store host waits for the
 /// ranks that arrived to read the verdict and leave (they explain their failure within
 /// `progress::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
-pub(super) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
+pub(crate) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);
 /// What the leave meeting's members are waited for.
@@ -29,7 +29,7 @@ fn meeting(base: &dyn Store, world: u32, rank: u32, deadline: Deadline) -> Meeti
 }
 
 /// Announce that this rank leaves, without waiting for anyone (a spare, a failed check-in).
-pub(super) fn announce(base: &dyn Store, env: &LaunchEnv) {
+pub(crate) fn announce(base: &dyn Store, env: &LaunchEnv) {
     let _ = meeting(base, env.world_size, env.rank, Deadline::after(LEAVE_SEND)).arrive_counted();
 }
 
@@ -39,13 +39,13 @@ fn count_gone(base: &dyn Store, world: u32, rank: u32) {
 }
 
 /// End the leave meeting at once (a recovery was requested: the store's host is needed there).
-pub(super) fn end_for_recovery(base: &dyn Store) {
+pub(crate) fn end_for_recovery(base: &dyn Store) {
     let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
 }
 
 /// How the store's host learns of deaths while it waits for the others to leave: the heartbeat,
 /// and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
-pub(super) struct Watch<'a> {
+pub(crate) struct Watch<'a> {
     pub liveness: &'a Liveness,
     pub store: &'a StoreHandles,
     pub attempt: &'a str,
@@ -56,7 +56,7 @@ pub(super) struct Watch<'a> {
 /// not waited for, so none loses the server mid-request; or until the ranks that have not left
 /// are dead (the heartbeat's death notices end the wait, see [`Meeting::watching`]), or a
 /// recovery was requested.
-pub(super) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Option<Watch>) {
+pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Option<Watch>) {
     if env.world_size <= 1 {
         return;
     }
@@ -112,10 +112,10 @@ fn known_dead(l: &Liveness) -> Vec<u32> {
     dead
 }
 
-/// Tear down a live runtime (see [`super::destroy`]): every rank announces that it is done
+/// Tear down a live runtime (see [`crate::runtime::destroy`]): every rank announces that it is done
 /// with the store; the rank hosting the store server waits (at most `LEAVE_WAIT`) until all have,
 /// so no rank loses the server in the middle of a request. Never fails because a peer is gone.
-pub(super) fn teardown(runtime: Runtime) {
+pub(crate) fn teardown(runtime: Runtime) {
     let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, attempt, .. } = runtime;
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone

@@ -16,8 +16,8 @@
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
 
 use super::comm_config::{CommConfig, CommStrategy};
-use super::progress;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
+use crate::runtime::meeting::progress;
 use crate::store::Store;
 use crate::topology::GroupKind;
 use std::collections::HashMap;
@@ -60,7 +60,7 @@ impl std::fmt::Display for PlanKind {
 }
 
 /// Which grid of the job a planned group belongs to: its name when the job has several grids
-/// (see [`super::GridSpec`]), `None` when it has one (names and store keys as before grids).
+/// (see [`crate::runtime::GridSpec`]), `None` when it has one (names and store keys as before grids).
 pub type GridTag = Option<Arc<str>>;
 
 /// One group of this rank, as the topology lays it out.
@@ -179,7 +179,13 @@ impl GroupError {
 
 impl std::fmt::Display for GroupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "group {} (ranks {}): {}", self.group, super::host::format_ranks(&self.members), self.error)
+        write!(
+            f,
+            "group {} (ranks {}): {}",
+            self.group,
+            crate::runtime::launch::host::format_ranks(&self.members),
+            self.error
+        )
     }
 }
 

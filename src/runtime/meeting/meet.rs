@@ -16,8 +16,8 @@
 //! Store work per member: a gather costs one SET, one WAIT and one multi-get; a barrier one SET,
 //! one ADD and one WAIT. Finding who is missing (failure paths only) costs one CHECK per member.
 
-use super::host::describe;
 use super::keys;
+use crate::runtime::launch::host::describe;
 use crate::store::{Store, StoreError};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -330,12 +330,12 @@ mod tests {
     #[test]
     fn a_member_that_never_comes_is_named_with_its_host() {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
-        let host = super::super::host::HostInfo {
+        let host = crate::runtime::launch::host::HostInfo {
             hostname: "n1".into(),
             addr: "10.0.0.2".parse().unwrap(),
             why: String::new(),
         };
-        super::super::host::publish(store.as_ref(), 2, &host).unwrap();
+        crate::runtime::launch::host::publish(store.as_ref(), 2, &host).unwrap();
         let hs: Vec<_> = [0, 1, 3].into_iter().map(|r| meet(&store, r, 5, 300)).collect();
         for h in hs {
             let e = h.join().unwrap().unwrap_err();

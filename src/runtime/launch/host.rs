@@ -55,7 +55,7 @@ impl HostInfo {
 }
 
 fn key(rank: u32) -> String {
-    super::keys::host(rank)
+    crate::runtime::meeting::keys::host(rank)
 }
 
 /// Record `rank`'s host in `store` (one SET, no reply).

@@ -2,20 +2,20 @@
 //! ranks (or the store host) that stopped answering.
 
 use super::checkin::CheckinError;
-use super::env::LaunchEnv;
-use super::error::RuntimeError;
-use super::liveness::{Liveness, StartError};
 use crate::backend::{CommError, CommErrorKind, CommFactory};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::env::LaunchEnv;
+use crate::runtime::liveness::{Liveness, StartError};
 use crate::store::tcp::auth::TokenCell;
 use crate::store::StoreError;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Start this rank's heartbeat (see [`super::liveness`]) on a connection of its own to the store
+/// Start this rank's heartbeat (see [`crate::runtime::liveness`]) on a connection of its own to the store
 /// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
 /// init nothing but the naming of dead ranks; one whose rank another client posed as fails it,
 /// naming that client.
-pub(super) fn start_liveness(
+pub(crate) fn start_liveness(
     env: &LaunchEnv,
     attempt: &str,
     within: Duration,
@@ -35,7 +35,7 @@ pub(super) fn start_liveness(
 /// store's busy-aborter) and every call of `backend` in flight (its interrupt: creating or
 /// verifying any communicator, one in a group without the dead rank too), which then fail for a
 /// peer. Undone by [`deaths_end_nothing`].
-pub(super) fn deaths_interrupt(
+pub(crate) fn deaths_interrupt(
     l: &Liveness,
     abort_store: Option<Box<dyn Fn() + Send + Sync>>,
     backend: &Arc<dyn CommFactory>,
@@ -52,7 +52,7 @@ pub(super) fn deaths_interrupt(
 
 /// Undo [`deaths_interrupt`] once every call it could end has returned: a death ends nothing,
 /// and `backend`'s calls run again.
-pub(super) fn deaths_end_nothing(l: Option<&Liveness>, backend: &dyn CommFactory) {
+pub(crate) fn deaths_end_nothing(l: Option<&Liveness>, backend: &dyn CommFactory) {
     if let Some(l) = l {
         l.on_peer_death(None);
     }
@@ -62,13 +62,13 @@ pub(super) fn deaths_end_nothing(l: Option<&Liveness>, backend: &dyn CommFactory
 
 /// While it lives, deaths interrupt (see [`deaths_interrupt`]): a step after init that creates
 /// or verifies communicators (recreate-mode resume).
-pub(super) struct DeathsInterrupt<'a> {
+pub(crate) struct DeathsInterrupt<'a> {
     liveness: Option<&'a Liveness>,
     backend: &'a Arc<dyn CommFactory>,
 }
 
 impl<'a> DeathsInterrupt<'a> {
-    pub(super) fn arm(
+    pub(crate) fn arm(
         liveness: Option<&'a Liveness>,
         abort_store: Option<Box<dyn Fn() + Send + Sync>>,
         backend: &'a Arc<dyn CommFactory>,
@@ -88,7 +88,7 @@ impl Drop for DeathsInterrupt<'_> {
 
 /// `e` with the peers that stopped answering named first, when it is a failure that a dead or
 /// frozen peer can cause (a timeout, a lost peer, a store that went away).
-pub(super) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &LaunchEnv) -> RuntimeError {
+pub(crate) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &LaunchEnv) -> RuntimeError {
     let Some(l) = liveness else { return e };
     let peerish = match &e {
         RuntimeError::Group(g) => {
@@ -108,7 +108,7 @@ pub(super) fn blame_peers(e: RuntimeError, liveness: Option<&Liveness>, env: &La
 }
 
 /// `e`, a failed collective, with the silent ranks named first when it timed out or lost a peer.
-pub(super) fn explain_with(liveness: Option<&Liveness>, env: &LaunchEnv, e: CommError) -> CommError {
+pub(crate) fn explain_with(liveness: Option<&Liveness>, env: &LaunchEnv, e: CommError) -> CommError {
     match (liveness, e.kind) {
         (Some(l), CommErrorKind::Timeout | CommErrorKind::PeerFailed) => match who_stopped(l, env) {
             Some(who) => CommError { message: format!("{who}; {}", e.message), ..e },
@@ -128,7 +128,7 @@ fn who_stopped(l: &Liveness, env: &LaunchEnv) -> Option<String> {
 /// Whether an initialization failed because a peer did not come or went away (a rank missing at
 /// check-in, a group whose creation or verification timed out or lost a peer): recovery can
 /// continue from it.
-pub(super) fn failed_for_a_peer(e: &RuntimeError) -> bool {
+pub(crate) fn failed_for_a_peer(e: &RuntimeError) -> bool {
     use crate::backend::CommErrorKind as K;
     match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { .. }) => true,

@@ -3,11 +3,11 @@
 //! without a launcher uses an in-process store. Under PMIx rank 0 binds an ephemeral port and
 //! the ranks learn it through PMIx ([`super::pmix_rendezvous`]).
 
-use super::checkin::CheckinError;
 use super::env::{LaunchEnv, Rendezvous};
-use super::error::RuntimeError;
 use super::pmix_rendezvous::{self, StoreRecord};
 use crate::quote::quoted;
+use crate::runtime::error::RuntimeError;
+use crate::runtime::meeting::checkin::CheckinError;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -487,24 +487,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             (client, port)
         }
         None if pmix => {
-            // The address is this job's own by construction: no job check, no open mark to wait for.
-            let record = pmix_rendezvous::find(env, attempt, deadline)?;
-            if let Some(secret) = record.secret {
-                token.set_if_none(secret);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let client = TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(
-                |source| RuntimeError::StoreConnect {
-                    what: format!(
-                        "the rendezvous store of rank 0 at {}:{} (published through PMIx)",
-                        crate::quote::clip(&record.addr),
-                        record.port
-                    ),
-                    source,
-                },
-            )?;
-            published = Some(record.addr);
-            (client, record.port)
+            let (client, port, addr) = connect_published(env, attempt, &token, deadline)?;
+            published = Some(addr);
+            (client, port)
         }
         None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
@@ -517,6 +502,34 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), at, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
     Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
+}
+
+/// A client under PMIx: the store rank 0 published for `attempt`, connected with the secret
+/// published with it. The address is this job's own by construction: no job check, no open mark
+/// to wait for. Returns the client, its port and the published address.
+fn connect_published(
+    env: &LaunchEnv,
+    attempt: &str,
+    token: &TokenCell,
+    deadline: Instant,
+) -> Result<(TcpStore, u16, String), RuntimeError> {
+    let record = pmix_rendezvous::find(env, attempt, deadline)?;
+    if let Some(secret) = record.secret {
+        token.set_if_none(secret);
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let client =
+        TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(|source| {
+            RuntimeError::StoreConnect {
+                what: format!(
+                    "the rendezvous store of rank 0 at {}:{} (published through PMIx)",
+                    crate::quote::clip(&record.addr),
+                    record.port
+                ),
+                source,
+            }
+        })?;
+    Ok((client, record.port, record.addr))
 }
 
 /// How often a rank that cannot reach the rendezvous store yet says so on stderr.
@@ -557,7 +570,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// The store and key prefix of an initialization: those of an earlier attempt (recovery), or
 /// a new attempt's (its store opened within `timeout`).
-pub(super) fn open_attempt(
+pub(crate) fn open_attempt(
     env: &LaunchEnv,
     timeout: Duration,
     reuse: Option<(StoreHandles, String)>,
@@ -696,7 +709,7 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "runtime::store_setup::tests::unreachable_store_child",
+                "runtime::launch::store_setup::tests::unreachable_store_child",
                 "--nocapture",
                 "--test-threads",
                 "1",
@@ -749,7 +762,7 @@ mod tests {
                 .unwrap();
             (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
         };
-        let (stdout, stderr) = run("runtime::store_setup::tests::host_name_bind_child");
+        let (stdout, stderr) = run("runtime::launch::store_setup::tests::host_name_bind_child");
         assert!(stdout.contains("CHILD-BOUND 0.0.0.0:"), "{stdout}\n{stderr}");
         assert!(
             stderr.contains("MASTER_ADDR='no-such-host.invalid' is a host name")
@@ -785,7 +798,13 @@ mod tests {
         use std::process::{Command, Stdio};
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "runtime::store_setup::tests::store_bind_child", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                "runtime::launch::store_setup::tests::store_bind_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(CHILD, "1")
             .env("RANK", "0")
             .env("WORLD_SIZE", "2")

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 /// How long past its deadline a wait for a group's creation goes on before it reports the
 /// creation as stuck (the creation itself is bounded by the deadline).
-pub(super) const WAIT_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const WAIT_GRACE: Duration = Duration::from_secs(2);
 
 /// A creation that runs when first waited for (a backend that creates in the caller's thread).
-pub(super) type Job = Box<dyn FnOnce() -> Result<Box<dyn Communicator>, GroupError> + Send>;
+pub(crate) type Job = Box<dyn FnOnce() -> Result<Box<dyn Communicator>, GroupError> + Send>;
 
 /// Where one group's creation stands.
-pub(super) enum State {
+pub(crate) enum State {
     Creating,
     Ready(SharedComm),
     Failed(GroupError),
@@ -45,7 +45,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MemberEntry {
-    pub(super) fn new(
+    pub(crate) fn new(
         name: String,
         members: Vec<u32>,
         group_rank: u32,
@@ -71,13 +71,13 @@ impl MemberEntry {
     }
 
     /// Run `job` at the first wait instead of in the background.
-    pub(super) fn defer(&self, job: Job) {
+    pub(crate) fn defer(&self, job: Job) {
         *lock(&self.job) = Some(job);
     }
 
     /// The creation ended with `made`: the group is ready or failed (a group destroyed meanwhile
     /// drops its communicator at once).
-    pub(super) fn finish(&self, made: Result<Box<dyn Communicator>, GroupError>) {
+    pub(crate) fn finish(&self, made: Result<Box<dyn Communicator>, GroupError>) {
         let mut state = lock(&self.state);
         if matches!(*state, State::Creating) {
             *state = match made {
@@ -95,7 +95,7 @@ impl MemberEntry {
 
     /// Wait for the creation (running it here when it was deferred): the communicator, or why
     /// there is none. Bounded by the deadline plus [`WAIT_GRACE`].
-    pub(super) fn wait(&self) -> Result<SharedComm, GroupError> {
+    pub(crate) fn wait(&self) -> Result<SharedComm, GroupError> {
         let job = lock(&self.job).take();
         if let Some(job) = job {
             self.finish(job());
@@ -127,7 +127,7 @@ impl MemberEntry {
 
     /// Destroy the group: its communicator goes once no collective uses it any more; a creation
     /// still running drops what it makes.
-    pub(super) fn destroy(&self) {
+    pub(crate) fn destroy(&self) {
         lock(&self.job).take();
         let old = std::mem::replace(&mut *lock(&self.state), State::Destroyed);
         self.changed.notify_all();
@@ -152,7 +152,7 @@ pub struct MemberGroups {
 impl MemberGroups {
     /// Register a new group `name` of `members` made by `make(generation)`; an error when the
     /// name is live already.
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &self,
         name: &str,
         members: &[u32],
@@ -169,26 +169,26 @@ impl MemberGroups {
         Ok(entry)
     }
 
-    pub(super) fn get(&self, name: &str) -> Option<Arc<MemberEntry>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<MemberEntry>> {
         lock(&self.inner).live.get(name).cloned()
     }
 
     /// The live groups' names, sorted.
-    pub(super) fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = lock(&self.inner).live.keys().cloned().collect();
         names.sort();
         names
     }
 
     /// Destroy the group `name`; false when there is none.
-    pub(super) fn destroy(&self, name: &str) -> bool {
+    pub(crate) fn destroy(&self, name: &str) -> bool {
         let entry = lock(&self.inner).live.remove(name);
         entry.map(|e| e.destroy()).is_some()
     }
 
     /// Destroy the group of `entry`, and take it out of the registry when it is still there
     /// under its name (not a later group of the same name).
-    pub(super) fn destroy_entry(&self, entry: &Arc<MemberEntry>) {
+    pub(crate) fn destroy_entry(&self, entry: &Arc<MemberEntry>) {
         let mut r = lock(&self.inner);
         if r.live.get(&entry.name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
             r.live.remove(&entry.name);
@@ -198,7 +198,7 @@ impl MemberGroups {
     }
 
     /// Destroy every group (the runtime's teardown).
-    pub(super) fn destroy_all(&self) {
+    pub(crate) fn destroy_all(&self) {
         let all: Vec<Arc<MemberEntry>> = lock(&self.inner).live.drain().map(|(_, e)| e).collect();
         all.iter().for_each(|e| e.destroy());
     }

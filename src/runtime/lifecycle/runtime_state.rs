@@ -1,22 +1,22 @@
 //! The live state of an initialized process ([`Runtime`]) and its getters, and the durations of
 //! an initialization's phases ([`InitTimings`]).
 
-use super::blame::explain_with;
-use super::comm_config::CommStrategy;
-use super::env::LaunchEnv;
-use super::error::RuntimeError;
-use super::groups::{LiveGroup, PlanKind, SharedComm};
-use super::host::HostInfo;
 use super::init_args::InitArgs;
-use super::keys::KeySpaces;
-use super::liveness::Liveness;
-use super::meeting::{Deadline, MeetError, Meeting};
-use super::member_registry::MemberGroups;
-use super::plan::Grid;
-use super::store_setup::StoreHandles;
 use crate::backend::CommErrorKind;
 use crate::backend::{CommError, CommFactory};
 use crate::rng::RankRng;
+use crate::runtime::creation::comm_config::CommStrategy;
+use crate::runtime::creation::groups::{LiveGroup, PlanKind, SharedComm};
+use crate::runtime::creation::member_registry::MemberGroups;
+use crate::runtime::creation::plan::Grid;
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::env::LaunchEnv;
+use crate::runtime::launch::host::HostInfo;
+use crate::runtime::launch::store_setup::StoreHandles;
+use crate::runtime::liveness::Liveness;
+use crate::runtime::meeting::blame::explain_with;
+use crate::runtime::meeting::keys::KeySpaces;
+use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::Store;
 use crate::topology::{GroupKind, RankView, Topology};
 use std::sync::{Arc, Mutex};
@@ -49,25 +49,25 @@ pub struct Runtime {
     pub timings: InitTimings,
     /// Distinct communicators created (aliased kinds share one).
     pub communicators: usize,
-    /// This rank's host and the address it advertises to peers (see [`super::host`]).
+    /// This rank's host and the address it advertises to peers (see [`crate::runtime::launch::host`]).
     pub host: HostInfo,
     /// The split strategy's world communicator, released after the groups.
-    pub(super) world: Option<SharedComm>,
+    pub(crate) world: Option<SharedComm>,
     /// This initialization's private view of the store.
-    pub(super) base: Arc<dyn Store>,
-    pub(super) timeout: Duration,
-    pub(super) store: StoreHandles,
+    pub(crate) base: Arc<dyn Store>,
+    pub(crate) timeout: Duration,
+    pub(crate) store: StoreHandles,
     /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
-    pub(super) args: InitArgs,
-    pub(super) attempt: String,
+    pub(crate) args: InitArgs,
+    pub(crate) attempt: String,
     /// This rank's heartbeat and the questions of who stopped answering (None: a world of one).
-    pub(super) liveness: Option<Liveness>,
+    pub(crate) liveness: Option<Liveness>,
     /// Fresh key spaces of the meetings this runtime holds (health checks, resumes).
-    pub(super) key_spaces: KeySpaces,
-    /// The backend, which makes the groups made after init (see [`super::member_groups`]).
-    pub(super) backend: Arc<dyn CommFactory>,
+    pub(crate) key_spaces: KeySpaces,
+    /// The backend, which makes the groups made after init (see [`crate::runtime::creation::member_groups`]).
+    pub(crate) backend: Arc<dyn CommFactory>,
     /// This rank's groups made after init.
-    pub(super) member_groups: MemberGroups,
+    pub(crate) member_groups: MemberGroups,
 }
 
 impl Runtime {
@@ -86,15 +86,15 @@ impl Runtime {
     }
 
     /// `e`, a failed collective, with the ranks that stopped answering named first (see
-    /// [`super::liveness`]) when it timed out or lost a peer. The whole world is asked: a member
+    /// [`crate::runtime::liveness`]) when it timed out or lost a peer. The whole world is asked: a member
     /// of the group may be alive but stuck on a rank of another group.
     pub fn explain_collective(&self, e: CommError) -> CommError {
         explain_with(self.liveness.as_ref(), &self.env, e)
     }
 
     /// After a recovery: `before[r]` is rank r's number before it (see
-    /// [`super::liveness::Liveness::number_as_before`]).
-    pub(super) fn number_as_before(&self, before: Vec<u32>) {
+    /// [`crate::runtime::liveness::Liveness::number_as_before`]).
+    pub(crate) fn number_as_before(&self, before: Vec<u32>) {
         if let Some(l) = &self.liveness {
             l.number_as_before(before);
         }

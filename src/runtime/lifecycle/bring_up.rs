@@ -2,25 +2,24 @@
 //! store with the heartbeat, check in, create, verify; and the end of a bring-up that failed (kept
 //! for recovery, or left once the ranks that arrived have read the verdict).
 
-use super::blame::{blame_peers, failed_for_a_peer, start_liveness};
-use super::checkin::{check_in, verdict, CheckinError};
-use super::comm_config::CommStrategy;
-use super::env::LaunchEnv;
-use super::error::RuntimeError;
-use super::groups::{
+use crate::runtime::creation::comm_config::CommStrategy;
+use crate::runtime::creation::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
     RankPlan,
 };
-use super::host::{self, HostInfo};
-use super::pmix_rendezvous::{self, WorldExchange};
-
+use crate::runtime::creation::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::launch::env::LaunchEnv;
+use crate::runtime::launch::host::{self, HostInfo};
+use crate::runtime::launch::pmix_rendezvous::{self, WorldExchange};
+use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
+use crate::runtime::liveness::Liveness;
+use crate::runtime::meeting::blame::{blame_peers, failed_for_a_peer, start_liveness};
+use crate::runtime::meeting::checkin::{check_in, verdict, CheckinError};
 use super::init_args::{check_grid_name, BackendResolver, InitArgs};
 use super::leave::{leave, Watch, LEAVE_GRACE};
-use super::liveness::Liveness;
 use super::pending::{Kept, Pending, RuntimeClaim};
-use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
 use super::runtime_state::{InitTimings, Runtime};
-use super::store_setup::{open_attempt, StoreHandles};
 use crate::backend::{CommError, CommFactory, Communicator};
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
@@ -59,7 +58,7 @@ fn phase(p: InitPhase) {
 
 /// What a recovery carries into the new layout's bring-up: the store and attempt prefix the
 /// survivors already share, the timeout the runtime keeps, and communicators it already has.
-pub(super) struct Carried {
+pub(crate) struct Carried {
     pub store: StoreHandles,
     pub attempt: String,
     /// The runtime's timeout from then on (`args` carries what is left of the recovery's deadline).
@@ -126,12 +125,13 @@ fn left(deadline: Instant) -> Duration {
 /// `progress::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
 /// within the deadline + 2 s even on a loaded machine. At most a tenth of the whole timeout.
 fn creation_deadline(deadline: Instant, timeout: Duration) -> Instant {
-    let reserve = (super::progress::RECORD_GRACE + super::liveness::SILENT_AFTER).min(timeout / 10);
+    let reserve =
+        (crate::runtime::meeting::progress::RECORD_GRACE + crate::runtime::liveness::SILENT_AFTER).min(timeout / 10);
     deadline.checked_sub(reserve).unwrap_or(deadline)
 }
 
 /// Bring up the layout `args` describes: validate, open the store, check in, create, verify.
-pub(super) fn bring_up(
+pub(crate) fn bring_up(
     claim: &mut RuntimeClaim,
     args: &InitArgs,
     env: LaunchEnv,
@@ -264,7 +264,8 @@ fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeE
     if args.grids_disjoint_or_identical {
         let spans: Vec<(&str, u32, u32)> =
             grids.iter().map(|g| (g.name.as_str(), g.topology.rank_offset(), g.topology.world_size())).collect();
-        super::grid_rule::check_disjoint_or_identical(&spans, world).map_err(RuntimeError::InvalidArgument)?;
+        crate::runtime::creation::grid_rule::check_disjoint_or_identical(&spans, world)
+            .map_err(RuntimeError::InvalidArgument)?;
     }
     if !uncovered.is_empty() {
         let names: Vec<&str> = grids.iter().map(|g| g.name.as_str()).collect();
@@ -345,7 +346,7 @@ fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
 /// The initialization is over (up or failed; every call it made has returned): from here on (its
 /// store kept for recovery, say) a death ends no wait, and the backend's calls run again.
 fn init_over(liveness: Option<&Liveness>, backend: &dyn CommFactory, args: &InitArgs) {
-    super::blame::deaths_end_nothing(liveness, backend);
+    crate::runtime::meeting::blame::deaths_end_nothing(liveness, backend);
     if let Some(l) = liveness {
         l.set_deadline(None);
         l.set_idle_patience(args.timeout);
@@ -373,7 +374,7 @@ fn open(
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls
     // blocked on the store, and every backend call in flight.
     if let (Some(l), Some(abort)) = (&liveness, store.busy_aborter()) {
-        super::blame::deaths_interrupt(l, Some(abort), backend);
+        crate::runtime::meeting::blame::deaths_interrupt(l, Some(abort), backend);
     }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
@@ -422,7 +423,7 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
         match pmix_rendezvous::check_in(pmix, &s.opened.attempt, &s.opened.host, fingerprint, until) {
             Ok(records) => {
                 if env.rank == 0 {
-                    let keys: Vec<String> = (0..records.len() as u32).map(super::keys::host).collect();
+                    let keys: Vec<String> = (0..records.len() as u32).map(crate::runtime::meeting::keys::host).collect();
                     let items: Vec<(&str, &[u8])> =
                         keys.iter().zip(&records).map(|(k, (h, _))| (k.as_str(), h.as_bytes())).collect();
                     base.multi_set(&items)?;
@@ -468,7 +469,7 @@ fn create(
 ) -> Result<CreatedGroups, RuntimeError> {
     let (args, layout, base) = (s.args, s.layout, &s.opened.base);
     let prefixed =
-        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&super::keys::group(name), base.clone())) };
+        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&crate::runtime::meeting::keys::group(name), base.clone())) };
     // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
     let exchange = s.pmix.map(|pmix| {
         let deadline = creation_deadline(s.deadline, args.timeout);
@@ -551,7 +552,7 @@ fn assemble(
         },
         backend_name: layout.backend.name().to_string(),
         backend: layout.backend.clone(),
-        member_groups: super::member_registry::MemberGroups::default(),
+        member_groups: crate::runtime::creation::member_registry::MemberGroups::default(),
         strategy: layout.strategy,
         env,
         grids: layout.grids,
@@ -621,7 +622,7 @@ fn keep_for_recovery(
     let Opened { base, liveness, store, attempt, .. } = opened;
     let mut suspected = match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
-        _ => super::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
+        _ => crate::runtime::meeting::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
     };
     for r in liveness.as_ref().map(Liveness::dead).unwrap_or_default() {
         if !suspected.contains(&r) {

@@ -12,8 +12,8 @@
 //! record: a member with a record is reported as stuck, and the ranks it blamed are blamed
 //! instead; only members without one are said to have never arrived.
 
-use super::host::describe;
-use super::meeting::did_not_come;
+use super::meet::did_not_come;
+use crate::runtime::launch::host::describe;
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// How long a failing rank waits for the failure records of the members that are behind it:
 /// members stuck on the same dead rank fail within about this much of each other (they share
 /// one deadline). Short, since every wait must end within its deadline + 2 s, and naming the
-/// dead (`super::liveness`) and leaving come after it.
+/// dead (`crate::runtime::liveness`) and leaving come after it.
 pub const RECORD_GRACE: Duration = Duration::from_millis(400);
 
 /// The most members whose marks a failure reads (one store request each).
@@ -49,7 +49,7 @@ pub fn behind(store: &dyn Store, members: &[u32], step: u64) -> Vec<u32> {
 const MAX_DESCRIBED: usize = 64;
 
 /// The ranks `rank`'s failure record blames, when it has one.
-pub(super) fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
+pub(crate) fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
     let k = failed_key(rank);
     if !store.check(&[&k]).ok()? {
         return None;
@@ -143,12 +143,12 @@ mod tests {
         assert_eq!(text, "timed out; rank(s) 1, 3 did not come to this group");
         assert_eq!(explain(&s, 2, &[0, 2], 3, "failed".into()), "failed");
         // A member that published its host is named with it.
-        let host = crate::runtime::host::HostInfo {
+        let host = crate::runtime::launch::host::HostInfo {
             hostname: "n1".into(),
             addr: "10.0.0.2".parse().unwrap(),
             why: String::new(),
         };
-        crate::runtime::host::publish(&s, 3, &host).unwrap();
+        crate::runtime::launch::host::publish(&s, 3, &host).unwrap();
         assert_eq!(
             explain(&s, 0, &[1, 3], 3, "x".into()),
             "x; rank(s) 1; 3 on host 'n1' (10.0.0.2) did not come to this group"

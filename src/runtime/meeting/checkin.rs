@@ -7,9 +7,9 @@
 //! constant (set, wait, get), whatever the world size; rank 0 reads all fingerprints in one
 //! multi-get.
 
-use super::host::format_ranks;
 use super::keys;
-use super::meeting::{did_not_come, Deadline, MeetError, Meeting};
+use super::meet::{did_not_come, Deadline, MeetError, Meeting};
+use crate::runtime::launch::host::format_ranks;
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,7 +21,7 @@ const VERDICT_OK: &[u8] = b"ok";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckinError {
     /// These ranks never checked in within the timeout; `nodes` says which nodes they make up
-    /// (see [`super::host::nodes_of`]; empty when unknown).
+    /// (see [`crate::runtime::launch::host::nodes_of`]; empty when unknown).
     Missing { ranks: Vec<u32>, waited: Duration, nodes: String },
     /// Ranks were started with different configurations; the text names them and the values.
     Mismatch(String),
@@ -154,7 +154,7 @@ pub fn check_in(
     let meeting = Meeting::new(store, keys::CHECKIN, WHAT, (0..world_size).collect(), rank, Deadline::after(timeout));
     let missing = |m: &Meeting| {
         let ranks = m.missing();
-        let nodes = super::host::nodes_of(&ranks, world_size, local_world_size);
+        let nodes = crate::runtime::launch::host::nodes_of(&ranks, world_size, local_world_size);
         CheckinError::Missing { ranks, waited: timeout.saturating_sub(m.deadline().left()), nodes }
     };
     meeting.arrive(fingerprint)?;
@@ -165,10 +165,12 @@ pub fn check_in(
                 (err.to_string().into_bytes(), Err(err))
             }
             Err(e) => return Err(e.into()),
-            Ok(fingerprints) => match mismatch_text(&fingerprints, &|ranks| super::host::describe(store, ranks)) {
-                None => (VERDICT_OK.to_vec(), Ok(())),
-                Some(text) => (text.clone().into_bytes(), Err(CheckinError::Mismatch(text))),
-            },
+            Ok(fingerprints) => {
+                match mismatch_text(&fingerprints, &|ranks| crate::runtime::launch::host::describe(store, ranks)) {
+                    None => (VERDICT_OK.to_vec(), Ok(())),
+                    Some(text) => (text.clone().into_bytes(), Err(CheckinError::Mismatch(text))),
+                }
+            }
         };
         meeting.end(&verdict)?;
         return result;

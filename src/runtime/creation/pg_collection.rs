@@ -4,7 +4,7 @@
 
 use super::groups::{LiveGroup, PlanKind};
 use super::plan::Grid;
-use super::runtime_state::Runtime;
+use crate::runtime::lifecycle::runtime_state::Runtime;
 use crate::topology::GroupKind;
 
 /// What fills a `ProcessGroupCollection` field.

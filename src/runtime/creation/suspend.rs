@@ -16,16 +16,16 @@
 //! them with the same kinds, as it initialized. The state lives behind each group's own mutex,
 //! held during that communicator's suspend or resume only.
 
-use super::error::RuntimeError;
 use super::groups::{grid_prefix, verify_group, GroupError, LiveGroup};
-use super::init::with_runtime;
-use super::keys;
-use super::meeting::{Deadline, MeetError, Meeting};
 use super::plan::Grid;
-use super::runtime_state::Runtime;
 use crate::backend::{
     CommError, CommErrorKind, CommMemory, CommOptions, Communicator, GroupInfo, GroupRequest, SuspendedComm,
 };
+use crate::runtime::error::RuntimeError;
+use crate::runtime::lifecycle::init::with_runtime;
+use crate::runtime::lifecycle::runtime_state::Runtime;
+use crate::runtime::meeting::keys;
+use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -314,7 +314,11 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     }
     let deadline = start + timeout;
     // A peer found dead meanwhile ends the creations and verifications below at once.
-    let _deaths = super::blame::DeathsInterrupt::arm(rt.liveness.as_ref(), rt.store.busy_aborter(), &rt.backend);
+    let _deaths = crate::runtime::meeting::blame::DeathsInterrupt::arm(
+        rt.liveness.as_ref(),
+        rt.store.busy_aborter(),
+        &rt.backend,
+    );
     let mut report = SuspendReport::default();
     let mut resumed: Vec<&LiveGroup> = Vec::new();
     // Native ones resume in place; released ones are created again after (together where the
