@@ -22,12 +22,24 @@ failed=()
 logs=target/suite-logs
 mkdir -p "$logs"
 start=$SECONDS
+# timed NAME LOG CMD...: run CMD with its output on the terminal and in LOG, then one line with its
+# wall time, its CPU time (user+sys, with its children) and the load average around it. Non-zero
+# when CMD failed.
+timed() {
+  local name=$1 log=$2 rc=0 wall user sys load0
+  shift 2
+  load0=$(cut -d' ' -f1 /proc/loadavg)
+  { TIMEFORMAT='%R %U %S'; time "$@" 2>&1 | tee "$log"; } 2>"$logs/.time" || rc=$?
+  read -r wall user sys <"$logs/.time" || true
+  awk -v n="$name" -v w="$wall" -v u="$user" -v s="$sys" -v l0="$load0" -v l1="$(cut -d' ' -f1 /proc/loadavg)" \
+    'BEGIN { printf "=== %s: %.0f s wall, %.0f s CPU (user+sys), load %s to %s\n", n, w, u + s, l0, l1 }'
+  return "$rc"
+}
 if [ "$tier" != slow ]; then
-  t0=$SECONDS
   # The libnccl double's tests (tests/nccl_double/) run in this tier under AddressSanitizer
   # (scripts/test.d/32-nccl-double.sh, the same tests with ASan's checks on top): not twice.
-  cargo test --release --locked --no-fail-fast -- --skip nccl_double:: || failed+=("cargo test")
-  echo "=== cargo test: $((SECONDS - t0)) s"
+  timed "cargo test" "$logs/cargo-test.log" cargo test --release --locked --no-fail-fast -- --skip nccl_double:: \
+    || failed+=("cargo test")
 fi
 for want in fast slow; do
   { [ "$tier" = all ] || [ "$tier" = "$want" ]; } || continue
@@ -36,9 +48,7 @@ for want in fast slow; do
     grep -qx '# tier: slow' "$suite" && is=slow || is=fast
     [ "$is" = "$want" ] || continue
     echo "=== $suite ($is)"
-    t0=$SECONDS
-    bash "$suite" 2>&1 | tee "$logs/$(basename "$suite" .sh).log" || failed+=("$suite")
-    echo "=== $suite: $((SECONDS - t0)) s"
+    timed "$suite" "$logs/$(basename "$suite" .sh).log" bash "$suite" || failed+=("$suite")
   done
 done
 echo "=== tier $tier: $((SECONDS - start)) s after the build"
