@@ -20,9 +20,9 @@
 //!   it, whose sets are PMIx puts and whose reads come after one fence over the world.
 
 use super::env::{LaunchEnv, Rendezvous};
-use crate::runtime::error::RuntimeError;
 use super::host::HostInfo;
 use crate::backend::pmix::{Fence, PmixClient, PmixError};
+use crate::runtime::error::RuntimeError;
 use crate::store::{Store, StoreError, StoreToken};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

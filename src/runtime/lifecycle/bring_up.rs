@@ -2,6 +2,13 @@
 //! store with the heartbeat, check in, create, verify; and the end of a bring-up that failed (kept
 //! for recovery, or left once the ranks that arrived have read the verdict).
 
+use super::init_args::{check_grid_name, BackendResolver, InitArgs};
+use super::leave::{leave, Watch, LEAVE_GRACE};
+use super::pending::{Kept, Pending, RuntimeClaim};
+use super::runtime_state::{InitTimings, Runtime};
+use crate::backend::{CommError, CommFactory, Communicator};
+use crate::rng::layout::{coordinates, seed_request};
+use crate::rng::RankRng;
 use crate::runtime::creation::comm_config::CommStrategy;
 use crate::runtime::creation::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
@@ -16,13 +23,6 @@ use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::liveness::Liveness;
 use crate::runtime::meeting::blame::{blame_peers, failed_for_a_peer, start_liveness};
 use crate::runtime::meeting::checkin::{check_in, verdict, CheckinError};
-use super::init_args::{check_grid_name, BackendResolver, InitArgs};
-use super::leave::{leave, Watch, LEAVE_GRACE};
-use super::pending::{Kept, Pending, RuntimeClaim};
-use super::runtime_state::{InitTimings, Runtime};
-use crate::backend::{CommError, CommFactory, Communicator};
-use crate::rng::layout::{coordinates, seed_request};
-use crate::rng::RankRng;
 use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::Topology;
 use std::sync::{Arc, Mutex};
@@ -423,7 +423,8 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
         match pmix_rendezvous::check_in(pmix, &s.opened.attempt, &s.opened.host, fingerprint, until) {
             Ok(records) => {
                 if env.rank == 0 {
-                    let keys: Vec<String> = (0..records.len() as u32).map(crate::runtime::meeting::keys::host).collect();
+                    let keys: Vec<String> =
+                        (0..records.len() as u32).map(crate::runtime::meeting::keys::host).collect();
                     let items: Vec<(&str, &[u8])> =
                         keys.iter().zip(&records).map(|(k, (h, _))| (k.as_str(), h.as_bytes())).collect();
                     base.multi_set(&items)?;
@@ -468,8 +469,9 @@ fn create(
     kept: Vec<LiveGroup>,
 ) -> Result<CreatedGroups, RuntimeError> {
     let (args, layout, base) = (s.args, s.layout, &s.opened.base);
-    let prefixed =
-        |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&crate::runtime::meeting::keys::group(name), base.clone())) };
+    let prefixed = |name: &str| -> Arc<dyn Store> {
+        Arc::new(PrefixStore::new(&crate::runtime::meeting::keys::group(name), base.clone()))
+    };
     // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
     let exchange = s.pmix.map(|pmix| {
         let deadline = creation_deadline(s.deadline, args.timeout);
