@@ -3,7 +3,7 @@
 //! for recovery, or left once the ranks that arrived have read the verdict).
 
 use super::blame::{blame_peers, failed_for_a_peer, start_liveness};
-use super::checkin::{check_in, CheckinError};
+use super::checkin::{check_in_from, CheckinError};
 use super::comm_config::CommStrategy;
 use super::env::LaunchEnv;
 use super::error::RuntimeError;
@@ -11,13 +11,14 @@ use super::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
     RankPlan,
 };
-use super::host::{self, HostInfo};
+use super::host::HostInfo;
 
 use super::init_args::{check_grid_name, BackendResolver, InitArgs};
 use super::leave::{leave, Watch, LEAVE_GRACE};
 use super::liveness::Liveness;
 use super::pending::{Kept, Pending, RuntimeClaim};
 use super::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
+use super::progress::Progress;
 use super::runtime_state::{InitTimings, Runtime};
 use super::store_setup::{open_attempt, StoreHandles};
 use crate::backend::{CommError, CommFactory, Communicator};
@@ -407,8 +408,8 @@ fn check_in_create_verify(
 /// Publish this rank's host, and check in with every rank of the world.
 fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     let (env, base) = (s.env, s.opened.base.as_ref());
-    host::publish(base, env.rank, &s.opened.host)?;
-    check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline))?;
+    let host = Some(&s.opened.host);
+    check_in_from(base, env.rank, env.world_size, env.local_world_size, fingerprint, host, left(s.deadline))?;
     Ok(())
 }
 
@@ -423,13 +424,16 @@ fn create(
     let group_store =
         |name: &str| -> Arc<dyn Store> { Arc::new(PrefixStore::new(&super::keys::group(name), base.clone())) };
     let host_addr = s.opened.host.addr.to_string();
+    // One record of this rank's progress for every creation below: published once at the end
+    // when nothing lasted (see `super::progress`).
+    let progress = Progress::start(base.clone(), s.env.rank);
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
         GroupCreator {
             plan,
             factory: layout.backend.as_ref(),
             store_for: &group_store,
-            progress_store: base.as_ref(),
+            progress: &progress,
             config: &args.comm_config,
             deadline: Instant::now() + left(creation_deadline(s.deadline, args.timeout)),
             host_addr: Some(host_addr.as_str()),
@@ -454,6 +458,7 @@ fn create(
         let made = create(&plan, CommStrategy::PerGroup, None)?;
         created.groups.extend(made.groups);
     }
+    progress.finish();
     Ok(created)
 }
 
