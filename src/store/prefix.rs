@@ -82,6 +82,9 @@ impl Store for PrefixStore {
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         self.base.multi_get(&refs(&self.keys(keys))).map_err(|e| self.unprefix(e))
     }
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.base.multi_get_existing(&refs(&self.keys(keys))).map_err(|e| self.unprefix(e))
+    }
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
         let keys: Vec<String> = items.iter().map(|(k, _)| self.key(k)).collect();
         let pairs: Vec<(&str, &[u8])> = keys.iter().zip(items).map(|(k, (_, v))| (k.as_str(), *v)).collect();

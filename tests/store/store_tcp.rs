@@ -59,12 +59,15 @@ fn every_operation_between_client_and_server() {
 fn client_sends_torch_keys_and_counts_round_trips() {
     let (server, s) = pair();
     let after_connect = s.round_trips();
-    assert_eq!(after_connect, 2, "VALIDATE + PING");
+    assert_eq!(after_connect, 1, "VALIDATE + PING, in one write");
     s.set("k", b"v").unwrap(); // 1
     s.get("k").unwrap(); // WAIT + GET
     s.add("n", 1).unwrap(); // 1
     s.multi_get(&["k", "n"]).unwrap(); // WAIT + MULTI_GET
-    assert_eq!(s.round_trips() - after_connect, 6);
+                                       // Keys a wait has seen: read without waiting again (a missing one reads as empty).
+    let got = s.multi_get_existing(&["k", "absent"]).unwrap(); // MULTI_GET
+    assert_eq!(got, vec![b"v".to_vec(), vec![]]);
+    assert_eq!(s.round_trips() - after_connect, 7);
     // Keys carry the leading '/' on the wire: a raw GET of "/k" finds the value.
     let mut raw = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
     raw.write_all(&Encoder::query(Query::Validate).u32(VALIDATE_MAGIC).finish()).unwrap();

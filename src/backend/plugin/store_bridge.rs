@@ -5,6 +5,7 @@
 use crate::abi::backend::mcore_backend_store;
 use crate::abi::mcore_status;
 use crate::store::{Store, StoreError};
+use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,10 @@ pub(crate) struct StoreBridge {
     last_error: Mutex<CString>,
     /// Values of a `multi_get` whose buffer was too small, for the caller's second call.
     pending: Mutex<Option<PendingValues>>,
+    /// Keys a `wait` through this bridge has seen. The callbacks delete nothing, so a `get` or
+    /// `multi_get` of them reads at once ([`Store::multi_get_existing`]) instead of waiting again:
+    /// a plugin's "wait for every peer, then fetch them" is one wait and one read.
+    seen: Mutex<HashSet<String>>,
     c: mcore_backend_store,
 }
 
@@ -29,6 +34,7 @@ impl StoreBridge {
             store,
             last_error: Mutex::new(CString::default()),
             pending: Mutex::new(None),
+            seen: Mutex::default(),
             c: mcore_backend_store {
                 struct_size: std::mem::size_of::<mcore_backend_store>() as u32,
                 ctx: std::ptr::null_mut(),
@@ -42,6 +48,17 @@ impl StoreBridge {
         });
         b.c.ctx = &*b as *const StoreBridge as *mut c_void;
         b
+    }
+
+    /// The values of `keys`: read at once when a wait through this bridge has seen them all,
+    /// else waiting for them (the store timeout), as `get` does.
+    fn read(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let seen = self.seen.lock().is_ok_and(|s| keys.iter().all(|k| s.contains(*k)));
+        if seen {
+            self.store.multi_get_existing(keys)
+        } else {
+            self.store.multi_get(keys)
+        }
     }
 
     /// The C view, valid while `self` lives.
@@ -151,7 +168,7 @@ unsafe extern "C" fn bridge_get(
                     format!("store get '{key}': buf is NULL, buf_len {buf_len}"),
                 ));
             }
-            let value = b.store.get(key).map_err(from_store)?;
+            let value = b.read(&[key]).map_err(from_store)?.pop().unwrap_or_default();
             *out_len = value.len();
             if value.len() > buf_len {
                 return Err((
@@ -180,7 +197,11 @@ unsafe extern "C" fn bridge_wait(ctx: *mut c_void, keys: *const *const c_char, n
                 owned.push(key_arg(*keys.add(i), "wait")?);
             }
             let timeout = if timeout_ms == 0 { b.store.timeout() } else { crate::timeout::from_millis(timeout_ms) };
-            b.store.wait(&owned, timeout).map_err(|e| from_store(only_missing(b.store.as_ref(), &owned, e)))
+            b.store.wait(&owned, timeout).map_err(|e| from_store(only_missing(b.store.as_ref(), &owned, e)))?;
+            if let Ok(mut seen) = b.seen.lock() {
+                seen.extend(owned.iter().map(|k| k.to_string()));
+            }
+            Ok(())
         })
     }
 }
@@ -221,7 +242,7 @@ unsafe extern "C" fn bridge_multi_get(
                 Some((_, v)) => v,
                 None => {
                     let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-                    b.store.multi_get(&refs).map_err(|e| from_store(only_missing(b.store.as_ref(), &refs, e)))?
+                    b.read(&refs).map_err(|e| from_store(only_missing(b.store.as_ref(), &refs, e)))?
                 }
             };
             let total: usize = values.iter().map(Vec::len).sum();

@@ -17,7 +17,7 @@
 
 use super::comm_config::{CommConfig, CommStrategy};
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
-use crate::runtime::meeting::progress;
+use crate::runtime::meeting::progress::Progress;
 use crate::store::Store;
 use crate::topology::GroupKind;
 use std::collections::HashMap;
@@ -205,13 +205,15 @@ pub fn create_groups(
     strategy: CommStrategy,
     factory: &dyn CommFactory,
     store_for: &dyn Fn(&str) -> Arc<dyn Store>,
-    progress_store: &dyn Store,
+    progress_store: Arc<dyn Store>,
     config: &CommConfig,
     timeout: Duration,
     host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
     let deadline = Instant::now() + timeout;
-    GroupCreator { plan, factory, store_for, progress_store, config, deadline, host_addr, device: None }
+    // Its marks end with it (no `Progress::finish`): to the others, as if it stopped there.
+    let progress = Progress::start(progress_store, plan.rank);
+    GroupCreator { plan, factory, store_for, progress: &progress, config, deadline, host_addr, device: None }
         .create(strategy, None)
 }
 
@@ -222,8 +224,8 @@ pub struct GroupCreator<'a> {
     pub factory: &'a dyn CommFactory,
     /// The store private to the communicator called `name` (`world` for the split strategy's parent).
     pub store_for: &'a dyn Fn(&str) -> Arc<dyn Store>,
-    /// Every rank's progress marks (see `runtime::progress`).
-    pub progress_store: &'a dyn Store,
+    /// This rank's progress marks (see `runtime::progress`).
+    pub progress: &'a Progress,
     pub config: &'a CommConfig,
     /// Bounds the whole creation: each group gets what is left of it.
     pub deadline: Instant,
@@ -265,7 +267,7 @@ impl GroupCreator<'_> {
         let plan = self.plan;
         let start = Instant::now();
         let info = self.info_of("world", &plan.world)?;
-        self.mark(1, "world", &plan.world)?;
+        self.mark(1);
         let mut world = match premade_world {
             Some(comm) => comm,
             None => self
@@ -311,7 +313,7 @@ impl GroupCreator<'_> {
         let requests: Vec<_> =
             infos.iter().zip(&distinct).map(|(info, (_, _, o))| (info, o, (self.store_for)(&info.name))).collect();
         if let Some(last) = distinct.last() {
-            self.mark(last.0, &names[names.len() - 1], &last.1.members)?;
+            self.mark(last.0);
         }
         let comms = factory
             .create_groups_together(&requests)
@@ -399,7 +401,7 @@ impl GroupCreator<'_> {
     ) -> Result<(), GroupError> {
         let Source::Split(w) = source else { return Ok(()) };
         let what = format!("{}{kind} (split, joined without a group)", grid_prefix(grid));
-        self.mark(step, &what, &self.plan.world)?;
+        self.mark(step);
         w.split(0, None, options).map(drop).map_err(|e| self.failed(step, &what, &self.plan.world, e))
     }
 
@@ -420,12 +422,12 @@ impl GroupCreator<'_> {
             Source::PerGroup(started) => match started.remove(name) {
                 Some(comm) => Ok(comm),
                 None => {
-                    self.mark(step, name, &p.members)?;
+                    self.mark(step);
                     self.factory.create_group(info, options, (self.store_for)(name)).map_err(&fail)
                 }
             },
             Source::Split(w) => {
-                self.mark(step, name, &p.members)?;
+                self.mark(step);
                 w.split(p.index, Some(info), options).map_err(&fail)?.ok_or_else(|| {
                     fail(CommError::new(CommErrorKind::Backend, "the split gave this member no communicator"))
                 })
@@ -458,14 +460,13 @@ impl GroupCreator<'_> {
     }
 
     /// Mark this rank past `step` (step 1 is the world communicator, step k + 2 the k-th kind).
-    fn mark(&self, step: u64, group: &str, members: &[u32]) -> Result<(), GroupError> {
-        progress::mark(self.progress_store, self.plan.rank, step)
-            .map_err(|message| GroupError::new(group, members, CommError::new(CommErrorKind::Store, message)))
+    fn mark(&self, step: u64) {
+        self.progress.mark(step)
     }
 
     /// `e`, having waited for `waited_for` at `step`, with the ranks that never arrived named.
     fn explained(&self, step: u64, waited_for: &[u32], e: CommError) -> CommError {
-        let message = progress::explain(self.progress_store, self.plan.rank, waited_for, step, e.message.clone());
+        let message = self.progress.explain(waited_for, step, e.message.clone());
         CommError { message, ..e }
     }
 
@@ -753,7 +754,7 @@ mod tests {
                         strategy,
                         &f,
                         &store_for,
-                        progress.as_ref(),
+                        progress,
                         &config,
                         Duration::from_secs(10),
                         None,
@@ -868,7 +869,7 @@ mod tests {
                         CommStrategy::PerGroup,
                         &f,
                         &store_for,
-                        progress.as_ref(),
+                        progress,
                         &config,
                         Duration::from_secs(1),
                         None,

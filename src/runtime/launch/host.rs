@@ -60,7 +60,14 @@ fn key(rank: u32) -> String {
 
 /// Record `rank`'s host in `store` (one SET, no reply).
 pub fn publish(store: &dyn Store, rank: u32, host: &HostInfo) -> Result<(), crate::store::StoreError> {
-    store.set(&key(rank), format!("{} {}", host.hostname, host.addr).as_bytes())
+    let (k, v) = entry(rank, host);
+    store.set(&k, &v)
+}
+
+/// The key and value that record `rank`'s host (see [`publish`]), for a caller that sets them
+/// along with other keys in one request (the check-in's arrival).
+pub fn entry(rank: u32, host: &HostInfo) -> (String, Vec<u8>) {
+    (key(rank), format!("{} {}", host.hostname, host.addr).into_bytes())
 }
 
 /// The published label of `rank`'s host, or None (not published, or the store failed).

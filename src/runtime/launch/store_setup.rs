@@ -222,16 +222,26 @@ fn other_jobs(env: &LaunchEnv, found: &[(u16, Vec<u8>)]) -> CheckinError {
 }
 
 /// A client rank's check, before it writes anything: the job of the store (published under
-/// [`JOB_KEY`] by its host), `Ok` when it is this rank's. Waits for the key until `deadline`.
-fn check_job(client: &TcpStore, env: &LaunchEnv, deadline: Instant) -> Result<Result<(), Vec<u8>>, StoreError> {
-    let theirs = if env.use_agent_store {
+/// [`JOB_KEY`] by its host), `Ok` when it is this rank's, with whether the host has marked the
+/// attempt open (`open_key`, read along: the host sets both in one request; false without one).
+/// Waits for the job key until `deadline`.
+fn check_job(
+    client: &TcpStore,
+    env: &LaunchEnv,
+    open_key: Option<&str>,
+    deadline: Instant,
+) -> Result<Result<bool, Vec<u8>>, StoreError> {
+    let (theirs, open) = if env.use_agent_store {
         // torchrun's agent store: no host of ours publishes it; the first rank does.
-        client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?
+        (client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?, true)
     } else {
         client.wait(&[JOB_KEY], deadline.saturating_duration_since(Instant::now()))?;
-        client.get(JOB_KEY)?
+        let keys: Vec<&str> = [JOB_KEY].into_iter().chain(open_key).collect();
+        let mut got = client.multi_get_existing(&keys)?.into_iter();
+        let theirs = got.next().unwrap_or_default();
+        (theirs, got.next().is_some_and(|v| !v.is_empty()))
     };
-    Ok(if theirs == env.job_id.id.as_bytes() { Ok(()) } else { Err(theirs) })
+    Ok(if theirs == env.job_id.id.as_bytes() { Ok(open) } else { Err(theirs) })
 }
 
 /// Rank 0 found `port` taken: the job id of the store of another job that holds it, if one does.
@@ -244,7 +254,7 @@ fn port_taken_by_other_job(env: &LaunchEnv, port: u16) -> Option<Vec<u8>> {
         Err(_) => return None,
     };
     // Rank 0 hosts, so the store is not torchrun's agent's: check_job waits for the host's id.
-    check_job(&client, env, Instant::now() + within).ok()?.err()
+    check_job(&client, env, None, Instant::now() + within).ok()?.err()
 }
 
 /// Rank 0's server on the first of the job's candidate ports that is free (see
@@ -372,13 +382,12 @@ fn find_own_store(
             Err(e) if several => return Found::Nothing(e),
             Err(e) => return Found::Fatal(e),
         };
-        match check_job(&client, env, Instant::now() + within.max(Duration::from_millis(100))) {
+        match check_job(&client, env, Some(open_key), Instant::now() + within.max(Duration::from_millis(100))) {
             Ok(Err(theirs)) => return Found::Other(theirs),
-            Ok(Ok(())) => {}
+            // torchrun's agent store has no open mark; else the attempt is open already.
+            Ok(Ok(true)) => return Found::Ours(client),
+            Ok(Ok(false)) => {}
             Err(e) => return Found::Nothing(e),
-        }
-        if env.use_agent_store {
-            return Found::Ours(client);
         }
         // Our job's store: wait until its host marks this attempt open (a previous attempt's
         // server may still be going away: then look again).
@@ -478,8 +487,9 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             // The host publishes its job id first, then marks the attempt open; the ranks' claims
             // of their liveness counters hand them the job's secret (stored under no key).
             s.expect_ranks(attempt, env.world_size);
-            client.set(JOB_KEY, env.job_id.id.as_bytes()).map_err(RuntimeError::Store)?;
-            client.set(&open_key, b"1").map_err(RuntimeError::Store)?;
+            // One request, applied in order: a rank that reads the job id reads the mark with it.
+            let items: [(&str, &[u8]); 2] = [(JOB_KEY, env.job_id.id.as_bytes()), (&open_key, b"1")];
+            client.multi_set(&items).map_err(RuntimeError::Store)?;
             if pmix {
                 let record = StoreRecord { addr: env.master_addr.clone(), port, secret: session.clone() };
                 pmix_rendezvous::publish(env, attempt, &record)?;
@@ -642,10 +652,12 @@ mod tests {
         };
         let client = TcpStore::connect("127.0.0.1", server.port(), Duration::from_secs(10)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
-        assert_eq!(check_job(&client, &env_of("run-1"), deadline).unwrap(), Ok(()));
+        assert_eq!(check_job(&client, &env_of("run-1"), None, deadline).unwrap(), Ok(true));
+        assert_eq!(check_job(&client, &env_of("run-1"), None, deadline).unwrap(), Ok(true));
         let keys = client.num_keys().unwrap();
-        let Err(theirs) = check_job(&client, &env_of("run-2"), deadline).unwrap() else { panic!("another job passed") };
+        let Err(theirs) = check_job(&client, &env_of("run-2"), None, deadline).unwrap() else {
+            panic!("another job passed")
+        };
         assert_eq!(theirs, b"run-1");
         let e = other_jobs(&env_of("run-2"), &[(server.port(), theirs)]).to_string();
         assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");

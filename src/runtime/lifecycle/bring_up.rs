@@ -22,7 +22,8 @@ use crate::runtime::launch::pmix_rendezvous::{self, WorldExchange};
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::liveness::Liveness;
 use crate::runtime::meeting::blame::{blame_peers, failed_for_a_peer, start_liveness};
-use crate::runtime::meeting::checkin::{check_in, verdict, CheckinError};
+use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError};
+use crate::runtime::meeting::progress::Progress;
 use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::Topology;
 use std::sync::{Arc, Mutex};
@@ -448,8 +449,8 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
             }
         }
     }
-    host::publish(base, env.rank, &s.opened.host)?;
-    check_in(base, env.rank, env.world_size, env.local_world_size, fingerprint, left(s.deadline)).map_err(
+    let host = Some(&s.opened.host);
+    check_in_from(base, env.rank, env.world_size, env.local_world_size, fingerprint, host, left(s.deadline)).map_err(
         |e| match e {
             // After a PMIx fence that failed: the wait counts from the start of the check-in.
             CheckinError::Missing { ranks, nodes, .. } if s.pmix.is_some() => {
@@ -484,13 +485,16 @@ fn create(
         }
     };
     let host_addr = s.opened.host.addr.to_string();
+    // One record of this rank's progress for every creation below: published once at the end
+    // when nothing lasted (see `super::progress`).
+    let progress = Progress::start(base.clone(), s.env.rank);
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
         GroupCreator {
             plan,
             factory: layout.backend.as_ref(),
             store_for: &group_store,
-            progress_store: base.as_ref(),
+            progress: &progress,
             config: &args.comm_config,
             deadline: Instant::now() + left(creation_deadline(s.deadline, args.timeout)),
             host_addr: Some(host_addr.as_str()),
@@ -519,6 +523,7 @@ fn create(
         let made = create(&plan, CommStrategy::PerGroup, None)?;
         created.groups.extend(made.groups);
     }
+    progress.finish();
     Ok(created)
 }
 

@@ -9,10 +9,9 @@ use super::runtime_state::Runtime;
 use super::settings::Claim;
 use crate::runtime::error::RuntimeError;
 use crate::runtime::launch::env::LaunchEnv;
-use crate::runtime::launch::host;
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::liveness::{claim_counter, posed};
-use crate::runtime::meeting::checkin::{check_in, CheckinError};
+use crate::runtime::meeting::checkin::{check_in_from, CheckinError};
 use crate::runtime::meeting::keys;
 use crate::runtime::meeting::meet::{Deadline, Meeting};
 use crate::store::{PrefixStore, Store, StoreError};
@@ -121,19 +120,26 @@ pub(crate) fn check_in_spare(
         }
     }
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
-    host::publish(base.as_ref(), env.rank, &store.host())?;
+    let host = store.host();
     // A rank missing at check-in does not end a spare's part: it stands by for the recovery that
     // follows, suspecting the missing ranks.
-    let suspected =
-        match check_in(base.as_ref(), env.rank, env.world_size, env.local_world_size, fingerprint, args.timeout) {
-            Ok(_) => vec![],
-            Err(CheckinError::Missing { ranks, .. }) => {
-                // As a failed init's ranks do, so the store's host need not wait for this one.
-                announce(base.as_ref(), &env);
-                ranks
-            }
-            Err(e) => return Err(e.into()),
-        };
+    let suspected = match check_in_from(
+        base.as_ref(),
+        env.rank,
+        env.world_size,
+        env.local_world_size,
+        fingerprint,
+        Some(&host),
+        args.timeout,
+    ) {
+        Ok(_) => vec![],
+        Err(CheckinError::Missing { ranks, .. }) => {
+            // As a failed init's ranks do, so the store's host need not wait for this one.
+            announce(base.as_ref(), &env);
+            ranks
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (args, settled_by) = (args.clone(), start + args.timeout + LEAVE_GRACE);
     Ok(Pending { env, topology, args, store, base, attempt, suspected, spare: true, settled_by })
 }

@@ -653,6 +653,9 @@ impl Store for Guarded {
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         self.wait_call(|s| s.multi_get(keys))
     }
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.call(|s| s.multi_get_existing(keys))
+    }
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
         self.call(|s| s.multi_set(items))
     }

@@ -151,13 +151,30 @@ pub fn check_in(
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
+    check_in_from(store, rank, world_size, local_world_size, fingerprint, None, timeout)
+}
+
+/// [`check_in`], publishing this rank's `host` ([`crate::runtime::launch::host::publish`]) in the same request as
+/// its arrival when given.
+pub fn check_in_from(
+    store: &dyn Store,
+    rank: u32,
+    world_size: u32,
+    local_world_size: u32,
+    fingerprint: &[u8],
+    host: Option<&crate::runtime::launch::host::HostInfo>,
+    timeout: Duration,
+) -> Result<(), CheckinError> {
     let meeting = Meeting::new(store, keys::CHECKIN, WHAT, (0..world_size).collect(), rank, Deadline::after(timeout));
     let missing = |m: &Meeting| {
         let ranks = m.missing();
         let nodes = crate::runtime::launch::host::nodes_of(&ranks, world_size, local_world_size);
         CheckinError::Missing { ranks, waited: timeout.saturating_sub(m.deadline().left()), nodes }
     };
-    meeting.arrive(fingerprint)?;
+    match host.map(|h| crate::runtime::launch::host::entry(rank, h)) {
+        Some((k, v)) => meeting.arrive_with(fingerprint, &[(k.as_str(), v.as_slice())])?,
+        None => meeting.arrive(fingerprint)?,
+    }
     if rank == 0 {
         let (verdict, result) = match meeting.gather() {
             Err(MeetError::Missing(_)) => {

@@ -14,7 +14,8 @@
 //! [`did_not_come`].
 //!
 //! Store work per member: a gather costs one SET, one WAIT and one multi-get; a barrier one SET,
-//! one ADD and one WAIT. Finding who is missing (failure paths only) costs one CHECK per member.
+//! one ADD and one WAIT; reading the end's value one more multi-get (a read after a wait never
+//! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs one CHECK per member.
 
 use super::keys;
 use crate::runtime::launch::host::describe;
@@ -166,6 +167,14 @@ impl<'a> Meeting<'a> {
         Ok(self.store.set(&self.here(self.rank), payload)?)
     }
 
+    /// This rank is here, with `payload`, and `also` set in the same request (one MULTI_SET):
+    /// what the others may need to read about this rank, e.g. its host.
+    pub fn arrive_with(&self, payload: &[u8], also: &[(&str, &[u8])]) -> Result<(), MeetError> {
+        let here = self.here(self.rank);
+        let items: Vec<(&str, &[u8])> = [(here.as_str(), payload)].into_iter().chain(also.iter().copied()).collect();
+        Ok(self.store.multi_set(&items)?)
+    }
+
     /// Every member's payload, in the members' order, once all have arrived.
     pub fn gather(&self) -> Result<Vec<Vec<u8>>, MeetError> {
         let keys: Vec<String> = self.members.iter().map(|&r| self.here(r)).collect();
@@ -173,7 +182,7 @@ impl<'a> Meeting<'a> {
         if !self.await_keys(&refs, self.deadline)? {
             return Err(self.missing_error());
         }
-        Ok(self.store.multi_get(&refs)?)
+        Ok(self.store.multi_get_existing(&refs)?)
     }
 
     /// Arrive and count this arrival; the arrival that completes the count ends the meeting
@@ -226,7 +235,7 @@ impl<'a> Meeting<'a> {
     pub fn await_end_by(&self, deadline: Deadline) -> Result<Option<Vec<u8>>, MeetError> {
         let done = self.done_key();
         Ok(match self.await_keys(&[done.as_str()], deadline)? {
-            true => Some(self.store.get(&done)?),
+            true => self.store.multi_get_existing(&[done.as_str()])?.pop(),
             false => None,
         })
     }

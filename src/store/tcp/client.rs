@@ -191,9 +191,11 @@ impl TcpStore {
         if let Some(token) = token {
             store.authenticate(token)?;
         }
-        store.send(&Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish())?;
         let nonce = std::process::id();
-        let (echo, job) = store.call(&Encoder::query(Query::Ping).u32(nonce).finish(), |d| {
+        // VALIDATE (no reply) and PING in one write: one round trip, the PING's reply.
+        let mut hello = Encoder::query(Query::Validate).u32(wire::VALIDATE_MAGIC).finish();
+        hello.extend(Encoder::query(Query::Ping).u32(nonce).finish());
+        let (echo, job) = store.call(&hello, |d| {
             let echo = d.u32()?;
             // A store that serves only its job's ranks names the job after its refusal.
             let job = if echo == auth::AUTH_CLOSED && nonce != auth::AUTH_CLOSED { Some(d.value()?) } else { None };
@@ -383,7 +385,12 @@ impl TcpStore {
     ) -> Result<T, StoreError> {
         let mut c = self.lock()?;
         self.write(&mut c, msg)?;
-        let what = Query::from_u8(msg[0]).map_or("request".to_string(), |q| format!("{q:?}"));
+        // The handshake sends VALIDATE (no reply) with its PING: the reply awaited is the PING's.
+        let q = match Query::from_u8(msg[0]) {
+            Some(Query::Validate) => Some(Query::Ping),
+            q => q,
+        };
+        let what = q.map_or("request".to_string(), |q| format!("{q:?}"));
         let limit = self.reply_timeout.unwrap_or(self.timeout.max(MIN_REPLY_TIMEOUT));
         self.read(&mut c, limit, f).map_err(|e| self.fail(&mut c, e, &what, limit))
     }
@@ -534,7 +541,12 @@ impl Store for TcpStore {
 
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         self.wait(keys, self.timeout)?;
+        self.multi_get_existing(keys)
+    }
+
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
+        wire::check_count(ks.len())?;
         self.call(&Encoder::query(Query::MultiGet).keys(&ks).finish(), |d| (0..ks.len()).map(|_| d.value()).collect())
     }
 

@@ -144,6 +144,9 @@ impl Store for TcpStorePool {
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         self.with(|c| c.multi_get(keys))
     }
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.with(|c| c.multi_get_existing(keys))
+    }
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
         self.with(|c| c.multi_set(items))
     }
