@@ -210,8 +210,13 @@ pub fn explain(store: &dyn Store, rank: u32, members: &[u32], step: u64, message
         record(&mut late.iter());
         let keys: Vec<String> = late.iter().map(|&m| failed_key(m)).collect();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        // Ends early when every late member has failed; else after the grace.
+        // Ends early when every late member has failed; else after the grace. Once a peer died
+        // a guarded store's waits fail at once: the re-read below still comes no sooner than
+        // twice `PUBLISH_AFTER` after this began, so members failing with this rank have
+        // published their marks by then.
+        let began = Instant::now();
         let _ = store.wait(&keys, RECORD_GRACE);
+        std::thread::sleep((began + 2 * PUBLISH_AFTER).saturating_duration_since(Instant::now()));
     }
     // Read again: a member that was merely fast has published its mark by now (it publishes a
     // step that lasts `PUBLISH_AFTER`, well within the grace).
