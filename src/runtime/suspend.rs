@@ -443,9 +443,9 @@ fn recreate(
     kinds: &str,
     deadline: Instant,
 ) -> Result<Box<dyn Communicator>, RuntimeError> {
-    recreate_all(rt, &[(g, kinds.to_string())], deadline, false)?.pop().ok_or_else(|| {
-        recreate_error(g, kinds, CommError::new(CommErrorKind::Backend, "no communicator was returned"))
-    })
+    recreate_all(rt, &[(g, kinds.to_string())], deadline, false)?
+        .pop()
+        .ok_or_else(|| recreate_error(g, kinds, CommError::new(CommErrorKind::Backend, "no communicator was returned")))
 }
 
 /// [`recreate`] of every group of `released` at once, through the backend's creation together.
