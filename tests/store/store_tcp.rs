@@ -64,7 +64,8 @@ fn client_sends_torch_keys_and_counts_round_trips() {
     s.get("k").unwrap(); // WAIT + GET
     s.add("n", 1).unwrap(); // 1
     s.multi_get(&["k", "n"]).unwrap(); // WAIT + MULTI_GET
-                                       // Keys a wait has seen: read without waiting again (a missing one reads as empty).
+
+    // Keys a wait has seen: read without waiting again (a missing one reads as empty).
     let got = s.multi_get_existing(&["k", "absent"]).unwrap(); // MULTI_GET
     assert_eq!(got, vec![b"v".to_vec(), vec![]]);
     assert_eq!(s.round_trips() - after_connect, 7);

@@ -16,7 +16,7 @@
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
 
 use super::comm_config::{CommConfig, CommStrategy};
-use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
+use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo, GroupRequest};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::Store;
 use crate::topology::GroupKind;
@@ -135,6 +135,38 @@ pub fn resolve_strategy(requested: CommStrategy, factory: &dyn CommFactory) -> R
         (CommStrategy::PerGroup, _, None) => Ok(CommStrategy::PerGroup),
         (CommStrategy::PerGroup, _, Some(why)) => Err(format!("the per-group strategy was requested, but {why}")),
     }
+}
+
+/// The one creation call of the runtime (init, groups made after init, a recreate-mode resume):
+/// the communicators of `requests`, made together (the backend's
+/// [`CommFactory::create_groups_together`]) when `together`, else one by one; their number
+/// checked; and, when `ready`, each waited for until ready ([`Communicator::wait_ready`]). A
+/// failure comes with the index of the request it concerns, for the caller to explain.
+pub fn create_comms(
+    factory: &dyn CommFactory,
+    requests: &[GroupRequest<'_>],
+    together: bool,
+    ready: bool,
+) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
+    let mut made = if together {
+        factory.create_groups_together(requests)?
+    } else {
+        let one = |(i, (info, options, store)): (usize, &GroupRequest<'_>)| {
+            factory.create_group(info, options, store.clone()).map_err(|e| (i, e))
+        };
+        requests.iter().enumerate().map(one).collect::<Result<Vec<_>, _>>()?
+    };
+    if made.len() != requests.len() {
+        let message =
+            format!("backend '{}' returned {} communicators for {} groups", factory.name(), made.len(), requests.len());
+        return Err((0, CommError::new(CommErrorKind::Backend, message)));
+    }
+    if ready {
+        for (i, c) in made.iter_mut().enumerate() {
+            c.wait_ready().map_err(|e| (i, e))?;
+        }
+    }
+    Ok(made)
 }
 
 /// A communicator shared by every kind whose group has the same members.
@@ -315,23 +347,11 @@ impl GroupCreator<'_> {
         if let Some(last) = distinct.last() {
             self.mark(last.0);
         }
-        let comms = factory
-            .create_groups_together(&requests)
-            .map_err(|(i, e)| self.failed(distinct[i].0, &names[i], &distinct[i].1.members, e))?;
-        if comms.len() != names.len() {
-            let message = format!(
-                "backend '{}' returned {} communicators for {} groups",
-                factory.name(),
-                comms.len(),
-                names.len()
-            );
-            return Err(self.failed(
-                distinct[0].0,
-                &names[0],
-                &distinct[0].1.members,
-                CommError::new(CommErrorKind::Backend, message),
-            ));
-        }
+        // Each is waited for in plan order (`wait_ready`), its time counted to its kind.
+        let comms = create_comms(factory, &requests, true, false).map_err(|(i, e)| {
+            let i = i.min(distinct.len() - 1);
+            self.failed(distinct[i].0, &names[i], &distinct[i].1.members, e)
+        })?;
         Ok(names.into_iter().zip(comms).collect())
     }
 

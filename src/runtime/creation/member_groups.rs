@@ -19,7 +19,7 @@
 //! private to the group. The generation counts the groups of this name and members this rank made
 //! before, so a destroyed group can be made again without meeting its old keys.
 
-use super::groups::{GroupError, SharedComm};
+use super::groups::{create_comms, GroupError, SharedComm};
 use super::member_registry::MemberEntry;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
 use crate::runtime::error::RuntimeError;
@@ -263,9 +263,9 @@ impl Creation {
             members: e.members.clone(),
             error: err.context("creating its communicator"),
         };
-        let mut comm = self.factory.create_group(&info, &e.options, comm_store).map_err(fail)?;
-        comm.wait_ready().map_err(fail)?;
-        Ok(comm)
+        let mut made = create_comms(self.factory.as_ref(), &[(&info, &e.options, comm_store)], false, true)
+            .map_err(|(_, err)| fail(err))?;
+        made.pop().ok_or_else(|| fail(CommError::new(CommErrorKind::Backend, "no communicator was returned")))
     }
 
     /// The first member (of those present) whose request differs from this rank's, named with

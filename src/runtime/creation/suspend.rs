@@ -16,7 +16,7 @@
 //! them with the same kinds, as it initialized. The state lives behind each group's own mutex,
 //! held during that communicator's suspend or resume only.
 
-use super::groups::{grid_prefix, verify_group, GroupError, LiveGroup};
+use super::groups::{create_comms, grid_prefix, verify_group, GroupError, LiveGroup};
 use super::plan::Grid;
 use crate::backend::{
     CommError, CommErrorKind, CommMemory, CommOptions, Communicator, GroupInfo, GroupRequest, SuspendedComm,
@@ -447,10 +447,9 @@ fn recreate(
     kinds: &str,
     deadline: Instant,
 ) -> Result<Box<dyn Communicator>, RuntimeError> {
-    let p = prepare(rt, g, kinds, deadline)?;
-    let made =
-        rt.backend.create_group(&p.info, &p.options, p.store.clone()).and_then(|mut c| c.wait_ready().map(|()| c));
-    made.map_err(|e| explained(rt, g, kinds, &p.space, e))
+    recreate_all(rt, &[(g, kinds.to_string())], deadline, false)?
+        .pop()
+        .ok_or_else(|| recreate_error(g, kinds, CommError::new(CommErrorKind::Backend, "no communicator was returned")))
 }
 
 /// [`recreate`] of every group of `released` at once, through the backend's creation together.
@@ -459,29 +458,23 @@ fn recreate_together(
     released: &[(&LiveGroup, String)],
     deadline: Instant,
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
+    recreate_all(rt, released, deadline, true)
+}
+
+/// The communicators of `released` created again (together or one by one: the one creation
+/// call, [`create_comms`]), each ready; a failure names the members that never arrived.
+fn recreate_all(
+    rt: &Runtime,
+    released: &[(&LiveGroup, String)],
+    deadline: Instant,
+    together: bool,
+) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
     let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|p| (&p.info, &p.options, p.store.clone())).collect();
-    let mut made = rt.backend.create_groups_together(&requests).map_err(|(i, e)| {
-        let (g, kinds) = &released[i.min(released.len() - 1)];
-        explained(rt, g, kinds, &prepared[i.min(prepared.len() - 1)].space, e)
-    })?;
-    if made.len() != released.len() {
-        let (g, kinds) = &released[0];
-        let e = CommError::new(
-            CommErrorKind::Backend,
-            format!(
-                "backend '{}' returned {} communicators for {} groups",
-                rt.backend.name(),
-                made.len(),
-                released.len()
-            ),
-        );
-        return Err(recreate_error(g, kinds, e));
-    }
-    for (i, c) in made.iter_mut().enumerate() {
-        c.wait_ready().map_err(|e| explained(rt, released[i].0, &released[i].1, &prepared[i].space, e))?;
-    }
-    Ok(made)
+    create_comms(rt.backend.as_ref(), &requests, together, true).map_err(|(i, e)| {
+        let i = i.min(released.len() - 1);
+        explained(rt, released[i].0, &released[i].1, &prepared[i].space, e)
+    })
 }
 
 /// The members' agreement on suspending `g` natively, from each one's
