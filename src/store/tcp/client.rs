@@ -24,6 +24,8 @@ const CLOSE_REASONS: &str = "either the server is gone (its process ended or was
      limit, a reply too big (MULTI_GET) or too many replies left unread, too many parked WAITs, its connection limit \
      (an idle connection is evicted), no request within its idle timeout, or an ADD to a non-integer; our server's \
      log names the client and the limit";
+/// How often a wakeable WAIT's reader looks whether a wake canceled it (nothing is sent).
+const WAKE_SLICE: Duration = Duration::from_secs(1);
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,8 +74,9 @@ struct Park {
     parked: bool,
     /// [`TcpStore::wake`] was called since the last wakeable WAIT ended.
     wake: bool,
-    /// A CANCEL_WAIT was written for the parked WAIT (its WAIT_CANCELED is still to be read).
-    canceled: bool,
+    /// When a CANCEL_WAIT was written for the parked WAIT (its WAIT_CANCELED is still to be
+    /// read).
+    canceled: Option<Instant>,
 }
 
 /// A small pseudo-random jitter source (no security needed): the clock's nanoseconds mixed.
@@ -437,12 +440,12 @@ impl TcpStore {
             if p.wake {
                 // Woken between the check above and the WAIT: cancel it now.
                 self.write(&mut c, &Encoder::query(Query::CancelWait).finish())?;
-                p.canceled = true;
+                p.canceled = Some(Instant::now());
             }
         }
-        let first = self.read(&mut c, timeout, |d| d.u8());
+        let first = if wakeable { self.read_woken(&mut c, timeout) } else { self.read(&mut c, timeout, |d| d.u8()) };
         // From here on a wake sends nothing: what was canceled is read below.
-        let canceled = wakeable && std::mem::take(&mut *park()).canceled;
+        let canceled = wakeable && std::mem::take(&mut *park()).canceled.is_some();
         match first {
             Ok(wire::STOP_WAITING) if !canceled => return Ok(true),
             Ok(wire::WAIT_CANCELED) if canceled => return Ok(false),
@@ -496,10 +499,30 @@ impl TcpStore {
     pub fn wake(&self) {
         let mut p = self.park.lock().unwrap_or_else(|p| p.into_inner());
         p.wake = true;
-        if p.parked && !p.canceled {
+        if p.parked && p.canceled.is_none() {
             if let Some(mut s) = self.aborter.as_ref() {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
-                p.canceled = s.write_all(&Encoder::query(Query::CancelWait).finish()).is_ok();
+                if s.write_all(&Encoder::query(Query::CancelWait).finish()).is_ok() {
+                    p.canceled = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// The first reply to a wakeable WAIT within `timeout`, read in slices of at most
+    /// [`WAKE_SLICE`] so that a wake's CANCEL_WAIT that the server leaves unanswered (its process
+    /// frozen) ends the read [`CANCEL_REPLY_TIMEOUT`] after the wake, as a timeout.
+    fn read_woken(&self, c: &mut Conn, timeout: Duration) -> Result<u8, ReadError> {
+        let end = Instant::now() + timeout;
+        loop {
+            let woken = self.park.lock().unwrap_or_else(|p| p.into_inner()).canceled;
+            let until = match woken {
+                Some(at) => end.min(at + CANCEL_REPLY_TIMEOUT),
+                None => end.min(Instant::now() + WAKE_SLICE),
+            };
+            match self.read(c, until.saturating_duration_since(Instant::now()), |d| d.u8()) {
+                Err(e) if e.is_timeout() && woken.is_none() && Instant::now() < end => continue,
+                other => return other,
             }
         }
     }
