@@ -3,8 +3,8 @@
 //! rank does it (`runtime::bring_up`'s `open`, `check_in_all` and `init_over`), through the same
 //! public entry points:
 //! 1. its store client (the rendezvous connection);
-//! 2. its liveness: `Liveness::start` (a second connection claims the rank's counter and arms a
-//!    close notice; a third, the watcher, parks a WAIT on the next death notice), given the
+//! 2. its liveness: `Liveness::start` (a second connection claims the rank's counter, arms a
+//!    close notice and, as the watcher, parks a WAIT on the next death notice), given the
 //!    initialization's deadline (the watcher then re-parks every `PROBE_PERIOD` and bumps the
 //!    counter), with the callbacks a real rank sets (a death or the host's loss aborts the
 //!    store calls in flight);
@@ -48,9 +48,8 @@ impl Ready {
     }
 }
 
-/// Store connections one rank holds open at the store host (rendezvous, liveness counter,
-/// watcher).
-pub const CONNECTIONS_PER_RANK: u32 = 3;
+/// Store connections one rank holds open at the store host (rendezvous, liveness).
+pub const CONNECTIONS_PER_RANK: u32 = 2;
 
 /// Requests per second one idle rank sends by construction: its watcher's one parked WAIT on the
 /// next death notice, renewed every [`IDLE_RENEW`] (the figures measured at the server are
@@ -83,9 +82,9 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
     let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .map_err(|e| e.to_string())?;
     let store = Arc::new(TcpStore::connect("127.0.0.1", port, timeout).map_err(|e| format!("connect: {e}"))?);
-    // As `blame::start_liveness`: the liveness connection within at most 2 s; a store that does
-    // not answer it in time leaves the rank without liveness, one posed as fails the rank.
-    let liveness = match Liveness::start(&env, PREFIX, left().min(Duration::from_secs(2)), TokenCell::new(None)) {
+    // As `blame::start_liveness`: the liveness connection within the time left; a store that
+    // does not answer it in time leaves the rank without liveness, one posed as fails the rank.
+    let liveness = match Liveness::start(&env, PREFIX, left(), TokenCell::new(None)) {
         Ok(l) => Some(l),
         Err(StartError::Unreachable(_)) => None,
         Err(e @ StartError::Posed(_)) => return Err(format!("liveness: {e:?}")),

@@ -1,8 +1,8 @@
 //! Scale simulator (issue 33 item 5; figures only, never asserted): thousands of simulated ranks
 //! as threads, each with its own store connection(s), against a store server in another process,
 //! then held idle. The ranks run in child processes of at most [`SLICE`] ranks each (a rank of
-//! ours holds six descriptors: three connections, each with the duplicate its client keeps for
-//! aborting), so that every process stays under the open-file limit.
+//! ours holds four descriptors: two connections, each with the duplicate its client keeps for
+//! aborting and waking), so that every process stays under the open-file limit.
 //! Driven by `bench/scale_sim.sh`; the figures and how to read them are in docs/BENCHMARKS.md.
 //!
 //! ```text

@@ -118,3 +118,48 @@ fn a_client_posing_as_rank_1_changes_nothing_and_one_that_claimed_first_is_named
     let at = early.local_addr().unwrap().to_string();
     assert!(err.contains("posed as rank 2") && err.contains(&at), "{err}");
 }
+
+/// Established connections to 127.0.0.1:`port` from a client side (their remote port is `port`),
+/// as /proc/net/tcp lists them (the server runs in this process too: its sides are left out).
+fn connections_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2].ends_with(&remote) && f[3] == "01"
+        })
+        .count()
+}
+
+#[test]
+fn a_rank_holds_one_liveness_connection_that_answers_questions_and_leaves_quietly() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let zero = start(0, 2, port);
+    let one = start(1, 2, port);
+    // Initializing: the watcher parks for short spells and bumps between them.
+    zero.set_deadline(Some(Instant::now() + T));
+    one.set_deadline(Some(Instant::now() + T));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(connections_to(port), 2, "each rank's liveness holds one connection");
+    // A question through rank 0's parked connection; rank 1 answers on its own.
+    for _ in 0..3 {
+        assert_eq!(zero.silent(&[1]).unwrap(), Vec::<u32>::new(), "rank 1 is alive and answers");
+    }
+    // Idle (long parks): a question still gets through, and a new deadline wakes the watcher.
+    zero.set_deadline(None);
+    one.set_deadline(None);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(one.silent(&[0]).unwrap(), Vec::<u32>::new(), "rank 0 is alive and answers while idle");
+    assert_eq!(one.blame(&[0, 1], 1), None);
+    zero.set_deadline(Some(Instant::now() + T));
+    assert_eq!(connections_to(port), 2, "a question or a wake opened a connection");
+    // Rank 1 leaves (its liveness dropped): its notice is withdrawn, nobody is named dead.
+    drop(one);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(zero.dead().is_empty(), "a rank that left was named dead: {:?}", zero.dead());
+    assert_eq!(connections_to(port), 1);
+}

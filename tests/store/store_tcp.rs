@@ -622,3 +622,49 @@ fn a_ranks_claim_learns_the_secret_and_keeps_its_connection_after_the_close() {
     assert_eq!(rank.add("mcore_init/r/0/0/alive/1", 1).unwrap(), 1);
     assert!(other.num_keys().is_err(), "a claim of no rank's counter keeps its connection after the close");
 }
+
+/// A WAIT woken by another thread (`TcpStore::wake`, as the liveness connection's watcher is
+/// woken for other requests) ends without closing the connection, and the connection stays in
+/// step with the server whether the wake comes before the park, during it, or as the key fires.
+#[test]
+fn a_woken_wait_ends_and_its_connection_stays_in_step() {
+    let (server, c) = pair();
+    let c = Arc::new(c);
+    // A wake before the park: the WAIT is not even sent.
+    c.wake();
+    let trips = c.round_trips();
+    assert!(!c.wait_wakeable(&["never"], Duration::from_secs(60)).unwrap());
+    assert_eq!(c.round_trips(), trips, "a WAIT went out though a wake was pending");
+    // A wake during a long park ends it; the connection answers afterwards.
+    let waker = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            c.wake();
+        })
+    };
+    assert!(!c.wait_wakeable(&["never"], Duration::from_secs(60)).unwrap(), "a woken WAIT reported its key");
+    waker.join().unwrap();
+    c.set("after", b"v").unwrap();
+    assert_eq!(c.get("after").unwrap(), b"v");
+    // Wakes racing keys that fire: every reply is read by the call it belongs to.
+    let setter = TcpStore::connect("127.0.0.1", server.port(), T).unwrap();
+    for i in 0..200 {
+        let key = format!("race/{i}");
+        let waker = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.wake())
+        };
+        setter.set(&key, b"x").unwrap();
+        let _ = c.wait_wakeable(&[&key], Duration::from_secs(60)).unwrap();
+        waker.join().unwrap();
+        assert_eq!(c.add("race/count", 1).unwrap(), i + 1, "the connection fell out of step at round {i}");
+    }
+    // The last wake may have come after its round's WAIT: this call takes it. Then a present
+    // key is reported, and a plain wait is not ended by a wake.
+    let _ = c.wait_wakeable(&["after"], Duration::from_secs(60)).unwrap();
+    assert!(c.wait_wakeable(&["after"], Duration::from_secs(60)).unwrap());
+    c.wake();
+    c.wait(&["after"], Duration::from_secs(60)).unwrap();
+    assert!(!c.wait_wakeable(&["after"], Duration::from_secs(60)).unwrap(), "a plain wait took the wake");
+}

@@ -2,8 +2,9 @@
 //! fails, so that the error names the rank that died or froze rather than a live peer that was
 //! itself waiting.
 //!
-//! Each rank bumps a counter (`alive/<rank>`, under the attempt's prefix) every
-//! [`HEARTBEAT_PERIOD`] on a connection of its own whose replies are bounded by [`REPLY_LIMIT`].
+//! Each rank bumps a counter (`alive/<rank>`, under the attempt's prefix) on a connection of its
+//! own whose replies are bounded by [`REPLY_LIMIT`] (its claim, by the time the initialization
+//! has left).
 //! A rank killed or stopped (SIGKILL, SIGSTOP, a hung host) stops bumping; a rank stuck in a
 //! collective that waits for it does not, since the heartbeat runs on its own thread. The same
 //! connection notices a store host that stopped answering (its process frozen or gone): every
@@ -15,10 +16,14 @@
 //! this connection writes it, and a client that claimed it first, posing as this rank, fails the
 //! start naming its address) and arms a close notice on [`EVENTS_KEY`] (`wire::Query::OnClose`):
 //! should the connection close without a goodbye (the kernel closes a killed process's sockets
-//! at once), the server raises a numbered notice naming this rank's counter. A third connection,
-//! the watcher, parks one WAIT on the next notice's key; woken, it reads the notices, runs the
-//! callback given to [`Liveness::on_peer_death`] for the ranks that died (during an
-//! initialization: end the calls blocked on the store), and parks again. A rank asking who is
+//! at once), the server raises a numbered notice naming this rank's counter. The same connection
+//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, runs
+//! the callback given to [`Liveness::on_peer_death`] for the ranks that died (during an
+//! initialization: end the calls blocked on the store), and parks again. Its requests are
+//! sequential: a bump goes out between two parks, and another thread that needs the connection
+//! (a question, a blame record) wakes the parked WAIT (`TcpStore::wake`, a CANCEL_WAIT: the
+//! connection stays open, so no notice fires) and has it while the watcher holds off. So a rank
+//! holds two connections to the store's host: its rendezvous pool's and this one. A rank asking who is
 //! silent ([`Liveness::silent`]) raises a question notice (`wire::Query::Notice`): every live
 //! rank's watcher wakes and bumps its counter once, a frozen one does not. So the idle cost is
 //! one parked WAIT per rank, renewed every [`IDLE_RENEW`]; while an initialization runs (a
@@ -98,14 +103,14 @@ type Connection = (Arc<dyn Store>, Option<Arc<TcpStore>>);
 /// Opens a fresh heartbeat connection (None: the store's host did not answer one in time).
 type Reconnect = Box<dyn Fn() -> Option<Connection> + Send + Sync>;
 
-/// Opens a fresh watcher connection within the time given (None: the store's host did not
-/// answer one in time).
-type OpenWatcher = Box<dyn Fn(Duration) -> Option<Arc<TcpStore>> + Send + Sync>;
-
 struct Shared {
     store: Mutex<Arc<dyn Store>>,
-    /// The heartbeat's connection, when it left a close notice (withdrawn before it is let go).
+    /// The liveness connection, when it left a close notice (withdrawn before it is let go); the
+    /// watcher parks on it.
     noticed: Mutex<Option<Arc<TcpStore>>>,
+    /// Threads other than the watcher using the connection now: the watcher does not park
+    /// while there are any (see [`Shared::borrow`]).
+    borrowers: AtomicUsize,
     /// A missed reply is taken for the host's death only when a fresh connection's handshake
     /// gets no answer either (a loaded host answers that; a frozen one does not).
     reconnect: Option<Reconnect>,
@@ -133,9 +138,6 @@ struct Shared {
     finder: Option<Finder>,
     /// The deadline of the initialization running, if one is (see [`Liveness::set_deadline`]).
     deadline: Mutex<Option<Instant>>,
-    /// The watcher's connection and how to open one (our server only).
-    watcher: Mutex<Option<Arc<TcpStore>>>,
-    open_watcher: Option<OpenWatcher>,
     /// The attempt's prefix (the notices name `/<prefix>/alive/<rank>`).
     prefix: String,
     /// Since when the store's host has answered nothing the watcher asked, if it has not.
@@ -146,8 +148,8 @@ struct Shared {
     /// after the last one ended (see [`BUSY_LINGER`]).
     busy: AtomicUsize,
     busy_until: Mutex<Option<Instant>>,
-    /// The watcher is parked for [`IDLE_RENEW`]: a store call that begins wakes it (by closing
-    /// its connection) so that it probes the host while the call runs.
+    /// The watcher is parked for [`IDLE_RENEW`]: a store call that begins wakes it so that it
+    /// probes the host while the call runs.
     long_park: AtomicBool,
 }
 
@@ -178,8 +180,29 @@ impl Shared {
         Arc::clone(&self.store.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    fn conn(&self) -> Option<Arc<TcpStore>> {
+        self.noticed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// End the watcher's parked WAIT (or its next one), keeping the connection.
+    fn wake(&self) {
+        if let Some(c) = self.conn() {
+            c.wake();
+        }
+    }
+
+    /// The liveness store for a thread other than the watcher: the watcher's park is ended and
+    /// it holds off until the [`Borrowed`] is dropped.
+    fn borrow(&self) -> Borrowed<'_> {
+        self.borrowers.fetch_add(1, Ordering::SeqCst);
+        self.wake();
+        Borrowed { shared: self, store: self.store() }
+    }
+
     /// After a missed reply: a fresh connection when the host still answers one.
     fn reconnected(&self) -> bool {
+        // The old connection's watcher unparked: its notice is withdrawn on it.
+        let _held = self.borrow();
         match self.reconnect.as_ref().and_then(|r| r()) {
             Some((fresh, noticed)) => {
                 self.withdraw_notice();
@@ -237,6 +260,25 @@ impl Shared {
     }
 }
 
+/// See [`Shared::borrow`].
+struct Borrowed<'a> {
+    shared: &'a Shared,
+    store: Arc<dyn Store>,
+}
+
+impl std::ops::Deref for Borrowed<'_> {
+    type Target = dyn Store + 'static;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        self.store.as_ref()
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        self.shared.borrowers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// This rank's heartbeat and the questions asked of everyone's (see module docs). Stops on drop.
 pub struct Liveness {
     shared: Arc<Shared>,
@@ -244,8 +286,11 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// Connect a heartbeat connection to the store at MASTER_ADDR:MASTER_PORT of `env` (within
-    /// `connect_within`) and start bumping this rank's counter under `prefix`. When the store is
+    /// Connect a heartbeat connection to the store at MASTER_ADDR:MASTER_PORT of `env` and start
+    /// bumping this rank's counter under `prefix`. The connection, its claim and every reply of
+    /// the start may take `connect_within` (the time the initialization has left: a store host
+    /// loaded by everyone's connecting answers late, and a rank that gives up early would go on
+    /// without liveness); later replies, [`REPLY_LIMIT`]. When the store is
     /// our server (not torchrun's agent) the connection leaves a close notice, so that the others
     /// learn of this rank's death at once (see module docs); each connection first proves the
     /// token `token` holds then, if any (the user's, or the job's own secret).
@@ -262,17 +307,11 @@ impl Liveness {
         let attempt = prefix.to_string();
         // The rank reached the store before it starts its heartbeat: a refused connection means
         // the store's process is gone, and is not retried.
-        let open = {
-            let (addr, token) = (addr.clone(), token.clone());
-            move |within: Duration| -> Result<Arc<TcpStore>, StoreError> {
-                let conn = TcpStore::reconnect_with_token(&addr, port, within, token.get().as_ref())?;
-                Ok(Arc::new(conn.with_reply_timeout(REPLY_LIMIT)))
-            }
-        };
         let connect = {
-            let (open, prefix, token) = (open.clone(), attempt.clone(), token.clone());
+            let (prefix, token) = (attempt.clone(), token.clone());
             move |within: Duration| -> Result<Result<Connection, String>, StoreError> {
-                let conn = open(within)?;
+                let conn = TcpStore::reconnect_with_token(&addr, port, within, token.get().as_ref())?;
+                let conn = Arc::new(conn.with_reply_timeout(within));
                 let noticed = if notices {
                     if let Err(holder) = claim_counter(&conn, &prefix, rank, &token)? {
                         return Ok(Err(holder));
@@ -282,32 +321,35 @@ impl Liveness {
                 } else {
                     None
                 };
+                conn.set_reply_timeout(REPLY_LIMIT);
                 Ok(Ok((Arc::new(PrefixStore::new(&prefix, conn)) as Arc<dyn Store>, noticed)))
             }
         };
-        let (store, noticed) = connect(connect_within.max(REPLY_LIMIT))
-            .map_err(|e| StartError::Unreachable(format!("liveness connection to {store_host}: {e}")))?
+        let (store, noticed) = connect(connect_within)
+            .map_err(|e| {
+                StartError::Unreachable(format!(
+                    "no liveness for this initialization ({e}): the store at {store_host} did not answer its \
+                     liveness connection within the {:.1} s left; a peer's death will not be named here",
+                    connect_within.as_secs_f64()
+                ))
+            })?
             .map_err(|holder| StartError::Posed(posed(rank, &store_host, &holder)))?;
         let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok().and_then(Result::ok));
-        let (finder, open_watcher) = if notices {
-            (Finder::CloseNotice, Some(Box::new(move |within| open(within).ok()) as OpenWatcher))
-        } else {
-            (Finder::Heartbeats { world: env.world_size }, None)
-        };
-        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder), (open_watcher, attempt));
+        let finder = if notices { Finder::CloseNotice } else { Finder::Heartbeats { world: env.world_size } };
+        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder), attempt);
         *l.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
         Ok(l)
     }
 
     /// Heartbeat through `store` (tests: an in-process store). Deaths are not looked for.
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, None, (None, String::new()))
+        Self::with(store, None, rank, store_host, None, String::new())
     }
 
     /// [`Self::on`], and with rank 0 reading the heartbeats of a world of `world` ranks to find
     /// the dead, as where the store is torchrun's agent's (tests).
     pub fn on_watching(store: Arc<dyn Store>, rank: u32, world: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }), (None, String::new()))
+        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }), String::new())
     }
 
     fn with(
@@ -316,11 +358,12 @@ impl Liveness {
         rank: u32,
         store_host: String,
         finder: Option<Finder>,
-        (open_watcher, prefix): (Option<OpenWatcher>, String),
+        prefix: String,
     ) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             noticed: Mutex::new(None),
+            borrowers: AtomicUsize::new(0),
             reconnect,
             stop: AtomicBool::new(false),
             store_silent: Mutex::new(None),
@@ -333,8 +376,6 @@ impl Liveness {
             on_dead: Mutex::new(None),
             finder,
             deadline: Mutex::new(None),
-            watcher: Mutex::new(None),
-            open_watcher,
             prefix,
             quiet_since: Mutex::new(None),
             idle_patience: Mutex::new(IDLE_PATIENCE),
@@ -373,9 +414,7 @@ impl Liveness {
         *self.shared.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
         if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
             // Parked for a minute: probe at the initialization's pace from now on.
-            if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                w.abort();
-            }
+            self.shared.wake();
         }
     }
 
@@ -408,9 +447,9 @@ impl Liveness {
             return Err(self.store_host_gone(&why));
         }
         let read = |r: u32| -> Result<i64, String> {
-            let mut got = self.shared.store().add(&key(r), 0);
+            let mut got = self.shared.borrow().add(&key(r), 0);
             if got.is_err() && self.shared.reconnected() {
-                got = self.shared.store().add(&key(r), 0);
+                got = self.shared.borrow().add(&key(r), 0);
             }
             got.map_err(|e| {
                 let why = format!("no answer to a liveness read ({e})");
@@ -418,12 +457,17 @@ impl Liveness {
                 self.store_host_gone(&why)
             })
         };
-        let first = ranks.iter().map(|&r| read(r)).collect::<Result<Vec<_>, _>>()?;
-        // With our server the ranks bump their counters when asked (see module docs).
-        if let Some(conn) = self.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            let _ = conn.notice(&format!("{}/{EVENTS_KEY}", self.shared.prefix));
-        }
+        let first = {
+            let _held = self.shared.borrow();
+            let first = ranks.iter().map(|&r| read(r)).collect::<Result<Vec<_>, _>>()?;
+            // With our server the ranks bump their counters when asked (see module docs).
+            if let Some(conn) = self.shared.conn() {
+                let _ = conn.notice(&format!("{}/{EVENTS_KEY}", self.shared.prefix));
+            }
+            first
+        };
         std::thread::sleep(SILENT_AFTER);
+        let _held = self.shared.borrow();
         let mut silent = Vec::new();
         for (&r, before) in ranks.iter().zip(first) {
             if read(r)? == before {
@@ -512,11 +556,11 @@ impl Liveness {
     /// [`super::launch::host::describe`]), numbered as [`Self::name_ranks`] does.
     fn who(&self, ranks: &[u32]) -> String {
         let bare = super::launch::host::format_ranks(ranks);
-        let store = self.shared.store();
+        let store = self.shared.borrow();
         let known = self.shared.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let hosts = super::launch::host::describe_by(ranks, &|r| match known.get(&r) {
             Some(Some(label)) => Some(label.clone()),
-            _ => super::launch::host::label_of(store.as_ref(), r),
+            _ => super::launch::host::label_of(&*store, r),
         });
         let numbered = self.name_ranks(ranks);
         match (hosts == bare, numbered == bare) {
@@ -541,13 +585,13 @@ impl Liveness {
     /// [`Self::record_of`]).
     fn record_blame(&self, me: u32, ranks: &[u32]) {
         let record: Vec<String> = ranks.iter().map(u32::to_string).collect();
-        let _ = self.shared.store().set(&failed_key(me), record.join(",").as_bytes());
+        let _ = self.shared.borrow().set(&failed_key(me), record.join(",").as_bytes());
     }
 
     /// The ranks that rank `r` blamed when it failed, if it recorded any.
     fn record_of(&self, r: u32) -> Option<Vec<u32>> {
         let k = failed_key(r);
-        let store = self.shared.store();
+        let store = self.shared.borrow();
         if !store.check(&[&k]).ok()? {
             return None;
         }
@@ -558,7 +602,7 @@ impl Liveness {
     /// `inner`, failing every call at once (naming the store's host) once the heartbeat has found
     /// the host gone, instead of each call waiting out its own timeout.
     pub fn guard(&self, inner: Arc<dyn Store>) -> Arc<dyn Store> {
-        Arc::new(Guarded { inner, liveness: Arc::clone(&self.shared) })
+        Arc::new(guard::Guarded { inner, liveness: Arc::clone(&self.shared) })
     }
 
     fn store_host_gone(&self, why: &str) -> String {
@@ -566,107 +610,10 @@ impl Liveness {
     }
 }
 
-/// See [`Liveness::guard`].
-struct Guarded {
-    inner: Arc<dyn Store>,
-    liveness: Arc<Shared>,
-}
-
-impl Guarded {
-    fn gone(&self) -> Option<StoreError> {
-        let silent = self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner());
-        silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
-    }
-
-    /// While peers' deaths end waits (see [`Liveness::on_peer_death`]) and one died: waiting for
-    /// keys is pointless, a wait fails at once naming the dead.
-    fn dead(&self) -> Option<StoreError> {
-        if self.liveness.on_dead.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
-            return None;
-        }
-        let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner());
-        (!dead.is_empty()).then(|| {
-            StoreError::Closed(format!(
-                "rank(s) {} died or stopped answering: not waiting for keys any longer",
-                super::launch::host::format_ranks(&dead)
-            ))
-        })
-    }
-
-    /// A wait (`f`), failing at once once a peer died (see [`Self::dead`]), and reported as that
-    /// when a death ended it.
-    fn wait_call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Some(e) = self.dead() {
-            return Err(e);
-        }
-        self.call(f).map_err(|e| self.dead().unwrap_or(e))
-    }
-
-    /// `f` on the store unless its host is known gone; a failure that comes with the host found
-    /// gone (the call was ended by it) is reported as that.
-    fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Some(e) = self.gone() {
-            return Err(e);
-        }
-        let s = &self.liveness;
-        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
-            // The watcher is parked for a minute: wake it to check the host while this runs.
-            if let Some(w) = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                w.abort();
-            }
-        }
-        let got = f(self.inner.as_ref());
-        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + BUSY_LINGER);
-        s.busy.fetch_sub(1, Ordering::SeqCst);
-        got.map_err(|e| self.gone().unwrap_or(e))
-    }
-}
-
-impl Store for Guarded {
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.call(|s| s.set(key, value))
-    }
-    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
-        self.wait_call(|s| s.get(key))
-    }
-    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        self.call(|s| s.add(key, delta))
-    }
-    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
-        self.call(|s| s.compare_set(key, expected, desired))
-    }
-    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
-        self.call(|s| s.check(keys))
-    }
-    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        self.wait_call(|s| s.wait(keys, timeout))
-    }
-    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
-        self.call(|s| s.delete_key(key))
-    }
-    fn num_keys(&self) -> Result<i64, StoreError> {
-        self.call(|s| s.num_keys())
-    }
-    fn timeout(&self) -> Duration {
-        self.inner.timeout()
-    }
-    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.wait_call(|s| s.multi_get(keys))
-    }
-    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.call(|s| s.multi_get_existing(keys))
-    }
-    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
-        self.call(|s| s.multi_set(items))
-    }
-}
-
 impl Drop for Liveness {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(w) = self.shared.watcher.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            w.abort(); // ends its parked WAIT
-        }
+        self.shared.wake(); // ends the watcher's parked WAIT
         if let Some(t) = self.thread.take() {
             // The beat sleeps in short slices and waits at most REPLY_LIMIT for a reply.
             let _ = t.join();
@@ -746,37 +693,34 @@ pub(super) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
 }
 
 /// The watcher of our server's notices (see module docs): one parked WAIT on the next notice,
-/// renewed every [`IDLE_RENEW`] (every [`PROBE_PERIOD`] while a deadline is set, with a bump of
-/// this rank's counter that checks the host answers).
+/// on the liveness connection, renewed every [`IDLE_RENEW`] (every [`PROBE_PERIOD`] while a
+/// deadline is set, with a bump of this rank's counter that checks the host answers).
 fn watch_notices(s: &Shared, rank: u32) {
     // From the first notice of the attempt: a rank that starts late learns of earlier deaths too.
     let mut seen: u64 = 0;
     while !s.stop.load(Ordering::SeqCst) {
-        let held = s.watcher.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|w| w.is_usable());
-        // A new connection gets at most the time left (the host's silence counts from before).
-        let left = s.deadline().map_or(REPLY_LIMIT, |d| d.saturating_duration_since(Instant::now()));
-        let within = left.clamp(Duration::from_millis(100), 2 * REPLY_LIMIT);
-        let w = match held.or_else(|| s.open_watcher.as_ref().and_then(|o| o(within))) {
-            Some(w) => w,
-            None => {
+        let Some(conn) = s.conn().filter(|c| c.is_usable()) else {
+            // A missed reply left it unusable: a fresh one (the claim moves to it).
+            if !s.reconnected() {
                 if host_unanswered(s, "no answer to a new connection") {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
-                continue;
             }
+            continue;
         };
-        *s.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&w));
-        if s.stop.load(Ordering::SeqCst) {
-            return; // a drop that took the watcher before it was stored above
+        if s.borrowers.load(Ordering::SeqCst) > 0 {
+            // Another thread has the connection (see `Shared::borrow`).
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
         }
-        let view = PrefixStore::new(&s.prefix, Arc::clone(&w) as Arc<dyn Store>);
         let probing = s.probing();
         s.long_park.store(!probing, Ordering::SeqCst);
         let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
-        let got = match view.wait(&[&format!("{EVENTS_KEY}/{}", seen + 1)], park) {
-            Ok(()) => read_notices(s, &view, rank, seen).map(|n| seen = n),
-            Err(StoreError::Timeout { .. }) => Ok(()),
+        let next = format!("{}/{EVENTS_KEY}/{}", s.prefix, seen + 1);
+        let got = match conn.wait_wakeable(&[&next], park) {
+            Ok(true) => read_notices(s, s.store().as_ref(), rank, seen).map(|n| seen = n),
+            Ok(false) => Ok(()),
             Err(e) => Err(e),
         };
         s.long_park.store(false, Ordering::SeqCst);
@@ -786,8 +730,7 @@ fn watch_notices(s: &Shared, rank: u32) {
         match got {
             Ok(()) => *s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()) = None,
             Err(e) => {
-                w.abort();
-                if host_unanswered(s, &format!("no reply to the watcher: {e}")) {
+                if !s.reconnected() && host_unanswered(s, &format!("no reply to the watcher: {e}")) {
                     return;
                 }
                 continue;
@@ -980,5 +923,6 @@ impl Watch {
     }
 }
 
+mod guard;
 #[cfg(test)]
 mod tests;

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Start this rank's heartbeat (see [`crate::runtime::liveness`]) on a connection of its own to the store
-/// at MASTER_ADDR:MASTER_PORT; none in a world of one. A heartbeat that cannot start costs the
-/// init nothing but the naming of dead ranks; one whose rank another client posed as fails it,
-/// naming that client.
+/// at MASTER_ADDR:MASTER_PORT, within the time the init has left (`within`); none in a world of
+/// one. A heartbeat that cannot start costs the init the naming of dead ranks (said once, on
+/// stderr); one whose rank another client posed as fails it, naming that client.
 pub(crate) fn start_liveness(
     env: &LaunchEnv,
     attempt: &str,
@@ -24,9 +24,12 @@ pub(crate) fn start_liveness(
     if env.world_size <= 1 {
         return Ok(None);
     }
-    match Liveness::start(env, attempt, within.min(Duration::from_secs(2)), token) {
+    match Liveness::start(env, attempt, within, token) {
         Ok(l) => Ok(Some(l)),
-        Err(StartError::Unreachable(_)) => Ok(None),
+        Err(StartError::Unreachable(why)) => {
+            eprintln!("mcore_init: rank {}: {why}", env.rank);
+            Ok(None)
+        }
         Err(StartError::Posed(why)) => Err(RuntimeError::Store(StoreError::Protocol(why))),
     }
 }

@@ -24,6 +24,8 @@ const CLOSE_REASONS: &str = "either the server is gone (its process ended or was
      limit, a reply too big (MULTI_GET) or too many replies left unread, too many parked WAITs, its connection limit \
      (an idle connection is evicted), no request within its idle timeout, or an ADD to a non-integer; our server's \
      log names the client and the limit";
+/// How often a wakeable WAIT's reader looks whether a wake canceled it (nothing is sent).
+const WAKE_SLICE: Duration = Duration::from_secs(1);
 /// Least time to wait for the reply to a non-waiting request: a short store timeout bounds key
 /// waits, not a loaded server's answer to a GET or ADD.
 const MIN_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,14 +47,36 @@ pub struct TcpStore {
     peer: String,
     timeout: Duration,
     /// The wait for the reply to a non-waiting request (`None`: the store timeout, at least
-    /// [`MIN_REPLY_TIMEOUT`]); see [`TcpStore::with_reply_timeout`].
-    reply_timeout: Option<Duration>,
+    /// [`MIN_REPLY_TIMEOUT`]), in nanoseconds, [`NO_REPLY_LIMIT`] for none; see
+    /// [`TcpStore::set_reply_timeout`].
+    reply_timeout: AtomicU64,
+    /// The state of a WAIT another thread may end (see [`TcpStore::wait_wakeable`]).
+    park: Mutex<Park>,
     round_trips: AtomicU64,
     /// A second handle of the connection's socket, outside the lock, so that [`TcpStore::abort`]
     /// can end a call blocked on it.
     aborter: Option<TcpStream>,
     /// It proved a token when it connected (see [`TcpStore::connect_with_token`]).
     proven: bool,
+}
+
+/// The reply timeout's "none": the store timeout, at least [`MIN_REPLY_TIMEOUT`].
+const NO_REPLY_LIMIT: u64 = u64::MAX;
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(NO_REPLY_LIMIT - 1)
+}
+
+/// A WAIT another thread may end (see [`TcpStore::wait_wakeable`] and [`TcpStore::wake`]).
+#[derive(Default)]
+struct Park {
+    /// A wakeable WAIT is on the wire, its STOP_WAITING not read yet.
+    parked: bool,
+    /// [`TcpStore::wake`] was called since the last wakeable WAIT ended.
+    wake: bool,
+    /// When a CANCEL_WAIT was written for the parked WAIT (its WAIT_CANCELED is still to be
+    /// read).
+    canceled: Option<Instant>,
 }
 
 /// A small pseudo-random jitter source (no security needed): the clock's nanoseconds mixed.
@@ -183,7 +207,8 @@ impl TcpStore {
             timeout,
             // The handshake answers within the connect timeout or the attempt failed (a frozen
             // server accepts connections in its kernel backlog but never answers).
-            reply_timeout: Some(timeout.max(Duration::from_millis(1))),
+            reply_timeout: AtomicU64::new(nanos(timeout.max(Duration::from_millis(1)))),
+            park: Mutex::new(Park::default()),
             round_trips: AtomicU64::new(0),
             aborter,
             proven: token.is_some(),
@@ -220,15 +245,14 @@ impl TcpStore {
                 store.peer
             )));
         }
-        let mut store = store;
-        store.reply_timeout = None;
+        store.reply_timeout.store(NO_REPLY_LIMIT, Ordering::Relaxed);
         Ok(store)
     }
 
     /// Prove to the server that this client holds `token` (the exchange of [`super::auth`]).
     fn authenticate(&self, token: &StoreToken) -> Result<(), StoreError> {
         let mut c = self.lock()?;
-        let limit = self.reply_timeout.unwrap_or(self.timeout.max(MIN_REPLY_TIMEOUT));
+        let limit = self.reply_limit();
         self.write(&mut c, &auth::hello())?;
         let what = "the authentication hello (MCORE_STORE_TOKEN is set here: is it set on the store's host too?)";
         let nonce = self
@@ -281,9 +305,22 @@ impl TcpStore {
     /// Wait at most `limit` for the reply to a request that does not wait for keys (a liveness
     /// connection, which must notice a frozen server within its deadline; the default waits at
     /// least 10 s so that a loaded server is not taken for a dead one).
-    pub fn with_reply_timeout(mut self, limit: Duration) -> Self {
-        self.reply_timeout = Some(limit);
+    pub fn with_reply_timeout(self, limit: Duration) -> Self {
+        self.set_reply_timeout(limit);
         self
+    }
+
+    /// [`Self::with_reply_timeout`] from now on (a liveness connection claims within the time
+    /// its initialization has left, then bounds each later reply by a short limit).
+    pub fn set_reply_timeout(&self, limit: Duration) {
+        self.reply_timeout.store(nanos(limit), Ordering::Relaxed);
+    }
+
+    fn reply_limit(&self) -> Duration {
+        match self.reply_timeout.load(Ordering::Relaxed) {
+            NO_REPLY_LIMIT => self.timeout.max(MIN_REPLY_TIMEOUT),
+            n => Duration::from_nanos(n),
+        }
     }
 
     /// Shut the connection down: a call blocked on it ends at once with an error, and every later
@@ -391,16 +428,46 @@ impl TcpStore {
             q => q,
         };
         let what = q.map_or("request".to_string(), |q| format!("{q:?}"));
-        let limit = self.reply_timeout.unwrap_or(self.timeout.max(MIN_REPLY_TIMEOUT));
+        let limit = self.reply_limit();
         self.read(&mut c, limit, f).map_err(|e| self.fail(&mut c, e, &what, limit))
     }
 
-    /// WAIT for already-prefixed keys; `Ok(false)` when the time ran out (wait canceled).
-    fn wait_raw(&self, keys: &[String], timeout: Duration) -> Result<bool, StoreError> {
+    /// WAIT for already-prefixed keys; `Ok(false)` when the time ran out (wait canceled) or,
+    /// `wakeable`, [`Self::wake`] ended it.
+    fn wait_raw(&self, keys: &[String], timeout: Duration, wakeable: bool) -> Result<bool, StoreError> {
         let mut c = self.lock()?;
+        let park = || self.park.lock().unwrap_or_else(|p| p.into_inner());
+        if wakeable && std::mem::take(&mut park().wake) {
+            return Ok(false);
+        }
         self.write(&mut c, &Encoder::query(Query::Wait).keys(keys).finish())?;
-        match self.read(&mut c, timeout, |d| d.u8()) {
-            Ok(wire::STOP_WAITING) => return Ok(true),
+        if wakeable {
+            let mut p = park();
+            p.parked = true;
+            if p.wake {
+                // Woken between the check above and the WAIT: cancel it now.
+                self.write(&mut c, &Encoder::query(Query::CancelWait).finish())?;
+                p.canceled = Some(Instant::now());
+            }
+        }
+        let first = if wakeable { self.read_woken(&mut c, timeout) } else { self.read(&mut c, timeout, |d| d.u8()) };
+        // From here on a wake sends nothing: what was canceled is read below.
+        let canceled = wakeable && std::mem::take(&mut *park()).canceled.is_some();
+        match first {
+            Ok(wire::STOP_WAITING) if !canceled => return Ok(true),
+            Ok(wire::WAIT_CANCELED) if canceled => return Ok(false),
+            Ok(wire::STOP_WAITING) => {
+                // Fired as the wake's CANCEL_WAIT went out: its WAIT_CANCELED follows.
+                let next = self.read(&mut c, CANCEL_REPLY_TIMEOUT, |d| d.u8());
+                return match next {
+                    Ok(wire::WAIT_CANCELED) => Ok(true),
+                    Ok(other) => {
+                        c.broken = Some(format!("CANCEL_WAIT answered {other}"));
+                        Err(StoreError::Protocol(format!("{} answered CANCEL_WAIT with {other}", self.peer)))
+                    }
+                    Err(e) => Err(self.fail(&mut c, e, "CANCEL_WAIT", CANCEL_REPLY_TIMEOUT)),
+                };
+            }
             Ok(other) => {
                 c.broken = Some(format!("WAIT answered {other}"));
                 return Err(StoreError::Protocol(format!("{} answered WAIT with {other}", self.peer)));
@@ -408,7 +475,9 @@ impl TcpStore {
             Err(e) if e.is_timeout() => {}
             Err(e) => return Err(self.fail(&mut c, e, "WAIT", timeout)),
         }
-        self.write(&mut c, &Encoder::query(Query::CancelWait).finish())?;
+        if !canceled {
+            self.write(&mut c, &Encoder::query(Query::CancelWait).finish())?;
+        }
         let canceled = self.read(&mut c, CANCEL_REPLY_TIMEOUT, |d| {
             let first = d.u8()?;
             // The keys may have appeared just before the cancel: STOP_WAITING then WAIT_CANCELED.
@@ -419,6 +488,50 @@ impl TcpStore {
             Ok(first == wire::WAIT_CANCELED)
         });
         canceled.map(|c| !c).map_err(|e| self.fail(&mut c, e, "CANCEL_WAIT", CANCEL_REPLY_TIMEOUT))
+    }
+
+    /// WAIT up to `timeout` for `keys` as [`Store::wait`] does, unless [`Self::wake`] is called
+    /// (before or during the WAIT): `Ok(true)` when the keys are there, `Ok(false)` when the time
+    /// ran out or a wake ended it. The connection stays usable (a liveness connection parks its
+    /// watch here and is woken for other requests, without closing it).
+    pub fn wait_wakeable(&self, keys: &[&str], timeout: Duration) -> Result<bool, StoreError> {
+        let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
+        wire::check_count(ks.len())?;
+        self.wait_raw(&ks, timeout, true)
+    }
+
+    /// End the [`Self::wait_wakeable`] in progress (its thread holds the connection), or the next
+    /// one before it parks: a CANCEL_WAIT written from this thread, whose reply the waiting one
+    /// reads.
+    pub fn wake(&self) {
+        let mut p = self.park.lock().unwrap_or_else(|p| p.into_inner());
+        p.wake = true;
+        if p.parked && p.canceled.is_none() {
+            if let Some(mut s) = self.aborter.as_ref() {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                if s.write_all(&Encoder::query(Query::CancelWait).finish()).is_ok() {
+                    p.canceled = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// The first reply to a wakeable WAIT within `timeout`, read in slices of at most
+    /// [`WAKE_SLICE`] so that a wake's CANCEL_WAIT that the server leaves unanswered (its process
+    /// frozen) ends the read [`CANCEL_REPLY_TIMEOUT`] after the wake, as a timeout.
+    fn read_woken(&self, c: &mut Conn, timeout: Duration) -> Result<u8, ReadError> {
+        let end = Instant::now() + timeout;
+        loop {
+            let woken = self.park.lock().unwrap_or_else(|p| p.into_inner()).canceled;
+            let until = match woken {
+                Some(at) => end.min(at + CANCEL_REPLY_TIMEOUT),
+                None => end.min(Instant::now() + WAKE_SLICE),
+            };
+            match self.read(c, until.saturating_duration_since(Instant::now()), |d| d.u8()) {
+                Err(e) if e.is_timeout() && woken.is_none() && Instant::now() < end => continue,
+                other => return other,
+            }
+        }
     }
 
     fn check_raw(&self, keys: &[String]) -> Result<bool, StoreError> {
@@ -520,7 +633,7 @@ impl Store for TcpStore {
         let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
         wire::check_count(ks.len())?;
         let start = Instant::now();
-        if self.wait_raw(&ks, timeout)? {
+        if self.wait_raw(&ks, timeout, false)? {
             return Ok(());
         }
         Err(StoreError::Timeout { keys: keys.iter().map(|k| k.to_string()).collect(), waited: start.elapsed() })

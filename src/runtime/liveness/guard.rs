@@ -1,0 +1,100 @@
+//! The store calls of an initialization guarded by its liveness (see [`super::Liveness::guard`]).
+
+use super::Shared;
+use crate::store::{Store, StoreError};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// See [`super::Liveness::guard`].
+pub(super) struct Guarded {
+    pub(super) inner: Arc<dyn Store>,
+    pub(super) liveness: Arc<Shared>,
+}
+
+impl Guarded {
+    fn gone(&self) -> Option<StoreError> {
+        let silent = self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner());
+        silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
+    }
+
+    /// While peers' deaths end waits (see [`super::Liveness::on_peer_death`]) and one died: waiting for
+    /// keys is pointless, a wait fails at once naming the dead.
+    fn dead(&self) -> Option<StoreError> {
+        if self.liveness.on_dead.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return None;
+        }
+        let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner());
+        (!dead.is_empty()).then(|| {
+            StoreError::Closed(format!(
+                "rank(s) {} died or stopped answering: not waiting for keys any longer",
+                crate::runtime::launch::host::format_ranks(&dead)
+            ))
+        })
+    }
+
+    /// A wait (`f`), failing at once once a peer died (see [`Self::dead`]), and reported as that
+    /// when a death ended it.
+    fn wait_call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(e) = self.dead() {
+            return Err(e);
+        }
+        self.call(f).map_err(|e| self.dead().unwrap_or(e))
+    }
+
+    /// `f` on the store unless its host is known gone; a failure that comes with the host found
+    /// gone (the call was ended by it) is reported as that.
+    fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Some(e) = self.gone() {
+            return Err(e);
+        }
+        let s = &self.liveness;
+        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
+            // The watcher is parked for a minute: wake it to check the host while this runs.
+            s.wake();
+        }
+        let got = f(self.inner.as_ref());
+        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + super::BUSY_LINGER);
+        s.busy.fetch_sub(1, Ordering::SeqCst);
+        got.map_err(|e| self.gone().unwrap_or(e))
+    }
+}
+
+impl Store for Guarded {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.call(|s| s.set(key, value))
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        self.wait_call(|s| s.get(key))
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.call(|s| s.add(key, delta))
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.call(|s| s.compare_set(key, expected, desired))
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        self.call(|s| s.check(keys))
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        self.wait_call(|s| s.wait(keys, timeout))
+    }
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        self.call(|s| s.delete_key(key))
+    }
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.call(|s| s.num_keys())
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.wait_call(|s| s.multi_get(keys))
+    }
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.call(|s| s.multi_get_existing(keys))
+    }
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        self.call(|s| s.multi_set(items))
+    }
+}
