@@ -12,6 +12,7 @@ use crate::common;
 
 use mcore_init::store::{Store, TcpStore};
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -120,7 +121,20 @@ struct Launch {
 
 impl Launch {
     fn start(flags: &[&str], port: u16, role: &str, program: &[String]) -> Launch {
-        let mut child = Command::new(LAUNCH)
+        let mut cmd = Command::new(LAUNCH);
+        // The launcher keeps a signal it was started with ignored (as `nohup` expects), and a
+        // test run started in the background of a non-interactive shell ignores SIGINT: these
+        // tests send it, so the launcher starts with every signal they send at its default.
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(s, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .args(flags)
             .args(["--master-port", &port.to_string(), "--timeout", "120", "--"])
             .args(program)
