@@ -24,6 +24,7 @@ use crate::backend::{
 use crate::runtime::error::RuntimeError;
 use crate::runtime::lifecycle::init::with_runtime;
 use crate::runtime::lifecycle::runtime_state::Runtime;
+use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::keys;
 use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
@@ -426,19 +427,6 @@ fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
     group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
 }
 
-/// `e`, a failed re-creation of `g` (meeting in `space`), with the members that never arrived
-/// named.
-fn explained(rt: &Runtime, g: &LiveGroup, kinds: &str, space: &str, e: CommError) -> RuntimeError {
-    let m = meeting(rt, g, space, Instant::now());
-    let missing = m.missing();
-    let e = if missing.is_empty() {
-        e
-    } else {
-        CommError { message: format!("{}; {}", e.message, m.explain(missing)), ..e }
-    };
-    recreate_error(g, kinds, e)
-}
-
 /// Recreate mode: the communicator of `g` created again with its members, name and options
 /// within `deadline`; a failure names the members that never arrived.
 fn recreate(
@@ -462,7 +450,8 @@ fn recreate_together(
 }
 
 /// The communicators of `released` created again (together or one by one: the one creation
-/// call, [`create_comms`]), each ready; a failure names the members that never arrived.
+/// call, [`create_comms`]), each ready; a failure names the members that never arrived in the
+/// resume's meeting, or that are stuck behind another rank.
 fn recreate_all(
     rt: &Runtime,
     released: &[(&LiveGroup, String)],
@@ -471,10 +460,17 @@ fn recreate_all(
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
     let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|p| (&p.info, &p.options, p.store.clone())).collect();
-    create_comms(rt.backend.as_ref(), &requests, together, true).map_err(|(i, e)| {
-        let i = i.min(released.len() - 1);
-        explained(rt, released[i].0, &released[i].1, &prepared[i].space, e)
-    })
+    // A member that never arrived in a resume's meeting is behind (the one explanation).
+    let meetings: Vec<Meeting<'_>> =
+        released.iter().zip(&prepared).map(|((g, _), p)| meeting(rt, g, &p.space, deadline)).collect();
+    let waited: Vec<Waited<'_>> = released
+        .iter()
+        .zip(&meetings)
+        .map(|((g, _), m)| Waited { members: &g.plan.members, behind: Behind::Absent(m) })
+        .collect();
+    let explainer = Explainer::new(rt.base.as_ref(), rt.env.rank);
+    create_comms(rt.backend.as_ref(), &requests, &waited, &explainer, together, true)
+        .map_err(|(i, e)| recreate_error(released[i].0, &released[i].1, e))
 }
 
 /// The members' agreement on suspending `g` natively, from each one's
