@@ -118,3 +118,31 @@ fn a_creation_after_init_names_who_never_arrived_and_follows_the_chain() {
     );
     assert_eq!(record_of(&s, 3), Some(vec![2]), "rank 3 passes the blame on to rank 2");
 }
+
+#[test]
+fn only_a_step_that_lasts_is_published_and_a_fast_member_is_not_named() {
+    let s: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(1)));
+    let fast = progress::Progress::start(s.clone(), 1);
+    for step in 1..=20 {
+        fast.mark(step);
+    }
+    // Rank 1 has just reached step 20, published nothing yet: rank 0 failing at step 20
+    // finds it behind at first, but reads it again after the grace.
+    assert_eq!(progress::behind(s.as_ref(), &[1], 20), vec![1]);
+    let failing = progress::Progress::start(s.clone(), 0);
+    failing.mark(20);
+    let waited = Waited { members: &[0, 1], behind: Behind::Step(20) };
+    let failed = crate::backend::CommError::new(crate::backend::CommErrorKind::Timeout, "failed");
+    let e = Explainer::of(&failing).explain(&waited, failed);
+    assert_eq!(e.message, "failed", "a merely fast member was named");
+    assert_eq!(s.add(&keys::progress(1), 0).unwrap(), 20, "the step that lasted is published");
+    assert_eq!(s.add(&keys::progress(0), 0).unwrap(), 20, "a failing rank publishes its step at once");
+    // The end is published at once; a rank that stops (drops it) publishes nothing more.
+    fast.finish();
+    assert_eq!(progress::behind(s.as_ref(), &[1], 1_000), Vec::<u32>::new());
+    let gone = progress::Progress::start(s.clone(), 2);
+    gone.mark(3);
+    drop(gone);
+    std::thread::sleep(progress::PUBLISH_AFTER * 2);
+    assert_eq!(s.add(&keys::progress(2), 0).unwrap(), 0);
+}
