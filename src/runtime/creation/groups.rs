@@ -161,32 +161,22 @@ pub fn create_comms(
         };
         (i, e)
     };
-    create_unexplained(factory, requests, together, ready).map_err(explained)
-}
-
-/// [`create_comms`] before a failure is explained.
-fn create_unexplained(
-    factory: &dyn CommFactory,
-    requests: &[GroupRequest<'_>],
-    together: bool,
-    ready: bool,
-) -> Result<Vec<Box<dyn Communicator>>, (usize, CommError)> {
     let mut made = if together {
-        factory.create_groups_together(requests)?
+        factory.create_groups_together(requests).map_err(explained)?
     } else {
         let one = |(i, (info, options, store)): (usize, &GroupRequest<'_>)| {
-            factory.create_group(info, options, store.clone()).map_err(|e| (i, e))
+            factory.create_group(info, options, store.clone()).map_err(|e| explained((i, e)))
         };
         requests.iter().enumerate().map(one).collect::<Result<Vec<_>, _>>()?
     };
     if made.len() != requests.len() {
         let message =
             format!("backend '{}' returned {} communicators for {} groups", factory.name(), made.len(), requests.len());
-        return Err((0, CommError::new(CommErrorKind::Backend, message)));
+        return Err(explained((0, CommError::new(CommErrorKind::Backend, message))));
     }
     if ready {
         for (i, c) in made.iter_mut().enumerate() {
-            c.wait_ready().map_err(|e| (i, e))?;
+            c.wait_ready().map_err(|e| explained((i, e)))?;
         }
     }
     Ok(made)

@@ -346,9 +346,11 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     }
     let t = Instant::now();
     let made = if rt.backend.creates_together() && released.len() > 1 {
-        recreate_together(rt, &released, deadline)?
+        recreate_all(rt, &released, deadline, true)?
     } else {
-        released.iter().map(|(g, kinds)| recreate(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?
+        // One by one, each arriving in its meeting just before it is created.
+        let one = |r| recreate_all(rt, std::slice::from_ref(r), deadline, false);
+        released.iter().map(one).collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect()
     };
     for ((g, kinds), comm) in released.into_iter().zip(made) {
         let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
@@ -427,30 +429,9 @@ fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
     group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
 }
 
-/// Recreate mode: the communicator of `g` created again with its members, name and options
-/// within `deadline`; a failure names the members that never arrived.
-fn recreate(
-    rt: &Runtime,
-    g: &LiveGroup,
-    kinds: &str,
-    deadline: Instant,
-) -> Result<Box<dyn Communicator>, RuntimeError> {
-    recreate_all(rt, &[(g, kinds.to_string())], deadline, false)?
-        .pop()
-        .ok_or_else(|| recreate_error(g, kinds, CommError::new(CommErrorKind::Backend, "no communicator was returned")))
-}
-
-/// [`recreate`] of every group of `released` at once, through the backend's creation together.
-fn recreate_together(
-    rt: &Runtime,
-    released: &[(&LiveGroup, String)],
-    deadline: Instant,
-) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
-    recreate_all(rt, released, deadline, true)
-}
-
-/// The communicators of `released` created again (together or one by one: the one creation
-/// call, [`create_comms`]), each ready; a failure names the members that never arrived in the
+/// Recreate mode: the communicators of `released` created again with their members, names and
+/// options within `deadline` (together or one by one: the one creation call, [`create_comms`]),
+/// each ready; a failure names the members that never arrived in the
 /// resume's meeting, or that are stuck behind another rank.
 fn recreate_all(
     rt: &Runtime,
