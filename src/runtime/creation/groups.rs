@@ -10,6 +10,11 @@
 //! next kinds split. Either way every communicator is waited for
 //! ([`Communicator::wait_ready`]) before creation counts as done.
 //!
+//! Per group, every communicator comes from [`create_comms`], the runtime's one creation call;
+//! the split strategy's world (`create_world`) and split collectives are the backend's other
+//! calls. A failure of any of them is explained once, by `runtime::meeting::explain` (at init,
+//! the members whose progress mark is below the step are behind).
+//!
 //! Every group kind partitions the ranks it covers, so for a member set M the first kind (in
 //! the plan's rank-independent kind order) whose group is M is the same on every member of M.
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
