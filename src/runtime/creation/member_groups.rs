@@ -26,6 +26,7 @@ use crate::runtime::error::RuntimeError;
 use crate::runtime::launch::host::format_ranks;
 use crate::runtime::lifecycle::init::with_runtime;
 use crate::runtime::lifecycle::runtime_state::Runtime;
+use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
 use std::ffi::c_void;
@@ -245,12 +246,17 @@ impl Creation {
         let e = &self.entry;
         let meeting = self.meeting();
         let store_err = |what: &str, err: MeetError| self.error(CommErrorKind::Store, format!("{what}: {err}"));
+        let waited = [Waited { members: &e.members, behind: Behind::Absent(&meeting) }];
+        let explainer = Explainer::new(self.base.as_ref(), self.rank);
         match meeting.gather() {
             Ok(requests) => self.compare(requests.into_iter().map(Some).collect())?,
             Err(MeetError::Missing(missing)) => {
                 // A member that asked for something else is named first.
                 self.compare(meeting.arrivals().map_err(|err| store_err("reading the members' requests", err))?)?;
-                return Err(self.error(CommErrorKind::Timeout, missing.to_string()));
+                // Who did not come, or is stuck behind another rank (the one explanation).
+                let why = explainer.explain_message(&waited[0], "");
+                let why = if why.is_empty() { missing.to_string() } else { why };
+                return Err(self.error(CommErrorKind::Timeout, why));
             }
             Err(err) => return Err(store_err("waiting for the members' requests", err)),
         }
@@ -263,7 +269,8 @@ impl Creation {
             members: e.members.clone(),
             error: err.context("creating its communicator"),
         };
-        let mut made = create_comms(self.factory.as_ref(), &[(&info, &e.options, comm_store)], false, true)
+        let request = [(&info, &e.options, comm_store)];
+        let mut made = create_comms(self.factory.as_ref(), &request, &waited, &explainer, false, true)
             .map_err(|(_, err)| fail(err))?;
         made.pop().ok_or_else(|| fail(CommError::new(CommErrorKind::Backend, "no communicator was returned")))
     }
@@ -549,6 +556,57 @@ mod tests {
             let e = r.expect_err("a cycle cannot complete");
             assert!(e.contains("creating its communicator") && e.contains("here/"), "{e}");
         }
+    }
+
+    /// Rank 2 (on host n2) never starts. Rank 1 waits for it in group x = {1, 2} and fails;
+    /// rank 0 waits in vain for rank 1 (alive, but stuck in x: it never starts a) in group
+    /// a = {0, 1}, and must blame rank 2, not the live rank 1.
+    #[test]
+    fn a_group_after_init_names_who_never_came_and_follows_the_blame_chain() {
+        let base: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new(Duration::from_secs(10)));
+        let n2 = crate::runtime::launch::host::HostInfo {
+            hostname: "n2".into(),
+            addr: "10.0.0.3".parse().unwrap(),
+            why: String::new(),
+        };
+        crate::runtime::launch::host::publish(base.as_ref(), 2, &n2).unwrap();
+        let make = move |rank: u32, name: &str, members: Vec<u32>, timeout: Duration| {
+            let gr = members.iter().position(|&x| x == rank).unwrap() as u32;
+            let entry = Arc::new(MemberEntry::new(
+                name.into(),
+                members,
+                gr,
+                CommOptions::default(),
+                0,
+                Instant::now() + timeout,
+            ));
+            let creation = Creation {
+                factory: Arc::new(Rendezvous),
+                base: base.clone(),
+                space: crate::runtime::meeting::keys::after_init(name, 0),
+                entry,
+                rank,
+                host_addr: "127.0.0.1".into(),
+                device: None,
+                timeout,
+            };
+            creation.arrive().unwrap();
+            creation.run().map(drop).unwrap_err().to_string()
+        };
+        let rank0 = std::thread::spawn({
+            let make = make.clone();
+            move || make(0, "a", vec![0, 1], Duration::from_millis(1500))
+        });
+        let e1 = make(1, "x", vec![1, 2], Duration::from_millis(500));
+        assert!(e1.starts_with("group x (ranks 1-2): "), "{e1}");
+        assert!(e1.contains("rank(s) 2 on host 'n2' (10.0.0.3) did not come to create_group of group 'x'"), "{e1}");
+        let e0 = rank0.join().unwrap();
+        assert!(e0.starts_with("group a (ranks 0-1): "), "{e0}");
+        assert!(!e0.contains("rank(s) 1 did not come"), "blames the live rank 1: {e0}");
+        assert!(
+            e0.ends_with("rank(s) 1 failed at an earlier group, waiting for rank(s) 2 on host 'n2' (10.0.0.3)"),
+            "{e0}"
+        );
     }
 
     #[test]

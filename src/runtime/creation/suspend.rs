@@ -24,6 +24,7 @@ use crate::backend::{
 use crate::runtime::error::RuntimeError;
 use crate::runtime::lifecycle::init::with_runtime;
 use crate::runtime::lifecycle::runtime_state::Runtime;
+use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::keys;
 use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
@@ -345,9 +346,11 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     }
     let t = Instant::now();
     let made = if rt.backend.creates_together() && released.len() > 1 {
-        recreate_together(rt, &released, deadline)?
+        recreate_all(rt, &released, deadline, true)?
     } else {
-        released.iter().map(|(g, kinds)| recreate(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?
+        // One by one, each arriving in its meeting just before it is created.
+        let one = |r| recreate_all(rt, std::slice::from_ref(r), deadline, false);
+        released.iter().map(one).collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect()
     };
     for ((g, kinds), comm) in released.into_iter().zip(made) {
         let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
@@ -426,43 +429,10 @@ fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
     group_error(g, e.context(format!("re-creating the communicator of kind {kinds} on resume")))
 }
 
-/// `e`, a failed re-creation of `g` (meeting in `space`), with the members that never arrived
-/// named.
-fn explained(rt: &Runtime, g: &LiveGroup, kinds: &str, space: &str, e: CommError) -> RuntimeError {
-    let m = meeting(rt, g, space, Instant::now());
-    let missing = m.missing();
-    let e = if missing.is_empty() {
-        e
-    } else {
-        CommError { message: format!("{}; {}", e.message, m.explain(missing)), ..e }
-    };
-    recreate_error(g, kinds, e)
-}
-
-/// Recreate mode: the communicator of `g` created again with its members, name and options
-/// within `deadline`; a failure names the members that never arrived.
-fn recreate(
-    rt: &Runtime,
-    g: &LiveGroup,
-    kinds: &str,
-    deadline: Instant,
-) -> Result<Box<dyn Communicator>, RuntimeError> {
-    recreate_all(rt, &[(g, kinds.to_string())], deadline, false)?
-        .pop()
-        .ok_or_else(|| recreate_error(g, kinds, CommError::new(CommErrorKind::Backend, "no communicator was returned")))
-}
-
-/// [`recreate`] of every group of `released` at once, through the backend's creation together.
-fn recreate_together(
-    rt: &Runtime,
-    released: &[(&LiveGroup, String)],
-    deadline: Instant,
-) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
-    recreate_all(rt, released, deadline, true)
-}
-
-/// The communicators of `released` created again (together or one by one: the one creation
-/// call, [`create_comms`]), each ready; a failure names the members that never arrived.
+/// Recreate mode: the communicators of `released` created again with their members, names and
+/// options within `deadline` (together or one by one: the one creation call, [`create_comms`]),
+/// each ready; a failure names the members that never arrived in the
+/// resume's meeting, or that are stuck behind another rank.
 fn recreate_all(
     rt: &Runtime,
     released: &[(&LiveGroup, String)],
@@ -471,10 +441,17 @@ fn recreate_all(
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
     let requests: Vec<GroupRequest<'_>> = prepared.iter().map(|p| (&p.info, &p.options, p.store.clone())).collect();
-    create_comms(rt.backend.as_ref(), &requests, together, true).map_err(|(i, e)| {
-        let i = i.min(released.len() - 1);
-        explained(rt, released[i].0, &released[i].1, &prepared[i].space, e)
-    })
+    // A member that never arrived in a resume's meeting is behind (the one explanation).
+    let meetings: Vec<Meeting<'_>> =
+        released.iter().zip(&prepared).map(|((g, _), p)| meeting(rt, g, &p.space, deadline)).collect();
+    let waited: Vec<Waited<'_>> = released
+        .iter()
+        .zip(&meetings)
+        .map(|((g, _), m)| Waited { members: &g.plan.members, behind: Behind::Absent(m) })
+        .collect();
+    let explainer = Explainer::new(rt.base.as_ref(), rt.env.rank);
+    create_comms(rt.backend.as_ref(), &requests, &waited, &explainer, together, true)
+        .map_err(|(i, e)| recreate_error(released[i].0, &released[i].1, e))
 }
 
 /// The members' agreement on suspending `g` natively, from each one's

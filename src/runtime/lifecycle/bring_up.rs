@@ -123,11 +123,11 @@ fn left(deadline: Instant) -> Duration {
 
 /// How long before the init deadline the backend's waits end: the time a failure takes to be
 /// explained (a member behind is waited for briefly, silent ranks are read twice: see
-/// `progress::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
+/// `explain::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
 /// within the deadline + 2 s even on a loaded machine. At most a tenth of the whole timeout.
 fn creation_deadline(deadline: Instant, timeout: Duration) -> Instant {
     let reserve =
-        (crate::runtime::meeting::progress::RECORD_GRACE + crate::runtime::liveness::SILENT_AFTER).min(timeout / 10);
+        (crate::runtime::meeting::explain::RECORD_GRACE + crate::runtime::liveness::SILENT_AFTER).min(timeout / 10);
     deadline.checked_sub(reserve).unwrap_or(deadline)
 }
 
@@ -629,7 +629,7 @@ fn keep_for_recovery(
     let Opened { base, liveness, store, attempt, .. } = opened;
     let mut suspected = match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
-        _ => crate::runtime::meeting::progress::record_of(base.as_ref(), env.rank).unwrap_or_default(),
+        _ => crate::runtime::meeting::explain::record_of(base.as_ref(), env.rank).unwrap_or_default(),
     };
     for r in liveness.as_ref().map(Liveness::dead).unwrap_or_default() {
         if !suspected.contains(&r) {

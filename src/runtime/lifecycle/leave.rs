@@ -16,7 +16,7 @@ use std::time::Duration;
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// After a failed initialization, how long past the init deadline the store host waits for the
 /// ranks that arrived to read the verdict and leave (they explain their failure within
-/// `progress::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
+/// `explain::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
 pub(crate) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);

@@ -1,6 +1,7 @@
 //! The store calls of an initialization guarded by its liveness (see [`super::Liveness::guard`]).
 
 use super::Shared;
+use crate::runtime::meeting::keys::{blame, BLAME_PREFIX};
 use crate::store::{Store, StoreError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,6 +43,29 @@ impl Guarded {
         self.call(f).map_err(|e| self.dead().unwrap_or(e))
     }
 
+    /// A wait for blame records only (`meeting::explain`'s grace: a failing rank waits for the
+    /// records of the members behind it). A death does not end it, since the ranks it waits for
+    /// fail of that death too and record so at once; a dead rank's record is not waited for (it
+    /// never comes), and a death during the wait leaves it waiting for the living. `None` when
+    /// `keys` are not all blame records.
+    fn grace_wait(&self, keys: &[&str], timeout: Duration) -> Option<Result<(), StoreError>> {
+        let ranks: Vec<u32> = keys.iter().map(|k| blame_rank(k)).collect::<Option<_>>()?;
+        let end = Instant::now() + timeout;
+        Some(loop {
+            let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let living: Vec<&str> =
+                keys.iter().zip(&ranks).filter(|(_, r)| !dead.contains(r)).map(|(k, _)| *k).collect();
+            let left = end.saturating_duration_since(Instant::now());
+            if living.is_empty() || left.is_zero() {
+                break Err(StoreError::Timeout { keys: keys.iter().map(|k| k.to_string()).collect(), waited: timeout });
+            }
+            match self.call(|s| s.wait(&living, left)) {
+                Err(_) if self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner()).len() > dead.len() => {}
+                got => break got,
+            }
+        })
+    }
+
     /// `f` on the store unless its host is known gone; a failure that comes with the host found
     /// gone (the call was ended by it) is reported as that.
     fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -58,6 +82,12 @@ impl Guarded {
         s.busy.fetch_sub(1, Ordering::SeqCst);
         got.map_err(|e| self.gone().unwrap_or(e))
     }
+}
+
+/// The rank whose blame record `key` is (`meeting::keys::blame`), if it is one.
+fn blame_rank(key: &str) -> Option<u32> {
+    let rank = key.strip_prefix(BLAME_PREFIX)?.parse().ok()?;
+    (blame(rank) == key).then_some(rank)
 }
 
 impl Store for Guarded {
@@ -77,7 +107,7 @@ impl Store for Guarded {
         self.call(|s| s.check(keys))
     }
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        self.wait_call(|s| s.wait(keys, timeout))
+        self.grace_wait(keys, timeout).unwrap_or_else(|| self.wait_call(|s| s.wait(keys, timeout)))
     }
     fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
         self.call(|s| s.delete_key(key))

@@ -92,3 +92,32 @@ fn a_store_that_stops_answering_is_named_as_the_hosts_death() {
     assert!(text.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{text}");
     assert!(l.store_silent().is_some());
 }
+
+#[test]
+fn after_a_death_a_wait_for_blame_records_waits_for_the_living_only() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+    let l = Liveness::on(store.clone(), 0, "rank 0".into());
+    l.on_peer_death(Some(Box::new(|_| {})));
+    l.shared.dead.lock().unwrap().push(2);
+    let guarded = l.guard(store.clone());
+    // Any other wait ends at once, naming the dead.
+    let e = guarded.wait(&["x"], Duration::from_secs(5)).unwrap_err();
+    assert!(e.to_string().contains("rank(s) 2 died"), "{e}");
+    // The grace for blame records: rank 1 (alive) records its blame a moment later, and the
+    // wait sees it; the dead rank 2's record is not waited for.
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            store.set(&crate::runtime::meeting::keys::blame(1), b"2").unwrap();
+        })
+    };
+    let b1 = crate::runtime::meeting::keys::blame(1);
+    let b2 = crate::runtime::meeting::keys::blame(2);
+    guarded.wait(&[&b1, &b2], Duration::from_secs(5)).unwrap();
+    assert!(store.check(&[&b1]).unwrap(), "the wait ended before rank 1 recorded");
+    writer.join().unwrap();
+    // Only the dead's record: nothing to wait for.
+    let e = guarded.wait(&[&b2], Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(e, crate::store::StoreError::Timeout { .. }), "{e}");
+}

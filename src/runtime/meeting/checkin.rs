@@ -194,7 +194,7 @@ pub fn check_in_from(
     }
     // Rank 0 may have started waiting a little later: its verdict (the same list for every
     // rank) is preferred for a short grace; after that this rank names who is absent now.
-    let grace = Deadline::at(meeting.deadline().instant() + super::progress::RECORD_GRACE.min(timeout));
+    let grace = Deadline::at(meeting.deadline().instant() + super::explain::RECORD_GRACE.min(timeout));
     let Some(verdict) = meeting.await_end_by(grace)? else { return Err(missing(&meeting)) };
     if verdict == VERDICT_OK {
         Ok(())

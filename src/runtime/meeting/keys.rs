@@ -57,9 +57,11 @@ pub fn host(rank: u32) -> String {
 pub fn progress(rank: u32) -> String {
     format!("progress/{rank}")
 }
-/// The one blame record: the ranks `rank` waited for when it failed (`super::progress`).
+/// Where the blame records are: [`blame`] is this and the rank.
+pub const BLAME_PREFIX: &str = "blame/";
+/// The one blame record: the ranks `rank` waited for when it failed (`super::explain`).
 pub fn blame(rank: u32) -> String {
-    format!("blame/{rank}")
+    format!("{BLAME_PREFIX}{rank}")
 }
 
 /// A meeting's arrival key for `rank` in `space`.

@@ -286,12 +286,13 @@ impl<'a> Meeting<'a> {
 
     /// The members that have not arrived (one CHECK each; failure paths only).
     pub fn missing(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = self
-            .members
-            .iter()
-            .copied()
-            .filter(|&r| !self.store.check(&[self.here(r).as_str()]).unwrap_or(false))
-            .collect();
+        self.absent(&self.members)
+    }
+
+    /// Those of `ranks` that have not arrived, ascending (one CHECK each; failure paths only).
+    pub fn absent(&self, ranks: &[u32]) -> Vec<u32> {
+        let mut out: Vec<u32> =
+            ranks.iter().copied().filter(|&r| !self.store.check(&[self.here(r).as_str()]).unwrap_or(false)).collect();
         out.sort_unstable();
         out
     }

@@ -2,6 +2,7 @@
 
 pub(crate) mod blame;
 pub mod checkin;
+pub(crate) mod explain;
 pub(crate) mod keys;
 pub(crate) mod meet;
 pub(crate) mod progress;

@@ -1,0 +1,202 @@
+//! The one explanation of a failed communicator creation, for every creation of the runtime
+//! (init, groups made after init, a recreate-mode resume, recovery's re-forming).
+//!
+//! A creation waits for some members ([`Waited`]). When it fails, the members that are *behind*
+//! are found the way the creation knows ([`Behind`]): at init, a progress mark below the step
+//! (`super::progress`); after init, no arrival in the creation's meeting (`super::meet`).
+//! A member that is behind may itself be alive, stuck at an earlier group that waits for a dead
+//! rank. So a rank whose creation fails records whom it blames (`blame/<rank>`, the one blame
+//! record), and a failure that finds members behind waits briefly ([`RECORD_GRACE`]) for their
+//! records: a member with a record is reported as stuck, and the chain of records is followed to
+//! the ranks without one, which are blamed instead; only members without a record are said to
+//! have never arrived, in the one wording of [`did_not_come`]. A member that was merely fast
+//! (it reached the step or arrived during the grace) is read again after it and not named.
+//!
+//! The grace is a wait for the records of the living members behind: a peer's death does not end
+//! it, since the members failing with this rank fail of that death (see `liveness::guard`).
+
+use super::keys::blame as blame_key;
+use super::meet::{did_not_come, Meeting};
+use super::progress::{self, Progress};
+use crate::backend::CommError;
+use crate::runtime::launch::host::describe;
+use crate::store::Store;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long a failing rank waits for the failure records of the members that are behind it:
+/// members stuck on the same dead rank fail within about this much of each other (they share
+/// one deadline). Short, since every wait must end within its deadline + 2 s, and naming the
+/// dead (`crate::runtime::liveness`) and leaving come after it.
+pub const RECORD_GRACE: Duration = Duration::from_millis(400);
+
+/// The most members whose marks or records a failure reads (one store request each).
+pub(crate) const MAX_CHECKED: usize = 65_536;
+
+/// Up to this many members, a failure where every member arrived names each member's host.
+const MAX_DESCRIBED: usize = 64;
+
+/// How to tell, among the members a creation waited for, the ones that are behind.
+#[derive(Clone, Copy)]
+pub enum Behind<'a> {
+    /// At init: a progress mark below this creation step.
+    Step(u64),
+    /// After init: no arrival in this meeting, which also says what they were waited for.
+    Absent(&'a Meeting<'a>),
+}
+
+/// Who one creation request waited for, and how to tell who of them is behind.
+#[derive(Clone, Copy)]
+pub struct Waited<'a> {
+    pub members: &'a [u32],
+    pub behind: Behind<'a>,
+}
+
+impl Waited<'_> {
+    /// Those of `ranks` that are behind (of the first [`MAX_CHECKED`]).
+    fn behind(&self, store: &dyn Store, ranks: &[u32]) -> Vec<u32> {
+        let ranks = &ranks[..ranks.len().min(MAX_CHECKED)];
+        match self.behind {
+            Behind::Step(step) => progress::behind(store, ranks, step),
+            Behind::Absent(m) => m.absent(ranks),
+        }
+    }
+
+    /// `never` as members that did not come, in the one wording.
+    fn did_not_come(&self, store: &dyn Store, never: Vec<u32>) -> String {
+        let scope = if self.members.len() > MAX_CHECKED {
+            format!(" (of the first {MAX_CHECKED} checked)")
+        } else {
+            String::new()
+        };
+        match self.behind {
+            Behind::Step(_) => did_not_come(&format!("{}{scope}", describe(store, &never)), "this group"),
+            Behind::Absent(m) => format!("{}{scope}", m.explain(never)),
+        }
+    }
+}
+
+/// This rank's explanations of its failed creations: the store of the blame records (and of the
+/// hosts and marks), and at init its progress, published before a failure is explained.
+pub struct Explainer<'a> {
+    store: &'a dyn Store,
+    rank: u32,
+    progress: Option<&'a Progress>,
+}
+
+impl<'a> Explainer<'a> {
+    /// Explanations for `rank`, with the blame records in `store`.
+    pub fn new(store: &'a dyn Store, rank: u32) -> Self {
+        Explainer { store, rank, progress: None }
+    }
+
+    /// Explanations for the rank of `progress` (init), in its store.
+    pub fn of(progress: &'a Progress) -> Self {
+        Explainer { store: progress.store(), rank: progress.rank(), progress: Some(progress) }
+    }
+
+    /// `e`, a failure of a creation that waited for `w`, with who kept it named (see the module
+    /// docs); records what this rank blames.
+    pub fn explain(&self, w: &Waited<'_>, e: CommError) -> CommError {
+        if let Some(p) = self.progress {
+            p.publish_now();
+        }
+        CommError { message: self.explain_message(w, &e.message), ..e }
+    }
+
+    /// `message`, plus who kept this rank's creation that waited for `w` (the parts joined by
+    /// "; "; an empty `message` adds none).
+    pub fn explain_message(&self, w: &Waited<'_>, message: &str) -> String {
+        let store = self.store;
+        let late = self.late_after_grace(w);
+        let (never, stuck, waited_on) = walk(store, self.rank, &late);
+        self.record(never.iter().chain(&waited_on).collect::<BTreeSet<_>>().into_iter());
+        let mut parts: Vec<String> = vec![message.to_string()];
+        if !never.is_empty() {
+            parts.push(w.did_not_come(store, never));
+        }
+        if !stuck.is_empty() {
+            let mut text = format!("rank(s) {} failed at an earlier group", describe(store, &stuck));
+            if !waited_on.is_empty() {
+                text.push_str(&format!(", waiting for rank(s) {}", describe(store, &waited_on)));
+            }
+            parts.push(text);
+        }
+        if late.is_empty() && w.members.len() <= MAX_DESCRIBED {
+            // Every member arrived (a backend that could not connect, say): name the members'
+            // hosts, so that an unreachable address can be matched with its rank and host.
+            let hosts = describe(store, w.members);
+            if hosts.contains(" on host ") {
+                parts.push(format!("the group's ranks are {hosts}"));
+            }
+        }
+        parts.retain(|p| !p.is_empty());
+        parts.join("; ")
+    }
+
+    /// The members of `w` behind, read again after the grace for their records (see the module
+    /// docs): a member that was merely fast is not behind any more then.
+    fn late_after_grace(&self, w: &Waited<'_>) -> Vec<u32> {
+        let late = w.behind(self.store, w.members);
+        if late.is_empty() {
+            return late;
+        }
+        // A first record at once (the late members), so that ranks waiting for this one can
+        // pass the blame on while this one waits for the records of its own late members.
+        self.record(late.iter());
+        let keys: Vec<String> = late.iter().map(|&m| blame_key(m)).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Ends early when every late member (alive) has failed; else after the grace.
+        let _ = self.store.wait(&keys, RECORD_GRACE);
+        w.behind(self.store, &late)
+    }
+
+    /// Record that this rank blames `ranks` (its blame record, for the ranks waiting for it).
+    fn record<'r>(&self, ranks: impl Iterator<Item = &'r u32>) {
+        let text: Vec<String> = ranks.map(u32::to_string).collect();
+        let _ = self.store.set(&blame_key(self.rank), text.join(",").as_bytes());
+    }
+}
+
+/// The ranks `rank`'s blame record blames, when it has one. Read without waiting (a store
+/// guarded by liveness fails a waiting read once a peer died).
+pub(crate) fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
+    let k = blame_key(rank);
+    if !store.check(&[&k]).ok()? {
+        return None;
+    }
+    let text = store.multi_get_existing(&[&k]).ok()?.pop()?;
+    Some(String::from_utf8_lossy(&text).split(',').filter_map(|r| r.parse().ok()).collect())
+}
+
+/// The one chain walker: of the `late` members (behind `rank`), those that never arrived (no
+/// record), those stuck at an earlier group (a record), and the ranks at the ends of the stuck
+/// ones' chains of records (none of their own).
+fn walk(store: &dyn Store, rank: u32, late: &[u32]) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let (mut never, mut stuck, mut waited_on) = (Vec::new(), Vec::new(), BTreeSet::new());
+    for &m in late {
+        let Some(blamed) = record_of(store, m) else {
+            never.push(m);
+            continue;
+        };
+        stuck.push(m);
+        let mut seen: BTreeSet<u32> = late.iter().copied().collect();
+        seen.insert(rank);
+        let mut queue = blamed;
+        while let Some(r) = queue.pop() {
+            if !seen.insert(r) || seen.len() > MAX_CHECKED {
+                continue;
+            }
+            match record_of(store, r) {
+                Some(more) => queue.extend(more),
+                None => {
+                    waited_on.insert(r);
+                }
+            }
+        }
+    }
+    (never, stuck, waited_on.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests;
