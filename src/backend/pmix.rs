@@ -7,9 +7,9 @@
 //! `PMIx_Commit`, `PMIx_Fence_nb` (with data collection), `PMIx_Get` (the job's facts, local) and
 //! `PMIx_Get_nb` (what other ranks published), and for the layout test `PMIx_Value_load` /
 //! `PMIx_Info_load`. Every call that waits on another process is non-blocking underneath and
-//! waited for here ([`Call::wait`]): until it is over, its deadline, or [`interrupt_waits`]. The ABI facts (struct layouts, type codes, attribute
-//! names, status codes) are those of PMIx's published `pmix_common.h` (v4.2), written down in
-//! docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and finalized
+//! waited for here (`Call::wait`): until it is over, its deadline, or [`interrupt_waits`]. The
+//! ABI facts (struct layouts, type codes, attribute names, status codes) are those of PMIx's
+//! published `pmix_common.h` (v4.2), written down in docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and finalized
 //! when the process exits (a launcher such as OpenMPI's `mpirun` treats a client that exits
 //! without finalizing as a failed process).
 #![allow(unsafe_code)]
@@ -481,7 +481,7 @@ unsafe extern "C" fn get_done(status: c_int, kv: *mut RawValue, cbdata: *mut c_v
     CALLS.over(cbdata as usize, Outcome { status, value });
 }
 
-/// While `on`, every wait for a PMIx call ([`Call::wait`]: a fence, a get of another rank's
+/// While `on`, every wait for a PMIx call (`Call::wait`: a fence, a get of another rank's
 /// record) ends at once, failing (a peer was found dead: the call might wait for it until its
 /// timeout, or, for a get of a record the dead rank never published, longer). The runtime sets
 /// it as it interrupts its backend's calls, and clears it with them.
