@@ -9,9 +9,10 @@
 //! `PMIx_Info_load`. Every call that waits on another process is non-blocking underneath and
 //! waited for here (`Call::wait`): until it is over, its deadline, or [`interrupt_waits`]. The
 //! ABI facts (struct layouts, type codes, attribute names, status codes) are those of PMIx's
-//! published `pmix_common.h` (v4.2), written down in docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and finalized
-//! when the process exits (a launcher such as OpenMPI's `mpirun` treats a client that exits
-//! without finalizing as a failed process).
+//! published `pmix_common.h` (v4.2), written down in docs/pmix.md. The process's client is
+//! initialized once ([`PmixClient::get`]) and finalized when the process exits, waiting at most
+//! 5 s for it (a launcher such as OpenMPI's `mpirun` treats a client that exits without
+//! finalizing as a failed process).
 #![allow(unsafe_code)]
 
 use super::dynlib::{as_fn, DynLib};
