@@ -4,12 +4,15 @@
 //! through the safe [`PmixClient`] only.
 //!
 //! Only what the rendezvous needs is declared: `PMIx_Init`, `PMIx_Finalize`, `PMIx_Put`,
-//! `PMIx_Commit`, `PMIx_Fence` (with data collection), `PMIx_Get`, and for the layout test
-//! `PMIx_Value_load` / `PMIx_Info_load`. The ABI facts (struct layouts, type codes, attribute
-//! names, status codes) are those of PMIx's published `pmix_common.h` (v4.2), written down in
-//! docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and finalized
-//! when the process exits (a launcher such as OpenMPI's `mpirun` treats a client that exits
-//! without finalizing as a failed process).
+//! `PMIx_Commit`, `PMIx_Fence_nb` (with data collection), `PMIx_Get` (the job's facts, local) and
+//! `PMIx_Get_nb` (what other ranks published), and for the layout test `PMIx_Value_load` /
+//! `PMIx_Info_load`. Every call that waits on another process is non-blocking underneath and
+//! waited for here (`Call::wait`): until it is over, its deadline, or [`interrupt_waits`]. The
+//! ABI facts (struct layouts, type codes, attribute names, status codes) are those of PMIx's
+//! published `pmix_common.h` (v4.2), written down in docs/pmix.md. The process's client is
+//! initialized once ([`PmixClient::get`]) and finalized when the process exits, waiting at most
+//! 5 s for it (a launcher such as OpenMPI's `mpirun` treats a client that exits without
+//! finalizing as a failed process).
 #![allow(unsafe_code)]
 
 use super::dynlib::{as_fn, DynLib};
@@ -182,6 +185,16 @@ type RegisterEventFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 type GetFn = unsafe extern "C" fn(*const RawProc, *const c_char, *const RawInfo, usize, *mut *mut RawValue) -> c_int;
+/// `pmix_value_cbfunc_t`.
+type ValueCallback = unsafe extern "C" fn(c_int, *mut RawValue, *mut c_void);
+type GetNbFn = unsafe extern "C" fn(
+    *const RawProc,
+    *const c_char,
+    *const RawInfo,
+    usize,
+    Option<ValueCallback>,
+    *mut c_void,
+) -> c_int;
 type ValueDestructFn = unsafe extern "C" fn(*mut RawValue);
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type VersionFn = unsafe extern "C" fn() -> *const c_char;
@@ -199,6 +212,7 @@ struct Library {
     fence_nb: FenceNbFn,
     register_event: RegisterEventFn,
     get: GetFn,
+    get_nb: GetNbFn,
     value_destruct: ValueDestructFn,
     error_string: ErrorStringFn,
     version: VersionFn,
@@ -226,6 +240,7 @@ impl Library {
             fence_nb: sym(&lib, "PMIx_Fence_nb")?,
             register_event: sym(&lib, "PMIx_Register_event_handler")?,
             get: sym(&lib, "PMIx_Get")?,
+            get_nb: sym(&lib, "PMIx_Get_nb")?,
             value_destruct: sym(&lib, "PMIx_Value_destruct")?,
             error_string: sym(&lib, "PMIx_Error_string")?,
             version: sym(&lib, "PMIx_Get_version")?,
@@ -311,62 +326,168 @@ static CLIENT: OnceLock<Result<PmixClient, String>> = OnceLock::new();
 /// has no progress thread) must not finalize it when it exits.
 static INIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// The longest the process's exit waits for `PMIx_Finalize` (it answers in milliseconds; one
+/// that does not, after a peer died with calls of this process still pending in the server,
+/// must not keep the process from exiting).
+const FINALIZE_LIMIT: Duration = Duration::from_secs(5);
+
 extern "C" fn finalize_at_exit() {
     if INIT_PID.load(std::sync::atomic::Ordering::SeqCst) != std::process::id() {
         return;
     }
-    if let Some(Ok(c)) = CLIENT.get() {
-        // SAFETY: an initialized client; no info.
-        unsafe { (c.lib.finalize)(std::ptr::null(), 0) };
+    let Some(Ok(c)) = CLIENT.get() else { return };
+    // SAFETY (both calls): an initialized client; no info.
+    let finalize = move || unsafe { (c.lib.finalize)(std::ptr::null(), 0) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("mcore-pmix-exit".into()).spawn(move || {
+        finalize();
+        let _ = tx.send(());
+    });
+    match spawned {
+        Ok(_) => {
+            if rx.recv_timeout(FINALIZE_LIMIT).is_err() {
+                eprintln!(
+                    "mcore_init: PMIx_Finalize did not return within {} s; exiting without it (the launcher may \
+                     report this process as one that did not finalize)",
+                    FINALIZE_LIMIT.as_secs()
+                );
+            }
+        }
+        Err(_) => {
+            finalize();
+        }
     }
 }
 
-/// A fence's arguments, kept until PMIx calls back.
-struct FenceArgs {
+/// What a non-blocking call lends PMIx until it calls back (`PMIx_Fence_nb` and `PMIx_Get_nb`
+/// keep pointers to their arguments, not copies).
+struct Lent {
     procs: Vec<RawProc>,
     info: Vec<RawInfo>,
+    key: Option<CString>,
     /// Nobody waits for it any more.
     abandoned: bool,
 }
 
-// SAFETY: plain data (the info holds no pointer: a bool and an int).
-unsafe impl Send for FenceArgs {}
+// SAFETY: plain data and owned buffers (the info holds no pointer: bools and ints).
+unsafe impl Send for Lent {}
 
-/// The fences started ([`PmixClient::start_fence`]): each one's arguments until PMIx calls back,
-/// then its status until it is waited for; whether waits are interrupted ([`interrupt_waits`]).
-struct Fences {
+/// How a non-blocking call ended: PMIx's status and, for a get, the value.
+struct Outcome {
+    status: c_int,
+    value: Option<Value>,
+}
+
+/// The non-blocking calls started ([`PmixClient::start_fence`], [`PmixClient::fetch`]): each
+/// one's arguments until PMIx calls back, then its outcome until it is waited for; whether
+/// waits are interrupted ([`interrupt_waits`]).
+struct Calls {
     next: usize,
-    args: BTreeMap<usize, FenceArgs>,
-    done: BTreeMap<usize, c_int>,
+    lent: BTreeMap<usize, Lent>,
+    done: BTreeMap<usize, Outcome>,
     interrupted: bool,
 }
 
-static FENCES: Mutex<Fences> =
-    Mutex::new(Fences { next: 0, args: BTreeMap::new(), done: BTreeMap::new(), interrupted: false });
-static FENCE_DONE: Condvar = Condvar::new();
-
-fn fences() -> MutexGuard<'static, Fences> {
-    FENCES.lock().unwrap_or_else(|p| p.into_inner())
+/// [`Calls`] and the condition its waiters wait on; the process's is [`CALLS`] (the unit tests
+/// make their own).
+struct Registry {
+    calls: Mutex<Calls>,
+    changed: Condvar,
 }
 
-/// `pmix_op_cbfunc_t` of a fence: record its status (on PMIx's progress thread), unless nobody
-/// waits for it any more.
-unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
-    let id = cbdata as usize;
-    let mut f = fences();
-    if f.args.remove(&id).is_some_and(|a| !a.abandoned) {
-        f.done.insert(id, status);
+static CALLS: Registry = Registry::new();
+
+impl Registry {
+    const fn new() -> Registry {
+        Registry {
+            calls: Mutex::new(Calls { next: 0, lent: BTreeMap::new(), done: BTreeMap::new(), interrupted: false }),
+            changed: Condvar::new(),
+        }
     }
-    drop(f);
-    FENCE_DONE.notify_all();
+
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Call `id` is over (on PMIx's progress thread): its arguments are released and its
+    /// outcome kept, unless nobody waits for it any more.
+    fn over(&self, id: usize, outcome: Outcome) {
+        let mut c = self.lock();
+        if c.lent.remove(&id).is_some_and(|a| !a.abandoned) {
+            c.done.insert(id, outcome);
+        }
+        drop(c);
+        self.changed.notify_all();
+    }
+
+    /// See [`interrupt_waits`].
+    fn interrupt(&self, on: bool) {
+        self.lock().interrupted = on;
+        self.changed.notify_all();
+    }
+
+    /// Lend `lent` to PMIx and start the call with `go` (given where the lent arguments are,
+    /// and the call's id as its cbdata); PMIx's status when it refused to start (no callback
+    /// comes then). `done_at_once`: the status that says the call is over without a callback,
+    /// if the call has one.
+    fn start(
+        &'static self,
+        what: String,
+        lent: Lent,
+        done_at_once: Option<c_int>,
+        go: impl FnOnce(Args, *mut c_void) -> c_int,
+    ) -> Result<Call, (String, c_int)> {
+        // The buffers stay where they are (a Vec's or CString's heap data does not move with
+        // the Lent) until the callback releases them.
+        let args = Args {
+            procs: if lent.procs.is_empty() { std::ptr::null() } else { lent.procs.as_ptr() },
+            nprocs: lent.procs.len(),
+            info: lent.info.as_ptr(),
+            ninfo: lent.info.len(),
+            key: lent.key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
+        };
+        let id = {
+            let mut c = self.lock();
+            c.next += 1;
+            let id = c.next;
+            c.lent.insert(id, lent);
+            id
+        };
+        // Not under the lock: the callback (on PMIx's progress thread) takes it.
+        let rc = go(args, id as *mut c_void);
+        let call = Call { id, what, registry: self };
+        if rc == PMIX_SUCCESS {
+            return Ok(call);
+        }
+        let mut c = self.lock();
+        c.lent.remove(&id);
+        if Some(rc) != done_at_once {
+            drop(c);
+            return Err((call.what.clone(), rc));
+        }
+        c.done.insert(id, Outcome { status: PMIX_SUCCESS, value: None });
+        Ok(call)
+    }
 }
 
-/// While `on`, every wait for a fence ([`Fence::wait`]) ends at once, failing (a peer was found
-/// dead: the fence would wait for it until its timeout). The runtime sets it as it interrupts
-/// its backend's calls, and clears it with them.
+/// `pmix_op_cbfunc_t` of a fence.
+unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
+    CALLS.over(cbdata as usize, Outcome { status, value: None });
+}
+
+/// `pmix_value_cbfunc_t` of a get: the value is copied (the library releases its own).
+unsafe extern "C" fn get_done(status: c_int, kv: *mut RawValue, cbdata: *mut c_void) {
+    // SAFETY: PMIx hands a valid value (or NULL).
+    let value = unsafe { kv.as_ref() }.filter(|_| status == PMIX_SUCCESS).map(|v| unsafe { Value::copy_of(v) });
+    CALLS.over(cbdata as usize, Outcome { status, value });
+}
+
+/// While `on`, every wait for a PMIx call (`Call::wait`: a fence, a get of another rank's
+/// record) ends at once, failing (a peer was found dead: the call might wait for it until its
+/// timeout, or, for a get of a record the dead rank never published, longer). The runtime sets
+/// it as it interrupts its backend's calls, and clears it with them.
 pub fn interrupt_waits(on: bool) {
-    fences().interrupted = on;
-    FENCE_DONE.notify_all();
+    CALLS.interrupt(on);
 }
 
 /// The ranks of this job that PMIx events said ended ([`on_death_event`]), in order of report.
@@ -428,10 +549,60 @@ unsafe extern "C" fn on_death_event(
     }
 }
 
+/// Where a call's lent arguments are (see [`Registry::start`]).
+struct Args {
+    procs: *const RawProc,
+    nprocs: usize,
+    info: *const RawInfo,
+    ninfo: usize,
+    key: *const c_char,
+}
+
+/// A non-blocking call started: [`Call::wait`] waits for it; dropped, it is left running and
+/// its outcome is dropped when it comes.
+struct Call {
+    id: usize,
+    /// What it waits for, as errors say it.
+    what: String,
+    registry: &'static Registry,
+}
+
+impl Call {
+    /// Wait until the call is over (its outcome), `deadline` passes, or waits are interrupted
+    /// ([`interrupt_waits`]): then an error naming what it waited for and why it stopped.
+    fn wait(&self, deadline: Instant) -> Result<Outcome, PmixError> {
+        let mut c = self.registry.lock();
+        loop {
+            if let Some(outcome) = c.done.remove(&self.id) {
+                return Ok(outcome);
+            }
+            let now = Instant::now();
+            if c.interrupted || now >= deadline {
+                let why = if c.interrupted { "a peer was found dead" } else { "the deadline passed" };
+                return Err(PmixError {
+                    message: format!("{} failed: not over when {why}", self.what),
+                    timed_out: !c.interrupted,
+                });
+            }
+            c = self.registry.changed.wait_timeout(c, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+impl Drop for Call {
+    /// A call not over is left running; its outcome is dropped when it comes.
+    fn drop(&mut self) {
+        let mut c = self.registry.lock();
+        c.done.remove(&self.id);
+        if let Some(a) = c.lent.get_mut(&self.id) {
+            a.abandoned = true;
+        }
+    }
+}
+
 /// A fence started by [`PmixClient::start_fence`].
 pub struct Fence {
-    id: usize,
-    what: String,
+    call: Call,
     client: &'static PmixClient,
 }
 
@@ -439,31 +610,9 @@ impl Fence {
     /// Wait until the fence is over, `deadline` passes, or waits are interrupted
     /// ([`interrupt_waits`]).
     pub fn wait(self, deadline: Instant) -> Result<(), PmixError> {
-        let mut f = fences();
-        loop {
-            if let Some(rc) = f.done.remove(&self.id) {
-                return if rc == PMIX_SUCCESS { Ok(()) } else { Err(self.client.fail(&self.what, rc)) };
-            }
-            let now = Instant::now();
-            if f.interrupted || now >= deadline {
-                let why = if f.interrupted { "a peer was found dead" } else { "the deadline passed" };
-                return Err(PmixError {
-                    message: format!("{} failed: not over when {why}", self.what),
-                    timed_out: !f.interrupted,
-                });
-            }
-            f = FENCE_DONE.wait_timeout(f, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
-        }
-    }
-}
-
-impl Drop for Fence {
-    /// A fence not over is left running; its status is dropped when it comes.
-    fn drop(&mut self) {
-        let mut f = fences();
-        f.done.remove(&self.id);
-        if let Some(a) = f.args.get_mut(&self.id) {
-            a.abandoned = true;
+        match self.call.wait(deadline)?.status {
+            PMIX_SUCCESS => Ok(()),
+            rc => Err(self.client.fail(&self.call.what, rc)),
         }
     }
 }
@@ -535,9 +684,8 @@ impl PmixClient {
     fn read_facts(&self) -> Result<(u32, u32, u32, String, Option<u32>), PmixError> {
         // What the server handed over at PMIx_Init: looked up locally only (a key it did not
         // hand over is not asked of the server, which could wait for it).
-        let within = Duration::from_secs(10);
-        let job = |key: &CStr| self.get_value(PMIX_RANK_WILDCARD, key, within, true).and_then(|v| self.integer(key, v));
-        let mine = |key: &CStr| self.get_value(self.me.rank, key, within, true);
+        let job = |key: &CStr| self.get_local(PMIX_RANK_WILDCARD, key).and_then(|v| self.integer(key, v));
+        let mine = |key: &CStr| self.get_local(self.me.rank, key);
         let job_size = job(PMIX_JOB_SIZE)?;
         let local_size = job(PMIX_LOCAL_SIZE)?;
         let local_rank = mine(PMIX_LOCAL_RANK).and_then(|v| self.integer(PMIX_LOCAL_RANK, v))?;
@@ -588,27 +736,16 @@ impl PmixClient {
         })
     }
 
-    /// `PMIx_Get` of `key` of `rank` in this job, waiting at most `within` for it; `local`:
-    /// only in the client's own copy of the job's data (`PMIX_OPTIONAL`).
-    fn get_value(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, PmixError> {
-        self.get_raw(rank, key, within, local).map_err(|rc| {
-            let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
-            if rc == PMIX_ERR_NOT_FOUND {
-                e.message.push_str(" (not published)");
-            }
-            e
-        })
-    }
-
-    /// [`PmixClient::get_value`], failing with PMIx's status.
-    fn get_raw(&self, rank: u32, key: &CStr, within: Duration, local: bool) -> Result<Value, c_int> {
+    /// `PMIx_Get` of `key` of `rank` in this job from the client's own copy of the job's data
+    /// (`PMIX_OPTIONAL`: the server is not asked, so nothing is waited for).
+    fn get_local(&self, rank: u32, key: &CStr) -> Result<Value, PmixError> {
         let proc_ = RawProc { nspace: self.me.nspace, rank };
-        let info = [RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, local)];
+        let info = [RawInfo::timeout(Duration::from_secs(10)), RawInfo::flag(PMIX_OPTIONAL, true)];
         let mut out: *mut RawValue = std::ptr::null_mut();
         // SAFETY: valid proc, key and info; PMIx allocates `out` on success.
         let rc = unsafe { (self.lib.get)(&proc_, key.as_ptr(), info.as_ptr(), info.len(), &mut out) };
         if rc != PMIX_SUCCESS || out.is_null() {
-            return Err(rc);
+            return Err(self.get_failed(rank, key, rc));
         }
         // SAFETY: `out` is a value PMIx allocated with malloc: copy what is read, then release it
         // as PMIX_VALUE_RELEASE does (destruct, then free).
@@ -618,6 +755,42 @@ impl PmixClient {
             libc::free(out.cast());
         }
         Ok(v)
+    }
+
+    fn get_failed(&self, rank: u32, key: &CStr, rc: c_int) -> PmixError {
+        let mut e = self.fail(&format!("PMIx_Get({} of rank {rank})", key_text(key)), rc);
+        if rc == PMIX_ERR_NOT_FOUND {
+            e.message.push_str(" (not published)");
+        }
+        e
+    }
+
+    /// `PMIx_Get_nb` of `key` of `rank` in this job (asked of the server when the client does
+    /// not hold it), waited for at most `within` ([`Call::wait`]: a peer found dead ends it
+    /// too). `Err`: the wait ended first; `Ok(Err(status))`: PMIx's answer was not a value.
+    fn get_remote(&self, rank: u32, key: &CStr, within: Duration) -> Result<Result<Value, c_int>, PmixError> {
+        let what = format!("PMIx_Get({} of rank {rank})", key_text(key));
+        let lent = Lent {
+            procs: vec![RawProc { nspace: self.me.nspace, rank }],
+            info: vec![RawInfo::timeout(within), RawInfo::flag(PMIX_OPTIONAL, false)],
+            key: Some(key.to_owned()),
+            abandoned: false,
+        };
+        let lib = &self.lib;
+        // SAFETY: proc, key and info are lent until the callback; the call's id is the cbdata.
+        let started = CALLS.start(what, lent, None, |a, id| unsafe {
+            (lib.get_nb)(a.procs, a.key, a.info, a.ninfo, Some(get_done), id)
+        });
+        let call = match started {
+            Ok(call) => call,
+            Err((_, rc)) => return Ok(Err(rc)),
+        };
+        let outcome = call.wait(Instant::now() + within)?;
+        Ok(match (outcome.status, outcome.value) {
+            (PMIX_SUCCESS, Some(v)) => Ok(v),
+            (PMIX_SUCCESS, None) => Err(PMIX_ERR_NOT_FOUND),
+            (rc, _) => Err(rc),
+        })
     }
 
     /// Publish `bytes` under `key` for every process of the job (`PMIx_Put` with global scope,
@@ -641,12 +814,6 @@ impl PmixClient {
         Ok(())
     }
 
-    /// `PMIx_Fence` over the whole job with data collection: returns once every process of the
-    /// job has called it, with everything they committed before it readable; at most `within`.
-    pub fn fence(&'static self, within: Duration) -> Result<(), PmixError> {
-        self.start_fence(None, within)?.wait(Instant::now() + within)
-    }
-
     /// Start a fence with data collection over `ranks` of this job (None: every rank) without
     /// waiting for it (`PMIx_Fence_nb`; PMIx ends it after at most `within`): [`Fence::wait`]
     /// waits for it, or drop it to leave it running (a rank that only publishes).
@@ -655,39 +822,30 @@ impl PmixClient {
             None => format!("PMIx_Fence (every rank of namespace {})", self.facts.nspace),
             Some(r) => format!("PMIx_Fence ({} ranks of namespace {})", r.len(), self.facts.nspace),
         };
-        let procs: Vec<RawProc> =
-            ranks.unwrap_or_default().iter().map(|&rank| RawProc { nspace: self.me.nspace, rank }).collect();
-        let info = vec![RawInfo::flag(PMIX_COLLECT_DATA, true), RawInfo::timeout(within)];
-        let args = FenceArgs { procs, info, abandoned: false };
-        let (procs, nprocs) =
-            if args.procs.is_empty() { (std::ptr::null(), 0) } else { (args.procs.as_ptr(), args.procs.len()) };
-        let info = args.info.as_ptr();
-        let id = {
-            let mut f = fences();
-            f.next += 1;
-            let id = f.next;
-            // The arrays stay where they are (a Vec's buffer does not move) until the callback.
-            f.args.insert(id, args);
-            id
+        let lent = Lent {
+            procs: ranks.unwrap_or_default().iter().map(|&rank| RawProc { nspace: self.me.nspace, rank }).collect(),
+            info: vec![RawInfo::flag(PMIX_COLLECT_DATA, true), RawInfo::timeout(within)],
+            key: None,
+            abandoned: false,
         };
-        // SAFETY: the procs and info arrays live in FENCES until the callback; `id` is the cbdata.
-        let rc = unsafe { (self.lib.fence_nb)(procs, nprocs, info, 2, Some(fence_done), id as *mut c_void) };
-        if rc != PMIX_SUCCESS {
-            // No callback will come (PMIX_OPERATION_SUCCEEDED: done already).
-            let mut f = fences();
-            f.args.remove(&id);
-            if rc != PMIX_OPERATION_SUCCEEDED {
-                return Err(self.fail(&what, rc));
-            }
-            f.done.insert(id, PMIX_SUCCESS);
+        let lib = &self.lib;
+        // SAFETY: the procs and info arrays are lent until the callback; the call's id is the
+        // cbdata. PMIX_OPERATION_SUCCEEDED: done already, no callback.
+        let started = CALLS.start(what, lent, Some(PMIX_OPERATION_SUCCEEDED), |a, id| unsafe {
+            (lib.fence_nb)(a.procs, a.nprocs, a.info, a.ninfo, Some(fence_done), id)
+        });
+        match started {
+            Ok(call) => Ok(Fence { call, client: self }),
+            Err((what, rc)) => Err(self.fail(&what, rc)),
         }
-        Ok(Fence { id, what, client: self })
     }
 
-    /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`.
+    /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`
+    /// (less when a peer is found dead: [`interrupt_waits`]).
     pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
         let k = key_cstring(key)?;
-        self.bytes_of(rank, key, self.get_value(rank, &k, within, false)?)
+        let v = self.get_remote(rank, &k, within)?.map_err(|rc| self.get_failed(rank, &k, rc))?;
+        self.bytes_of(rank, key, v)
     }
 
     /// [`PmixClient::fetch`] of a key that `rank` may not have committed yet, without a fence:
@@ -698,13 +856,13 @@ impl PmixClient {
         let mut pause = Duration::from_millis(10);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.get_raw(rank, &k, left, false) {
+            match self.get_remote(rank, &k, left.max(pause))? {
                 Ok(v) => return self.bytes_of(rank, key, v),
                 Err(PMIX_ERR_NOT_FOUND) if left > pause => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
-                Err(_) => return self.fetch(rank, key, left.max(Duration::from_millis(1))),
+                Err(rc) => return Err(self.get_failed(rank, &k, rc)),
             }
         }
     }
@@ -725,8 +883,12 @@ fn key_text(key: &CStr) -> String {
     key.to_string_lossy().into_owned()
 }
 
-/// A value read back from PMIx: the type code and an owned copy of its data.
+/// A value read back from PMIx: the type code and an owned copy of its data (the raw data only
+/// for a number: no pointer into the library's memory is kept).
 struct Value(RawValue, Option<Vec<u8>>);
+
+// SAFETY: it holds no pointer (see `Value::copy_of`).
+unsafe impl Send for Value {}
 
 impl Value {
     /// # Safety
@@ -747,7 +909,9 @@ impl Value {
             }
             _ => None,
         };
-        Value(*raw, owned)
+        let number = matches!(raw.kind, PMIX_UINT16 | PMIX_UINT32 | PMIX_UINT64 | PMIX_SIZE | PMIX_INT);
+        let data = if number { raw.data } else { RawData { _whole: [0; 3] } };
+        Value(RawValue { kind: raw.kind, data }, owned)
     }
 
     fn number(&self) -> Option<u32> {
@@ -850,6 +1014,76 @@ mod tests {
         assert_eq!(unsafe { ours.value.data.integer }, 7, "6.5 s rounds up to 7 s");
         assert_eq!(infos[1].flags, 0x5A5A_5A5A, "the library wrote past a 552-byte pmix_info_t");
         assert!(lib.describe(PMIX_ERR_TIMEOUT).contains("(-24)"), "{}", lib.describe(PMIX_ERR_TIMEOUT));
+    }
+
+    /// The wait for a non-blocking call (a unit test of the logic, without the library:
+    /// closures stand in for PMIx's calls and the test makes their callbacks): an outcome ends
+    /// it with its value; none ends it at its deadline, naming what it waited for; an interrupt
+    /// ends it at once; a call dropped before its outcome leaves nothing behind when the
+    /// outcome comes late; a call PMIx refuses is its status, one done at once an outcome.
+    #[test]
+    fn calls_end_by_their_outcome_their_deadline_or_an_interrupt() {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::new()));
+        let lent = || Lent {
+            procs: vec![RawProc { nspace: [0; NSPACE_LEN], rank: 5 }],
+            info: vec![RawInfo::flag(PMIX_COLLECT_DATA, true)],
+            key: Some(c"k".to_owned()),
+            abandoned: false,
+        };
+        let idle = || {
+            let c = reg.lock();
+            c.lent.is_empty() && c.done.is_empty()
+        };
+        // Over, on another thread, with a value.
+        let seven = || Value(RawValue { kind: PMIX_UINT32, data: RawData { uint32: 7 } }, None);
+        let call = reg
+            .start("PMIx_Get(k of rank 3)".into(), lent(), None, |a, id| {
+                assert!(!a.key.is_null() && !a.procs.is_null() && (a.nprocs, a.ninfo) == (1, 1));
+                let id = id as usize;
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    reg.over(id, Outcome { status: PMIX_SUCCESS, value: Some(seven()) });
+                });
+                PMIX_SUCCESS
+            })
+            .ok()
+            .unwrap();
+        let got = call.wait(Instant::now() + Duration::from_secs(30)).unwrap();
+        assert_eq!((got.status, got.value.and_then(|v| v.number())), (PMIX_SUCCESS, Some(7)));
+        drop(call);
+        assert!(idle());
+        // Never over: the deadline ends the wait, naming the call.
+        let call = reg.start("PMIx_Get(k of rank 5)".into(), lent(), None, |_, _| PMIX_SUCCESS).ok().unwrap();
+        let e = call.wait(Instant::now() + Duration::from_millis(50)).err().unwrap();
+        assert!(e.timed_out, "{e}");
+        assert_eq!(e.message, "PMIx_Get(k of rank 5) failed: not over when the deadline passed");
+        // An interrupt, while it waits, ends the wait (long before its deadline: it would say
+        // so), and every later one until it is cleared.
+        let interrupter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            reg.interrupt(true);
+        });
+        let e = call.wait(Instant::now() + Duration::from_secs(30)).err().unwrap();
+        assert!(!e.timed_out, "{e}");
+        assert_eq!(e.message, "PMIx_Get(k of rank 5) failed: not over when a peer was found dead");
+        interrupter.join().unwrap();
+        assert!(call.wait(Instant::now() + Duration::from_secs(30)).is_err());
+        reg.interrupt(false);
+        // Dropped before its outcome: the late outcome is dropped, the arguments released.
+        let id = call.id;
+        drop(call);
+        reg.over(id, Outcome { status: PMIX_SUCCESS, value: Some(seven()) });
+        assert!(idle());
+        // Refused: PMIx's status (no callback comes); done at once: an outcome without one.
+        let once = Some(PMIX_OPERATION_SUCCEEDED);
+        let Err((what, rc)) = reg.start("PMIx_Fence (x)".into(), lent(), once, |_, _| PMIX_ERR_NOT_FOUND) else {
+            panic!("a refused call started")
+        };
+        assert_eq!((what.as_str(), rc), ("PMIx_Fence (x)", PMIX_ERR_NOT_FOUND));
+        let call = reg.start("PMIx_Fence (x)".into(), lent(), once, |_, _| PMIX_OPERATION_SUCCEEDED).ok().unwrap();
+        assert_eq!(call.wait(Instant::now()).map(|o| o.status).ok(), Some(PMIX_SUCCESS));
+        drop(call);
+        assert!(idle());
     }
 
     /// A library that is not there, or is not PMIx v4, is named with what is missing.

@@ -498,19 +498,16 @@ impl Liveness {
         if others.is_empty() {
             return None;
         }
-        let dead: Vec<u32> = self.dead().into_iter().filter(|r| others.contains(r)).collect();
-        if !dead.is_empty() {
-            self.record_blame(me, &dead);
-            let how = match self.shared.finder {
-                Some(Finder::Heartbeats { .. }) => format!(
-                    "stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
-                    AGENT_SILENT_AFTER.as_secs_f64()
-                ),
-                _ => "died: its connection to the rendezvous store closed (the process exited or was killed)".into(),
-            };
-            return Some(format!("rank(s) {} {how}", self.who(&dead)));
+        if let Some(died) = self.died(&others, me) {
+            return Some(died);
         }
-        let silent = match self.silent(&others) {
+        let silent = self.silent(&others);
+        // A close notice read while the question ran (a failure seen first elsewhere, e.g. a
+        // PMIx fence, may come before it) says more than a heartbeat standing still.
+        if let Some(died) = self.died(&others, me) {
+            return Some(died);
+        }
+        let silent = match silent {
             Err(store_gone) => return Some(store_gone),
             Ok(silent) if silent.is_empty() => return None,
             Ok(silent) => silent,
@@ -545,6 +542,24 @@ impl Liveness {
             text.push_str(&format!("; rank(s) {} failed waiting for it and went", self.name_ranks(&followers)));
         }
         Some(text)
+    }
+
+    /// The sentence of [`Self::blame`] for the ranks of `others` found dead, if any (recorded
+    /// as this rank's blame).
+    fn died(&self, others: &[u32], me: u32) -> Option<String> {
+        let dead: Vec<u32> = self.dead().into_iter().filter(|r| others.contains(r)).collect();
+        if dead.is_empty() {
+            return None;
+        }
+        self.record_blame(me, &dead);
+        let how = match self.shared.finder {
+            Some(Finder::Heartbeats { .. }) => format!(
+                "stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
+                AGENT_SILENT_AFTER.as_secs_f64()
+            ),
+            _ => "died: its connection to the rendezvous store closed (the process exited or was killed)".into(),
+        };
+        Some(format!("rank(s) {} {how}", self.who(&dead)))
     }
 
     /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
