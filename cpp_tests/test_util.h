@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -22,21 +23,47 @@ extern char **environ;
 
 namespace mcore_test {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
-inline uint16_t free_port() {
+// Whether `port` on 127.0.0.1 can be bound now (0: the kernel picks); the port bound, or 0.
+inline uint16_t bind_and_release(uint16_t port) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return 0;
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
+    addr.sin_port = htons(port);
     socklen_t len = sizeof addr;
-    uint16_t port = 0;
+    uint16_t got = 0;
     if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0 &&
         ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
-        port = ntohs(addr.sin_port);
+        got = ntohs(addr.sin_port);
     ::close(fd);
-    return port;
+    return got;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, then released): from
+// MCORE_PORT_RANGE=LO-HI when set, outside the kernel's ephemeral range, as
+// mcore_init::store::tcp::free_port and scripts/lib/ports.py pick it; else the kernel's pick.
+// 0 when there is none.
+inline uint16_t free_port() {
+    const char *spec = std::getenv("MCORE_PORT_RANGE");
+    unsigned lo = 0, hi = 0;
+    if (spec == nullptr || std::sscanf(spec, "%u-%u", &lo, &hi) != 2 || lo < 1 || lo > hi || hi > 65535)
+        return bind_and_release(0);
+    unsigned eph_lo = 0, eph_hi = 0;
+    if (FILE *f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+        if (std::fscanf(f, "%u %u", &eph_lo, &eph_hi) != 2) eph_lo = eph_hi = 0;
+        std::fclose(f);
+    }
+    static unsigned calls = 0;
+    const unsigned span = hi - lo + 1;
+    const unsigned start = static_cast<unsigned>(::getpid()) * 7919u + (calls++) * 104729u +
+                           static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+    for (unsigned i = 0; i < span; ++i) {
+        const unsigned port = lo + (start + i) % span;
+        if (port >= eph_lo && port <= eph_hi) continue;
+        if (bind_and_release(static_cast<uint16_t>(port)) != 0) return static_cast<uint16_t>(port);
+    }
+    return 0;
 }
 
 // Sets (or, with nullptr, removes) an environment variable for the scope of the object.

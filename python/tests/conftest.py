@@ -2,7 +2,7 @@ import functools
 import gzip
 import json
 import os
-import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,9 +50,13 @@ def gloo_plugin():
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1, from MCORE_PORT_RANGE when set (scripts/lib/ports.py)."""
+    sys.path.insert(0, str(REPO / "scripts" / "lib"))
+    try:
+        import ports
+    finally:
+        sys.path.pop(0)
+    return ports.free_port()
 
 
 def child_env(**extra):

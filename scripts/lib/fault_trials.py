@@ -25,21 +25,16 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+from ports import free_port  # scripts/lib/ports.py: MCORE_PORT_RANGE when set
 
 POINTS = ["start", "checkin", "created", "verify", "destroy", "recover"]
 WINDOW_S = 3.0  # recovery's default detection window (docs/recovery.md)
 SIGNALS = ["kill", "stop"]
 GRACE_S = 2.0  # the bound: every wait ends within its deadline + 2 s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def names_rank(message: str, rank: int) -> bool:

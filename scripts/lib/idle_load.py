@@ -8,16 +8,11 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port  # scripts/lib/ports.py: MCORE_PORT_RANGE when set
 
 
 def segs_in(port):

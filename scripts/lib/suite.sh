@@ -27,10 +27,14 @@
 #   suite_need NAME "TOOL..." PKG...
 #                                   install PKGs when a TOOL is missing; when they cannot be
 #                                   installed, end suite NAME as skipped (exit 0)
+#   free_port [N]                   print N (default 1) free ports on 127.0.0.1, one per line, from
+#                                   $MCORE_PORT_RANGE when set (scripts/lib/ports.py; scripts/test.sh
+#                                   gives each lane its own range, outside the kernel's ephemeral one)
 #   mpirun_ready NAME               Debian's OpenMPI (installed when missing, as suite_need),
 #                                   mcore-selftest and the Gloo plugin built ($plugin), and $mpi:
 #                                   mpirun on loopback only, oversubscribed, allowed as root
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+suite_root=$PWD
 suite_pass=0
 suite_fail=0
 
@@ -101,6 +105,10 @@ suite_abort() {
   suite_fail=$((suite_fail + 1))
   echo "$1: $suite_pass passed, $suite_fail failed ($2)"
   exit 1
+}
+
+free_port() {
+  python3 "$suite_root/scripts/lib/ports.py" "$@"
 }
 
 gloo_plugin_build() {

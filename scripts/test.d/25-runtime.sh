@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# lane: wait
 # The runtime with real processes over the Gloo plugin (tests/runtime/runtime_multiprocess.rs), and the
 # README's main job (8 ranks through mcore-launch).
 set -uo pipefail

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # Recovery after a failure with real processes (docs/recovery.md): 16 Gloo ranks, tp 2 pp 2,
 # through mcore-launch; after init rank 0 kills the named ranks with SIGKILL (by pid) and the
 # survivors agree on the failed set through the store and re-form:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # Fault injection (issue #23): Gloo worlds of 8 and 16 real mcore-selftest processes, init timeout
 # T = 5 s, in which one rank (rank 0 in every third trial, else one drawn from a fixed seed)
 # SIGKILLs or SIGSTOPs itself at a drawn point: before init, at check-in, with its communicators
@@ -27,7 +28,7 @@ suite_check "a killed rank found at once (16 ranks, T = 60 s)" python3 scripts/l
 # T = 20 s: 8 of 8 come up, nobody named dead.
 pause_trial() {
   local secs=$1 port pids=() ok=0 r
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   for r in $(seq 0 7); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       LD_LIBRARY_PATH="$(dirname "$plugin")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # srun with nothing set by hand (issue 28): a real single-node Slurm from Debian (slurm-wlm:
 # slurmctld, slurmd; munge), configured, started, stopped and removed by this suite in a private
 # directory, runs `srun -n 8 mcore-selftest --tp 2 --pp 2 --backend gloo --json` with no
@@ -60,11 +61,7 @@ if ! munged --force --socket="$dir/munge.sock" --key-file="$dir/munge.key" --pid
 fi
 
 # Two free ports on 127.0.0.1 for slurmctld and slurmd.
-read -r ctld_port d_port < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r ctld_port d_port < <(free_port 2 | tr '\n' ' ')
 host=$(hostname -s)
 node=mcore-n01
 cat >"$dir/slurm.conf" <<EOF

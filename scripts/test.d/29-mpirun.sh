@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # mpirun with nothing set by hand (issue 28): Debian's OpenMPI (openmpi-bin, installed when
 # missing) runs `mpirun -np 8 mcore-selftest --tp 2 --pp 2 --backend gloo --json` on this one
 # node with no MASTER_ADDR/MASTER_PORT: the ranks meet on loopback at the port derived from the
@@ -51,7 +52,7 @@ print(f"mpirun: met at {addr}:{port} (PMIX_NAMESPACE={ns!r})")
 PY
 
 # Several nodes' form, on this one: MASTER_ADDR/MASTER_PORT passed with -x are used as given.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 "${clean[@]}" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 120 "${mpi[@]}" -x MASTER_ADDR -x MASTER_PORT -x LD_LIBRARY_PATH \
   --output-filename "$dir/x" -np 4 target/release/mcore-selftest --tp 2 --pp 2 --backend gloo --json --timeout 60 \
   >/dev/null 2>"$dir/x.mpirun"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # The rendezvous through PMIx (issue 35), with Debian's OpenMPI (openmpi-bin, whose mpirun runs a
 # PMIx server; libpmix2 comes with it): `mpirun -np 8 mcore-selftest --tp 2 --pp 2 --cp 2` with
 # nothing set by hand rendezvous through PMIx (rank 0's store on an ephemeral port, published via
@@ -122,7 +123,7 @@ else
 fi
 
 # 6. MASTER_ADDR and MASTER_PORT set by hand under PMIx: rank 0's store binds them, and publishes.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 if run given 4 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" -- --tp 2 && python3 scripts/lib/selftest_lines.py "$dir/given.out" 4 127.0.0.1 \
    && [ "$(grep -c '"rendezvous":"pmix"' "$dir/given.out")" -eq 4 ] \
    && [ "$(grep -c "meets the others at 127.0.0.1:$port (address: MASTER_ADDR, published through PMIx; port: MASTER_PORT)" "$dir/given.err")" -eq 4 ]; then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# lane: wait
 # Build the HCCL backend plugin (backends/hccl, C++17, CMake; no Ascend toolkit needed) into
 # target/hccl-plugin/libmcore_init_hccl.so and run its tests: the C++ cases (ctest: no libhccl.so,
 # a library without HCCL's symbols, config generations, timeouts, a missing peer, against the test

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # Hostile clients against the store of a live 8-rank init (issue #24, tests/store/store_hostile.rs):
 # MULTI_GETs of 1 MB key lists, 250,000 WAITs on one key then close, requests left half-sent,
 # replies never read, 1,100 idle connections at an open-file limit of 1,024. Every rank must come

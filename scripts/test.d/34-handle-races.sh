@@ -15,7 +15,7 @@ exe=target/c-examples/handle_races
 log=target/handle-races.log
 cc -std=c11 -g -fsanitize=address -fno-omit-frame-pointer -Wall -Wextra -Werror -Iinclude tests/c/handle_races.c \
   -L"$lib" -lmcore_init -lpthread -Wl,-rpath,"$PWD/$lib" -o "$exe" || suite_abort "handle-races (ASan)" "cannot build"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 if ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 300 "$exe" "$plugin" >"$log" 2>&1 \
    && ! grep -q AddressSanitizer "$log"; then

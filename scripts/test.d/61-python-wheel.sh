@@ -60,10 +60,10 @@ assert (lib.NATIVE_DIR / "libmcore_init_gloo.so").is_file()
 for tool in ("mcore-launch", "mcore-selftest", "mcore-topo"):
     assert shutil.which(tool) == os.path.join(sys.prefix, "bin", tool), (tool, shutil.which(tool))
 # backend="gloo" finds the carried plugin (a world of one on loopback).
-import os, socket
 from mcore_init import runtime
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.environ["MCORE_REPO_ROOT"], "scripts", "lib"))
+from ports import free_port  # MCORE_PORT_RANGE when set
+port = free_port()
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 runtime.initialize(backend="gloo", timeout=60)
 runtime.destroy()
@@ -105,7 +105,7 @@ else
 fi
 # The 4-rank Gloo init where Debian's Gloo, what it links and libstdc++ are hidden.
 cat >"$work/ranks.py" <<'PY'
-import json, os, socket, subprocess, sys
+import json, os, subprocess, sys
 WORKER = r"""
 import json, os
 from mcore_init import parallel_state as ps, runtime
@@ -123,8 +123,9 @@ out = {"rank": rank, "world": list(runtime.world()),
 ps.destroy_model_parallel()
 print(json.dumps(out), flush=True)
 """
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.environ["MCORE_REPO_ROOT"], "scripts", "lib"))
+from ports import free_port  # MCORE_PORT_RANGE when set
+port = free_port()
 env = {k: v for k, v in os.environ.items() if not k.startswith("MCORE_")}
 procs = [subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True,
                           env=dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # Several hosts, simulated with two network namespaces joined by a veth pair (10.77.0.1 and
 # 10.77.0.2, a private range used only between the namespaces this suite creates), 4 ranks on
 # each, Gloo, default settings (nothing but MASTER_ADDR/MASTER_PORT and the rank variables):

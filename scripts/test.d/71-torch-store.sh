@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tier: slow
+# lane: wait
 # Our TCPStore server (src/store/tcp/server/) under real torch clients (PyPI's torch, pinned; the
 # venv of scripts/torchrun-venv.sh, target/torchrun-venv, shared with 70-multihost.sh), all on
 # 127.0.0.1 (scripts/torch_store_compat/):
@@ -114,7 +115,7 @@ same_process() {  # NAME COMMAND...
 }
 same_process mcore-launch env MCORE_STORE_KEEP_OPEN=1 target/release/mcore-launch --nproc 4 --timeout 200 -- \
   "$py" -W ignore "$compat/same_process.py" "$plugin"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 same_process torchrun "$venv/bin/torchrun" --nnodes 1 --nproc-per-node 4 --master-addr 127.0.0.1 \
   --master-port "$port" --max-restarts 0 --monitor-interval 0.5 "$compat/same_process.py" "$plugin"
 

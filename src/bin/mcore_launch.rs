@@ -17,6 +17,10 @@
 //! node's `--node-rank`. Node K runs global ranks K*N .. K*N+N-1. Each launcher watches only its
 //! own ranks; ranks on other nodes fail by their init timeout when one of them is gone.
 //!
+//! One node without `--master-port`: a free port on 127.0.0.1, the kernel's pick, or one from
+//! `MCORE_PORT_RANGE=LO-HI` when set (outside the kernel's ephemeral range, so that nothing else
+//! on the machine takes it before rank 0 binds it: `mcore_init::store::tcp::free_port`).
+//!
 //! Recovery (docs/recovery.md): each rank gets `MCORE_LAUNCH_DIR`, a directory of this launcher.
 //! Once a rank has announced there that the job recovers from a rank's death
 //! (`runtime::recovery::announce_recoverable`), a rank killed by a signal does not stop the
@@ -152,11 +156,6 @@ fn parse_args(argv: &[OsString]) -> Result<Args, String> {
         i += 2;
     }
     Err("missing '--' before the program to launch".into())
-}
-
-/// A free TCP port on the loopback interface (bound then released, like torchrun's default).
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn forward(
@@ -295,7 +294,10 @@ fn run(args: Args) -> Result<u8, String> {
         Some(p) => p,
         // Every node must agree on the port: torch's default, as torchrun does.
         None if args.nnodes > 1 => DEFAULT_MASTER_PORT,
-        None => free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?,
+        // Bound then released, like torchrun's default; from MCORE_PORT_RANGE when set.
+        None => {
+            mcore_init::store::tcp::free_port().map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?
+        }
     };
     // Store keys carry the run id, so every node's launcher must derive the same one.
     let run_id = if args.nnodes > 1 {

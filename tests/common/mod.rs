@@ -96,9 +96,11 @@ pub fn backend_probe() -> PathBuf {
     probe
 }
 
-/// A free TCP port on loopback (bound then released; a test's own processes take it next).
+/// A free TCP port on loopback (bound then released; a test's own processes take it next): from
+/// `MCORE_PORT_RANGE` when set (scripts/test.sh gives each lane its own), see
+/// `mcore_init::store::tcp::free_port`.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    mcore_init::store::tcp::free_port().unwrap()
 }
 
 /// `MCORE_GLOO_PLUGIN` when it names a built plugin; otherwise `None`, saying on stderr that

@@ -717,7 +717,7 @@ mod tests {
     /// retries, and an error at the timeout (7 s) that names the connect failure, not a store key.
     #[test]
     fn a_rank_that_cannot_reach_the_store_says_so_every_few_seconds() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::store::tcp::free_port().unwrap();
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -808,7 +808,7 @@ mod tests {
     #[test]
     fn a_store_bind_that_misses_master_addr_fails_at_once_naming_both() {
         use std::process::{Command, Stdio};
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::store::tcp::free_port().unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",

@@ -4,11 +4,13 @@
 
 pub mod auth;
 mod client;
+mod free_port;
 mod pool;
 mod server;
 pub mod wire;
 
 pub use auth::StoreToken;
 pub use client::TcpStore;
+pub use free_port::{free_port, PORT_RANGE_VAR};
 pub use pool::TcpStorePool;
 pub use server::{ServerLimits, TcpStoreServer};
