@@ -40,6 +40,7 @@
 //! rank counts as dead there.
 
 use super::launch::env::LaunchEnv;
+use super::meeting::explain;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
@@ -90,10 +91,6 @@ const AGENT_SCAN_MAX: u32 = 1024;
 
 fn key(rank: u32) -> String {
     format!("alive/{rank}")
-}
-
-fn failed_key(rank: u32) -> String {
-    format!("alive/failed/{rank}")
 }
 
 /// A heartbeat connection: the view the heartbeat uses, and the connection under it when it left
@@ -512,25 +509,18 @@ impl Liveness {
             Ok(silent) if silent.is_empty() => return None,
             Ok(silent) => silent,
         };
-        // Follow the records of silent ranks that failed before they went.
-        let (mut roots, mut followers) = (BTreeSet::new(), BTreeSet::new());
-        let mut queue: Vec<u32> = silent;
-        let mut seen: BTreeSet<u32> = BTreeSet::from([me]);
-        while let Some(r) = queue.pop() {
-            if !seen.insert(r) || seen.len() > MAX_READ {
-                continue;
-            }
-            match self.record_of(r) {
-                Some(blamed) if !blamed.is_empty() => {
-                    followers.insert(r);
-                    queue.extend(blamed);
-                }
-                _ => {
-                    roots.insert(r);
-                }
-            }
-        }
-        let roots: Vec<u32> = roots.into_iter().collect();
+        // Follow the records of silent ranks that failed before they went (the one blame record,
+        // `meeting::explain`): a rank found answering ends no chain, and a silent rank whose
+        // record blames none other is a root itself.
+        let checked = &others[..others.len().min(MAX_READ)];
+        let answering = |r: &u32| checked.contains(r) && !silent.contains(r);
+        let (roots, followers) = {
+            let store = self.shared.borrow();
+            explain::follow(silent.clone(), BTreeSet::from([me]), MAX_READ, |r| {
+                let blamed: Vec<u32> = explain::record_of(&*store, r)?.into_iter().filter(|b| !answering(b)).collect();
+                (!blamed.is_empty()).then_some(blamed)
+            })
+        };
         self.record_blame(me, &roots);
         let mut text = format!(
             "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
@@ -538,7 +528,6 @@ impl Liveness {
             SILENT_AFTER.as_secs_f64()
         );
         if !followers.is_empty() {
-            let followers: Vec<u32> = followers.into_iter().collect();
             text.push_str(&format!("; rank(s) {} failed waiting for it and went", self.name_ranks(&followers)));
         }
         Some(text)
@@ -596,22 +585,13 @@ impl Liveness {
         format!("{now} (before the recovery: {})", old.join(", "))
     }
 
-    /// Record that this rank (`me`) blames `ranks`, for the ranks that ask later (see
-    /// [`Self::record_of`]).
+    /// Add `ranks` to what this rank (`me`) blames in its blame record (`meeting::explain`, the
+    /// one record: a failed creation may have written it first), for the ranks that ask later.
     fn record_blame(&self, me: u32, ranks: &[u32]) {
-        let record: Vec<String> = ranks.iter().map(u32::to_string).collect();
-        let _ = self.shared.borrow().set(&failed_key(me), record.join(",").as_bytes());
-    }
-
-    /// The ranks that rank `r` blamed when it failed, if it recorded any.
-    fn record_of(&self, r: u32) -> Option<Vec<u32>> {
-        let k = failed_key(r);
         let store = self.shared.borrow();
-        if !store.check(&[&k]).ok()? {
-            return None;
-        }
-        let text = store.get(&k).ok()?;
-        Some(String::from_utf8_lossy(&text).split(',').filter_map(|x| x.parse().ok()).collect())
+        let mut blamed = explain::record_of(&*store, me).unwrap_or_default();
+        blamed.extend(ranks.iter().filter(|r| !blamed.contains(r)).collect::<Vec<_>>());
+        explain::record(&*store, me, blamed.iter());
     }
 
     /// `inner`, failing every call at once (naming the store's host) once the heartbeat has found

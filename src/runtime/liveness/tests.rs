@@ -4,13 +4,18 @@
 use super::*;
 use crate::store::MemoryStore;
 
+/// Ranks 0, 1 and 2 beating in one in-process store.
+fn three_beating() -> (Arc<dyn Store>, Liveness, Liveness, Liveness) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+    let on = |r| Liveness::on(store.clone(), r, "rank 0".into());
+    let (a, b, c) = (on(0), on(1), on(2));
+    std::thread::sleep(HEARTBEAT_PERIOD * 2);
+    (store, a, b, c)
+}
+
 #[test]
 fn a_rank_whose_heartbeat_stops_is_named_and_live_ones_are_not() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
-    let a = Liveness::on(store.clone(), 0, "rank 0".into());
-    let b = Liveness::on(store.clone(), 1, "rank 0".into());
-    let c = Liveness::on(store.clone(), 2, "rank 0".into());
-    std::thread::sleep(HEARTBEAT_PERIOD * 2);
+    let (_, a, b, c) = three_beating();
     drop(c); // rank 2 dies
     assert_eq!(a.silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
     let text = a.blame(&[0, 1, 2], 0).unwrap();
@@ -120,4 +125,26 @@ fn after_a_death_a_wait_for_blame_records_waits_for_the_living_only() {
     // Only the dead's record: nothing to wait for.
     let e = guarded.wait(&[&b2], Duration::from_secs(5)).unwrap_err();
     assert!(matches!(e, crate::store::StoreError::Timeout { .. }), "{e}");
+}
+
+#[test]
+fn the_one_blame_record_leads_past_silent_ranks_to_the_first_dead_but_not_to_a_live_one() {
+    use crate::runtime::meeting::explain::{record, record_of};
+    let (store, a, b, c) = three_beating();
+    // Rank 1's creation failed waiting for rank 2, which still answers, and rank 1 went: rank 1
+    // is the one that stopped answering, not the live rank its record blames.
+    record(&*store, 1, [2].iter());
+    drop(b);
+    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    assert!(text.starts_with("rank(s) 1 stopped answering"), "{text}");
+    assert!(!text.contains("failed waiting"), "{text}");
+    // Rank 0 adds to its record what it blames (rank 1), keeping what it had recorded.
+    record(&*store, 0, [5].iter());
+    assert_eq!(a.blame(&[0, 1, 2], 0).map(|_| ()), Some(()));
+    assert_eq!(record_of(&*store, 0), Some(vec![5, 1]));
+    // Once rank 2 went too, rank 1's record (written by its failed creation) leads to it.
+    drop(c);
+    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
+    assert!(text.contains("rank(s) 1 failed waiting for it and went"), "{text}");
 }

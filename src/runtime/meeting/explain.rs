@@ -12,6 +12,9 @@
 //! have never arrived, in the one wording of [`did_not_come`]. A member that was merely fast
 //! (it reached the step or arrived during the grace) is read again after it and not named.
 //!
+//! Liveness (`crate::runtime::liveness`) keeps no record of its own: it reads and adds to the
+//! same record, and follows it with the same walker ([`follow`]), counting its ends its own way.
+//!
 //! The grace is a wait for the records of the living members behind: a peer's death does not end
 //! it, since the members failing with this rank fail of that death (see `liveness::guard`).
 
@@ -153,9 +156,15 @@ impl<'a> Explainer<'a> {
 
     /// Record that this rank blames `ranks` (its blame record, for the ranks waiting for it).
     fn record<'r>(&self, ranks: impl Iterator<Item = &'r u32>) {
-        let text: Vec<String> = ranks.map(u32::to_string).collect();
-        let _ = self.store.set(&blame_key(self.rank), text.join(",").as_bytes());
+        record(self.store, self.rank, ranks);
     }
+}
+
+/// Write `rank`'s blame record in `store`: the ranks it blames for its failure (what it had
+/// recorded before is replaced).
+pub(crate) fn record<'r>(store: &dyn Store, rank: u32, ranks: impl Iterator<Item = &'r u32>) {
+    let text: Vec<String> = ranks.map(u32::to_string).collect();
+    let _ = store.set(&blame_key(rank), text.join(",").as_bytes());
 }
 
 /// The ranks `rank`'s blame record blames, when it has one. Read without waiting (a store
@@ -169,33 +178,53 @@ pub(crate) fn record_of(store: &dyn Store, rank: u32) -> Option<Vec<u32>> {
     Some(String::from_utf8_lossy(&text).split(',').filter_map(|r| r.parse().ok()).collect())
 }
 
-/// The one chain walker: of the `late` members (behind `rank`), those that never arrived (no
-/// record), those stuck at an earlier group (a record), and the ranks at the ends of the stuck
-/// ones' chains of records (none of their own).
+/// Of the `late` members (behind `rank`): those that never arrived (no record), those stuck at
+/// an earlier group (a record), and the ranks at the ends of the stuck ones' chains of records
+/// (none of their own).
 fn walk(store: &dyn Store, rank: u32, late: &[u32]) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let (mut never, mut stuck, mut waited_on) = (Vec::new(), Vec::new(), BTreeSet::new());
+    let (mut never, mut stuck, mut blamed) = (Vec::new(), Vec::new(), Vec::new());
     for &m in late {
-        let Some(blamed) = record_of(store, m) else {
-            never.push(m);
-            continue;
-        };
-        stuck.push(m);
-        let mut seen: BTreeSet<u32> = late.iter().copied().collect();
-        seen.insert(rank);
-        let mut queue = blamed;
-        while let Some(r) = queue.pop() {
-            if !seen.insert(r) || seen.len() > MAX_CHECKED {
-                continue;
+        match record_of(store, m) {
+            Some(more) => {
+                stuck.push(m);
+                blamed.extend(more);
             }
-            match record_of(store, r) {
-                Some(more) => queue.extend(more),
-                None => {
-                    waited_on.insert(r);
-                }
+            None => never.push(m),
+        }
+    }
+    let seen: BTreeSet<u32> = late.iter().copied().chain([rank]).collect();
+    let (waited_on, _) = follow(blamed, seen, MAX_CHECKED, |r| record_of(store, r));
+    (never, stuck, waited_on)
+}
+
+/// The one chain walker of the blame records, for every explanation (a failed creation here,
+/// the ranks that stopped answering in `crate::runtime::liveness`): from the ranks of `start`,
+/// leaving out those of `seen`, each rank leads on to the ranks `next` gives (the ones its record
+/// blames, as the caller counts them), or ends the chain (`None`). Returns the ends and the
+/// ranks passed through, each sorted; at most `limit` ranks are looked at.
+pub(crate) fn follow(
+    start: Vec<u32>,
+    mut seen: BTreeSet<u32>,
+    limit: usize,
+    mut next: impl FnMut(u32) -> Option<Vec<u32>>,
+) -> (Vec<u32>, Vec<u32>) {
+    let (mut ends, mut through) = (BTreeSet::new(), BTreeSet::new());
+    let mut queue = start;
+    while let Some(r) = queue.pop() {
+        if !seen.insert(r) || seen.len() > limit {
+            continue;
+        }
+        match next(r) {
+            Some(more) => {
+                through.insert(r);
+                queue.extend(more);
+            }
+            None => {
+                ends.insert(r);
             }
         }
     }
-    (never, stuck, waited_on.into_iter().collect())
+    (ends.into_iter().collect(), through.into_iter().collect())
 }
 
 #[cfg(test)]
