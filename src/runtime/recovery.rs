@@ -126,7 +126,10 @@ fn decode(bytes: &[u8], what: &str) -> Result<Vec<u32>, RuntimeError> {
 }
 
 /// Agree with the other survivors on the failed ranks of a world of `world` (see the module
-/// documentation). Every participant gets the same set.
+/// documentation). Every participant gets the same set. `still_coming(absent)`: those of the
+/// ranks absent when the window ends that are known alive and merely late (after a failed init,
+/// a rank that started late fails its init late): waited for until `deadline`, not voted out.
+#[allow(clippy::too_many_arguments)]
 fn agree(
     store: &dyn Store,
     rank: u32,
@@ -135,6 +138,7 @@ fn agree(
     host: Option<u32>,
     window: Duration,
     deadline: Instant,
+    still_coming: &dyn Fn(&[u32]) -> Vec<u32>,
 ) -> Result<Vec<u32>, RuntimeError> {
     let window_end = Deadline::at((Instant::now() + window).min(deadline));
     let what = "the recovery's agreement";
@@ -144,7 +148,12 @@ fn agree(
     let verdict = if settled {
         meeting.decide(&encode(&proposal)).map_err(agreement_error)?
     } else {
-        match meeting.await_end_by(window_end).map_err(agreement_error)? {
+        let mut verdict = meeting.await_end_by(window_end).map_err(agreement_error)?;
+        if verdict.is_none() && !still_coming(&presence(&meeting, world, host)?.1).is_empty() {
+            // Alive, late: its arrival settles the agreement (or the deadline ends the wait).
+            verdict = meeting.await_end_by(Deadline::at(deadline)).map_err(agreement_error)?;
+        }
+        match verdict {
             Some(verdict) => verdict,
             // The window is over: propose who is absent now.
             None => meeting.decide(&encode(&presence(&meeting, world, host)?.1)).map_err(agreement_error)?,
@@ -485,6 +494,19 @@ fn store_lost(source: crate::store::StoreError, doing: &str) -> RuntimeError {
     RuntimeError::StoreConnect { what: format!("the rendezvous store ({doing})"), source }
 }
 
+/// The agreement's `still_coming` (see [`agree`]): after a failed init (`after_failed_init`), the
+/// absent ranks that `liveness` finds alive; otherwise none (a rank that does not take part after
+/// init is not waited for past the window).
+fn alive_if_late(
+    liveness: Option<&super::liveness::Liveness>,
+    after_failed_init: bool,
+) -> impl Fn(&[u32]) -> Vec<u32> + '_ {
+    move |absent| match liveness {
+        Some(l) if after_failed_init => l.alive_among(absent),
+        _ => Vec::new(),
+    }
+}
+
 /// One recovery from `origin`: agree, plan (the world's ranks past the layout are its spares),
 /// then leave, re-form, or (`None`) stand by again as a spare of the new layout.
 fn recover(
@@ -505,7 +527,7 @@ fn recover(
         mut comms,
         strategy,
         settled_by,
-        liveness: _beating,
+        liveness: beating,
     } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.
@@ -516,7 +538,8 @@ fn recover(
     // The rank hosting the store is alive while the store answers: never proposed failed.
     let host = (!env.use_agent_store).then_some(0);
     let agreed_by = start + window.max(timeout);
-    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, agreed_by)?;
+    let still_coming = alive_if_late(beating.as_ref(), settled_by.is_some());
+    let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, agreed_by, &still_coming)?;
     // The new layout gets the whole timeout from the verdict on, as an init would.
     let deadline = Instant::now() + timeout;
     let agree_time = start.elapsed();
@@ -822,6 +845,36 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
 
+    /// No absent rank known alive.
+    fn none_coming(_: &[u32]) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// Rank 2 is alive but arrives after the window (it started late); rank 3 never comes. Rank
+    /// 2 is waited for, not voted out: every verdict names rank 3 alone.
+    #[test]
+    fn a_rank_known_alive_that_arrives_late_is_waited_for() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let window = Duration::from_millis(200);
+        let handles: Vec<_> = [(0u32, 0u64), (1, 0), (2, 700)]
+            .map(|(r, late_ms)| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(late_ms));
+                    let coming = |absent: &[u32]| absent.iter().copied().filter(|&a| a == 2).collect();
+                    agree(store.as_ref(), r, 4, &[], None, window, deadline, &coming).unwrap()
+                })
+            })
+            .into_iter()
+            .collect();
+        let verdicts: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(verdicts.iter().all(|v| v == &vec![3]), "{verdicts:?}");
+        // Without it, the late rank 2 is voted out with rank 3.
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
+        assert_eq!(agree(store.as_ref(), 0, 3, &[], None, window, deadline, &none_coming).unwrap(), vec![1, 2]);
+    }
+
     /// The agreement over an in-process store (a test double of the TCP store; the real store
     /// and processes are covered by scripts/test.d/26-recovery.sh and the Python tests).
     fn run_agreement(
@@ -836,7 +889,9 @@ mod tests {
             .iter()
             .map(|&r| {
                 let (store, suspects) = (store.clone(), if r == ranks[0] { suspects.to_vec() } else { vec![] });
-                std::thread::spawn(move || agree(store.as_ref(), r, world, &suspects, None, window, deadline).unwrap())
+                std::thread::spawn(move || {
+                    agree(store.as_ref(), r, world, &suspects, None, window, deadline, &none_coming).unwrap()
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -850,8 +905,16 @@ mod tests {
         assert!(verdicts.iter().all(|v| v == &vec![2, 5]), "{verdicts:?}");
         assert!(t.elapsed() >= Duration::from_millis(300));
         // A rank arriving after the verdict reads it, and finds itself failed.
-        let late =
-            agree(store.as_ref(), 2, 6, &[], None, Duration::from_millis(50), Instant::now() + Duration::from_secs(5));
+        let late = agree(
+            store.as_ref(),
+            2,
+            6,
+            &[],
+            None,
+            Duration::from_millis(50),
+            Instant::now() + Duration::from_secs(5),
+            &none_coming,
+        );
         assert_eq!(late.unwrap(), vec![2, 5]);
     }
 
@@ -878,16 +941,18 @@ mod tests {
         let verdicts: Vec<_> = [1u32, 2]
             .map(|r| {
                 let store = store.clone();
-                std::thread::spawn(move || agree(store.as_ref(), r, 4, &[], Some(0), window, deadline).unwrap())
+                std::thread::spawn(move || {
+                    agree(store.as_ref(), r, 4, &[], Some(0), window, deadline, &none_coming).unwrap()
+                })
             })
             .into_iter()
             .map(|h| h.join().unwrap())
             .collect();
         assert!(verdicts.iter().all(|v| v == &vec![3]), "{verdicts:?}");
-        assert_eq!(agree(store.as_ref(), 0, 4, &[], Some(0), window, deadline).unwrap(), vec![3]);
+        assert_eq!(agree(store.as_ref(), 0, 4, &[], Some(0), window, deadline, &none_coming).unwrap(), vec![3]);
         // Without the host rule the late rank 0 would have been proposed failed.
         let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
-        assert_eq!(agree(store.as_ref(), 1, 3, &[], None, window, deadline).unwrap(), vec![0, 2]);
+        assert_eq!(agree(store.as_ref(), 1, 3, &[], None, window, deadline, &none_coming).unwrap(), vec![0, 2]);
     }
 
     #[test]
