@@ -483,6 +483,31 @@ mod tests {
         }
     }
 
+    /// Rank `rank`'s request for the group `name` of `members` over `base` (the [`Rendezvous`]
+    /// double), within `timeout`.
+    fn creation_of(
+        base: &Arc<dyn Store>,
+        rank: u32,
+        name: &str,
+        members: Vec<u32>,
+        timeout: Duration,
+    ) -> (Arc<MemberEntry>, Creation) {
+        let gr = members.iter().position(|&x| x == rank).unwrap() as u32;
+        let entry =
+            Arc::new(MemberEntry::new(name.into(), members, gr, CommOptions::default(), 0, Instant::now() + timeout));
+        let creation = Creation {
+            factory: Arc::new(Rendezvous),
+            base: base.clone(),
+            space: crate::runtime::meeting::keys::after_init(name, 0),
+            entry: entry.clone(),
+            rank,
+            host_addr: "127.0.0.1".into(),
+            device: None,
+            timeout,
+        };
+        (entry, creation)
+    }
+
     /// Ranks 0, 1, 2 each make two of the groups a = {0, 1}, b = {1, 2}, c = {0, 2}, starting
     /// them in a cyclic order (0: a, c; 1: b, a; 2: c, b) and waiting in `wait_order`: the
     /// time each rank took, or its first error.
@@ -501,26 +526,7 @@ mod tests {
                     let start = Instant::now();
                     let mut entries = Vec::new();
                     for name in orders[rank as usize] {
-                        let m = members(name);
-                        let gr = m.iter().position(|&x| x == rank).unwrap() as u32;
-                        let entry = Arc::new(MemberEntry::new(
-                            name.into(),
-                            m,
-                            gr,
-                            CommOptions::default(),
-                            0,
-                            Instant::now() + timeout,
-                        ));
-                        let creation = Creation {
-                            factory: Arc::new(Rendezvous),
-                            base: base.clone(),
-                            space: crate::runtime::meeting::keys::after_init(name, 0),
-                            entry: entry.clone(),
-                            rank,
-                            host_addr: "127.0.0.1".into(),
-                            device: None,
-                            timeout,
-                        };
+                        let (entry, creation) = creation_of(&base, rank, name, members(name), timeout);
                         creation.arrive().map_err(|e| e.to_string())?;
                         launch(&entry, creation, background)?;
                         entries.push(entry);
@@ -571,25 +577,7 @@ mod tests {
         };
         crate::runtime::launch::host::publish(base.as_ref(), 2, &n2).unwrap();
         let make = move |rank: u32, name: &str, members: Vec<u32>, timeout: Duration| {
-            let gr = members.iter().position(|&x| x == rank).unwrap() as u32;
-            let entry = Arc::new(MemberEntry::new(
-                name.into(),
-                members,
-                gr,
-                CommOptions::default(),
-                0,
-                Instant::now() + timeout,
-            ));
-            let creation = Creation {
-                factory: Arc::new(Rendezvous),
-                base: base.clone(),
-                space: crate::runtime::meeting::keys::after_init(name, 0),
-                entry,
-                rank,
-                host_addr: "127.0.0.1".into(),
-                device: None,
-                timeout,
-            };
+            let (_, creation) = creation_of(&base, rank, name, members, timeout);
             creation.arrive().unwrap();
             creation.run().map(drop).unwrap_err().to_string()
         };
