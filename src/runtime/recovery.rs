@@ -495,15 +495,14 @@ fn store_lost(source: crate::store::StoreError, doing: &str) -> RuntimeError {
 }
 
 /// The agreement's `still_coming` (see [`agree`]): after a failed init (`after_failed_init`), the
-/// absent ranks that `liveness` finds alive; otherwise none (a rank that does not take part after
-/// init is not waited for past the window).
-fn alive_if_late(
-    liveness: Option<&super::liveness::Liveness>,
-    after_failed_init: bool,
-) -> impl Fn(&[u32]) -> Vec<u32> + '_ {
-    move |absent| match liveness {
-        Some(l) if after_failed_init => l.alive_among(absent),
-        _ => Vec::new(),
+/// absent ranks that checked in to it (in `store`, the attempt's): alive when the init began, and
+/// merely late to its end (a rank that died since is suspected by the others, through its close
+/// notice). Otherwise none: after init, a rank that does not take part is not waited for past
+/// the window.
+fn checked_in_if_late(store: &dyn Store, after_failed_init: bool) -> impl Fn(&[u32]) -> Vec<u32> + '_ {
+    move |absent| {
+        let checked_in = |r: &u32| store.check(&[&super::meeting::checkin::arrival_key(*r)]).unwrap_or(false);
+        absent.iter().copied().filter(|r| after_failed_init && checked_in(r)).collect()
     }
 }
 
@@ -527,7 +526,7 @@ fn recover(
         mut comms,
         strategy,
         settled_by,
-        liveness: beating,
+        liveness: _beating,
     } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.
@@ -538,7 +537,7 @@ fn recover(
     // The rank hosting the store is alive while the store answers: never proposed failed.
     let host = (!env.use_agent_store).then_some(0);
     let agreed_by = start + window.max(timeout);
-    let still_coming = alive_if_late(beating.as_ref(), settled_by.is_some());
+    let still_coming = checked_in_if_late(base.as_ref(), settled_by.is_some());
     let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, agreed_by, &still_coming)?;
     // The new layout gets the whole timeout from the verdict on, as an init would.
     let deadline = Instant::now() + timeout;

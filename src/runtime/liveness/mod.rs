@@ -426,20 +426,6 @@ impl Liveness {
         self.shared.dead.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Those of `ranks` (at most the first 4096) alive now: not found dead, and their heartbeat
-    /// moved when asked (see [`Self::silent`]); none when the store's host does not answer.
-    pub fn alive_among(&self, ranks: &[u32]) -> Vec<u32> {
-        let dead = self.dead();
-        let candidates: Vec<u32> = ranks.iter().copied().filter(|r| !dead.contains(r)).take(MAX_READ).collect();
-        if candidates.is_empty() {
-            return candidates;
-        }
-        match self.silent(&candidates) {
-            Ok(silent) => candidates.into_iter().filter(|r| !silent.contains(r)).collect(),
-            Err(_) => Vec::new(),
-        }
-    }
-
     /// Why the store's host is taken for gone, when it is.
     pub fn store_silent(&self) -> Option<String> {
         self.shared.store_silent.lock().unwrap_or_else(|p| p.into_inner()).clone()
