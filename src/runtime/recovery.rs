@@ -148,15 +148,20 @@ fn agree(
     let verdict = if settled {
         meeting.decide(&encode(&proposal)).map_err(agreement_error)?
     } else {
-        let mut verdict = meeting.await_end_by(window_end).map_err(agreement_error)?;
-        if verdict.is_none() && !still_coming(&presence(&meeting, world, host)?.1).is_empty() {
-            // Alive, late: its arrival settles the agreement (or the deadline ends the wait).
-            verdict = meeting.await_end_by(Deadline::at(deadline)).map_err(agreement_error)?;
-        }
-        match verdict {
+        match meeting.await_end_by(window_end).map_err(agreement_error)? {
             Some(verdict) => verdict,
             // The window is over: propose who is absent now.
-            None => meeting.decide(&encode(&presence(&meeting, world, host)?.1)).map_err(agreement_error)?,
+            None => {
+                let mut absent = presence(&meeting, world, host)?.1;
+                if !still_coming(&absent).is_empty() {
+                    // Alive, late: its arrival settles the agreement (or the deadline ends the wait).
+                    if let Some(verdict) = meeting.await_end_by(Deadline::at(deadline)).map_err(agreement_error)? {
+                        return decode(&verdict, keys::RECOVERY_VERDICT);
+                    }
+                    absent = presence(&meeting, world, host)?.1;
+                }
+                meeting.decide(&encode(&absent)).map_err(agreement_error)?
+            }
         }
     };
     decode(&verdict, keys::RECOVERY_VERDICT)
