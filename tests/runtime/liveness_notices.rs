@@ -163,3 +163,26 @@ fn a_rank_holds_one_liveness_connection_that_answers_questions_and_leaves_quietl
     assert!(zero.dead().is_empty(), "a rank that left was named dead: {:?}", zero.dead());
     assert_eq!(connections_to(port), 1);
 }
+
+/// A liveness stopped right after it started (a failed init's, a recovery's) leaves as quietly as
+/// one that ran: its watcher parks on the connection it started with (before, a watcher that ran
+/// before `start` had stored that connection opened a second one, which took the claim and kept
+/// its close notice armed: the rank was named dead as it left, and the stop waited out the
+/// watcher's one-minute park on the second connection, which no wake reached).
+#[test]
+fn a_liveness_stopped_as_it_starts_leaves_quietly_on_its_one_connection() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let zero = start(0, 2, port);
+    for round in 0..30 {
+        let one = start(1, 2, port);
+        if round % 2 == 0 {
+            one.set_deadline(Some(Instant::now() + T));
+        }
+        assert!(connections_to(port) <= 2, "round {round}: rank 1's liveness opened a second connection");
+        drop(one);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(zero.dead().is_empty(), "rank 1 was named dead as it left: {:?}", zero.dead());
+    assert_eq!(connections_to(port), 1);
+}

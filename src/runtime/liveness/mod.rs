@@ -322,7 +322,7 @@ impl Liveness {
                 Ok(Ok((Arc::new(PrefixStore::new(&prefix, conn)) as Arc<dyn Store>, noticed)))
             }
         };
-        let (store, noticed) = connect(connect_within)
+        let conn = connect(connect_within)
             .map_err(|e| {
                 StartError::Unreachable(format!(
                     "no liveness for this initialization ({e}): the store at {store_host} did not answer its \
@@ -333,24 +333,24 @@ impl Liveness {
             .map_err(|holder| StartError::Posed(posed(rank, &store_host, &holder)))?;
         let reconnect: Reconnect = Box::new(move || connect(REPLY_LIMIT).ok().and_then(Result::ok));
         let finder = if notices { Finder::CloseNotice } else { Finder::Heartbeats { world: env.world_size } };
-        let l = Self::with(store, Some(reconnect), rank, store_host, Some(finder), attempt);
-        *l.shared.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
-        Ok(l)
+        // The watcher starts with the connection in place: one that found none would open another
+        // (and the claim would move to it, its close notice left behind at the stop).
+        Ok(Self::with(conn, Some(reconnect), rank, store_host, Some(finder), attempt))
     }
 
     /// Heartbeat through `store` (tests: an in-process store). Deaths are not looked for.
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, None, String::new())
+        Self::with((store, None), None, rank, store_host, None, String::new())
     }
 
     /// [`Self::on`], and with rank 0 reading the heartbeats of a world of `world` ranks to find
     /// the dead, as where the store is torchrun's agent's (tests).
     pub fn on_watching(store: Arc<dyn Store>, rank: u32, world: u32, store_host: String) -> Liveness {
-        Self::with(store, None, rank, store_host, Some(Finder::Heartbeats { world }), String::new())
+        Self::with((store, None), None, rank, store_host, Some(Finder::Heartbeats { world }), String::new())
     }
 
     fn with(
-        store: Arc<dyn Store>,
+        (store, noticed): Connection,
         reconnect: Option<Reconnect>,
         rank: u32,
         store_host: String,
@@ -359,7 +359,7 @@ impl Liveness {
     ) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
-            noticed: Mutex::new(None),
+            noticed: Mutex::new(noticed),
             borrowers: AtomicUsize::new(0),
             reconnect,
             stop: AtomicBool::new(false),
@@ -709,8 +709,13 @@ fn watch_notices(s: &Shared, rank: u32) {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         }
+        // Marked long before `probing` is read: a store call or deadline that begins meanwhile
+        // finds the mark and wakes the park (see `guard` and `set_deadline`), never neither.
+        s.long_park.store(true, Ordering::SeqCst);
         let probing = s.probing();
-        s.long_park.store(!probing, Ordering::SeqCst);
+        if probing {
+            s.long_park.store(false, Ordering::SeqCst);
+        }
         let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
         let next = format!("{}/{EVENTS_KEY}/{}", s.prefix, seen + 1);
         let got = match conn.wait_wakeable(&[&next], park) {
