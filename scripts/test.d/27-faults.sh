@@ -27,7 +27,7 @@ suite_check "a killed rank found at once (16 ranks, T = 60 s)" python3 scripts/l
 # stopped (SIGSTOP, resumed by a helper) for 2.5 s and for 4 s once every rank checked in,
 # T = 20 s: 8 of 8 come up, nobody named dead.
 pause_trial() {
-  local secs=$1 port pids=() ok=0 r
+  local secs=$1 port pids=() ok=0 r rc failed=()
   port=$(free_port)
   for r in $(seq 0 7); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
@@ -36,10 +36,15 @@ pause_trial() {
       >"target/pause-$secs-$r.log" 2>&1 &
     pids+=($!)
   done
-  for r in "${pids[@]}"; do wait "$r" && ok=$((ok + 1)); done
+  for r in $(seq 0 7); do
+    wait "${pids[$r]}"
+    rc=$?
+    if [ "$rc" -eq 0 ]; then ok=$((ok + 1)); else failed+=("$r:$rc"); fi
+  done
   if [ "$ok" -ne 8 ]; then
-    echo "rank 0 stopped $secs s at check-in: $ok of 8 ranks came up"
-    tail -n 3 target/pause-"$secs"-*.log
+    # Every failed rank's whole log (exit 124: killed by `timeout 60`).
+    echo "rank 0 stopped $secs s at check-in: $ok of 8 ranks came up; failed (rank:exit) ${failed[*]}"
+    for r in "${failed[@]}"; do echo "--- rank ${r%%:*}:"; cat target/pause-"$secs"-"${r%%:*}".log; done
     return 1
   fi
   rm -f target/pause-"$secs"-*.log
