@@ -22,8 +22,9 @@
 #   6. --fail-at verify: rank 5 SIGKILLs itself once its communicators exist; the others' init
 #      fails verifying a group with it (or succeeds, and a health check finds the failure); no
 #      error names rank 5 as never arrived, so the agreement finds it by its absence (the window);
-#   7. 17 ranks with --spares 1 --fail-rank 5: rank 16 stands by, takes rank 5's place (its
-#      coordinates, its groups) and the world stays 16 on tp 2 pp 2 dp 4, every group verified.
+#   7. 18 ranks with --spares 2 --fail-rank 5: ranks 16 and 17 stand by; 16 takes rank 5's place
+#      (its coordinates, its groups) and the world stays 16 on tp 2 pp 2 dp 4, every group
+#      verified; 17 stands by again after the recovery and leaves when the job ends.
 # The planning and the CLI are covered by cargo tests (src/topology/recovery.rs,
 # tests/cli/cli_topo_recovery.rs), the Python twin by python/tests/test_recovery*.py.
 set -uo pipefail
@@ -127,7 +128,7 @@ for at in before during verify; do
     suite_bad "rank 5 killed ($at init): $(cat "$tmp/$at.check")"; tail -5 "$tmp/$at.err"
   fi
 done
-NPROC=17 SPARES=1 run spare 5
+NPROC=18 SPARES=2 run spare 5
 if python3 - "$tmp/spare.out" "$(cat "$tmp/spare.rc")" >"$tmp/spare.check" <<'PY'
 import json, sys
 rows = {}
@@ -136,8 +137,12 @@ for line in open(sys.argv[1]):
         head, body = line.split(": ", 1)
         rows[int(head[6:-1])] = json.loads(body)
 errors = [] if sys.argv[2] == "0" else [f"launcher exit {sys.argv[2]}"]
-if sorted(rows) != [r for r in range(17) if r != 5]:
+if sorted(rows) != [r for r in range(18) if r != 5]:
     errors.append(f"lines from ranks {sorted(rows)}, expected every rank but 5")
+# The spare left standing by (new rank 16, after the layout's 16) leaves when the job ends.
+o = rows.pop(17, {})
+if not (o.get("ok") and o.get("spare") and o.get("left") and o.get("rank") == 16):
+    errors.append(f"rank 17: expected the spare left standing by, leaving when the job ends: {o}")
 for r, o in sorted(rows.items()):
     new = 5 if r == 16 else r
     if not (o.get("ok") and o.get("recovered") and o.get("world_size") == 16 and o.get("rank") == new
@@ -149,7 +154,7 @@ print("\n".join(errors))
 sys.exit(1 if errors else 0)
 PY
 then
-  suite_ok "a spare: 17 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4"
+  suite_ok "two spares: 18 ranks, rank 5 killed, spare rank 16 took its place, 16 ranks on tp 2 pp 2 dp 4, spare 17 stood by again"
   head -1 "$tmp/spare.check"
 else
   suite_bad "a spare took rank 5's place: $(cat "$tmp/spare.check")"; tail -5 "$tmp/spare.err"

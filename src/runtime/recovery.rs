@@ -566,7 +566,7 @@ fn recover(
     let Some(new_rank) = new_rank else {
         abort_all(comms.take());
         if env.hosts_store() {
-            claim.keep(Kept::Lingering(linger(store, &new_attempt, new_world, timeout)));
+            claim.keep(Kept::Lingering(Box::new(linger(store, &new_attempt, new_world, timeout))));
         }
         report.total = start.elapsed();
         return Ok(Some(Reinitialized::Left(report)));

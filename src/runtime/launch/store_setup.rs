@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 /// The store of an initialized process. Fields drop in order: client, then the server.
 pub struct StoreHandles {
     client: Arc<dyn Store>,
+    /// This rank's first connection, until [`Self::let_go_of_unproven_first`].
     tcp: Option<Arc<TcpStore>>,
     pool: Option<Arc<TcpStorePool>>,
+    /// This rank's host and advertised address (see [`Self::host`]).
+    host: super::host::HostInfo,
     /// What this rank's new connections prove: the user's token, or the job's own secret once
     /// learnt (the host's from the start; another rank's from its liveness claim, see
     /// [`TcpStoreServer::expect_ranks`]).
@@ -49,7 +52,7 @@ impl StoreHandles {
             (env.master_addr, env.master_port) = (pool.host().to_string(), self.port);
             return env;
         }
-        if self.port != env.master_port && self.tcp.is_some() {
+        if self.port != env.master_port && self.pool.is_some() {
             let i = env.port_candidates.iter().position(|p| *p == self.port).unwrap_or(0);
             env.rendezvous_why = format!(
                 "{}; port {} taken by another job, candidate {} of {}: {}",
@@ -69,6 +72,22 @@ impl StoreHandles {
         self.tcp.clone()
     }
 
+    /// Once this rank knows the job's secret (its liveness claimed its counter): its connections
+    /// made before, which nothing proves, are let go. The store would cut them off at the end of
+    /// the initialization, when it comes to serve only the job's ranks, with a line on its
+    /// host's stderr. A spare standing by keeps its first one: its claim is on it.
+    pub fn let_go_of_unproven_first(&mut self) {
+        if self.token.get().is_none() {
+            return;
+        }
+        if let Some(pool) = &self.pool {
+            pool.let_go_of_unproven();
+        }
+        if self.tcp.as_ref().is_some_and(|t| !t.proven()) {
+            self.tcp = None;
+        }
+    }
+
     /// What this rank's new connections prove (shared with its heartbeat).
     pub fn token(&self) -> TokenCell {
         self.token.clone()
@@ -85,8 +104,7 @@ impl StoreHandles {
     /// This rank's host and advertised address: the local address of its TCP store connection
     /// (see [`super::host`]).
     pub fn host(&self) -> super::host::HostInfo {
-        let tcp = self.tcp.as_ref();
-        super::host::HostInfo::new(tcp.and_then(|t| t.local_addr().ok()).map(|a| a.ip()), tcp.map_or("-", |t| t.peer()))
+        self.host.clone()
     }
 
     /// A function that ends every call blocked on this rank's store connections (once the
@@ -445,8 +463,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     if env.world_size == 1 && !env.use_agent_store {
         let client = Arc::new(MemoryStore::new(timeout));
         let port = env.master_port;
-        let (token, server) = (TokenCell::default(), None);
-        return Ok(StoreHandles { client, tcp: None, pool: None, token, server, port });
+        let (token, server, host) = (TokenCell::default(), None, super::host::HostInfo::new(None, "-"));
+        return Ok(StoreHandles { client, tcp: None, pool: None, host, token, server, port });
     }
     if env.use_agent_store && env.store_token.is_some() {
         use crate::store::tcp::auth::{TOKEN_ENV, TOKEN_FILE_ENV};
@@ -511,7 +529,8 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     let at = published.as_deref().unwrap_or(&env.master_addr);
     let pool = Arc::new(TcpStorePool::new(tcp.clone(), at, port).with_token(token.clone()));
     let server = server.map(|s| (s, session));
-    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), token, server, port })
+    let host = super::host::HostInfo::new(tcp.local_addr().ok().map(|a| a.ip()), tcp.peer());
+    Ok(StoreHandles { client: pool.clone(), tcp: Some(tcp), pool: Some(pool), host, token, server, port })
 }
 
 /// A client under PMIx: the store rank 0 published for `attempt`, connected with the secret

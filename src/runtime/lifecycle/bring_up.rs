@@ -363,9 +363,10 @@ fn open(
     deadline: Instant,
     backend: &Arc<dyn CommFactory>,
 ) -> Result<Opened, RuntimeError> {
-    let (store, attempt) = open_attempt(env, args.timeout, reuse)?;
+    let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
     let liveness = start_liveness(env, &attempt, left(deadline), store.token())?;
+    store.let_go_of_unproven_first();
     if let Some(l) = &liveness {
         l.set_deadline(Some(deadline));
     }

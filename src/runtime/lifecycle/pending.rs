@@ -55,7 +55,7 @@ pub(crate) type RuntimeClaim = Claim<'static, Runtime, Kept>;
 /// What the runtime's slot keeps when it is not up.
 pub(crate) enum Kept {
     Attempt(Box<Pending>),
-    Lingering(Lingering),
+    Lingering(Box<Lingering>),
 }
 
 impl Kept {
@@ -108,12 +108,15 @@ pub(crate) fn check_in_spare(
         return Err(RuntimeError::InvalidArgument("init timeout must be > 0".into()));
     }
     let topology = Topology::new(args.topology.clone(), args.layout_world(env.world_size)?)?;
+    let standing_by_again = reuse.is_some();
     let (store, attempt) = open_attempt(&env, args.timeout, reuse)?;
     let env = store.resolved(&env);
     // A spare starts no liveness while it stands by: it claims its counter on its first
     // connection to learn the job's secret (default mode), which keeps that connection, and lets
-    // its later ones in, once the store serves only the job's ranks.
-    if let Some(first) = store.first_connection().filter(|_| !env.use_agent_store) {
+    // its later ones in, once the store serves only the job's ranks. A spare left standing by
+    // after a recovery knows the secret already, and its first connection holds that claim (the
+    // server closes a connection that claims a second counter).
+    if let Some(first) = store.first_connection().filter(|_| !env.use_agent_store && !standing_by_again) {
         if let Err(holder) = claim_counter(&first, &attempt, env.rank, &store.token())? {
             let at = format!("rank 0 at {}:{}", env.master_addr, env.master_port);
             return Err(RuntimeError::Store(StoreError::Protocol(posed(env.rank, &at, &holder))));

@@ -450,7 +450,7 @@ impl TcpStore {
                 p.canceled = Some(Instant::now());
             }
         }
-        let first = if wakeable { self.read_woken(&mut c, timeout) } else { self.read(&mut c, timeout, |d| d.u8()) };
+        let first = if wakeable { self.read_woken(&mut c, timeout) } else { self.read_by(&mut c, timeout) };
         // From here on a wake sends nothing: what was canceled is read below.
         let canceled = wakeable && std::mem::take(&mut *park()).canceled.is_some();
         match first {
@@ -512,6 +512,18 @@ impl TcpStore {
                 if s.write_all(&Encoder::query(Query::CancelWait).finish()).is_ok() {
                     p.canceled = Some(Instant::now());
                 }
+            }
+        }
+    }
+
+    /// The first reply to a WAIT within `timeout`. A socket's receive timeout counts in the
+    /// kernel's ticks and may end up to one tick early: read again until `timeout` has passed.
+    fn read_by(&self, c: &mut Conn, timeout: Duration) -> Result<u8, ReadError> {
+        let end = Instant::now() + timeout;
+        loop {
+            match self.read(c, end.saturating_duration_since(Instant::now()), |d| d.u8()) {
+                Err(e) if e.is_timeout() && Instant::now() < end => continue,
+                other => return other,
             }
         }
     }

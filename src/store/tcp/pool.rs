@@ -73,6 +73,19 @@ impl TcpStorePool {
         }
     }
 
+    /// Let go of the idle connections made before this rank learnt the job's secret, once it
+    /// has: the store cuts them off when it comes to serve only the job's ranks (and says so on
+    /// its host's stderr). A busy one goes when its call returns (see `with`).
+    pub fn let_go_of_unproven(&self) {
+        if self.token.get().is_none() {
+            return;
+        }
+        let (Ok(mut idle), Ok(mut all)) = (self.idle.lock(), self.all.lock()) else { return };
+        let gone: Vec<Arc<TcpStore>> = idle.iter().filter(|c| !c.proven()).cloned().collect();
+        idle.retain(|c| c.proven());
+        all.retain(|c| !gone.iter().any(|g| Arc::ptr_eq(g, c)));
+    }
+
     /// Connections opened so far (the first included).
     pub fn connections(&self) -> usize {
         self.all.lock().map_or(0, |all| all.len())
