@@ -3,8 +3,9 @@
    survivors find it by its absence and re-form.
 2. Before init: rank 3 kills itself before initializing; the others' ``initialize`` fails naming
    it, and ``reinitialize`` continues from that failed attempt to the same new layout.
-3. A spare: 9 ranks with ``spares=1``; rank 8 stands by, rank 3 dies after init, and rank 8
-   takes its place: the world stays 8 on tp 2 pp 2 dp 2."""
+3. A spare: 9 ranks with ``spares=1``; rank 8 stands by, rank 3 dies once every layout rank's
+   init is over (a health check first), and rank 8 takes its place: the world stays 8 on tp 2
+   pp 2 dp 2."""
 
 import json
 import subprocess
@@ -109,6 +110,10 @@ from mcore_init import runtime
 runtime.initialize(tp=2, pp=2, backend=sys.argv[1], timeout=60, spares=1)
 rank = int(os.environ["RANK"])
 assert runtime.is_spare() == (rank == 8) and runtime.is_initialized() == (rank != 8), rank
+# Every layout rank's init is over before rank 3 dies (the spare stands by): a death while a
+# rank still verifies its groups fails that rank's init instead, by design.
+if rank != 8:
+    assert runtime.check_health(window=30) is None, "every rank is alive: the health check must say so"
 if rank == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 r = runtime.reinitialize(suspected=[3] if rank == 0 else [], window=2.0)
