@@ -450,7 +450,7 @@ impl TcpStore {
                 p.canceled = Some(Instant::now());
             }
         }
-        let first = if wakeable { self.read_woken(&mut c, timeout) } else { self.read_by(&mut c, timeout) };
+        let first = self.read_first(&mut c, timeout, wakeable);
         // From here on a wake sends nothing: what was canceled is read below.
         let canceled = wakeable && std::mem::take(&mut *park()).canceled.is_some();
         match first {
@@ -517,27 +517,18 @@ impl TcpStore {
     }
 
     /// The first reply to a WAIT within `timeout`. A socket's receive timeout counts in the
-    /// kernel's ticks and may end up to one tick early: read again until `timeout` has passed.
-    fn read_by(&self, c: &mut Conn, timeout: Duration) -> Result<u8, ReadError> {
+    /// kernel's ticks and may end up to one tick early: the read goes on until `timeout` has
+    /// passed. A wakeable WAIT is read in slices of at most [`WAKE_SLICE`], so that a wake's
+    /// CANCEL_WAIT that the server leaves unanswered (its process frozen) ends the read
+    /// [`CANCEL_REPLY_TIMEOUT`] after the wake, as a timeout.
+    fn read_first(&self, c: &mut Conn, timeout: Duration, wakeable: bool) -> Result<u8, ReadError> {
         let end = Instant::now() + timeout;
         loop {
-            match self.read(c, end.saturating_duration_since(Instant::now()), |d| d.u8()) {
-                Err(e) if e.is_timeout() && Instant::now() < end => continue,
-                other => return other,
-            }
-        }
-    }
-
-    /// The first reply to a wakeable WAIT within `timeout`, read in slices of at most
-    /// [`WAKE_SLICE`] so that a wake's CANCEL_WAIT that the server leaves unanswered (its process
-    /// frozen) ends the read [`CANCEL_REPLY_TIMEOUT`] after the wake, as a timeout.
-    fn read_woken(&self, c: &mut Conn, timeout: Duration) -> Result<u8, ReadError> {
-        let end = Instant::now() + timeout;
-        loop {
-            let woken = self.park.lock().unwrap_or_else(|p| p.into_inner()).canceled;
+            let woken = if wakeable { self.park.lock().unwrap_or_else(|p| p.into_inner()).canceled } else { None };
             let until = match woken {
                 Some(at) => end.min(at + CANCEL_REPLY_TIMEOUT),
-                None => end.min(Instant::now() + WAKE_SLICE),
+                None if wakeable => end.min(Instant::now() + WAKE_SLICE),
+                None => end,
             };
             match self.read(c, until.saturating_duration_since(Instant::now()), |d| d.u8()) {
                 Err(e) if e.is_timeout() && woken.is_none() && Instant::now() < end => continue,

@@ -77,13 +77,16 @@ impl TcpStorePool {
     /// has: the store cuts them off when it comes to serve only the job's ranks (and says so on
     /// its host's stderr). A busy one goes when its call returns (see `with`).
     pub fn let_go_of_unproven(&self) {
-        if self.token.get().is_none() {
-            return;
-        }
         let (Ok(mut idle), Ok(mut all)) = (self.idle.lock(), self.all.lock()) else { return };
-        let gone: Vec<Arc<TcpStore>> = idle.iter().filter(|c| !c.proven()).cloned().collect();
-        idle.retain(|c| c.proven());
+        let gone: Vec<Arc<TcpStore>> = idle.iter().filter(|c| self.unproven(c)).cloned().collect();
+        idle.retain(|c| !gone.iter().any(|g| Arc::ptr_eq(g, c)));
         all.retain(|c| !gone.iter().any(|g| Arc::ptr_eq(g, c)));
+    }
+
+    /// Made before this rank learnt the job's secret, which it knows now: not served once the
+    /// store closes to outsiders.
+    fn unproven(&self, c: &TcpStore) -> bool {
+        !c.proven() && self.token.get().is_some()
     }
 
     /// Connections opened so far (the first included).
@@ -96,9 +99,8 @@ impl TcpStorePool {
         let conn = loop {
             let idle = self.idle.lock().map_err(|_| lock_err())?.pop();
             match idle {
-                // Made before this rank learnt the job's secret: not served once the store closes
-                // to outsiders, so left for one that proves it.
-                Some(c) if !c.proven() && self.token.get().is_some() => {
+                // Left for one that proves the secret (see `unproven`).
+                Some(c) if self.unproven(&c) => {
                     self.all.lock().map_err(|_| lock_err())?.retain(|x| !Arc::ptr_eq(x, &c));
                 }
                 Some(c) => break c,
