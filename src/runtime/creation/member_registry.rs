@@ -5,7 +5,7 @@
 use super::groups::{GroupError, SharedComm};
 use crate::backend::{CommError, CommErrorKind, CommOptions, Communicator};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// How long past its deadline a wait for a group's creation goes on before it reports the
@@ -23,6 +23,13 @@ pub(crate) enum State {
     Destroyed,
 }
 
+/// A creation's state, and whether the creation is inside the backend right now (making the
+/// communicator, or dropping one made for a group destroyed meanwhile).
+struct Stage {
+    state: State,
+    in_backend: bool,
+}
+
 /// One group made after init, as this rank sees it.
 pub struct MemberEntry {
     pub name: String,
@@ -35,7 +42,7 @@ pub struct MemberEntry {
     pub generation: u64,
     /// The creation's deadline.
     pub deadline: Instant,
-    state: Mutex<State>,
+    stage: Mutex<Stage>,
     changed: Condvar,
     job: Mutex<Option<Job>>,
 }
@@ -60,7 +67,7 @@ impl MemberEntry {
             options,
             generation,
             deadline,
-            state: Mutex::new(State::Creating),
+            stage: Mutex::new(Stage { state: State::Creating, in_backend: false }),
             changed: Condvar::new(),
             job: Mutex::new(None),
         }
@@ -75,22 +82,55 @@ impl MemberEntry {
         *lock(&self.job) = Some(job);
     }
 
-    /// The creation ended with `made`: the group is ready or failed (a group destroyed meanwhile
-    /// drops its communicator at once).
-    pub(crate) fn finish(&self, made: Result<Box<dyn Communicator>, GroupError>) {
-        let mut state = lock(&self.state);
-        if matches!(*state, State::Creating) {
-            *state = match made {
-                Ok(comm) => State::Ready(Arc::new(Mutex::new(comm))),
-                Err(e) => State::Failed(e),
-            };
+    /// The creation is about to call the backend: false when the group was destroyed meanwhile
+    /// (the creation then ends without a communicator). Until [`MemberEntry::finish`], the
+    /// runtime's teardown waits for this creation ([`MemberEntry::wait_out_of_backend`]).
+    pub(crate) fn enter_backend(&self) -> bool {
+        let mut stage = lock(&self.stage);
+        if matches!(stage.state, State::Destroyed) {
+            return false;
         }
+        stage.in_backend = true;
+        true
+    }
+
+    /// The creation ended with `made`: the group is ready or failed (a group destroyed meanwhile
+    /// drops its communicator at once, before the creation counts as out of the backend).
+    pub(crate) fn finish(&self, made: Result<Box<dyn Communicator>, GroupError>) {
+        let unused = {
+            let mut stage = lock(&self.stage);
+            if matches!(stage.state, State::Creating) {
+                stage.state = match made {
+                    Ok(comm) => State::Ready(Arc::new(Mutex::new(comm))),
+                    Err(e) => State::Failed(e),
+                };
+                None
+            } else {
+                Some(made)
+            }
+        };
+        drop(unused);
+        lock(&self.stage).in_backend = false;
         self.changed.notify_all();
+    }
+
+    /// Wait (at most until the deadline plus [`WAIT_GRACE`]) until no creation of this group is
+    /// inside the backend: after the runtime's teardown, nothing calls the backend any more.
+    pub(crate) fn wait_out_of_backend(&self) {
+        let limit = self.deadline + WAIT_GRACE;
+        let mut stage = lock(&self.stage);
+        while stage.in_backend {
+            let now = Instant::now();
+            if now >= limit {
+                return;
+            }
+            stage = self.changed.wait_timeout(stage, limit - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 
     /// Whether the creation ended (ready, failed or destroyed).
     pub fn is_done(&self) -> bool {
-        !matches!(*lock(&self.state), State::Creating)
+        !matches!(lock(&self.stage).state, State::Creating)
     }
 
     /// Wait for the creation (running it here when it was deferred): the communicator, or why
@@ -101,9 +141,9 @@ impl MemberEntry {
             self.finish(job());
         }
         let limit = self.deadline + WAIT_GRACE;
-        let mut state = lock(&self.state);
+        let mut stage = lock(&self.stage);
         loop {
-            match &*state {
+            match &stage.state {
                 State::Ready(comm) => return Ok(comm.clone()),
                 State::Failed(e) => return Err(e.clone()),
                 State::Destroyed => {
@@ -121,7 +161,7 @@ impl MemberEntry {
                     ),
                 ));
             }
-            state = self.changed.wait_timeout(state, limit - now).unwrap_or_else(|p| p.into_inner()).0;
+            stage = self.changed.wait_timeout(stage, limit - now).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 
@@ -129,7 +169,7 @@ impl MemberEntry {
     /// still running drops what it makes.
     pub(crate) fn destroy(&self) {
         lock(&self.job).take();
-        let old = std::mem::replace(&mut *lock(&self.state), State::Destroyed);
+        let old = std::mem::replace(&mut lock(&self.stage).state, State::Destroyed);
         self.changed.notify_all();
         drop(old);
     }
@@ -139,6 +179,9 @@ impl MemberEntry {
 #[derive(Default)]
 struct Registry {
     live: HashMap<String, Arc<MemberEntry>>,
+    /// Every group made (destroyed ones included) while its creation still holds it: those the
+    /// teardown waits for.
+    made_entries: Vec<Weak<MemberEntry>>,
     /// Groups made so far per (name, members): the next one's generation.
     made: HashMap<(String, Vec<u32>), u64>,
 }
@@ -166,6 +209,8 @@ impl MemberGroups {
         let entry = make(*made);
         *made += 1;
         r.live.insert(name.to_string(), entry.clone());
+        r.made_entries.retain(|e| e.strong_count() > 0);
+        r.made_entries.push(Arc::downgrade(&entry));
         Ok(entry)
     }
 
@@ -197,10 +242,17 @@ impl MemberGroups {
         entry.destroy();
     }
 
-    /// Destroy every group (the runtime's teardown).
+    /// Destroy every group (the runtime's teardown), then wait for the creations inside the
+    /// backend to leave it (each bounded by its deadline): a creation that outlived the runtime
+    /// would call the backend after `destroy` returned, even while the process exits.
     pub(crate) fn destroy_all(&self) {
-        let all: Vec<Arc<MemberEntry>> = lock(&self.inner).live.drain().map(|(_, e)| e).collect();
+        let all: Vec<Arc<MemberEntry>> = {
+            let mut r = lock(&self.inner);
+            r.live.clear();
+            r.made_entries.drain(..).filter_map(|e| e.upgrade()).collect()
+        };
         all.iter().for_each(|e| e.destroy());
+        all.iter().for_each(|e| e.wait_out_of_backend());
     }
 }
 
