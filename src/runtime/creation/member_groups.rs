@@ -673,7 +673,7 @@ mod tests {
     }
 
     /// A group destroyed by its user while its creation runs in the backend: the runtime's
-    /// teardown (`destroy_all`) returns only once that creation dropped what it made. Before,
+    /// teardown (`MemberGroups::close`) returns only once that creation dropped what it made. Before,
     /// the creation went on after `mcore_destroy` returned and called the backend while the
     /// process exited (Gloo's plugin then crashed in 59 of 100 runs of a C program).
     #[test]
@@ -689,7 +689,7 @@ mod tests {
         assert_eq!(slow.began.load(SeqCst), 1, "the creation reached the backend");
         assert!(groups.destroy("g"));
         assert_eq!(slow.dropped.load(SeqCst), 0, "still creating");
-        groups.destroy_all();
+        groups.close();
         assert_eq!(slow.dropped.load(SeqCst), 1, "the communicator was dropped before the teardown returned");
     }
 

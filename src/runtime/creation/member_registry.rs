@@ -242,15 +242,24 @@ impl MemberGroups {
         entry.destroy();
     }
 
-    /// Destroy every group (the runtime's teardown), then wait for the creations inside the
-    /// backend to leave it (each bounded by its deadline): a creation that outlived the runtime
-    /// would call the backend after `destroy` returned, even while the process exits.
+    /// Every group made (destroyed ones whose creation still runs included), taken out.
+    fn take_all(&self) -> Vec<Arc<MemberEntry>> {
+        let mut r = lock(&self.inner);
+        r.live.clear();
+        r.made_entries.drain(..).filter_map(|e| e.upgrade()).collect()
+    }
+
+    /// Destroy every group (the runtime dropped, e.g. by a recovery: a creation still inside the
+    /// backend finishes on its own thread and drops what it made).
     pub(crate) fn destroy_all(&self) {
-        let all: Vec<Arc<MemberEntry>> = {
-            let mut r = lock(&self.inner);
-            r.live.clear();
-            r.made_entries.drain(..).filter_map(|e| e.upgrade()).collect()
-        };
+        self.take_all().iter().for_each(|e| e.destroy());
+    }
+
+    /// The runtime's teardown: destroy every group, then wait for the creations inside the
+    /// backend to leave it (each bounded by its deadline), so that no creation calls the backend
+    /// after `destroy` returned, not even while the process exits.
+    pub(crate) fn close(self) {
+        let all = self.take_all();
         all.iter().for_each(|e| e.destroy());
         all.iter().for_each(|e| e.wait_out_of_backend());
     }

@@ -120,7 +120,7 @@ pub(crate) fn teardown(runtime: Runtime) {
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone
     // announces leaving.
-    drop(member_groups);
+    member_groups.close();
     drop(groups);
     drop(world);
     // The job ends: spares standing by wake up and leave.
