@@ -25,6 +25,9 @@ clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u 
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MCORE_LOG=debug)
 # run NAME NP [VAR=VALUE | --MPIRUN-OPTION...] -- SELFTEST-ARGS: one mpirun job; each rank's output gathered into
 # $dir/NAME.out and $dir/NAME.err (mpirun interleaves the ranks' partial lines otherwise).
+# mpirun gets RUN_LIMIT seconds (180 unset), then SIGKILL (it catches SIGTERM, and a deadlocked
+# mpirun never acts on it): status 124 while a rank process was still running, 200 when every
+# rank had ended and mpirun alone was left (see mpirun_ok).
 run() {
   local name=$1 np=$2 vars=()
   shift 2
@@ -34,9 +37,21 @@ run() {
   # A session directory of its own (TMPDIR): two mpiruns started at once race creating theirs
   # under /tmp ("orte_session_dir failed").
   mkdir -p "$dir/tmp.$name"
-  "${clean[@]}" TMPDIR="$dir/tmp.$name" "${vars[@]}" timeout 180 "${mpi[@]}" "${opts[@]}" --output-filename "$dir/$name" -np "$np" \
-    target/release/mcore-selftest --backend gloo --json --timeout 90 "$@" >/dev/null 2>"$dir/$name.mpirun"
-  local rc=$?
+  "${clean[@]}" TMPDIR="$dir/tmp.$name" "${vars[@]}" "${mpi[@]}" "${opts[@]}" --output-filename "$dir/$name" -np "$np" \
+    target/release/mcore-selftest --backend gloo --json --timeout 90 "$@" >/dev/null 2>"$dir/$name.mpirun" &
+  local pid=$! tenths=0 rc
+  while kill -0 "$pid" 2>/dev/null && [ "$tenths" -lt $((${RUN_LIMIT:-180} * 10)) ]; do sleep 0.1; tenths=$((tenths + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    # The ranks are mpirun's children: every one ended when none is left but zombies.
+    if ps --ppid "$pid" -o stat= | grep -qv '^Z'; then rc=124; else rc=200; fi
+    echo "run: mpirun still there after ${RUN_LIMIT:-180} s ($([ $rc = 200 ] && echo 'every rank had ended' || echo 'a rank still ran')): killed" >>"$dir/$name.mpirun"
+    # Its ranks too (ps gives one pid per word).
+    kill -9 "$pid" $(ps --ppid "$pid" -o pid=) 2>/dev/null
+    wait "$pid" 2>/dev/null
+  else
+    wait "$pid"
+    rc=$?
+  fi
   cat "$dir/$name"/*/rank.*/stdout >"$dir/$name.out" 2>/dev/null
   cat "$dir/$name"/*/rank.*/stderr >"$dir/$name.err" 2>/dev/null
   return $rc
@@ -61,6 +76,25 @@ else:
 served = [l.get("store_requests_served") for l in lines if l["rank"] == 0][0]
 print(ports.pop(), served)
 PY
+}
+
+# mpirun_ok NAME RC: mpirun exited 0, or, after a rank was killed (--enable-recovery), failed in
+# its own teardown once every rank had ended. Debian's mpirun (OpenMPI 4.1.4, libpmix2 4.2.2) then
+# either dies of SIGSEGV in PMIx_server_finalize under orte_finalize (status 139) or deadlocks in
+# ext3x_server_deregister_client with its ranks all ended (status 200 from run): 5 and 2 in 528
+# runs of check 8's scenario (docs/pmix.md). The ranks' lines are judged by the caller either way; said, not
+# hidden.
+mpirun_ok() {
+  [ "$2" -eq 0 ] && return 0
+  if [ "$2" -eq 139 ] && grep -q 'PMIx_server_finalize' "$dir/$1.mpirun" && grep -q 'orte_finalize' "$dir/$1.mpirun"; then
+    echo "note: mpirun itself crashed in PMIx_server_finalize after its ranks ended (status 139; OpenMPI's defect, docs/pmix.md)"
+    return 0
+  fi
+  if [ "$2" -eq 200 ]; then
+    echo "note: mpirun itself did not exit after every rank had ended; killed (OpenMPI's deadlock, docs/pmix.md)"
+    return 0
+  fi
+  return 1
 }
 
 # 1. One node, nothing set: PMIx, tp 2 pp 2 cp 2, every group verified.
@@ -137,7 +171,7 @@ fi
 # ends before the deadline (--timeout 4) and the store's check-in names the rank, within the
 # deadline; the job does not wait for the sleeper.
 start=$SECONDS
-"${clean[@]}" timeout 60 "${mpi[@]}" --output-filename "$dir/late" -np 3 bash -c \
+"${clean[@]}" timeout -k 5 60 "${mpi[@]}" --output-filename "$dir/late" -np 3 bash -c \
   'if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then sleep 30; fi; exec target/release/mcore-selftest --backend gloo --timeout 4' \
   >/dev/null 2>&1
 rc=$?
@@ -155,11 +189,13 @@ fi
 # connection's close notice ends the fence's wait), long before the 60 s deadline, and they
 # recover; whether the launcher sent a PMIx event is counted (Debian's mpirun sends none:
 # docs/pmix.md).
-if run killed 8 --enable-recovery -- --tp 2 --pp 2 --fail-rank 5 --fail-at during --recovery-window 5 --timeout 60 \
-   && killed=$(python3 scripts/lib/killed_in_init.py "$dir/killed.out" 8 5 60); then
+# The ranks end within seconds; mpirun gets 40 s (a deadlocked one is killed then, see run).
+RUN_LIMIT=40 run killed 8 --enable-recovery -- --tp 2 --pp 2 --fail-rank 5 --fail-at during --recovery-window 5 --timeout 60
+rc=$?
+if mpirun_ok killed $rc && killed=$(python3 scripts/lib/killed_in_init.py "$dir/killed.out" 8 5 60); then
   suite_ok "a rank killed during init: all 7 survivors named rank 5 through the store's liveness (at most ${killed} s after init began) and recovered; PMIx events seen: $(grep -c 'mcore_init: PMIx event ' "$dir/killed.err")"
 else
-  suite_bad "a rank killed during init under PMIx:"; head -c 3000 "$dir/killed.out"; tail -n 20 "$dir/killed.mpirun"
+  suite_bad "a rank killed during init under PMIx (status $rc):"; head -c 3000 "$dir/killed.out"; tail -n 20 "$dir/killed.mpirun"
 fi
 # 9. A rank killed before it initializes, after its PMIx client has connected (rank 5 SIGKILLs
 # itself): OpenMPI's PMIx server completes the check-in's fence without it, often with success,
@@ -168,14 +204,11 @@ fi
 # (or leave with the replica that lost it). None waits on PMIx past the deadline (a blocking
 # PMIx_Get of the record hung here in 3 runs of 6: docs/pmix.md).
 start=$SECONDS
-mkdir -p "$dir/tmp.before"
-"${clean[@]}" TMPDIR="$dir/tmp.before" timeout 60 "${mpi[@]}" --enable-recovery --output-filename "$dir/before" -np 8 \
-  target/release/mcore-selftest --backend gloo --json --tp 2 --pp 2 --fail-rank 5 --fail-at before --recovery-window 5 \
-  --timeout 4 >/dev/null 2>"$dir/before.mpirun"
+RUN_LIMIT=40 run before 8 --enable-recovery -- --tp 2 --pp 2 --fail-rank 5 --fail-at before --recovery-window 5 --timeout 4
 rc=$?
 took=$((SECONDS - start))
-cat "$dir/before"/*/rank.*/stdout >"$dir/before.out" 2>/dev/null
-if [ "$rc" -eq 0 ] && [ "$took" -lt 30 ] && python3 - "$dir/before.out" <<'PY'
+# (A deadlocked mpirun is killed at 40 s: then the ranks' own times below judge the job.)
+if mpirun_ok before $rc && { [ "$took" -lt 30 ] || [ "$rc" -eq 200 ]; } && python3 - "$dir/before.out" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 # Each survivor recovered, or left with the data-parallel replica that lost rank 5.
