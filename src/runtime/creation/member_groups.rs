@@ -454,7 +454,15 @@ mod tests {
     /// its key in the group's store and waits for every member's), as Gloo's and NCCL's are;
     /// its communicators do nothing.
     struct Rendezvous;
-    struct NoComm;
+    /// A communicator that does nothing; dropped, it counts itself in its counter, if any.
+    struct NoComm(Option<Arc<std::sync::atomic::AtomicUsize>>);
+    impl Drop for NoComm {
+        fn drop(&mut self) {
+            if let Some(dropped) = &self.0 {
+                dropped.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
     impl Communicator for NoComm {
         fn allreduce_sum_i64(&mut self, _: &mut [i64]) -> Result<(), CommError> {
             Ok(())
@@ -482,7 +490,7 @@ mod tests {
             let keys: Vec<String> = (0..g.global_ranks.len()).map(|r| format!("here/{r}")).collect();
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             store.wait(&keys, g.timeout).map_err(|e| CommError::new(CommErrorKind::Timeout, e.to_string()))?;
-            Ok(Box::new(NoComm))
+            Ok(Box::new(NoComm(None)))
         }
     }
 
@@ -607,23 +615,6 @@ mod tests {
         began: Arc<std::sync::atomic::AtomicUsize>,
         dropped: Arc<std::sync::atomic::AtomicUsize>,
     }
-    struct Counted(Arc<std::sync::atomic::AtomicUsize>);
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    impl Communicator for Counted {
-        fn allreduce_sum_i64(&mut self, _: &mut [i64]) -> Result<(), CommError> {
-            Ok(())
-        }
-        fn barrier(&mut self) -> Result<(), CommError> {
-            Ok(())
-        }
-        fn raw_handle(&self) -> *mut c_void {
-            std::ptr::null_mut()
-        }
-    }
     impl CommFactory for Slow {
         fn name(&self) -> &str {
             "slow-double"
@@ -636,7 +627,7 @@ mod tests {
         ) -> Result<Box<dyn Communicator>, CommError> {
             self.began.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             std::thread::sleep(self.slow);
-            Ok(Box::new(Counted(self.dropped.clone())))
+            Ok(Box::new(NoComm(Some(self.dropped.clone()))))
         }
     }
 
