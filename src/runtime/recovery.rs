@@ -28,9 +28,10 @@ use super::lifecycle::leave::{announce, end_for_recovery};
 use super::lifecycle::pending::{Kept, Lingering, Pending, RuntimeClaim};
 use super::lifecycle::settings::InitOutcome;
 use super::meeting::keys;
-use super::meeting::meet::{Deadline, MeetError, Meeting};
+use super::meeting::meet::{MeetError, Meeting};
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -299,7 +300,7 @@ struct Origin {
     settled_by: Option<Instant>,
     /// The old runtime's heartbeat, kept beating through the recovery: it notices a store host
     /// that froze and ends the calls blocked on it, naming it.
-    liveness: Option<super::liveness::Liveness>,
+    faults: Option<super::faults::Faults>,
 }
 
 /// The live runtime as an [`Origin`]. Its communicators are aborted once the plan is known (a
@@ -317,7 +318,7 @@ fn from_runtime(rt: super::lifecycle::runtime_state::Runtime, suspected: Vec<u32
         args,
         attempt,
         strategy,
-        liveness,
+        faults,
         ..
     } = rt;
     Origin {
@@ -331,7 +332,7 @@ fn from_runtime(rt: super::lifecycle::runtime_state::Runtime, suspected: Vec<u32
         comms: Some((groups, world)),
         strategy: Some(strategy),
         settled_by: None,
-        liveness,
+        faults: Some(faults),
     }
 }
 
@@ -351,7 +352,7 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
         comms: None,
         strategy: None,
         settled_by,
-        liveness: None,
+        faults: None,
     }
 }
 
@@ -531,7 +532,7 @@ fn recover(
         mut comms,
         strategy,
         settled_by,
-        liveness: _beating,
+        faults: _beating,
     } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.

@@ -348,7 +348,7 @@ fn the_real_tree_has_edges_between_the_runtimes_folders() {
         ("runtime::lifecycle::bring_up", "runtime::launch::store_setup"),
         ("runtime::meeting::checkin", "runtime::meeting::meet"),
         ("runtime::recovery", "runtime::lifecycle::init"),
-        ("runtime::liveness", "runtime::launch::host"),
+        ("runtime::faults::liveness", "runtime::launch::host"),
         ("runtime::creation::groups", "runtime::meeting::progress"),
     ] {
         assert!(edges.contains(&(path(from), path(to))), "no edge {from} -> {to}");

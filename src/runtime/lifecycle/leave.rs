@@ -3,12 +3,13 @@
 //! or a recovery was requested (it ends the meeting); and the teardown of a live runtime.
 
 use super::runtime_state::Runtime;
+use crate::runtime::faults::Faults;
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::store_setup::StoreHandles;
-use crate::runtime::liveness::Liveness;
 use crate::runtime::meeting::keys;
-use crate::runtime::meeting::meet::{Deadline, Meeting};
+use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,10 +44,10 @@ pub(crate) fn end_for_recovery(base: &dyn Store) {
     let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
 }
 
-/// How the store's host learns of deaths while it waits for the others to leave: the heartbeat,
-/// and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
+/// How the store's host learns of deaths while it waits for the others to leave: the attempt's
+/// faults, and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
 pub(crate) struct Watch<'a> {
-    pub liveness: &'a Liveness,
+    pub faults: &'a Faults,
     pub store: &'a StoreHandles,
     pub attempt: &'a str,
 }
@@ -56,7 +57,7 @@ pub(crate) struct Watch<'a> {
 /// not waited for, so none loses the server mid-request; or until the ranks that have not left
 /// are dead (the heartbeat's death notices end the wait, see [`Meeting::watching`]), or a
 /// recovery was requested.
-pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Option<Watch>) {
+pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Watch) {
     if env.world_size <= 1 {
         return;
     }
@@ -74,49 +75,40 @@ pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
         }
         return;
     }
-    let dead = || watch.as_ref().map(|w| known_dead(w.liveness)).unwrap_or_default();
-    // The host meets on the store without the heartbeat's guard: while a death callback is set,
-    // the guard fails every wait at once once a peer died, and the others still leave.
-    let unguarded: Option<Arc<dyn Store>> =
-        watch.as_ref().map(|w| Arc::new(PrefixStore::new(w.attempt, w.store.client())) as Arc<dyn Store>);
-    let view: &dyn Store = unguarded.as_deref().unwrap_or(base.as_ref());
-    // Ranks missing from the start, or already known dead, never leave: each counted once (a
-    // rank counted twice would end the meeting with a rank still reading its verdict).
-    let mut never: Vec<u32> = gone.iter().copied().chain(dead()).collect();
+    // The host meets on the store without the liveness guard (a store host found gone is
+    // itself: nothing to guard against), and the others still leave after a death.
+    let view: Arc<dyn Store> = Arc::new(PrefixStore::new(watch.attempt, watch.store.client()));
+    let view = view.as_ref();
+    // Ranks missing from the start, or already known dead or silent, never leave: each counted
+    // once (a rank counted twice would end the meeting with a rank still reading its verdict).
+    let mut never: Vec<u32> = gone.iter().copied().chain(watch.faults.recently_silent(LEAVE_GRACE)).collect();
     never.sort_unstable();
     never.dedup();
-    for r in never {
+    for &r in &never {
         count_gone(view, env.world_size, r);
     }
-    let m = meeting(view, env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);
+    let deadline = Deadline::after(LEAVE_WAIT.min(timeout));
+    let m = meeting(view, env.world_size, env.rank, deadline).watching(watch.faults.interrupt());
     if m.arrive_counted().is_err() {
         return;
     }
-    if let Some(w) = &watch {
-        if let Some(abort) = w.store.busy_aborter() {
-            w.liveness.on_peer_death(Some(Box::new(move |_| abort())));
+    // A death ends the wait (the faults' levers), and the dead are counted as left.
+    let _armed = watch.faults.arm();
+    while let Err(MeetError::Missing(m)) = m.await_end() {
+        if m.died.is_none() || deadline.passed() {
+            break;
+        }
+        for r in m.ranks {
+            count_gone(view, env.world_size, r);
         }
     }
-    let _ = m.await_end();
-    if let Some(w) = &watch {
-        w.liveness.on_peer_death(None);
-    }
-}
-
-/// The ranks this one knows dead or silent (its own failure found them so): no store request.
-fn known_dead(l: &Liveness) -> Vec<u32> {
-    let mut dead = l.dead();
-    dead.extend(l.recently_silent(LEAVE_GRACE));
-    dead.sort_unstable();
-    dead.dedup();
-    dead
 }
 
 /// Tear down a live runtime (see [`crate::runtime::destroy`]): every rank announces that it is done
 /// with the store; the rank hosting the store server waits (at most `LEAVE_WAIT`) until all have,
 /// so no rank loses the server in the middle of a request. Never fails because a peer is gone.
 pub(crate) fn teardown(runtime: Runtime) {
-    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, attempt, .. } = runtime;
+    let Runtime { groups, world, base, store, env, timeout, faults, member_groups, attempt, .. } = runtime;
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone
     // announces leaving.
@@ -126,9 +118,8 @@ pub(crate) fn teardown(runtime: Runtime) {
     // The job ends: spares standing by wake up and leave.
     let _ = base.set(keys::ENDED, b"1");
     let _ = base.set(keys::WAKE, b"1");
-    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
-    leave(&base, &env, &[], timeout, watch);
-    drop(liveness);
+    leave(&base, &env, &[], timeout, Watch { faults: &faults, store: &store, attempt: &attempt });
+    drop(faults);
     drop(base);
     drop(store);
 }

@@ -18,49 +18,18 @@
 //! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs one CHECK per member.
 
 use super::keys;
+use crate::runtime::faults::interrupt::{Cause, Interrupt};
+use crate::runtime::faults::verdict::{did_not_come, died};
 use crate::runtime::launch::host::describe;
 use crate::store::{Store, StoreError};
+use crate::timeout::Deadline;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// When a wait must be over: every step below bring-up gets what is left of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline {
-    at: Instant,
-}
-
-impl Deadline {
-    /// `d` from now (clamped to `timeout::NO_LIMIT`, so a long one never overflows).
-    pub fn after(d: Duration) -> Deadline {
-        Deadline { at: Instant::now() + crate::timeout::clamp(d) }
-    }
-
-    /// At `at`.
-    pub fn at(at: Instant) -> Deadline {
-        Deadline { at }
-    }
-
-    /// The instant.
-    pub fn instant(&self) -> Instant {
-        self.at
-    }
-
-    /// What is left (at least 1 ms, so a store wait is never told zero).
-    pub fn left(&self) -> Duration {
-        self.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
-    }
-
-    /// Whether it has passed.
-    pub fn passed(&self) -> bool {
-        Instant::now() >= self.at
-    }
-}
-
-/// The one wording of a rendezvous that some ranks did not come to: `who` (ranks with their
-/// hosts) and `what` they were waited for.
-pub fn did_not_come(who: &str, what: &str) -> String {
-    format!("rank(s) {who} did not come to {what}")
-}
+/// After init (the interrupt disarmed, so no lever ends a park), how long a watching meeting's
+/// wait parks before it looks at the dead list again: a death is named within this of its
+/// notice. One WAIT renewed per slice, only while the meeting waits for someone.
+const WATCH_SLICE: Duration = Duration::from_millis(250);
 
 /// Members that did not come to a meeting by its deadline (or that died on the way).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +42,19 @@ pub struct Missing {
     pub who: String,
     /// How long this rank waited.
     pub waited: Duration,
+    /// When the ranks are known dead (the meeting watched the interrupt): what killed them, worded
+    /// by the verdict ("rank(s) 5 ... died: ..."); the ranks are then a failure of theirs.
+    pub died: Option<String>,
 }
 
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64())
+        match &self.died {
+            Some(died) => {
+                write!(f, "{died}, while this rank waited for it at {} ({:.1} s)", self.what, self.waited.as_secs_f64())
+            }
+            None => write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64()),
+        }
     }
 }
 
@@ -116,7 +93,7 @@ pub struct Meeting<'a> {
     rank: u32,
     deadline: Deadline,
     started: Instant,
-    dead: Option<&'a dyn Fn() -> Vec<u32>>,
+    interrupt: Option<&'a Interrupt>,
 }
 
 impl<'a> Meeting<'a> {
@@ -138,14 +115,15 @@ impl<'a> Meeting<'a> {
             rank,
             deadline,
             started: Instant::now(),
-            dead: None,
+            interrupt: None,
         }
     }
 
-    /// The same, but a wait ended by a peer-death notice ends the meeting when every member
-    /// still missing is among `dead()` (ranks known dead, a local question: no store request).
-    pub fn watching(mut self, dead: &'a dyn Fn() -> Vec<u32>) -> Meeting<'a> {
-        self.dead = Some(dead);
+    /// The same, watching the attempt's interrupt: a wait ends (failing as [`Missing`], the ranks
+    /// named as died) as soon as a member it waits for is known dead, whenever that became known:
+    /// before the meeting began too. A death of a rank it does not wait for ends nothing.
+    pub fn watching(mut self, interrupt: &'a Interrupt) -> Meeting<'a> {
+        self.interrupt = Some(interrupt);
         self
     }
 
@@ -258,30 +236,58 @@ impl<'a> Meeting<'a> {
     }
 
     /// Wait (parked in the store) until `keys` exist: true, or false once `deadline` passed.
-    /// A store failure ends it; so does a peer-death notice when every member still missing is
-    /// dead (see [`Meeting::watching`]).
+    /// A store failure ends it; so does a member it waits for known dead (see
+    /// [`Meeting::watching`]).
     fn await_keys(&self, keys: &[&str], deadline: Deadline) -> Result<bool, MeetError> {
-        // Each turn ends on an event: the keys set, the deadline, or a peer-death abort; a wait
-        // is taken up again after an abort only while deaths account for the aborts.
-        let mut aborts = 0;
         loop {
-            match self.store.wait(keys, deadline.left()) {
+            let epoch = self.interrupt.map(Interrupt::epoch);
+            if let Some(e) = self.dead_missing() {
+                return Err(e);
+            }
+            // Armed, a death ends the park (the store's busy-abort lever); disarmed (after init),
+            // nothing does: park in slices and look at the dead list between them.
+            let slice = match self.interrupt {
+                Some(i) if !i.armed() => deadline.left().min(WATCH_SLICE),
+                _ => deadline.left(),
+            };
+            match self.store.wait(keys, slice) {
                 Ok(()) => return Ok(true),
                 Err(StoreError::Timeout { .. }) if deadline.passed() => return Ok(false),
                 Err(StoreError::Timeout { .. }) => {}
-                Err(e) => {
-                    let dead = self.dead.map(|d| d()).unwrap_or_default();
-                    aborts += 1;
-                    if dead.is_empty() || aborts > dead.len() + 1 {
-                        return Err(e.into());
-                    }
-                    let missing = self.missing();
-                    if !missing.is_empty() && missing.iter().all(|r| dead.contains(r)) {
-                        return Err(self.missing_error_of(missing));
-                    }
-                }
+                // Ended by a fault (the epoch moved): look again; a wait for the living goes on.
+                Err(_) if self.interrupt.map(Interrupt::epoch) != epoch => {}
+                Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The members still missing that are known dead, as this meeting's failure (a local look at
+    /// the dead list, then one CHECK per dead member).
+    fn dead_missing(&self) -> Option<MeetError> {
+        let i = self.interrupt?;
+        let dead = i.dead_among(&self.members);
+        if dead.is_empty() {
+            return None;
+        }
+        let gone = self.absent(&dead);
+        if gone.is_empty() {
+            return None;
+        }
+        let mut m = self.explain(gone.clone());
+        let mut parts: Vec<(Cause, Vec<u32>)> = Vec::new();
+        for r in gone {
+            let cause = i.death(r).map(|d| d.cause).unwrap_or(Cause::ConnectionClosed);
+            match parts.iter_mut().find(|(c, _)| *c == cause) {
+                Some((_, rs)) => rs.push(r),
+                None => parts.push((cause, vec![r])),
+            }
+        }
+        let hosts =
+            |r: u32| i.death(r).and_then(|d| d.host).or_else(|| crate::runtime::launch::host::label_of(self.store, r));
+        let words: Vec<String> =
+            parts.iter().map(|(c, rs)| died(&crate::runtime::launch::host::describe_by(rs, &hosts), c)).collect();
+        m.died = Some(words.join("; "));
+        Some(MeetError::Missing(m))
     }
 
     /// The members that have not arrived (one CHECK each; failure paths only).
@@ -309,7 +315,7 @@ impl<'a> Meeting<'a> {
     /// `ranks` as the members this meeting is missing.
     pub fn explain(&self, ranks: Vec<u32>) -> Missing {
         let who = describe(self.store, &ranks);
-        Missing { what: self.what.clone(), ranks, who, waited: self.started.elapsed() }
+        Missing { what: self.what.clone(), ranks, who, waited: self.started.elapsed(), died: None }
     }
 }
 
