@@ -12,7 +12,7 @@ pub(crate) fn usage() -> String {
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--hccl-group-buffer NAME:MB;...] [--split-share] \
          [--device N] [--json] [--grids-disjoint-or-identical] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS] \
+         [--fault RANK:start|checkin|created|verify|groups|destroy|recover:kill|stop|stop=SECONDS] \
          [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
          [--group-timeout SECONDS] [--group-absent RANK]] \
          [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"

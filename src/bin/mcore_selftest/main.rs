@@ -114,6 +114,7 @@ fn cycle(
         line["suspend_each"] = each;
     }
     if !groups.specs.is_empty() {
+        fault::at(fault::Point::Groups);
         let made = after_init::run(groups).inspect_err(|_| {
             let _ = runtime::destroy();
         })?;

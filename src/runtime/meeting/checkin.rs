@@ -40,7 +40,7 @@ impl fmt::Display for CheckinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CheckinError::Missing { died: Some(died), waited, .. } => {
-                write!(f, "{died}, while this rank waited for it at {WHAT} ({:.1} s)", waited.as_secs_f64())
+                write!(f, "{died}; this rank had waited {:.1} s for it at {WHAT}", waited.as_secs_f64())
             }
             CheckinError::Missing { ranks, waited, nodes, died: None } => write!(
                 f,

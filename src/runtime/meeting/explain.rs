@@ -5,7 +5,7 @@
 //! are found the way the creation knows ([`Behind`]): at init, a progress mark below the step
 //! (`super::progress`); after init, no arrival in the creation's meeting (`super::meet`).
 //! A member that is behind may itself be alive, stuck at an earlier group that waits for a dead
-//! rank. So a rank whose creation fails records whom it blames (`blame/<rank>`, the one blame
+//! rank. So a rank whose creation fails records whom it blames (`alive/<rank>/blame`, the one blame
 //! record), and a failure that finds members behind waits briefly ([`RECORD_GRACE`]) for their
 //! records: a member with a record is reported as stuck, and the chain of records is followed to
 //! the ranks without one, which are blamed instead; only members without a record are said to

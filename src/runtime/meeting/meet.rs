@@ -4,10 +4,11 @@
 //! A member *arrives* (`<space>/here/<rank>`, with a payload), then either *gathers* every
 //! member's payload (one WAIT for all arrival keys, one multi-get) or meets at a *barrier* (an
 //! ADD on `<space>/count`; the arrival that completes the count sets `<space>/done`, which every
-//! member waits on). A wait parks in the store until the key is set: nothing polls. A wait also
-//! ends when a peer-death notice aborts the calls blocked on the store (`Liveness::on_peer_death`
-//! with the store's busy-aborter), and a meeting told who is dead ([`Meeting::watching`]) then
-//! ends at once when every member still missing is dead.
+//! member waits on). A wait parks in the store until the key is set. A meeting that watches the
+//! attempt's interrupt ([`Meeting::watching`]) fails at once, naming the dead as died, when a
+//! member it waits for is known dead; a fault (the interrupt's epoch moving: its levers end the
+//! parked wait while armed, or, disarmed, a [`WATCH_SLICE`] ends) makes it look again, and a wait
+//! for the living goes on.
 //!
 //! A meeting that fails explains itself once ([`Missing`]): the members that did not come, with
 //! their hosts, what they were waited for, and for how long, in the one wording of
@@ -51,7 +52,7 @@ impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.died {
             Some(died) => {
-                write!(f, "{died}, while this rank waited for it at {} ({:.1} s)", self.what, self.waited.as_secs_f64())
+                write!(f, "{died}; this rank had waited {:.1} s for it at {}", self.waited.as_secs_f64(), self.what)
             }
             None => write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64()),
         }
@@ -402,5 +403,56 @@ mod tests {
         let late = Meeting::new(&store, "l", "leaving", vec![0, 1], 1, Deadline::after(Duration::from_secs(5)));
         assert!(!late.arrive_counted().unwrap());
         assert_eq!(store.get("l/count").unwrap(), b"2");
+    }
+
+    #[test]
+    fn a_watching_meeting_fails_at_once_for_a_dead_member_and_waits_on_for_the_living() {
+        use crate::runtime::faults::interrupt::{Cause, Death};
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let interrupt = Interrupt::new();
+        let closed = || Death { cause: Cause::ConnectionClosed, host: Some("'n1' (10.0.0.2)".into()) };
+        // Rank 3 is no member: its death ends nothing; rank 1 comes late and is waited for.
+        interrupt.died([(3, closed())]);
+        let late = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                store.set("m/here/1", b"1").unwrap();
+            })
+        };
+        let m =
+            Meeting::new(store.as_ref(), "m", "the meeting", vec![0, 1], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        m.arrive(b"0").unwrap();
+        assert_eq!(m.gather().unwrap().len(), 2, "a death of a rank it does not wait for ends nothing");
+        late.join().unwrap();
+        // Rank 2 died before the meeting began: it fails at once, naming it as died.
+        interrupt.died([(2, closed())]);
+        let m =
+            Meeting::new(store.as_ref(), "n", "the meeting", vec![0, 2], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        m.arrive(b"0").unwrap();
+        let t = Instant::now();
+        let MeetError::Missing(missing) = m.gather().unwrap_err() else { panic!("not a missing member") };
+        assert!(t.elapsed() < Duration::from_secs(1), "waited {:?}", t.elapsed());
+        assert_eq!(missing.ranks, [2]);
+        let text = missing.to_string();
+        assert!(text.starts_with("rank(s) 2 on host 'n1' (10.0.0.2) died: its connection"), "{text}");
+        // Dying during the wait (disarmed: the meeting looks again between slices).
+        let m =
+            Meeting::new(store.as_ref(), "o", "the meeting", vec![0, 4], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        let dies = {
+            let i = interrupt.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                i.died([(4, Death { cause: Cause::Launcher("aborted by signal 9".into()), host: None })]);
+            })
+        };
+        let t = Instant::now();
+        let text = m.gather().unwrap_err().to_string();
+        dies.join().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+        assert!(text.starts_with("rank(s) 4 died: the launcher reported it (aborted by signal 9)"), "{text}");
     }
 }

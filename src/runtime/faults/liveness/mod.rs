@@ -17,9 +17,9 @@
 //! start naming its address) and arms a close notice on [`EVENTS_KEY`] (`wire::Query::OnClose`):
 //! should the connection close without a goodbye (the kernel closes a killed process's sockets
 //! at once), the server raises a numbered notice naming this rank's counter. The same connection
-//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, runs
-//! the callback given to [`Liveness::on_peer_death`] for the ranks that died (during an
-//! initialization: end the calls blocked on the store), and parks again. Its requests are
+//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, reports
+//! the ranks that died to the attempt's one dead list (`super::interrupt::Interrupt::died`, which
+//! moves the interrupt and, armed, pulls its levers), and parks again. Its requests are
 //! sequential: a bump goes out between two parks, and another thread that needs the connection
 //! (a question, a blame record) wakes the parked WAIT (`TcpStore::wake`, a CANCEL_WAIT: the
 //! connection stays open, so no notice fires) and has it while the watcher holds off. So a rank
