@@ -6,7 +6,8 @@
 //! re-exporting its children is not a loop).
 //!
 //! A static check over `src/` (not the binaries, which sit on top): every `crate::...` and
-//! `super::...` path outside comments is resolved to the file that defines it.
+//! `super::...` path outside comments, each leaf of a grouped import (`use super::{a, b::{c, d}}`,
+//! over several lines too) included, is resolved to the file that defines it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -52,52 +53,76 @@ fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     out
 }
 
-/// The identifier chain after position `at` (`a::b::{...}` gives `[a, b]`).
-fn chain(text: &str, at: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = &text[at..];
+/// Whether `at` starts a path word (`crate`, `super`) rather than the tail of another word
+/// (`my_crate::`, `$crate::` counts: a macro's path).
+fn word_start(code: &str, at: usize) -> bool {
+    at == 0 || !code.as_bytes()[at - 1].is_ascii_alphanumeric() && code.as_bytes()[at - 1] != b'_'
+}
+
+/// The paths of the use tree at `at` under `base`, into `out`; where the tree ends. A plain
+/// path `a::b` gives `base::a::b`; a group, flat or nested and across lines, gives one path per
+/// leaf: `a::{b, c::{d, self}, e as f, *}` gives `base::a::b`, `base::a::c::d`, `base::a::c`,
+/// `base::a::e` and `base::a`.
+fn use_tree(code: &str, mut at: usize, mut path: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
     loop {
+        let rest = &code[at..];
         let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-        if end == 0 {
-            break;
+        if end > 0 && &rest[..end] != "self" {
+            path.push(rest[..end].to_string());
         }
-        out.push(rest[..end].to_string());
-        match rest[end..].strip_prefix("::") {
-            Some(r) => rest = r,
-            None => break,
+        at += end;
+        match code[at..].strip_prefix("::") {
+            Some(_) if end > 0 => at += 2,
+            _ => break,
         }
     }
-    out
+    if !code[at..].starts_with('{') {
+        out.push(path);
+        return at;
+    }
+    at += 1;
+    loop {
+        at += code[at..].len() - code[at..].trim_start().len();
+        if at >= code.len() || code[at..].starts_with('}') {
+            return (at + 1).min(code.len());
+        }
+        at = use_tree(code, at, path.clone(), out);
+        // Past ` as name` to the `,` or `}` after this item (a nested group's braces are behind).
+        at += code[at..].find([',', '}']).unwrap_or(code.len() - at);
+        if code[at..].starts_with(',') {
+            at += 1;
+        }
+    }
 }
 
 /// Every module path a file at module path `me` refers to (`super` of `a::b`, whether the file
-/// is `a/b.rs` or `a/b/mod.rs`, is `a`).
+/// is `a/b.rs` or `a/b/mod.rs`, is `a`), grouped imports (`use super::{a, b::{c, d}}`, over
+/// several lines too) read leaf by leaf.
 fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
+    let code: Vec<&str> = text.lines().map(|line| line.split("//").next().unwrap_or("")).collect();
+    let code = code.join("\n");
     let mut out = Vec::new();
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        for (i, _) in code.match_indices("crate::") {
-            out.push(chain(code, i + "crate::".len()));
+    for (i, _) in code.match_indices("crate::") {
+        if word_start(&code, i) {
+            use_tree(&code, i + "crate::".len(), Vec::new(), &mut out);
         }
-        let mut from = 0;
-        while let Some(i) = code[from..].find("super::") {
-            let start = from + i;
-            // Only the first `super` of a `super::super::x` run.
-            if start >= 7 && &code[start - 7..start] == "super::" {
-                from = start + 7;
-                continue;
-            }
-            let mut base: Vec<String> = me.to_vec();
+    }
+    let mut from = 0;
+    while let Some(i) = code[from..].find("super::") {
+        let start = from + i;
+        from = start + "super::".len();
+        // Only the first `super` of a `super::super::x` run.
+        if !word_start(&code, start) || code[..start].ends_with("super::") {
+            continue;
+        }
+        let mut base: Vec<String> = me.to_vec();
+        base.pop();
+        let mut rest = start + "super::".len();
+        while code[rest..].starts_with("super::") {
             base.pop();
-            let mut rest = start + "super::".len();
-            while code[rest..].starts_with("super::") {
-                base.pop();
-                rest += "super::".len();
-            }
-            base.extend(chain(code, rest));
-            out.push(base);
-            from = rest;
+            rest += "super::".len();
         }
+        use_tree(&code, rest, base, &mut out);
     }
     out
 }
@@ -305,21 +330,9 @@ fn path(s: &str) -> Vec<String> {
     s.split("::").map(str::to_string).collect()
 }
 
-#[test]
-fn the_checks_see_through_nested_folders() {
-    // A fixture tree: folders inside the runtime, a circle across them through `crate::` and
-    // `super::super::` paths, and a lower layer naming a file two folders down.
-    let dir = std::env::temp_dir().join(format!("mcore-hygiene-layers-{}", std::process::id()));
-    let files = [
-        ("runtime/mod.rs", "mod a;\nmod b;\n"),
-        ("runtime/a/mod.rs", "pub mod x;\n"),
-        ("runtime/a/x.rs", "use crate::runtime::b::y::Y;\npub struct X;\n"),
-        ("runtime/b/mod.rs", "pub mod y;\npub mod z;\n"),
-        ("runtime/b/y.rs", "use super::z::Z;\npub struct Y;\n"),
-        ("runtime/b/z.rs", "use super::super::a::x::X;\npub struct Z;\n"),
-        ("backend/mod.rs", "use crate::runtime::a::x::X;\n"),
-        ("runtime/b/w.rs", "use crate::runtime::X;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
-    ];
+/// The imports of a fixture tree of `(file, text)` written to a temporary folder (removed after).
+fn fixture(name: &str, files: &[(&str, &str)]) -> Vec<Import> {
+    let dir = std::env::temp_dir().join(format!("mcore-hygiene-layers-{name}-{}", std::process::id()));
     for (file, text) in files {
         let p = dir.join(file);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -327,6 +340,70 @@ fn the_checks_see_through_nested_folders() {
     }
     let found = imports(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
+    found
+}
+
+#[test]
+fn the_check_reads_grouped_imports_leaf_by_leaf() {
+    let me = path("store::tcp::server::state");
+    let text = "use super::{claims, queues::{self, Queues}, Next as N, wire::*};\n\
+                use crate::store::{\n    tcp::{auth::{ServerAuth, Step}},\n    StoreError, // crate::ffi\n};\n\
+                let x = my_crate::runtime::y + super::super::Z;\n";
+    let expected = [
+        "store::tcp::server::claims",
+        "store::tcp::server::queues",
+        "store::tcp::server::queues::Queues",
+        "store::tcp::server::Next",
+        "store::tcp::server::wire",
+        "store::tcp::auth::ServerAuth",
+        "store::tcp::auth::Step",
+        "store::StoreError",
+        "store::tcp::Z",
+    ];
+    let mut found = references(text, &me);
+    found.sort();
+    let mut expected: Vec<Vec<String>> = expected.iter().map(|s| path(s)).collect();
+    expected.sort();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn the_circle_check_sees_a_circle_through_grouped_imports() {
+    // The store server's circle as it was (state -> claims -> event_loop -> state), each edge
+    // inside a group: a flat one, a nested one over several lines, and one beside a constant
+    // of the parent (an edge to the parent is not a loop).
+    let found = fixture(
+        "grouped",
+        &[
+            ("store/s/mod.rs", "mod claims;\nmod event_loop;\nmod state;\nconst K: u8 = 1;\n"),
+            ("store/s/state.rs", "use super::{claims, K};\n"),
+            ("store/s/claims.rs", "use crate::store::{\n    s::{event_loop::{self, E}},\n};\n"),
+            ("store/s/event_loop.rs", "use super::{state::{State}, K};\n"),
+        ],
+    );
+    assert_eq!(
+        cycles(&import_edges(&found)),
+        vec!["store::s::claims -> store::s::event_loop -> store::s::state -> store::s::claims"]
+    );
+}
+
+#[test]
+fn the_checks_see_through_nested_folders() {
+    // A fixture tree: folders inside the runtime, a circle across them through `crate::` and
+    // `super::super::` paths, and a lower layer naming a file two folders down.
+    let found = fixture(
+        "nested",
+        &[
+            ("runtime/mod.rs", "mod a;\nmod b;\n"),
+            ("runtime/a/mod.rs", "pub mod x;\n"),
+            ("runtime/a/x.rs", "use crate::runtime::b::y::Y;\npub struct X;\n"),
+            ("runtime/b/mod.rs", "pub mod y;\npub mod z;\n"),
+            ("runtime/b/y.rs", "use super::z::Z;\npub struct Y;\n"),
+            ("runtime/b/z.rs", "use super::super::a::x::X;\npub struct Z;\n"),
+            ("backend/mod.rs", "use crate::runtime::a::x::X;\n"),
+            ("runtime/b/w.rs", "use crate::runtime::X;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
+        ],
+    );
     assert_eq!(cycles(&import_edges(&found)), vec!["runtime::a::x -> runtime::b::y -> runtime::b::z -> runtime::a::x"]);
     let up = wrong_way(&found);
     assert_eq!(up.len(), 1, "{up:?}");

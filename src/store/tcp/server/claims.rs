@@ -19,61 +19,14 @@
 //!   connection raised it.
 
 use super::event_loop::EventLoop;
+use super::state::{lossy, Claim};
 use super::Next;
 use crate::store::tcp::wire::{self, Request};
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 
 /// Most bytes of a claim's secret.
 const MAX_SECRET: usize = 64;
 /// Bytes charged to the memory budget per claim besides its key and secret.
 const CLAIM_COST: u64 = 96;
-
-/// Who holds a claimed key.
-struct Claim {
-    secret: Vec<u8>,
-    /// The holding connection's serial (`Conn::serial`) and address.
-    serial: u64,
-    peer: SocketAddr,
-}
-
-/// The claims and the notice keys (see the module docs).
-#[derive(Default)]
-pub(super) struct Claims {
-    held: HashMap<Vec<u8>, Claim>,
-    notice_keys: HashSet<Vec<u8>>,
-    /// Bytes charged for them.
-    pub(super) bytes: u64,
-}
-
-impl Claims {
-    /// Whether `key` is a notice key or one of its numbered entries (written by the server only).
-    fn is_notice(&self, key: &[u8]) -> bool {
-        if self.notice_keys.is_empty() {
-            return false;
-        }
-        let parent = key.iter().rposition(|b| *b == b'/').map(|at| &key[..at]);
-        self.notice_keys.contains(key) || parent.is_some_and(|p| self.notice_keys.contains(p))
-    }
-
-    /// Whether connection `serial` may write `key`; why not otherwise.
-    fn write_refusal(&self, serial: u64, key: &[u8]) -> Option<String> {
-        if self.is_notice(key) {
-            return Some(format!("a write to '{}', a liveness notice only the server writes", lossy(key)));
-        }
-        let c = self.held.get(key).filter(|c| c.serial != serial)?;
-        Some(format!("a write to '{}', the liveness counter of the connection of {}", lossy(key), c.peer))
-    }
-
-    /// Whether connection `serial` still holds the claim on `key`.
-    fn holds(&self, key: &[u8], serial: u64) -> bool {
-        self.held.get(key).is_some_and(|c| c.serial == serial)
-    }
-}
-
-fn lossy(k: &[u8]) -> String {
-    String::from_utf8_lossy(&k[..k.len().min(200)]).into_owned()
-}
 
 /// Whether `key` ends `/alive/<digits>`.
 fn is_counter(key: &[u8]) -> bool {

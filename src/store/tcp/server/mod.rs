@@ -30,11 +30,12 @@
 //! closes every descriptor.
 //!
 //! Every query of torch 2.15's `QueryType` is served (docs/wire-protocol.md). The parts:
-//! `event_loop` (accepting, reading, flushing, closing, the bounds per connection), `dispatch`
-//! (one arm per key-value query), `state` (the data and the parked waiters) and `queues`
-//! (QUEUE_PUSH/POP/LEN, LIST_KEYS and BARRIER; it also tells CHECK and WAIT that a non-empty queue
-//! counts as a present key). A parked BARRIER arrival
-//! is a waiter like a WAIT's, listed under its counter key. With a token (see [`super::auth`]) a
+//! `state` (the data: keys and values, queues, liveness claims, the parked waiters; it imports
+//! none of the others), `event_loop` (accepting, reading, flushing, closing, the bounds per
+//! connection), and the requests it serves: `dispatch` (one arm per key-value query), `queues`
+//! (QUEUE_PUSH/POP/LEN, LIST_KEYS and BARRIER) and `claims` (CLAIM, ON_CLOSE, NOTICE and who may
+//! write a claimed key). A parked BARRIER arrival is a waiter like a WAIT's, listed under its
+//! counter key. With a token (see [`super::auth`]) a
 //! connection is served only once it proves it holds it.
 
 mod claims;

@@ -1,7 +1,8 @@
 //! The queries torch 2.15's libuv server added after the key-value ones: QUEUE_PUSH, QUEUE_POP,
 //! QUEUE_LEN, LIST_KEYS and BARRIER (docs/wire-protocol.md, "Queues, key listing, barrier").
 //! Kept apart from the key-value handlers of `dispatch.rs`, which call [`EventLoop::handle_extended`]
-//! for these and [`State::present`] for CHECK and WAIT.
+//! for these; their data (`state::Queues`) and what CHECK and WAIT take as
+//! present (`State::present`) are in `state.rs`.
 //!
 //! Semantics (those of torch's `LibUVStoreDaemon`, checked against torch 2.15's own server):
 //! - Queues are named like keys but live apart from them: a queue is not a key for GET,
@@ -40,32 +41,11 @@
 //! too. A QUEUE_POP or LIST_KEYS reply is sized before it is built, within the reply limits.
 
 use super::event_loop::{Conn, EventLoop};
-use super::state::State;
 use super::Next;
 use crate::store::tcp::wire::{self, Request};
-use std::collections::{HashMap, VecDeque};
 
 /// Bytes charged per queued item beyond its length (its slot in the queue).
 pub(super) const ITEM_OVERHEAD: u64 = 32;
-
-/// The queues, by name.
-#[derive(Default)]
-pub(super) struct Queues {
-    map: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
-}
-
-impl Queues {
-    fn len(&self, name: &[u8]) -> usize {
-        self.map.get(name).map_or(0, VecDeque::len)
-    }
-}
-
-impl State {
-    /// Whether CHECK and WAIT take `key` as present: a stored key, or a queue holding an item.
-    pub(super) fn present(&self, key: &[u8]) -> bool {
-        self.map.contains_key(key) || self.queues.len(key) > 0
-    }
-}
 
 fn lossy(k: &[u8]) -> String {
     String::from_utf8_lossy(k).into_owned()
@@ -210,7 +190,7 @@ impl EventLoop {
 
     /// An item was pushed to queue `name`: release at most one waiter parked on it (see the
     /// module docs), the oldest first. Waiters canceled or closed but not yet removed from the
-    /// index (see [`State::doomed`]) are passed over without taking the wake-up.
+    /// index (see `State::doomed`) are passed over without taking the wake-up.
     fn release_one(&mut self, name: &[u8]) {
         loop {
             let Some(ids) = self.state.waiting.get_mut(name) else { return };

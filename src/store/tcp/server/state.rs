@@ -1,8 +1,11 @@
-//! The store's data and its parked waiters: keys and values, the waiters' slab and the index of
-//! waiters by key, with the bytes each holds charged to the memory budget.
+//! The store's data and its parked waiters: keys and values, the queues, the liveness claims and
+//! notice keys, the waiters' slab and the index of waiters by key, with the bytes each holds
+//! charged to the memory budget. Data only: the requests that change it are served by the event
+//! loop's parts (`dispatch`, `queues`, `claims`), which import this file and never the reverse.
 
-use super::{claims, queues, ENTRY_COST, WAITER_COST, WAIT_KEY_COST};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use super::{ENTRY_COST, WAITER_COST, WAIT_KEY_COST};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// A WAIT parked until its keys exist.
@@ -78,15 +81,74 @@ impl std::hash::Hasher for IdHasher {
 
 pub(super) type Ids = std::hash::BuildHasherDefault<IdHasher>;
 
+/// Who holds a claimed liveness counter (see `claims`).
+pub(super) struct Claim {
+    pub(super) secret: Vec<u8>,
+    /// The holding connection's serial (`Conn::serial`) and address.
+    pub(super) serial: u64,
+    pub(super) peer: SocketAddr,
+}
+
+/// The claims and the notice keys (see `claims`).
+#[derive(Default)]
+pub(super) struct Claims {
+    pub(super) held: HashMap<Vec<u8>, Claim>,
+    pub(super) notice_keys: HashSet<Vec<u8>>,
+    /// Bytes charged for them.
+    pub(super) bytes: u64,
+}
+
+impl Claims {
+    /// Whether `key` is a notice key or one of its numbered entries (written by the server only).
+    fn is_notice(&self, key: &[u8]) -> bool {
+        if self.notice_keys.is_empty() {
+            return false;
+        }
+        let parent = key.iter().rposition(|b| *b == b'/').map(|at| &key[..at]);
+        self.notice_keys.contains(key) || parent.is_some_and(|p| self.notice_keys.contains(p))
+    }
+
+    /// Whether connection `serial` may write `key`; why not otherwise.
+    pub(super) fn write_refusal(&self, serial: u64, key: &[u8]) -> Option<String> {
+        if self.is_notice(key) {
+            return Some(format!("a write to '{}', a liveness notice only the server writes", lossy(key)));
+        }
+        let c = self.held.get(key).filter(|c| c.serial != serial)?;
+        Some(format!("a write to '{}', the liveness counter of the connection of {}", lossy(key), c.peer))
+    }
+
+    /// Whether connection `serial` still holds the claim on `key`.
+    pub(super) fn holds(&self, key: &[u8], serial: u64) -> bool {
+        self.held.get(key).is_some_and(|c| c.serial == serial)
+    }
+}
+
+/// A key as text for a message, its first 200 bytes.
+pub(super) fn lossy(k: &[u8]) -> String {
+    String::from_utf8_lossy(&k[..k.len().min(200)]).into_owned()
+}
+
+/// The queues of QUEUE_PUSH and QUEUE_POP, by name (see `queues`).
+#[derive(Default)]
+pub(super) struct Queues {
+    pub(super) map: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+}
+
+impl Queues {
+    pub(super) fn len(&self, name: &[u8]) -> usize {
+        self.map.get(name).map_or(0, VecDeque::len)
+    }
+}
+
 #[derive(Default)]
 pub(super) struct State {
     pub(super) map: HashMap<Vec<u8>, Vec<u8>>,
     /// Bytes of all keys and values in `map`, and of the queues (see `queues`).
     pub(super) bytes: u64,
     /// QUEUE_* state; LIST_KEYS and BARRIER are served there too.
-    pub(super) queues: queues::Queues,
+    pub(super) queues: Queues,
     /// Liveness counters held by their ranks' connections, and notice keys (see `claims`).
-    pub(super) claims: claims::Claims,
+    pub(super) claims: Claims,
     pub(super) waiters: Waiters,
     /// Key -> ids of the waiters parked on it: a WAIT under each key missing when it parked, a
     /// BARRIER arrival under its (existing) counter key (see `queues`). An ordered set: a
@@ -102,6 +164,11 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Whether CHECK and WAIT take `key` as present: a stored key, or a queue holding an item.
+    pub(super) fn present(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key) || self.queues.len(key) > 0
+    }
+
     /// Bytes the store would hold with `key` set to a value of `len` bytes.
     pub(super) fn bytes_with(&self, key: &[u8], len: usize) -> u64 {
         match self.map.get(key) {
