@@ -190,3 +190,27 @@ fn a_liveness_stopped_as_it_starts_leaves_quietly_on_its_one_connection() {
     assert!(zero.dead().is_empty(), "rank 1 was named dead as it left: {:?}", zero.dead());
     assert_eq!(connections_to(port), 1);
 }
+
+/// Issue 42: a claim owns the keys under its counter (the rank's blame record,
+/// `alive/<rank>/blame`). A record another client wrote before the rank claimed is deleted by the
+/// claim; one written after is refused (and that client's connection closed); the rank's own
+/// connection writes it.
+#[test]
+fn only_the_rank_writes_its_blame_record_and_its_claim_clears_a_forged_one() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let record = format!("{PREFIX}/alive/4/blame");
+    let forger = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    forger.set(&record, b"1").unwrap();
+    let owner = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    owner.claim(&format!("{PREFIX}/alive/4"), b"secret4").unwrap().unwrap();
+    assert!(!owner.check(&[&record]).unwrap(), "the claim left the record another client wrote before it");
+    owner.set(&record, b"3").unwrap();
+    let _ = forger.set(&record, b"1");
+    assert!(forger.num_keys().is_err(), "a write under another connection's claim was served");
+    assert_eq!(owner.get(&record).unwrap(), b"3");
+    // Keys under a counter nobody claims stay anyone's (the store is not only ours).
+    let other = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    other.set(&format!("{PREFIX}/alive/9/blame"), b"5").unwrap();
+    assert_eq!(other.get(&format!("{PREFIX}/alive/9/blame")).unwrap(), b"5");
+}
