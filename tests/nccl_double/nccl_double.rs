@@ -97,10 +97,10 @@ fn libasan() -> String {
 }
 
 /// A fresh rendezvous folder for one run, removed on drop.
-struct Rendezvous(PathBuf);
+pub(crate) struct Rendezvous(pub(crate) PathBuf);
 
 impl Rendezvous {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("mcore-nccl-double-{}-{name}-{n}", std::process::id()));
@@ -129,7 +129,7 @@ impl Run {
 }
 
 /// `program args` with the double as NCCL and CUDA, a fresh rendezvous folder, and `env`.
-fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
+pub(crate) fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
     // A test's pseudo-variable (not passed on) picks a variant build of the double.
     let dir = env
         .iter()
@@ -156,7 +156,7 @@ fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) 
 const VARIANT: &str = "<double built with>";
 
 /// Wait for `child` at most 150 s (killed past that); its output.
-fn finish(mut child: Child) -> Output {
+pub(crate) fn finish(mut child: Child) -> Output {
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(150) {
         std::thread::sleep(Duration::from_millis(20));

@@ -96,7 +96,10 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
                     ))
                 }
                 _ => ALPHABET.iter().position(|&a| a == c).ok_or_else(|| {
-                    format!("character {} at {at} is not standard base64", crate::quote::debug(&(c as char).to_string()))
+                    format!(
+                        "character {} at {at} is not standard base64",
+                        crate::quote::debug(&(c as char).to_string())
+                    )
                 })? as u32,
             };
             n = (n << 6) | v;
@@ -135,7 +138,9 @@ mod tests {
     #[test]
     fn base64_is_the_standard_alphabet_with_padding() {
         // RFC 4648 section 10's test vectors.
-        for (plain, b64) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")] {
+        for (plain, b64) in
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE=")]
+        {
             assert_eq!(base64_encode(plain.as_bytes()), b64);
             assert_eq!(base64_decode(b64).unwrap(), plain.as_bytes());
         }

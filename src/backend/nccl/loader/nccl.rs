@@ -62,6 +62,16 @@ type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type LastErrorFn = unsafe extern "C" fn(sys::ncclComm_t) -> *const c_char;
+/// `ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)`.
+type BroadcastFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    c_int,
+    sys::ncclComm_t,
+    sys::cudaStream_t,
+) -> c_int;
 type AllReduceFn = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -97,6 +107,7 @@ struct Fns {
     set_encryption: Option<SetEncryptionFn>,
     param_keys: Option<ParamKeysFn>,
     param_get: Option<ParamGetFn>,
+    broadcast: Option<BroadcastFn>,
 }
 
 /// `ncclEncryptionConfig_t` of NCCL 2.32.3 (`size`, `magic`, `version` as its initializer sets
@@ -382,6 +393,7 @@ impl NcclLibrary {
             set_encryption: optional(lib, "ncclSetEncryption"),
             param_keys: optional(lib, "ncclParamGetAllParameterKeys"),
             param_get: optional(lib, "ncclParamGetParameter"),
+            broadcast: optional(lib, "ncclBroadcast"),
         })
     }
 
@@ -743,34 +755,94 @@ impl NcclLibrary {
         Ok((n, r))
     }
 
-    /// In-place `ncclAllReduce(sum, int64)` of `count` values in `buf` on `stream` (enqueued only).
-    pub fn all_reduce_sum_i64(
+    /// In-place `ncclAllReduce(sum)` of `count` values of `dtype` in `buf` on `stream`
+    /// (enqueued only).
+    pub fn all_reduce_sum(
         &self,
         comm: &RawComm,
         buf: &DeviceBuffer,
         count: usize,
+        dtype: DataType,
         stream: &Stream,
     ) -> Result<c_int, NcclError> {
-        if count * 8 > buf.bytes() {
-            return Err(NcclError::invalid(format!(
-                "{count} int64 values do not fit a {}-byte device buffer",
-                buf.bytes()
-            )));
-        }
+        fits(buf, count, dtype)?;
         let p = buf.device_ptr() as *mut c_void;
-        // SAFETY: `buf` holds `count` int64 values on the communicator's device; `stream` is live.
+        // SAFETY: `buf` holds `count` values of `dtype` on the communicator's device; `stream` is live.
         Ok(unsafe {
             (self.fns.all_reduce)(
                 p,
                 p,
                 count,
-                sys::ncclDataType_t::ncclInt64,
+                dtype.sys(),
                 sys::ncclRedOp_t::ncclSum,
                 comm.0.as_ptr(),
                 stream.raw().cast(),
             )
         })
     }
+
+    /// In-place `ncclBroadcast` of `count` values of `dtype` in `buf` from `root` on `stream`
+    /// (enqueued only).
+    pub fn broadcast(
+        &self,
+        comm: &RawComm,
+        buf: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        root: c_int,
+        stream: &Stream,
+    ) -> Result<c_int, NcclError> {
+        fits(buf, count, dtype)?;
+        let f = self.fns.broadcast.ok_or_else(|| NcclError::MissingSymbol {
+            library: format!("NCCL {}", self.version),
+            path: self.lib.path.clone(),
+            symbol: "ncclBroadcast".into(),
+            detail: "not exported".into(),
+        })?;
+        let p = buf.device_ptr() as *mut c_void;
+        // SAFETY: as in `all_reduce_sum`; `root` is checked by NCCL.
+        Ok(unsafe { f(p, p, count, dtype.sys(), root, comm.0.as_ptr(), stream.raw().cast()) })
+    }
+}
+
+/// The NCCL data types this crate moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    /// `ncclUint8`: bytes.
+    Uint8,
+    /// `ncclInt64`.
+    Int64,
+    /// `ncclFloat32` (vLLM's warm-up all-reduce).
+    Float32,
+}
+
+impl DataType {
+    fn sys(self) -> sys::ncclDataType_t {
+        match self {
+            DataType::Uint8 => sys::ncclDataType_t::ncclUint8,
+            DataType::Int64 => sys::ncclDataType_t::ncclInt64,
+            DataType::Float32 => sys::ncclDataType_t::ncclFloat32,
+        }
+    }
+
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::Uint8 => 1,
+            DataType::Int64 => 8,
+            DataType::Float32 => 4,
+        }
+    }
+}
+
+fn fits(buf: &DeviceBuffer, count: usize, dtype: DataType) -> Result<(), NcclError> {
+    if count.checked_mul(dtype.size()).map_or(true, |b| b > buf.bytes()) {
+        return Err(NcclError::invalid(format!(
+            "{count} values of {dtype:?} do not fit a {}-byte device buffer",
+            buf.bytes()
+        )));
+    }
+    Ok(())
 }
 
 /// NCCL's name for a result code (cudarc's `ncclResult_t` variants).
