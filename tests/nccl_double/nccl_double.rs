@@ -284,12 +284,29 @@ fn init_writing_its_handle_late_is_handled_too() {
     assert_all_verified(2, "per-group", &[("MCORE_NCCL_DOUBLE_LATE_INIT", "1")]);
 }
 
+/// NCCL's version code as `major.minor.patch`.
+fn dotted(code: &str) -> String {
+    let c: u32 = code.parse().unwrap();
+    format!("{}.{}.{}", c / 10000, c / 100 % 100, c % 100)
+}
+
 #[test]
 fn auto_chooses_split_from_2_18_and_per_group_below() {
     for (code, want) in [("21800", "split"), ("22803", "split"), ("21709", "per-group")] {
         let run = launch(2, &["--tp", "2", "--timeout", "60"], &[("MCORE_NCCL_DOUBLE_VERSION", code)]);
         assert!(run.out.status.success(), "version {code}: {}", run.text());
         assert!(run.lines.iter().all(|l| l["strategy"] == want), "version {code}: {:?}", run.lines);
+        // --json says which libnccl the rank used: the double (MCORE_NCCL_LIBRARY), its version,
+        // opened by mcore_init itself (nothing had loaded it before).
+        for l in &run.lines {
+            let nccl = &l["nccl_library"];
+            assert!(nccl["path"].as_str().is_some_and(|p| p.ends_with("/libnccl_double.so")), "{l}");
+            assert_eq!(
+                (nccl["shared"].as_bool(), nccl["version"].as_str()),
+                (Some(false), Some(&*dotted(code))),
+                "{l}"
+            );
+        }
     }
     // Explicit split on 2.17: refused with the versions named.
     let run = launch(1, &["--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_VERSION", "21709")]);
