@@ -401,6 +401,12 @@ typedef struct mcore_group_options {
    * NCCL's network plugin ("IB", "Socket"); NULL (default) = the backend's choice.
    */
   const char *net_name;
+  /**
+   * NCCL's `launchOrderImplicit` (per communicator, NCCL 2.31+; set 1 for a side group such as
+   * a weight-sync group, docs/id-groups.md): -1 (default) = NCCL's default, 0 = off, 1 = on
+   * (on an older NCCL: a warning naming the version). Other backends refuse 0 and 1.
+   */
+  int32_t launch_order_implicit;
 } mcore_group_options;
 
 /**

@@ -130,6 +130,22 @@ fn pair() {
     unsafe { mcore_id_group_destroy(g) };
 }
 
+/// Child: join a group of one with the launch order of `MCORE_ID_TEST_ORDER` (-1, 0, 1); the
+/// double traces the config it was given.
+fn order() {
+    let order: i32 = std::env::var("MCORE_ID_TEST_ORDER").unwrap().parse().unwrap();
+    let id = mint();
+    let mut args =
+        mcore_id_group_args { id: id.as_ptr(), id_len: id.len(), world_size: 1, rank: 0, ..Default::default() };
+    (args.launch_order_implicit, args.device, args.timeout_ms) = (order, 0, 10_000);
+    let mut g = std::ptr::null_mut();
+    // SAFETY: args with a live id, a writable out-pointer.
+    let s = unsafe { mcore_id_group_join(&args, &mut g) };
+    println!("STEP order status={s:?} msg={}", last_error());
+    // SAFETY: the live handle, not used afterwards.
+    unsafe { mcore_id_group_destroy(g) };
+}
+
 /// Run by the tests below in a child process (the double as NCCL and CUDA).
 #[test]
 #[ignore = "child half of the id-group tests"]
@@ -137,6 +153,7 @@ fn id_group_child() {
     match std::env::var(MODE).as_deref() {
         Ok("lonely") => lonely(),
         Ok("pair") => pair(),
+        Ok("order") => order(),
         _ => panic!("run only as a child of the id-group tests ({MODE} unset)"),
     }
 }
@@ -193,5 +210,30 @@ fn two_processes_join_from_base64_with_the_warm_up_and_broadcast() {
             line.contains("bad_root=InvalidArgument") && line.contains("root 2 is not a rank of its 2 ranks"),
             "{line}"
         );
+    }
+}
+
+/// NCCL's implicit launch order: on by default where the library has the per-communicator field
+/// (2.31+), left out below it (NCCL_LAUNCH_ORDER_IMPLICIT is the switch there), and 0 when asked.
+#[test]
+fn the_launch_order_is_implicit_by_default_where_nccl_has_the_field() {
+    for (version, order, want) in [
+        ("23203", "-1", "launchOrderImplicit=1"),
+        ("23102", "0", "launchOrderImplicit=0"),
+        ("22803", "-1", "launchOrderImplicit=-2"),
+    ] {
+        let rv = Rendezvous::new("id-order");
+        let env = [
+            (MODE, "order"),
+            ("MCORE_ID_TEST_ORDER", order),
+            ("MCORE_NCCL_DOUBLE_VERSION", version),
+            ("MCORE_NCCL_DOUBLE_TRACE", "1"),
+        ];
+        let out = finish(child(&rv, &env));
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && step(&text, "order").contains("status=Ok"), "{version}/{order}: {text}");
+        let config =
+            text.lines().find(|l| l.contains("config of ncclCommInitRankConfig")).unwrap_or_else(|| panic!("{text}"));
+        assert!(config.contains("commName=id_group") && config.contains(want), "{version}/{order}: {config}");
     }
 }

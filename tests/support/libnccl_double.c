@@ -175,8 +175,9 @@ static int check_config(const char *call, const config_prefix *config, int rank,
   }
   if (name && v >= 22700 && config->commName) snprintf(name, n, "%s", config->commName);
   if (trace())
-    fprintf(stderr, "libnccl double: config of %s: rank %d of %d commName=%s size=%zu version=%u\n", call, rank, nranks,
-            name && name[0] ? name : "(none)", config->size, config->version);
+    fprintf(stderr, "libnccl double: config of %s: rank %d of %d commName=%s size=%zu version=%u launchOrderImplicit=%d\n",
+            call, rank, nranks, name && name[0] ? name : "(none)", config->size, config->version,
+            v >= 23100 ? config->launchOrderImplicit : -2 /* not in this version's struct */);
   return ok;
 }
 
