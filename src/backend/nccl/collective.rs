@@ -15,29 +15,34 @@ use std::time::{Duration, Instant};
 impl NcclComm {
     /// Sum `values` over the group in place (the verification collective), within `timeout`.
     pub fn allreduce_sum_i64(&mut self, values: &mut [i64], timeout: Duration) -> Result<(), NcclError> {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
         let what = format!("allreduce on group {}", self.group());
-        let n = values.len();
-        let out = self.on_device(&what, &bytes, timeout, |lib, comm, buf, stream| {
-            lib.all_reduce_sum(comm, buf, n, DataType::Int64, stream)
-        })?;
-        for (v, chunk) in values.iter_mut().zip(out.chunks_exact(8)) {
-            *v = i64::from_ne_bytes(chunk.try_into().expect("8-byte chunk"));
-        }
-        Ok(())
+        self.allreduce_sum(&what, values, DataType::Int64, timeout, i64::to_ne_bytes, i64::from_ne_bytes)
     }
 
     /// Sum float32 `values` over the group in place, within `timeout` (vLLM's warm-up is one
     /// element: `[0.0]`).
     pub fn allreduce_sum_f32(&mut self, values: &mut [f32], timeout: Duration) -> Result<(), NcclError> {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
         let what = format!("float all-reduce on group {}", self.group());
+        self.allreduce_sum(&what, values, DataType::Float32, timeout, f32::to_ne_bytes, f32::from_ne_bytes)
+    }
+
+    /// In-place sum of `values` of `dtype` (`N` bytes each, converted by `to` and `from`).
+    fn allreduce_sum<T: Copy, const N: usize>(
+        &mut self,
+        what: &str,
+        values: &mut [T],
+        dtype: DataType,
+        timeout: Duration,
+        to: fn(T) -> [u8; N],
+        from: fn([u8; N]) -> T,
+    ) -> Result<(), NcclError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|&v| to(v)).collect();
         let n = values.len();
-        let out = self.on_device(&what, &bytes, timeout, |lib, comm, buf, stream| {
-            lib.all_reduce_sum(comm, buf, n, DataType::Float32, stream)
+        let out = self.on_device(what, &bytes, timeout, |lib, comm, buf, stream| {
+            lib.all_reduce_sum(comm, buf, n, dtype, stream)
         })?;
-        for (v, chunk) in values.iter_mut().zip(out.chunks_exact(4)) {
-            *v = f32::from_ne_bytes(chunk.try_into().expect("4-byte chunk"));
+        for (v, chunk) in values.iter_mut().zip(out.chunks_exact(N)) {
+            *v = from(chunk.try_into().expect("chunks of N bytes"));
         }
         Ok(())
     }
