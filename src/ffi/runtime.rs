@@ -176,7 +176,7 @@ unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError
     Ok(config)
 }
 
-fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
+pub(super) fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
     if ms > 0 {
         return Ok(crate::timeout::from_millis(ms));
     }

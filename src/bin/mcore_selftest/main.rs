@@ -45,6 +45,15 @@ fn fds_and_threads() -> (usize, usize) {
     (count("/proc/self/fd"), count("/proc/self/task"))
 }
 
+/// The libnccl this process uses: `{"path", "version", "shared"}` (shared: the process had it
+/// loaded before mcore_init bound it), or `{"error"}`.
+fn nccl_library() -> Value {
+    match mcore_init::backend::nccl::NcclLibrary::global() {
+        Ok(lib) => json!({"path": lib.file(), "version": lib.version().to_string(), "shared": lib.shared()}),
+        Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
 fn cycle(
     args: &InitArgs,
@@ -84,6 +93,9 @@ fn cycle(
         let rng_streams = verify_rng(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
+        if args.backend == "nccl" {
+            line["nccl_library"] = nccl_library();
+        }
         // On the clock all ranks share: when this rank began and ended initialize.
         line["init_start_boottime_s"] = json!(ready_boottime - init_seconds);
         line["ready_boottime_s"] = json!(ready_boottime);
