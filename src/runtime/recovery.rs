@@ -212,7 +212,7 @@ fn request(store: &dyn Store, suspected: &[u32]) {
     if let Some(n) = latest.and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok()) {
         for g in n.saturating_sub(1)..=n + 1 {
             // Only a check still running: one that already ended keeps the verdict its ranks read.
-            let _ = store.compare_set(&keys::done(&format!("{}/{g}", keys::HEALTH)), b"", HEALTH_ENDED_BY_REQUEST);
+            let _ = Meeting::from_outside(store, &format!("{}/{g}", keys::HEALTH)).decide(HEALTH_ENDED_BY_REQUEST);
         }
     }
 }

@@ -41,7 +41,7 @@ fn count_gone(base: &dyn Store, world: u32, rank: u32) {
 
 /// End the leave meeting at once (a recovery was requested: the store's host is needed there).
 pub(crate) fn end_for_recovery(base: &dyn Store) {
-    let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
+    let _ = Meeting::from_outside(base, keys::LEAVE).end(b"recovery");
 }
 
 /// How the store's host learns of deaths while it waits for the others to leave: the attempt's

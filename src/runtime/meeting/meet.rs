@@ -120,6 +120,13 @@ impl<'a> Meeting<'a> {
         }
     }
 
+    /// The meeting in `space` seen by one who takes no part and only ends it ([`Meeting::end`],
+    /// [`Meeting::decide`]): a recovery request ends the health check running and the store
+    /// host's wait for the others to leave. The `done` key is written nowhere but here.
+    pub fn from_outside(store: &'a dyn Store, space: &str) -> Meeting<'a> {
+        Meeting::new(store, space, "", Vec::new(), u32::MAX, Deadline::after(Duration::ZERO))
+    }
+
     /// The same, watching the attempt's interrupt: a wait ends (failing as [`Missing`], the ranks
     /// named as died) as soon as a member it waits for is known dead, whenever that became known:
     /// before the meeting began too. A death of a rank it does not wait for ends nothing.
