@@ -34,11 +34,6 @@ pub(crate) fn announce(base: &dyn Store, env: &LaunchEnv) {
     let _ = meeting(base, env.world_size, env.rank, Deadline::after(LEAVE_SEND)).arrive_counted();
 }
 
-/// Count `rank`, a rank that will never leave (dead, or missing from the start), as left; once.
-fn count_gone(base: &dyn Store, world: u32, rank: u32) {
-    let _ = meeting(base, world, rank, Deadline::after(LEAVE_SEND)).arrive_counted_as(b"gone");
-}
-
 /// End the leave meeting at once (a recovery was requested: the store's host is needed there).
 pub(crate) fn end_for_recovery(base: &dyn Store) {
     let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
@@ -80,27 +75,24 @@ pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
     let view: Arc<dyn Store> = Arc::new(PrefixStore::new(watch.attempt, watch.store.client()));
     let view = view.as_ref();
     // Ranks missing from the start, or already known dead or silent, never leave: each counted
-    // once (a rank counted twice would end the meeting with a rank still reading its verdict).
+    // once (a rank counted twice would end the meeting with a rank still reading its verdict),
+    // all in three requests.
     let mut never: Vec<u32> = gone.iter().copied().chain(watch.faults.recently_silent(LEAVE_GRACE)).collect();
     never.sort_unstable();
     never.dedup();
-    for &r in &never {
-        count_gone(view, env.world_size, r);
-    }
     let deadline = Deadline::after(LEAVE_WAIT.min(timeout));
     let m = meeting(view, env.world_size, env.rank, deadline).watching(watch.faults.interrupt());
+    let _ = m.count_gone(&never);
     if m.arrive_counted().is_err() {
         return;
     }
     // A death ends the wait (the faults' levers), and the dead are counted as left.
     let _armed = watch.faults.arm();
-    while let Err(MeetError::Missing(m)) = m.await_end() {
-        if m.died.is_none() || deadline.passed() {
+    while let Err(MeetError::Missing(missing)) = m.await_end() {
+        if missing.died.is_none() || deadline.passed() {
             break;
         }
-        for r in m.ranks {
-            count_gone(view, env.world_size, r);
-        }
+        let _ = m.count_gone(&missing.ranks);
     }
 }
 
