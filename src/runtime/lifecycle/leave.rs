@@ -11,7 +11,7 @@ use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
 use crate::timeout::Deadline;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
@@ -19,6 +19,8 @@ const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// ranks that arrived to read the verdict and leave (they explain their failure within
 /// `explain::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
 pub(crate) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
+/// How often the store's host looks whether every member has left (see [`await_left`]).
+const LEAVE_LOOK: Duration = Duration::from_secs(1);
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);
 /// What the leave meeting's members are waited for.
@@ -88,11 +90,31 @@ pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
     }
     // A death ends the wait (the faults' levers), and the dead are counted as left.
     let _armed = watch.faults.arm();
-    while let Err(MeetError::Missing(missing)) = m.await_end() {
+    while let Err(MeetError::Missing(missing)) = await_left(&m) {
         if missing.died.is_none() || deadline.passed() {
             break;
         }
         let _ = m.count_gone(&missing.ranks);
+    }
+}
+
+/// Wait for the leave meeting's end, looking every [`LEAVE_LOOK`] whether every member is here
+/// (then it ends it). A member leaves with a compare-and-set and an ADD within [`LEAVE_SEND`], so
+/// a store host paused meanwhile (SIGSTOP for 2.5 s) gets the members' marks once it resumes,
+/// but not the counts of those that exited waiting for the first reply: it waited its whole
+/// [`LEAVE_WAIT`] for them (issue 42).
+fn await_left(m: &Meeting) -> Result<(), MeetError> {
+    loop {
+        let look = Deadline::at(m.deadline().instant().min(Instant::now() + LEAVE_LOOK));
+        match m.await_end_by(look)? {
+            Some(_) => return Ok(()),
+            None if m.deadline().passed() => return Err(m.missing_error()),
+            None if m.missing().is_empty() => {
+                let _ = m.decide(b"1");
+                return Ok(());
+            }
+            None => {}
+        }
     }
 }
 
