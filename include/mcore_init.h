@@ -1639,7 +1639,8 @@ mcore_status mcore_init_args_init(struct mcore_init_args *args);
  * Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
  * every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
- * ranks), create one communicator per group this rank is in, verify them.
+ * ranks), create one communicator per group this rank is in, verify them. A world of more than
+ * 131,072 ranks is `MCORE_STATUS_INVALID_ARGUMENT` naming the value (docs/multihost.md).
  * Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
  * true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
  *

@@ -100,9 +100,10 @@ pub trait Store: Send + Sync {
     }
     /// Values of keys a wait has just seen, read at once (no wait first, unlike
     /// [`Store::multi_get`]): one request instead of two on the TCP store. The runtime never
-    /// deletes a key it waited for; a key missing after all reads as empty there.
+    /// deletes a key it waited for; a key missing after all reads as empty (so a failure path
+    /// may read which keys exist with it, in one request: empty for those that do not).
     fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.multi_get(keys)
+        keys.iter().map(|k| if self.check(&[k])? { self.get(k) } else { Ok(Vec::new()) }).collect()
     }
     /// Set several keys.
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {

@@ -11,7 +11,7 @@ use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
 use crate::timeout::Deadline;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
@@ -19,6 +19,8 @@ const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// ranks that arrived to read the verdict and leave (they explain their failure within
 /// `explain::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
 pub(crate) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
+/// How often the store's host looks whether every member has left (see [`await_left`]).
+const LEAVE_LOOK: Duration = Duration::from_secs(1);
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);
 /// What the leave meeting's members are waited for.
@@ -32,11 +34,6 @@ fn meeting(base: &dyn Store, world: u32, rank: u32, deadline: Deadline) -> Meeti
 /// Announce that this rank leaves, without waiting for anyone (a spare, a failed check-in).
 pub(crate) fn announce(base: &dyn Store, env: &LaunchEnv) {
     let _ = meeting(base, env.world_size, env.rank, Deadline::after(LEAVE_SEND)).arrive_counted();
-}
-
-/// Count `rank`, a rank that will never leave (dead, or missing from the start), as left; once.
-fn count_gone(base: &dyn Store, world: u32, rank: u32) {
-    let _ = meeting(base, world, rank, Deadline::after(LEAVE_SEND)).arrive_counted_as(b"gone");
 }
 
 /// End the leave meeting at once (a recovery was requested: the store's host is needed there).
@@ -80,26 +77,43 @@ pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
     let view: Arc<dyn Store> = Arc::new(PrefixStore::new(watch.attempt, watch.store.client()));
     let view = view.as_ref();
     // Ranks missing from the start, or already known dead or silent, never leave: each counted
-    // once (a rank counted twice would end the meeting with a rank still reading its verdict).
+    // once (a rank counted twice would end the meeting with a rank still reading its verdict),
+    // all in three requests.
     let mut never: Vec<u32> = gone.iter().copied().chain(watch.faults.recently_silent(LEAVE_GRACE)).collect();
     never.sort_unstable();
     never.dedup();
-    for &r in &never {
-        count_gone(view, env.world_size, r);
-    }
     let deadline = Deadline::after(LEAVE_WAIT.min(timeout));
     let m = meeting(view, env.world_size, env.rank, deadline).watching(watch.faults.interrupt());
+    let _ = m.count_gone(&never);
     if m.arrive_counted().is_err() {
         return;
     }
     // A death ends the wait (the faults' levers), and the dead are counted as left.
     let _armed = watch.faults.arm();
-    while let Err(MeetError::Missing(m)) = m.await_end() {
-        if m.died.is_none() || deadline.passed() {
+    while let Err(MeetError::Missing(missing)) = await_left(&m) {
+        if missing.died.is_none() || deadline.passed() {
             break;
         }
-        for r in m.ranks {
-            count_gone(view, env.world_size, r);
+        let _ = m.count_gone(&missing.ranks);
+    }
+}
+
+/// Wait for the leave meeting's end, looking every [`LEAVE_LOOK`] whether every member is here
+/// (then it ends it). A member leaves with a compare-and-set and an ADD within [`LEAVE_SEND`], so
+/// a store host paused meanwhile (SIGSTOP for 2.5 s) gets the members' marks once it resumes,
+/// but not the counts of those that exited waiting for the first reply: it waited its whole
+/// [`LEAVE_WAIT`] for them (issue 42).
+fn await_left(m: &Meeting) -> Result<(), MeetError> {
+    loop {
+        let look = Deadline::at(m.deadline().instant().min(Instant::now() + LEAVE_LOOK));
+        match m.await_end_by(look)? {
+            Some(_) => return Ok(()),
+            None if m.deadline().passed() => return Err(m.missing_error()),
+            None if m.missing().is_empty() => {
+                let _ = m.decide(b"1");
+                return Ok(());
+            }
+            None => {}
         }
     }
 }

@@ -16,7 +16,8 @@
 //!
 //! Store work per member: a gather costs one SET, one WAIT and one multi-get; a barrier one SET,
 //! one ADD and one WAIT; reading the end's value one more multi-get (a read after a wait never
-//! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs one CHECK per member.
+//! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs
+//! one multi-get, whatever the number of members.
 
 use super::keys;
 use crate::runtime::faults::interrupt::{Cause, Interrupt};
@@ -148,14 +149,17 @@ impl<'a> Meeting<'a> {
         keys::done(&self.space)
     }
 
-    /// This rank is here, with `payload`.
+    /// This rank is here, with `payload` (never empty: an empty value reads as not arrived, see
+    /// [`Meeting::arrivals`]).
     pub fn arrive(&self, payload: &[u8]) -> Result<(), MeetError> {
+        debug_assert!(!payload.is_empty(), "an arrival's payload is empty");
         Ok(self.store.set(&self.here(self.rank), payload)?)
     }
 
     /// This rank is here, with `payload`, and `also` set in the same request (one MULTI_SET):
     /// what the others may need to read about this rank, e.g. its host.
     pub fn arrive_with(&self, payload: &[u8], also: &[(&str, &[u8])]) -> Result<(), MeetError> {
+        debug_assert!(!payload.is_empty(), "an arrival's payload is empty");
         let here = self.here(self.rank);
         let items: Vec<(&str, &[u8])> = [(here.as_str(), payload)].into_iter().chain(also.iter().copied()).collect();
         Ok(self.store.multi_set(&items)?)
@@ -187,6 +191,26 @@ impl<'a> Meeting<'a> {
             return Ok(false);
         }
         self.count_one()
+    }
+
+    /// Count those of `ranks` (members that will never come: dead, or missing from the start) that
+    /// have not arrived as arrived with `b"gone"`: three requests, whatever their number (a read of
+    /// who is here, one MULTI_SET of the marks, one ADD). A rank that arrives itself between the
+    /// read and the marks is counted twice (the meeting ends one arrival early); one rank at a
+    /// time, [`Meeting::arrive_counted_as`] counts exactly.
+    pub fn count_gone(&self, ranks: &[u32]) -> Result<(), MeetError> {
+        let absent = self.absent(ranks);
+        if absent.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = absent.iter().map(|&r| self.here(r)).collect();
+        let items: Vec<(&str, &[u8])> = keys.iter().map(|k| (k.as_str(), &b"gone"[..])).collect();
+        self.store.multi_set(&items)?;
+        let n = self.store.add(&keys::count(&self.space), absent.len() as i64)?;
+        if n >= self.members.len() as i64 {
+            self.decide(b"1")?;
+        }
+        Ok(())
     }
 
     /// Count one more arrival; whether this completed the count. The completing arrival ends the
@@ -232,15 +256,22 @@ impl<'a> Meeting<'a> {
         Ok(self.store.compare_set(&self.done_key(), b"", value)?)
     }
 
-    /// Every member's payload if it has arrived, without waiting (two requests per member that
-    /// arrived, one per member that did not).
+    /// Every member's payload if it has arrived, without waiting.
     pub fn arrivals(&self) -> Result<Vec<Option<Vec<u8>>>, MeetError> {
-        let mut out = Vec::with_capacity(self.members.len());
-        for &r in &self.members {
-            let key = self.here(r);
-            out.push(if self.store.check(&[key.as_str()])? { Some(self.store.get(&key)?) } else { None });
+        self.arrivals_of(&self.members)
+    }
+
+    /// The payloads of `ranks` (members) that have arrived, without waiting: one request, whatever
+    /// their number (a failure path at 100K ranks reads them within its deadline's bound). An
+    /// arrival's payload is never empty ([`Meeting::arrive`]): empty reads as not arrived.
+    fn arrivals_of(&self, ranks: &[u32]) -> Result<Vec<Option<Vec<u8>>>, MeetError> {
+        if ranks.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        let keys: Vec<String> = ranks.iter().map(|&r| self.here(r)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let got = self.store.multi_get_existing(&refs)?;
+        Ok(got.into_iter().map(|v| (!v.is_empty()).then_some(v)).collect())
     }
 
     /// Wait (parked in the store) until `keys` exist: true, or false once `deadline` passed.
@@ -270,7 +301,7 @@ impl<'a> Meeting<'a> {
     }
 
     /// The members still missing that are known dead, as this meeting's failure (a local look at
-    /// the dead list, then one CHECK per dead member).
+    /// the dead list, then one read of the dead members' arrivals).
     fn dead_missing(&self) -> Option<MeetError> {
         let i = self.interrupt?;
         let dead = i.dead_among(&self.members);
@@ -298,15 +329,16 @@ impl<'a> Meeting<'a> {
         Some(MeetError::Missing(m))
     }
 
-    /// The members that have not arrived (one CHECK each; failure paths only).
+    /// The members that have not arrived (one request; failure paths only).
     pub fn missing(&self) -> Vec<u32> {
         self.absent(&self.members)
     }
 
-    /// Those of `ranks` that have not arrived, ascending (one CHECK each; failure paths only).
+    /// Those of `ranks` that have not arrived, ascending (one request; failure paths only; all of
+    /// them when the store fails).
     pub fn absent(&self, ranks: &[u32]) -> Vec<u32> {
-        let mut out: Vec<u32> =
-            ranks.iter().copied().filter(|&r| !self.store.check(&[self.here(r).as_str()]).unwrap_or(false)).collect();
+        let arrived = self.arrivals_of(ranks).unwrap_or_else(|_| vec![None; ranks.len()]);
+        let mut out: Vec<u32> = ranks.iter().zip(arrived).filter(|(_, a)| a.is_none()).map(|(&r, _)| r).collect();
         out.sort_unstable();
         out
     }
@@ -461,5 +493,27 @@ mod tests {
         dies.join().unwrap();
         assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
         assert!(text.starts_with("rank(s) 4 died: the launcher reported it (aborted by signal 9)"), "{text}");
+    }
+
+    /// Ranks that never come, counted together (a read, one MULTI_SET, one ADD): one that arrived
+    /// first is not counted again, the count ends the meeting, and a rank counted as gone that
+    /// arrives after all is not counted twice. Who is missing is read without waiting for the
+    /// absent ones' keys (the store's timeout is 5 s).
+    #[test]
+    fn ranks_that_never_come_are_counted_together_once() {
+        let store = MemoryStore::new(Duration::from_secs(5));
+        let m = |r| Meeting::new(&store, "l", "leaving", vec![0, 1, 2, 3], r, Deadline::after(Duration::from_secs(5)));
+        assert!(!m(1).arrive_counted().unwrap());
+        assert!(!m(0).arrive_counted().unwrap());
+        let start = Instant::now();
+        assert_eq!(m(0).missing(), [2, 3]);
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+        m(0).count_gone(&[1, 2, 3]).unwrap();
+        assert_eq!(store.get("l/count").unwrap(), b"4");
+        assert_eq!(m(0).await_end().unwrap(), b"1");
+        let (one, gone) = (Some(b"1".to_vec()), Some(b"gone".to_vec()));
+        assert_eq!(m(0).arrivals().unwrap(), [one.clone(), one, gone.clone(), gone]);
+        assert!(!m(3).arrive_counted().unwrap());
+        assert_eq!(store.get("l/count").unwrap(), b"4");
     }
 }
