@@ -202,6 +202,10 @@ pub fn create_comms(
     Ok(made)
 }
 
+/// What decides that two groups share a communicator: members, options and, for a kind whose
+/// groups never share, the kind itself.
+type ShareKey = (Vec<u32>, CommOptions, Option<PlanKind>);
+
 /// A communicator shared by every kind whose group has the same members.
 pub type SharedComm = Arc<Mutex<Box<dyn Communicator>>>;
 
@@ -399,7 +403,7 @@ impl GroupCreator<'_> {
     /// together (each kind's time counts from then).
     fn create_kinds(&self, source: &mut Source, together: Option<Instant>) -> Result<Vec<LiveGroup>, GroupError> {
         let plan = self.plan;
-        let mut by_key: HashMap<(Vec<u32>, CommOptions, Option<PlanKind>), (String, SharedComm)> = HashMap::new();
+        let mut by_key: HashMap<ShareKey, (String, SharedComm)> = HashMap::new();
         let mut live = Vec::with_capacity(plan.groups.len());
         // (index into `live`, step) of each communicator this rank created, to wait for.
         let mut created: Vec<(usize, u64)> = Vec::new();
