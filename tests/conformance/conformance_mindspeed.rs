@@ -185,26 +185,34 @@ fn check_ranks(id: &str, entry: &Value, l: &MindSpeedLayout, n: &mut Counts) {
     }
 }
 
+/// The MindSpeed wrapper (in stacking order: CP, 2-D TP, PP new stream, hot expert) that
+/// creates `kind`.
+fn wrapper_of(kind: MindSpeedKind) -> u32 {
+    use MindSpeedKind::*;
+    match kind {
+        Cp2 | CpUlysses | CpRing | CpRingIntra | CpRingIntraOverlap => 0,
+        PpNewStream => 2,
+        Exp => 3,
+        _ => 1,
+    }
+}
+
 /// A wrapper that crashed in MindSpeed (signature out of date): we build what the feature
-/// intends, and the groups made before the crash are ours before that wrapper's.
+/// intends, and the groups made before the crash are ours up to the end of an earlier wrapper's,
+/// with groups of a later wrapper built past it.
 fn check_crash(id: &str, entry: &Value, built: Result<MindSpeedLayout, String>, n: &mut Counts) {
     let e = &entry["error"];
     assert_eq!(e["type"], "TypeError", "{id}: only signature crashes are built past");
     let l = built.unwrap_or_else(|err| panic!("{id}: MindSpeed's wrapper crashed, we must build: {err}"));
     let before = e["mindspeed_groups_before_error"].as_u64().unwrap() as usize;
-    let cp_kinds = [
-        MindSpeedKind::Cp2,
-        MindSpeedKind::CpUlysses,
-        MindSpeedKind::CpRing,
-        MindSpeedKind::CpRingIntra,
-        MindSpeedKind::CpRingIntraOverlap,
-    ];
-    let ours = l.creation_sequence().unwrap().iter().filter(|g| cp_kinds.contains(&g.kind)).count();
-    assert_eq!(ours, before, "{id}: groups of the CP wrapper (the only one ported)");
-    assert!(l.kinds().iter().any(|k| !cp_kinds.contains(k)), "{id}: the crashed wrapper's groups are built");
+    let seq = l.creation_sequence().unwrap();
+    let crashed = (0..4).find(|&w| seq.iter().filter(|g| wrapper_of(g.kind) < w).count() == before);
+    let crashed = crashed.unwrap_or_else(|| panic!("{id}: {before} groups before the crash end no wrapper of ours"));
+    assert!(seq.iter().any(|g| wrapper_of(g.kind) >= crashed), "{id}: the crashed wrapper's groups are built");
     n.crashes_built += 1;
 }
 
+/// Every config of `file` (counted: each is built, refused or built past a crash).
 fn check_file(file: &str) -> Counts {
     let data = common::read_conformance_json(file);
     let mut n = Counts::default();
@@ -218,6 +226,7 @@ fn check_file(file: &str) -> Counts {
             ("error", stage) => {
                 let err = built.err().unwrap_or_else(|| panic!("{id}: accepted, MindSpeed refused at {stage:?}"));
                 if stage == Some("validate_args") {
+                    // MindSpeed's validation; Megatron's own refusals name Megatron's rule.
                     assert!(err.contains("MindSpeed rule"), "{id}: message names no rule: {err}");
                 }
                 n.refused += 1;
@@ -225,6 +234,7 @@ fn check_file(file: &str) -> Counts {
             (other, _) => panic!("{id}: unknown outcome {other}"),
         }
     }
+    assert_eq!(n.ok + n.refused + n.crashes_built, data["configs"].as_array().unwrap().len());
     n
 }
 
@@ -232,7 +242,7 @@ fn check_file(file: &str) -> Counts {
 fn groups_match_mindspeed_master_with_megatron_0_12_1() {
     let n = check_file(MASTER);
     eprintln!("{MASTER}: {n:?}");
-    assert_eq!((n.ok, n.refused, n.crashes_built), (16, 2, 0));
+    assert!(n.ok >= 16 && n.refused >= 2, "{n:?}");
     assert!(n.groups > 1_000 && n.rank_answers > 6_000, "{n:?}");
 }
 
@@ -240,6 +250,6 @@ fn groups_match_mindspeed_master_with_megatron_0_12_1() {
 fn groups_match_mindspeed_core_r0_16_0_with_megatron_0_16_1() {
     let n = check_file(CORE_R0_16);
     eprintln!("{CORE_R0_16}: {n:?}");
-    assert_eq!((n.ok, n.refused, n.crashes_built), (12, 2, 4));
+    assert!(n.ok >= 12 && n.refused >= 2 && n.crashes_built >= 4, "{n:?}");
     assert!(n.groups > 500 && n.rank_answers > 3_000, "{n:?}");
 }
