@@ -18,15 +18,7 @@ fn topo(args: &[String]) -> Output {
 
 /// The vector's layout flags and `--mindspeed` text (a true flag as its key alone).
 fn args_of(cfg: &Value) -> Vec<String> {
-    let mut args = vec!["--world-size".to_string(), cfg["world_size"].to_string()];
-    for (flag, key) in
-        [("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--etp", "etp"), ("--vpp", "vpp")]
-    {
-        if let Some(v) = cfg[key].as_u64() {
-            args.extend([flag.to_string(), v.to_string()]);
-        }
-    }
-    args.extend(["--order".to_string(), cfg["order"].as_str().unwrap().to_string()]);
+    let mut args = crate::cli_topo_seeds::layout_args(cfg);
     let mut items: Vec<String> = Vec::new();
     let flash = ("use_flash_attn".to_string(), cfg["use_flash_attn"].clone());
     for (k, v) in cfg["mindspeed_options"].as_object().unwrap().clone().into_iter().chain([flash]) {
