@@ -125,7 +125,7 @@ fn bad_mindspeed_input_is_refused_with_its_name() {
         ("tp_x=abc", "8", "", "'abc'"),
         ("nonsense", "8", "", "'nonsense'"),
         ("cp_window_size=3", "8", "--cp 8", "megatron_cp_algo window"),
-        ("default", "8", "--cp 2 --order tp-cp-ep-pp-dp", "default order"),
+        ("default", "8", "--cp 2 --tp 2 --order cp-tp-ep-dp-pp", "default order"),
         ("default", "8", "--cp 2 --grid b:cp=2,rank-offset=4,local-world-size=4", "not with --grid"),
     ] {
         let mut args: Vec<String> =

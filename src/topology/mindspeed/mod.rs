@@ -11,6 +11,7 @@ mod options;
 mod rank;
 
 use super::error::TopologyError;
+use super::generator::Dim;
 use super::kind::GroupKind;
 use super::layout::Topology;
 use super::DEFAULT_ORDER;
@@ -139,21 +140,32 @@ fn refuse(rule: &str, detail: String) -> TopologyError {
     TopologyError::config(format!("MindSpeed rule {rule}: {detail}"))
 }
 
-/// The layout restrictions: MindSpeed always assumes Megatron's default order, no rank offset
-/// and no Megatron-Core 0.19 axes.
+/// Whether the layout's dense grid is the default order's: every dim of size > 1 at the stride
+/// `tp-cp-ep-dp-pp` gives it (another order may name the dims differently and still agree, e.g.
+/// `tp-cp-ep-pp-dp` with pp = 1).
+fn grid_is_default_order(t: &Topology) -> bool {
+    let s = t.sizes();
+    let (tp, cp, dp) = (u64::from(s.tp), u64::from(s.cp), u64::from(s.dp));
+    [(Dim::Tp, s.tp, 1), (Dim::Cp, s.cp, tp), (Dim::Dp, s.dp, tp * cp), (Dim::Pp, s.pp, tp * cp * dp)]
+        .into_iter()
+        .all(|(dim, size, stride)| size == 1 || t.dense_stride(dim) == stride)
+}
+
+/// The layout restrictions: MindSpeed always assumes Megatron's default order (another order is
+/// accepted when it gives the same grid), no rank offset and no Megatron-Core 0.19 axes.
 fn check_layout(t: &Topology) -> Result<(), TopologyError> {
     let cfg = t.config();
-    if !cfg.order.eq_ignore_ascii_case(DEFAULT_ORDER) {
+    let s = t.sizes();
+    if s.gtp == 1 && !grid_is_default_order(t) {
         return Err(refuse(
             "default order",
             format!(
                 "MindSpeed builds its groups for order {DEFAULT_ORDER} and ignores Megatron's order; order {} \
-                 would give groups that do not line up with Megatron's (docs/topology.md)",
+                 places the ranks differently, so its groups would not line up with Megatron's (docs/topology.md)",
                 crate::quote::quoted(&cfg.order)
             ),
         ));
     }
-    let s = t.sizes();
     if cfg.rank_offset != 0 || s.total_world_size != s.world_size || s.gtp != 1 || s.egtp != 1 {
         return Err(refuse(
             "plain world",

@@ -127,9 +127,18 @@ fn refusals_name_the_rule() {
         let e = layout(w, tp, pp, cp, ep, opts).expect_err(opts);
         assert!(e.message.contains(rule), "{opts}: {e}");
     }
-    let cfg = TopologyConfig { cp: 2, order: "tp-cp-ep-pp-dp".into(), ..Default::default() };
-    let e = MindSpeedLayout::new(&Topology::new(cfg, 4).unwrap(), MindSpeedOptions::default()).unwrap_err();
-    assert!(e.message.contains("default order"), "{e}");
+    // An order that places the ranks as the default order does is followed; another is refused.
+    let with_order = |order: &str, pp: u32| {
+        let cfg = TopologyConfig { cp: 2, tp: 2, pp, order: order.into(), ..Default::default() };
+        MindSpeedLayout::new(&Topology::new(cfg, 16).unwrap(), MindSpeedOptions::default())
+    };
+    let same = with_order("tp-cp-ep-pp-dp", 1).unwrap();
+    assert_eq!(same.creation_sequence().unwrap(), with_order(DEFAULT_ORDER, 1).unwrap().creation_sequence().unwrap());
+    assert!(with_order("TP-CP-EP-DP-PP", 1).is_ok() && with_order("tp-cp-dp-pp", 2).is_ok());
+    for (order, pp) in [("cp-tp-ep-dp-pp", 1), ("tp-dp-cp-pp", 1), ("tp-dp-cp-pp", 2)] {
+        let e = with_order(order, pp).unwrap_err();
+        assert!(e.message.contains("default order") && e.message.contains(order), "{order}: {e}");
+    }
 }
 
 #[test]
