@@ -249,6 +249,16 @@ impl MindSpeedLayout {
         let algo = options.validated_algo();
         let u = if s.cp > 1 { check_cp(&options, algo, s.cp, s.tp)? } else { 1 };
         let (x, y) = if options.tp_2d { (options.tp_x, options.tp_y) } else { (1, 1) };
+        let hot = options.hot_expert_groups();
+        if u64::from(s.world_size) * u64::from(hot) > u64::from(u32::MAX) {
+            return Err(refuse(
+                "hot-expert groups",
+                format!(
+                    "{hot} copies of the expert groups of {} ranks number more groups than fit in 32 bits",
+                    s.world_size
+                ),
+            ));
+        }
         Ok(MindSpeedLayout {
             algo,
             w: s.world_size,
@@ -261,7 +271,7 @@ impl MindSpeedLayout {
             window: options.cp_window_size,
             x,
             y,
-            hot: options.hot_expert_groups(),
+            hot,
             topology: topology.clone(),
             options,
         })
