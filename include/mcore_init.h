@@ -595,6 +595,14 @@ typedef struct mcore_init_args {
    * naming the offending pair (default false). Appended in 0.2.
    */
   bool grids_disjoint_or_identical;
+  /**
+   * MindSpeed's options as `KEY=VALUE,...` with its argument names (e.g.
+   * "context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=2,use_cp_send_recv_overlap"; a
+   * key alone means true, "default" MindSpeed's defaults): also create MindSpeed's groups on
+   * the layout, after Megatron's (docs/topology.md); see `mcore_runtime_mindspeed_group_ranks`.
+   * NULL (default) = none. Appended in 0.2.
+   */
+  const char *mindspeed;
 } mcore_init_args;
 
 /**
@@ -1725,6 +1733,30 @@ mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
  * `out_comm` is writable.
  */
 mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
+
+/**
+ * The global ranks (ascending: communicator order) of this rank's MindSpeed group of `kind`
+ * and `copy`, as `mcore_runtime_group_ranks` does for Megatron's kinds.
+ *
+ * # Safety
+ * `kind` is NULL or NUL-terminated; `buf` is NULL (with `len` 0) or writable for `len`
+ * entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_mindspeed_group_ranks(const char *kind,
+                                                 uint32_t copy,
+                                                 uint32_t *buf,
+                                                 size_t len,
+                                                 size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's MindSpeed group of `kind` and `copy` (a
+ * communicator of its own, never shared with another group). Owned by the library until
+ * `mcore_destroy`.
+ *
+ * # Safety
+ * `kind` is NULL or NUL-terminated; `out_comm` is writable.
+ */
+mcore_status mcore_runtime_mindspeed_communicator(const char *kind, uint32_t copy, void **out_comm);
 
 /**
  * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for

@@ -246,7 +246,7 @@ pub unsafe extern "C" fn mcore_grid_pg_collection(
                     live.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
                 entries.push(mcore_pg_entry {
                     field: c_field(field),
-                    kind: kind_to_c(live.plan.kind.group_kind()),
+                    kind: live.plan.kind.group_kind().map_or(-1, kind_to_c),
                     all_gather: matches!(live.plan.kind, PlanKind::AllGatherTwin(_)),
                     rank: live.group_rank,
                     size: live.plan.members.len() as u32,

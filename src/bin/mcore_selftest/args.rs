@@ -3,14 +3,14 @@
 use crate::common::cli::{Flags, GRID_USAGE, LAYOUT_USAGE};
 use crate::{after_init, common, fault, recovery};
 use mcore_init::runtime::{self, InitArgs, SuspendRequest};
-use mcore_init::topology::TopologyConfig;
+use mcore_init::topology::{MindSpeedOptions, TopologyConfig};
 
 pub(crate) fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} {GRID_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--hccl-group-buffer NAME:MB;...] [--split-share] \
-         [--device N] [--json] [--grids-disjoint-or-identical] \
+         [--device N] [--json] [--grids-disjoint-or-identical] [--mindspeed KEY=VALUE,...|default] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
          [--fault RANK:start|checkin|created|verify|groups|destroy|recover:kill|stop|stop=SECONDS] \
          [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
@@ -95,6 +95,10 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 .add_group_buffers(flags.value(flag, inline)?, "--hccl-group-buffer")
                 .map_err(|e| e.to_string())?,
             "--split-share" => init.comm_config.default.split_share = Some(true),
+            "--mindspeed" => {
+                let text = flags.value(flag, inline)?;
+                init.mindspeed = Some(MindSpeedOptions::parse(text).map_err(|e| format!("--mindspeed: {e}"))?);
+            }
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
             "--device" => init.device = Some(common::cli::number(flag, flags.value(flag, inline)?)?),

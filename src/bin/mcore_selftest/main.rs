@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use suspend::{suspend_each_kind, suspend_resume};
-use verify::{report, verify_every_kind, verify_rng};
+use verify::{report, verify_every_kind, verify_mindspeed, verify_rng};
 
 /// Test hook: the rank named here exits right after initializing, as if it crashed after the
 /// rendezvous; the others must fail with an error, not hang.
@@ -91,10 +91,14 @@ fn cycle(
     let line = runtime::with_runtime(|rt| {
         let checked = verify_every_kind(rt)?;
         let rng_streams = verify_rng(rt, args)?;
+        let mindspeed = verify_mindspeed(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
         if args.backend == "nccl" {
             line["nccl_library"] = nccl_library();
+        }
+        if args.mindspeed.is_some() {
+            line["mindspeed_groups_verified"] = json!(mindspeed);
         }
         // On the clock all ranks share: when this rank began and ended initialize.
         line["init_start_boottime_s"] = json!(ready_boottime - init_seconds);

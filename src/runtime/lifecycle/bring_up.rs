@@ -14,7 +14,7 @@ use crate::runtime::creation::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
     RankPlan,
 };
-use crate::runtime::creation::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
+use crate::runtime::creation::plan::{add_alias_groups, aliased_kinds, all_gather_plan, grid_kinds, job_plan, Grid};
 use crate::runtime::error::RuntimeError;
 use crate::runtime::faults::{failed_for_a_peer, Faults};
 use crate::runtime::launch::env::LaunchEnv;
@@ -24,7 +24,7 @@ use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::{PrefixStore, Store, StoreError};
-use crate::topology::Topology;
+use crate::topology::{MindSpeedLayout, Topology, TopologyError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -184,7 +184,7 @@ fn validate(args: &InitArgs, env: &LaunchEnv, factory: &BackendResolver) -> Resu
     let grids = if args.grids.is_empty() { vec![only_grid(args, env)?] } else { several_grids(args, env)? };
     let (backend, strategy) = choose_backend(args, factory)?;
     let layout_world = args.layout_world(env.world_size)?;
-    let plan = job_plan(&grids, env.rank, (0..layout_world).collect());
+    let plan = job_plan(&grids, env.rank, (0..layout_world).collect())?;
     Ok(Layout { grids, backend, strategy, plan })
 }
 
@@ -204,19 +204,29 @@ fn grid(
         _ => None,
     };
     let aliases = aliased_kinds(&topology, &args.comm_config);
-    Ok(Grid { name: name.to_string(), tag, topology, view, rng, aliases })
+    Ok(Grid { name: name.to_string(), tag, topology, view, rng, aliases, mindspeed: None })
 }
 
 /// The job's only grid, which must cover every rank of the world less its spares.
 fn only_grid(args: &InitArgs, env: &LaunchEnv) -> Result<Grid, RuntimeError> {
     check_grid_name(&args.grid_name)?;
     let topology = validate_topology(args, env)?;
-    grid(args, &args.grid_name, None, topology, args.seed, env.rank)
+    let mut g = grid(args, &args.grid_name, None, topology, args.seed, env.rank)?;
+    if let Some(o) = &args.mindspeed {
+        let bad = |e: TopologyError| RuntimeError::InvalidArgument(format!("mindspeed: {e}"));
+        g.mindspeed = Some(MindSpeedLayout::new(&g.topology, o.clone()).map_err(bad)?);
+    }
+    Ok(g)
 }
 
 /// Several grids: each valid over the world and inside it, names unique, every rank of the world
 /// in at least one of them.
 fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeError> {
+    if args.mindspeed.is_some() {
+        return Err(RuntimeError::InvalidArgument(
+            "mindspeed: MindSpeed's groups are built on a job of one grid, not several".into(),
+        ));
+    }
     if args.spares > 0 {
         return Err(RuntimeError::InvalidArgument(format!(
             "spares ({}) with several grids: a spare takes a failed rank's place in a job of one grid only (recovery of several \
@@ -502,11 +512,8 @@ fn create(
     let mut created = created?;
     created.groups.extend(kept);
     // In the grids' order and each's kind order, as if all were created now.
-    let order: Vec<(&GridTag, PlanKind)> = layout
-        .grids
-        .iter()
-        .flat_map(|g| g.topology.kinds().into_iter().map(move |k| (&g.tag, PlanKind::Group(k))))
-        .collect();
+    let order: Vec<(&GridTag, PlanKind)> =
+        layout.grids.iter().flat_map(|g| grid_kinds(g).into_iter().map(move |k| (&g.tag, k))).collect();
     created.groups.sort_by_key(|g| order.iter().position(|(t, k)| g.plan.is(t, *k)));
     for grid in &layout.grids {
         add_alias_groups(grid, &mut created.groups);

@@ -18,7 +18,7 @@ use crate::runtime::meeting::keys::KeySpaces;
 use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::Store;
 use crate::timeout::Deadline;
-use crate::topology::{GroupKind, RankView, Topology};
+use crate::topology::{GroupKind, MindSpeedKind, RankView, Topology};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,6 +150,12 @@ impl Runtime {
     /// that twin.
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         self.groups.iter().find(|g| g.plan.is(&self.grids[0].tag, PlanKind::AllGatherTwin(kind)))
+    }
+
+    /// This rank's MindSpeed group of `kind` and `copy` (0 but for the hot-expert groups) in the
+    /// default grid, when initialized with MindSpeed's options that create it.
+    pub fn mindspeed_group(&self, kind: MindSpeedKind, copy: u32) -> Option<&LiveGroup> {
+        self.groups.iter().find(|g| g.plan.is(&self.grids[0].tag, PlanKind::MindSpeed(kind, copy)))
     }
 
     /// This initialization's view of the rendezvous store (keys under its attempt's prefix).
