@@ -12,8 +12,11 @@
 //! WAITs on one key on one connection then its close (and 250 connections of 1,000 WAITs each,
 //! woken by one SET), requests left half-sent (8 MiB SETs cut at 4 MiB, and 3-byte starts),
 //! replies never read (GETs of an 8 MiB value), 1,100 idle connections against the 1,024
-//! open-file limit, and 1,100 connections that each sent a PING against it. Needs `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it);
-//! without it every test says so and returns.
+//! open-file limit, and 1,100 connections that each sent a PING against it. One more case runs a
+//! 4-rank world in the default mode (the job's own secret) with no probe: 1,100 connections that
+//! each park a WAIT on a key nobody sets, against the same limit (issue 42). Needs
+//! `MCORE_GLOO_PLUGIN` (scripts/test.d/33-store-hostile.sh sets it); without it every test says
+//! so and returns.
 
 use crate::common;
 
@@ -56,20 +59,25 @@ fn raise_nofile(want: u64) -> u64 {
     r.rlim_cur
 }
 
-fn spawn_rank(plugin: &str, rank: u32, port: u16, log: &std::path::Path) -> Child {
+/// Rank `rank` of a `world`-rank selftest (tp 2, pp 2) whose store is at `port`. `keep_open`:
+/// the store stays open to every client after init (`MCORE_STORE_KEEP_OPEN=1`), so that the
+/// attackers stay served and the limits are what is tested; otherwise the default, the job's
+/// own secret (outsiders served until the init is over).
+fn spawn_rank(plugin: &str, rank: u32, world: u32, port: u16, log: &std::path::Path, keep_open: bool) -> Child {
     let out = File::create(log.with_extension("out")).unwrap();
     let err = File::create(log.with_extension("err")).unwrap();
-    let mut cmd = common::rank_command(SELFTEST, rank, WORLD, &port.to_string());
+    let mut cmd = common::rank_command(SELFTEST, rank, world, &port.to_string());
     cmd.args(["--json", "--backend", plugin, "--tp", "2", "--pp", "2", "--timeout", "60"])
         .env("MCORE_INIT_STORE_MAX_MEMORY", BUDGET.to_string())
-        // The attackers are clients the store serves (no token; the store stays open to every
-        // client after init, where it would refuse them at once): the limits are what is tested.
-        .env("MCORE_STORE_KEEP_OPEN", "1")
+        .env_remove("MCORE_STORE_KEEP_OPEN")
         .env_remove("MCORE_STORE_TOKEN")
         .env_remove("MCORE_STORE_TOKEN_FILE")
         .env_remove("TORCHELASTIC_USE_AGENT_STORE")
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
+    if keep_open {
+        cmd.env("MCORE_STORE_KEEP_OPEN", "1");
+    }
     // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
     unsafe {
         cmd.pre_exec(|| {
@@ -186,31 +194,62 @@ fn sampler(pid: u32, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
 /// each returning a summary line (and panicking, which fails the case, on what must not happen).
 type Attack = Vec<JoinHandle<String>>;
 
-/// Run one case: rank 0, the probe, `attack` put in place, ranks 1-7, the checks.
-fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
-    let Some(plugin) = plugin() else { return };
+/// The plugin and the case's folder, once this process may open 1,400 files; none (said on
+/// stderr) when the test cannot run here.
+fn case_setup(name: &str) -> Option<(String, std::path::PathBuf)> {
+    let plugin = plugin()?;
     let nofile = raise_nofile(4096);
     if nofile < 1400 {
         eprintln!("skipped: this test needs an open-file limit of at least 1,400 (the hard limit allows {nofile})");
-        return;
+        return None;
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-hostile").join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let port = common::free_port();
-    let case_start = Instant::now();
-    let rank0 = spawn_rank(&plugin, 0, port, &dir.join("rank0"));
-    let pid = rank0.id();
-    // The store is up once a connection's PING is answered.
+    Some((plugin, dir))
+}
+
+/// Wait until rank 0's store (process `pid`) answers a connection's PING.
+fn await_store(port: u16, pid: u32) {
     let up = Instant::now();
     loop {
         if let Ok(mut s) = raw(port) {
             if ping(&mut s, 1).is_ok() {
-                break;
+                return;
             }
         }
         assert!(up.elapsed() < Duration::from_secs(30) && !ended(pid), "rank 0's store never came up");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Every rank of `outs` (rank 0 first, logs in `dir`) ended 0 and verified its groups.
+fn assert_ranks_up(name: &str, dir: &std::path::Path, outs: &[Output]) {
+    let log = |r: usize| {
+        let read = |ext| std::fs::read_to_string(dir.join(format!("rank{r}")).with_extension(ext)).unwrap_or_default();
+        format!("stdout: {}\nstderr: {}", read("out"), read("err"))
+    };
+    for (r, out) in outs.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "{name}: rank {r} failed ({:?}):\n{}", out.status, log(r));
+        assert!(log(r).contains("\"ok\":true"), "{name}: rank {r} did not verify its groups:\n{}", log(r));
+    }
+}
+
+/// The first lines of rank 0's stderr (in `dir`) that its store server wrote, printed.
+fn print_server_log(dir: &std::path::Path) {
+    let server_log = std::fs::read_to_string(dir.join("rank0.err")).unwrap_or_default();
+    for l in server_log.lines().filter(|l| l.contains("store server")).take(8) {
+        eprintln!("  rank 0: {l}");
+    }
+}
+
+/// Run one case: rank 0, the probe, `attack` put in place, ranks 1-7, the checks.
+fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
+    let Some((plugin, dir)) = case_setup(name) else { return };
+    let port = common::free_port();
+    let case_start = Instant::now();
+    let rank0 = spawn_rank(&plugin, 0, WORLD, port, &dir.join("rank0"), true);
+    let pid = rank0.id();
+    await_store(port, pid);
     let baseline = proc_kib(pid, "VmRSS:").unwrap_or(0);
     let stop = Arc::new(AtomicBool::new(false));
     let probe_stop = Arc::new(AtomicBool::new(false));
@@ -220,7 +259,8 @@ fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
     let threads = attack(port, stop.clone());
     let in_place = attack_start.elapsed();
     let init_start = Instant::now();
-    let others: Vec<Child> = (1..WORLD).map(|r| spawn_rank(&plugin, r, port, &dir.join(format!("rank{r}")))).collect();
+    let others: Vec<Child> =
+        (1..WORLD).map(|r| spawn_rank(&plugin, r, WORLD, port, &dir.join(format!("rank{r}")), true)).collect();
     let mut outs: Vec<Output> = others.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(120))).collect();
     let init = init_start.elapsed();
     stop.store(true, Ordering::SeqCst);
@@ -229,14 +269,7 @@ fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
     let (pings, worst, probe_err) = probe.join().unwrap();
     let peak = rss.join().unwrap();
     outs.insert(0, common::wait_bounded(rank0, Duration::from_secs(120)));
-    let log = |r: usize| {
-        let read = |ext| std::fs::read_to_string(dir.join(format!("rank{r}")).with_extension(ext)).unwrap_or_default();
-        format!("stdout: {}\nstderr: {}", read("out"), read("err"))
-    };
-    for (r, out) in outs.iter().enumerate() {
-        assert_eq!(out.status.code(), Some(0), "{name}: rank {r} failed ({:?}):\n{}", out.status, log(r));
-        assert!(log(r).contains("\"ok\":true"), "{name}: rank {r} did not verify its groups:\n{}", log(r));
-    }
+    assert_ranks_up(name, &dir, &outs);
     assert!(probe_err.is_none(), "{name}: {}", probe_err.unwrap_or_default());
     let growth = peak.saturating_sub(baseline) * 1024;
     eprintln!(
@@ -252,10 +285,7 @@ fn run_case(name: &str, attack: impl FnOnce(u16, Arc<AtomicBool>) -> Attack) {
         case_start.elapsed().as_secs_f64(),
         summaries.join("; ")
     );
-    let server_log = std::fs::read_to_string(dir.join("rank0.err")).unwrap_or_default();
-    for l in server_log.lines().filter(|l| l.contains("store server")).take(8) {
-        eprintln!("  rank 0: {l}");
-    }
+    print_server_log(&dir);
     assert!(growth < BUDGET, "{name}: the store host grew by {growth} bytes, over its budget of {BUDGET}");
 }
 
@@ -461,4 +491,60 @@ fn connections_that_each_sent_a_ping_at_the_open_file_limit() {
             format!("{evicted} of {} connections that sent a PING evicted", pinged.len())
         })]
     });
+}
+
+#[test]
+fn connections_with_a_parked_wait_at_the_open_file_limit() {
+    // Issue 42 item 3: 1,100 connections that each park one WAIT on a key nobody sets, against
+    // rank 0's limit of 1,024 descriptors (896 connections), while a 4-rank job starts in the
+    // default mode (the job's own secret; outsiders served until its init is over). They proved
+    // nothing (neither the secret nor a rank's claim), so at the limit the one heard from
+    // longest ago is evicted whatever it has parked (its WAIT ends with its connection) and
+    // every rank gets in. Before: parked WAITs made them unevictable, 0 of 4 ranks came up.
+    const RANKS: u32 = 4;
+    let name = "parked";
+    let Some((plugin, dir)) = case_setup(name) else { return };
+    let port = common::free_port();
+    let rank0 = spawn_rank(&plugin, 0, RANKS, port, &dir.join("rank0"), false);
+    await_store(port, rank0.id());
+    // Parked: the PING after the WAIT is answered (the WAIT is not).
+    let wait = Encoder::query(Query::Wait).keys(&["/hostile/never"]).finish();
+    let parked: Vec<TcpStream> = (0..1100u32)
+        .filter_map(|i| {
+            let mut s = raw(port).ok()?;
+            s.write_all(&wait).ok()?;
+            ping(&mut s, i).ok()?;
+            Some(s)
+        })
+        .collect();
+    assert!(parked.len() >= 800, "only {} connections parked a WAIT", parked.len());
+    let evicted_before = parked.iter().filter(|s| closed_by_server(s)).count();
+    let init_start = Instant::now();
+    let others: Vec<Child> =
+        (1..RANKS).map(|r| spawn_rank(&plugin, r, RANKS, port, &dir.join(format!("rank{r}")), false)).collect();
+    let mut outs: Vec<Output> = others.into_iter().map(|c| common::wait_bounded(c, Duration::from_secs(120))).collect();
+    let init = init_start.elapsed();
+    outs.insert(0, common::wait_bounded(rank0, Duration::from_secs(120)));
+    eprintln!(
+        "store_hostile {name}: {} of 1,100 connections parked a WAIT, {evicted_before} of them evicted before the \
+         ranks started; ranks 1-3 ended in {:.2} s",
+        parked.len(),
+        init.as_secs_f64()
+    );
+    print_server_log(&dir);
+    assert_ranks_up(name, &dir, &outs);
+    // None of the WAITs was answered: each ended with its connection (evicted, or closed once
+    // the init was over and the store served only the job's own).
+    let mut buf = [0u8; 64];
+    for mut s in parked {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            other => {
+                panic!("a parked WAIT on a key nobody set was answered, or its connection outlived rank 0: {other:?}")
+            }
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use mcore_init::store::tcp::wire::{Encoder, Query, MAX_VALUE_LEN, VALIDATE_MAGIC};
 use mcore_init::store::{ServerLimits, Store, StoreError, TcpStore, TcpStoreServer};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -97,8 +97,8 @@ fn the_store_memory_cap_refuses_what_would_exceed_it() {
     assert_eq!(c.num_keys().unwrap(), 1);
 }
 
-/// Connections the job holds (a liveness claim, a parked WAIT) are never evicted: at the cap
-/// with only those, a new client is refused until one leaves.
+/// Connections holding a liveness claim (any counter, on a server not told the job's ranks) are
+/// never evicted: at the cap with only those, a new client is refused until one leaves.
 #[test]
 fn the_connection_cap_refuses_clients_until_one_leaves() {
     let limits = ServerLimits { max_connections: 2, ..ServerLimits::default() };
@@ -307,4 +307,57 @@ fn at_the_connection_cap_the_connection_quiet_the_longest_is_evicted() {
     assert!(pinged[0].num_keys().is_err(), "the connection quiet the longest was not evicted");
     assert!(pinged[6].num_keys().is_ok());
     assert_eq!(rank.add("a/alive/0", 1).unwrap(), 1, "the claimed connection was evicted");
+}
+
+/// At the connection cap, connections that proved nothing (neither the job's secret nor the
+/// claim of one of its rank counters) are evicted whatever they parked, their WAITs ending with
+/// them unanswered, so that ranks coming to claim their counters get in; a claim of a counter
+/// that is no rank's of the job proves nothing, a rank's claim keeps its connection (issue 42).
+#[test]
+fn at_the_connection_cap_parked_waits_that_proved_nothing_make_room_for_the_ranks() {
+    use mcore_init::store::StoreToken;
+    let secret = StoreToken::new(b"job secret").unwrap();
+    let limits = ServerLimits { max_connections: 4, ..ServerLimits::default() };
+    let server = TcpStoreServer::bind_with_session("127.0.0.1", 0, limits, secret.clone(), "job-A").unwrap();
+    server.expect_ranks("j", 2);
+    let port = server.port();
+    let rank0 = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert_eq!(rank0.claim("j/alive/0", b"s0").unwrap(), Ok(Some(secret.clone())));
+    // Three outsiders fill the cap, each with a WAIT parked (answered PING after it), the
+    // first after claiming rank 5's counter of a 2-rank job.
+    let claim = Encoder::query(Query::Claim).bytes(b"/j/alive/5").bytes(b"x").finish();
+    let wait = Encoder::query(Query::Wait).keys(&["/never"]).finish();
+    let outsiders: Vec<TcpStream> = (0..3u32)
+        .map(|i| {
+            let mut s = raw(port);
+            s.set_read_timeout(Some(T)).unwrap();
+            let mut hello = if i == 0 { claim.clone() } else { Vec::new() };
+            hello.extend(&wait);
+            hello.extend(Encoder::query(Query::Ping).u32(i).finish());
+            s.write_all(&hello).unwrap();
+            let mut reply = vec![0u8; if i == 0 { 1 + 4 } else { 4 }];
+            s.read_exact(&mut reply).unwrap();
+            assert_eq!(reply[reply.len() - 4..], i.to_le_bytes(), "outsider {i}'s PING");
+            std::thread::sleep(Duration::from_millis(20));
+            s
+        })
+        .collect();
+    // Rank 1 gets in and claims its counter; its pool's next connections, which prove the
+    // secret it learnt, get in too.
+    let rank1 = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    assert_eq!(rank1.claim("j/alive/1", b"s1").unwrap(), Ok(Some(secret.clone())));
+    let pool: Vec<TcpStore> =
+        (0..2).map(|_| TcpStore::connect_with_token("127.0.0.1", port, T, Some(&secret)).unwrap()).collect();
+    for (i, mut s) in outsiders.into_iter().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.read(&mut [0u8; 1]) {
+            Ok(0) => {}
+            Err(e) if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            other => panic!("outsider {i} was not evicted, or its WAIT was answered: {other:?}"),
+        }
+    }
+    assert_eq!(pool[0].add("n", 1).unwrap(), 1);
+    assert_eq!(pool[1].add("n", 1).unwrap(), 2);
+    assert_eq!(rank0.add("n", 1).unwrap(), 3, "rank 0's claimed connection was evicted");
+    assert_eq!(rank1.add("n", 1).unwrap(), 4, "rank 1's claimed connection was evicted");
 }

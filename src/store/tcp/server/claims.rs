@@ -118,20 +118,31 @@ impl EventLoop {
     }
 
     /// Whether `key` is the liveness counter of one of the job's ranks (see
-    /// `TcpStoreServer::expect_ranks`).
-    fn is_rank_counter(&self, key: &[u8]) -> bool {
+    /// `TcpStoreServer::expect_ranks`); none when the server was not told the job's ranks.
+    fn rank_counter(&self, key: &[u8]) -> Option<bool> {
         let ranks = self.ranks.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((prefix, world)) = ranks.as_ref() else { return false };
-        let Some(digits) = key.strip_prefix(prefix.as_slice()) else { return false };
+        let (prefix, world) = ranks.as_ref()?;
+        let Some(digits) = key.strip_prefix(prefix.as_slice()) else { return Some(false) };
         // Canonical digits only: `07` is another key than rank 7's, and gets no secret.
         let rank = std::str::from_utf8(digits).ok().and_then(|d| d.parse::<u32>().ok());
-        rank.is_some_and(|r| r < *world && r.to_string().as_bytes() == digits)
+        Some(rank.is_some_and(|r| r < *world && r.to_string().as_bytes() == digits))
     }
 
-    /// Whether connection `i` holds the claim of one of the job's rank counters.
-    pub(super) fn holds_rank_claim(&self, i: usize) -> bool {
+    /// Whether `key` is the liveness counter of one of the job's ranks (told by the host).
+    fn is_rank_counter(&self, key: &[u8]) -> bool {
+        self.rank_counter(key) == Some(true)
+    }
+
+    /// Whether connection `i` is one of the job's ranks' own as far as the server can tell: it
+    /// proved the job's secret (or the token) in the exchange, or it holds the claim of one of
+    /// the job's rank counters (of any liveness counter on a server not told the job's ranks).
+    /// Every other connection proved nothing: it is closed once the init is over
+    /// ([`EventLoop::require_later_token`]) and evictable at the connection cap, whatever it
+    /// parked ([`EventLoop::evict_idle`]).
+    pub(super) fn job_own(&self, i: usize) -> bool {
         let Some(c) = self.conns.get(i).and_then(Option::as_ref) else { return false };
-        c.claim.as_deref().is_some_and(|k| self.state.claims.holds(k, c.serial) && self.is_rank_counter(k))
+        let claimed = c.claim.as_deref().filter(|k| self.state.claims.holds(k, c.serial));
+        c.proven || claimed.is_some_and(|k| self.rank_counter(k) != Some(false))
     }
 
     /// ON_CLOSE `key` (empty: withdraw) for connection `i`.

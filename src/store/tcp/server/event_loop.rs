@@ -213,8 +213,8 @@ impl EventLoop {
         self.limits.max_connections.min(fds).max(1)
     }
 
-    /// Close the oldest connection that has made no request, else the one quiet the longest that
-    /// the job does not hold (see below). Whether there was one.
+    /// Close the oldest connection that has made no request, else the one quiet the longest of
+    /// those that proved nothing (see below). Whether there was one.
     pub(super) fn evict_idle(&mut self, why: &str) -> bool {
         while let Some((i, serial)) = self.fresh.pop_front() {
             let idle = self.conns.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial && !c.served);
@@ -223,17 +223,24 @@ impl EventLoop {
                 return true;
             }
         }
-        // Else the one heard from longest ago that is not part of the job as far as the server
-        // can tell: no liveness claim, no parked WAIT (a rank waiting for its peers is quiet too),
-        // not proven with the job's secret (a rank's pooled connection between two requests).
-        let quiet = self.conns.iter().enumerate().filter_map(|(i, c)| c.as_ref().map(|c| (i, c)));
-        // One that only ever pinged goes before one that stored or waited (a rank's, in a job
-        // whose store is kept open to anyone, between two requests).
-        let outsider = |c: &Conn| c.claim.is_none() && c.waits.is_empty() && !c.proven;
-        let oldest = quiet.filter(|(_, c)| outsider(c)).min_by_key(|(_, c)| (c.worked, c.heard));
-        let Some((i, heard)) = oldest.map(|(i, c)| (i, c.heard)) else { return false };
+        // Else the one heard from longest ago of those that proved nothing: neither the job's
+        // secret (or token) nor the claim of one of the job's rank counters ([`Self::job_own`]),
+        // whatever it parked: an outsider's parked WAIT must not lock the job out (its WAITs end
+        // with the connection; the protocol has no error reply). One that only ever pinged goes
+        // before one that stored or waited (in a store kept open to anyone, a rank's pooled
+        // connection proves nothing and is quiet between two requests); among those, the one
+        // heard from longest ago, so the outsiders there before a rank connected go first.
+        let outsiders = (0..self.conns.len()).filter(|&i| !self.job_own(i));
+        let quiet = outsiders.filter_map(|i| self.conns[i].as_ref().map(|c| (i, (c.worked, c.heard))));
+        let Some((i, (_, heard))) = quiet.min_by_key(|(_, order)| *order) else { return false };
         let secs = self.turn_start.saturating_duration_since(heard).as_secs_f64();
-        self.close_as(i, "idle", format!("quiet for {secs:.1} s, the longest of the connections, evicted {why}"));
+        let parked = self.conns[i].as_ref().is_some_and(|c| !c.waits.is_empty());
+        let waits = if parked { " with WAITs parked (they end with it)" } else { "" };
+        self.close_as(
+            i,
+            "idle",
+            format!("quiet for {secs:.1} s{waits}, the longest of the connections that proved nothing, evicted {why}"),
+        );
         true
     }
 
@@ -648,12 +655,12 @@ impl EventLoop {
             let Some(c) = c else { continue };
             if c.auth == ConnAuth::Open && c.rbuf.is_empty() {
                 c.auth = ConnAuth::Hello;
-            } else if matches!(c.auth, ConnAuth::Open | ConnAuth::Done) && !c.proven {
+            } else if matches!(c.auth, ConnAuth::Open | ConnAuth::Done) {
                 outsiders.push(i);
             }
         }
         for i in outsiders {
-            if self.holds_rank_claim(i) {
+            if self.job_own(i) {
                 continue;
             }
             // Its unsent replies go first (best effort): what it asked during the init is answered.

@@ -19,8 +19,10 @@
 //!   (128). A connection with no request (VALIDATE aside) `idle_timeout` (20 s) after connecting
 //!   is closed, as is one whose request stays half-sent that long; at the connection cap, or when
 //!   accept runs out of descriptors, the oldest connection that has made no request is evicted
-//!   for the new one, and if there is none, a spare descriptor accepts and closes the new one
-//!   (no busy retry on a full backlog).
+//!   for the new one, else the one quiet the longest of those that proved nothing (neither the
+//!   job's secret nor a rank's claim), whatever WAITs it has parked (they end with it), and if
+//!   there is none, a spare descriptor accepts and closes the new one (no busy retry on a full
+//!   backlog).
 //!
 //! A request that arrives in pieces is parsed a few times, not once per piece (the parser's
 //! `Incomplete` counts the length prefixes still to come). The protocol has no error reply, so a
@@ -91,9 +93,11 @@ pub struct ServerLimits {
     /// unless its connection holds at most 64 KiB with it (ordinary clients stay served while
     /// hogs are refused).
     pub max_memory_bytes: u64,
-    /// Most open client connections (default 262,144); more are accepted and closed at once,
-    /// after evicting the oldest connection that has made no request, if any. The open-file
-    /// limit less [`ServerLimits::reserved_fds`] caps it too.
+    /// Most open client connections (default 262,144). At the cap a new connection evicts the
+    /// oldest one that has made no request, else the one quiet the longest of those that proved
+    /// nothing (neither the job's secret nor a rank's claim; its parked WAITs end with it); with
+    /// none to evict it is accepted and closed at once. The open-file limit less
+    /// [`ServerLimits::reserved_fds`] caps it too.
     pub max_connections: usize,
     /// Descriptors left to the rest of the process (default 128): the server holds at most
     /// `RLIMIT_NOFILE` minus this many connections, so that a flood of connections cannot
