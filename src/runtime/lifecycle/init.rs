@@ -111,7 +111,12 @@ fn bring_up_claimed(
 pub(crate) fn claim_runtime(
     what: &'static str,
 ) -> Result<(RuntimeClaim, Option<(super::settings::Settings, Runtime)>), RuntimeError> {
-    RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))
+    let claimed = RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))?;
+    if claimed.1.is_some() {
+        // The live runtime is out: a destroy or a recovery releases its communicators.
+        super::comm_generation::comm_handles_released();
+    }
+    Ok(claimed)
 }
 
 /// Whether the runtime is initialized.
