@@ -319,7 +319,8 @@ typedef struct mcore_pg_entry {
   uint32_t rank;
   uint32_t size;
   /**
-   * The backend's communicator handle (owned by the library until `mcore_destroy`).
+   * The backend's communicator handle (owned by the library; valid while
+   * `mcore_comm_generation` reads as when it was fetched).
    */
   void *comm;
 } mcore_pg_entry;
@@ -841,7 +842,7 @@ mcore_status mcore_grid_group_ranks(const char *grid,
 /**
  * The backend's communicator handle of this rank's group of `kind` in `grid` (an `ncclComm_t`
  * for NCCL). Groups with the same members and options share one communicator, across grids
- * too. Owned by the library until `mcore_destroy`.
+ * too. Owned by the library; valid while `mcore_comm_generation` reads as when it was fetched.
  *
  * # Safety
  * `grid` is NULL or a NUL-terminated string; `out_comm` is writable.
@@ -1296,7 +1297,8 @@ mcore_status mcore_group_rank(const struct mcore_group *group, uint32_t *out_gro
 
 /**
  * The backend's own communicator handle (an `ncclComm_t` for NCCL, the plugin's handle
- * otherwise), waiting for the creation first. Owned by the library until the group is destroyed.
+ * otherwise), waiting for the creation first. Owned by the library until the group is destroyed
+ * (and while `mcore_comm_generation` reads as when it was fetched: a recovery drops the group).
  *
  * # Safety
  * `group` is a handle from `mcore_group_create`; `out_comm` is writable.
@@ -1727,7 +1729,8 @@ mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
 
 /**
  * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
- * separate from the group's own). Owned by the library until `mcore_destroy`.
+ * separate from the group's own). Owned by the library; valid while `mcore_comm_generation`
+ * reads as it did when the handle was fetched.
  *
  * # Safety
  * `out_comm` is writable.
@@ -1760,12 +1763,32 @@ mcore_status mcore_runtime_mindspeed_communicator(const char *kind, uint32_t cop
 
 /**
  * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
- * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+ * NCCL, the plugin's handle otherwise). Owned by the library; valid while
+ * `mcore_comm_generation` reads as it did when the handle was fetched.
  *
  * # Safety
  * `out_comm` is writable.
  */
 mcore_status mcore_runtime_communicator(int32_t kind, void **out_comm);
+
+/**
+ * The communicator generation: a number that changes exactly when communicator handles the
+ * library gave out may have been released. Read it when you fetch handles
+ * (`mcore_runtime_communicator`, `mcore_runtime_all_gather_communicator`,
+ * `mcore_grid_communicator`, `mcore_grid_pg_collection`, `mcore_group_communicator`); while it
+ * reads the same, every one of them is valid. When it differs, fetch them again before use:
+ * the old ones may point at freed memory. It changes when `mcore_suspend` releases a
+ * communicator (recreate mode: a backend without native suspend, e.g. Gloo or HCCL; the resume
+ * creates a new one), and when `mcore_destroy` or `mcore_reinitialize` takes the runtime down
+ * (a recovery may keep some communicators, but every handle is to be fetched again). A native
+ * suspend (NCCL 2.29.7+, a plugin's `suspend` slot) keeps the handles and the number. A suspend
+ * never touches groups made after init: their handle is valid until `mcore_group_destroy` and
+ * while the number reads the same. Works without a runtime.
+ *
+ * # Safety
+ * `out_generation` is writable.
+ */
+mcore_status mcore_comm_generation(uint64_t *out_generation);
 
 /**
  * Sum `count` int64 values element-wise over this rank's group of `kind`, in place.

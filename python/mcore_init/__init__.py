@@ -15,10 +15,10 @@ the job's own store, :mod:`~mcore_init.torch_interop`). A failed call raises
 from . import id_groups
 from ._lib import ABI_VERSION, McoreError, Status, version
 from .named_grids import Grid, PgCollection, PgGroup, grid, grids
-from .runtime import comm_memory, destroy, initialize, resume, suspend
+from .runtime import comm_generation, comm_memory, destroy, initialize, resume, suspend
 from .torch_interop import torch_store
 from .topology import GroupInfo, PipelineInfo, RecoveryPlan, Sizes, Topology, plan_recovery
 
 __all__ = ["ABI_VERSION", "McoreError", "Status", "version", "Topology", "GroupInfo", "PipelineInfo", "Sizes", "RecoveryPlan",
            "plan_recovery", "initialize", "destroy", "grid", "grids", "Grid", "PgCollection", "PgGroup",
-           "suspend", "resume", "comm_memory", "torch_store", "id_groups"]
+           "suspend", "resume", "comm_memory", "comm_generation", "torch_store", "id_groups"]

@@ -45,6 +45,7 @@ _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p)
 _suspend = declare("mcore_suspend", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
 _resume = declare("mcore_resume", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
 _comm_memory = declare("mcore_runtime_comm_memory", _status, ctypes.c_int32, _P(T.CommMemory))
+_comm_generation = declare("mcore_comm_generation", _status, _P(ctypes.c_uint64))
 
 
 class _Default:
@@ -350,6 +351,15 @@ def communicator(kind) -> int:
     return out.value or 0
 
 
+def comm_generation() -> int:
+    """A number that changes exactly when communicator handles given out may have been released
+    (a suspend in recreate mode, a destroy, a recovery). Cache it with the handles of
+    :func:`communicator` and friends; when it differs, fetch them again: the old ones may be freed."""
+    out = ctypes.c_uint64()
+    check(_comm_generation(ctypes.byref(out)))
+    return out.value
+
+
 def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
     """Element-wise int64 sum of ``values`` over this rank's group of ``kind``."""
     a = Args("allreduce_sum")
@@ -454,7 +464,8 @@ def suspend(kinds=None, grid=None) -> int:
     """Suspend the communicators of ``kinds`` (kind names, e.g. ``["tensor_model_parallel"]``;
     None: every kind) on every rank (collective: call it with the same kinds everywhere).
     Backends that can (NCCL 2.29.7+) release the device memory in place; others release the
-    communicators and :func:`resume` creates them again. A kind sharing a communicator with a
+    communicators and :func:`resume` creates them again (with new handles: :func:`comm_generation`
+    changes, fetch cached handles again). A kind sharing a communicator with a
     named one is suspended with it. Using a suspended kind raises SUSPENDED naming it. ``grid``:
     a grid's name (None: the default grid); a communicator that grid shares with another grid
     that is still running stays up. Returns how many communicators were suspended."""

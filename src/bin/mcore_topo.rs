@@ -272,16 +272,53 @@ fn list(ranks: &[u32]) -> String {
     format!("[{}]", items.join(","))
 }
 
+/// Worlds above this many ranks get the compact layout table: every group listed would make
+/// lines of tens of thousands of characters (27,627 at 4,096 ranks).
+const COMPACT_TABLE_ABOVE: u32 = 256;
+/// The longest line of the compact table.
+const MAX_LINE: usize = 200;
+
 fn layout_table(t: &Topology) -> Result<String, String> {
     let mut out = summary(t);
-    let _ = writeln!(out, "\n{:<48} {:>8} {:>6}  groups (ranks)", "kind", "count", "size");
+    let compact = t.sizes().world_size > COMPACT_TABLE_ABOVE;
+    let header = if compact { "first group (ranks) = pattern; where each group starts" } else { "groups (ranks)" };
+    let _ = writeln!(out, "\n{:<48} {:>8} {:>6}  {header}", "kind", "count", "size");
     for kind in t.kinds() {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
-        let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(out, "{:<48} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+        let groups_text = if compact {
+            let first = groups.first().map_or(String::new(), |g| group_text(g, 8));
+            let starts: Vec<u32> = groups.iter().map(Group::first).collect();
+            format!("{first}; starts {}", elided(&starts))
+        } else {
+            groups.iter().map(|g| list(&g.members())).collect::<Vec<_>>().join(" ")
+        };
+        let line = format!("{:<48} {:>8} {:>6}  {groups_text}", kind.key(), groups.len(), size);
+        let _ = writeln!(out, "{}", if compact { fit(&line, MAX_LINE) } else { line });
+    }
+    if compact {
+        let _ = writeln!(
+            out,
+            "\n(more than {COMPACT_TABLE_ABOVE} ranks: each kind by its first group; --rank R or --json lists groups)"
+        );
     }
     Ok(out)
+}
+
+/// `[a,b,c,...,z]`: the first three and the last of `ranks` (all of them when at most five).
+fn elided(ranks: &[u32]) -> String {
+    match ranks {
+        [a, b, c, .., z] if ranks.len() > 5 => format!("[{a},{b},{c},...,{z}]"),
+        _ => list(ranks),
+    }
+}
+
+/// `line` cut to `max` characters, ending in `...` when cut.
+fn fit(line: &str, max: usize) -> String {
+    match line.char_indices().nth(max - 3) {
+        Some((end, _)) if line.chars().count() > max => format!("{}...", &line[..end]),
+        _ => line.to_string(),
+    }
 }
 
 /// Most members of one group `--rank` lists (more are shown by their pattern, unless
@@ -291,12 +328,21 @@ const LISTED_MEMBERS: u32 = 256;
 /// The members of a group: all of them, or for a bigger group than [`LISTED_MEMBERS`] its first
 /// ranks, its last and its exact pattern (`[5,13,21,...,16777213] = 5+8*i (i<2097152)`).
 fn members_text(m: &Membership, all_members: bool) -> String {
-    if all_members || m.size() <= LISTED_MEMBERS {
+    if all_members {
         return list(&m.members());
     }
-    let head: Vec<String> = m.group.iter().take(3).map(|r| r.to_string()).collect();
-    let boxes: Vec<String> = m.group.boxes().iter().map(|b| b.to_string()).collect();
-    format!("[{},...,{}] = {}", head.join(","), m.group.last(), boxes.join(" | "))
+    group_text(&m.group, LISTED_MEMBERS)
+}
+
+/// A group's members when at most `listed`, else its first ranks, its last and its exact
+/// pattern (the `--rank` view's and the compact table's).
+fn group_text(g: &Group, listed: u32) -> String {
+    if g.len() <= listed {
+        return list(&g.members());
+    }
+    let head: Vec<String> = g.iter().take(3).map(|r| r.to_string()).collect();
+    let boxes: Vec<String> = g.boxes().iter().map(|b| b.to_string()).collect();
+    format!("[{},...,{}] = {}", head.join(","), g.last(), boxes.join(" | "))
 }
 
 fn rank_table(t: &Topology, rank: u32, all_members: bool) -> Result<String, String> {

@@ -238,7 +238,8 @@ pub unsafe extern "C" fn mcore_group_rank(group: *const mcore_group, out_group_r
 }
 
 /// The backend's own communicator handle (an `ncclComm_t` for NCCL, the plugin's handle
-/// otherwise), waiting for the creation first. Owned by the library until the group is destroyed.
+/// otherwise), waiting for the creation first. Owned by the library until the group is destroyed
+/// (and while `mcore_comm_generation` reads as when it was fetched: a recovery drops the group).
 ///
 /// # Safety
 /// `group` is a handle from `mcore_group_create`; `out_comm` is writable.

@@ -426,7 +426,8 @@ pub unsafe extern "C" fn mcore_runtime_all_gather_group_ranks(
 }
 
 /// The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
-/// separate from the group's own). Owned by the library until `mcore_destroy`.
+/// separate from the group's own). Owned by the library; valid while `mcore_comm_generation`
+/// reads as it did when the handle was fetched.
 ///
 /// # Safety
 /// `out_comm` is writable.
@@ -492,13 +493,37 @@ pub unsafe extern "C" fn mcore_runtime_mindspeed_communicator(
 }
 
 /// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
-/// NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+/// NCCL, the plugin's handle otherwise). Owned by the library; valid while
+/// `mcore_comm_generation` reads as it did when the handle was fetched.
 ///
 /// # Safety
 /// `out_comm` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
     ffi_guard(|| write_handle(out_comm, |rt| live_group(rt, kind)))
+}
+
+/// The communicator generation: a number that changes exactly when communicator handles the
+/// library gave out may have been released. Read it when you fetch handles
+/// (`mcore_runtime_communicator`, `mcore_runtime_all_gather_communicator`,
+/// `mcore_grid_communicator`, `mcore_grid_pg_collection`, `mcore_group_communicator`); while it
+/// reads the same, every one of them is valid. When it differs, fetch them again before use:
+/// the old ones may point at freed memory. It changes when `mcore_suspend` releases a
+/// communicator (recreate mode: a backend without native suspend, e.g. Gloo or HCCL; the resume
+/// creates a new one), and when `mcore_destroy` or `mcore_reinitialize` takes the runtime down
+/// (a recovery may keep some communicators, but every handle is to be fetched again). A native
+/// suspend (NCCL 2.29.7+, a plugin's `suspend` slot) keeps the handles and the number. A suspend
+/// never touches groups made after init: their handle is valid until `mcore_group_destroy` and
+/// while the number reads the same. Works without a runtime.
+///
+/// # Safety
+/// `out_generation` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_comm_generation(out_generation: *mut u64) -> mcore_status {
+    ffi_guard(|| {
+        *out_ptr(out_generation, "out_generation")? = runtime::comm_generation();
+        Ok(())
+    })
 }
 
 /// Write the backend handle of the group `find` picks into `*out_comm`.

@@ -39,6 +39,7 @@ pub use creation::suspend::{
 pub use error::RuntimeError;
 pub use launch::env::{EnvError, LaunchEnv, LauncherKind, Rendezvous};
 pub use lifecycle::bring_up::{set_phase_hook, InitPhase, PhaseHook};
+pub use lifecycle::comm_generation::comm_generation;
 pub use lifecycle::init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use lifecycle::init_args::{
     check_grid_name, default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,

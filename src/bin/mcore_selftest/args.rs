@@ -4,6 +4,7 @@ use crate::common::cli::{Flags, GRID_USAGE, LAYOUT_USAGE};
 use crate::{after_init, common, fault, recovery};
 use mcore_init::runtime::{self, InitArgs, SuspendRequest};
 use mcore_init::topology::{MindSpeedOptions, TopologyConfig};
+use std::time::Duration;
 
 pub(crate) fn usage() -> String {
     format!(
@@ -41,14 +42,16 @@ pub(crate) struct Options {
     pub(crate) groups: after_init::GroupRun,
 }
 
-pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+/// The options of `args`, the init timeout `env_timeout` (`MCORE_INIT_TIMEOUT`'s) unless
+/// `--timeout` gives one.
+pub(crate) fn parse_args(args: &[String], env_timeout: Duration) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
     let mut json = false;
     let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
     let mut suspend = None;
     let mut suspend_each = false;
-    init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
+    init.timeout = env_timeout;
     let mut groups = after_init::GroupRun::default();
     let mut flags = Flags::new(args);
     let mut grids = common::cli::GridArgs::default();

@@ -187,7 +187,16 @@ fn print_whole(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
+    // A bad MCORE_INIT_TIMEOUT is no misuse of the command line: one line, no usage text.
+    let env_timeout = match runtime::timeout_from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mcore-selftest: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv, env_timeout))
+    {
         Ok(Some(a)) => a,
         Ok(None) => {
             println!("{}", usage());

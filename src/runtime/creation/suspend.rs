@@ -262,7 +262,9 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
         if native {
             state.native = Some(old);
         } else {
-            // Recreate mode: released now (dropping destroys it; NCCL's aborts).
+            // Recreate mode: released now (dropping destroys it; NCCL's aborts), so a handle
+            // cached from it is stale: the generation says so.
+            crate::runtime::lifecycle::comm_generation::comm_handles_released();
             drop(old);
         }
         drop(slot);

@@ -337,13 +337,23 @@ fn port_in_use(e: &StoreError) -> bool {
     matches!(e, StoreError::InvalidArgument(m) if m.contains("already in use"))
 }
 
-/// Rank 0 cannot host on `port`: the error, naming the port and where it came from.
+/// Rank 0 cannot host on `port`: the error, naming the port and where it came from, and who
+/// holds it when that is known: this process itself (torch's `env://` store made before
+/// initialize), a program that took the port `mcore-launch` gave, or another program.
 fn bind_error(env: &LaunchEnv, port: u16, e: StoreError) -> RuntimeError {
-    let fix = if port_in_use(&e) {
+    let fix = if !port_in_use(&e) {
+        ""
+    } else if crate::store::tcp::listened_on_by_this_process(port) {
+        "; this process itself listens on that port (torch's env:// store, made before mcore_init): \
+         initialize mcore_init first and build torch's process group on its store (Python: \
+         mcore_init.torch_store(), docs/getting-started.md), or give torch another port"
+    } else if std::env::var_os("MCORE_LAUNCH_DIR").is_some() {
+        // Set by mcore-launch for each rank (recovery's LAUNCH_DIR_ENV).
+        "; another program took that port after mcore-launch chose it (or it was given with --master-port): \
+         start the job again, or give --master-port a port no other program uses"
+    } else {
         "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
          without --master-port (it picks a free port)"
-    } else {
-        ""
     };
     RuntimeError::Store(match e {
         StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
@@ -709,6 +719,22 @@ mod tests {
         let e = other_jobs(&env_of("run-2"), &[(server.port(), theirs)]).to_string();
         assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
         assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
+    }
+
+    /// A port in use that this process itself listens on (as torch's env:// store made before
+    /// initialize does) is named so, without advising mcore-launch.
+    #[test]
+    fn a_port_held_by_this_process_is_named_so() {
+        let torch_like = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = torch_like.local_addr().unwrap().port();
+        let vars = [("RANK", "0".to_string()), ("WORLD_SIZE", "2".into()), ("MASTER_ADDR", "127.0.0.1".into())];
+        let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+        let in_use = || StoreError::InvalidArgument(format!("port {port} is already in use on 127.0.0.1"));
+        let e = bind_error(&env, port, in_use()).to_string();
+        assert!(e.contains("this process itself listens on that port") && !e.contains("mcore-launch"), "{e}");
+        drop(torch_like);
+        let e = bind_error(&env, port, in_use()).to_string();
+        assert!(e.contains("another program") && !e.contains("this process itself"), "{e}");
     }
 
     /// torch's agent store cannot check a token: refused at once, naming the variable.
