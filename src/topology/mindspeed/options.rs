@@ -143,7 +143,8 @@ fn count(key: &str, value: &str) -> Result<u32, TopologyError> {
 
 impl MindSpeedOptions {
     /// Parse `KEY=VALUE,...` (MindSpeed's argument names; `-` may stand for `_` in a key). A key
-    /// alone means true; `default` (or an empty text) means MindSpeed's defaults. Unknown keys,
+    /// alone means true; `default` (or an empty text) means MindSpeed's defaults; `none` is the
+    /// value of an option with no default that is not given. Unknown keys,
     /// repeated keys and bad values are refused with a message naming them.
     pub fn parse(text: &str) -> Result<MindSpeedOptions, TopologyError> {
         let mut o = MindSpeedOptions::default();
@@ -174,6 +175,11 @@ impl MindSpeedOptions {
             Some(v) => count(k, v),
             None => Err(TopologyError::config(format!("mindspeed option {k} needs a value ({k}=N)"))),
         };
+        // An option without a default value may be given as `none` (or `null`): not given.
+        let maybe = |v: Option<&str>| match v {
+            Some(t) if t.eq_ignore_ascii_case("none") || t.eq_ignore_ascii_case("null") => Ok(None),
+            v => n(v).map(Some),
+        };
         match key {
             "context_parallel_algo" => {
                 let v = value.unwrap_or("");
@@ -186,7 +192,7 @@ impl MindSpeedOptions {
                     ))
                 })?;
             }
-            "ulysses_degree_in_cp" => self.ulysses_degree_in_cp = Some(n(value)?),
+            "ulysses_degree_in_cp" => self.ulysses_degree_in_cp = maybe(value)?,
             "cp_window_size" => self.cp_window_size = n(value)?,
             "use_cp_send_recv_overlap" => self.use_cp_send_recv_overlap = b(value)?,
             "tp_2d" => self.tp_2d = b(value)?,
@@ -197,9 +203,9 @@ impl MindSpeedOptions {
             "optimize_send_recv_comm" => self.optimize_send_recv_comm = b(value)?,
             "balanced_moe_experts" => self.balanced_moe_experts = b(value)?,
             "trans_hot_expert_group_num" => self.trans_hot_expert_group_num = n(value)?,
-            "balanced_moe_hot_expert_num" => self.balanced_moe_hot_expert_num = Some(n(value)?),
+            "balanced_moe_hot_expert_num" => self.balanced_moe_hot_expert_num = maybe(value)?,
             "use_flash_attn" => self.use_flash_attn = b(value)?,
-            "num_attention_heads" => self.num_attention_heads = Some(n(value)?),
+            "num_attention_heads" => self.num_attention_heads = maybe(value)?,
             _ => {
                 return Err(TopologyError::config(format!(
                     "unknown mindspeed option {} (expected one of {})",

@@ -148,6 +148,8 @@ fn options_parse_and_refuse_bad_text() {
     assert!(o.tp_2d && !o.use_flash_attn);
     assert_eq!((o.tp_x, o.tp_y, o.context_parallel_algo), (2, 4, CpAlgo::Ulysses));
     assert_eq!(MindSpeedOptions::parse("default").unwrap(), MindSpeedOptions::default());
+    let o = MindSpeedOptions::parse("ulysses_degree_in_cp=None,num_attention_heads=null").unwrap();
+    assert_eq!(o, MindSpeedOptions::default());
     for (bad, names) in [
         ("tp_x", "tp_x needs a value"),
         ("tp_x=-1", "'-1'"),
@@ -166,4 +168,24 @@ fn out_of_range_rank_is_an_error() {
     let l = layout(8, 1, 1, 8, 1, "default").unwrap();
     assert!(l.rank_groups(8).is_err());
     assert_eq!(l.rank_groups(7).unwrap()[0].ranks, vec![7]);
+}
+
+#[test]
+fn a_rank_view_of_a_huge_world_walks_no_world() {
+    // 2^30 ranks: a walk of the world would take minutes; the rank's view is a few lists.
+    let started = std::time::Instant::now();
+    let hybrid = layout(1 << 30, 8, 4, 64, 1, "context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=4,cp_window_size=4,use_cp_send_recv_overlap,optimize_send_recv_comm").unwrap();
+    let tp_2d =
+        layout(1 << 30, 8, 4, 4, 1, "tp_2d,tp_x=2,tp_y=4,use_cp_send_recv_overlap,enable_overlap_ag_with_matmul")
+            .unwrap();
+    let moe = layout(1 << 30, 2, 1, 2, 1 << 10, "balanced_moe_experts").unwrap();
+    for l in [&hybrid, &tp_2d, &moe] {
+        for rank in [0, 12345, (1 << 30) - 1] {
+            let groups = l.rank_groups(rank).unwrap();
+            assert!(!groups.is_empty() && groups.iter().all(|g| g.ranks.contains(&rank)), "rank {rank}");
+            l.rank_lists(rank).unwrap();
+        }
+    }
+    assert_eq!(hybrid.rank_group(MindSpeedKind::PpNewStream, 5).unwrap().unwrap().ranks.len(), 4);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
 }
