@@ -1,7 +1,7 @@
 //! Collectives of an [`NcclComm`] on host data, through device memory: the verification
 //! all-reduce of int64 sums, the one-element float all-reduce a vLLM worker issues right after
 //! joining its weight-sync group (the warm-up), and a byte broadcast. One path serves them all
-//! ([`NcclComm::on_device`]): copy in, enqueue, wait for the stream within the deadline (a failed
+//! (`NcclComm::on_device`): copy in, enqueue, wait for the stream within the deadline (a failed
 //! peer or an interrupt ends the wait, naming the collective), copy out.
 #![forbid(unsafe_code)]
 

@@ -6,7 +6,7 @@
 //! observes. Here every finder of a death (the liveness watcher's close notices, rank 0's scan of
 //! the heartbeats where the store is torchrun's agent's, a PMIx event from the launcher) reports
 //! to [`Interrupt::died`]; nothing else keeps a list of the dead. A wait observes the epoch: a
-//! [`crate::runtime::meeting::meet::Meeting`] given the interrupt checks the dead list before it
+//! `Meeting` (`runtime/meeting/meet.rs`) given the interrupt checks the dead list before it
 //! parks, and a wait ended by a lever (or a slice, while disarmed) looks again.
 //!
 //! The levers end calls in flight: the store's blocked calls (the pool's busy-abort), the

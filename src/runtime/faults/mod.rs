@@ -45,7 +45,7 @@ impl Faults {
     }
 
     /// The faults of rank `rank` of a world of `world` around a liveness already started (tests;
-    /// the runtime uses [`Faults::start`]).
+    /// the runtime uses `Faults::start`).
     pub fn of(liveness: Liveness, rank: u32, world: u32) -> Faults {
         let interrupt = Arc::clone(liveness.interrupt());
         Faults { liveness: Some(liveness), interrupt, rank, world }
@@ -235,7 +235,7 @@ impl Faults {
         self.who_is_gone_among(&(0..self.world).collect::<Vec<_>>())
     }
 
-    /// [`Faults::who_is_gone`] of `ranks` only.
+    /// `Faults::who_is_gone` (the whole world) of `ranks` only.
     pub fn who_is_gone_among(&self, ranks: &[u32]) -> Option<String> {
         let others: Vec<u32> = ranks.iter().copied().filter(|&r| r != self.rank).collect();
         if others.is_empty() {

@@ -21,7 +21,7 @@ use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::host::{self, HostInfo};
 use crate::runtime::launch::pmix_rendezvous::{self, WorldExchange};
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
-use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError};
+use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError, Seat};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::{PrefixStore, Store, StoreError};
 use crate::topology::{MindSpeedLayout, Topology, TopologyError};
@@ -450,16 +450,14 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     }
     let host = Some(&s.opened.host);
     let interrupt = Some(s.opened.faults.interrupt());
-    let (world, local) = (env.world_size, env.local_world_size);
-    check_in_from(base, env.rank, world, local, fingerprint, host, left(s.deadline), interrupt).map_err(
-        |e| match e {
-            // After a PMIx fence that failed: the wait counts from the start of the check-in.
-            CheckinError::Missing { ranks, nodes, died, .. } if s.pmix.is_some() => {
-                CheckinError::Missing { ranks, nodes, waited: began.elapsed(), died }
-            }
-            e => e,
-        },
-    )?;
+    let seat = Seat { rank: env.rank, world_size: env.world_size, local_world_size: env.local_world_size };
+    check_in_from(base, seat, fingerprint, host, left(s.deadline), interrupt).map_err(|e| match e {
+        // After a PMIx fence that failed: the wait counts from the start of the check-in.
+        CheckinError::Missing { ranks, nodes, died, .. } if s.pmix.is_some() => {
+            CheckinError::Missing { ranks, nodes, waited: began.elapsed(), died }
+        }
+        e => e,
+    })?;
     Ok(())
 }
 

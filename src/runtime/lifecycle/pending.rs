@@ -11,7 +11,7 @@ use crate::runtime::error::RuntimeError;
 use crate::runtime::faults::liveness::{claim_counter, posed};
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
-use crate::runtime::meeting::checkin::{check_in_from, CheckinError};
+use crate::runtime::meeting::checkin::{check_in_from, CheckinError, Seat};
 use crate::runtime::meeting::keys;
 use crate::runtime::meeting::meet::Meeting;
 use crate::store::{PrefixStore, Store, StoreError};
@@ -127,16 +127,8 @@ pub(crate) fn check_in_spare(
     let host = store.host();
     // A rank missing at check-in does not end a spare's part: it stands by for the recovery that
     // follows, suspecting the missing ranks.
-    let suspected = match check_in_from(
-        base.as_ref(),
-        env.rank,
-        env.world_size,
-        env.local_world_size,
-        fingerprint,
-        Some(&host),
-        args.timeout,
-        None,
-    ) {
+    let seat = Seat { rank: env.rank, world_size: env.world_size, local_world_size: env.local_world_size };
+    let suspected = match check_in_from(base.as_ref(), seat, fingerprint, Some(&host), args.timeout, None) {
         Ok(_) => vec![],
         Err(CheckinError::Missing { ranks, .. }) => {
             // As a failed init's ranks do, so the store's host need not wait for this one.

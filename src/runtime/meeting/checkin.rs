@@ -158,21 +158,30 @@ pub fn check_in(
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
-    check_in_from(store, rank, world_size, local_world_size, fingerprint, None, timeout, None)
+    check_in_from(store, Seat { rank, world_size, local_world_size }, fingerprint, None, timeout, None)
 }
 
-/// [`check_in`], publishing this rank's `host` ([`crate::runtime::launch::host::publish`]) in the same request as
-/// its arrival when given.
+/// Where a rank sits in the world it checks in with.
+#[derive(Debug, Clone, Copy)]
+pub struct Seat {
+    pub rank: u32,
+    pub world_size: u32,
+    /// Ranks per node (naming missing ranks by node).
+    pub local_world_size: u32,
+}
+
+/// [`check_in`], publishing this rank's `host` ([`crate::runtime::launch::host::publish`]) in the
+/// same request as its arrival when given, and failing at once for a rank known dead when given
+/// the attempt's `interrupt`.
 pub fn check_in_from(
     store: &dyn Store,
-    rank: u32,
-    world_size: u32,
-    local_world_size: u32,
+    seat: Seat,
     fingerprint: &[u8],
     host: Option<&crate::runtime::launch::host::HostInfo>,
     timeout: Duration,
     interrupt: Option<&Interrupt>,
 ) -> Result<(), CheckinError> {
+    let Seat { rank, world_size, local_world_size } = seat;
     let meeting = Meeting::new(store, keys::CHECKIN, WHAT, (0..world_size).collect(), rank, Deadline::after(timeout));
     let meeting = match interrupt {
         Some(i) => meeting.watching(i),
