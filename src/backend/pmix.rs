@@ -16,6 +16,7 @@
 #![allow(unsafe_code)]
 
 use super::dynlib::{as_fn, DynLib};
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
@@ -406,7 +407,7 @@ impl Registry {
     }
 
     fn lock(&self) -> MutexGuard<'_, Calls> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+        self.calls.locked()
     }
 
     /// Call `id` is over (on PMIx's progress thread): its arguments are released and its
@@ -495,7 +496,7 @@ static DEAD: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 /// The ranks of this job that a PMIx event said ended or became unreachable, so far.
 pub fn dead() -> Vec<u32> {
-    DEAD.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    DEAD.locked().clone()
 }
 
 /// `pmix_notification_fn_t` for [`DEATH_EVENTS`]: note the affected rank of this job (the
@@ -536,7 +537,7 @@ unsafe extern "C" fn on_death_event(
         eprintln!("mcore_init: PMIx event {what} about rank {affected:?}");
     }
     if let Some(rank) = affected.filter(|r| mine.is_some_and(|c| c.me.rank != *r)) {
-        let mut dead = DEAD.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dead = DEAD.locked();
         if !dead.contains(&rank) {
             dead.push(rank);
         }
@@ -584,7 +585,7 @@ impl Call {
                     timed_out: !c.interrupted,
                 });
             }
-            c = self.registry.changed.wait_timeout(c, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            c = self.registry.changed.wait_up_to(c, deadline - now);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The crate's hygiene: the one-way import layering of `src/` (layers), the generated C headers matching the code (header_drift), and the bounds on function and file sizes (size).
+//! The crate's hygiene: the one-way import layering of `src/` (layers), the generated C headers matching the code (header_drift), the bounds on function and file sizes (size), and one lock-poison policy (lock_poison).
 //!
 //! One test crate, one module per file of this folder (tests are named `FILE::TEST`: run one
 //! file with `cargo test --release --test hygiene FILE::`). To add a file: put it here and add
@@ -9,4 +9,5 @@ mod common;
 
 mod header_drift;
 mod layers;
+mod lock_poison;
 mod size;

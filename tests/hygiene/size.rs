@@ -31,7 +31,7 @@ const SOURCE_EXTENSIONS: &[&str] = &["rs", "c", "cc", "cpp", "h", "hpp", "py", "
 const SKIPPED_DIRS: &[&str] = &["target", "build", "stage", "__pycache__", ".venv", ".git"];
 
 /// Every file under `root` whose extension is one of `extensions`, sorted.
-fn files(root: &Path, extensions: &[&str]) -> Vec<PathBuf> {
+pub(crate) fn files(root: &Path, extensions: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -1,6 +1,7 @@
 //! The store calls of an initialization guarded by its liveness (see [`super::Liveness::guard`]).
 
 use super::Shared;
+use crate::lock::Unpoisoned;
 use crate::runtime::meeting::keys::{blame, BLAME_PREFIX};
 use crate::store::{Store, StoreError};
 use std::sync::atomic::Ordering;
@@ -15,17 +16,17 @@ pub(super) struct Guarded {
 
 impl Guarded {
     fn gone(&self) -> Option<StoreError> {
-        let silent = self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner());
+        let silent = self.liveness.store_silent.locked();
         silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
     }
 
     /// While peers' deaths end waits (see [`super::Liveness::on_peer_death`]) and one died: waiting for
     /// keys is pointless, a wait fails at once naming the dead.
     fn dead(&self) -> Option<StoreError> {
-        if self.liveness.on_dead.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+        if self.liveness.on_dead.locked().is_none() {
             return None;
         }
-        let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner());
+        let dead = self.liveness.dead.locked();
         (!dead.is_empty()).then(|| {
             StoreError::Closed(format!(
                 "rank(s) {} died or stopped answering: not waiting for keys any longer",
@@ -52,7 +53,7 @@ impl Guarded {
         let ranks: Vec<u32> = keys.iter().map(|k| blame_rank(k)).collect::<Option<_>>()?;
         let end = Instant::now() + timeout;
         Some(loop {
-            let dead = self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let dead = self.liveness.dead.locked().clone();
             let living: Vec<&str> =
                 keys.iter().zip(&ranks).filter(|(_, r)| !dead.contains(r)).map(|(k, _)| *k).collect();
             let left = end.saturating_duration_since(Instant::now());
@@ -60,7 +61,7 @@ impl Guarded {
                 break Err(StoreError::Timeout { keys: keys.iter().map(|k| k.to_string()).collect(), waited: timeout });
             }
             match self.call(|s| s.wait(&living, left)) {
-                Err(_) if self.liveness.dead.lock().unwrap_or_else(|p| p.into_inner()).len() > dead.len() => {}
+                Err(_) if self.liveness.dead.locked().len() > dead.len() => {}
                 got => break got,
             }
         })
@@ -78,7 +79,7 @@ impl Guarded {
             s.wake();
         }
         let got = f(self.inner.as_ref());
-        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + super::BUSY_LINGER);
+        *s.busy_until.locked() = Some(Instant::now() + super::BUSY_LINGER);
         s.busy.fetch_sub(1, Ordering::SeqCst);
         got.map_err(|e| self.gone().unwrap_or(e))
     }

@@ -41,6 +41,7 @@
 
 use super::launch::env::LaunchEnv;
 use super::meeting::explain;
+use crate::lock::Unpoisoned;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
@@ -174,11 +175,11 @@ pub type PeerDeath = Box<dyn Fn(&[u32]) + Send + Sync>;
 
 impl Shared {
     fn store(&self) -> Arc<dyn Store> {
-        Arc::clone(&self.store.lock().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.store.locked())
     }
 
     fn conn(&self) -> Option<Arc<TcpStore>> {
-        self.noticed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.noticed.locked().clone()
     }
 
     /// End the watcher's parked WAIT (or its next one), keeping the connection.
@@ -203,8 +204,8 @@ impl Shared {
         match self.reconnect.as_ref().and_then(|r| r()) {
             Some((fresh, noticed)) => {
                 self.withdraw_notice();
-                *self.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
-                *self.store.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+                *self.noticed.locked() = noticed;
+                *self.store.locked() = fresh;
                 true
             }
             None => false,
@@ -214,14 +215,14 @@ impl Shared {
     /// Withdraw the heartbeat connection's close notice before it is let go (it goes in order,
     /// ahead of the close): this rank is not dying.
     fn withdraw_notice(&self) {
-        if let Some(conn) = self.noticed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(conn) = self.noticed.locked().take() {
             let _ = conn.on_close("");
         }
     }
 
     fn note_store_failure(&self, why: String) {
-        *self.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-        let on_gone = self.on_gone.lock().unwrap_or_else(|p| p.into_inner()).take();
+        *self.store_silent.locked() = Some(why);
+        let on_gone = self.on_gone.locked().take();
         if let Some(f) = on_gone {
             f();
         }
@@ -232,19 +233,19 @@ impl Shared {
     fn probing(&self) -> bool {
         self.deadline().is_some()
             || self.busy.load(Ordering::SeqCst) > 0
-            || self.busy_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+            || self.busy_until.locked().is_some_and(|t| Instant::now() < t)
     }
 
     fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+        *self.deadline.locked()
     }
 
     /// How long the host has answered nothing, once that is too long: past the initialization's
     /// deadline (a shorter pause must fail nothing), or [`IDLE_PATIENCE`] without one.
     fn host_quiet_too_long(&self) -> Option<f64> {
-        let since = (*self.quiet_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let since = (*self.quiet_since.locked())?;
         let now = Instant::now();
-        let patience = *self.idle_patience.lock().unwrap_or_else(|p| p.into_inner());
+        let patience = *self.idle_patience.locked();
         let limit = self.deadline().unwrap_or(since + patience).max(since + REPLY_LIMIT);
         (now >= limit).then(|| now.duration_since(since).as_secs_f64())
     }
@@ -395,20 +396,20 @@ impl Liveness {
     /// Have `f` run once when the store's host is found gone (to end the calls blocked on it:
     /// without it a call waits out its own reply timeout).
     pub fn on_store_gone(&self, f: Box<dyn Fn() + Send + Sync>) {
-        *self.shared.on_gone.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        *self.shared.on_gone.locked() = Some(f);
     }
 
     /// Have `f` run whenever ranks are found dead by their close notice (with every rank found so
     /// far); `None` stops it. Runs on the heartbeat's thread: keep it short.
     pub fn on_peer_death(&self, f: Option<PeerDeath>) {
-        *self.shared.on_dead.lock().unwrap_or_else(|p| p.into_inner()) = f;
+        *self.shared.on_dead.locked() = f;
     }
 
     /// While an initialization runs, its deadline: the store's host is taken for gone only once it
     /// has not answered until then, and the watcher checks every [`PROBE_PERIOD`] that it
     /// answers. `None` once it is over (idle: nothing is sent but the parked watch).
     pub fn set_deadline(&self, deadline: Option<Instant>) {
-        *self.shared.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+        *self.shared.deadline.locked() = deadline;
         if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
             // Parked for a minute: probe at the initialization's pace from now on.
             self.shared.wake();
@@ -418,17 +419,17 @@ impl Liveness {
     /// Without a deadline, how long the store's host may answer nothing the watcher asks before it
     /// is taken for gone (default [`IDLE_PATIENCE`]; the runtime gives its timeout).
     pub fn set_idle_patience(&self, patience: Duration) {
-        *self.shared.idle_patience.lock().unwrap_or_else(|p| p.into_inner()) = patience;
+        *self.shared.idle_patience.locked() = patience;
     }
 
     /// The ranks found dead so far (see module docs), ascending.
     pub fn dead(&self) -> Vec<u32> {
-        self.shared.dead.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared.dead.locked().clone()
     }
 
     /// Why the store's host is taken for gone, when it is.
     pub fn store_silent(&self) -> Option<String> {
-        self.shared.store_silent.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared.store_silent.locked().clone()
     }
 
     /// The ranks of `ranks` (at most the first 4096) whose heartbeat stood still for
@@ -471,13 +472,13 @@ impl Liveness {
                 silent.push(r);
             }
         }
-        *self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), silent.clone()));
+        *self.shared.last_silent.locked() = Some((Instant::now(), silent.clone()));
         Ok(silent)
     }
 
     /// The ranks found dead, and those a question of the last `within` found silent.
     pub fn recently_silent(&self, within: Duration) -> Vec<u32> {
-        let mut silent = match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let mut silent = match self.shared.last_silent.locked().as_ref() {
             Some((at, silent)) if at.elapsed() <= within => silent.clone(),
             _ => Vec::new(),
         };
@@ -553,7 +554,7 @@ impl Liveness {
 
     /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
     pub fn number_as_before(&self, before: Vec<u32>) {
-        *self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner()) = before;
+        *self.shared.before_recovery.locked() = before;
     }
 
     /// `ranks` with the hosts they published, e.g. "5 on host 'n1' (10.0.0.2)" (see
@@ -561,7 +562,7 @@ impl Liveness {
     fn who(&self, ranks: &[u32]) -> String {
         let bare = super::launch::host::format_ranks(ranks);
         let store = self.shared.borrow();
-        let known = self.shared.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let known = self.shared.dead_hosts.locked().clone();
         let hosts = super::launch::host::describe_by(ranks, &|r| match known.get(&r) {
             Some(Some(label)) => Some(label.clone()),
             _ => super::launch::host::label_of(&*store, r),
@@ -577,7 +578,7 @@ impl Liveness {
     /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
     fn name_ranks(&self, ranks: &[u32]) -> String {
         let now = super::launch::host::format_ranks(ranks);
-        let before = self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.shared.before_recovery.locked();
         let old: Vec<String> = ranks.iter().filter_map(|&r| before.get(r as usize)).map(u32::to_string).collect();
         if before.is_empty() || old.len() != ranks.len() {
             return now;
@@ -623,7 +624,7 @@ fn beat(s: &Shared, rank: u32) {
     while !s.stop.load(Ordering::SeqCst) {
         let t0 = Instant::now();
         match s.store().add(&k, 1) {
-            Ok(_) => *s.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Ok(_) => *s.store_silent.locked() = None,
             // A missed reply leaves the connection unusable: a fresh one, if the host answers.
             Err(_) if s.reconnected() => continue,
             Err(e) => {
@@ -728,7 +729,7 @@ fn watch_notices(s: &Shared, rank: u32) {
             return;
         }
         match got {
-            Ok(()) => *s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Ok(()) => *s.quiet_since.locked() = None,
             Err(e) => {
                 if !s.reconnected() && host_unanswered(s, &format!("no reply to the watcher: {e}")) {
                     return;
@@ -748,7 +749,7 @@ fn watch_notices(s: &Shared, rank: u32) {
 /// The store's host did not answer the watcher (`why`): taken for gone once it has answered
 /// nothing until the deadline (see [`Shared::host_quiet_too_long`]). Whether it is gone now.
 fn host_unanswered(s: &Shared, why: &str) -> bool {
-    s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Instant::now);
+    s.quiet_since.locked().get_or_insert_with(Instant::now);
     match s.host_quiet_too_long() {
         Some(quiet) => {
             s.note_store_failure(format!("{why}; it answered nothing for {quiet:.1} s, until the deadline"));
@@ -788,7 +789,7 @@ fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64,
     }
     let mut found = Vec::new();
     {
-        let mut dead = s.dead.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dead = s.dead.locked();
         for r in died {
             if !dead.contains(&r) {
                 dead.push(r);
@@ -802,10 +803,10 @@ fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64,
         // callback causes are explained with them, when the store may be gone.
         for r in found {
             let label = super::launch::host::label_of(view, r);
-            s.dead_hosts.lock().unwrap_or_else(|p| p.into_inner()).insert(r, label);
+            s.dead_hosts.locked().insert(r, label);
         }
-        let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(f) = s.on_dead.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let dead = s.dead.locked().clone();
+        if let Some(f) = s.on_dead.locked().as_ref() {
             f(&dead);
         }
     }
@@ -884,7 +885,7 @@ impl Watch {
             if let Ok(v) = store.get(CLOSED_KEY) {
                 let new = v.get(self.read..).unwrap_or_default();
                 self.read = v.len();
-                let known = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let known = s.dead.locked().clone();
                 for r in String::from_utf8_lossy(new).split(',').filter_map(|x| x.trim().parse::<u32>().ok()) {
                     if r == me || known.contains(&r) || self.confirming.contains_key(&r) {
                         continue;
@@ -906,7 +907,7 @@ impl Watch {
             self.confirming.remove(&r);
             // A rank still beating only let a connection go (it reconnected): not dead.
             if store.add(&key(r), 0).is_ok_and(|n| n == before) {
-                let mut dead = s.dead.lock().unwrap_or_else(|p| p.into_inner());
+                let mut dead = s.dead.locked();
                 if !dead.contains(&r) {
                     dead.push(r);
                     dead.sort_unstable();
@@ -915,8 +916,8 @@ impl Watch {
             }
         }
         if found {
-            let dead = s.dead.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(f) = s.on_dead.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let dead = s.dead.locked().clone();
+            if let Some(f) = s.on_dead.locked().as_ref() {
                 f(&dead);
             }
         }
