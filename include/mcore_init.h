@@ -117,6 +117,11 @@ typedef int32_t mcore_group_kind;
 typedef struct mcore_group mcore_group;
 
 /**
+ * A group joined from a unique id (opaque). Free with `mcore_id_group_destroy`.
+ */
+typedef struct mcore_id_group mcore_id_group;
+
+/**
  * A recovery plan (opaque): the new layout, the old -> new rank map, the dropped ranks.
  */
 typedef struct mcore_recovery_plan mcore_recovery_plan;
@@ -314,10 +319,63 @@ typedef struct mcore_pg_entry {
   uint32_t rank;
   uint32_t size;
   /**
-   * The backend's communicator handle (owned by the library until `mcore_destroy`).
+   * The backend's communicator handle (owned by the library; valid while
+   * `mcore_comm_generation` reads as when it was fetched).
    */
   void *comm;
 } mcore_pg_entry;
+
+/**
+ * What a rank needs to join a group from a unique id. Fill with `mcore_id_group_args_init`,
+ * then set `id`, `id_len`, `world_size` and `rank` (and what else differs).
+ */
+typedef struct mcore_id_group_args {
+  /**
+   * `sizeof(mcore_id_group_args)` as compiled by the caller (set by the init function).
+   */
+  uint32_t struct_size;
+  /**
+   * The backend: NULL (default) = "nccl", the only one with unique ids.
+   */
+  const char *backend;
+  /**
+   * The group's name in messages and NCCL's `commName`; NULL (default) = "id_group".
+   */
+  const char *name;
+  /**
+   * The id's bytes (128 for NCCL; `mcore_unique_id_from_base64` turns vLLM's
+   * `nccl_unique_id_b64` into them), read during the call.
+   */
+  const uint8_t *id;
+  size_t id_len;
+  /**
+   * Ranks of the group, this process's among them (vLLM's UID mode: the trainer is 0 and the
+   * workers `rank_offset` and up; nccl_m2n: trainers `[0, T)`, workers `[T, T+N)`).
+   */
+  uint32_t world_size;
+  uint32_t rank;
+  /**
+   * Bound of the join (init and warm-up together) and of each later collective, in ms; 0 =
+   * `$MCORE_INIT_TIMEOUT` seconds, else 300 s; `MCORE_TIMEOUT_NONE` = no limit.
+   */
+  uint64_t timeout_ms;
+  /**
+   * CUDA device ordinal; -1 (default) = `$LOCAL_RANK`, else 0.
+   */
+  int32_t device;
+  /**
+   * Run vLLM's warm-up inside the join: a one-element float32 all-reduce of 0.0 on every rank
+   * (vLLM's workers issue it right after joining; a peer that does not deadlocks them).
+   * Default false.
+   */
+  bool warmup;
+  /**
+   * NCCL's `launchOrderImplicit` (per communicator, NCCL 2.31+): -1 (default) = on where the
+   * library has the field, 0 = off, 1 = on (on an older NCCL: a warning naming the version;
+   * `NCCL_LAUNCH_ORDER_IMPLICIT=1` is the process-wide switch from 2.26).
+   */
+  int32_t launch_order_implicit;
+} mcore_id_group_args;
 
 /**
  * Options of a group made after init. Fill with `mcore_group_options_init`, then set what
@@ -344,6 +402,12 @@ typedef struct mcore_group_options {
    * NCCL's network plugin ("IB", "Socket"); NULL (default) = the backend's choice.
    */
   const char *net_name;
+  /**
+   * NCCL's `launchOrderImplicit` (per communicator, NCCL 2.31+; set 1 for a side group such as
+   * a weight-sync group, docs/id-groups.md): -1 (default) = NCCL's default, 0 = off, 1 = on
+   * (on an older NCCL: a warning naming the version). Other backends refuse 0 and 1.
+   */
+  int32_t launch_order_implicit;
 } mcore_group_options;
 
 /**
@@ -532,6 +596,14 @@ typedef struct mcore_init_args {
    * naming the offending pair (default false). Appended in 0.2.
    */
   bool grids_disjoint_or_identical;
+  /**
+   * MindSpeed's options as `KEY=VALUE,...` with its argument names (e.g.
+   * "context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=2,use_cp_send_recv_overlap"; a
+   * key alone means true, "default" MindSpeed's defaults): also create MindSpeed's groups on
+   * the layout, after Megatron's (docs/topology.md); see `mcore_runtime_mindspeed_group_ranks`.
+   * NULL (default) = none. Appended in 0.2.
+   */
+  const char *mindspeed;
 } mcore_init_args;
 
 /**
@@ -770,7 +842,7 @@ mcore_status mcore_grid_group_ranks(const char *grid,
 /**
  * The backend's communicator handle of this rank's group of `kind` in `grid` (an `ncclComm_t`
  * for NCCL). Groups with the same members and options share one communicator, across grids
- * too. Owned by the library until `mcore_destroy`.
+ * too. Owned by the library; valid while `mcore_comm_generation` reads as when it was fetched.
  *
  * # Safety
  * `grid` is NULL or a NUL-terminated string; `out_comm` is writable.
@@ -822,6 +894,150 @@ mcore_status mcore_grid_pg_collection(const char *grid,
                                       struct mcore_pg_entry *buf,
                                       size_t len,
                                       size_t *out_len);
+
+/**
+ * Mint a new unique id of `backend` (NULL = "nccl", the only backend with ids) into `buf`
+ * (`len` bytes); `*out_len` = its size (NCCL: 128), also on BUFFER_TOO_SMALL. NCCL's
+ * `ncclGetUniqueId` needs no GPU; it starts the group's bootstrap root in this process, which
+ * must therefore live until every rank has joined. Errors: UNSUPPORTED (another backend),
+ * LIBRARY_LOAD (no NCCL; the message lists where it looked), BACKEND (NCCL's own error, e.g. no
+ * usable network interface: set NCCL_SOCKET_IFNAME). Returns at once (no wait).
+ *
+ * # Safety
+ * `backend` is NULL or a NUL-terminated string; `buf` is NULL (with `len` 0) or writable for
+ * `len` bytes; `out_len` is writable.
+ */
+mcore_status mcore_unique_id_create(const char *backend, uint8_t *buf, size_t len, size_t *out_len);
+
+/**
+ * The standard base64 (RFC 4648, `+` and `/`, padded; what vLLM's `nccl_unique_id_b64` carries)
+ * of the `id_len` bytes at `id`, NUL-terminated, into `buf` (`len` bytes); `*out_len` = bytes
+ * needed including the NUL (173 for an NCCL id), also on BUFFER_TOO_SMALL.
+ *
+ * # Safety
+ * `id` is readable for `id_len` bytes; `buf` is NULL (with `len` 0) or writable for `len` bytes;
+ * `out_len` is writable.
+ */
+mcore_status mcore_unique_id_to_base64(const uint8_t *id,
+                                       size_t id_len,
+                                       char *buf,
+                                       size_t len,
+                                       size_t *out_len);
+
+/**
+ * The bytes of standard base64 `text` into `buf` (`len` bytes); `*out_len` = their number, also
+ * on BUFFER_TOO_SMALL. INVALID_ARGUMENT names the first bad character and its position
+ * (URL-safe `-` and `_` are named as such) or a length that is no multiple of 4.
+ *
+ * # Safety
+ * `text` is a NUL-terminated string; `buf` is NULL (with `len` 0) or writable for `len` bytes;
+ * `out_len` is writable.
+ */
+mcore_status mcore_unique_id_from_base64(const char *text,
+                                         uint8_t *buf,
+                                         size_t len,
+                                         size_t *out_len);
+
+/**
+ * Fill `args` with defaults (see the fields).
+ *
+ * # Safety
+ * `args` is NULL or writable for `sizeof(mcore_id_group_args)` bytes.
+ */
+mcore_status mcore_id_group_args_init(struct mcore_id_group_args *args);
+
+/**
+ * Join the group of the id in `args` as `args->rank` of `args->world_size`: every rank must call
+ * this (or NCCL's `ncclCommInitRank`) with the same id and size concurrently. Blocks until the
+ * communicator is ready (and the warm-up, if asked, is done), at most `args->timeout_ms` (+2 s).
+ * TIMEOUT names the group and its size when the ranks did not all come (NCCL does not say how
+ * many did); the communicator is aborted, so a new id can be joined at once. INVALID_ARGUMENT
+ * names a bad field (id length, rank, device); UNSUPPORTED another backend; LIBRARY_LOAD no
+ * NCCL or no CUDA driver; BACKEND NCCL's own error. Needs no `mcore_initialize`; uses the same
+ * loaded NCCL as the runtime (`mcore_nccl_library_info`). On success `*out_group` is a handle
+ * the caller frees with `mcore_id_group_destroy`.
+ *
+ * # Safety
+ * `args` is filled by `mcore_id_group_args_init` (its `id` readable for `id_len` bytes, strings
+ * NULL or NUL-terminated); `out_group` is writable.
+ */
+mcore_status mcore_id_group_join(const struct mcore_id_group_args *args,
+                                 struct mcore_id_group **out_group);
+
+/**
+ * This process's rank in the group and the group's size. Never waits.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_id_group_join`; `out_rank` and `out_size` are writable.
+ */
+mcore_status mcore_id_group_rank(const struct mcore_id_group *group,
+                                 uint32_t *out_rank,
+                                 uint32_t *out_size);
+
+/**
+ * The group's `ncclComm_t`, owned by the library until `mcore_id_group_destroy` (never destroy
+ * or abort it yourself). Hand it only to code that calls the same loaded libnccl
+ * (`mcore_nccl_library_info`; docs/id-groups.md). INVALID_ARGUMENT once destroyed.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_id_group_join`; `out_comm` is writable.
+ */
+mcore_status mcore_id_group_communicator(const struct mcore_id_group *group, void **out_comm);
+
+/**
+ * Sum `count` int64 values over the group, in place (through device memory), within the join's
+ * timeout; TIMEOUT names the collective and the group. Every rank calls it.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_id_group_join`; `values` is writable for `count` entries.
+ */
+mcore_status mcore_id_group_allreduce_sum_i64(const struct mcore_id_group *group,
+                                              int64_t *values,
+                                              size_t count);
+
+/**
+ * Broadcast `bytes` bytes at `data` from group rank `root` to every rank, in place (host memory,
+ * copied through the device; for checks and small payloads: large weights go through the
+ * `ncclComm_t` on the caller's own stream). Within the join's timeout; INVALID_ARGUMENT names a
+ * root outside the group.
+ *
+ * # Safety
+ * `group` is a handle from `mcore_id_group_join`; `data` is writable for `bytes` bytes.
+ */
+mcore_status mcore_id_group_broadcast(const struct mcore_id_group *group,
+                                      void *data,
+                                      size_t bytes,
+                                      uint32_t root);
+
+/**
+ * Release the group's communicator (flushed and destroyed within the join's timeout; aborted
+ * instead when it failed or this process aborted any communicator) and free the handle. NULL is
+ * accepted. A call on the group in another thread finishes first (collectives are bounded by the
+ * timeout); a call made afterwards is INVALID_ARGUMENT (not a live handle).
+ *
+ * # Safety
+ * `group` is NULL or a handle from `mcore_id_group_join`, not used afterwards.
+ */
+void mcore_id_group_destroy(struct mcore_id_group *group);
+
+/**
+ * Which libnccl this process uses (loading it on first use, as the runtime and the joins do):
+ * its file into `path` (`path_len` bytes, NUL-terminated; `*out_path_len` = bytes needed, also
+ * on BUFFER_TOO_SMALL), `*out_version` = NCCL's version code (major*10000 + minor*100 + patch),
+ * `*out_shared` = whether the process had it loaded before mcore_init bound it (torch, CuPy or a
+ * ctypes load first: then a `ncclComm_t` may pass between them). `MCORE_NCCL_LIBRARY` wins over
+ * a library already loaded. LIBRARY_LOAD when none can be loaded (the message lists where it
+ * looked).
+ *
+ * # Safety
+ * `path` is NULL (with `path_len` 0) or writable for `path_len` bytes; the out-pointers are
+ * writable.
+ */
+mcore_status mcore_nccl_library_info(char *path,
+                                     size_t path_len,
+                                     size_t *out_path_len,
+                                     uint32_t *out_version,
+                                     bool *out_shared);
 
 /**
  * This rank's index in its `tensor_model_parallel` group (Megatron's `get_tensor_model_parallel_rank`); -1 when not
@@ -1081,7 +1297,8 @@ mcore_status mcore_group_rank(const struct mcore_group *group, uint32_t *out_gro
 
 /**
  * The backend's own communicator handle (an `ncclComm_t` for NCCL, the plugin's handle
- * otherwise), waiting for the creation first. Owned by the library until the group is destroyed.
+ * otherwise), waiting for the creation first. Owned by the library until the group is destroyed
+ * (and while `mcore_comm_generation` reads as when it was fetched: a recovery drops the group).
  *
  * # Safety
  * `group` is a handle from `mcore_group_create`; `out_comm` is writable.
@@ -1432,7 +1649,8 @@ mcore_status mcore_init_args_init(struct mcore_init_args *args);
  * Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
  * every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
- * ranks), create one communicator per group this rank is in, verify them.
+ * ranks), create one communicator per group this rank is in, verify them. A world of more than
+ * 131,072 ranks is `MCORE_STATUS_INVALID_ARGUMENT` naming the value (docs/multihost.md).
  * Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
  * true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
  *
@@ -1511,7 +1729,8 @@ mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
 
 /**
  * The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
- * separate from the group's own). Owned by the library until `mcore_destroy`.
+ * separate from the group's own). Owned by the library; valid while `mcore_comm_generation`
+ * reads as it did when the handle was fetched.
  *
  * # Safety
  * `out_comm` is writable.
@@ -1519,13 +1738,57 @@ mcore_status mcore_runtime_all_gather_group_ranks(int32_t kind,
 mcore_status mcore_runtime_all_gather_communicator(int32_t kind, void **out_comm);
 
 /**
+ * The global ranks (ascending: communicator order) of this rank's MindSpeed group of `kind`
+ * and `copy`, as `mcore_runtime_group_ranks` does for Megatron's kinds.
+ *
+ * # Safety
+ * `kind` is NULL or NUL-terminated; `buf` is NULL (with `len` 0) or writable for `len`
+ * entries; `out_len` is writable.
+ */
+mcore_status mcore_runtime_mindspeed_group_ranks(const char *kind,
+                                                 uint32_t copy,
+                                                 uint32_t *buf,
+                                                 size_t len,
+                                                 size_t *out_len);
+
+/**
+ * The backend's communicator handle of this rank's MindSpeed group of `kind` and `copy` (a
+ * communicator of its own, never shared with another group). Owned by the library until
+ * `mcore_destroy`.
+ *
+ * # Safety
+ * `kind` is NULL or NUL-terminated; `out_comm` is writable.
+ */
+mcore_status mcore_runtime_mindspeed_communicator(const char *kind, uint32_t copy, void **out_comm);
+
+/**
  * The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
- * NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+ * NCCL, the plugin's handle otherwise). Owned by the library; valid while
+ * `mcore_comm_generation` reads as it did when the handle was fetched.
  *
  * # Safety
  * `out_comm` is writable.
  */
 mcore_status mcore_runtime_communicator(int32_t kind, void **out_comm);
+
+/**
+ * The communicator generation: a number that changes exactly when communicator handles the
+ * library gave out may have been released. Read it when you fetch handles
+ * (`mcore_runtime_communicator`, `mcore_runtime_all_gather_communicator`,
+ * `mcore_grid_communicator`, `mcore_grid_pg_collection`, `mcore_group_communicator`); while it
+ * reads the same, every one of them is valid. When it differs, fetch them again before use:
+ * the old ones may point at freed memory. It changes when `mcore_suspend` releases a
+ * communicator (recreate mode: a backend without native suspend, e.g. Gloo or HCCL; the resume
+ * creates a new one), and when `mcore_destroy` or `mcore_reinitialize` takes the runtime down
+ * (a recovery may keep some communicators, but every handle is to be fetched again). A native
+ * suspend (NCCL 2.29.7+, a plugin's `suspend` slot) keeps the handles and the number. A suspend
+ * never touches groups made after init: their handle is valid until `mcore_group_destroy` and
+ * while the number reads the same. Works without a runtime.
+ *
+ * # Safety
+ * `out_generation` is writable.
+ */
+mcore_status mcore_comm_generation(uint64_t *out_generation);
 
 /**
  * Sum `count` int64 values element-wise over this rank's group of `kind`, in place.

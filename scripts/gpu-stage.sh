@@ -19,6 +19,10 @@ for l in sys.stdin:
 for f in target/release/mcore-launch target/release/mcore-selftest "$test_bin"; do
   strip -o "$stage/bin/$(basename "$f" | sed 's/-[0-9a-f]*$//')" "$f"
 done
+# The C trainer of gpu-tests.sh section 6, with the library beside it (found through $ORIGIN).
+cp target/release/libmcore_init.so "$stage/bin/libmcore_init.so.0.1"
+cc -std=c11 -O2 -Iinclude examples/c/id_group_trainer.c -L"$stage/bin" -l:libmcore_init.so.0.1 \
+  -Wl,-rpath,'$ORIGIN' -o "$stage/bin/id_group_trainer"
 for v in ${MCORE_BENCH_MEGATRON:-0.19.2}; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any \

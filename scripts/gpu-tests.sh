@@ -27,8 +27,16 @@
 #    rollout tp4 colocated and side by side, with after-init groups, each strategy; then the
 #    rollout grid suspended and resumed, every communicator verified; then both grids recovered
 #    after a rank is killed.
+# 6. Groups joined from unique-id bytes (docs/id-groups.md): an mcore_init trainer in C
+#    (examples/c/id_group_trainer.c, no mcore_initialize) mints NCCL's id and joins as rank 0 with
+#    vLLM's warm-up; a foreign peer built only on NCCL's API (scripts/gpu/id_peer_cupy.py, CuPy's
+#    binding, the libnccl CuPy loads: the trainer is pointed at the same file) joins as rank 1;
+#    rank 0 broadcasts 16 MiB whose bytes the peer checks. Then vLLM's nccl_m2n layout with T = 2
+#    (trainer ranks 0 and 1, the CuPy peer rank 2), and a trainer whose peer never comes (deadline
+#    5 s: TIMEOUT naming the group within 7 s). Every rank is its own process; on one GPU each gets
+#    its own NCCL_HOSTID (with NCCL_SOCKET_IFNAME=lo), with 3 GPUs or more one GPU each.
 #
-# MCORE_GPU_SECTIONS="1 2 3 4 5" (the default) picks the sections to run (3 reads 2's logs).
+# MCORE_GPU_SECTIONS="1 2 3 4 5 6" (the default) picks the sections to run (3 reads 2's logs).
 #
 # Prebuilt (a GPU machine without Rust): MCORE_GPU_BIN=DIR runs DIR/mcore-launch, DIR/mcore-selftest
 # and DIR/nccl_gpu (the test binary of tests/backends/nccl_gpu.rs) instead of calling cargo;
@@ -47,7 +55,7 @@ init_timeout=${MCORE_GPU_TIMEOUT:-120}
 mkdir -p "$out"
 pass=0; fail=0
 check() { if "$@"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $*"; fi; }
-sections=" ${MCORE_GPU_SECTIONS:-1 2 3 4 5} "
+sections=" ${MCORE_GPU_SECTIONS:-1 2 3 4 5 6} "
 section() { case "$sections" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -255,6 +263,63 @@ for name in sorted(f[:-6] for f in os.listdir(out) if f.startswith("grids-") and
     extra = [k for k in ("after_init_groups", "suspend_resume") if k in ls[0]]
     print(f"{name}: {len(ls)} ranks ok, init max {init:.2f} s, communicators/rank {comms}; {', '.join(extra)}")
 PY
+fi
+
+if section 6; then
+  echo "== 6. groups joined from unique-id bytes: a C trainer and a CuPy peer (NCCL's own API)"
+  trainer=$bin/id_group_trainer
+  if [ ! -x "$trainer" ]; then
+    # Built here against the release library, found through a soname link beside it.
+    mkdir -p "$out/c" && cdir=$(cd "$out/c" && pwd)
+    ln -sf "$PWD/target/release/libmcore_init.so" "$cdir/libmcore_init.so.0.1"
+    cc -std=c11 -O2 -Iinclude examples/c/id_group_trainer.c -L"$cdir" -l:libmcore_init.so.0.1 \
+      -Wl,-rpath,"$cdir" -o "$cdir/id_group_trainer" && trainer=$cdir/id_group_trainer
+  fi
+  # The peer's libnccl: the trainer must load the same file (NCCL refuses a peer of another version).
+  cupy_nccl=$(python3 - <<'PY' 2>/dev/null
+from cupy.cuda import nccl
+nccl.get_version()
+print(next(l.split()[-1] for l in open("/proc/self/maps") if "libnccl" in l))
+PY
+)
+  if [ ! -x "$trainer" ]; then
+    echo "FAIL: cannot build examples/c/id_group_trainer.c"; fail=$((fail+1))
+  elif [ -z "$cupy_nccl" ]; then
+    echo "FAIL: CuPy with its NCCL binding is not importable by python3 (pip install cupy-cuda12x)"; fail=$((fail+1))
+  else
+    echo "id-groups: CuPy's libnccl is $cupy_nccl; the trainer uses it too"
+    # idrun NAME WORLD TRAINERS: trainer ranks [0, TRAINERS) in C, peers [TRAINERS, WORLD) in CuPy.
+    idrun() {
+      local name=$1 world=$2 trainers=$3 r dev pids=() rcs=0
+      local idf=$out/$name.id; rm -f "$idf"
+      for ((r = 0; r < world; r++)); do
+        dev=0; [ "$gpus" -ge "$world" ] && dev=$r
+        if [ "$r" -lt "$trainers" ]; then
+          env MCORE_NCCL_LIBRARY="$cupy_nccl" LOCAL_RANK=$dev NCCL_HOSTID=host-$r NCCL_SOCKET_IFNAME=lo \
+            "$trainer" "$r" "$world" "$idf" 60000 $((16 << 20)) >"$out/$name.$r.log" 2>&1 &
+        else
+          env NCCL_HOSTID=host-$r NCCL_SOCKET_IFNAME=lo \
+            timeout 120 python3 scripts/gpu/id_peer_cupy.py "$r" "$world" "$idf" 60 $((16 << 20)) "$dev" \
+            >"$out/$name.$r.log" 2>&1 &
+        fi
+        pids+=($!)
+      done
+      for r in "${!pids[@]}"; do wait "${pids[$r]}" || rcs=$((rcs + 1)); cat "$out/$name.$r.log"; done
+      check [ "$rcs" = 0 ]
+    }
+    idrun id-pair 2 1
+    idrun id-m2n-t2 3 2
+    rm -f "$out/id-lonely.id"
+    start=$(date +%s.%N)
+    MCORE_NCCL_LIBRARY="$cupy_nccl" NCCL_SOCKET_IFNAME=lo "$trainer" 0 2 "$out/id-lonely.id" 5000 16 >"$out/id-lonely.log" 2>&1
+    rc=$?
+    took=$(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$start")
+    cat "$out/id-lonely.log"
+    echo "id-lonely: exit status $rc after $took s (deadline 5 s)"
+    check [ "$rc" = 3 ]
+    check grep -q "all 2 ranks of group weight_sync" "$out/id-lonely.log"
+    check python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 7)" "$took"
+  fi
 fi
 
 echo "gpu-tests: $pass passed, $fail failed"

@@ -22,8 +22,8 @@ step() {  # LABEL COMMAND...
 step "building the library and tools (cargo build --release; minutes the first time)" \
   cargo build --release --locked --bins --lib
 plugin_dir=target/gloo-plugin
-step "building the Gloo plugin (cmake, against Debian's libgloo-dev)" \
-  bash -c "cmake -S backends/gloo -B '$plugin_dir' -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build '$plugin_dir' -j 2"
+. scripts/lib/gloo-plugin.sh
+step "building the Gloo plugin (cmake, against Debian's libgloo-dev)" gloo_plugin_build /dev/stdout
 export LD_LIBRARY_PATH="$PWD/$plugin_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== mcore-launch --nproc 8 -- mcore-selftest --tp 2 --pp 2 --cp 2 --backend gloo --json"
 log=$(mktemp)

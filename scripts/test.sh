@@ -19,8 +19,11 @@
 #
 # Each suite's output goes to its log in target/suite-logs/ (and to its lane's log there,
 # lane-wait.log and lane-compute.log); the terminal gets one line when a suite starts and one
-# when it ends, with its wall time, CPU time and the load average. What failed is repeated at
-# the end (the tail of each failed suite's log), then one summary line.
+# when it ends, with its checks ("=== NAME: P passed, F failed": the suite's own count,
+# scripts/lib/suite.sh, or cargo test's) and its wall time, CPU time and the load average. What failed is repeated at the end (the tail of each failed
+# suite's log). The last line is "N passed, N failed", alone: every check of every suite that
+# ran and every cargo test (scripts/lib/counts.sh; a suite that died before counting is one
+# failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=${1:-all}
@@ -32,10 +35,11 @@ esac
 cargo build --release --locked --all-targets
 logs=target/suite-logs
 mkdir -p "$logs"
-rm -f "$logs"/.failed-* "$logs"/lane-*.log
+rm -f "$logs"/.failed-* "$logs"/.counts-* "$logs"/lane-*.log
 # Every suite uses the Gloo plugin: built once here, before two lanes could build it at once
 # (20-gloo-plugin builds it again: a no-op then).
 . scripts/lib/suite.sh
+. scripts/lib/counts.sh
 gloo_plugin_build "$logs/gloo-plugin-build.log" || { cat "$logs/gloo-plugin-build.log"; exit 1; }
 
 # Each lane's ports: below the ports mcore-init derives for Slurm and mpirun jobs (20000-31999,
@@ -58,6 +62,11 @@ timed() {
   { TIMEFORMAT='%R %U %S'; time "$@" >"$log" 2>&1; } 2>"$logs/.time-$lane" || rc=$?
   read -r wall user sys <"$logs/.time-$lane" || true
   { echo "##### $name"; cat "$log"; } >>"$logs/lane-$lane.log"
+  local kind=suite counted
+  [ "$name" = "cargo test" ] && kind=cargo
+  counted=$(log_counts "$kind" "$log" "$rc")
+  echo "$counted" >>"$logs/.counts-$lane"
+  echo "=== $name: ${counted% *} passed, ${counted#* } failed"
   awk -v n="$name" -v w="$wall" -v u="$user" -v s="$sys" -v l0="$load0" -v l1="$(cut -d' ' -f1 /proc/loadavg)" \
     -v r="$rc" -v lane="$lane" \
     'BEGIN { printf "=== %s: %.0f s wall, %.0f s CPU (user+sys), load %s to %s%s [%s]\n", n, w, u + s, l0, l1, (r ? ", FAILED" : ""), lane }'
@@ -107,6 +116,10 @@ else
   wait "$wait_pid" || true
 fi
 echo "=== tier $tier: $((SECONDS - start)) s after the build ($lanes lane(s))"
+# The one summary line, last: every counted check of this run.
+summary() {
+  { cat "$logs"/.counts-* 2>/dev/null || true; } | awk '{ p += $1; f += $2 } END { printf "%d passed, %d failed\n", p, f }'
+}
 failed=()
 for f in "$logs"/.failed-*; do
   [ -e "$f" ] || continue
@@ -121,5 +134,7 @@ if [ "${#failed[@]}" -gt 0 ]; then
     tail -n 15 "$log"
   done
   echo "failed: ${failed[*]}"
+  summary
   exit 1
 fi
+summary

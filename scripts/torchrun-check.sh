@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${TORCH_VENV:?set TORCH_VENV to a virtualenv with torch installed}
 cargo build --release --locked --bins --quiet
-[ -f target/gloo-plugin/libmcore_init_gloo.so ] || { cmake -S backends/gloo -B target/gloo-plugin >/dev/null && cmake --build target/gloo-plugin -j 2 >/dev/null; }
+. scripts/lib/gloo-plugin.sh
+gloo_plugin >/dev/null
 out=$(mktemp)
 LD_LIBRARY_PATH="$PWD/target/gloo-plugin" "$venv/bin/torchrun" --nproc-per-node "${NPROC:-8}" --no-python \
   "$PWD/target/release/mcore-selftest" --json --tp 2 --pp 2 --cp 2 --backend gloo --seed 1234 >"$out" 2>&1

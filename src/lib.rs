@@ -16,6 +16,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod env_vars;
 pub mod ffi;
 pub mod input_file;
 pub(crate) mod lock;

@@ -5,7 +5,7 @@
 //! fits an `Instant`, and its milliseconds (and nanoseconds) fit the signed 64-bit counts that
 //! backends such as Gloo keep. Any longer timeout means the same thing and is clamped to it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest timeout; it and anything longer mean "no limit".
 pub const NO_LIMIT: Duration = Duration::from_secs(1 << 31);
@@ -74,6 +74,39 @@ pub fn describe(d: Duration) -> String {
         "no limit".into()
     } else {
         format!("{:.3} s", d.as_secs_f64())
+    }
+}
+
+/// When a wait must be over: every step below bring-up gets what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    at: Instant,
+}
+
+impl Deadline {
+    /// `d` from now (clamped to `timeout::NO_LIMIT`, so a long one never overflows).
+    pub fn after(d: Duration) -> Deadline {
+        Deadline { at: Instant::now() + clamp(d) }
+    }
+
+    /// At `at`.
+    pub fn at(at: Instant) -> Deadline {
+        Deadline { at }
+    }
+
+    /// The instant.
+    pub fn instant(&self) -> Instant {
+        self.at
+    }
+
+    /// What is left (at least 1 ms, so a store wait is never told zero).
+    pub fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    /// Whether it has passed.
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.at
     }
 }
 

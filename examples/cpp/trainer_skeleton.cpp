@@ -1,7 +1,8 @@
 // A minimal C++ trainer skeleton on mcore_init: run it under a launcher that sets torchrun's
 // variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), e.g.
 //   mcore-launch --nproc 2 -- trainer_skeleton --tp 2 [--backend gloo|nccl|<plugin.so>]
-// It brings up the parallel state, fetches the tensor-parallel communicator handle, prints
+// It brings up the parallel state, fetches the tensor-parallel communicator handle (fetched
+// again after a suspend/resume when the communicator generation moved), prints
 // where this rank sits, takes the RNG streams the runtime seeded Megatron's way, forks the
 // model-parallel stream once (what a dropout kernel would do), and tears everything down.
 #include <mcore_init.h>
@@ -71,8 +72,12 @@ int train(const Options &opt) {
 
     uint32_t rank = 0, world = 0;
     if (!check(mcore_runtime_world(&rank, &world), "mcore_runtime_world")) return 1;
-    void *tp_comm = nullptr;  // an ncclComm_t with NCCL: hand it to your own kernels
-    if (!check(mcore_runtime_communicator(MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL, &tp_comm),
+    // An ncclComm_t with NCCL: hand it to your own kernels. Cache it with the communicator
+    // generation; it is valid while the generation reads the same.
+    void *tp_comm = nullptr;
+    uint64_t tp_comm_generation = 0;
+    if (!check(mcore_comm_generation(&tp_comm_generation), "mcore_comm_generation") ||
+        !check(mcore_runtime_communicator(MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL, &tp_comm),
                "mcore_runtime_communicator"))
         return 1;
 
@@ -93,6 +98,21 @@ int train(const Options &opt) {
                 mcore_get_pipeline_model_parallel_next_rank(), mcore_get_pipeline_model_parallel_prev_rank(),
                 mcore_get_pipeline_model_parallel_last_rank(), mcore_is_pipeline_first_stage(-1),
                 mcore_is_rank_in_embedding_group(-1), tp_comm);
+
+    // Between phases (an RL engine lending its memory to generation): suspend and resume every
+    // communicator, collectively. A backend without native suspend (Gloo, HCCL) creates them
+    // again with new handles, and the generation moves on: fetch cached handles again.
+    if (!check(mcore_suspend(nullptr, nullptr), "mcore_suspend")) return 1;
+    if (!check(mcore_resume(nullptr, nullptr), "mcore_resume")) return 1;
+    uint64_t now = 0;
+    if (!check(mcore_comm_generation(&now), "mcore_comm_generation")) return 1;
+    if (now != tp_comm_generation) {
+        if (!check(mcore_runtime_communicator(MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL, &tp_comm),
+                   "mcore_runtime_communicator"))
+            return 1;
+        tp_comm_generation = now;
+        std::printf("rank %u: after suspend/resume the tp communicator was created again: %p\n", rank, tp_comm);
+    }
 
     // Sanity check the communicator: every tp rank contributes 1.
     int64_t one = 1;

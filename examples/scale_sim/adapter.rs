@@ -6,8 +6,8 @@
 //! 2. its liveness: `Liveness::start` (a second connection claims the rank's counter, arms a
 //!    close notice and, as the watcher, parks a WAIT on the next death notice), given the
 //!    initialization's deadline (the watcher then re-parks every `PROBE_PERIOD` and bumps the
-//!    counter), with the callbacks a real rank sets (a death or the host's loss aborts the
-//!    store calls in flight);
+//!    counter), with the host's loss aborting the store calls in flight (a real rank's interrupt
+//!    also ends its waits on a death; the simulated ranks are never killed);
 //! 3. the attempt's view of the store, guarded by the liveness (a store call makes the watcher
 //!    probe while it runs and a few seconds after);
 //! 4. its host label (`host::publish`) and the check-in meeting (`checkin::check_in`);
@@ -20,8 +20,9 @@
 //! re-point these functions; nothing else in the simulator names them.
 
 use mcore_init::runtime::checkin::check_in;
+use mcore_init::runtime::faults::interrupt::Interrupt;
+use mcore_init::runtime::faults::liveness::{Liveness, StartError, BUSY_LINGER, IDLE_RENEW, PROBE_PERIOD};
 use mcore_init::runtime::host::{self, HostInfo};
-use mcore_init::runtime::liveness::{Liveness, StartError, BUSY_LINGER, IDLE_RENEW, PROBE_PERIOD};
 use mcore_init::runtime::LaunchEnv;
 use mcore_init::store::tcp::auth::TokenCell;
 use mcore_init::store::{PrefixStore, Store, TcpStore};
@@ -82,9 +83,10 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
     let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .map_err(|e| e.to_string())?;
     let store = Arc::new(TcpStore::connect("127.0.0.1", port, timeout).map_err(|e| format!("connect: {e}"))?);
-    // As `blame::start_liveness`: the liveness connection within the time left; a store that
+    // As `faults::Faults::start`: the liveness connection within the time left; a store that
     // does not answer it in time leaves the rank without liveness, one posed as fails the rank.
-    let liveness = match Liveness::start(&env, PREFIX, left(), TokenCell::new(None)) {
+    // (The simulator pulls no lever on a death: its ranks are not killed.)
+    let liveness = match Liveness::start(&env, PREFIX, left(), TokenCell::new(None), Interrupt::new()) {
         Ok(l) => Some(l),
         Err(StartError::Unreachable(_)) => None,
         Err(e @ StartError::Posed(_)) => return Err(format!("liveness: {e:?}")),
@@ -98,8 +100,6 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
         Some(l) => {
             l.set_deadline(Some(deadline));
             l.on_store_gone(Box::new(abort(&store)));
-            let on_death = abort(&store);
-            l.on_peer_death(Some(Box::new(move |_| on_death())));
             l.guard(base)
         }
         None => base,
@@ -114,7 +114,6 @@ pub fn bring_up(port: u16, rank: u32, world: u32, per_node: u32, timeout: Durati
     check_in(base.as_ref(), rank, world, per_node, fingerprint, left()).map_err(|e| format!("check-in: {e}"))?;
     // Init over (`bring_up::init_over`).
     if let Some(l) = &liveness {
-        l.on_peer_death(None);
         l.set_deadline(None);
         l.set_idle_patience(timeout);
     }

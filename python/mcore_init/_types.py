@@ -123,6 +123,7 @@ class InitArgs(CheckedStructure):
         ("grids", ctypes.POINTER(ctypes.POINTER(GridSpec))),
         ("grids_len", c_size_t),
         ("grids_disjoint_or_identical", ctypes.c_bool),
+        ("mindspeed", ctypes.c_char_p),
     ]
 
 

@@ -28,6 +28,7 @@ class GroupOptionsC(T.CheckedStructure):
         ("min_ctas", T.i32),
         ("max_ctas", T.i32),
         ("net_name", ctypes.c_char_p),
+        ("launch_order_implicit", T.i32),
     ]
 
 
@@ -111,11 +112,14 @@ class Group(OwnedHandle):
         self.close()
 
 
-def start_group(name: str, ranks: Sequence[int], timeout: Optional[float] = None) -> Group:
+def start_group(name: str, ranks: Sequence[int], timeout: Optional[float] = None,
+                launch_order_implicit: Optional[bool] = None) -> Group:
     """Start making the group ``name`` of the global ``ranks`` (this rank among them); returns at
     once. ``timeout`` in seconds bounds the rendezvous (None: the init timeout; ``math.inf``: no
-    limit). Bad names or ranks raise at once (ValueError/TypeError for Python types,
-    :class:`~mcore_init.McoreError` for what the library refuses)."""
+    limit). ``launch_order_implicit``: NCCL's per-communicator implicit launch order (2.31+; True
+    for a side group such as a weight-sync group; None: NCCL's default). Bad names or ranks raise
+    at once (ValueError/TypeError for Python types, :class:`~mcore_init.McoreError` for what the
+    library refuses)."""
     a = Args("start_group")
     name_b = cstr(a.text("name", name))
     ranks = a.ints("ranks", ranks, ctypes.c_uint32)
@@ -124,15 +128,18 @@ def start_group(name: str, ranks: Sequence[int], timeout: Optional[float] = None
     seconds = a.seconds("timeout", timeout, inf=True, max_s=None)
     if seconds is not None:
         opts.timeout_ms = T.timeout_ms(seconds)
+    if launch_order_implicit is not None:
+        opts.launch_order_implicit = int(a.flag("launch_order_implicit", launch_order_implicit))
     buf = (ctypes.c_uint32 * max(len(ranks), 1))(*ranks)
     out = ctypes.c_void_p()
     check(_create(name_b, buf, len(ranks), ctypes.byref(opts), ctypes.byref(out)))
     return Group(out.value, name)
 
 
-def create_group(name: str, ranks: Sequence[int], timeout: Optional[float] = None) -> Group:
+def create_group(name: str, ranks: Sequence[int], timeout: Optional[float] = None,
+                 launch_order_implicit: Optional[bool] = None) -> Group:
     """:func:`start_group`, then wait for it."""
-    return start_group(name, ranks, timeout).wait()
+    return start_group(name, ranks, timeout, launch_order_implicit).wait()
 
 
 def create_groups(groups: Dict[str, Sequence[int]], timeout: Optional[float] = None) -> Dict[str, Group]:

@@ -32,12 +32,20 @@ _ag_ranks = declare(
     _P(ctypes.c_size_t),
 )
 _ag_communicator = declare("mcore_runtime_all_gather_communicator", _status, ctypes.c_int32, _P(ctypes.c_void_p))
+_ms_ranks = declare(
+    "mcore_runtime_mindspeed_group_ranks", _status, ctypes.c_char_p, ctypes.c_uint32, _P(ctypes.c_uint32),
+    ctypes.c_size_t, _P(ctypes.c_size_t),
+)
+_ms_communicator = declare(
+    "mcore_runtime_mindspeed_communicator", _status, ctypes.c_char_p, ctypes.c_uint32, _P(ctypes.c_void_p)
+)
 _allreduce = declare("mcore_runtime_allreduce_sum_i64", _status, ctypes.c_int32, _P(ctypes.c_int64), ctypes.c_size_t)
 _barrier = declare("mcore_runtime_barrier", _status, ctypes.c_int32)
 _rng_tracker = declare("mcore_runtime_rng_tracker", _status, _P(ctypes.c_void_p))
 _suspend = declare("mcore_suspend", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
 _resume = declare("mcore_resume", _status, _P(T.SuspendArgs), _P(ctypes.c_size_t))
 _comm_memory = declare("mcore_runtime_comm_memory", _status, ctypes.c_int32, _P(T.CommMemory))
+_comm_generation = declare("mcore_comm_generation", _status, _P(ctypes.c_uint64))
 
 
 class _Default:
@@ -62,7 +70,8 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
                dist_opt_instances=_D(1), order=_D("tp-cp-ep-dp-pp"), backend="gloo", timeout=None, verify=True,
                seed=None, seed_policy="megatron", data_parallel_random_init=False, comm_strategy="auto",
                comm_config=None, comm_config_path=None, split_share=False, device=None, gtp=_D(1), egtp=_D(1),
-               create_all_gather_groups=False, spares=0, grids=None, grids_disjoint_or_identical=False) -> bool:
+               create_all_gather_groups=False, spares=0, grids=None, grids_disjoint_or_identical=False,
+               mindspeed=None) -> bool:
     """Bring this process up (``mcore_initialize``). ``backend``: "gloo", "nccl", a registered
     name or a plugin ``.so`` path; ``timeout`` in seconds bounds every wait (None: the library's
     default, ``$MCORE_INIT_TIMEOUT`` or 300 s; ``math.inf``: no limit). With ``seed``, the rank's RNG streams are seeded
@@ -91,7 +100,13 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
     top-level ``seed`` seeds the first grid). Per-grid handles: :func:`mcore_init.grid`.
     ``grids_disjoint_or_identical``: Megatron-Core 0.20's rule, any two grids on the same ranks or
     on none in common, all of them covering the world; the library refuses other
-    grids with INVALID_ARGUMENT naming the offending pair."""
+    grids with INVALID_ARGUMENT naming the offending pair.
+
+    ``mindspeed``: also create MindSpeed's groups on the layout (docs/topology.md), from its
+    options by MindSpeed's argument names: a dict such as ``{"context_parallel_algo":
+    "hybrid_cp_algo", "ulysses_degree_in_cp": 2, "use_cp_send_recv_overlap": True}`` or the same as
+    ``KEY=VALUE,...`` text ("default": MindSpeed's defaults); read them with
+    :func:`mindspeed_group_ranks` and :func:`mindspeed_communicator`."""
     layout = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, hcp=hcp, ep=ep, etp=etp, dist_opt_instances=dist_opt_instances,
                   order=order, gtp=gtp, egtp=egtp)
     given = [k for k, v in layout.items() if not isinstance(v, _Default)]
@@ -102,13 +117,13 @@ def initialize(tp=_D(1), pp=_D(1), vpp=_D(None), cp=_D(1), hcp=_D(None), ep=_D(1
                        comm_config=comm_config, comm_config_path=comm_config_path, split_share=split_share,
                        device=device, create_all_gather_groups=create_all_gather_groups,
                        spares=spares, grids=grids, layout_given=given,
-                       grids_disjoint_or_identical=grids_disjoint_or_identical, **layout)
+                       grids_disjoint_or_identical=grids_disjoint_or_identical, mindspeed=mindspeed, **layout)
 
 
 def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, backend, timeout, verify, seed,
                 seed_policy, data_parallel_random_init, comm_strategy, comm_config, comm_config_path, split_share,
                 device, gtp, egtp, create_all_gather_groups, spares, grids=None, layout_given=(),
-                grids_disjoint_or_identical=False):
+                grids_disjoint_or_identical=False, mindspeed=None):
     """:func:`initialize` with its arguments checked by ``a`` (an :class:`Args` naming the caller);
     ``layout_given``: the layout keywords the caller passed (refused together with ``grids``)."""
     # Every argument is checked before the library sees any of them.
@@ -150,6 +165,7 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
                cstr(a.text("comm_config", comm_config, none=True))]
     spares = a.int("spares", spares, ctypes.c_uint32)
     device = a.int("device", device, none=True)
+    mindspeed_b = cstr(a.text("mindspeed", mindspeed_text(a, mindspeed), none=True))
 
     args = T.new_init_args()
     if layout is not None:
@@ -171,12 +187,50 @@ def _initialize(a, tp, pp, vpp, cp, hcp, ep, etp, dist_opt_instances, order, bac
     args.create_all_gather_groups = flags["create_all_gather_groups"]
     args.spares = spares
     args.grids_disjoint_or_identical = flags["grids_disjoint_or_identical"]
+    args.mindspeed = mindspeed_b
     if device is not None:
         args.device = device
     already = ctypes.c_bool(False)
     check(_initialize_c(ctypes.byref(args), ctypes.byref(already)))
-    del layout, keep, backend_b, policy_b, strings, grid_c  # kept alive until the call returned
+    del layout, keep, backend_b, policy_b, strings, grid_c, mindspeed_b  # kept alive until the call returned
     return already.value
+
+
+def mindspeed_text(a, options):
+    """``initialize``'s ``mindspeed`` as the library's ``KEY=VALUE,...`` text: a str as is, a dict
+    with True as the key alone and False as ``key=false``; None stays None."""
+    if options is None or isinstance(options, str):
+        return options
+    if not isinstance(options, Mapping):
+        raise a.type_error("mindspeed", "a dict, a str or None", options)
+    items = []
+    for key, value in options.items():
+        if not isinstance(key, str) or not isinstance(value, (bool, int, str)):
+            raise a.type_error("mindspeed", "a dict of option names to bool, int or str", options)
+        if value is True:
+            items.append(key)
+        else:
+            items.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return ",".join(items) if items else "default"
+
+
+def mindspeed_group_ranks(kind, copy=0) -> List[int]:
+    """The members (ascending) of this rank's MindSpeed group of ``kind`` (MindSpeed's name:
+    "cp2", "cp_ulysses", "cp_ring", "cp_ring_intra", "nd1_dim1", "tp-y-cp", "exp", ...) and
+    ``copy`` (the hot-expert groups "exp" come in several): initialize with ``mindspeed=``."""
+    a = Args("mindspeed_group_ranks")
+    k, c = cstr(a.text("kind", kind)), a.int("copy", copy, ctypes.c_uint32)
+    return T.read_two_call(lambda buf, n, out: _ms_ranks(k, c, buf, n, out), ctypes.c_uint32)
+
+
+def mindspeed_communicator(kind, copy=0) -> int:
+    """The backend's handle of this rank's MindSpeed group of ``kind`` and ``copy`` (a
+    communicator of its own)."""
+    a = Args("mindspeed_communicator")
+    k, c = cstr(a.text("kind", kind)), a.int("copy", copy, ctypes.c_uint32)
+    out = ctypes.c_void_p()
+    check(_ms_communicator(k, c, ctypes.byref(out)))
+    return out.value or 0
 
 
 #: A grid name as the library takes it: 1 to 64 letters, digits, ``_``, ``-``, ``.``.
@@ -297,6 +351,15 @@ def communicator(kind) -> int:
     return out.value or 0
 
 
+def comm_generation() -> int:
+    """A number that changes exactly when communicator handles given out may have been released
+    (a suspend in recreate mode, a destroy, a recovery). Cache it with the handles of
+    :func:`communicator` and friends; when it differs, fetch them again: the old ones may be freed."""
+    out = ctypes.c_uint64()
+    check(_comm_generation(ctypes.byref(out)))
+    return out.value
+
+
 def allreduce_sum(kind, values: Sequence[int]) -> List[int]:
     """Element-wise int64 sum of ``values`` over this rank's group of ``kind``."""
     a = Args("allreduce_sum")
@@ -401,7 +464,8 @@ def suspend(kinds=None, grid=None) -> int:
     """Suspend the communicators of ``kinds`` (kind names, e.g. ``["tensor_model_parallel"]``;
     None: every kind) on every rank (collective: call it with the same kinds everywhere).
     Backends that can (NCCL 2.29.7+) release the device memory in place; others release the
-    communicators and :func:`resume` creates them again. A kind sharing a communicator with a
+    communicators and :func:`resume` creates them again (with new handles: :func:`comm_generation`
+    changes, fetch cached handles again). A kind sharing a communicator with a
     named one is suspended with it. Using a suspended kind raises SUSPENDED naming it. ``grid``:
     a grid's name (None: the default grid); a communicator that grid shares with another grid
     that is still running stays up. Returns how many communicators were suspended."""

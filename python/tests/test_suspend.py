@@ -18,7 +18,12 @@ runtime.initialize(tp=2, pp=2, backend=sys.argv[1], timeout=60)
 rank = int(os.environ["RANK"])
 out = {"rank": rank}
 out["memory_before"] = mcore_init.comm_memory("tensor_model_parallel")
+generation = mcore_init.comm_generation()
+pp_comm = runtime.communicator("pipeline_model_parallel")
 out["suspended"] = mcore_init.suspend(kinds=["tensor_model_parallel", "data_parallel"])
+# Recreate mode released tp and dp: cached handles are stale, the generation says so; pp's stays.
+out["generation_moved"] = mcore_init.comm_generation() != generation
+out["pp_comm_kept"] = runtime.communicator("pipeline_model_parallel") == pp_comm
 out["memory_while"] = mcore_init.comm_memory("tensor_model_parallel")
 try:
     runtime.allreduce_sum("tensor_model_parallel", [rank])
@@ -52,6 +57,7 @@ def test_four_processes_suspend_two_kinds_then_all_and_resume():
         assert o["memory_before"]["known"] is False and o["memory_before"]["suspended"] is False, o
         # tp2 pp2 at 4 ranks: dp = 1, its singleton groups have their own communicators.
         assert o["suspended"] == 2, o
+        assert o["generation_moved"] is True and o["pp_comm_kept"] is True, o
         assert o["memory_while"]["suspended"] is True, o
         status, message = o["while_suspended"]
         assert status == 22, o  # MCORE_STATUS_SUSPENDED

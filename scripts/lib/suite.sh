@@ -16,7 +16,7 @@
 #   suite_abort NAME WHY            count a failure, print "NAME: P passed, F failed (WHY)", exit 1
 # Building and staging (each as the suite that tests it does it):
 #   gloo_plugin_build [LOG]         configure and build the Gloo plugin into target/gloo-plugin
-#                                   (output to LOG, default /dev/null)
+#                                   (output to LOG, default /dev/null; scripts/lib/gloo-plugin.sh)
 #   gloo_plugin                     build the Gloo plugin when missing and print its path
 #   stage_c_library                 build the release library (cargo) and stage it in
 #                                   target/c-examples/lib the way an install lays it out
@@ -111,18 +111,8 @@ free_port() {
   python3 "$suite_root/scripts/lib/ports.py" "$@"
 }
 
-gloo_plugin_build() {
-  local log=${1:-/dev/null}
-  [ "$log" = /dev/null ] || mkdir -p "$(dirname "$log")"
-  cmake -S backends/gloo -B target/gloo-plugin -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 \
-    && cmake --build target/gloo-plugin -j 2 >>"$log" 2>&1
-}
-
-gloo_plugin() {
-  local plugin=$PWD/target/gloo-plugin/libmcore_init_gloo.so
-  [ -f "$plugin" ] || gloo_plugin_build
-  echo "$plugin"
-}
+# gloo_plugin_build and gloo_plugin: the one build of the plugin.
+. "$suite_root/scripts/lib/gloo-plugin.sh"
 
 stage_c_library() {
   local lib=target/c-examples/lib

@@ -79,7 +79,8 @@ world "8, suspend/resume without HcclCommSuspend (recreate)" 8 gen4 per-group '"
   --tp 2 --pp 2 --cp 2 --suspend-resume all
 # Per-kind options (docs/backends.md, "HCCL"): torch_npu's keys in a per-kind file and MindSpeed's
 # buffer string (MCORE_HCCL_GROUP_BUFFER) reach each kind's HcclCommConfig, which the double writes
-# to config.<comm name>; the file's hccl_buffer_size wins over the string's, cp_ring is skipped.
+# to config.<comm name>; the file's hccl_buffer_size wins over the string's; cp_ring sets MindSpeed's
+# cp_ring groups (hybrid CP at init), not context_parallel.
 hccl_options() {
   local dir rc
   dir=$(mktemp -d)
@@ -88,8 +89,8 @@ hccl_options() {
   LD_LIBRARY_PATH="$PWD/target/hccl-plugin" MCORE_HCCL_LIBRARY="$dbl/gen12/libhccl.so" \
     MCORE_HCCL_ACL_LIBRARY="$dbl/acl/libascendcl.so" MCORE_HCCL_DOUBLE_DIR="$dir" \
     MCORE_HCCL_GROUP_BUFFER='dp:200;tp:500;pp:250;cp_ring:70' timeout 300 ./target/release/mcore-launch --nproc 8 \
-    --timeout 120 -- ./target/release/mcore-selftest --backend hccl --tp 2 --pp 2 --comm-config "$dir/comm.yaml" \
-    >"$log" 2>&1
+    --timeout 120 -- ./target/release/mcore-selftest --backend hccl --tp 2 --pp 2 --cp 2 --comm-config "$dir/comm.yaml" \
+    --mindspeed context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=1 >"$log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || { cat "$log"; echo "  (mcore-launch exit $rc)"; rm -rf "$dir"; return 1; }
   python3 - "$dir" <<'PY'
@@ -98,7 +99,9 @@ d = pathlib.Path(sys.argv[1])
 want = {"tensor_model_parallel": ["hcclBufferSize=300", "hcclUdi=tp_grads", "hcclExecTimeOut=900"],
         "pipeline_model_parallel": ["hcclBufferSize=250", "hcclRdmaTrafficClass=132"],
         "data_parallel": ["hcclBufferSize=200", "hcclRdmaTrafficClass=4294967295"],
-        "context_parallel": ["hcclBufferSize=4294967295"]}
+        # cp 2 with dp 1: the context-parallel groups are data_parallel_with_cp's communicators.
+        "data_parallel_with_cp": ["hcclBufferSize=4294967295"],
+        "cp_ring": ["hcclBufferSize=70"], "cp_ulysses": ["hcclBufferSize=4294967295"]}
 bad = []
 for kind, fields in want.items():
     files = sorted(f for f in d.iterdir() if re.fullmatch(rf"config\.{kind}_\d+", f.name))

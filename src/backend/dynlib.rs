@@ -66,11 +66,23 @@ impl DynLib {
         Self::open_flags(&c, name.to_string(), true)
     }
 
+    /// The library `name` if the process has it loaded already (`dlopen` with `RTLD_NOLOAD`: a
+    /// bare name matches a loaded object's soname, a path its file), without loading anything;
+    /// `None` when it is not loaded. `global` as in [`DynLib::open_global`].
+    pub(crate) fn open_loaded(name: &str, global: bool) -> Option<DynLib> {
+        let c = CString::new(name).ok()?;
+        Self::open_with(&c, name.to_string(), global, libc::RTLD_NOLOAD).ok()
+    }
+
     fn open_flags(c: &CStr, shown: String, global: bool) -> Result<DynLib, String> {
+        Self::open_with(c, shown, global, 0)
+    }
+
+    fn open_with(c: &CStr, shown: String, global: bool, extra: libc::c_int) -> Result<DynLib, String> {
         let scope = if global { libc::RTLD_GLOBAL } else { libc::RTLD_LOCAL };
         let _guard = dl_lock();
         // SAFETY: `c` is a valid C string; dlopen has no other preconditions.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | scope) };
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | scope | extra) };
         if handle.is_null() {
             Err(dl_error())
         } else {
@@ -200,6 +212,13 @@ mod tests {
         assert_eq!(lib.file_contains("cos", b"libm.so.6"), Some(true), "its soname is in the file");
         assert_eq!(lib.file_contains("cos", b"no such text in libm \x01\x02"), Some(false));
         assert!(contains(b"abcdef", b"cde") && !contains(b"abcdef", b"ced"));
+    }
+
+    #[test]
+    fn only_a_library_already_loaded_is_bound_without_loading() {
+        // libc is in every process; a library nobody loaded is not loaded by the probe.
+        assert!(DynLib::open_loaded("libc.so.6", false).is_some());
+        assert!(DynLib::open_loaded("libmcore-never-loaded.so.7", false).is_none());
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod comm;
 pub(crate) mod dynlib;
 mod error;
 mod group;
+pub mod id_group;
 pub mod nccl;
 pub mod options;
 pub mod plugin;

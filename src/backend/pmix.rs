@@ -491,17 +491,20 @@ pub fn interrupt_waits(on: bool) {
     CALLS.interrupt(on);
 }
 
-/// The ranks of this job that PMIx events said ended ([`on_death_event`]), in order of report.
-static DEAD: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Where PMIx death events are reported: the runtime's one dead list (`runtime::faults`).
+type DeathSink = Box<dyn Fn(u32, String) + Send + Sync>;
+static ON_DEATH: Mutex<Option<DeathSink>> = Mutex::new(None);
 
-/// The ranks of this job that a PMIx event said ended or became unreachable, so far.
-pub fn dead() -> Vec<u32> {
-    DEAD.locked().clone()
+/// Report the ranks of this job that a PMIx event says ended (the rank, and what the event said)
+/// to `sink` from now on (`None`: to nobody). Set once per initialization attempt by the runtime.
+pub fn on_death(sink: Option<DeathSink>) {
+    *ON_DEATH.locked() = sink;
 }
 
 /// `pmix_notification_fn_t` for [`DEATH_EVENTS`]: note the affected rank of this job (the
-/// `PMIX_EVENT_AFFECTED_PROC` info, else the event's source), end every wait for a fence (it
-/// would wait for that rank), say it at debug level, and leave the event to other handlers.
+/// `PMIX_EVENT_AFFECTED_PROC` info, else the event's source) and report it to the runtime's dead
+/// list ([`on_death`], whose interrupt ends the waits that involve it), say it at debug level, and
+/// leave the event to other handlers.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn on_death_event(
     _id: usize,
@@ -537,12 +540,10 @@ unsafe extern "C" fn on_death_event(
         eprintln!("mcore_init: PMIx event {what} about rank {affected:?}");
     }
     if let Some(rank) = affected.filter(|r| mine.is_some_and(|c| c.me.rank != *r)) {
-        let mut dead = DEAD.locked();
-        if !dead.contains(&rank) {
-            dead.push(rank);
+        let what = mine.map(|c| c.lib.describe(status)).unwrap_or_else(|| format!("PMIx event {status}"));
+        if let Some(sink) = ON_DEATH.locked().as_ref() {
+            sink(rank, what);
         }
-        drop(dead);
-        interrupt_waits(true);
     }
     if let Some(done) = done {
         // SAFETY: PMIx's own continuation, with its cbdata.

@@ -37,8 +37,30 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: mcore-launch --nproc N [--nnodes M --node-rank K] [--master-addr ADDR] \
 [--master-port PORT] [--timeout SECONDS|none] [--grace SECONDS] -- PROGRAM [ARGS...]
+  --timeout: stop the ranks (SIGTERM, then SIGKILL after --grace) when the job runs longer; the
+  launcher names the ranks that had finished and those still running, and exits with 124. Each
+  rank gets MCORE_INIT_TIMEOUT below it (a fifth less, 3-30 s; a lower one of yours is kept), so
+  that a rank waiting at init ends first and says what it waited for (an explicit timeout your
+  program passes to initialize is its own).
   --grace: on SIGINT/SIGTERM/SIGHUP (passed on to every rank) or a failure, how long ranks get
   to end before SIGKILL (default 5; 0-3600); the launcher then exits with 128 + the signal.";
+
+/// The init deadline a rank gets under `--timeout limit`: a fifth less (at least 3 s, at most
+/// 30 s less; never under half the limit), so that its init wait ends (within its deadline plus
+/// 2 s) and names what it waited for before the launcher stops it.
+fn rank_init_timeout(limit: Duration) -> Duration {
+    let margin = (limit / 5).clamp(Duration::from_secs(3), Duration::from_secs(30));
+    limit.saturating_sub(margin).max(limit / 2)
+}
+
+/// `MCORE_INIT_TIMEOUT` for the ranks under `--timeout`: `None` when the job has no limit, or
+/// when the launcher's own environment already asks for a deadline as short.
+fn rank_init_timeout_env(limit: Option<Duration>) -> Option<String> {
+    let limit = limit.filter(|l| *l < mcore_init::timeout::NO_LIMIT)?;
+    let want = rank_init_timeout(limit);
+    let own = std::env::var("MCORE_INIT_TIMEOUT").ok().and_then(|v| mcore_init::timeout::parse_seconds("", &v).ok());
+    own.map_or(true, |own| own > want).then(|| format!("{:.3}", want.as_secs_f64()))
+}
 
 /// The most ranks one launcher starts (each costs two output threads and two pipes).
 const MAX_NPROC: u32 = 4096;
@@ -188,7 +210,11 @@ fn global_rank(args: &Args, local_rank: u32) -> u32 {
 fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str, dir: &std::path::Path) -> std::io::Result<Child> {
     let world = (args.nproc * args.nnodes).to_string();
     let r = global_rank(args, local_rank).to_string();
-    Command::new(&args.program[0])
+    let mut command = Command::new(&args.program[0]);
+    if let Some(t) = rank_init_timeout_env(args.timeout) {
+        command.env("MCORE_INIT_TIMEOUT", t);
+    }
+    command
         .args(&args.program[1..])
         .env("RANK", &r)
         .env("LOCAL_RANK", local_rank.to_string())
@@ -210,6 +236,20 @@ fn spawn_rank(args: &Args, local_rank: u32, port: u16, run_id: &str, dir: &std::
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+}
+
+/// Where the job stands when the launcher stops it: the ranks still running and those that had
+/// finished, with their exit status (`still running: 1, 3; finished: 0 (exit status: 0), ...`).
+fn job_state(children: &mut [(u32, Child)]) -> String {
+    let (mut running, mut finished) = (Vec::new(), Vec::new());
+    for (rank, child) in children.iter_mut() {
+        match child.try_wait() {
+            Ok(Some(status)) => finished.push(format!("{rank} ({status})")),
+            _ => running.push(rank.to_string()),
+        }
+    }
+    let list = |v: Vec<String>| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    format!("still running: {}; finished: {}", list(running), list(finished))
 }
 
 /// Whether the rank's process has not ended yet (it is reaped when it has).
@@ -375,17 +415,19 @@ fn run(args: Args) -> Result<u8, String> {
         }
         if let Some(limit) = args.timeout {
             if start.elapsed() >= limit {
-                let names: Vec<String> = running.iter().map(|&i| children[i].0.to_string()).collect();
                 eprintln!(
-                    "mcore-launch: timeout after {:.1} s; rank(s) still running: {}; stopping them",
+                    "mcore-launch: timeout after {:.1} s; rank(s) {}; stopping them",
                     limit.as_secs_f64(),
-                    names.join(", ")
+                    job_state(&mut children)
                 );
                 stop = Stop::Failed(124);
                 break;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Stop::Signal(signal) = stop {
+        eprintln!("mcore-launch: at {}, rank(s) {}", common::os::signal_name(signal), job_state(&mut children));
     }
     let (signal, mut code) = match stop {
         Stop::Done => (SIGTERM, 0),

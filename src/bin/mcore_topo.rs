@@ -3,13 +3,15 @@
 //! Invalid input exits with status 2 and one line on stderr naming the bad value.
 
 mod common;
+#[path = "topo/mindspeed.rs"]
+mod mindspeed;
 
 use common::cli::{number, Flags, GridArg, GridArgs};
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::rng::SeedPolicy;
 use mcore_init::topology::{grid_node_spans, grids_svg, layout_svg, node_placement, NodeFix, NodePlacement};
 use mcore_init::topology::{plan_recovery, RecoveryPlan};
-use mcore_init::topology::{Group, GroupKind, Membership, Topology};
+use mcore_init::topology::{Group, GroupKind, Membership, MindSpeedLayout, MindSpeedOptions, Topology};
 use mcore_init::topology::{PictureOptions, RankView, NODE_LOCAL_KINDS};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -19,7 +21,8 @@ const USAGE: &str = "usage: mcore-topo --world-size N [--tp N] [--pp N] [--vpp N
 [--ep N] [--etp N] [--gtp N] [--egtp N] [--dist-opt-instances N] [--order tp-cp-ep-dp-pp] [--rank-offset N] \
 [--local-world-size N] [--grid NAME:key=value,... ...] [--grids-disjoint-or-identical] [--rank R [--all-members]] \
 [--seed S [--seed-policy megatron|roll|sharded:<kind>,<kind>...] [--data-parallel-random-init]] [--json] \
-[--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]] [--without-ranks R1,R2,... [--spares S1,...]]
+[--gpus-per-node N [--strict]] [--svg FILE [--color-by KIND]] [--without-ranks R1,R2,... [--spares S1,...]] \
+[--mindspeed KEY=VALUE,...|default]
 
 --without-ranks plans recovery (docs/recovery.md): the layout on the survivors, printed with the old -> new
 rank map and the dropped ranks; --rank and the other reports then refer to the new layout.
@@ -29,6 +32,11 @@ rank map and the dropped ranks; --rank and the other reports then refer to the n
 Every report is then given per grid, with the ranks the grids share and, with --gpus-per-node, which
 grids each node's GPUs belong to. --grids-disjoint-or-identical refuses grids that break Megatron-Core
 0.20's rule (any two on the same ranks or on none in common, all of them covering the world).
+
+--mindspeed adds MindSpeed's extra groups (docs/topology.md), from its option names, e.g.
+--mindspeed context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=2,use_cp_send_recv_overlap (a key
+alone means true; 'default' means MindSpeed's defaults): JSON \"mindspeed_groups\", per kind the rank
+lists in MindSpeed's creation order (with --rank R, R's group of each kind and its stored rank lists).
 
 --rank R shows R's groups without visiting the world: a group of more than 256 ranks is shown by its
 first ranks and an exact pattern (JSON: \"boxes\"); --all-members lists every member.";
@@ -57,6 +65,8 @@ struct Options {
     recovery: Option<(Vec<u32>, Vec<u32>)>,
     /// `--grids-disjoint-or-identical`: Megatron-Core 0.20's rule for the grids.
     disjoint_or_identical: bool,
+    /// `--mindspeed`: MindSpeed's options.
+    mindspeed: Option<MindSpeedOptions>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
@@ -67,6 +77,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     let mut nodes = NodeOptions::default();
     let (mut without, mut spares) = (None, None);
     let mut disjoint_or_identical = false;
+    let mut mindspeed = None;
     while let Some((flag, inline)) = flags.next() {
         match flag {
             "-h" | "--help" => return Ok(None),
@@ -94,6 +105,10 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             "--rank" => rank = Some(number(flag, flags.value(flag, inline)?)?),
             "--without-ranks" => without = Some(rank_list(flag, flags.value(flag, inline)?)?),
             "--spares" => spares = Some(rank_list(flag, flags.value(flag, inline)?)?),
+            "--mindspeed" => {
+                let v = flags.value(flag, inline)?;
+                mindspeed = Some(MindSpeedOptions::parse(v).map_err(|e| format!("--mindspeed: {e}"))?);
+            }
             _ if grids.flag(flag, inline, &mut flags)? => {}
             _ if node_flag(&mut nodes, flag, inline, &mut flags)? => {}
             _ => return Err(format!("unknown option '{flag}'")),
@@ -121,6 +136,11 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
     if multi && recovery.is_some() {
         return Err("--without-ranks plans the recovery of one grid: not with --grid".into());
     }
+    if mindspeed.is_some() && (multi || recovery.is_some()) {
+        return Err(
+            "--mindspeed describes the one layout of the plain flags: not with --grid or --without-ranks".into()
+        );
+    }
     Ok(Some(Options {
         world_size,
         grids,
@@ -132,6 +152,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         nodes,
         recovery,
         disjoint_or_identical,
+        mindspeed,
     }))
 }
 
@@ -251,16 +272,53 @@ fn list(ranks: &[u32]) -> String {
     format!("[{}]", items.join(","))
 }
 
+/// Worlds above this many ranks get the compact layout table: every group listed would make
+/// lines of tens of thousands of characters (27,627 at 4,096 ranks).
+const COMPACT_TABLE_ABOVE: u32 = 256;
+/// The longest line of the compact table.
+const MAX_LINE: usize = 200;
+
 fn layout_table(t: &Topology) -> Result<String, String> {
     let mut out = summary(t);
-    let _ = writeln!(out, "\n{:<48} {:>8} {:>6}  groups (ranks)", "kind", "count", "size");
+    let compact = t.sizes().world_size > COMPACT_TABLE_ABOVE;
+    let header = if compact { "first group (ranks) = pattern; where each group starts" } else { "groups (ranks)" };
+    let _ = writeln!(out, "\n{:<48} {:>8} {:>6}  {header}", "kind", "count", "size");
     for kind in t.kinds() {
         let groups = all_groups(t, kind)?;
         let size = groups.first().map_or(0, Group::len);
-        let lists: Vec<String> = groups.iter().map(|g| list(&g.members())).collect();
-        let _ = writeln!(out, "{:<48} {:>8} {:>6}  {}", kind.key(), groups.len(), size, lists.join(" "));
+        let groups_text = if compact {
+            let first = groups.first().map_or(String::new(), |g| group_text(g, 8));
+            let starts: Vec<u32> = groups.iter().map(Group::first).collect();
+            format!("{first}; starts {}", elided(&starts))
+        } else {
+            groups.iter().map(|g| list(&g.members())).collect::<Vec<_>>().join(" ")
+        };
+        let line = format!("{:<48} {:>8} {:>6}  {groups_text}", kind.key(), groups.len(), size);
+        let _ = writeln!(out, "{}", if compact { fit(&line, MAX_LINE) } else { line });
+    }
+    if compact {
+        let _ = writeln!(
+            out,
+            "\n(more than {COMPACT_TABLE_ABOVE} ranks: each kind by its first group; --rank R or --json lists groups)"
+        );
     }
     Ok(out)
+}
+
+/// `[a,b,c,...,z]`: the first three and the last of `ranks` (all of them when at most five).
+fn elided(ranks: &[u32]) -> String {
+    match ranks {
+        [a, b, c, .., z] if ranks.len() > 5 => format!("[{a},{b},{c},...,{z}]"),
+        _ => list(ranks),
+    }
+}
+
+/// `line` cut to `max` characters, ending in `...` when cut.
+fn fit(line: &str, max: usize) -> String {
+    match line.char_indices().nth(max - 3) {
+        Some((end, _)) if line.chars().count() > max => format!("{}...", &line[..end]),
+        _ => line.to_string(),
+    }
 }
 
 /// Most members of one group `--rank` lists (more are shown by their pattern, unless
@@ -270,12 +328,21 @@ const LISTED_MEMBERS: u32 = 256;
 /// The members of a group: all of them, or for a bigger group than [`LISTED_MEMBERS`] its first
 /// ranks, its last and its exact pattern (`[5,13,21,...,16777213] = 5+8*i (i<2097152)`).
 fn members_text(m: &Membership, all_members: bool) -> String {
-    if all_members || m.size() <= LISTED_MEMBERS {
+    if all_members {
         return list(&m.members());
     }
-    let head: Vec<String> = m.group.iter().take(3).map(|r| r.to_string()).collect();
-    let boxes: Vec<String> = m.group.boxes().iter().map(|b| b.to_string()).collect();
-    format!("[{},...,{}] = {}", head.join(","), m.group.last(), boxes.join(" | "))
+    group_text(&m.group, LISTED_MEMBERS)
+}
+
+/// A group's members when at most `listed`, else its first ranks, its last and its exact
+/// pattern (the `--rank` view's and the compact table's).
+fn group_text(g: &Group, listed: u32) -> String {
+    if g.len() <= listed {
+        return list(&g.members());
+    }
+    let head: Vec<String> = g.iter().take(3).map(|r| r.to_string()).collect();
+    let boxes: Vec<String> = g.boxes().iter().map(|b| b.to_string()).collect();
+    format!("[{},...,{}] = {}", head.join(","), g.last(), boxes.join(" | "))
 }
 
 fn rank_table(t: &Topology, rank: u32, all_members: bool) -> Result<String, String> {
@@ -341,7 +408,11 @@ fn run(args: &[String]) -> Result<String, String> {
     if let Some(path) = &opts.nodes.svg {
         write_svg(path, &layout_svg(&t, &picture_options(&opts)).map_err(|e| format!("--svg: {e}"))?)?;
     }
-    let report = grid_report(&t, "", &opts)?;
+    let mut report = grid_report(&t, "", &opts)?;
+    if let Some(o) = &opts.mindspeed {
+        let ms = MindSpeedLayout::new(&t, o.clone()).map_err(|e| format!("--mindspeed: {e}"))?;
+        mindspeed_report(&ms, &t, opts.rank, &mut report)?;
+    }
     if opts.json {
         let mut obj = report.json;
         if let Some(p) = &plan {
@@ -352,6 +423,27 @@ fn run(args: &[String]) -> Result<String, String> {
     let mut out = plan.as_ref().map(recovery_table).unwrap_or_default();
     out.push_str(&report.text);
     Ok(out)
+}
+
+/// Add MindSpeed's groups of the layout, or of `rank`, to the report.
+fn mindspeed_report(
+    ms: &MindSpeedLayout,
+    t: &Topology,
+    rank: Option<u32>,
+    report: &mut GridReport,
+) -> Result<(), String> {
+    match rank {
+        Some(r) => {
+            mindspeed::rank_json(ms, r, &mut report.json)?;
+            report.text.push_str(&mindspeed::rank_table(ms, r)?);
+        }
+        None => {
+            mindspeed::check_size(ms, t.world_size(), MAX_LISTED_RANKS)?;
+            mindspeed::layout_json(ms, &mut report.json)?;
+            report.text.push_str(&mindspeed::layout_table(ms)?);
+        }
+    }
+    Ok(())
 }
 
 /// One grid's reports: the layout or the rank's view, the seeds and the node placement.

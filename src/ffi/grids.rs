@@ -90,7 +90,7 @@ pub unsafe extern "C" fn mcore_grid_group_ranks(
 
 /// The backend's communicator handle of this rank's group of `kind` in `grid` (an `ncclComm_t`
 /// for NCCL). Groups with the same members and options share one communicator, across grids
-/// too. Owned by the library until `mcore_destroy`.
+/// too. Owned by the library; valid while `mcore_comm_generation` reads as when it was fetched.
 ///
 /// # Safety
 /// `grid` is NULL or a NUL-terminated string; `out_comm` is writable.
@@ -179,7 +179,8 @@ pub struct mcore_pg_entry {
     /// The rank's group rank and the group size.
     pub rank: u32,
     pub size: u32,
-    /// The backend's communicator handle (owned by the library until `mcore_destroy`).
+    /// The backend's communicator handle (owned by the library; valid while
+    /// `mcore_comm_generation` reads as when it was fetched).
     pub comm: *mut c_void,
 }
 
@@ -246,7 +247,7 @@ pub unsafe extern "C" fn mcore_grid_pg_collection(
                     live.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
                 entries.push(mcore_pg_entry {
                     field: c_field(field),
-                    kind: kind_to_c(live.plan.kind.group_kind()),
+                    kind: live.plan.kind.group_kind().map_or(-1, kind_to_c),
                     all_gather: matches!(live.plan.kind, PlanKind::AllGatherTwin(_)),
                     rank: live.group_rank,
                     size: live.plan.members.len() as u32,

@@ -8,6 +8,7 @@ use super::args::{fill_ranks, opt_str_arg, out_ptr, slice_arg, slice_out, str_ar
 use super::handle::{borrow, destroy, into_raw};
 use super::{ffi_guard, mcore_status, FfiError};
 use crate::abi::read_sized;
+use crate::backend::options::OptionValue;
 use crate::backend::CommOptions;
 use crate::runtime::{self, GroupOptions, MemberGroup};
 use std::ffi::{c_char, c_void};
@@ -29,6 +30,10 @@ pub struct mcore_group_options {
     pub max_ctas: i32,
     /// NCCL's network plugin ("IB", "Socket"); NULL (default) = the backend's choice.
     pub net_name: *const c_char,
+    /// NCCL's `launchOrderImplicit` (per communicator, NCCL 2.31+; set 1 for a side group such as
+    /// a weight-sync group, docs/id-groups.md): -1 (default) = NCCL's default, 0 = off, 1 = on
+    /// (on an older NCCL: a warning naming the version). Other backends refuse 0 and 1.
+    pub launch_order_implicit: i32,
 }
 
 impl Default for mcore_group_options {
@@ -40,12 +45,17 @@ impl Default for mcore_group_options {
             min_ctas: -1,
             max_ctas: -1,
             net_name: std::ptr::null(),
+            launch_order_implicit: -1,
         }
     }
 }
 
-/// The `struct_size` of every released layout of `mcore_group_options`.
-const OPTIONS_RELEASES: &[u32] = &[std::mem::size_of::<mcore_group_options>() as u32];
+/// The `struct_size` of every released layout of `mcore_group_options`: up to `net_name`, then
+/// with `launch_order_implicit`.
+const OPTIONS_RELEASES: &[u32] = &[
+    std::mem::offset_of!(mcore_group_options, launch_order_implicit) as u32,
+    std::mem::size_of::<mcore_group_options>() as u32,
+];
 
 /// A group made after init (opaque). Free with `mcore_group_destroy`.
 pub struct mcore_group {
@@ -83,12 +93,21 @@ unsafe fn options_from_c(p: *const mcore_group_options) -> Result<GroupOptions, 
     let c = unsafe { read_sized(p, "mcore_group_options", OPTIONS_RELEASES, mcore_group_options::default()) }?;
     // SAFETY: NULL or NUL-terminated, per the struct's contract.
     let net_name = unsafe { opt_str_arg(c.net_name, "options->net_name") }?.map(str::to_string);
+    let mut more = std::collections::BTreeMap::new();
+    match c.launch_order_implicit {
+        -1 => {}
+        v @ (0 | 1) => {
+            more.insert("launch_order_implicit".to_string(), OptionValue::Int(v));
+        }
+        v => return Err(FfiError::invalid_arg(format!("options->launch_order_implicit is {v}: -1, 0 or 1"))),
+    }
     Ok(GroupOptions {
         comm: CommOptions {
             cga_cluster_size: opt_i32(c.cga_cluster_size, "cga_cluster_size")?,
             min_ctas: opt_i32(c.min_ctas, "min_ctas")?,
             max_ctas: opt_i32(c.max_ctas, "max_ctas")?,
             net_name,
+            more,
             ..Default::default()
         },
         timeout: match c.timeout_ms {
@@ -219,7 +238,8 @@ pub unsafe extern "C" fn mcore_group_rank(group: *const mcore_group, out_group_r
 }
 
 /// The backend's own communicator handle (an `ncclComm_t` for NCCL, the plugin's handle
-/// otherwise), waiting for the creation first. Owned by the library until the group is destroyed.
+/// otherwise), waiting for the creation first. Owned by the library until the group is destroyed
+/// (and while `mcore_comm_generation` reads as when it was fetched: a recovery drops the group).
 ///
 /// # Safety
 /// `group` is a handle from `mcore_group_create`; `out_comm` is writable.
@@ -324,5 +344,18 @@ mod tests {
         let g = unsafe { options_from_c(&o) }.unwrap();
         assert_eq!(g.timeout, Some(std::time::Duration::from_millis(1500)));
         assert_eq!((g.comm.max_ctas, g.comm.net_name.as_deref(), g.comm.min_ctas), (Some(4), Some("Socket"), None));
+        assert!(g.comm.more.is_empty(), "launch order left at NCCL's default");
+        let on = mcore_group_options { launch_order_implicit: 1, ..o };
+        // SAFETY: as above.
+        let g = unsafe { options_from_c(&on) }.unwrap();
+        assert_eq!(g.comm.more.get("launch_order_implicit"), Some(&OptionValue::Int(1)));
+        let bad = mcore_group_options { launch_order_implicit: 2, ..o };
+        // SAFETY: as above.
+        let e = unsafe { options_from_c(&bad) }.unwrap_err();
+        assert!(e.message.contains("launch_order_implicit is 2"), "{}", e.message);
+        // The layout before the field (a caller built against it) is read with the default.
+        let old = mcore_group_options { struct_size: OPTIONS_RELEASES[0], launch_order_implicit: 1, ..o };
+        // SAFETY: as above (the whole struct is readable).
+        assert!(unsafe { options_from_c(&old) }.unwrap().comm.more.is_empty());
     }
 }

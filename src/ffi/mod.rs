@@ -12,6 +12,7 @@ pub mod error;
 pub mod grid_args;
 pub mod grids;
 mod handle;
+pub mod id_group;
 pub mod megatron;
 pub mod member_groups;
 pub mod recovery;

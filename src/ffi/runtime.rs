@@ -11,6 +11,7 @@ use crate::abi::read_sized;
 use crate::rng::RankRng;
 use crate::rng::SeedPolicy;
 use crate::runtime::{self, CommConfig, CommStrategy, Grid, InitArgs, InitOutcome, LiveGroup, Runtime};
+use crate::topology::{MindSpeedKind, MindSpeedOptions};
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -91,6 +92,12 @@ pub struct mcore_init_args {
     /// in common, and together the world; other grids are `MCORE_STATUS_INVALID_ARGUMENT`
     /// naming the offending pair (default false). Appended in 0.2.
     pub grids_disjoint_or_identical: bool,
+    /// MindSpeed's options as `KEY=VALUE,...` with its argument names (e.g.
+    /// "context_parallel_algo=hybrid_cp_algo,ulysses_degree_in_cp=2,use_cp_send_recv_overlap"; a
+    /// key alone means true, "default" MindSpeed's defaults): also create MindSpeed's groups on
+    /// the layout, after Megatron's (docs/topology.md); see `mcore_runtime_mindspeed_group_ranks`.
+    /// NULL (default) = none. Appended in 0.2.
+    pub mindspeed: *const c_char,
 }
 
 impl Default for mcore_init_args {
@@ -116,6 +123,7 @@ impl Default for mcore_init_args {
             grids: std::ptr::null(),
             grids_len: 0,
             grids_disjoint_or_identical: false,
+            mindspeed: std::ptr::null(),
         }
     }
 }
@@ -137,6 +145,7 @@ pub unsafe extern "C" fn mcore_init_args_init(args: *mut mcore_init_args) -> mco
 const ARGS_RELEASES: &[u32] = &[
     std::mem::offset_of!(mcore_init_args, grid_name) as u32,
     std::mem::offset_of!(mcore_init_args, grids_disjoint_or_identical) as u32,
+    std::mem::offset_of!(mcore_init_args, mindspeed) as u32,
     std::mem::size_of::<mcore_init_args>() as u32,
 ];
 
@@ -176,7 +185,7 @@ unsafe fn comm_config_from_c(c: &mcore_init_args) -> Result<CommConfig, FfiError
     Ok(config)
 }
 
-fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
+pub(super) fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
     if ms > 0 {
         return Ok(crate::timeout::from_millis(ms));
     }
@@ -186,7 +195,8 @@ fn init_timeout(ms: u64) -> Result<Duration, FfiError> {
 /// Bring this process up from the launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 /// MASTER_ADDR, MASTER_PORT as torchrun sets them): validate the layout, rendezvous, check that
 /// every rank has the same settings (a mismatch is `MCORE_STATUS_CONFIG_MISMATCH` naming the
-/// ranks), create one communicator per group this rank is in, verify them.
+/// ranks), create one communicator per group this rank is in, verify them. A world of more than
+/// 131,072 ranks is `MCORE_STATUS_INVALID_ARGUMENT` naming the value (docs/multihost.md).
 /// Called again with the same settings: nothing happens and `*out_already` (may be NULL) is
 /// true. With other settings: `MCORE_STATUS_ALREADY_INITIALIZED` naming the differences.
 ///
@@ -246,6 +256,12 @@ pub unsafe extern "C" fn mcore_initialize(args: *const mcore_init_args, out_alre
             create_all_gather_groups: c.create_all_gather_groups,
             spares: c.spares,
             grids_disjoint_or_identical: c.grids_disjoint_or_identical,
+            mindspeed: match unsafe { opt_str_arg(c.mindspeed, "mindspeed") }? {
+                None => None,
+                Some(text) => {
+                    Some(MindSpeedOptions::parse(text).map_err(|e| FfiError::invalid_arg(format!("mindspeed: {e}")))?)
+                }
+            },
         };
         let outcome = runtime::initialize(args)?;
         drop(users); // callbacks hold their own reference for as long as the runtime lives
@@ -410,7 +426,8 @@ pub unsafe extern "C" fn mcore_runtime_all_gather_group_ranks(
 }
 
 /// The backend's communicator handle of this rank's all-gather twin of `kind` (a communicator
-/// separate from the group's own). Owned by the library until `mcore_destroy`.
+/// separate from the group's own). Owned by the library; valid while `mcore_comm_generation`
+/// reads as it did when the handle was fetched.
 ///
 /// # Safety
 /// `out_comm` is writable.
@@ -419,14 +436,94 @@ pub unsafe extern "C" fn mcore_runtime_all_gather_communicator(kind: i32, out_co
     ffi_guard(|| write_handle(out_comm, |rt| all_gather_group(rt, kind)))
 }
 
+/// This rank's MindSpeed group of `kind` (MindSpeed's name: "cp2", "cp_ring", "nd1_dim1",
+/// "tp-y-cp", "exp", ...) and `copy` (0; the hot-expert groups "exp" have several): NOT_MEMBER
+/// when the runtime has none.
+unsafe fn mindspeed_group(rt: &Runtime, kind: *const c_char, copy: u32) -> Result<&LiveGroup, FfiError> {
+    // SAFETY: NULL or NUL-terminated, per the callers' contract.
+    let name = unsafe { opt_str_arg(kind, "kind") }?.ok_or_else(|| FfiError::invalid_arg("kind is NULL"))?;
+    let kind = MindSpeedKind::from_name(name)?;
+    rt.mindspeed_group(kind, copy).ok_or_else(|| {
+        FfiError::new(
+            mcore_status::NotMember,
+            format!(
+                "rank {} has no MindSpeed group {kind} (copy {copy}): initialize with mindspeed options that create it",
+                rt.env.rank
+            ),
+        )
+    })
+}
+
+/// The global ranks (ascending: communicator order) of this rank's MindSpeed group of `kind`
+/// and `copy`, as `mcore_runtime_group_ranks` does for Megatron's kinds.
+///
+/// # Safety
+/// `kind` is NULL or NUL-terminated; `buf` is NULL (with `len` 0) or writable for `len`
+/// entries; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_mindspeed_group_ranks(
+    kind: *const c_char,
+    copy: u32,
+    buf: *mut u32,
+    len: usize,
+    out_len: *mut usize,
+) -> mcore_status {
+    // SAFETY: per the contract.
+    ffi_guard(|| {
+        with_rt(|rt| {
+            fill_ranks(unsafe { mindspeed_group(rt, kind, copy) }?.plan.members.iter().copied(), buf, len, out_len)
+        })
+    })
+}
+
+/// The backend's communicator handle of this rank's MindSpeed group of `kind` and `copy` (a
+/// communicator of its own, never shared with another group). Owned by the library until
+/// `mcore_destroy`.
+///
+/// # Safety
+/// `kind` is NULL or NUL-terminated; `out_comm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_runtime_mindspeed_communicator(
+    kind: *const c_char,
+    copy: u32,
+    out_comm: *mut *mut c_void,
+) -> mcore_status {
+    // SAFETY: per the contract.
+    ffi_guard(|| write_handle(out_comm, |rt| unsafe { mindspeed_group(rt, kind, copy) }))
+}
+
 /// The backend's own communicator handle of this rank's group of `kind` (an `ncclComm_t` for
-/// NCCL, the plugin's handle otherwise). Owned by the library until `mcore_destroy`.
+/// NCCL, the plugin's handle otherwise). Owned by the library; valid while
+/// `mcore_comm_generation` reads as it did when the handle was fetched.
 ///
 /// # Safety
 /// `out_comm` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcore_runtime_communicator(kind: i32, out_comm: *mut *mut c_void) -> mcore_status {
     ffi_guard(|| write_handle(out_comm, |rt| live_group(rt, kind)))
+}
+
+/// The communicator generation: a number that changes exactly when communicator handles the
+/// library gave out may have been released. Read it when you fetch handles
+/// (`mcore_runtime_communicator`, `mcore_runtime_all_gather_communicator`,
+/// `mcore_grid_communicator`, `mcore_grid_pg_collection`, `mcore_group_communicator`); while it
+/// reads the same, every one of them is valid. When it differs, fetch them again before use:
+/// the old ones may point at freed memory. It changes when `mcore_suspend` releases a
+/// communicator (recreate mode: a backend without native suspend, e.g. Gloo or HCCL; the resume
+/// creates a new one), and when `mcore_destroy` or `mcore_reinitialize` takes the runtime down
+/// (a recovery may keep some communicators, but every handle is to be fetched again). A native
+/// suspend (NCCL 2.29.7+, a plugin's `suspend` slot) keeps the handles and the number. A suspend
+/// never touches groups made after init: their handle is valid until `mcore_group_destroy` and
+/// while the number reads the same. Works without a runtime.
+///
+/// # Safety
+/// `out_generation` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcore_comm_generation(out_generation: *mut u64) -> mcore_status {
+    ffi_guard(|| {
+        *out_ptr(out_generation, "out_generation")? = runtime::comm_generation();
+        Ok(())
+    })
 }
 
 /// Write the backend handle of the group `find` picks into `*out_comm`.

@@ -40,7 +40,7 @@ pub enum RuntimeError {
     /// A bad argument, named.
     InvalidArgument(String),
     /// `source`, which ranks that stopped answering (or the store's host) caused: `who` names
-    /// them (see `runtime::liveness`); the status is `source`'s.
+    /// them (see `runtime::faults::liveness`); the status is `source`'s.
     PeersGone { who: String, source: Box<RuntimeError> },
 }
 

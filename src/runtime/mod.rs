@@ -4,19 +4,20 @@
 //! Its parts, one folder each (docs/architecture.md): `launch` (what the launcher hands a rank
 //! and the store it opens), `meeting` (the one rendezvous and its uses before communicators
 //! exist), `creation` (the communicators), `lifecycle` (the idempotent initializer and what it
-//! keeps), `liveness` (who is still alive); `recovery` and the one error type beside them.
+//! keeps), `faults` (who is gone: liveness, the one interrupt and dead list, the verdict); `recovery` and the one error type beside them.
 #![forbid(unsafe_code)]
 
 mod creation;
 pub mod error;
+pub mod faults;
 mod launch;
 mod lifecycle;
-pub mod liveness;
 mod meeting;
 pub mod recovery;
 
 // The modules public before the runtime was split into folders keep their paths.
 pub use creation::{comm_config, groups, member_groups, suspend};
+pub use faults::liveness;
 pub use launch::{env, host, hostlist};
 pub use lifecycle::settings;
 pub use meeting::checkin;
@@ -38,6 +39,7 @@ pub use creation::suspend::{
 pub use error::RuntimeError;
 pub use launch::env::{EnvError, LaunchEnv, LauncherKind, Rendezvous};
 pub use lifecycle::bring_up::{set_phase_hook, InitPhase, PhaseHook};
+pub use lifecycle::comm_generation::comm_generation;
 pub use lifecycle::init::{initialize, initialize_with, is_initialized, is_spare, with_runtime};
 pub use lifecycle::init_args::{
     check_grid_name, default_factory, settings_of, timeout_from_env, BackendResolver, GridSpec, InitArgs, DEFAULT_GRID,

@@ -28,10 +28,11 @@ use super::lifecycle::leave::{announce, end_for_recovery};
 use super::lifecycle::pending::{Kept, Lingering, Pending, RuntimeClaim};
 use super::lifecycle::settings::InitOutcome;
 use super::meeting::keys;
-use super::meeting::meet::{Deadline, MeetError, Meeting};
+use super::meeting::meet::{MeetError, Meeting};
 use crate::backend::{CommError, CommErrorKind, Communicator};
 use crate::lock::Unpoisoned;
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -212,7 +213,7 @@ fn request(store: &dyn Store, suspected: &[u32]) {
     if let Some(n) = latest.and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok()) {
         for g in n.saturating_sub(1)..=n + 1 {
             // Only a check still running: one that already ended keeps the verdict its ranks read.
-            let _ = store.compare_set(&keys::done(&format!("{}/{g}", keys::HEALTH)), b"", HEALTH_ENDED_BY_REQUEST);
+            let _ = Meeting::from_outside(store, &format!("{}/{g}", keys::HEALTH)).decide(HEALTH_ENDED_BY_REQUEST);
         }
     }
 }
@@ -300,7 +301,7 @@ struct Origin {
     settled_by: Option<Instant>,
     /// The old runtime's heartbeat, kept beating through the recovery: it notices a store host
     /// that froze and ends the calls blocked on it, naming it.
-    liveness: Option<super::liveness::Liveness>,
+    faults: Option<super::faults::Faults>,
 }
 
 /// The live runtime as an [`Origin`]. Its communicators are aborted once the plan is known (a
@@ -318,7 +319,7 @@ fn from_runtime(rt: super::lifecycle::runtime_state::Runtime, suspected: Vec<u32
         args,
         attempt,
         strategy,
-        liveness,
+        faults,
         ..
     } = rt;
     Origin {
@@ -332,7 +333,7 @@ fn from_runtime(rt: super::lifecycle::runtime_state::Runtime, suspected: Vec<u32
         comms: Some((groups, world)),
         strategy: Some(strategy),
         settled_by: None,
-        liveness,
+        faults: Some(faults),
     }
 }
 
@@ -352,7 +353,7 @@ fn from_pending(pending: Pending, more: &[u32]) -> Origin {
         comms: None,
         strategy: None,
         settled_by,
-        liveness: None,
+        faults: None,
     }
 }
 
@@ -532,7 +533,7 @@ fn recover(
         mut comms,
         strategy,
         settled_by,
-        liveness: _beating,
+        faults: _beating,
     } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.

@@ -100,13 +100,63 @@ pub trait Store: Send + Sync {
     }
     /// Values of keys a wait has just seen, read at once (no wait first, unlike
     /// [`Store::multi_get`]): one request instead of two on the TCP store. The runtime never
-    /// deletes a key it waited for; a key missing after all reads as empty there.
+    /// deletes a key it waited for; a key missing after all reads as empty (so a failure path
+    /// may read which keys exist with it, in one request: empty for those that do not).
     fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.multi_get(keys)
+        keys.iter().map(|k| if self.check(&[k])? { self.get(k) } else { Ok(Vec::new()) }).collect()
     }
     /// Set several keys.
     fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
         items.iter().try_for_each(|(k, v)| self.set(k, v))
+    }
+}
+
+/// A store that passes every call to another, around a step of its own (a check first, a
+/// connection borrowed, an error reworded): implement [`Around::around`] and the [`Store`] comes
+/// with it. `waits` says whether the call may wait for keys (`get`, `wait`, `multi_get`).
+pub trait Around: Send + Sync {
+    /// Run `f` on the store under this one.
+    fn around<T>(&self, waits: bool, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError>;
+    /// The store's timeout (see [`Store::timeout`]).
+    fn inner_timeout(&self) -> Duration;
+}
+
+impl<A: Around> Store for A {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.around(false, |s| s.set(key, value))
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
+        self.around(true, |s| s.get(key))
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.around(false, |s| s.add(key, delta))
+    }
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.around(false, |s| s.compare_set(key, expected, desired))
+    }
+    fn check(&self, keys: &[&str]) -> Result<bool, StoreError> {
+        self.around(false, |s| s.check(keys))
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        self.around(true, |s| s.wait(keys, timeout))
+    }
+    fn delete_key(&self, key: &str) -> Result<bool, StoreError> {
+        self.around(false, |s| s.delete_key(key))
+    }
+    fn num_keys(&self) -> Result<i64, StoreError> {
+        self.around(false, |s| s.num_keys())
+    }
+    fn timeout(&self) -> Duration {
+        self.inner_timeout()
+    }
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.around(true, |s| s.multi_get(keys))
+    }
+    fn multi_get_existing(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.around(false, |s| s.multi_get_existing(keys))
+    }
+    fn multi_set(&self, items: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        self.around(false, |s| s.multi_set(items))
     }
 }
 

@@ -282,6 +282,11 @@ impl Topology {
         v
     }
 
+    /// The stride of `dim` on the dense grid (global rank distance between neighbours along it).
+    pub(crate) fn dense_stride(&self, dim: Dim) -> u64 {
+        self.dense.stride[dim as usize]
+    }
+
     fn generator(&self, side: Side) -> &Generator {
         match side {
             Side::Dense => &self.dense,

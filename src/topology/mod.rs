@@ -20,6 +20,7 @@ mod grids_recovery;
 mod group;
 mod kind;
 mod layout;
+mod mindspeed;
 mod nodes;
 mod picture;
 mod recovery;
@@ -31,6 +32,10 @@ pub use grids_recovery::{plan_grids_recovery, GridRecovery, GridsRecoveryPlan};
 pub use group::{Group, Members, RankBox};
 pub use kind::GroupKind;
 pub use layout::{Membership, PipelineView, RankView, Topology};
+pub use mindspeed::{
+    CpAlgo, MindSpeedGroup, MindSpeedKind, MindSpeedLayout, MindSpeedOptions, RankLists, DEFAULT_ATTENTION_HEADS,
+    MAX_HOT_EXPERT_GROUPS, OPTION_KEYS,
+};
 pub use nodes::{
     grid_node_spans, node_placement, KindPlacement, NodeFix, NodePlacement, NodeSpan, NodeWarning,
     MAX_PLACEMENT_GROUPS, NODE_LOCAL_KINDS,

@@ -6,7 +6,7 @@
 use super::error::TopologyError;
 use super::kind::GroupKind;
 use super::layout::{RankView, Topology};
-use super::nodes::{grid_node_spans, node_placement, NodeSpan, NODE_LOCAL_KINDS};
+use super::nodes::{grid_node_spans, node_placement, NodePlacement, NodeSpan, NODE_LOCAL_KINDS};
 use std::fmt::Write as _;
 
 /// Most ranks a picture draws.
@@ -95,14 +95,11 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
     };
     let first_node = offset / gpn;
     let nodes = placement.nodes as u32;
-    let cols = gpn.min(world);
-    let grid_w = cols * (CELL_W + GAP);
-    let legend_lines = 3
-        + placement.kinds.len() as u32 / 4
-        + highlight.as_ref().map_or(0, |v| v.groups.len() as u32 + 1)
-        + placement.warnings.len() as u32;
-    let width = (LEFT + grid_w + 20).max(720);
-    let height = TOP + nodes * (CELL_H + GAP) + 20 + legend_lines * 16 + 10;
+    let legend = legend(&placement, highlight.as_ref(), opts.color_by);
+    let compact = world > COMPACT_ABOVE;
+    let shape = if compact { Shape::compact(gpn, nodes) } else { Shape::full(gpn.min(world), nodes) };
+    let width = (shape.left + shape.width + 20).max(720);
+    let height = TOP + shape.height + 20 + legend.len() as u32 * 16 + 10;
     let s = t.sizes();
     let mut out = String::new();
     svg_open(&mut out, width, height);
@@ -117,16 +114,36 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
         s.dp,
         esc(&t.config().order)
     );
-    let _ = writeln!(
-        out,
-        "<text x=\"10\" y=\"36\">colour: {} group; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
-        opts.color_by
-    );
-    node_labels(&mut out, TOP, first_node, nodes);
-    let cells = Cells { top: TOP, first_node, gpn, highlight: highlight.as_ref() };
-    draw_cells(&mut out, t, opts, &cells, offset..offset + world)?;
-    let mut y = TOP + nodes * (CELL_H + GAP) + 20;
-    let mut line = |out: &mut String, text: &str, colour: &str| text_line(out, &mut y, text, colour);
+    if compact {
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"36\">colour: {} group (no colour twice among a node and its neighbours); \
+             {} nodes a row; hover a GPU for its rank, stage and replica</text>",
+            opts.color_by, shape.nodes_per_row
+        );
+        draw_compact(&mut out, t, opts, &shape, first_node, highlight.as_ref())?;
+    } else {
+        let _ = writeln!(
+            out,
+            "<text x=\"10\" y=\"36\">colour: {} group; in each GPU: rank, pipeline stage S, data-parallel replica D, context-parallel rank C</text>",
+            opts.color_by
+        );
+        node_labels(&mut out, TOP, first_node, nodes);
+        let cells = Cells { top: TOP, first_node, gpn, highlight: highlight.as_ref() };
+        draw_cells(&mut out, t, opts, &cells, offset..offset + world)?;
+    }
+    let mut y = TOP + shape.height + 20;
+    for (text, colour) in &legend {
+        text_line(&mut out, &mut y, text, colour);
+    }
+    out.push_str("</svg>\n");
+    Ok(out)
+}
+
+/// The lines below a layout's picture, with their colours: the groups crossing nodes, the
+/// placement's warnings, the highlighted rank's groups.
+fn legend(placement: &NodePlacement, highlight: Option<&RankView>, color_by: GroupKind) -> Vec<(String, &'static str)> {
+    let mut lines = Vec::new();
     let crossing: Vec<String> = placement
         .kinds
         .iter()
@@ -134,28 +151,172 @@ pub fn layout_svg(t: &Topology, opts: &PictureOptions) -> Result<String, Topolog
         .map(|k| format!("{} {}/{}", k.kind, k.crossing, k.groups))
         .collect();
     if crossing.is_empty() {
-        line(&mut out, "groups crossing nodes: none", "#000000");
+        lines.push(("groups crossing nodes: none".to_string(), "#000000"));
     } else {
-        line(&mut out, "groups crossing nodes (kind crossing/all):", "#000000");
-        for chunk in crossing.chunks(4) {
-            line(&mut out, &format!("  {}", chunk.join(", ")), "#000000");
-        }
+        lines.push(("groups crossing nodes (kind crossing/all):".to_string(), "#000000"));
+        lines.extend(crossing.chunks(4).map(|chunk| (format!("  {}", chunk.join(", ")), "#000000")));
     }
-    for w in &placement.warnings {
-        line(&mut out, &format!("warning: {}", w.message), "#b00000");
-    }
-    if let Some(v) = &highlight {
-        line(&mut out, &format!("rank {} (thick border), its {} group dashed:", v.rank, opts.color_by), "#000000");
+    lines.extend(placement.warnings.iter().map(|w| (format!("warning: {}", w.message), "#b00000")));
+    if let Some(v) = highlight {
+        lines.push((format!("rank {} (thick border), its {color_by} group dashed:", v.rank), "#000000"));
         for m in &v.groups {
             let members = m.members();
             let shown: Vec<String> = members.iter().take(16).map(u32::to_string).collect();
             let more = if members.len() > 16 { ",..." } else { "" };
-            line(&mut out, &format!("  {}: [{}{more}]", m.kind(), shown.join(",")), "#000000");
+            lines.push((format!("  {}: [{}{more}]", m.kind(), shown.join(",")), "#000000"));
         }
     }
-    line(&mut out, "drawn by mcore-topo --svg", "#777777");
-    out.push_str("</svg>\n");
-    Ok(out)
+    lines.push(("drawn by mcore-topo --svg".to_string(), "#777777"));
+    lines
+}
+
+/// Worlds above this many ranks get the compact picture: small unlabelled cells, several nodes
+/// a row (at 4,096 ranks one node a row made a picture 28,270 px tall), colours chosen so that
+/// no two groups near each other share one (12 colours repeat every 12 groups).
+pub const COMPACT_ABOVE: u32 = 256;
+const SMALL_CELL: u32 = 14;
+const SMALL_GAP: u32 = 2;
+/// The gap between two nodes of a row, and the width a compact row aims at.
+const NODE_GAP: u32 = 10;
+const ROW_WIDTH: u32 = 1600;
+
+/// Where the cells of a picture go: the left margin, nodes a row, and the size of the cell area.
+struct Shape {
+    left: u32,
+    gpn: u32,
+    nodes_per_row: u32,
+    width: u32,
+    height: u32,
+}
+
+impl Shape {
+    fn full(cols: u32, nodes: u32) -> Shape {
+        Shape { left: LEFT, gpn: cols, nodes_per_row: 1, width: cols * (CELL_W + GAP), height: nodes * (CELL_H + GAP) }
+    }
+
+    fn compact(gpn: u32, nodes: u32) -> Shape {
+        let node_w = gpn * (SMALL_CELL + SMALL_GAP) + NODE_GAP;
+        let nodes_per_row = (ROW_WIDTH / node_w).clamp(1, nodes.max(1));
+        let rows = nodes.div_ceil(nodes_per_row);
+        Shape { left: 100, gpn, nodes_per_row, width: nodes_per_row * node_w, height: rows * (SMALL_CELL + SMALL_GAP) }
+    }
+
+    /// The node row and column of `node` (counted from the picture's first node).
+    fn node_at(&self, node: u32) -> (u32, u32) {
+        (node / self.nodes_per_row, node % self.nodes_per_row)
+    }
+
+    /// The top-left corner of GPU `col` of `node` in a compact picture.
+    fn cell(&self, node: u32, col: u32) -> (u32, u32) {
+        let (row, at) = self.node_at(node);
+        let x = self.left + at * (self.gpn * (SMALL_CELL + SMALL_GAP) + NODE_GAP) + col * (SMALL_CELL + SMALL_GAP);
+        (x, TOP + row * (SMALL_CELL + SMALL_GAP))
+    }
+
+    /// Whether two nodes touch in the picture: the same, side by side in a row, or above and
+    /// below each other (diagonals included).
+    fn near(&self, a: u32, b: u32) -> bool {
+        let ((ra, ca), (rb, cb)) = (self.node_at(a), self.node_at(b));
+        ra.abs_diff(rb) <= 1 && ca.abs_diff(cb) <= 1
+    }
+}
+
+/// Colour `c` of the compact picture: the palette's twelve, then golden-angle hues (which never
+/// repeat) in three lightnesses.
+fn colour(c: usize) -> String {
+    match PALETTE.get(c) {
+        Some(p) => p.to_string(),
+        None => format!("hsl({:.0},60%,{}%)", (c as f64 * 137.508) % 360.0, [55, 70, 42][c % 3]),
+    }
+}
+
+/// A colour for each group of `groups_by_node` (per picture node, per GPU: its group's index):
+/// each group, in the order it first appears, gets the lowest colour that no group in a nearby
+/// node ([`Shape::near`]) has.
+fn compact_colours(groups_by_node: &[Vec<Option<u64>>], shape: &Shape) -> std::collections::HashMap<u64, usize> {
+    use std::collections::{BTreeSet, HashMap};
+    let present: Vec<BTreeSet<u64>> = groups_by_node.iter().map(|n| n.iter().flatten().copied().collect()).collect();
+    let mut nodes_of: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut order = Vec::new();
+    for (n, set) in (0u32..).zip(&present) {
+        for &g in set {
+            nodes_of
+                .entry(g)
+                .or_insert_with(|| {
+                    order.push(g);
+                    Vec::new()
+                })
+                .push(n);
+        }
+    }
+    let mut colours: HashMap<u64, usize> = HashMap::new();
+    let nodes = present.len() as u32;
+    for g in order {
+        let mut taken: BTreeSet<usize> = BTreeSet::new();
+        for &n in &nodes_of[&g] {
+            let (lo, hi) = (n.saturating_sub(shape.nodes_per_row + 1), (n + shape.nodes_per_row + 2).min(nodes));
+            for m in (lo..hi).filter(|&m| shape.near(n, m)) {
+                taken.extend(present[m as usize].iter().filter_map(|o| colours.get(o)));
+            }
+        }
+        let free = (0..).find(|c| !taken.contains(c)).expect("a free colour");
+        colours.insert(g, free);
+    }
+    colours
+}
+
+/// The compact picture's cells: one small square per rank (its details in the square's title),
+/// the node rows labelled.
+fn draw_compact(
+    out: &mut String,
+    t: &Topology,
+    opts: &PictureOptions,
+    shape: &Shape,
+    first_node: u32,
+    highlight: Option<&RankView>,
+) -> Result<(), TopologyError> {
+    let (offset, gpn) = (t.rank_offset(), shape.gpn);
+    let nodes = (offset + t.world_size() - 1) / gpn - first_node + 1;
+    let mut by_node: Vec<Vec<Option<u64>>> = vec![vec![None; gpn as usize]; nodes as usize];
+    let mut views = Vec::with_capacity(t.world_size() as usize);
+    for r in offset..offset + t.world_size() {
+        let view = t.rank_view(r)?;
+        by_node[(r / gpn - first_node) as usize][(r % gpn) as usize] = view.get(opts.color_by).map(|m| m.group_index());
+        views.push(view);
+    }
+    let colours = compact_colours(&by_node, shape);
+    for row in 0..nodes.div_ceil(shape.nodes_per_row) {
+        let (a, b) = (
+            first_node + row * shape.nodes_per_row,
+            (first_node + (row + 1) * shape.nodes_per_row).min(first_node + nodes) - 1,
+        );
+        let label = if a == b { format!("node {a}") } else { format!("nodes {a}-{b}") };
+        let y = TOP + row * (SMALL_CELL + SMALL_GAP) + SMALL_CELL - 3;
+        let _ = writeln!(out, "<text x=\"10\" y=\"{y}\" font-size=\"10\">{label}</text>");
+    }
+    let in_rank_group = |r: u32| highlight.and_then(|v| v.get(opts.color_by)).is_some_and(|m| m.group.contains(r));
+    for (view, r) in views.iter().zip(offset..) {
+        let (x, y) = shape.cell(r / gpn - first_node, r % gpn);
+        let group = view.get(opts.color_by).map(|m| m.group_index());
+        let fill = group.map_or("#eeeeee".to_string(), |g| colour(colours[&g]));
+        let (stroke, sw) = if opts.rank == Some(r) {
+            ("#000000", 3)
+        } else if in_rank_group(r) {
+            ("#000000", 2)
+        } else {
+            ("#ffffff", 0)
+        };
+        let replica = view.get(GroupKind::DataParallel).map_or(0, |m| m.rank);
+        let _ = writeln!(
+            out,
+            "<rect x=\"{x}\" y=\"{y}\" width=\"{SMALL_CELL}\" height=\"{SMALL_CELL}\" fill=\"{fill}\" stroke=\"{stroke}\" \
+             stroke-width=\"{sw}\"><title>rank {r}: {} group {}, stage {}, replica {replica}</title></rect>",
+            opts.color_by,
+            group.unwrap_or(0),
+            view.pipeline.rank
+        );
+    }
+    Ok(())
 }
 
 /// Where a panel of cells sits: its top, its first node, the GPUs per node, the highlighted
@@ -388,6 +549,40 @@ mod tests {
         assert!(layout_svg(&t, &bad).is_err());
         let big = Topology::new(TopologyConfig::default(), 8192).unwrap();
         assert!(layout_svg(&big, &opts).unwrap_err().message.contains("at most 4096"));
+    }
+
+    /// At 4,096 ranks the picture is compact (a few hundred pixels tall, not 28,270) and two
+    /// GPUs of nearby nodes (side by side, above, below) in different groups never share a
+    /// colour, whichever kind colours them.
+    #[test]
+    fn a_compact_picture_is_short_and_nearby_groups_differ() {
+        let t = Topology::new(TopologyConfig { tp: 8, pp: 4, cp: 2, ..Default::default() }, 4096).unwrap();
+        for kind in [GroupKind::TensorModelParallel, GroupKind::DataParallel, GroupKind::PipelineModelParallel] {
+            let opts = PictureOptions { gpus_per_node: 8, color_by: kind, rank: Some(100) };
+            let svg = layout_svg(&t, &opts).unwrap();
+            let height: u32 = svg.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+            assert!(height < 1500, "{kind}: {height} px tall (28,270 before the compact picture)");
+            let mut cells = vec![(String::new(), 0u64); 4096];
+            for line in svg.lines().filter(|l| l.starts_with("<rect x=") && l.contains("<title>rank ")) {
+                let fill = line.split("fill=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+                let title = line.split("<title>rank ").nth(1).unwrap();
+                let rank: usize = title.split(':').next().unwrap().parse().unwrap();
+                let group: u64 = title.split(" group ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+                cells[rank] = (fill, group);
+            }
+            assert!(cells.iter().all(|(f, _)| !f.is_empty()), "{kind}: a rank without its cell");
+            let shape = Shape::compact(8, 512);
+            let mut distinct = std::collections::BTreeSet::new();
+            for a in 0..4096usize {
+                distinct.insert(&cells[a].0);
+                for b in a + 1..4096 {
+                    if shape.near(a as u32 / 8, b as u32 / 8) && cells[a].1 != cells[b].1 {
+                        assert_ne!(cells[a].0, cells[b].0, "{kind}: ranks {a} and {b}, nearby, groups differ");
+                    }
+                }
+            }
+            assert!(distinct.len() >= 2, "{kind}");
+        }
     }
 
     #[test]

@@ -450,3 +450,63 @@ fn the_real_library_works_with_global_symbols() {
     assert_eq!(lib.version(), private.version());
     assert_eq!(lib.unique_id().expect("a unique id without a GPU").as_bytes().len(), 128);
 }
+
+/// Issue 44: ids minted through the C API by the real library (`ncclGetUniqueId`, no GPU) are 128
+/// bytes, distinct, and survive standard base64 both ways; the library query names the file and
+/// version the backend uses.
+#[test]
+fn ids_minted_through_the_c_api_are_distinct_and_survive_base64() {
+    use mcore_init::ffi::id_group::*;
+    use mcore_init::ffi::mcore_status;
+    let Some(lib) = library() else { return };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (mut id, mut n) = ([0u8; 128], 0usize);
+        // SAFETY: a 128-byte buffer and a writable length.
+        assert_eq!(unsafe { mcore_unique_id_create(c"nccl".as_ptr(), id.as_mut_ptr(), 128, &mut n) }, mcore_status::Ok);
+        assert_eq!(n, 128);
+        let mut text = [0 as std::ffi::c_char; 173];
+        // SAFETY: readable id, writable text and length.
+        let s = unsafe { mcore_unique_id_to_base64(id.as_ptr(), 128, text.as_mut_ptr(), text.len(), &mut n) };
+        assert_eq!((s, n), (mcore_status::Ok, 173));
+        let mut back = [0u8; 128];
+        // SAFETY: NUL-terminated text (written above), writable buffer and length.
+        let s = unsafe { mcore_unique_id_from_base64(text.as_ptr(), back.as_mut_ptr(), 128, &mut n) };
+        assert_eq!((s, n, back), (mcore_status::Ok, 128, id));
+        assert!(!seen.contains(&id), "ncclGetUniqueId repeated an id");
+        seen.push(id);
+    }
+    let (mut path, mut n, mut code, mut shared) = ([0 as std::ffi::c_char; 4096], 0usize, 0u32, true);
+    // SAFETY: writable buffer and outs.
+    let s = unsafe { mcore_nccl_library_info(path.as_mut_ptr(), path.len(), &mut n, &mut code, &mut shared) };
+    assert_eq!(s, mcore_status::Ok);
+    // SAFETY: NUL-terminated by the call.
+    let path = unsafe { std::ffi::CStr::from_ptr(path.as_ptr()) }.to_string_lossy().into_owned();
+    assert_eq!((path.as_str(), code), (lib.file().as_str(), lib.version().code()));
+}
+
+/// Issue 44: joining with the real library on a machine without a GPU ends at once with
+/// LIBRARY_LOAD naming the CUDA driver (never a hang, never a crash), before NCCL is entered.
+#[test]
+fn a_join_without_a_gpu_is_refused_naming_the_cuda_driver() {
+    use mcore_init::ffi::id_group::*;
+    use mcore_init::ffi::mcore_status;
+    let Some(lib) = library() else { return };
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        eprintln!("SKIP: this machine has an NVIDIA driver (the GPU part is scripts/gpu-tests.sh)");
+        return;
+    }
+    let id = lib.unique_id().unwrap().to_bytes();
+    let mut args = mcore_id_group_args { id: id.as_ptr(), id_len: 128, world_size: 2, rank: 0, ..Default::default() };
+    args.timeout_ms = 5000;
+    let mut g = std::ptr::null_mut();
+    let start = Instant::now();
+    // SAFETY: args with a live id, a writable out-pointer.
+    let s = unsafe { mcore_id_group_join(&args, &mut g) };
+    // SAFETY: never NULL.
+    let msg = unsafe { std::ffi::CStr::from_ptr(mcore_init::ffi::error::mcore_last_error_message()) };
+    let msg = msg.to_string_lossy();
+    assert_eq!(s, mcore_status::LibraryLoad, "{msg}");
+    assert!(msg.contains("libcuda.so.1") && msg.contains("id_group"), "{msg}");
+    assert!(g.is_null() && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+}

@@ -1,4 +1,6 @@
-/* Issue 34.4: every handle type destroyed while another thread is inside a call on it.
+/* Issue 34.4: every handle type destroyed while another thread is inside a call on it. Issue 46
+ * F1: communicator handles cached at init, then suspend and resume (Gloo: recreate mode), used
+ * by calling the plugin directly while mcore_comm_generation says they are current.
  * Built with AddressSanitizer by scripts/test.d/34-handle-races.sh (libasan then also
  * intercepts the Rust library's allocations: a freed handle read by a running call is a report
  * or a crash, either a failure here). For each type, RUNS times: a thread calls in a loop (or
@@ -8,8 +10,10 @@
  * Usage: handle_races GLOO_PLUGIN   (the group part needs a world of one over the plugin;
  * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set by the script). Prints one line per type. */
 #define _POSIX_C_SOURCE 200809L
+#include <mcore_backend.h>
 #include <mcore_init.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -105,6 +109,76 @@ static void *group_waiter(void *arg) {
     atomic_store(&r->started, 1);
     note(r, mcore_group_wait(r->handle));
     return NULL;
+}
+
+/* Issue 46 F1: a cached communicator handle used by the plugin itself (as an engine passes an
+ * ncclComm_t to NCCL): a freed one is an ASan report. In a world of one the sum is the value. */
+static int use_comm(const mcore_backend_v1 *vt, void *comm) {
+    int64_t v = 7;
+    return comm && vt->allreduce_sum_i64(vt->user_data, comm, &v, 1) == 0 && v == 7;
+}
+
+static uint64_t generation(void) {
+    uint64_t g = 0;
+    CHECK(mcore_comm_generation(&g) == MCORE_STATUS_OK, "comm_generation");
+    return g;
+}
+
+#define KINDS 26
+#define PG_MAX 64
+
+/* Every runtime handle (each kind, the default grid's pg collection) and a group made after init
+ * cached, a suspend and a resume of every kind (recreate mode), then: the generation changed, so
+ * the cached runtime handles are reported stale and fetched again (the fresh ones work); the
+ * group's, which a suspend never touches, is the same and still works. Returns the runs made. */
+static int cached_handles(const mcore_backend_v1 *vt) {
+    void *cached[KINDS];
+    int n_kinds = 0;
+    uint64_t g0 = generation();
+    for (int k = 0; k < KINDS; k++) {
+        if (mcore_runtime_communicator(k, &cached[k]) != MCORE_STATUS_OK) cached[k] = NULL;
+        else n_kinds++;
+    }
+    mcore_pg_entry pg[PG_MAX];
+    size_t n_pg = 0;
+    CHECK(mcore_grid_pg_collection(NULL, pg, PG_MAX, &n_pg) == MCORE_STATUS_OK && n_pg > 0, "pg_collection");
+    const uint32_t ranks[] = {0};
+    struct mcore_group *g = NULL;
+    void *group_comm = NULL;
+    CHECK(mcore_group_create("kept", ranks, 1, NULL, &g) == MCORE_STATUS_OK, "group_create kept");
+    CHECK(g && mcore_group_communicator(g, &group_comm) == MCORE_STATUS_OK, "group_communicator");
+    CHECK(n_kinds >= 5, "only %d kinds have a communicator", n_kinds);
+    for (int k = 0; k < KINDS; k++) CHECK(!cached[k] || use_comm(vt, cached[k]), "kind %d before suspend", k);
+    int runs = 0;
+    for (int run = 0; run < 20; run++, runs++) {
+        size_t n = 0;
+        uint64_t before = generation();
+        CHECK(mcore_suspend(NULL, &n) == MCORE_STATUS_OK && n > 0, "suspend (run %d): %zu", run, n);
+        void *c = NULL;
+        CHECK(mcore_runtime_communicator(MCORE_GROUP_KIND_TENSOR_MODEL_PARALLEL, &c) == MCORE_STATUS_SUSPENDED,
+              "a suspended kind's handle is refused");
+        CHECK(mcore_resume(NULL, &n) == MCORE_STATUS_OK && n > 0, "resume (run %d)", run);
+        uint64_t after = generation();
+        CHECK(after != before && after != g0, "recreate mode released the handles: generation %llu -> %llu",
+              (unsigned long long)before, (unsigned long long)after);
+        for (int k = 0; k < KINDS; k++) {
+            if (!cached[k]) continue;
+            /* Stale (the generation moved on): fetch again, never use the old one. */
+            void *fresh = NULL;
+            CHECK(mcore_runtime_communicator(k, &fresh) == MCORE_STATUS_OK && use_comm(vt, fresh), "kind %d", k);
+            cached[k] = fresh;
+        }
+        size_t n_again = 0;
+        CHECK(mcore_grid_pg_collection(NULL, pg, PG_MAX, &n_again) == MCORE_STATUS_OK && n_again == n_pg, "pg again");
+        for (size_t i = 0; i < n_again; i++) CHECK(use_comm(vt, pg[i].comm), "pg field %s", pg[i].field);
+        void *group_now = NULL;
+        CHECK(mcore_group_communicator(g, &group_now) == MCORE_STATUS_OK && group_now == group_comm,
+              "a suspend leaves a group made after init alone");
+        CHECK(use_comm(vt, group_comm), "the cached group handle still works");
+        CHECK(generation() == after, "nothing else moves the generation");
+    }
+    mcore_group_destroy(g);
+    return runs;
 }
 
 typedef void *(*caller_fn)(void *);
@@ -223,7 +297,20 @@ int main(int argc, char **argv) {
             CHECK(mcore_group_create(name, ranks, 1, NULL, &g) == MCORE_STATUS_OK, "group_create %s", name);
             if (g) mcore_group_destroy(g);
         }
+        /* The plugin the library loaded (the same path: the same instance and user_data). */
+        void *so = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+        mcore_backend_plugin_v1_fn entry = so ? (mcore_backend_plugin_v1_fn)dlsym(so, "mcore_backend_plugin_v1") : NULL;
+        const mcore_backend_v1 *vt = entry ? entry() : NULL;
+        CHECK(vt && vt->allreduce_sum_i64, "the loaded plugin's vtable (%s)", so ? "no entry" : dlerror());
+        if (vt && vt->allreduce_sum_i64) {
+            int runs = cached_handles(vt);
+            printf("handle_races cached communicators: %d suspend/resume runs (recreate mode), stale ones reported by "
+                   "the generation, fresh and kept ones used, no crash\n",
+                   runs);
+        }
+        uint64_t before_destroy = generation();
         CHECK(mcore_destroy() == MCORE_STATUS_OK, "destroy");
+        CHECK(generation() != before_destroy, "destroy moves the generation on");
     }
     if (failures) {
         fprintf(stderr, "handle_races: %d failure(s)\n", failures);

@@ -89,6 +89,17 @@ fn huge_and_unlimited_timeouts_are_accepted_bad_ones_named() {
     }
     let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOUT", s("-5"))]);
     assert_clean(&out, 2, "MCORE_INIT_TIMEOUT: '-5' is not a positive number of seconds");
+    // One line, not the whole usage text (issue 46 F10).
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    // A misspelt variable and an unknown log level: one warning each at init (issue 46 F3).
+    let typo = [("MCORE_INIT_TIMEOT", s("5")), ("MCORE_LOG", s("verbose")), ("LOCAL_RANK", s("0"))];
+    let out = run(SELFTEST, &[], &typo);
+    assert_clean(&out, 1, "no launcher environment");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("did you mean MCORE_INIT_TIMEOUT?").count(), 1, "{err}");
+    assert_eq!(err.matches("MCORE_LOG='verbose' is not a level (known: info, debug)").count(), 1, "{err}");
+    let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOT", s("5")), ("LOCAL_RANK", s("1"))]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("did you mean"), "only a node's first rank warns");
     let out = run(SELFTEST, &[], &[("MCORE_INIT_TIMEOUT", OsStr::from_bytes(b"3\xff"))]);
     assert_clean(&out, 2, "MCORE_INIT_TIMEOUT: '3\u{fffd}'");
 }

@@ -69,7 +69,31 @@ fn timeout_names_the_ranks_still_running() {
         launch(&["--nproc", "2", "--timeout", "0.3", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 0; fi; sleep 600"]);
     assert_eq!(out.status.code(), Some(124));
     let err = text(&out.stderr);
-    assert!(err.contains("still running: 1;"), "{err}");
+    assert!(err.contains("rank(s) still running: 1; finished: 0 (exit status: 0); stopping them"), "{err}");
+}
+
+/// `--timeout T` gives each rank an init deadline below T (a fifth less, 3-30 s), and keeps a
+/// shorter one the user set; `--help` says so.
+#[test]
+fn timeout_passes_a_shorter_init_deadline_to_the_ranks() {
+    let show = ["--", "sh", "-c", "echo t=$MCORE_INIT_TIMEOUT"];
+    let run = |timeout: &str, own: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mcore-launch"));
+        c.args(["--nproc", "1", "--timeout", timeout]).args(show).env_remove("MCORE_INIT_TIMEOUT");
+        if let Some(own) = own {
+            c.env("MCORE_INIT_TIMEOUT", own);
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    assert_eq!(run("20", None), "[rank 0]: t=16.000");
+    assert_eq!(run("600", None), "[rank 0]: t=570.000");
+    assert_eq!(run("4", None), "[rank 0]: t=2.000");
+    assert_eq!(run("600", Some("5")), "[rank 0]: t=5", "a shorter deadline of the user's is kept");
+    assert_eq!(run("none", None), "[rank 0]: t=");
+    let (help, _) = launch(&["--help"]);
+    assert!(text(&help.stdout).contains("rank gets MCORE_INIT_TIMEOUT below it"), "{}", text(&help.stdout));
 }
 
 #[test]

@@ -73,6 +73,23 @@ fn json_rank_view_matches_the_engine() {
     assert_eq!(p["first"], view.pipeline.first);
 }
 
+/// At 4,096 ranks the table shows each kind by its first group, its pattern and where the groups
+/// start: no line over 200 characters (every group listed made lines of 27,627).
+#[test]
+fn table_at_4096_ranks_has_short_lines() {
+    let out = topo(&["--world-size", "4096", "--tp", "8", "--pp", "4", "--cp", "2", "--ep", "8"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let longest = text.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(longest <= 200, "a line of {longest} characters:\n{text}");
+    let line = text.lines().find(|l| l.starts_with("data_parallel ")).expect("dp line");
+    // dp = 4096 / (8*4*2) = 64 ranks a group, strided by tp*cp = 16; 64 groups, the last of the
+    // last pipeline stage starting at 3072 + 15.
+    assert!(line.contains("    64     64  [0,16,32,...,1008] = 0+16*i (i<64); starts [0,1,2,...,3087]"), "{line}");
+    let line = text.lines().find(|l| l.starts_with("tensor_model_parallel ")).expect("tp line");
+    assert!(line.contains("     512      8  [0,1,2,3,4,5,6,7]; starts [0,8,16,...,4088]"), "{line}");
+}
+
 #[test]
 fn table_output_is_readable() {
     let out = topo(&["--world-size", "16", "--tp", "2", "--pp", "4"]);

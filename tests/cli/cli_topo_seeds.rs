@@ -8,7 +8,8 @@ use crate::common;
 use serde_json::Value;
 use std::process::Command;
 
-fn layout_args(cfg: &Value) -> Vec<String> {
+/// The layout flags of a vector's config (also used by `cli_topo_mindspeed`).
+pub(crate) fn layout_args(cfg: &Value) -> Vec<String> {
     let mut args = vec!["--world-size".to_string(), cfg["world_size"].to_string()];
     for (flag, key) in
         [("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--etp", "etp"), ("--vpp", "vpp")]

@@ -12,6 +12,7 @@ mod cli_launch;
 mod cli_launch_signals;
 mod cli_topo;
 mod cli_topo_grids;
+mod cli_topo_mindspeed;
 mod cli_topo_nodes;
 mod cli_topo_recovery;
 mod cli_topo_seeds;

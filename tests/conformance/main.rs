@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod conformance_mindspeed;
 mod conformance_rng;
 mod conformance_topology;
 mod fuzz_parsers;

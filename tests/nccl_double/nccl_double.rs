@@ -97,10 +97,10 @@ fn libasan() -> String {
 }
 
 /// A fresh rendezvous folder for one run, removed on drop.
-struct Rendezvous(PathBuf);
+pub(crate) struct Rendezvous(pub(crate) PathBuf);
 
 impl Rendezvous {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("mcore-nccl-double-{}-{name}-{n}", std::process::id()));
@@ -129,7 +129,7 @@ impl Run {
 }
 
 /// `program args` with the double as NCCL and CUDA, a fresh rendezvous folder, and `env`.
-fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
+pub(crate) fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) -> Command {
     // A test's pseudo-variable (not passed on) picks a variant build of the double.
     let dir = env
         .iter()
@@ -156,7 +156,7 @@ fn command(program: &str, args: &[&str], rv: &Rendezvous, env: &[(&str, &str)]) 
 const VARIANT: &str = "<double built with>";
 
 /// Wait for `child` at most 150 s (killed past that); its output.
-fn finish(mut child: Child) -> Output {
+pub(crate) fn finish(mut child: Child) -> Output {
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(150) {
         std::thread::sleep(Duration::from_millis(20));
@@ -284,12 +284,29 @@ fn init_writing_its_handle_late_is_handled_too() {
     assert_all_verified(2, "per-group", &[("MCORE_NCCL_DOUBLE_LATE_INIT", "1")]);
 }
 
+/// NCCL's version code as `major.minor.patch`.
+fn dotted(code: &str) -> String {
+    let c: u32 = code.parse().unwrap();
+    format!("{}.{}.{}", c / 10000, c / 100 % 100, c % 100)
+}
+
 #[test]
 fn auto_chooses_split_from_2_18_and_per_group_below() {
     for (code, want) in [("21800", "split"), ("22803", "split"), ("21709", "per-group")] {
         let run = launch(2, &["--tp", "2", "--timeout", "60"], &[("MCORE_NCCL_DOUBLE_VERSION", code)]);
         assert!(run.out.status.success(), "version {code}: {}", run.text());
         assert!(run.lines.iter().all(|l| l["strategy"] == want), "version {code}: {:?}", run.lines);
+        // --json says which libnccl the rank used: the double (MCORE_NCCL_LIBRARY), its version,
+        // opened by mcore_init itself (nothing had loaded it before).
+        for l in &run.lines {
+            let nccl = &l["nccl_library"];
+            assert!(nccl["path"].as_str().is_some_and(|p| p.ends_with("/libnccl_double.so")), "{l}");
+            assert_eq!(
+                (nccl["shared"].as_bool(), nccl["version"].as_str()),
+                (Some(false), Some(&*dotted(code))),
+                "{l}"
+            );
+        }
     }
     // Explicit split on 2.17: refused with the versions named.
     let run = launch(1, &["--comm-strategy", "split", "--timeout", "30"], &[("MCORE_NCCL_DOUBLE_VERSION", "21709")]);

@@ -3,14 +3,16 @@
 //! question is answered by every live rank, and a client posing as a rank (a forged close notice,
 //! writes to its counter, a claim of it) changes nothing.
 
-use mcore_init::runtime::liveness::Liveness;
+use mcore_init::runtime::faults::interrupt::Interrupt;
+use mcore_init::runtime::faults::liveness::Liveness;
+use mcore_init::runtime::faults::Faults;
 use mcore_init::runtime::LaunchEnv;
 use mcore_init::store::tcp::auth::TokenCell;
 use mcore_init::store::tcp::wire::{Encoder, Query, VALIDATE_MAGIC};
 use mcore_init::store::{Store, TcpStore, TcpStoreServer};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
@@ -29,7 +31,7 @@ fn env(rank: u32, world: u32, port: u16) -> LaunchEnv {
 }
 
 fn start(rank: u32, world: u32, port: u16) -> Liveness {
-    Liveness::start(&env(rank, world, port), PREFIX, T, TokenCell::default()).unwrap()
+    Liveness::start(&env(rank, world, port), PREFIX, T, TokenCell::default(), Interrupt::new()).unwrap()
 }
 
 /// A raw connection that claims rank `rank`'s counter and arms its close notice, as a rank's
@@ -61,9 +63,7 @@ fn a_killed_rank_is_named_by_every_watcher_at_once_and_live_ranks_answer_questio
     let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
     let port = server.port();
     let ranks: Vec<Liveness> = (0..3).map(|r| start(r, 4, port)).collect();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = Arc::clone(&seen);
-    ranks[1].on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
+    let epoch = ranks[1].interrupt().epoch();
     // Rank 3's heartbeat connection, then its process killed (the kernel closes the socket).
     let three = rank_connection(port, 3);
     std::thread::sleep(Duration::from_millis(200));
@@ -73,13 +73,15 @@ fn a_killed_rank_is_named_by_every_watcher_at_once_and_live_ranks_answer_questio
         until("a watcher did not learn of rank 3's death", || l.dead() == vec![3]);
     }
     println!("every watcher named rank 3 {:.3} s after its connection closed", killed.elapsed().as_secs_f64());
-    assert_eq!(*seen.lock().unwrap(), vec![3]);
+    assert_eq!(ranks[1].interrupt().epoch(), epoch + 1, "the death moved the interrupt once");
     // A question: the live ranks answer, rank 3 (dead) and rank 7 (never started) do not.
     assert_eq!(ranks[0].silent(&[1, 2, 3, 7]).unwrap(), vec![3, 7]);
-    let text = ranks[0].blame(&[0, 1, 2, 3], 0).unwrap();
+    let mut ranks = ranks.into_iter();
+    let zero = Faults::of(ranks.next().unwrap(), 0, 4);
+    let text = zero.who_is_gone_among(&[0, 1, 2, 3]).unwrap();
     assert!(text.contains("rank(s) 3") && text.contains("died"), "{text}");
     // A rank that leaves (drop: its notice withdrawn first) is not named.
-    let two = ranks.into_iter().nth(2).unwrap();
+    let two = ranks.nth(1).unwrap();
     drop(two);
     std::thread::sleep(Duration::from_millis(300));
     let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
@@ -106,12 +108,13 @@ fn a_client_posing_as_rank_1_changes_nothing_and_one_that_claimed_first_is_named
     std::thread::sleep(Duration::from_millis(300));
     assert!(zero.dead().is_empty() && one.dead().is_empty(), "a poser made a live rank dead");
     assert_eq!(zero.silent(&[1]).unwrap(), Vec::<u32>::new(), "rank 1 is alive and answers");
-    assert_eq!(zero.blame(&[0, 1], 0), None);
+    let zero = Faults::of(zero, 0, 3);
+    assert_eq!(zero.who_is_gone_among(&[0, 1]), None);
     // A client that claimed rank 2's counter before rank 2 started: rank 2's start fails,
     // naming it.
     let early = TcpStore::connect("127.0.0.1", port, T).unwrap();
     early.claim(&format!("{PREFIX}/alive/2"), b"guess").unwrap().unwrap();
-    let err = match Liveness::start(&env(2, 3, port), PREFIX, T, TokenCell::default()) {
+    let err = match Liveness::start(&env(2, 3, port), PREFIX, T, TokenCell::default(), Interrupt::new()) {
         Err(e) => format!("{e:?}"),
         Ok(_) => panic!("rank 2 started though its counter was claimed by another client"),
     };
@@ -154,7 +157,8 @@ fn a_rank_holds_one_liveness_connection_that_answers_questions_and_leaves_quietl
     one.set_deadline(None);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(one.silent(&[0]).unwrap(), Vec::<u32>::new(), "rank 0 is alive and answers while idle");
-    assert_eq!(one.blame(&[0, 1], 1), None);
+    let one = Faults::of(one, 1, 2);
+    assert_eq!(one.who_is_gone_among(&[0, 1]), None);
     zero.set_deadline(Some(Instant::now() + T));
     assert_eq!(connections_to(port), 2, "a question or a wake opened a connection");
     // Rank 1 leaves (its liveness dropped): its notice is withdrawn, nobody is named dead.
@@ -185,4 +189,28 @@ fn a_liveness_stopped_as_it_starts_leaves_quietly_on_its_one_connection() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(zero.dead().is_empty(), "rank 1 was named dead as it left: {:?}", zero.dead());
     assert_eq!(connections_to(port), 1);
+}
+
+/// Issue 42: a claim owns the keys under its counter (the rank's blame record,
+/// `alive/<rank>/blame`). A record another client wrote before the rank claimed is deleted by the
+/// claim; one written after is refused (and that client's connection closed); the rank's own
+/// connection writes it.
+#[test]
+fn only_the_rank_writes_its_blame_record_and_its_claim_clears_a_forged_one() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let record = format!("{PREFIX}/alive/4/blame");
+    let forger = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    forger.set(&record, b"1").unwrap();
+    let owner = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    owner.claim(&format!("{PREFIX}/alive/4"), b"secret4").unwrap().unwrap();
+    assert!(!owner.check(&[&record]).unwrap(), "the claim left the record another client wrote before it");
+    owner.set(&record, b"3").unwrap();
+    let _ = forger.set(&record, b"1");
+    assert!(forger.num_keys().is_err(), "a write under another connection's claim was served");
+    assert_eq!(owner.get(&record).unwrap(), b"3");
+    // Keys under a counter nobody claims stay anyone's (the store is not only ours).
+    let other = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    other.set(&format!("{PREFIX}/alive/9/blame"), b"5").unwrap();
+    assert_eq!(other.get(&format!("{PREFIX}/alive/9/blame")).unwrap(), b"5");
 }

@@ -10,3 +10,4 @@ mod common;
 mod liveness_notices;
 mod member_groups_multiprocess;
 mod runtime_multiprocess;
+mod wait_bounds;

@@ -188,3 +188,81 @@ fn members_that_ask_for_other_members_are_named_with_the_field() {
     // Found once every request is in, long before the 10 s deadline.
     assert!(start.elapsed() < Duration::from_secs(8), "took {:?}", start.elapsed());
 }
+
+/// Issue 42: a client forges rank 2's blame record during init (under the old key and under the
+/// rank's claimed counter, before and after the rank claims it), then rank 2 is killed after init
+/// as the members of g = {0, 1, 2} begin to make it. The survivors name rank 2 as died, from its
+/// close notice, at once (not after the group's 20 s), and name no live rank: the store refused
+/// the forgery (a write under another connection's claim) and cleared what was written there
+/// before the claim.
+#[test]
+fn a_forged_record_misleads_nobody_and_a_death_after_init_is_named_at_once() {
+    if plugin().is_none() {
+        return;
+    }
+    let plugin = plugin().unwrap();
+    let port = common::free_port();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || forge_rank_2s_record(port, &stop))
+    };
+    let children: Vec<_> = (0..3u32)
+        .map(|rank| {
+            common::rank_command(SELFTEST, rank, 3, &port.to_string())
+                .args(["--json", "--backend", &plugin, "--timeout", "30", "--group-timeout", "20"])
+                .args(["--group", "g:0-2", "--fault", "2:groups:kill"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Each rank's exit, as it comes.
+    let waits: Vec<_> = children
+        .into_iter()
+        .map(|c| std::thread::spawn(move || (common::wait_bounded(c, Duration::from_secs(60)), Instant::now())))
+        .collect();
+    let ends: Vec<(Output, Instant)> = waits.into_iter().map(|w| w.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let forged = forger.join().unwrap();
+    assert!(forged > 0, "the forger wrote nothing: the test proves nothing");
+    let killed = ends[2].1;
+    for (rank, (out, ended)) in ends.iter().enumerate().take(2) {
+        assert!(!out.status.success(), "rank {rank} must fail: {}", text(&out.stdout));
+        let line: Value = serde_json::from_str(text(&out.stdout).trim())
+            .unwrap_or_else(|e| panic!("rank {rank}: {e}: {} {}", text(&out.stdout), text(&out.stderr)));
+        let e = line["error"].as_str().unwrap();
+        eprintln!("rank {rank}, {:.2} s after rank 2's death: {e}", ended.duration_since(killed).as_secs_f64());
+        assert!(
+            e.contains("rank(s) 2 on host ") && e.contains(" died: its connection to the rendezvous store closed"),
+            "rank {rank}: {e}"
+        );
+        assert!(
+            !e.contains("earlier group") && !e.contains("rank(s) 1") && !e.contains("rank(s) 0"),
+            "rank {rank} named a live rank: {e}"
+        );
+        // Not at the group's deadline (20 s): at once.
+        assert!(ended.duration_since(killed) < Duration::from_secs(10), "rank {rank} waited for the deadline: {e}");
+    }
+}
+
+/// Until `stop`: set rank 2's blame record of the first attempt to "1" (rank 1 blamed), under
+/// the old key and under rank 2's counter, on a fresh connection whenever the store closed the
+/// last one. The number of writes the store took.
+fn forge_rank_2s_record(port: u16, stop: &std::sync::atomic::AtomicBool) -> usize {
+    use mcore_init::store::{Store, TcpStore};
+    let mut took = 0;
+    let until = Instant::now() + Duration::from_secs(20);
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+        let Ok(c) = TcpStore::connect("127.0.0.1", port, Duration::from_millis(500)) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        for key in ["mcore_init/none/0/0/blame/2", "mcore_init/none/0/0/alive/2/blame"] {
+            if c.set(key, b"1").is_ok() {
+                took += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    took
+}

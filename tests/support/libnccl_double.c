@@ -175,8 +175,9 @@ static int check_config(const char *call, const config_prefix *config, int rank,
   }
   if (name && v >= 22700 && config->commName) snprintf(name, n, "%s", config->commName);
   if (trace())
-    fprintf(stderr, "libnccl double: config of %s: rank %d of %d commName=%s size=%zu version=%u\n", call, rank, nranks,
-            name && name[0] ? name : "(none)", config->size, config->version);
+    fprintf(stderr, "libnccl double: config of %s: rank %d of %d commName=%s size=%zu version=%u launchOrderImplicit=%d\n",
+            call, rank, nranks, name && name[0] ? name : "(none)", config->size, config->version,
+            v >= 23100 ? config->launchOrderImplicit : -2 /* not in this version's struct */);
   return ok;
 }
 
@@ -808,27 +809,58 @@ int ncclCommDestroy(void *c_) {
   return release(c);
 }
 
-/* In-place or not: int64 sums only (ncclInt64 = 4, ncclSum = 0), done before the call returns. */
+/* Bytes per value of the data types the double moves (ncclUint8 = 1, ncclInt64 = 4, ncclFloat32 = 7). */
+static size_t dtype_size(int dtype) { return dtype == 1 ? 1 : dtype == 4 ? 8 : dtype == 7 ? 4 : 0; }
+
+/* Every rank's `bytes` of the collective's next step into a new buffer (NULL, error set, on failure). */
+static char *collective_exchange(comm *c, const char *call, const void *send, size_t bytes) {
+  if (atomic_load(&c->state) != ok) { set_error("%s on a communicator in state %d", call, atomic_load(&c->state)); return NULL; }
+  if (c->suspended) { set_error("%s on a suspended communicator (resume it first)", call); return NULL; }
+  /* Touch the "device memory" (a use after free under ASan if a suspend released it). */
+  if (c->mem[0] != (unsigned char)(c->rank & 0xff)) { set_error("the double's memory block was overwritten"); return NULL; }
+  char key[300];
+  snprintf(key, sizeof key, "%s/ar%u", c->id, c->ops++);
+  char *all = calloc((size_t)c->nranks, bytes ? bytes : 1);
+  if (!all) return NULL;
+  if (exchange(key, c->rank, c->nranks, send, bytes, all, &c->aborted)) { free(all); return NULL; }
+  return all;
+}
+
+/* In-place or not: sums of int64 or float32 (ncclSum = 0), done before the call returns. */
 int ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int op, void *c_, void *stream) {
   comm *c = c_;
   (void)stream;
   if (!live(c)) return invalidArg;
-  if (dtype != 4 || op != 0) { set_error("the double sums int64 only (dtype %d, op %d)", dtype, op); return invalidArg; }
-  if (atomic_load(&c->state) != ok) { set_error("all-reduce on a communicator in state %d", atomic_load(&c->state)); return invalidUsage; }
-  if (c->suspended) { set_error("all-reduce on a suspended communicator (resume it first)"); return invalidUsage; }
-  /* Touch the "device memory" (a use after free under ASan if a suspend released it). */
-  if (c->mem[0] != (unsigned char)(c->rank & 0xff)) { set_error("the double's memory block was overwritten"); return internalErr; }
-  char key[300];
-  snprintf(key, sizeof key, "%s/ar%u", c->id, c->ops++);
-  int64_t *all = calloc((size_t)c->nranks * (count ? count : 1), sizeof(int64_t));
-  if (!all) return sysErr;
-  if (exchange(key, c->rank, c->nranks, send, count * 8, all, &c->aborted)) { free(all); return sysErr; }
-  int64_t *out = recv;
+  if ((dtype != 4 && dtype != 7) || op != 0) { set_error("the double sums int64 and float32 only (dtype %d, op %d)", dtype, op); return invalidArg; }
+  char *all = collective_exchange(c, "all-reduce", send, count * dtype_size(dtype));
+  if (!all) return atomic_load(&c->state) != ok || c->suspended ? invalidUsage : sysErr;
   for (size_t i = 0; i < count; i++) {
-    int64_t s = 0;
-    for (int r = 0; r < c->nranks; r++) s += all[(size_t)r * count + i];
-    out[i] = s;
+    if (dtype == 4) {
+      int64_t s = 0;
+      for (int r = 0; r < c->nranks; r++) s += ((int64_t *)all)[(size_t)r * count + i];
+      ((int64_t *)recv)[i] = s;
+    } else {
+      float s = 0;
+      for (int r = 0; r < c->nranks; r++) s += ((float *)all)[(size_t)r * count + i];
+      ((float *)recv)[i] = s;
+    }
   }
+  free(all);
+  return ok;
+}
+
+/* Every rank sends its buffer; each takes the root's. */
+int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root, void *c_, void *stream) {
+  comm *c = c_;
+  (void)stream;
+  if (!live(c)) return invalidArg;
+  size_t size = dtype_size(dtype);
+  if (!size) { set_error("the double broadcasts uint8, int64 and float32 only (dtype %d)", dtype); return invalidArg; }
+  if (root < 0 || root >= c->nranks) { set_error("ncclBroadcast: root %d of %d ranks", root, c->nranks); return invalidArg; }
+  size_t bytes = count * size;
+  char *all = collective_exchange(c, "broadcast", send, bytes);
+  if (!all) return atomic_load(&c->state) != ok || c->suspended ? invalidUsage : sysErr;
+  memcpy(recv, all + (size_t)root * bytes, bytes);
   free(all);
   return ok;
 }

@@ -10,7 +10,7 @@
 
 use super::config::{NcclConfig, RawConfig};
 use super::error::NcclError;
-use super::loader::cuda::{CudaDriver, DeviceBuffer, Stream};
+use super::loader::cuda::CudaDriver;
 use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL_SPLIT_NOCOLOR, NCCL_SUCCESS};
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
@@ -88,7 +88,7 @@ impl std::fmt::Debug for NcclComm {
 }
 
 /// How long to sleep between polls: grows from 100 µs to 10 ms.
-fn backoff(step: &mut Duration) {
+pub(super) fn backoff(step: &mut Duration) {
     std::thread::sleep(*step);
     *step = (*step * 2).min(Duration::from_millis(10));
 }
@@ -133,7 +133,7 @@ pub fn interrupt(on: bool) {
 }
 
 /// `Err` naming `what` while the waits are interrupted (see [`interrupt`]).
-fn interrupted(what: &str) -> Result<(), NcclError> {
+pub(super) fn interrupted(what: &str) -> Result<(), NcclError> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err(NcclError::Interrupted { what: what.to_string() });
     }
@@ -609,7 +609,7 @@ impl NcclComm {
         Ok(())
     }
 
-    fn raw(&self) -> Result<&RawComm, NcclError> {
+    pub(super) fn raw(&self) -> Result<&RawComm, NcclError> {
         self.raw
             .as_ref()
             .ok_or_else(|| NcclError::invalid(format!("the communicator of group {} was already released", self.group)))
@@ -636,6 +636,10 @@ impl NcclComm {
 
     pub fn group(&self) -> &str {
         &self.group
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     pub fn size(&self) -> u32 {
@@ -802,65 +806,6 @@ impl NcclComm {
         } else {
             Err(self.lib.call_error(&format!("ncclCommAbort for group {}", self.group), rc, None))
         }
-    }
-
-    /// Sum `values` over the group in place through device memory (verification collective):
-    /// copy to the device, `ncclAllReduce`, wait for the stream within `timeout`, copy back.
-    pub fn allreduce_sum_i64(&mut self, values: &mut [i64], timeout: Duration) -> Result<(), NcclError> {
-        self.wait_ready()?;
-        let start = Instant::now();
-        let driver = CudaDriver::global()?;
-        let device = match self.device {
-            Device::Ordinal(d) => d,
-            Device::Current => {
-                return Err(NcclError::invalid(format!(
-                "group {}: allreduce_sum_i64 needs the communicator's device ordinal (created with Device::Current)",
-                self.group
-            )))
-            }
-        };
-        driver.set_device(device)?;
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        let mut buf = DeviceBuffer::new(driver, bytes.len())?;
-        buf.copy_from_host(&bytes)?;
-        let stream = Stream::new(driver)?;
-        let what = format!("allreduce on group {}", self.group);
-        let comm = self.raw()?;
-        let mut rc = self.lib.all_reduce_sum_i64(comm, &buf, values.len(), &stream)?;
-        let mut step = Duration::from_micros(100);
-        // Non-blocking communicators may return ncclInProgress until the op is enqueued.
-        while rc == NCCL_IN_PROGRESS {
-            interrupted(&what)?;
-            rc = self.lib.comm_async_error(comm).unwrap_or_else(|e| e);
-            if rc == NCCL_IN_PROGRESS && start.elapsed() >= timeout {
-                return Err(NcclError::Timeout { what: format!("{what} to be enqueued"), deadline: timeout });
-            }
-            backoff(&mut step);
-        }
-        if rc != NCCL_SUCCESS {
-            return Err(self.lib.call_error(&format!("ncclAllReduce ({what})"), rc, Some(comm)));
-        }
-        while !stream.is_done()? {
-            interrupted(&what)?;
-            if let Ok(state) = self.lib.comm_async_error(comm) {
-                if state != NCCL_SUCCESS && state != NCCL_IN_PROGRESS {
-                    return Err(self.lib.call_error(&what, state, Some(comm)));
-                }
-            }
-            if start.elapsed() >= timeout {
-                return Err(NcclError::Timeout {
-                    what: format!("{what} to complete on device {device}"),
-                    deadline: timeout,
-                });
-            }
-            backoff(&mut step);
-        }
-        let mut out = vec![0u8; bytes.len()];
-        buf.copy_to_host(&mut out)?;
-        for (v, chunk) in values.iter_mut().zip(out.chunks_exact(8)) {
-            *v = i64::from_ne_bytes(chunk.try_into().expect("8-byte chunk"));
-        }
-        Ok(())
     }
 }
 

@@ -72,6 +72,21 @@ fn ranks_per_root_from_env() -> Result<u32, NcclError> {
     }
 }
 
+/// Device `device` if given, else device `LOCAL_RANK` (0 when unset); the error names a value
+/// that is no device ordinal.
+pub fn device_or_local_rank(device: Option<u32>) -> Result<Device, NcclError> {
+    let ordinal = match (device, std::env::var("LOCAL_RANK")) {
+        (Some(d), _) => {
+            i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?
+        }
+        (None, Ok(v)) => v.trim().parse::<i32>().map_err(|_| {
+            NcclError::invalid(format!("LOCAL_RANK={} is not a device ordinal", crate::quote::debug(&v)))
+        })?,
+        (None, Err(_)) => 0,
+    };
+    Ok(Device::Ordinal(ordinal))
+}
+
 /// `MCORE_NCCL_CONCURRENT`: `0` creates communicators one by one (as Megatron does), anything
 /// else (or unset) together.
 pub const CONCURRENT_ENV: &str = "MCORE_NCCL_CONCURRENT";
@@ -115,17 +130,9 @@ impl NcclFactory {
     /// The process-wide library, default config, on `device` if given, else device `LOCAL_RANK`
     /// (0 when unset).
     pub fn from_env(device: Option<u32>) -> Result<Self, NcclError> {
-        let ordinal = match (device, std::env::var("LOCAL_RANK")) {
-            (Some(d), _) => {
-                i32::try_from(d).map_err(|_| NcclError::invalid(format!("device {d} is not a CUDA device ordinal")))?
-            }
-            (None, Ok(v)) => v.trim().parse::<i32>().map_err(|_| {
-                NcclError::invalid(format!("LOCAL_RANK={} is not a device ordinal", crate::quote::debug(&v)))
-            })?,
-            (None, Err(_)) => 0,
-        };
+        let device = device_or_local_rank(device)?;
         ranks_per_root_from_env()?;
-        let factory = Self::new(NcclLibrary::global()?, Device::Ordinal(ordinal), NcclConfig::default());
+        let factory = Self::new(NcclLibrary::global()?, device, NcclConfig::default());
         match std::env::var_os(PSK_FILE_ENV) {
             None => Ok(factory),
             Some(path) => {

@@ -8,11 +8,13 @@
 //! cudarc supplies the `sys` types; loading is ours (`loader`), because cudarc's loader looks for
 //! other file names than the wheel's `libnccl.so.2` and panics on a missing library or symbol.
 
+pub mod collective;
 pub mod comm;
 pub mod config;
 pub mod error;
 pub mod exchange;
 pub mod factory;
+pub mod join;
 pub mod loader;
 pub mod search;
 pub mod unique_id;
@@ -23,6 +25,7 @@ pub use config::NcclConfig;
 pub use error::NcclError;
 pub use exchange::{share_unique_id, UNIQUE_ID_KEY};
 pub use factory::NcclFactory;
+pub use join::{JoinSpec, LaunchOrder};
 pub use loader::cuda::CudaDriver;
 pub use loader::nccl::NcclLibrary;
 pub use search::LibrarySearch;

@@ -3,16 +3,17 @@
 use crate::common::cli::{Flags, GRID_USAGE, LAYOUT_USAGE};
 use crate::{after_init, common, fault, recovery};
 use mcore_init::runtime::{self, InitArgs, SuspendRequest};
-use mcore_init::topology::TopologyConfig;
+use mcore_init::topology::{MindSpeedOptions, TopologyConfig};
+use std::time::Duration;
 
 pub(crate) fn usage() -> String {
     format!(
         "usage: mcore-selftest {LAYOUT_USAGE} {GRID_USAGE} [--backend gloo|nccl|PATH] [--timeout SECONDS|none] [--cycles N] \
          [--seed S [--seed-policy megatron|roll|sharded:<kind>,...] [--data-parallel-random-init]] \
          [--comm-strategy auto|split|per-group] [--comm-config FILE.yaml] [--hccl-group-buffer NAME:MB;...] [--split-share] \
-         [--device N] [--json] [--grids-disjoint-or-identical] \
+         [--device N] [--json] [--grids-disjoint-or-identical] [--mindspeed KEY=VALUE,...|default] \
          [--spares N] [--fail-rank R[,R...] [--fail-at before|during|verify|after] [--recovery-window SECONDS]] \
-         [--fault RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS] \
+         [--fault RANK:start|checkin|created|verify|groups|destroy|recover:kill|stop|stop=SECONDS] \
          [--group NAME:R1,R2,... (repeatable) [--group-order given|shuffled:SEED] [--group-wait name|start] \
          [--group-timeout SECONDS] [--group-absent RANK]] \
          [--suspend-resume [GRID:]KIND[,KIND...]|[GRID:]all] [--suspend-each-kind]"
@@ -41,14 +42,16 @@ pub(crate) struct Options {
     pub(crate) groups: after_init::GroupRun,
 }
 
-pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+/// The options of `args`, the init timeout `env_timeout` (`MCORE_INIT_TIMEOUT`'s) unless
+/// `--timeout` gives one.
+pub(crate) fn parse_args(args: &[String], env_timeout: Duration) -> Result<Option<Options>, String> {
     let mut init = InitArgs { topology: TopologyConfig::default(), ..InitArgs::default() };
     let mut cycles = 1;
     let mut json = false;
     let (mut fail_rank, mut window, mut fail_at) = (None, None, None);
     let mut suspend = None;
     let mut suspend_each = false;
-    init.timeout = runtime::timeout_from_env().map_err(|e| e.to_string())?;
+    init.timeout = env_timeout;
     let mut groups = after_init::GroupRun::default();
     let mut flags = Flags::new(args);
     let mut grids = common::cli::GridArgs::default();
@@ -95,6 +98,10 @@ pub(crate) fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 .add_group_buffers(flags.value(flag, inline)?, "--hccl-group-buffer")
                 .map_err(|e| e.to_string())?,
             "--split-share" => init.comm_config.default.split_share = Some(true),
+            "--mindspeed" => {
+                let text = flags.value(flag, inline)?;
+                init.mindspeed = Some(MindSpeedOptions::parse(text).map_err(|e| format!("--mindspeed: {e}"))?);
+            }
             "--json" if inline.is_some() => return Err("--json takes no value".into()),
             "--json" => json = true,
             "--device" => init.device = Some(common::cli::number(flag, flags.value(flag, inline)?)?),

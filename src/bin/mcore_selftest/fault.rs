@@ -2,7 +2,8 @@
 //! `--fault RANK:POINT:kill|stop` (the fault-injection suite, scripts/test.d/27-faults.sh): rank
 //! RANK sends itself SIGKILL or SIGSTOP at POINT: `start` (before initialize), `checkin` (every
 //! rank checked in, no communicator yet), `created` (communicators made, not yet verified),
-//! `verify` (after initialize, as this tool's own verification begins), `destroy` (before
+//! `verify` (after initialize, as this tool's own verification begins), `groups` (as the groups
+//! made after init begin), `destroy` (before
 //! destroy), `recover` (a survivor of `--fail-rank`, as its recovery begins). The other ranks run on and must end within their deadline, naming it.
 //! `stop=SECONDS` stops the process for that long only (a helper process resumes it): a pause
 //! shorter than the time left must fail nothing.
@@ -20,6 +21,8 @@ pub enum Point {
     Destroy = 5,
     /// As a survivor of `--fail-rank` begins its recovery.
     Recover = 6,
+    /// As the groups made after init (`--group`) begin.
+    Groups = 7,
 }
 
 /// The armed point (0: none) and signal of this process.
@@ -30,8 +33,11 @@ static PAUSE_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Parse `RANK:POINT:SIGNAL` and arm it when RANK is this process's `RANK`.
 pub fn arm(spec: &str) -> Result<(), String> {
-    let bad =
-        || format!("--fault: '{spec}' is not RANK:start|checkin|created|verify|destroy|recover:kill|stop|stop=SECONDS");
+    let bad = || {
+        format!(
+            "--fault: '{spec}' is not RANK:start|checkin|created|verify|groups|destroy|recover:kill|stop|stop=SECONDS"
+        )
+    };
     let mut parts = spec.split(':');
     let (Some(rank), Some(point), Some(signal), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
@@ -44,6 +50,7 @@ pub fn arm(spec: &str) -> Result<(), String> {
         "verify" => Point::Verify,
         "destroy" => Point::Destroy,
         "recover" => Point::Recover,
+        "groups" => Point::Groups,
         _ => return Err(bad()),
     };
     let (signal, pause) = match signal.split_once('=') {

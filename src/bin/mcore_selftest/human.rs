@@ -71,6 +71,10 @@ pub fn create_table(j: &Value) -> String {
     let mut rows: Vec<(&String, f64)> =
         map.iter().filter(|(k, _)| !reused.contains(&k.as_str())).map(|(k, v)| (k, secs(v))).collect();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    if rows.iter().all(|(_, s)| s * 1e3 < 0.05) {
+        // Every cell would read 0.0 (a world of one, communicators reused): nothing to tell.
+        return String::new();
+    }
     let mut out = format!(
         "communicator creation per kind (rank {}, ms, slowest first; {} more kinds reuse one):\n",
         j["rank"],
@@ -81,4 +85,19 @@ pub fn create_table(j: &Value) -> String {
         let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_table_of_zeros_is_not_printed() {
+        let zeros = json!({"rank": 0, "create_s": {"tensor_model_parallel": 1.3e-5, "data_parallel": 2e-6}});
+        assert_eq!(create_table(&zeros), "");
+        let slow = json!({"rank": 0, "create_s": {"tensor_model_parallel": 0.25, "data_parallel": 2e-6}});
+        let table = create_table(&slow);
+        assert!(table.starts_with("communicator creation per kind (rank 0, ms") && table.contains("250.0"), "{table}");
+    }
 }

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use suspend::{suspend_each_kind, suspend_resume};
-use verify::{report, verify_every_kind, verify_rng};
+use verify::{report, verify_every_kind, verify_mindspeed, verify_rng};
 
 /// Test hook: the rank named here exits right after initializing, as if it crashed after the
 /// rendezvous; the others must fail with an error, not hang.
@@ -43,6 +43,15 @@ static INIT_BEGAN: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 fn fds_and_threads() -> (usize, usize) {
     let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
     (count("/proc/self/fd"), count("/proc/self/task"))
+}
+
+/// The libnccl this process uses: `{"path", "version", "shared"}` (shared: the process had it
+/// loaded before mcore_init bound it), or `{"error"}`.
+fn nccl_library() -> Value {
+    match mcore_init::backend::nccl::NcclLibrary::global() {
+        Ok(lib) => json!({"path": lib.file(), "version": lib.version().to_string(), "shared": lib.shared()}),
+        Err(e) => json!({"error": e.to_string()}),
+    }
 }
 
 /// One cycle: initialize, check idempotence, verify every kind, destroy.
@@ -82,8 +91,15 @@ fn cycle(
     let line = runtime::with_runtime(|rt| {
         let checked = verify_every_kind(rt)?;
         let rng_streams = verify_rng(rt, args)?;
+        let mindspeed = verify_mindspeed(rt, args)?;
         let mut line = report(rt, init_seconds, ready, checked);
         line["rng_streams_verified"] = json!(rng_streams);
+        if args.backend == "nccl" {
+            line["nccl_library"] = nccl_library();
+        }
+        if args.mindspeed.is_some() {
+            line["mindspeed_groups_verified"] = json!(mindspeed);
+        }
         // On the clock all ranks share: when this rank began and ended initialize.
         line["init_start_boottime_s"] = json!(ready_boottime - init_seconds);
         line["ready_boottime_s"] = json!(ready_boottime);
@@ -114,6 +130,7 @@ fn cycle(
         line["suspend_each"] = each;
     }
     if !groups.specs.is_empty() {
+        fault::at(fault::Point::Groups);
         let made = after_init::run(groups).inspect_err(|_| {
             let _ = runtime::destroy();
         })?;
@@ -170,7 +187,16 @@ fn print_whole(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv)) {
+    // A bad MCORE_INIT_TIMEOUT is no misuse of the command line: one line, no usage text.
+    let env_timeout = match runtime::timeout_from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mcore-selftest: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let opts = match common::cli::utf8_args(std::env::args_os().skip(1)).and_then(|argv| parse_args(&argv, env_timeout))
+    {
         Ok(Some(a)) => a,
         Ok(None) => {
             println!("{}", usage());

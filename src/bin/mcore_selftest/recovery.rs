@@ -1,7 +1,7 @@
 //!
 //! `--fail-rank`: kill ranks before, during or after init, and recover on the survivors.
 
-use crate::verify::{verify_every_kind, verify_rng};
+use crate::verify::{verify_every_kind, verify_mindspeed, verify_rng};
 use mcore_init::runtime::recovery::{
     announce_recoverable, check_health, reinitialize, Health, ReinitArgs, Reinitialized,
 };
@@ -184,8 +184,12 @@ fn recovered_line(args: &InitArgs, f: Option<&FailOptions>, outcome: Reinitializ
         runtime::with_runtime(|rt| {
             let checked = verify_every_kind(rt)?;
             let rng_streams = verify_rng(rt, args)?;
+            let mindspeed = verify_mindspeed(rt, args)?;
             let mut out = crate::verify::report(rt, seconds, f64::NAN, checked);
             out["rng_streams_verified"] = json!(rng_streams);
+            if args.mindspeed.is_some() {
+                out["mindspeed_groups_verified"] = json!(mindspeed);
+            }
             out["recovered"] = json!(true);
             let human = crate::human::rank_line(rt, &out);
             out["line"] = json!(format!(

@@ -3,6 +3,7 @@
 use mcore_init::rng::layout::rank_stream_seeds;
 use mcore_init::runtime::groups::verify_group;
 use mcore_init::runtime::{self, InitArgs, Runtime};
+use mcore_init::topology::MindSpeedLayout;
 use serde_json::{json, Value};
 
 /// All-reduce `[rank, 1]` over every kind's communicator (aliased kinds included) and compare
@@ -15,6 +16,48 @@ pub(crate) fn verify_every_kind(rt: &Runtime) -> Result<usize, String> {
         })?;
     }
     Ok(rt.groups.len())
+}
+
+/// With MindSpeed's options: every step of MindSpeed's creation sequence, recomputed here from
+/// the options and the layout, has this rank's group in the runtime with the members the
+/// topology layer gives (ascending), and its own communicator (not shared with another group),
+/// which `verify_every_kind` all-reduced over. The number of MindSpeed groups checked.
+pub(crate) fn verify_mindspeed(rt: &Runtime, args: &InitArgs) -> Result<usize, String> {
+    let Some(options) = &args.mindspeed else { return Ok(0) };
+    let layout = MindSpeedLayout::new(&rt.grids[0].topology, options.clone()).map_err(|e| e.to_string())?;
+    let rank = rt.env.rank;
+    let mine = layout.rank_groups(rank).map_err(|e| e.to_string())?;
+    let mut checked = 0;
+    for (kind, copy) in layout.steps() {
+        let expected = mine.iter().find(|g| g.kind == kind && g.copy == copy).map(|g| {
+            let mut m = g.ranks.clone();
+            m.sort_unstable();
+            m
+        });
+        let live = rt.mindspeed_group(kind, copy);
+        match (expected, live) {
+            (None, None) => {}
+            (Some(m), Some(g)) if g.plan.members == m && g.comm_name == g.plan.name() => checked += 1,
+            (Some(m), Some(g)) => {
+                return Err(format!(
+                    "rank {rank}: MindSpeed group {} has members {:?} on communicator {} (expected {m:?} on its own)",
+                    g.plan.name(),
+                    g.plan.members,
+                    g.comm_name
+                ))
+            }
+            (e, l) => {
+                return Err(format!(
+                    "rank {rank}: MindSpeed {kind} copy {copy}: expected {e:?}, the runtime has {:?}",
+                    l.map(|g| &g.plan.members)
+                ))
+            }
+        }
+    }
+    if checked != mine.len() {
+        return Err(format!("rank {rank}: {checked} MindSpeed groups checked of the {} it is in", mine.len()));
+    }
+    Ok(checked)
 }
 
 /// With RNG seeded: every group all-reduces this rank's actual `default` and (when present)

@@ -13,12 +13,14 @@
 //! (`hccl_buffer_size`, `group_name`, ...: `backend::options::HCCL_OPTIONS`) are the HCCL
 //! plugin's; MindSpeed's per-group buffer string (`dp:200;tp:300;exp:400`) sets
 //! `hccl_buffer_size` per kind ([`CommConfig::add_group_buffers`], `MCORE_HCCL_GROUP_BUFFER`).
+//! MindSpeed's own groups (`cp2`, `cp_ring`, `nd1_dim1`, `tp-y-cp`, ...: [`MindSpeedKind`]) are
+//! entries by their names too; its hot-expert groups take `exp`'s options, as in MindSpeed.
 
 use crate::backend::nccl::config::{config_field, FieldKind, CONFIG_FIELDS};
 use crate::backend::options::{hccl_option, OptionValue, HCCL_OPTIONS};
 pub use crate::backend::CommOptions;
 use crate::quote::{clip, quoted};
-use crate::topology::GroupKind;
+use crate::topology::{GroupKind, MindSpeedKind};
 use std::collections::BTreeMap;
 use std::fmt;
 use yaml_rust2::parser::{Event, Parser};
@@ -126,6 +128,8 @@ impl fmt::Display for CommStrategy {
 enum Entry {
     Kind(GroupKind),
     EveryHierarchicalCpLevel,
+    /// One of MindSpeed's own kinds (its `pg_name`; not `exp`, which names expert_model_parallel).
+    MindSpeed(MindSpeedKind),
 }
 
 /// MindSpeed's (older Megatron's) expert group names in its `--hccl-group-buffer` string, with
@@ -135,22 +139,6 @@ pub const MINDSPEED_EXPERT_NAMES: [(&str, &str); 4] = [
     ("tp_exp", "expert_tensor_and_model_parallel"),
     ("mp_exp", "expert_tensor_model_pipeline_parallel"),
     ("dp_modulo_exp", "expert_data_parallel"),
-];
-
-/// Groups MindSpeed creates and this library does not: skipped in its buffer string.
-pub const MINDSPEED_ONLY_GROUPS: [&str; 12] = [
-    "pp_new_stream",
-    "cp2",
-    "cp_ulysses",
-    "cp_ring",
-    "cp_ring_intra",
-    "cp_ring_intra_overlap",
-    "nd1_dim1",
-    "nd1_dim2",
-    "nd2_dim1",
-    "nd2_dim2",
-    "ag_x_sd_rcv_overlap",
-    "ag_y_sd_rcv_overlap",
 ];
 
 /// The entry that applies to every `hierarchical_context_parallel_<i>` level.
@@ -167,6 +155,7 @@ fn entry_of(name: &str) -> Option<Entry> {
         .find(|k| k.megatron_name() == name)
         .or_else(|| GroupKind::from_key(name))
         .map(Entry::Kind)
+        .or_else(|| MindSpeedKind::from_name(name).ok().filter(|&k| k != MindSpeedKind::Exp).map(Entry::MindSpeed))
 }
 
 impl fmt::Display for Entry {
@@ -174,6 +163,7 @@ impl fmt::Display for Entry {
         match self {
             Entry::Kind(k) => write!(f, "{k}"),
             Entry::EveryHierarchicalCpLevel => f.write_str(HIERARCHICAL_CP),
+            Entry::MindSpeed(k) => write!(f, "{k}"),
         }
     }
 }
@@ -186,13 +176,14 @@ pub struct CommConfig {
 }
 
 impl CommConfig {
-    /// Set the options of `name` (a Megatron short name or a kind key); the error names it.
+    /// Set the options of `name` (a Megatron short name, a kind key or a MindSpeed kind); the
+    /// error names it.
     pub fn set(&mut self, name: &str, options: CommOptions) -> Result<(), String> {
         let entry = entry_of(name).ok_or_else(|| {
             let mut names: Vec<&str> = GroupKind::FIXED.iter().map(|k| k.megatron_name()).collect();
             names.push(GroupKind::HierarchicalContextParallel(0).megatron_name());
             format!(
-                "communicator config: {} is neither a group kind nor one of Megatron's group names ({})",
+                "communicator config: {} is neither a group kind nor one of Megatron's or MindSpeed's group names ({})",
                 quoted(name),
                 names.join(", ")
             )
@@ -207,6 +198,19 @@ impl CommConfig {
             GroupKind::HierarchicalContextParallel(_) => self.per_kind.get(&Entry::EveryHierarchicalCpLevel),
             _ => None,
         });
+        self.over_default(entry)
+    }
+
+    /// The options of MindSpeed's `kind`: its entry over the default; the hot-expert groups
+    /// (MindSpeed's `exp`) take expert_model_parallel's, as MindSpeed asks for `exp`'s options.
+    pub fn options_for_mindspeed(&self, kind: MindSpeedKind) -> CommOptions {
+        match kind {
+            MindSpeedKind::Exp => self.options_for(GroupKind::ExpertModelParallel),
+            _ => self.over_default(self.per_kind.get(&Entry::MindSpeed(kind))),
+        }
+    }
+
+    fn over_default(&self, entry: Option<&CommOptions>) -> CommOptions {
         match entry {
             Some(o) => self.default.merged(o),
             None => self.default.clone(),
@@ -244,18 +248,14 @@ impl CommConfig {
     /// Add MindSpeed's per-group HCCL buffer string (`--hccl-group-buffer`, e.g.
     /// `dp:200;tp:300;exp:400`, MB per group): each entry sets `hccl_buffer_size` of its kind
     /// unless the kind's entry sets it already. Names are the ones [`Self::set`] takes plus
-    /// MindSpeed's older expert names ([`MINDSPEED_EXPERT_NAMES`]); MindSpeed's own groups that
-    /// this library does not create ([`MINDSPEED_ONLY_GROUPS`]) are skipped. The error names the
-    /// entry.
+    /// MindSpeed's older expert names ([`MINDSPEED_EXPERT_NAMES`]) and MindSpeed's own group
+    /// names (`cp_ring:70`). The error names the entry.
     pub fn add_group_buffers(&mut self, text: &str, source: &str) -> Result<(), String> {
         for item in text.split(';').map(str::trim).filter(|i| !i.is_empty()) {
             let bad = |why: &str| format!("{source}: {} {why} (expected name:MB, e.g. dp:200;tp:300)", quoted(item));
             let (name, mb) = item.split_once(':').ok_or_else(|| bad("is not name:MB"))?;
             let (name, mb) = (name.trim(), mb.trim());
             let mb: i32 = mb.parse().ok().filter(|v| *v >= 1).ok_or_else(|| bad("has no whole number of MB from 1"))?;
-            if MINDSPEED_ONLY_GROUPS.contains(&name) {
-                continue;
-            }
             let kind_name = MINDSPEED_EXPERT_NAMES.iter().find(|(m, _)| *m == name).map_or(name, |&(_, k)| k);
             let entry = entry_of(kind_name).ok_or_else(|| bad("names no group kind"))?;
             let options = self.per_kind.entry(entry).or_default();
@@ -508,6 +508,10 @@ tensor_and_data_parallel:
         assert_eq!(mb("pipeline_model_parallel"), Some(OptionValue::Int(10)));
         assert_eq!(c.options_for(k("pipeline_model_parallel")).max_ctas, Some(2), "the kind's other options stay");
         assert_eq!(mb("context_parallel"), None, "cp_ring is MindSpeed's own group, not cp");
+        let ms = |kind: MindSpeedKind| c.options_for_mindspeed(kind).more.get("hccl_buffer_size").cloned();
+        assert_eq!(ms(MindSpeedKind::CpRing), Some(OptionValue::Int(70)));
+        assert_eq!(ms(MindSpeedKind::CpUlysses), None);
+        assert_eq!(ms(MindSpeedKind::Exp), Some(OptionValue::Int(400)), "hot-expert groups take exp's");
         let err = |text: &str| CommConfig::default().add_group_buffers(text, "MCORE_HCCL_GROUP_BUFFER").unwrap_err();
         assert!(err("dp:200;tq:300").contains("MCORE_HCCL_GROUP_BUFFER: 'tq:300' names no group kind"));
         assert!(err("dp=200").contains("'dp=200' is not name:MB"));

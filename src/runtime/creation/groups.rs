@@ -19,30 +19,35 @@
 //! the plan's rank-independent kind order) whose group is M is the same on every member of M.
 //! Kinds whose groups have identical members (Megatron aliases, e.g. `data_parallel` and
 //! `data_parallel_with_cp` when cp = 1) therefore share one communicator, named after that kind.
+//! MindSpeed's groups never share: each is a `new_group` of its own in MindSpeed (its overlap
+//! twins exist to be separate communicators).
 
 use super::comm_config::{CommConfig, CommStrategy};
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo, GroupRequest};
 use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::Store;
-use crate::topology::GroupKind;
+use crate::topology::{GroupKind, MindSpeedKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What a planned communicator is: a group of a kind, or the all-gather twin of one (Megatron's
-/// `create_all_gather_groups`: the same members, a communicator of its own).
+/// What a planned communicator is: a group of a kind, the all-gather twin of one (Megatron's
+/// `create_all_gather_groups`: the same members, a communicator of its own), or one of
+/// MindSpeed's groups (its kind and copy: the hot-expert groups come in several copies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PlanKind {
     Group(GroupKind),
     AllGatherTwin(GroupKind),
+    MindSpeed(MindSpeedKind, u32),
 }
 
 impl PlanKind {
-    /// The group kind whose members this has.
-    pub fn group_kind(self) -> GroupKind {
+    /// The Megatron group kind whose members this has (`None` for MindSpeed's).
+    pub fn group_kind(self) -> Option<GroupKind> {
         match self {
-            PlanKind::Group(k) | PlanKind::AllGatherTwin(k) => k,
+            PlanKind::Group(k) | PlanKind::AllGatherTwin(k) => Some(k),
+            PlanKind::MindSpeed(..) => None,
         }
     }
 
@@ -51,16 +56,26 @@ impl PlanKind {
         match self {
             PlanKind::Group(k) => config.options_for(k),
             PlanKind::AllGatherTwin(_) => config.default.clone(),
+            PlanKind::MindSpeed(k, _) => config.options_for_mindspeed(k),
         }
+    }
+
+    /// What keeps this kind's communicators from being shared with an earlier kind's group of
+    /// the same members and options: MindSpeed's groups are each a communicator of their own.
+    fn own_communicator(self) -> Option<PlanKind> {
+        matches!(self, PlanKind::MindSpeed(..)).then_some(self)
     }
 }
 
 impl std::fmt::Display for PlanKind {
-    /// The kind's key; a twin's is `<key>_all_gather`.
+    /// The kind's key; a twin's is `<key>_all_gather`; MindSpeed's `pg_name`, and `exp_<copy>`
+    /// for the hot-expert copies after the first.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PlanKind::Group(k) => write!(f, "{k}"),
             PlanKind::AllGatherTwin(k) => write!(f, "{k}_all_gather"),
+            PlanKind::MindSpeed(k, 0) => write!(f, "{k}"),
+            PlanKind::MindSpeed(k, copy) => write!(f, "{k}_{copy}"),
         }
     }
 }
@@ -186,6 +201,10 @@ pub fn create_comms(
     }
     Ok(made)
 }
+
+/// What decides that two groups share a communicator: members, options and, for a kind whose
+/// groups never share, the kind itself.
+type ShareKey = (Vec<u32>, CommOptions, Option<PlanKind>);
 
 /// A communicator shared by every kind whose group has the same members.
 pub type SharedComm = Arc<Mutex<Box<dyn Communicator>>>;
@@ -349,7 +368,13 @@ impl GroupCreator<'_> {
         for (step, (grid, kind)) in (2u64..).zip(&plan.kinds) {
             let options = kind.options(self.config);
             if let Some(p) = plan.groups.iter().find(|g| g.is(grid, *kind)) {
-                if !distinct.iter().any(|(_, q, o)| q.members == p.members && *o == options) {
+                let shared = |q: &GroupPlan, o: &CommOptions| {
+                    q.members == p.members
+                        && *o == options
+                        && kind.own_communicator().is_none()
+                        && q.kind.own_communicator().is_none()
+                };
+                if !distinct.iter().any(|(_, q, o)| shared(q, o)) {
                     distinct.push((step, p, options));
                 }
             }
@@ -378,7 +403,7 @@ impl GroupCreator<'_> {
     /// together (each kind's time counts from then).
     fn create_kinds(&self, source: &mut Source, together: Option<Instant>) -> Result<Vec<LiveGroup>, GroupError> {
         let plan = self.plan;
-        let mut by_key: HashMap<(Vec<u32>, CommOptions), (String, SharedComm)> = HashMap::new();
+        let mut by_key: HashMap<ShareKey, (String, SharedComm)> = HashMap::new();
         let mut live = Vec::with_capacity(plan.groups.len());
         // (index into `live`, step) of each communicator this rank created, to wait for.
         let mut created: Vec<(usize, u64)> = Vec::new();
@@ -391,7 +416,7 @@ impl GroupCreator<'_> {
             };
             let name = p.name();
             let info = self.info_of(&name, &p.members)?;
-            let key = (p.members.clone(), options.clone());
+            let key = (p.members.clone(), options.clone(), kind.own_communicator());
             let (comm_name, comm) = match by_key.get(&key) {
                 Some(shared) => {
                     self.join_without_color(source, step, grid, kind, &options)?;

@@ -24,12 +24,14 @@ use super::member_registry::MemberEntry;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
 use crate::lock::Unpoisoned;
 use crate::runtime::error::RuntimeError;
+use crate::runtime::faults::interrupt::Interrupt;
 use crate::runtime::launch::host::format_ranks;
 use crate::runtime::lifecycle::init::with_runtime;
 use crate::runtime::lifecycle::runtime_state::Runtime;
 use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
-use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
+use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,6 +213,10 @@ struct Creation {
     device: Option<u32>,
     /// The whole bound (the deadline is this long after the start), for messages.
     timeout: Duration,
+    /// The attempt's interrupt: a member known dead ends the members' meeting at once.
+    interrupt: Arc<Interrupt>,
+    /// Where this rank writes its blame record (its liveness connection).
+    records: Arc<dyn Store>,
 }
 
 impl Creation {
@@ -232,6 +238,7 @@ impl Creation {
         let what =
             format!("create_group of group '{}' within its timeout ({:.1} s)", e.name, self.timeout.as_secs_f64());
         Meeting::new(self.base.as_ref(), &self.space, &what, e.members.clone(), self.rank, Deadline::at(e.deadline))
+            .watching(&self.interrupt)
     }
 
     /// Record this member's request (its arrival).
@@ -248,9 +255,13 @@ impl Creation {
         let meeting = self.meeting();
         let store_err = |what: &str, err: MeetError| self.error(CommErrorKind::Store, format!("{what}: {err}"));
         let waited = [Waited { members: &e.members, behind: Behind::Absent(&meeting) }];
-        let explainer = Explainer::new(self.base.as_ref(), self.rank);
+        let explainer = Explainer::new(self.base.as_ref(), self.rank).recording_in(self.records.as_ref());
         match meeting.gather() {
             Ok(requests) => self.compare(requests.into_iter().map(Some).collect())?,
+            // A member known dead: named as died, at once.
+            Err(MeetError::Missing(missing)) if missing.died.is_some() => {
+                return Err(self.error(CommErrorKind::PeerFailed, missing.to_string()));
+            }
             Err(MeetError::Missing(missing)) => {
                 // A member that asked for something else is named first.
                 self.compare(meeting.arrivals().map_err(|err| store_err("reading the members' requests", err))?)?;
@@ -351,6 +362,8 @@ fn start_on(rt: &Runtime, name: &str, ranks: &[u32], options: &GroupOptions) -> 
         host_addr: rt.host.addr.to_string(),
         device: rt.args.device,
         timeout,
+        interrupt: rt.faults.shared_interrupt(),
+        records: rt.faults.records(&rt.base),
     };
     if let Err(e) = creation.arrive() {
         rt.member_groups.destroy(name);
@@ -516,6 +529,8 @@ mod tests {
             host_addr: "127.0.0.1".into(),
             device: None,
             timeout,
+            interrupt: Interrupt::new(),
+            records: base.clone(),
         };
         (entry, creation)
     }
@@ -658,6 +673,8 @@ mod tests {
             host_addr: "127.0.0.1".into(),
             device: None,
             timeout,
+            interrupt: Interrupt::new(),
+            records: base.clone(),
         };
         creation.arrive().unwrap();
         launch(&entry, creation, true).unwrap();

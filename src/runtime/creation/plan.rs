@@ -5,7 +5,7 @@
 use super::comm_config::CommConfig;
 use super::groups::{GridTag, GroupPlan, LiveGroup, PlanKind, RankPlan};
 use crate::rng::RankRng;
-use crate::topology::{GroupKind, RankView, Topology};
+use crate::topology::{GroupKind, MindSpeedLayout, RankView, Topology, TopologyError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ pub struct Grid {
     pub rng: Option<Arc<Mutex<RankRng>>>,
     /// Its kinds whose groups are an earlier kind's (see [`aliased_kinds`]).
     pub(crate) aliases: Vec<(GroupKind, GroupKind)>,
+    /// MindSpeed's groups on top of the layout, when asked for (created after its kinds).
+    pub mindspeed: Option<MindSpeedLayout>,
 }
 
 /// What `view`'s rank creates of one layout (the job's only grid): its groups, every kind of the
@@ -40,15 +42,41 @@ pub fn plan_for(topology: &Topology, view: &RankView) -> RankPlan {
     plan
 }
 
+/// The plan's kinds of `grid` in creation order: its layout's, then MindSpeed's steps.
+pub(crate) fn grid_kinds(grid: &Grid) -> Vec<PlanKind> {
+    let megatron = grid.topology.kinds().into_iter().map(PlanKind::Group);
+    let steps = grid.mindspeed.iter().flat_map(|m| m.steps()).map(|(k, copy)| PlanKind::MindSpeed(k, copy));
+    megatron.chain(steps).collect()
+}
+
 /// What `rank` creates over every grid of the job, `world` being every rank of the job's layouts
 /// (the split strategy's parent): each grid's kinds in its layout's order (its aliased kinds left
-/// out), the grids in the job's order, and this rank's groups of them.
-pub(crate) fn job_plan(grids: &[Grid], rank: u32, world: Vec<u32>) -> RankPlan {
+/// out, MindSpeed's after them), the grids in the job's order, and this rank's groups of them.
+pub(crate) fn job_plan(grids: &[Grid], rank: u32, world: Vec<u32>) -> Result<RankPlan, TopologyError> {
     let mut plan = RankPlan { rank, world, kinds: Vec::new(), groups: Vec::new() };
     for g in grids {
         add_layout(&mut plan, &g.tag, &g.topology, g.view.as_ref(), &g.aliases);
+        if let (Some(ms), Some(view)) = (&g.mindspeed, &g.view) {
+            add_mindspeed(&mut plan, &g.tag, ms, view.rank)?;
+        }
     }
-    plan
+    Ok(plan)
+}
+
+/// Append MindSpeed's steps (every rank the same sequence) and `rank`'s groups of them.
+fn add_mindspeed(plan: &mut RankPlan, tag: &GridTag, ms: &MindSpeedLayout, rank: u32) -> Result<(), TopologyError> {
+    plan.kinds.extend(ms.steps().into_iter().map(|(k, copy)| (tag.clone(), PlanKind::MindSpeed(k, copy))));
+    for g in ms.rank_groups(rank)? {
+        let mut members = g.ranks;
+        members.sort_unstable();
+        plan.groups.push(GroupPlan {
+            grid: tag.clone(),
+            kind: PlanKind::MindSpeed(g.kind, g.copy),
+            index: g.index,
+            members,
+        });
+    }
+    Ok(())
 }
 
 /// Append one layout's kinds (less `aliases`) and `view`'s groups of them, tagged `tag`.

@@ -26,8 +26,9 @@ use crate::runtime::lifecycle::init::with_runtime;
 use crate::runtime::lifecycle::runtime_state::Runtime;
 use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::keys;
-use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
+use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,7 +262,9 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
         if native {
             state.native = Some(old);
         } else {
-            // Recreate mode: released now (dropping destroys it; NCCL's aborts).
+            // Recreate mode: released now (dropping destroys it; NCCL's aborts), so a handle
+            // cached from it is stale: the generation says so.
+            crate::runtime::lifecycle::comm_generation::comm_handles_released();
             drop(old);
         }
         drop(slot);
@@ -315,11 +318,7 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     }
     let deadline = start + timeout;
     // A peer found dead meanwhile ends the creations and verifications below at once.
-    let _deaths = crate::runtime::meeting::blame::DeathsInterrupt::arm(
-        rt.liveness.as_ref(),
-        rt.store.busy_aborter(),
-        &rt.backend,
-    );
+    let _deaths = rt.faults.arm();
     let mut report = SuspendReport::default();
     let mut resumed: Vec<&LiveGroup> = Vec::new();
     // Native ones resume in place; released ones are created again after (together where the
@@ -406,7 +405,7 @@ struct Prepared {
 
 fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Result<Prepared, RuntimeError> {
     let space = rt.key_spaces.next(&keys::resume(&g.comm_name));
-    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&space, rt.base.clone()));
+    let store = rt.faults.backend_store(Arc::new(PrefixStore::new(&space, rt.base.clone())));
     let fail = |e: CommError| recreate_error(g, kinds, e);
     meeting(rt, g, &space, deadline)
         .arrive(b"1")
@@ -423,6 +422,7 @@ fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Resul
 fn meeting<'a>(rt: &'a Runtime, g: &LiveGroup, space: &str, deadline: Instant) -> Meeting<'a> {
     let what = format!("this resume of communicator '{}'", g.comm_name);
     Meeting::new(rt.base.as_ref(), space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline))
+        .watching(rt.faults.interrupt())
 }
 
 fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
@@ -449,7 +449,8 @@ fn recreate_all(
         .zip(&meetings)
         .map(|((g, _), m)| Waited { members: &g.plan.members, behind: Behind::Absent(m) })
         .collect();
-    let explainer = Explainer::new(rt.base.as_ref(), rt.env.rank);
+    let records = rt.faults.records(&rt.base);
+    let explainer = Explainer::new(rt.base.as_ref(), rt.env.rank).recording_in(records.as_ref());
     create_comms(rt.backend.as_ref(), &requests, &waited, &explainer, together, true)
         .map_err(|(i, e)| recreate_error(released[i].0, &released[i].1, e))
 }

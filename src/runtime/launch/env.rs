@@ -162,6 +162,26 @@ impl fmt::Display for EnvError {
 
 impl std::error::Error for EnvError {}
 
+/// The largest world this library brings up: 131,072 ranks ([`wire::MAX_KEYS`]). Rank 0's
+/// check-in reads every rank's arrival in one store request, and one request carries at most that
+/// many keys; rank 0's store server, whose cap is 262,144 connections
+/// ([`crate::store::ServerLimits`]), holds two per rank there. A larger world size is refused
+/// before anything is sized by it (docs/multihost.md).
+///
+/// [`wire::MAX_KEYS`]: crate::store::tcp::wire::MAX_KEYS
+pub const MAX_WORLD_SIZE: u32 = crate::store::tcp::wire::MAX_KEYS as u32;
+
+/// `n`, the world size `var` gave, when it is at most [`MAX_WORLD_SIZE`].
+fn bounded_world(var: &str, n: u32) -> Result<u32, EnvError> {
+    if n > MAX_WORLD_SIZE {
+        return Err(EnvError(format!(
+            "{var}={n} is more ranks than mcore_init brings up (at most {MAX_WORLD_SIZE}: rank 0's check-in reads \
+             every rank's arrival in one store request of at most {MAX_WORLD_SIZE} keys)"
+        )));
+    }
+    Ok(n)
+}
+
 fn parse_u32(var: &str, value: &str) -> Result<u32, EnvError> {
     value
         .trim()
@@ -197,7 +217,7 @@ fn rank_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<RankVars, EnvError>
     for (launcher, [rank_v, size_v, local_v, local_size_v]) in CONVENTIONS {
         let (Some(rank), Some(size)) = (get(rank_v), get(size_v)) else { continue };
         let rank = parse_u32(rank_v, &rank)?;
-        let world_size = parse_u32(size_v, &size)?;
+        let world_size = bounded_world(size_v, parse_u32(size_v, &size)?)?;
         let local_rank = match get(local_v) {
             Some(v) => parse_u32(local_v, &v)?,
             None => rank,
@@ -486,7 +506,7 @@ impl LaunchEnv {
             None => rank_vars(get)?,
             Some(f) => RankVars {
                 rank: f.rank,
-                world_size: f.job_size,
+                world_size: bounded_world("the PMIx job size (pmix.job.size)", f.job_size)?,
                 local_rank: f.local_rank,
                 local_world_size: Some(f.local_size),
                 launcher: rank_vars(get).map_or(LauncherKind::Pmix, |v| v.launcher),
@@ -868,6 +888,25 @@ mod tests {
         assert!(e.0.contains("RANK and WORLD_SIZE"), "{e}");
         let e = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("TORCHELASTIC_USE_AGENT_STORE", "maybe")]).unwrap_err();
         assert!(e.0.contains("'maybe'"), "{e}");
+    }
+
+    /// Issue 42: WORLD_SIZE=4000000000 was taken, and rank 0 aborted sizing a 16 GB list of ranks.
+    /// Over the bound it is refused naming the variable and the value, under every launcher.
+    #[test]
+    fn a_world_over_the_bound_is_refused_naming_the_value() {
+        let at_bound = MAX_WORLD_SIZE.to_string();
+        let e = env(&[("RANK", "0"), ("WORLD_SIZE", &at_bound), ("MASTER_ADDR", "h")]).unwrap();
+        assert_eq!(e.world_size, 131_072);
+        let over = (MAX_WORLD_SIZE + 1).to_string();
+        for (var, pairs) in [
+            ("WORLD_SIZE=4000000000", vec![("RANK", "0"), ("WORLD_SIZE", "4000000000")]),
+            ("WORLD_SIZE=131073", vec![("RANK", "0"), ("WORLD_SIZE", over.as_str())]),
+            ("SLURM_NTASKS=4294967295", vec![("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4294967295")]),
+            ("OMPI_COMM_WORLD_SIZE=200000", vec![("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "200000")]),
+        ] {
+            let e = env(&pairs).unwrap_err();
+            assert!(e.0.starts_with(&format!("{var} is more ranks than mcore_init brings up (at most 131072")), "{e}");
+        }
     }
 
     #[test]

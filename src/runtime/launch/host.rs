@@ -86,10 +86,18 @@ pub fn label_from(record: &str) -> Option<String> {
 }
 
 /// `ranks` (ascending) grouped by the host each published, e.g. "4-7 on host 'n1' (10.0.0.2)";
-/// ranks that published none are listed bare. Used on failure paths only (two store requests
-/// per rank).
+/// ranks that published none are listed bare (all of them when the store fails). Used on failure
+/// paths only: one store request, whatever the number of ranks.
 pub fn describe(store: &dyn Store, ranks: &[u32]) -> String {
-    describe_by(ranks, &|r| label_of(store, r))
+    if ranks.is_empty() {
+        return String::new();
+    }
+    let keys: Vec<String> = ranks.iter().map(|&r| key(r)).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let records = store.multi_get_existing(&refs).unwrap_or_default();
+    let labels: BTreeMap<u32, String> =
+        ranks.iter().zip(records).filter_map(|(&r, v)| Some((r, label_from(&String::from_utf8_lossy(&v))?))).collect();
+    describe_by(ranks, &|r| labels.get(&r).cloned())
 }
 
 /// [`describe`] with each rank's host label from `label` (see [`label_of`]).

@@ -262,9 +262,10 @@ fn check_job(
     Ok(if theirs == env.job_id.id.as_bytes() { Ok(open) } else { Err(theirs) })
 }
 
-/// Rank 0 found `port` taken: the job id of the store of another job that holds it, if one does.
-fn port_taken_by_other_job(env: &LaunchEnv, port: u16) -> Option<Vec<u8>> {
-    let within = Duration::from_secs(2);
+/// Rank 0 found `port` taken: the job id of the store of another job that holds it, if one says
+/// so within 2 s (and before `deadline`).
+fn port_taken_by_other_job(env: &LaunchEnv, port: u16, deadline: Instant) -> Option<Vec<u8>> {
+    let within = Duration::from_secs(2).min(deadline.saturating_duration_since(Instant::now()));
     let client = match TcpStore::connect_with_token(&env.master_addr, port, within, env.store_token.as_ref()) {
         Ok(c) => c,
         // Its initialization is over: it names its job.
@@ -277,31 +278,58 @@ fn port_taken_by_other_job(env: &LaunchEnv, port: u16) -> Option<Vec<u8>> {
 
 /// Rank 0's server on the first of the job's candidate ports that is free (see
 /// [`super::env::port_candidates`]); when every one is taken, the error names the jobs whose
-/// stores hold them (or the bind error of a single port).
-fn host_on_candidates(env: &LaunchEnv, session: Option<&StoreToken>) -> Result<TcpStoreServer, RuntimeError> {
+/// stores hold them, or every port held (the bind error of a single port). Who holds them is
+/// asked of all at once, within `deadline`: 8 listeners that never answer cost 2 s, not 16.
+fn host_on_candidates(
+    env: &LaunchEnv,
+    session: Option<&StoreToken>,
+    deadline: Instant,
+) -> Result<TcpStoreServer, RuntimeError> {
     let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
-    let mut taken = Vec::new();
-    let mut last = None;
+    let mut held = Vec::new();
     for &port in &env.port_candidates {
         let (user, secret) = (env.store_token.clone(), session.map(|s| (s.clone(), env.job_id.id.as_str())));
         match host_server(&env.master_addr, port, bind.as_deref(), user, secret) {
             Ok(server) => return Ok(server),
-            Err(e) => {
-                if !port_in_use(&e) {
-                    return Err(bind_error(env, port, e));
-                }
-                if let Some(job) = port_taken_by_other_job(env, port) {
-                    taken.push((port, job));
-                }
-                last = Some((port, e));
-            }
+            Err(e) if port_in_use(&e) => held.push((port, e)),
+            Err(e) => return Err(bind_error(env, port, e)),
         }
     }
-    if taken.len() == env.port_candidates.len() {
-        return Err(RuntimeError::Checkin(other_jobs(env, &taken)));
+    let jobs: Vec<Option<Vec<u8>>> = std::thread::scope(|s| {
+        let looks: Vec<_> =
+            held.iter().map(|&(port, _)| s.spawn(move || port_taken_by_other_job(env, port, deadline))).collect();
+        looks.into_iter().map(|h| h.join().unwrap_or(None)).collect()
+    });
+    if jobs.iter().all(Option::is_some) {
+        let found: Vec<(u16, Vec<u8>)> = held.iter().zip(jobs).map(|((p, _), j)| (*p, j.unwrap_or_default())).collect();
+        return Err(RuntimeError::Checkin(other_jobs(env, &found)));
     }
-    let (port, e) = last.expect("at least one candidate port");
+    if held.len() > 1 {
+        return Err(all_held(env, &held, &jobs));
+    }
+    let (port, e) = held.pop().expect("at least one candidate port");
     Err(bind_error(env, port, e))
+}
+
+/// Rank 0's error when every one of its several candidate ports is held: each named, with the
+/// job of those that are another job's store (`jobs`, by port).
+fn all_held(env: &LaunchEnv, held: &[(u16, StoreError)], jobs: &[Option<Vec<u8>>]) -> RuntimeError {
+    let addr = crate::quote::clip(&env.master_addr);
+    let ports: Vec<String> = held
+        .iter()
+        .zip(jobs)
+        .map(|((p, _), job)| match job {
+            Some(j) => format!("{addr}:{p} (the store of {})", job_named(j)),
+            None => format!("{addr}:{p}"),
+        })
+        .collect();
+    RuntimeError::Store(StoreError::InvalidArgument(format!(
+        "rank 0 cannot host the rendezvous store: all {} candidate ports are held by other programs: {} ({}): set \
+         MASTER_PORT to a free port",
+        held.len(),
+        ports.join(", "),
+        env.rendezvous_why
+    )))
 }
 
 /// Whether binding failed because another program holds the port.
@@ -309,13 +337,23 @@ fn port_in_use(e: &StoreError) -> bool {
     matches!(e, StoreError::InvalidArgument(m) if m.contains("already in use"))
 }
 
-/// Rank 0 cannot host on `port`: the error, naming the port and where it came from.
+/// Rank 0 cannot host on `port`: the error, naming the port and where it came from, and who
+/// holds it when that is known: this process itself (torch's `env://` store made before
+/// initialize), a program that took the port `mcore-launch` gave, or another program.
 fn bind_error(env: &LaunchEnv, port: u16, e: StoreError) -> RuntimeError {
-    let fix = if port_in_use(&e) {
+    let fix = if !port_in_use(&e) {
+        ""
+    } else if crate::store::tcp::listened_on_by_this_process(port) {
+        "; this process itself listens on that port (torch's env:// store, made before mcore_init): \
+         initialize mcore_init first and build torch's process group on its store (Python: \
+         mcore_init.torch_store(), docs/getting-started.md), or give torch another port"
+    } else if std::env::var_os("MCORE_LAUNCH_DIR").is_some() {
+        // Set by mcore-launch for each rank (recovery's LAUNCH_DIR_ENV).
+        "; another program took that port after mcore-launch chose it (or it was given with --master-port): \
+         start the job again, or give --master-port a port no other program uses"
+    } else {
         "; another program holds that port: pick another MASTER_PORT, or start the job with mcore-launch \
          without --master-port (it picks a free port)"
-    } else {
-        ""
     };
     RuntimeError::Store(match e {
         StoreError::InvalidArgument(m) | StoreError::Io(m) => StoreError::InvalidArgument(format!(
@@ -485,7 +523,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
     }
     let pmix = env.rendezvous == Rendezvous::Pmix;
     // Under PMIx the one candidate is MASTER_PORT, or 0 (an ephemeral port, published).
-    let server = if env.hosts_store() { Some(host_on_candidates(env, session.as_ref())?) } else { None };
+    let server = if env.hosts_store() { Some(host_on_candidates(env, session.as_ref(), deadline)?) } else { None };
     let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
     let unreachable = |port: u16, source| RuntimeError::StoreConnect {
         what: format!(
@@ -681,6 +719,22 @@ mod tests {
         let e = other_jobs(&env_of("run-2"), &[(server.port(), theirs)]).to_string();
         assert!(e.contains("job 'run-1'") && e.contains("'run-2' (from TORCHELASTIC_RUN_ID)"), "{e}");
         assert_eq!(client.num_keys().unwrap(), keys, "the other job's rank wrote a key");
+    }
+
+    /// A port in use that this process itself listens on (as torch's env:// store made before
+    /// initialize does) is named so, without advising mcore-launch.
+    #[test]
+    fn a_port_held_by_this_process_is_named_so() {
+        let torch_like = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = torch_like.local_addr().unwrap().port();
+        let vars = [("RANK", "0".to_string()), ("WORLD_SIZE", "2".into()), ("MASTER_ADDR", "127.0.0.1".into())];
+        let env = LaunchEnv::from_lookup(&|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+        let in_use = || StoreError::InvalidArgument(format!("port {port} is already in use on 127.0.0.1"));
+        let e = bind_error(&env, port, in_use()).to_string();
+        assert!(e.contains("this process itself listens on that port") && !e.contains("mcore-launch"), "{e}");
+        drop(torch_like);
+        let e = bind_error(&env, port, in_use()).to_string();
+        assert!(e.contains("another program") && !e.contains("this process itself"), "{e}");
     }
 
     /// torch's agent store cannot check a token: refused at once, naming the variable.

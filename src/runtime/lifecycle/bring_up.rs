@@ -15,18 +15,17 @@ use crate::runtime::creation::groups::{
     distinct_communicators, resolve_strategy, verify_groups, CreatedGroups, GridTag, GroupCreator, LiveGroup, PlanKind,
     RankPlan,
 };
-use crate::runtime::creation::plan::{add_alias_groups, aliased_kinds, all_gather_plan, job_plan, Grid};
+use crate::runtime::creation::plan::{add_alias_groups, aliased_kinds, all_gather_plan, grid_kinds, job_plan, Grid};
 use crate::runtime::error::RuntimeError;
+use crate::runtime::faults::{failed_for_a_peer, Faults};
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::host::{self, HostInfo};
 use crate::runtime::launch::pmix_rendezvous::{self, WorldExchange};
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
-use crate::runtime::liveness::Liveness;
-use crate::runtime::meeting::blame::{blame_peers, failed_for_a_peer, start_liveness};
 use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::{PrefixStore, Store, StoreError};
-use crate::topology::Topology;
+use crate::topology::{MindSpeedLayout, Topology, TopologyError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -89,7 +88,7 @@ struct Layout {
 struct Opened {
     /// The attempt's private view of the store (guarded by the heartbeat, when there is one).
     base: Arc<dyn Store>,
-    liveness: Option<Liveness>,
+    faults: Faults,
     store: StoreHandles,
     attempt: String,
     host: HostInfo,
@@ -127,8 +126,8 @@ fn left(deadline: Instant) -> Duration {
 /// `explain::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
 /// within the deadline + 2 s even on a loaded machine. At most a tenth of the whole timeout.
 fn creation_deadline(deadline: Instant, timeout: Duration) -> Instant {
-    let reserve =
-        (crate::runtime::meeting::explain::RECORD_GRACE + crate::runtime::liveness::SILENT_AFTER).min(timeout / 10);
+    let reserve = (crate::runtime::meeting::explain::RECORD_GRACE + crate::runtime::faults::liveness::SILENT_AFTER)
+        .min(timeout / 10);
     deadline.checked_sub(reserve).unwrap_or(deadline)
 }
 
@@ -159,18 +158,18 @@ pub(crate) fn bring_up(
     let t_store = start.elapsed();
     let steps = Steps { args, env: &env, layout: &layout, opened: &opened, start, deadline, pmix };
     let made = check_in_create_verify(&steps, fingerprint, premade_world, kept);
-    let made = made.map_err(|e| blame_peers(e, opened.liveness.as_ref(), &env));
+    let made = made.map_err(|e| opened.faults.verdict(e));
     match made {
         Ok(made) => {
             // Up: a death from now on is found by what fails (or a health check).
-            init_over(opened.liveness.as_ref(), layout.backend.as_ref(), args);
+            init_over(&opened.faults, args);
             // Every rank holds the job's secret: the store serves only them from now on.
             opened.store.close_to_outsiders();
             Ok(assemble(args, env, layout, opened, made, start, t_store))
         }
         Err(e) => {
             let first = layout.grids.swap_remove(0).topology;
-            init_over(opened.liveness.as_ref(), layout.backend.as_ref(), args);
+            init_over(&opened.faults, args);
             Err(failed(claim, e, args, env, first, opened, deadline))
         }
     }
@@ -186,7 +185,7 @@ fn validate(args: &InitArgs, env: &LaunchEnv, factory: &BackendResolver) -> Resu
     let grids = if args.grids.is_empty() { vec![only_grid(args, env)?] } else { several_grids(args, env)? };
     let (backend, strategy) = choose_backend(args, factory)?;
     let layout_world = args.layout_world(env.world_size)?;
-    let plan = job_plan(&grids, env.rank, (0..layout_world).collect());
+    let plan = job_plan(&grids, env.rank, (0..layout_world).collect())?;
     Ok(Layout { grids, backend, strategy, plan })
 }
 
@@ -206,19 +205,29 @@ fn grid(
         _ => None,
     };
     let aliases = aliased_kinds(&topology, &args.comm_config);
-    Ok(Grid { name: name.to_string(), tag, topology, view, rng, aliases })
+    Ok(Grid { name: name.to_string(), tag, topology, view, rng, aliases, mindspeed: None })
 }
 
 /// The job's only grid, which must cover every rank of the world less its spares.
 fn only_grid(args: &InitArgs, env: &LaunchEnv) -> Result<Grid, RuntimeError> {
     check_grid_name(&args.grid_name)?;
     let topology = validate_topology(args, env)?;
-    grid(args, &args.grid_name, None, topology, args.seed, env.rank)
+    let mut g = grid(args, &args.grid_name, None, topology, args.seed, env.rank)?;
+    if let Some(o) = &args.mindspeed {
+        let bad = |e: TopologyError| RuntimeError::InvalidArgument(format!("mindspeed: {e}"));
+        g.mindspeed = Some(MindSpeedLayout::new(&g.topology, o.clone()).map_err(bad)?);
+    }
+    Ok(g)
 }
 
 /// Several grids: each valid over the world and inside it, names unique, every rank of the world
 /// in at least one of them.
 fn several_grids(args: &InitArgs, env: &LaunchEnv) -> Result<Vec<Grid>, RuntimeError> {
+    if args.mindspeed.is_some() {
+        return Err(RuntimeError::InvalidArgument(
+            "mindspeed: MindSpeed's groups are built on a job of one grid, not several".into(),
+        ));
+    }
     if args.spares > 0 {
         return Err(RuntimeError::InvalidArgument(format!(
             "spares ({}) with several grids: a spare takes a failed rank's place in a job of one grid only (recovery of several \
@@ -347,12 +356,10 @@ fn check_options(args: &InitArgs, layout: &Layout) -> Result<(), RuntimeError> {
 
 /// The initialization is over (up or failed; every call it made has returned): from here on (its
 /// store kept for recovery, say) a death ends no wait, and the backend's calls run again.
-fn init_over(liveness: Option<&Liveness>, backend: &dyn CommFactory, args: &InitArgs) {
-    crate::runtime::meeting::blame::deaths_end_nothing(liveness, backend);
-    if let Some(l) = liveness {
-        l.set_deadline(None);
-        l.set_idle_patience(args.timeout);
-    }
+fn init_over(faults: &Faults, args: &InitArgs) {
+    faults.set_armed(false);
+    faults.set_deadline(None);
+    faults.set_idle_patience(args.timeout);
 }
 
 /// Open the attempt's store (or take a recovery's), start the heartbeat, and learn this rank's
@@ -366,25 +373,16 @@ fn open(
 ) -> Result<Opened, RuntimeError> {
     let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let liveness = start_liveness(env, &attempt, left(deadline), store.token())?;
+    let faults = Faults::start(env, &attempt, left(deadline), store.token())?;
     store.let_go_of_unproven_first();
-    if let Some(l) = &liveness {
-        l.set_deadline(Some(deadline));
-    }
-    if let (Some(l), Some(abort)) = (&liveness, store.aborter()) {
-        l.on_store_gone(abort);
-    }
+    faults.set_deadline(Some(deadline));
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls
     // blocked on the store, and every backend call in flight.
-    if let (Some(l), Some(abort)) = (&liveness, store.busy_aborter()) {
-        crate::runtime::meeting::blame::deaths_interrupt(l, Some(abort), backend);
-    }
+    faults.levers(&store, backend);
+    faults.set_armed(true);
     let base: Arc<dyn Store> = Arc::new(PrefixStore::new(&attempt, store.client()));
     // Once the heartbeat finds the store's host gone, every store call fails at once, naming it.
-    let base = match &liveness {
-        Some(l) => l.guard(base),
-        None => base,
-    };
+    let base = faults.guard(base);
     let host = store.host();
     if crate::backend::debug_log() {
         eprintln!("mcore_init: rank {} on host {} advertises {} ({})", env.rank, host.label(), host.addr, host.why);
@@ -393,7 +391,7 @@ fn open(
             env.rank, env.master_addr, env.master_port, env.rendezvous_why
         );
     }
-    Ok(Opened { base, liveness, store, attempt, host })
+    Ok(Opened { base, faults, store, attempt, host })
 }
 
 /// The steps on the store: check in, create the communicators, verify them.
@@ -438,7 +436,7 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
                     .map_err(RuntimeError::Checkin);
             }
             // A peer found dead interrupted the fence: the blame names it.
-            Err(e) if s.opened.liveness.as_ref().is_some_and(|l| !l.dead().is_empty()) => {
+            Err(e) if !s.opened.faults.dead().is_empty() => {
                 return Err(RuntimeError::Checkin(CheckinError::Store(StoreError::Io(e.message))));
             }
             Err(e) => {
@@ -452,11 +450,13 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
         }
     }
     let host = Some(&s.opened.host);
-    check_in_from(base, env.rank, env.world_size, env.local_world_size, fingerprint, host, left(s.deadline)).map_err(
+    let interrupt = Some(s.opened.faults.interrupt());
+    let (world, local) = (env.world_size, env.local_world_size);
+    check_in_from(base, env.rank, world, local, fingerprint, host, left(s.deadline), interrupt).map_err(
         |e| match e {
             // After a PMIx fence that failed: the wait counts from the start of the check-in.
-            CheckinError::Missing { ranks, nodes, .. } if s.pmix.is_some() => {
-                CheckinError::Missing { ranks, nodes, waited: began.elapsed() }
+            CheckinError::Missing { ranks, nodes, died, .. } if s.pmix.is_some() => {
+                CheckinError::Missing { ranks, nodes, waited: began.elapsed(), died }
             }
             e => e,
         },
@@ -473,7 +473,9 @@ fn create(
 ) -> Result<CreatedGroups, RuntimeError> {
     let (args, layout, base) = (s.args, s.layout, &s.opened.base);
     let prefixed = |name: &str| -> Arc<dyn Store> {
-        Arc::new(PrefixStore::new(&crate::runtime::meeting::keys::group(name), base.clone()))
+        s.opened
+            .faults
+            .backend_store(Arc::new(PrefixStore::new(&crate::runtime::meeting::keys::group(name), base.clone())))
     };
     // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
     let exchange = s.pmix.map(|pmix| {
@@ -489,7 +491,7 @@ fn create(
     let host_addr = s.opened.host.addr.to_string();
     // One record of this rank's progress for every creation below: published once at the end
     // when nothing lasted (see `super::progress`).
-    let progress = Progress::start(base.clone(), s.env.rank);
+    let progress = Progress::start(base.clone(), s.env.rank).recording_in(s.opened.faults.records(base));
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
         GroupCreator {
@@ -511,11 +513,8 @@ fn create(
     let mut created = created?;
     created.groups.extend(kept);
     // In the grids' order and each's kind order, as if all were created now.
-    let order: Vec<(&GridTag, PlanKind)> = layout
-        .grids
-        .iter()
-        .flat_map(|g| g.topology.kinds().into_iter().map(move |k| (&g.tag, PlanKind::Group(k))))
-        .collect();
+    let order: Vec<(&GridTag, PlanKind)> =
+        layout.grids.iter().flat_map(|g| grid_kinds(g).into_iter().map(move |k| (&g.tag, k))).collect();
     created.groups.sort_by_key(|g| order.iter().position(|(t, k)| g.plan.is(t, *k)));
     for grid in &layout.grids {
         add_alias_groups(grid, &mut created.groups);
@@ -575,7 +574,7 @@ fn assemble(
         args: args.clone(),
         attempt: opened.attempt,
         key_spaces: Default::default(),
-        liveness: opened.liveness,
+        faults: opened.faults,
     }
 }
 
@@ -591,13 +590,13 @@ fn failed(
     opened: Opened,
     deadline: Instant,
 ) -> RuntimeError {
-    if opened.liveness.as_ref().is_some_and(|l| l.store_silent().is_some()) {
+    if opened.faults.store_silent().is_some() {
         // The store's host is gone: nobody can read a verdict or recover through it.
         return e;
     }
     // A peer found dead (its connection's close notice) is a failure for a peer whatever the
     // wait it ended said.
-    let dead = opened.liveness.as_ref().map(Liveness::dead).unwrap_or_default();
+    let dead = opened.faults.dead();
     if failed_for_a_peer(&e) || !dead.is_empty() {
         claim.keep(Kept::Attempt(Box::new(keep_for_recovery(&e, args, env, topology, opened, deadline))));
         return e;
@@ -610,8 +609,7 @@ fn failed(
     // Wait for them only until a little past the deadline (not past the time this error
     // took to explain, e.g. waiting for failure records): ranks that died never leave.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    let watch =
-        opened.liveness.as_ref().map(|liveness| Watch { liveness, store: &opened.store, attempt: &opened.attempt });
+    let watch = Watch { faults: &opened.faults, store: &opened.store, attempt: &opened.attempt };
     leave(&opened.base, &env, gone, wait, watch);
     e
 }
@@ -628,12 +626,12 @@ fn keep_for_recovery(
     // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
     // ranks whose init succeeded, through their health check): keep the store (a host
     // keeps serving).
-    let Opened { base, liveness, store, attempt, .. } = opened;
+    let Opened { base, faults, store, attempt, .. } = opened;
     let mut suspected = match e.cause() {
         RuntimeError::Checkin(CheckinError::Missing { ranks, .. }) => ranks.clone(),
         _ => crate::runtime::meeting::explain::record_of(base.as_ref(), env.rank).unwrap_or_default(),
     };
-    for r in liveness.as_ref().map(Liveness::dead).unwrap_or_default() {
+    for r in faults.dead() {
         if !suspected.contains(&r) {
             suspected.push(r);
         }
@@ -643,7 +641,7 @@ fn keep_for_recovery(
     // A host stops waiting as soon as a rank asks for recovery (it ends the leave meeting): it
     // is needed there.
     let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
-    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
+    let watch = Watch { faults: &faults, store: &store, attempt: &attempt };
     leave(&base, &env, &suspected, wait, watch);
     let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
     Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by }

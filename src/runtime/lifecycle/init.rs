@@ -29,11 +29,32 @@ pub const GROUP_BUFFER_ENV: &str = "MCORE_HCCL_GROUP_BUFFER";
 
 /// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
 pub fn initialize(mut args: InitArgs) -> Result<InitOutcome, RuntimeError> {
+    warn_typos_once();
     let env = LaunchEnv::from_process()?;
     if let Some(text) = std::env::var(GROUP_BUFFER_ENV).ok().filter(|t| !t.trim().is_empty()) {
         args.comm_config.add_group_buffers(&text, GROUP_BUFFER_ENV).map_err(RuntimeError::InvalidArgument)?;
     }
     initialize_with(args, env, &default_factory)
+}
+
+/// The process's `MCORE_*` typos and an unknown `MCORE_LOG` level, one warning each
+/// ([`crate::env_vars::typo_warnings`]), once per process and only on a node's first rank
+/// (`LOCAL_RANK` 0 or unset): the ranks of a node share their environment.
+fn warn_typos_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var("LOCAL_RANK").is_ok_and(|r| r.trim() != "0") {
+            return;
+        }
+        let mut vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+            .filter(|(k, _)| k.starts_with("MCORE_"))
+            .collect();
+        vars.sort();
+        for line in crate::env_vars::typo_warnings(vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+            eprintln!("{line}");
+        }
+    });
 }
 
 /// Initialize with an explicit environment and backend resolution (tests, embedders).
@@ -111,7 +132,12 @@ fn bring_up_claimed(
 pub(crate) fn claim_runtime(
     what: &'static str,
 ) -> Result<(RuntimeClaim, Option<(super::settings::Settings, Runtime)>), RuntimeError> {
-    RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))
+    let claimed = RUNTIME.claim(what, |rt| rt.timeout).map_err(|what| RuntimeError::Busy(what.into()))?;
+    if claimed.1.is_some() {
+        // The live runtime is out: a destroy or a recovery releases its communicators.
+        super::comm_generation::comm_handles_released();
+    }
+    Ok(claimed)
 }
 
 /// Whether the runtime is initialized.

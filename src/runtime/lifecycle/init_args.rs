@@ -6,7 +6,7 @@ use crate::backend::{CommError, CommFactory};
 use crate::rng::SeedPolicy;
 use crate::runtime::creation::comm_config::{CommConfig, CommStrategy};
 use crate::runtime::error::RuntimeError;
-use crate::topology::TopologyConfig;
+use crate::topology::{MindSpeedOptions, TopologyConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +92,9 @@ pub struct InitArgs {
     /// Megatron-Core 0.20's rule for several grids: any two grids cover the same ranks or none
     /// in common (and all of them the world); init refuses other grids, naming the pair.
     pub grids_disjoint_or_identical: bool,
+    /// MindSpeed's options: also create MindSpeed's groups on the (only) grid's layout, after
+    /// its kinds (docs/topology.md, "MindSpeed's groups"); `None`: none.
+    pub mindspeed: Option<MindSpeedOptions>,
 }
 
 impl Default for InitArgs {
@@ -112,6 +115,7 @@ impl Default for InitArgs {
             create_all_gather_groups: false,
             spares: 0,
             grids_disjoint_or_identical: false,
+            mindspeed: None,
         }
     }
 }
@@ -185,6 +189,7 @@ pub fn settings_of(args: &InitArgs, world_size: u32) -> Settings {
         .with("create_all_gather_groups", args.create_all_gather_groups)
         .with("spares", args.spares)
         .with("grids_disjoint_or_identical", args.grids_disjoint_or_identical)
+        .with("mindspeed", args.mindspeed.as_ref().map_or("-".into(), |o| format!("{o:?}")))
         .with_local("device", opt(&args.device))
 }
 

@@ -3,14 +3,15 @@
 //! or a recovery was requested (it ends the meeting); and the teardown of a live runtime.
 
 use super::runtime_state::Runtime;
+use crate::runtime::faults::Faults;
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::store_setup::StoreHandles;
-use crate::runtime::liveness::Liveness;
 use crate::runtime::meeting::keys;
-use crate::runtime::meeting::meet::{Deadline, Meeting};
+use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::{PrefixStore, Store};
+use crate::timeout::Deadline;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest time the store host waits for the other ranks to leave.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
@@ -18,6 +19,8 @@ const LEAVE_WAIT: Duration = Duration::from_secs(10);
 /// ranks that arrived to read the verdict and leave (they explain their failure within
 /// `explain::RECORD_GRACE` + `liveness::SILENT_AFTER` of it): inside the deadline + 2 s bound.
 pub(crate) const LEAVE_GRACE: Duration = Duration::from_millis(1800);
+/// How often the store's host looks whether every member has left (see [`await_left`]).
+const LEAVE_LOOK: Duration = Duration::from_secs(1);
 /// The longest a rank that does not host the store waits to have announced that it leaves.
 const LEAVE_SEND: Duration = Duration::from_millis(500);
 /// What the leave meeting's members are waited for.
@@ -33,20 +36,15 @@ pub(crate) fn announce(base: &dyn Store, env: &LaunchEnv) {
     let _ = meeting(base, env.world_size, env.rank, Deadline::after(LEAVE_SEND)).arrive_counted();
 }
 
-/// Count `rank`, a rank that will never leave (dead, or missing from the start), as left; once.
-fn count_gone(base: &dyn Store, world: u32, rank: u32) {
-    let _ = meeting(base, world, rank, Deadline::after(LEAVE_SEND)).arrive_counted_as(b"gone");
-}
-
 /// End the leave meeting at once (a recovery was requested: the store's host is needed there).
 pub(crate) fn end_for_recovery(base: &dyn Store) {
-    let _ = base.set(&keys::done(keys::LEAVE), b"recovery");
+    let _ = Meeting::from_outside(base, keys::LEAVE).end(b"recovery");
 }
 
-/// How the store's host learns of deaths while it waits for the others to leave: the heartbeat,
-/// and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
+/// How the store's host learns of deaths while it waits for the others to leave: the attempt's
+/// faults, and the store with the attempt's prefix (`attempt`), whose blocked calls a death ends.
 pub(crate) struct Watch<'a> {
-    pub liveness: &'a Liveness,
+    pub faults: &'a Faults,
     pub store: &'a StoreHandles,
     pub attempt: &'a str,
 }
@@ -56,7 +54,7 @@ pub(crate) struct Watch<'a> {
 /// not waited for, so none loses the server mid-request; or until the ranks that have not left
 /// are dead (the heartbeat's death notices end the wait, see [`Meeting::watching`]), or a
 /// recovery was requested.
-pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Option<Watch>) {
+pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeout: Duration, watch: Watch) {
     if env.world_size <= 1 {
         return;
     }
@@ -74,49 +72,57 @@ pub(crate) fn leave(base: &Arc<dyn Store>, env: &LaunchEnv, gone: &[u32], timeou
         }
         return;
     }
-    let dead = || watch.as_ref().map(|w| known_dead(w.liveness)).unwrap_or_default();
-    // The host meets on the store without the heartbeat's guard: while a death callback is set,
-    // the guard fails every wait at once once a peer died, and the others still leave.
-    let unguarded: Option<Arc<dyn Store>> =
-        watch.as_ref().map(|w| Arc::new(PrefixStore::new(w.attempt, w.store.client())) as Arc<dyn Store>);
-    let view: &dyn Store = unguarded.as_deref().unwrap_or(base.as_ref());
-    // Ranks missing from the start, or already known dead, never leave: each counted once (a
-    // rank counted twice would end the meeting with a rank still reading its verdict).
-    let mut never: Vec<u32> = gone.iter().copied().chain(dead()).collect();
+    // The host meets on the store without the liveness guard (a store host found gone is
+    // itself: nothing to guard against), and the others still leave after a death.
+    let view: Arc<dyn Store> = Arc::new(PrefixStore::new(watch.attempt, watch.store.client()));
+    let view = view.as_ref();
+    // Ranks missing from the start, or already known dead or silent, never leave: each counted
+    // once (a rank counted twice would end the meeting with a rank still reading its verdict),
+    // all in three requests.
+    let mut never: Vec<u32> = gone.iter().copied().chain(watch.faults.recently_silent(LEAVE_GRACE)).collect();
     never.sort_unstable();
     never.dedup();
-    for r in never {
-        count_gone(view, env.world_size, r);
-    }
-    let m = meeting(view, env.world_size, env.rank, Deadline::after(LEAVE_WAIT.min(timeout))).watching(&dead);
+    let deadline = Deadline::after(LEAVE_WAIT.min(timeout));
+    let m = meeting(view, env.world_size, env.rank, deadline).watching(watch.faults.interrupt());
+    let _ = m.count_gone(&never);
     if m.arrive_counted().is_err() {
         return;
     }
-    if let Some(w) = &watch {
-        if let Some(abort) = w.store.busy_aborter() {
-            w.liveness.on_peer_death(Some(Box::new(move |_| abort())));
+    // A death ends the wait (the faults' levers), and the dead are counted as left.
+    let _armed = watch.faults.arm();
+    while let Err(MeetError::Missing(missing)) = await_left(&m) {
+        if missing.died.is_none() || deadline.passed() {
+            break;
         }
-    }
-    let _ = m.await_end();
-    if let Some(w) = &watch {
-        w.liveness.on_peer_death(None);
+        let _ = m.count_gone(&missing.ranks);
     }
 }
 
-/// The ranks this one knows dead or silent (its own failure found them so): no store request.
-fn known_dead(l: &Liveness) -> Vec<u32> {
-    let mut dead = l.dead();
-    dead.extend(l.recently_silent(LEAVE_GRACE));
-    dead.sort_unstable();
-    dead.dedup();
-    dead
+/// Wait for the leave meeting's end, looking every [`LEAVE_LOOK`] whether every member is here
+/// (then it ends it). A member leaves with a compare-and-set and an ADD within [`LEAVE_SEND`], so
+/// a store host paused meanwhile (SIGSTOP for 2.5 s) gets the members' marks once it resumes,
+/// but not the counts of those that exited waiting for the first reply: it waited its whole
+/// [`LEAVE_WAIT`] for them (issue 42).
+fn await_left(m: &Meeting) -> Result<(), MeetError> {
+    loop {
+        let look = Deadline::at(m.deadline().instant().min(Instant::now() + LEAVE_LOOK));
+        match m.await_end_by(look)? {
+            Some(_) => return Ok(()),
+            None if m.deadline().passed() => return Err(m.missing_error()),
+            None if m.missing().is_empty() => {
+                let _ = m.decide(b"1");
+                return Ok(());
+            }
+            None => {}
+        }
+    }
 }
 
 /// Tear down a live runtime (see [`crate::runtime::destroy`]): every rank announces that it is done
 /// with the store; the rank hosting the store server waits (at most `LEAVE_WAIT`) until all have,
 /// so no rank loses the server in the middle of a request. Never fails because a peer is gone.
 pub(crate) fn teardown(runtime: Runtime) {
-    let Runtime { groups, world, base, store, env, timeout, liveness, member_groups, attempt, .. } = runtime;
+    let Runtime { groups, world, base, store, env, timeout, faults, member_groups, attempt, .. } = runtime;
     // Communicators first (groups made after init, the layout's groups, then the world they
     // were split from): their last collectives completed on every member before anyone
     // announces leaving.
@@ -126,9 +132,8 @@ pub(crate) fn teardown(runtime: Runtime) {
     // The job ends: spares standing by wake up and leave.
     let _ = base.set(keys::ENDED, b"1");
     let _ = base.set(keys::WAKE, b"1");
-    let watch = liveness.as_ref().map(|liveness| Watch { liveness, store: &store, attempt: &attempt });
-    leave(&base, &env, &[], timeout, watch);
-    drop(liveness);
+    leave(&base, &env, &[], timeout, Watch { faults: &faults, store: &store, attempt: &attempt });
+    drop(faults);
     drop(base);
     drop(store);
 }

@@ -8,13 +8,14 @@ use super::leave::{announce, LEAVE_GRACE};
 use super::runtime_state::Runtime;
 use super::settings::Claim;
 use crate::runtime::error::RuntimeError;
+use crate::runtime::faults::liveness::{claim_counter, posed};
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
-use crate::runtime::liveness::{claim_counter, posed};
 use crate::runtime::meeting::checkin::{check_in_from, CheckinError};
 use crate::runtime::meeting::keys;
-use crate::runtime::meeting::meet::{Deadline, Meeting};
+use crate::runtime::meeting::meet::Meeting;
 use crate::store::{PrefixStore, Store, StoreError};
+use crate::timeout::Deadline;
 use crate::topology::Topology;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,6 +135,7 @@ pub(crate) fn check_in_spare(
         fingerprint,
         Some(&host),
         args.timeout,
+        None,
     ) {
         Ok(_) => vec![],
         Err(CheckinError::Missing { ranks, .. }) => {

@@ -10,15 +10,15 @@ use crate::runtime::creation::groups::{LiveGroup, PlanKind, SharedComm};
 use crate::runtime::creation::member_registry::MemberGroups;
 use crate::runtime::creation::plan::Grid;
 use crate::runtime::error::RuntimeError;
+use crate::runtime::faults::Faults;
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::host::HostInfo;
 use crate::runtime::launch::store_setup::StoreHandles;
-use crate::runtime::liveness::Liveness;
-use crate::runtime::meeting::blame::explain_with;
 use crate::runtime::meeting::keys::KeySpaces;
-use crate::runtime::meeting::meet::{Deadline, MeetError, Meeting};
+use crate::runtime::meeting::meet::{MeetError, Meeting};
 use crate::store::Store;
-use crate::topology::{GroupKind, RankView, Topology};
+use crate::timeout::Deadline;
+use crate::topology::{GroupKind, MindSpeedKind, RankView, Topology};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,8 +60,8 @@ pub struct Runtime {
     /// What was asked for, and the store prefix of this attempt (recovery re-forms from them).
     pub(crate) args: InitArgs,
     pub(crate) attempt: String,
-    /// This rank's heartbeat and the questions of who stopped answering (None: a world of one).
-    pub(crate) liveness: Option<Liveness>,
+    /// Who is gone: this rank's liveness, the one dead list and interrupt, the verdict.
+    pub(crate) faults: Faults,
     /// Fresh key spaces of the meetings this runtime holds (health checks, resumes).
     pub(crate) key_spaces: KeySpaces,
     /// The backend, which makes the groups made after init (see [`crate::runtime::creation::member_groups`]).
@@ -78,26 +78,27 @@ impl Runtime {
         let space = self.key_spaces.next(&format!("barrier/{name}"));
         let what = format!("the barrier {}", crate::quote::quoted(name));
         let members = (0..self.env.world_size).collect();
-        let m = Meeting::new(self.base.as_ref(), &space, &what, members, self.env.rank, Deadline::after(within));
+        let m = Meeting::new(self.base.as_ref(), &space, &what, members, self.env.rank, Deadline::after(within))
+            .watching(self.faults.interrupt());
         m.barrier().map_err(|e| match e {
             MeetError::Store(e) => RuntimeError::Store(e),
-            MeetError::Missing(m) => RuntimeError::Comm(CommError::new(CommErrorKind::Timeout, m.to_string())),
+            MeetError::Missing(m) => {
+                let kind = if m.died.is_some() { CommErrorKind::PeerFailed } else { CommErrorKind::Timeout };
+                RuntimeError::Comm(CommError::new(kind, m.to_string()))
+            }
         })
     }
 
-    /// `e`, a failed collective, with the ranks that stopped answering named first (see
-    /// [`crate::runtime::liveness`]) when it timed out or lost a peer. The whole world is asked: a member
-    /// of the group may be alive but stuck on a rank of another group.
+    /// `e`, a failed collective, with the ranks gone named first (the verdict,
+    /// [`crate::runtime::faults`]) when it timed out or lost a peer. The whole world is asked: a
+    /// member of the group may be alive but stuck on a rank of another group.
     pub fn explain_collective(&self, e: CommError) -> CommError {
-        explain_with(self.liveness.as_ref(), &self.env, e)
+        self.faults.explain(e)
     }
 
-    /// After a recovery: `before[r]` is rank r's number before it (see
-    /// [`crate::runtime::liveness::Liveness::number_as_before`]).
+    /// After a recovery: `before[r]` is rank r's number before it.
     pub(crate) fn number_as_before(&self, before: Vec<u32>) {
-        if let Some(l) = &self.liveness {
-            l.number_as_before(before);
-        }
+        self.faults.number_as_before(before);
     }
 
     /// The default grid's layout.
@@ -149,6 +150,12 @@ impl Runtime {
     /// that twin.
     pub fn all_gather_group(&self, kind: GroupKind) -> Option<&LiveGroup> {
         self.groups.iter().find(|g| g.plan.is(&self.grids[0].tag, PlanKind::AllGatherTwin(kind)))
+    }
+
+    /// This rank's MindSpeed group of `kind` and `copy` (0 but for the hot-expert groups) in the
+    /// default grid, when initialized with MindSpeed's options that create it.
+    pub fn mindspeed_group(&self, kind: MindSpeedKind, copy: u32) -> Option<&LiveGroup> {
+        self.groups.iter().find(|g| g.plan.is(&self.grids[0].tag, PlanKind::MindSpeed(kind, copy)))
     }
 
     /// This initialization's view of the rendezvous store (keys under its attempt's prefix).

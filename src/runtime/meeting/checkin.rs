@@ -8,9 +8,12 @@
 //! multi-get.
 
 use super::keys;
-use super::meet::{did_not_come, Deadline, MeetError, Meeting};
+use super::meet::{MeetError, Meeting};
+use crate::runtime::faults::interrupt::Interrupt;
+use crate::runtime::faults::verdict::did_not_come;
 use crate::runtime::launch::host::format_ranks;
 use crate::store::{Store, StoreError};
+use crate::timeout::Deadline;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -21,8 +24,9 @@ const VERDICT_OK: &[u8] = b"ok";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckinError {
     /// These ranks never checked in within the timeout; `nodes` says which nodes they make up
-    /// (see [`crate::runtime::launch::host::nodes_of`]; empty when unknown).
-    Missing { ranks: Vec<u32>, waited: Duration, nodes: String },
+    /// (see [`crate::runtime::launch::host::nodes_of`]; empty when unknown). `died`: they are
+    /// known dead, worded by the verdict (the meeting watched the attempt's interrupt).
+    Missing { ranks: Vec<u32>, waited: Duration, nodes: String, died: Option<String> },
     /// Ranks were started with different configurations; the text names them and the values.
     Mismatch(String),
     /// This rank reached the store of another job (see `store_setup::JOB_KEY`); the text names
@@ -35,7 +39,10 @@ pub enum CheckinError {
 impl fmt::Display for CheckinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CheckinError::Missing { ranks, waited, nodes } => write!(
+            CheckinError::Missing { died: Some(died), waited, .. } => {
+                write!(f, "{died}; this rank had waited {:.1} s for it at {WHAT}", waited.as_secs_f64())
+            }
+            CheckinError::Missing { ranks, waited, nodes, died: None } => write!(
                 f,
                 "rendezvous timed out after {:.1} s: {} (not started, crashed, cannot reach MASTER_ADDR/MASTER_PORT, \
                  or pointed at another one)",
@@ -61,7 +68,9 @@ impl From<MeetError> for CheckinError {
         match e {
             MeetError::Store(e) => CheckinError::Store(e),
             // Check-in names missing ranks by node (see `missing`), not through this.
-            MeetError::Missing(m) => CheckinError::Missing { ranks: m.ranks, waited: m.waited, nodes: String::new() },
+            MeetError::Missing(m) => {
+                CheckinError::Missing { ranks: m.ranks, waited: m.waited, nodes: String::new(), died: m.died }
+            }
         }
     }
 }
@@ -120,15 +129,13 @@ fn mismatch_text(fingerprints: &[Vec<u8>], describe: &dyn Fn(&[u32]) -> String) 
     if by_value.is_empty() {
         return None;
     }
-    let mut text = String::from("ranks were started with different configurations:");
-    for (fp, ranks) in &by_value {
-        text.push_str(&format!(" rank(s) {} differ from rank 0 in {};", describe(ranks), differences(reference, fp)));
-    }
-    text.push_str(&format!(" rank 0 has '{}'", String::from_utf8_lossy(reference)));
-    for (fp, ranks) in by_value {
-        text.push_str(&format!("; rank(s) {} have '{}'", describe(&ranks), String::from_utf8_lossy(fp)));
-    }
-    Some(text)
+    // The differing settings only: the whole configurations (about 600 characters each) said
+    // nothing more and buried the difference.
+    let parts: Vec<String> = by_value
+        .iter()
+        .map(|(fp, ranks)| format!("rank(s) {} differ from rank 0 in {}", describe(ranks), differences(reference, fp)))
+        .collect();
+    Some(format!("ranks were started with different configurations: {}", parts.join("; ")))
 }
 
 /// The verdict on every rank's fingerprint (by rank), each set of ranks named as `describe`
@@ -151,7 +158,7 @@ pub fn check_in(
     fingerprint: &[u8],
     timeout: Duration,
 ) -> Result<(), CheckinError> {
-    check_in_from(store, rank, world_size, local_world_size, fingerprint, None, timeout)
+    check_in_from(store, rank, world_size, local_world_size, fingerprint, None, timeout, None)
 }
 
 /// [`check_in`], publishing this rank's `host` ([`crate::runtime::launch::host::publish`]) in the same request as
@@ -164,12 +171,17 @@ pub fn check_in_from(
     fingerprint: &[u8],
     host: Option<&crate::runtime::launch::host::HostInfo>,
     timeout: Duration,
+    interrupt: Option<&Interrupt>,
 ) -> Result<(), CheckinError> {
     let meeting = Meeting::new(store, keys::CHECKIN, WHAT, (0..world_size).collect(), rank, Deadline::after(timeout));
+    let meeting = match interrupt {
+        Some(i) => meeting.watching(i),
+        None => meeting,
+    };
     let missing = |m: &Meeting| {
         let ranks = m.missing();
         let nodes = crate::runtime::launch::host::nodes_of(&ranks, world_size, local_world_size);
-        CheckinError::Missing { ranks, waited: timeout.saturating_sub(m.deadline().left()), nodes }
+        CheckinError::Missing { ranks, waited: timeout.saturating_sub(m.deadline().left()), nodes, died: None }
     };
     match host.map(|h| crate::runtime::launch::host::entry(rank, h)) {
         Some((k, v)) => meeting.arrive_with(fingerprint, &[(k.as_str(), v.as_slice())])?,
@@ -177,6 +189,10 @@ pub fn check_in_from(
     }
     if rank == 0 {
         let (verdict, result) = match meeting.gather() {
+            Err(MeetError::Missing(m)) if m.died.is_some() => {
+                let err = CheckinError::from(MeetError::Missing(m));
+                (err.to_string().into_bytes(), Err(err))
+            }
             Err(MeetError::Missing(_)) => {
                 let err = missing(&meeting);
                 (err.to_string().into_bytes(), Err(err))
@@ -261,8 +277,11 @@ mod tests {
             run_world(&[Some("tp=2"), Some("tp=2"), Some("tp=4"), Some("tp=4"), Some("tp=8")], Duration::from_secs(10));
         for r in out.into_iter().flatten() {
             let e = r.unwrap_err().to_string();
-            assert!(e.contains("rank 0 has 'tp=2'"), "{e}");
-            assert!(e.contains("rank(s) 2-3 have 'tp=4'") && e.contains("rank(s) 4 have 'tp=8'"), "{e}");
+            assert_eq!(
+                e,
+                "ranks were started with different configurations: rank(s) 2-3 differ from rank 0 in tp: 2 -> 4; \
+                 rank(s) 4 differ from rank 0 in tp: 2 -> 8"
+            );
         }
     }
 

@@ -5,23 +5,24 @@
 //! are found the way the creation knows ([`Behind`]): at init, a progress mark below the step
 //! (`super::progress`); after init, no arrival in the creation's meeting (`super::meet`).
 //! A member that is behind may itself be alive, stuck at an earlier group that waits for a dead
-//! rank. So a rank whose creation fails records whom it blames (`blame/<rank>`, the one blame
+//! rank. So a rank whose creation fails records whom it blames (`alive/<rank>/blame`, the one blame
 //! record), and a failure that finds members behind waits briefly ([`RECORD_GRACE`]) for their
 //! records: a member with a record is reported as stuck, and the chain of records is followed to
 //! the ranks without one, which are blamed instead; only members without a record are said to
 //! have never arrived, in the one wording of [`did_not_come`]. A member that was merely fast
 //! (it reached the step or arrived during the grace) is read again after it and not named.
 //!
-//! Liveness (`crate::runtime::liveness`) keeps no record of its own: it reads and adds to the
+//! Liveness (`crate::runtime::faults::liveness`) keeps no record of its own: it reads and adds to the
 //! same record, and follows it with the same walker ([`follow`]), counting its ends its own way.
 //!
 //! The grace is a wait for the records of the living members behind: a peer's death does not end
 //! it, since the members failing with this rank fail of that death (see `liveness::guard`).
 
 use super::keys::blame as blame_key;
-use super::meet::{did_not_come, Meeting};
+use super::meet::Meeting;
 use super::progress::{self, Progress};
 use crate::backend::CommError;
+use crate::runtime::faults::verdict::did_not_come;
 use crate::runtime::launch::host::describe;
 use crate::store::Store;
 use std::collections::BTreeSet;
@@ -30,7 +31,7 @@ use std::time::Duration;
 /// How long a failing rank waits for the failure records of the members that are behind it:
 /// members stuck on the same dead rank fail within about this much of each other (they share
 /// one deadline). Short, since every wait must end within its deadline + 2 s, and naming the
-/// dead (`crate::runtime::liveness`) and leaving come after it.
+/// dead (`crate::runtime::faults::liveness`) and leaving come after it.
 pub const RECORD_GRACE: Duration = Duration::from_millis(400);
 
 /// The most members whose marks or records a failure reads (one store request each).
@@ -83,6 +84,9 @@ impl Waited<'_> {
 /// hosts and marks), and at init its progress, published before a failure is explained.
 pub struct Explainer<'a> {
     store: &'a dyn Store,
+    /// Where this rank writes its own record (its liveness connection: see
+    /// `crate::runtime::faults::Faults::records`).
+    records: &'a dyn Store,
     rank: u32,
     progress: Option<&'a Progress>,
 }
@@ -90,12 +94,23 @@ pub struct Explainer<'a> {
 impl<'a> Explainer<'a> {
     /// Explanations for `rank`, with the blame records in `store`.
     pub fn new(store: &'a dyn Store, rank: u32) -> Self {
-        Explainer { store, rank, progress: None }
+        Explainer { store, records: store, rank, progress: None }
+    }
+
+    /// The same, writing this rank's record in `records` (reading every record in the store).
+    pub fn recording_in(mut self, records: &'a dyn Store) -> Self {
+        self.records = records;
+        self
     }
 
     /// Explanations for the rank of `progress` (init), in its store.
     pub fn of(progress: &'a Progress) -> Self {
-        Explainer { store: progress.store(), rank: progress.rank(), progress: Some(progress) }
+        Explainer {
+            store: progress.store(),
+            records: progress.records(),
+            rank: progress.rank(),
+            progress: Some(progress),
+        }
     }
 
     /// `e`, a failure of a creation that waited for `w`, with who kept it named (see the module
@@ -149,14 +164,24 @@ impl<'a> Explainer<'a> {
         self.record(late.iter());
         let keys: Vec<String> = late.iter().map(|&m| blame_key(m)).collect();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        // Ends early when every late member (alive) has failed; else after the grace.
-        let _ = self.store.wait(&keys, RECORD_GRACE);
+        // Ends early when every late member (alive) has failed; else after the grace. A wait
+        // ended by a fault (a death elsewhere pulls the store's busy-abort lever) is taken up again:
+        // the living late members still record within the grace.
+        let end = std::time::Instant::now() + RECORD_GRACE;
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.store.wait(&keys, left.max(std::time::Duration::from_millis(1))) {
+                Err(crate::store::StoreError::Timeout { .. }) | Ok(()) => break,
+                Err(_) if !left.is_zero() => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Err(_) => break,
+            }
+        }
         w.behind(self.store, &late)
     }
 
     /// Record that this rank blames `ranks` (its blame record, for the ranks waiting for it).
     fn record<'r>(&self, ranks: impl Iterator<Item = &'r u32>) {
-        record(self.store, self.rank, ranks);
+        record(self.records, self.rank, ranks);
     }
 }
 
@@ -198,7 +223,7 @@ fn walk(store: &dyn Store, rank: u32, late: &[u32]) -> (Vec<u32>, Vec<u32>, Vec<
 }
 
 /// The one chain walker of the blame records, for every explanation (a failed creation here,
-/// the ranks that stopped answering in `crate::runtime::liveness`): from the ranks of `start`,
+/// the ranks that stopped answering in `crate::runtime::faults::liveness`): from the ranks of `start`,
 /// leaving out those of `seen`, each rank leads on to the ranks `next` gives (the ones its record
 /// blames, as the caller counts them), or ends the chain (`None`). Returns the ends and the
 /// ranks passed through, each sorted; at most `limit` ranks are looked at.

@@ -4,7 +4,7 @@
 //! All of them live under an initialization attempt's prefix (`store_setup::open_attempt`). A
 //! rendezvous ([`super::meet::Meeting`]) owns a *space*: its keys are `<space>/here/<rank>`,
 //! `<space>/count` and `<space>/done`, and nothing else writes there. The liveness keys
-//! (`alive/...`) are named by `crate::runtime::liveness`.
+//! (`alive/...`) are named by `crate::runtime::faults::liveness`.
 
 use crate::lock::Unpoisoned;
 use std::collections::HashMap;
@@ -58,11 +58,11 @@ pub fn host(rank: u32) -> String {
 pub fn progress(rank: u32) -> String {
     format!("progress/{rank}")
 }
-/// Where the blame records are: [`blame`] is this and the rank.
-pub const BLAME_PREFIX: &str = "blame/";
-/// The one blame record: the ranks `rank` waited for when it failed (`super::explain`).
+/// The one blame record: the ranks `rank` waited for when it failed (`super::explain`). It lives
+/// under the rank's claimed liveness counter (`alive/<rank>`), so that our store lets only the
+/// rank's own liveness connection write it, and a claim clears what others wrote there before.
 pub fn blame(rank: u32) -> String {
-    format!("{BLAME_PREFIX}{rank}")
+    format!("alive/{rank}/blame")
 }
 
 /// A meeting's arrival key for `rank` in `space`.

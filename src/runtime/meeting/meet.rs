@@ -4,10 +4,11 @@
 //! A member *arrives* (`<space>/here/<rank>`, with a payload), then either *gathers* every
 //! member's payload (one WAIT for all arrival keys, one multi-get) or meets at a *barrier* (an
 //! ADD on `<space>/count`; the arrival that completes the count sets `<space>/done`, which every
-//! member waits on). A wait parks in the store until the key is set: nothing polls. A wait also
-//! ends when a peer-death notice aborts the calls blocked on the store (`Liveness::on_peer_death`
-//! with the store's busy-aborter), and a meeting told who is dead ([`Meeting::watching`]) then
-//! ends at once when every member still missing is dead.
+//! member waits on). A wait parks in the store until the key is set. A meeting that watches the
+//! attempt's interrupt ([`Meeting::watching`]) fails at once, naming the dead as died, when a
+//! member it waits for is known dead; a fault (the interrupt's epoch moving: its levers end the
+//! parked wait while armed, or, disarmed, a [`WATCH_SLICE`] ends) makes it look again, and a wait
+//! for the living goes on.
 //!
 //! A meeting that fails explains itself once ([`Missing`]): the members that did not come, with
 //! their hosts, what they were waited for, and for how long, in the one wording of
@@ -15,52 +16,22 @@
 //!
 //! Store work per member: a gather costs one SET, one WAIT and one multi-get; a barrier one SET,
 //! one ADD and one WAIT; reading the end's value one more multi-get (a read after a wait never
-//! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs one CHECK per member.
+//! waits again: [`Store::multi_get_existing`]). Finding who is missing (failure paths only) costs
+//! one multi-get, whatever the number of members.
 
 use super::keys;
+use crate::runtime::faults::interrupt::{Cause, Interrupt};
+use crate::runtime::faults::verdict::{did_not_come, died};
 use crate::runtime::launch::host::describe;
 use crate::store::{Store, StoreError};
+use crate::timeout::Deadline;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// When a wait must be over: every step below bring-up gets what is left of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline {
-    at: Instant,
-}
-
-impl Deadline {
-    /// `d` from now (clamped to `timeout::NO_LIMIT`, so a long one never overflows).
-    pub fn after(d: Duration) -> Deadline {
-        Deadline { at: Instant::now() + crate::timeout::clamp(d) }
-    }
-
-    /// At `at`.
-    pub fn at(at: Instant) -> Deadline {
-        Deadline { at }
-    }
-
-    /// The instant.
-    pub fn instant(&self) -> Instant {
-        self.at
-    }
-
-    /// What is left (at least 1 ms, so a store wait is never told zero).
-    pub fn left(&self) -> Duration {
-        self.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
-    }
-
-    /// Whether it has passed.
-    pub fn passed(&self) -> bool {
-        Instant::now() >= self.at
-    }
-}
-
-/// The one wording of a rendezvous that some ranks did not come to: `who` (ranks with their
-/// hosts) and `what` they were waited for.
-pub fn did_not_come(who: &str, what: &str) -> String {
-    format!("rank(s) {who} did not come to {what}")
-}
+/// After init (the interrupt disarmed, so no lever ends a park), how long a watching meeting's
+/// wait parks before it looks at the dead list again: a death is named within this of its
+/// notice. One WAIT renewed per slice, only while the meeting waits for someone.
+const WATCH_SLICE: Duration = Duration::from_millis(250);
 
 /// Members that did not come to a meeting by its deadline (or that died on the way).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +44,19 @@ pub struct Missing {
     pub who: String,
     /// How long this rank waited.
     pub waited: Duration,
+    /// When the ranks are known dead (the meeting watched the interrupt): what killed them, worded
+    /// by the verdict ("rank(s) 5 ... died: ..."); the ranks are then a failure of theirs.
+    pub died: Option<String>,
 }
 
 impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64())
+        match &self.died {
+            Some(died) => {
+                write!(f, "{died}; this rank had waited {:.1} s for it at {}", self.waited.as_secs_f64(), self.what)
+            }
+            None => write!(f, "{} (waited {:.1} s)", did_not_come(&self.who, &self.what), self.waited.as_secs_f64()),
+        }
     }
 }
 
@@ -116,7 +95,7 @@ pub struct Meeting<'a> {
     rank: u32,
     deadline: Deadline,
     started: Instant,
-    dead: Option<&'a dyn Fn() -> Vec<u32>>,
+    interrupt: Option<&'a Interrupt>,
 }
 
 impl<'a> Meeting<'a> {
@@ -138,14 +117,22 @@ impl<'a> Meeting<'a> {
             rank,
             deadline,
             started: Instant::now(),
-            dead: None,
+            interrupt: None,
         }
     }
 
-    /// The same, but a wait ended by a peer-death notice ends the meeting when every member
-    /// still missing is among `dead()` (ranks known dead, a local question: no store request).
-    pub fn watching(mut self, dead: &'a dyn Fn() -> Vec<u32>) -> Meeting<'a> {
-        self.dead = Some(dead);
+    /// The meeting in `space` seen by one who takes no part and only ends it ([`Meeting::end`],
+    /// [`Meeting::decide`]): a recovery request ends the health check running and the store
+    /// host's wait for the others to leave. The `done` key is written nowhere but here.
+    pub fn from_outside(store: &'a dyn Store, space: &str) -> Meeting<'a> {
+        Meeting::new(store, space, "", Vec::new(), u32::MAX, Deadline::after(Duration::ZERO))
+    }
+
+    /// The same, watching the attempt's interrupt: a wait ends (failing as [`Missing`], the ranks
+    /// named as died) as soon as a member it waits for is known dead, whenever that became known:
+    /// before the meeting began too. A death of a rank it does not wait for ends nothing.
+    pub fn watching(mut self, interrupt: &'a Interrupt) -> Meeting<'a> {
+        self.interrupt = Some(interrupt);
         self
     }
 
@@ -162,14 +149,17 @@ impl<'a> Meeting<'a> {
         keys::done(&self.space)
     }
 
-    /// This rank is here, with `payload`.
+    /// This rank is here, with `payload` (never empty: an empty value reads as not arrived, see
+    /// [`Meeting::arrivals`]).
     pub fn arrive(&self, payload: &[u8]) -> Result<(), MeetError> {
+        debug_assert!(!payload.is_empty(), "an arrival's payload is empty");
         Ok(self.store.set(&self.here(self.rank), payload)?)
     }
 
     /// This rank is here, with `payload`, and `also` set in the same request (one MULTI_SET):
     /// what the others may need to read about this rank, e.g. its host.
     pub fn arrive_with(&self, payload: &[u8], also: &[(&str, &[u8])]) -> Result<(), MeetError> {
+        debug_assert!(!payload.is_empty(), "an arrival's payload is empty");
         let here = self.here(self.rank);
         let items: Vec<(&str, &[u8])> = [(here.as_str(), payload)].into_iter().chain(also.iter().copied()).collect();
         Ok(self.store.multi_set(&items)?)
@@ -201,6 +191,26 @@ impl<'a> Meeting<'a> {
             return Ok(false);
         }
         self.count_one()
+    }
+
+    /// Count those of `ranks` (members that will never come: dead, or missing from the start) that
+    /// have not arrived as arrived with `b"gone"`: three requests, whatever their number (a read of
+    /// who is here, one MULTI_SET of the marks, one ADD). A rank that arrives itself between the
+    /// read and the marks is counted twice (the meeting ends one arrival early); one rank at a
+    /// time, [`Meeting::arrive_counted_as`] counts exactly.
+    pub fn count_gone(&self, ranks: &[u32]) -> Result<(), MeetError> {
+        let absent = self.absent(ranks);
+        if absent.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = absent.iter().map(|&r| self.here(r)).collect();
+        let items: Vec<(&str, &[u8])> = keys.iter().map(|k| (k.as_str(), &b"gone"[..])).collect();
+        self.store.multi_set(&items)?;
+        let n = self.store.add(&keys::count(&self.space), absent.len() as i64)?;
+        if n >= self.members.len() as i64 {
+            self.decide(b"1")?;
+        }
+        Ok(())
     }
 
     /// Count one more arrival; whether this completed the count. The completing arrival ends the
@@ -246,53 +256,89 @@ impl<'a> Meeting<'a> {
         Ok(self.store.compare_set(&self.done_key(), b"", value)?)
     }
 
-    /// Every member's payload if it has arrived, without waiting (two requests per member that
-    /// arrived, one per member that did not).
+    /// Every member's payload if it has arrived, without waiting.
     pub fn arrivals(&self) -> Result<Vec<Option<Vec<u8>>>, MeetError> {
-        let mut out = Vec::with_capacity(self.members.len());
-        for &r in &self.members {
-            let key = self.here(r);
-            out.push(if self.store.check(&[key.as_str()])? { Some(self.store.get(&key)?) } else { None });
+        self.arrivals_of(&self.members)
+    }
+
+    /// The payloads of `ranks` (members) that have arrived, without waiting: one request, whatever
+    /// their number (a failure path at 100K ranks reads them within its deadline's bound). An
+    /// arrival's payload is never empty ([`Meeting::arrive`]): empty reads as not arrived.
+    fn arrivals_of(&self, ranks: &[u32]) -> Result<Vec<Option<Vec<u8>>>, MeetError> {
+        if ranks.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        let keys: Vec<String> = ranks.iter().map(|&r| self.here(r)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let got = self.store.multi_get_existing(&refs)?;
+        Ok(got.into_iter().map(|v| (!v.is_empty()).then_some(v)).collect())
     }
 
     /// Wait (parked in the store) until `keys` exist: true, or false once `deadline` passed.
-    /// A store failure ends it; so does a peer-death notice when every member still missing is
-    /// dead (see [`Meeting::watching`]).
+    /// A store failure ends it; so does a member it waits for known dead (see
+    /// [`Meeting::watching`]).
     fn await_keys(&self, keys: &[&str], deadline: Deadline) -> Result<bool, MeetError> {
-        // Each turn ends on an event: the keys set, the deadline, or a peer-death abort; a wait
-        // is taken up again after an abort only while deaths account for the aborts.
-        let mut aborts = 0;
         loop {
-            match self.store.wait(keys, deadline.left()) {
+            let epoch = self.interrupt.map(Interrupt::epoch);
+            if let Some(e) = self.dead_missing() {
+                return Err(e);
+            }
+            // Armed, a death ends the park (the store's busy-abort lever); disarmed (after init),
+            // nothing does: park in slices and look at the dead list between them.
+            let slice = match self.interrupt {
+                Some(i) if !i.armed() => deadline.left().min(WATCH_SLICE),
+                _ => deadline.left(),
+            };
+            match self.store.wait(keys, slice) {
                 Ok(()) => return Ok(true),
                 Err(StoreError::Timeout { .. }) if deadline.passed() => return Ok(false),
                 Err(StoreError::Timeout { .. }) => {}
-                Err(e) => {
-                    let dead = self.dead.map(|d| d()).unwrap_or_default();
-                    aborts += 1;
-                    if dead.is_empty() || aborts > dead.len() + 1 {
-                        return Err(e.into());
-                    }
-                    let missing = self.missing();
-                    if !missing.is_empty() && missing.iter().all(|r| dead.contains(r)) {
-                        return Err(self.missing_error_of(missing));
-                    }
-                }
+                // Ended by a fault (the epoch moved): look again; a wait for the living goes on.
+                Err(_) if self.interrupt.map(Interrupt::epoch) != epoch => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
 
-    /// The members that have not arrived (one CHECK each; failure paths only).
+    /// The members still missing that are known dead, as this meeting's failure (a local look at
+    /// the dead list, then one read of the dead members' arrivals).
+    fn dead_missing(&self) -> Option<MeetError> {
+        let i = self.interrupt?;
+        let dead = i.dead_among(&self.members);
+        if dead.is_empty() {
+            return None;
+        }
+        let gone = self.absent(&dead);
+        if gone.is_empty() {
+            return None;
+        }
+        let mut m = self.explain(gone.clone());
+        let mut parts: Vec<(Cause, Vec<u32>)> = Vec::new();
+        for r in gone {
+            let cause = i.death(r).map(|d| d.cause).unwrap_or(Cause::ConnectionClosed);
+            match parts.iter_mut().find(|(c, _)| *c == cause) {
+                Some((_, rs)) => rs.push(r),
+                None => parts.push((cause, vec![r])),
+            }
+        }
+        let hosts =
+            |r: u32| i.death(r).and_then(|d| d.host).or_else(|| crate::runtime::launch::host::label_of(self.store, r));
+        let words: Vec<String> =
+            parts.iter().map(|(c, rs)| died(&crate::runtime::launch::host::describe_by(rs, &hosts), c)).collect();
+        m.died = Some(words.join("; "));
+        Some(MeetError::Missing(m))
+    }
+
+    /// The members that have not arrived (one request; failure paths only).
     pub fn missing(&self) -> Vec<u32> {
         self.absent(&self.members)
     }
 
-    /// Those of `ranks` that have not arrived, ascending (one CHECK each; failure paths only).
+    /// Those of `ranks` that have not arrived, ascending (one request; failure paths only; all of
+    /// them when the store fails).
     pub fn absent(&self, ranks: &[u32]) -> Vec<u32> {
-        let mut out: Vec<u32> =
-            ranks.iter().copied().filter(|&r| !self.store.check(&[self.here(r).as_str()]).unwrap_or(false)).collect();
+        let arrived = self.arrivals_of(ranks).unwrap_or_else(|_| vec![None; ranks.len()]);
+        let mut out: Vec<u32> = ranks.iter().zip(arrived).filter(|(_, a)| a.is_none()).map(|(&r, _)| r).collect();
         out.sort_unstable();
         out
     }
@@ -309,7 +355,7 @@ impl<'a> Meeting<'a> {
     /// `ranks` as the members this meeting is missing.
     pub fn explain(&self, ranks: Vec<u32>) -> Missing {
         let who = describe(self.store, &ranks);
-        Missing { what: self.what.clone(), ranks, who, waited: self.started.elapsed() }
+        Missing { what: self.what.clone(), ranks, who, waited: self.started.elapsed(), died: None }
     }
 }
 
@@ -396,5 +442,78 @@ mod tests {
         let late = Meeting::new(&store, "l", "leaving", vec![0, 1], 1, Deadline::after(Duration::from_secs(5)));
         assert!(!late.arrive_counted().unwrap());
         assert_eq!(store.get("l/count").unwrap(), b"2");
+    }
+
+    #[test]
+    fn a_watching_meeting_fails_at_once_for_a_dead_member_and_waits_on_for_the_living() {
+        use crate::runtime::faults::interrupt::{Cause, Death};
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(5)));
+        let interrupt = Interrupt::new();
+        let closed = || Death { cause: Cause::ConnectionClosed, host: Some("'n1' (10.0.0.2)".into()) };
+        // Rank 3 is no member: its death ends nothing; rank 1 comes late and is waited for.
+        interrupt.died([(3, closed())]);
+        let late = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                store.set("m/here/1", b"1").unwrap();
+            })
+        };
+        let m =
+            Meeting::new(store.as_ref(), "m", "the meeting", vec![0, 1], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        m.arrive(b"0").unwrap();
+        assert_eq!(m.gather().unwrap().len(), 2, "a death of a rank it does not wait for ends nothing");
+        late.join().unwrap();
+        // Rank 2 died before the meeting began: it fails at once, naming it as died.
+        interrupt.died([(2, closed())]);
+        let m =
+            Meeting::new(store.as_ref(), "n", "the meeting", vec![0, 2], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        m.arrive(b"0").unwrap();
+        let t = Instant::now();
+        let MeetError::Missing(missing) = m.gather().unwrap_err() else { panic!("not a missing member") };
+        assert!(t.elapsed() < Duration::from_secs(1), "waited {:?}", t.elapsed());
+        assert_eq!(missing.ranks, [2]);
+        let text = missing.to_string();
+        assert!(text.starts_with("rank(s) 2 on host 'n1' (10.0.0.2) died: its connection"), "{text}");
+        // Dying during the wait (disarmed: the meeting looks again between slices).
+        let m =
+            Meeting::new(store.as_ref(), "o", "the meeting", vec![0, 4], 0, Deadline::after(Duration::from_secs(5)))
+                .watching(&interrupt);
+        let dies = {
+            let i = interrupt.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                i.died([(4, Death { cause: Cause::Launcher("aborted by signal 9".into()), host: None })]);
+            })
+        };
+        let t = Instant::now();
+        let text = m.gather().unwrap_err().to_string();
+        dies.join().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "waited {:?}", t.elapsed());
+        assert!(text.starts_with("rank(s) 4 died: the launcher reported it (aborted by signal 9)"), "{text}");
+    }
+
+    /// Ranks that never come, counted together (a read, one MULTI_SET, one ADD): one that arrived
+    /// first is not counted again, the count ends the meeting, and a rank counted as gone that
+    /// arrives after all is not counted twice. Who is missing is read without waiting for the
+    /// absent ones' keys (the store's timeout is 5 s).
+    #[test]
+    fn ranks_that_never_come_are_counted_together_once() {
+        let store = MemoryStore::new(Duration::from_secs(5));
+        let m = |r| Meeting::new(&store, "l", "leaving", vec![0, 1, 2, 3], r, Deadline::after(Duration::from_secs(5)));
+        assert!(!m(1).arrive_counted().unwrap());
+        assert!(!m(0).arrive_counted().unwrap());
+        let start = Instant::now();
+        assert_eq!(m(0).missing(), [2, 3]);
+        assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+        m(0).count_gone(&[1, 2, 3]).unwrap();
+        assert_eq!(store.get("l/count").unwrap(), b"4");
+        assert_eq!(m(0).await_end().unwrap(), b"1");
+        let (one, gone) = (Some(b"1".to_vec()), Some(b"gone".to_vec()));
+        assert_eq!(m(0).arrivals().unwrap(), [one.clone(), one, gone.clone(), gone]);
+        assert!(!m(3).arrive_counted().unwrap());
+        assert_eq!(store.get("l/count").unwrap(), b"4");
     }
 }

@@ -1,6 +1,5 @@
 //! The one rendezvous (`Meeting`), the store's key families, and the meetings before communicators exist: check-in, progress marks, blame.
 
-pub(crate) mod blame;
 pub mod checkin;
 pub(crate) mod explain;
 pub(crate) mod keys;

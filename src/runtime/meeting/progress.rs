@@ -55,6 +55,8 @@ struct Note {
 /// published when a step lasts, when the creation fails, and once at its end.
 pub struct Progress {
     store: Arc<dyn Store>,
+    /// Where this rank's blame record is written (see `super::explain::Explainer::recording_in`).
+    records: Arc<dyn Store>,
     rank: u32,
     note: Arc<(Mutex<Note>, Condvar)>,
     publisher: Option<std::thread::JoinHandle<()>>,
@@ -69,7 +71,18 @@ impl Progress {
             .name("mcore-progress".into())
             .spawn(move || publish_lasting(s.as_ref(), rank, &n))
             .ok();
-        Progress { store, rank, note, publisher }
+        Progress { records: store.clone(), store, rank, note, publisher }
+    }
+
+    /// The same, this rank's blame record written in `records`.
+    pub fn recording_in(mut self, records: Arc<dyn Store>) -> Progress {
+        self.records = records;
+        self
+    }
+
+    /// Where this rank's blame record is written.
+    pub fn records(&self) -> &dyn Store {
+        self.records.as_ref()
     }
 
     /// The store the marks are published in.

@@ -22,6 +22,30 @@ pub fn free_port() -> std::io::Result<u16> {
     pick(std::env::var(PORT_RANGE_VAR).ok().as_deref())
 }
 
+/// Whether this process itself listens on TCP `port` (any address): a listening socket of
+/// /proc/net/tcp or /proc/net/tcp6 on that port is one of /proc/self/fd's (torch's `env://`
+/// store made in the same process holds MASTER_PORT so). `false` when /proc cannot tell.
+pub fn listened_on_by_this_process(port: u16) -> bool {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|table| table.lines().skip(1).filter_map(|l| listening_inode(l, port)).collect::<Vec<_>>())
+        .collect();
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return false };
+    !inodes.is_empty()
+        && fds.flatten().filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|inode| target == format!("socket:[{inode}]").as_str())
+        })
+}
+
+/// The inode of a /proc/net/tcp line's socket when it listens (state `0A`) on `port`.
+fn listening_inode(line: &str, port: u16) -> Option<String> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let local = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
+    (local == port && *fields.get(3)? == "0A").then(|| fields.get(9).map(|s| s.to_string()))?
+}
+
 fn pick(spec: Option<&str>) -> std::io::Result<u16> {
     let Some(spec) = spec.filter(|s| !s.trim().is_empty()) else {
         return Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
@@ -63,6 +87,23 @@ fn ephemeral_range() -> Option<(u16, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_this_process_listens_on_is_told_from_a_free_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listened_on_by_this_process(port));
+        drop(listener);
+        assert!(!listened_on_by_this_process(port));
+        assert_eq!(
+            listening_inode(
+                "   1: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 4242 1",
+                8080
+            ),
+            Some("4242".into())
+        );
+        assert_eq!(listening_inode("   1: 0100007F:1F90 0100007F:9C40 01 0 0 0 0 0 4243 1", 8080), None);
+    }
 
     #[test]
     fn picks_in_the_range_outside_the_ephemeral_one_and_names_a_bad_range() {

@@ -11,6 +11,6 @@ pub mod wire;
 
 pub use auth::StoreToken;
 pub use client::TcpStore;
-pub use free_port::{free_port, PORT_RANGE_VAR};
+pub use free_port::{free_port, listened_on_by_this_process, PORT_RANGE_VAR};
 pub use pool::TcpStorePool;
 pub use server::{ServerLimits, TcpStoreServer};

@@ -38,7 +38,7 @@ pub enum Query {
     ListKeys = 17,
     Barrier = 18,
     /// Not torch's: this project's extensions (0x80 and up), sent only to our own server (torch's
-    /// closes the connection on them); see `runtime::liveness` and docs/wire-protocol.md.
+    /// closes the connection on them); see `runtime::faults::liveness` and docs/wire-protocol.md.
     /// `key, value` (value unused, sent empty): when this connection closes from the client's
     /// side (the process exited or was killed) while it holds its [`Query::Claim`], the server
     /// raises a notice on `key` naming the claimed key (see [`Query::Notice`]); an empty key

@@ -5,7 +5,7 @@ use super::cuda::{DeviceBuffer, Stream};
 use super::{as_fn, c_text, DynLib};
 use crate::backend::nccl::config::{ConfigStruct, RawConfig};
 use crate::backend::nccl::error::NcclError;
-use crate::backend::nccl::search::{Candidate, LibrarySearch};
+use crate::backend::nccl::search::{Candidate, LibrarySearch, NCCL_SONAME};
 use crate::backend::nccl::unique_id::NcclUniqueId;
 use crate::backend::nccl::version::{Feature, NcclVersion};
 use cudarc::nccl::sys;
@@ -62,6 +62,16 @@ type VoidFn = unsafe extern "C" fn() -> c_int;
 type CommIntFn = unsafe extern "C" fn(sys::ncclComm_t, *mut c_int) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type LastErrorFn = unsafe extern "C" fn(sys::ncclComm_t) -> *const c_char;
+/// `ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)`.
+type BroadcastFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    sys::ncclDataType_t,
+    c_int,
+    sys::ncclComm_t,
+    sys::cudaStream_t,
+) -> c_int;
 type AllReduceFn = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -97,6 +107,7 @@ struct Fns {
     set_encryption: Option<SetEncryptionFn>,
     param_keys: Option<ParamKeysFn>,
     param_get: Option<ParamGetFn>,
+    broadcast: Option<BroadcastFn>,
 }
 
 /// `ncclEncryptionConfig_t` of NCCL 2.32.3 (`size`, `magic`, `version` as its initializer sets
@@ -155,6 +166,8 @@ pub struct NcclLibrary {
     lib: DynLib,
     fns: Fns,
     version: NcclVersion,
+    /// Whether the process had the library loaded before this loader bound it.
+    shared: bool,
     /// [`NcclLibrary::built_without_tls`], once asked.
     no_tls: OnceCell<bool>,
 }
@@ -256,24 +269,56 @@ impl NcclLibrary {
         GLOBAL.get_or_try_init(|| Self::load(&LibrarySearch::from_env())).copied()
     }
 
-    /// Load from the given candidates: the first file that opens is used; a file that opens but
-    /// lacks a required symbol is an error (not skipped). The result lives for the process.
+    /// Load from the given candidates. One NCCL per process: unless the search is explicit
+    /// (`MCORE_NCCL_LIBRARY`, which wins), a `libnccl.so.2` the process has loaded already (torch,
+    /// CuPy, vLLM, a ctypes load) is bound by its soname without loading anything; else the first
+    /// candidate that opens is used. A file that opens but lacks a required symbol is an error
+    /// (not skipped). The result lives for the process; [`NcclLibrary::shared`] says whether it
+    /// was loaded before.
     pub fn load(search: &LibrarySearch) -> Result<&'static NcclLibrary, NcclError> {
         let mut tried = Vec::new();
         let global = search.global_symbols;
-        if let Some(lib) = Self::first_that_opens(&search.candidates, global, &mut tried) {
-            return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+        let leak = |l: NcclLibrary| &*Box::leak(Box::new(l));
+        // Looked for before anything is opened: afterwards our own copy would answer too.
+        let loaded = DynLib::open_loaded(NCCL_SONAME, global);
+        if !search.explicit {
+            if let Some(lib) = loaded {
+                return Self::from_lib(lib, true).map(leak);
+            }
+        }
+        if let Some((lib, shared)) = Self::first_that_opens(&search.candidates, global, &mut tried) {
+            let other = loaded.and_then(|l| l.file_of("ncclGetVersion"));
+            let ours = lib.file_of("ncclGetVersion");
+            if let (Some(other), false) = (other, shared) {
+                if Some(&other) != ours.as_ref() {
+                    crate::backend::nccl::config::warn_once_for(
+                        "two NCCLs".into(),
+                        format!(
+                            "MCORE_NCCL_LIBRARY={} loads a second NCCL into a process that has {} loaded already: a \
+                             communicator of one must never be handed to code that calls the other",
+                            lib.path,
+                            other.display()
+                        ),
+                    );
+                }
+            }
+            return Self::from_lib(lib, shared).map(leak);
         }
         if search.ask_python {
             let more = search.python_candidates();
-            if let Some(lib) = Self::first_that_opens(&more, global, &mut tried) {
-                return Self::from_lib(lib).map(|l| &*Box::leak(Box::new(l)));
+            if let Some((lib, shared)) = Self::first_that_opens(&more, global, &mut tried) {
+                return Self::from_lib(lib, shared).map(leak);
             }
         }
         Err(NcclError::LibraryNotFound { library: "NCCL (libnccl.so.2)".into(), tried, hint: search.hint() })
     }
 
-    fn first_that_opens(candidates: &[Candidate], global: bool, tried: &mut Vec<(String, String)>) -> Option<DynLib> {
+    /// The first candidate that opens, and whether the process had it loaded already.
+    fn first_that_opens(
+        candidates: &[Candidate],
+        global: bool,
+        tried: &mut Vec<(String, String)>,
+    ) -> Option<(DynLib, bool)> {
         for cand in candidates {
             let shown = cand.display();
             if let Candidate::Path(p) = cand {
@@ -282,19 +327,23 @@ impl NcclLibrary {
                     continue;
                 }
             }
+            if let Some(lib) = DynLib::open_loaded(&shown, global) {
+                return Some((lib, true));
+            }
             let opened = if global { DynLib::open_global(&shown) } else { DynLib::open(&shown) };
             match opened {
-                Ok(lib) => return Some(lib),
+                Ok(lib) => return Some((lib, false)),
                 Err(why) => tried.push((shown, why)),
             }
         }
         None
     }
 
-    fn from_lib(lib: DynLib) -> Result<NcclLibrary, NcclError> {
+    fn from_lib(lib: DynLib, shared: bool) -> Result<NcclLibrary, NcclError> {
         let fns = match Self::resolve(&lib) {
             Ok(f) => f,
             Err(e) => {
+                // Closing drops only our reference: a library loaded before stays loaded.
                 lib.close();
                 return Err(e);
             }
@@ -316,7 +365,7 @@ impl NcclLibrary {
                 found: version.to_string(),
             });
         }
-        Ok(NcclLibrary { lib, fns, version, no_tls: OnceCell::new() })
+        Ok(NcclLibrary { lib, fns, version, shared, no_tls: OnceCell::new() })
     }
 
     fn resolve(lib: &DynLib) -> Result<Fns, NcclError> {
@@ -344,6 +393,7 @@ impl NcclLibrary {
             set_encryption: optional(lib, "ncclSetEncryption"),
             param_keys: optional(lib, "ncclParamGetAllParameterKeys"),
             param_get: optional(lib, "ncclParamGetParameter"),
+            broadcast: optional(lib, "ncclBroadcast"),
         })
     }
 
@@ -361,6 +411,17 @@ impl NcclLibrary {
     /// The file (or loader name) that was opened.
     pub fn path(&self) -> &str {
         &self.lib.path
+    }
+
+    /// The file the library was loaded from (`dladdr`), else what was opened.
+    pub fn file(&self) -> String {
+        self.lib.file_of("ncclGetVersion").map_or_else(|| self.lib.path.clone(), |p| p.display().to_string())
+    }
+
+    /// Whether the process had this library loaded before the loader bound it (another user of
+    /// NCCL in the process loaded it first): a `ncclComm_t` may then pass between them.
+    pub fn shared(&self) -> bool {
+        self.shared
     }
 
     /// Fail unless the loaded version has `feature`; also checks that its symbol is present.
@@ -485,7 +546,7 @@ impl NcclLibrary {
                 "{NO_TLS} (NCCL {} at {}, which carries NCCL's own message \"{}\"): with a pre-shared key every NCCL \
                  connection would fail. {NO_TLS_FIX}",
                 self.version,
-                self.lib.file_of("ncclGetVersion").map_or_else(|| self.lib.path.clone(), |p| p.display().to_string()),
+                self.file(),
                 String::from_utf8_lossy(NO_TLS_MARKER),
             )));
         }
@@ -694,34 +755,94 @@ impl NcclLibrary {
         Ok((n, r))
     }
 
-    /// In-place `ncclAllReduce(sum, int64)` of `count` values in `buf` on `stream` (enqueued only).
-    pub fn all_reduce_sum_i64(
+    /// In-place `ncclAllReduce(sum)` of `count` values of `dtype` in `buf` on `stream`
+    /// (enqueued only).
+    pub fn all_reduce_sum(
         &self,
         comm: &RawComm,
         buf: &DeviceBuffer,
         count: usize,
+        dtype: DataType,
         stream: &Stream,
     ) -> Result<c_int, NcclError> {
-        if count * 8 > buf.bytes() {
-            return Err(NcclError::invalid(format!(
-                "{count} int64 values do not fit a {}-byte device buffer",
-                buf.bytes()
-            )));
-        }
+        fits(buf, count, dtype)?;
         let p = buf.device_ptr() as *mut c_void;
-        // SAFETY: `buf` holds `count` int64 values on the communicator's device; `stream` is live.
+        // SAFETY: `buf` holds `count` values of `dtype` on the communicator's device; `stream` is live.
         Ok(unsafe {
             (self.fns.all_reduce)(
                 p,
                 p,
                 count,
-                sys::ncclDataType_t::ncclInt64,
+                dtype.sys(),
                 sys::ncclRedOp_t::ncclSum,
                 comm.0.as_ptr(),
                 stream.raw().cast(),
             )
         })
     }
+
+    /// In-place `ncclBroadcast` of `count` values of `dtype` in `buf` from `root` on `stream`
+    /// (enqueued only).
+    pub fn broadcast(
+        &self,
+        comm: &RawComm,
+        buf: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        root: c_int,
+        stream: &Stream,
+    ) -> Result<c_int, NcclError> {
+        fits(buf, count, dtype)?;
+        let f = self.fns.broadcast.ok_or_else(|| NcclError::MissingSymbol {
+            library: format!("NCCL {}", self.version),
+            path: self.lib.path.clone(),
+            symbol: "ncclBroadcast".into(),
+            detail: "not exported".into(),
+        })?;
+        let p = buf.device_ptr() as *mut c_void;
+        // SAFETY: as in `all_reduce_sum`; `root` is checked by NCCL.
+        Ok(unsafe { f(p, p, count, dtype.sys(), root, comm.0.as_ptr(), stream.raw().cast()) })
+    }
+}
+
+/// The NCCL data types this crate moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    /// `ncclUint8`: bytes.
+    Uint8,
+    /// `ncclInt64`.
+    Int64,
+    /// `ncclFloat32` (vLLM's warm-up all-reduce).
+    Float32,
+}
+
+impl DataType {
+    fn sys(self) -> sys::ncclDataType_t {
+        match self {
+            DataType::Uint8 => sys::ncclDataType_t::ncclUint8,
+            DataType::Int64 => sys::ncclDataType_t::ncclInt64,
+            DataType::Float32 => sys::ncclDataType_t::ncclFloat32,
+        }
+    }
+
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::Uint8 => 1,
+            DataType::Int64 => 8,
+            DataType::Float32 => 4,
+        }
+    }
+}
+
+fn fits(buf: &DeviceBuffer, count: usize, dtype: DataType) -> Result<(), NcclError> {
+    if count.checked_mul(dtype.size()).map_or(true, |b| b > buf.bytes()) {
+        return Err(NcclError::invalid(format!(
+            "{count} values of {dtype:?} do not fit a {}-byte device buffer",
+            buf.bytes()
+        )));
+    }
+    Ok(())
 }
 
 /// NCCL's name for a result code (cudarc's `ncclResult_t` variants).

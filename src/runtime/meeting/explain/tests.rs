@@ -5,9 +5,9 @@ use super::*;
 use crate::backend::{CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
 use crate::runtime::launch::host::{publish, HostInfo};
 use crate::runtime::meeting::keys;
-use crate::runtime::meeting::meet::Deadline;
 use crate::runtime::meeting::progress::mark;
 use crate::store::MemoryStore;
+use crate::timeout::Deadline;
 use std::sync::Arc;
 
 fn host(name: &str, addr: &str) -> HostInfo {

@@ -7,9 +7,10 @@
 //!   moves it to the new connection (its rank reconnected); another secret is refused, naming the
 //!   holder's address. Claims outlive their connections (so that a dead rank's counter cannot be
 //!   taken over) and are bounded by the memory budget like data.
-//! - Only the connection holding a claim writes its key: SET, COMPARE_SET, ADD (but ADD 0, a
-//!   read), APPEND, MULTI_SET, DELETE_KEY or BARRIER of it from another connection is refused
-//!   (that connection is closed).
+//! - Only the connection holding a claim writes its key and the keys under it (`<key>/...`: the
+//!   rank's blame record): SET, COMPARE_SET, ADD (but ADD 0, a read), APPEND, MULTI_SET,
+//!   DELETE_KEY or BARRIER of one from another connection is refused (that connection is closed).
+//!   The first claim of a key also deletes what was written under it before (nobody owned it).
 //! - Notices: ON_CLOSE `key` (a key ending `/alive/events`) by a connection holding a claim
 //!   arms one; when the connection closes from the client's side (its process exited or was
 //!   killed) while it still holds its claim, the server raises it. NOTICE `key` raises one now,
@@ -19,7 +20,7 @@
 //!   connection raised it.
 
 use super::event_loop::EventLoop;
-use super::state::{lossy, Claim};
+use super::state::{is_counter, lossy, Claim};
 use super::Next;
 use crate::lock::Unpoisoned;
 use crate::store::tcp::wire::{self, Request};
@@ -29,13 +30,6 @@ const MAX_SECRET: usize = 64;
 /// Bytes charged to the memory budget per claim besides its key and secret.
 const CLAIM_COST: u64 = 96;
 
-/// Whether `key` ends `/alive/<digits>`.
-fn is_counter(key: &[u8]) -> bool {
-    let Some(at) = key.iter().rposition(|b| *b == b'/') else { return false };
-    let digits = &key[at + 1..];
-    !digits.is_empty() && digits.len() <= 10 && digits.iter().all(u8::is_ascii_digit) && key[..at].ends_with(b"/alive")
-}
-
 /// Whether `key` ends `/alive/events`.
 fn is_notice_key(key: &[u8]) -> bool {
     key.ends_with(b"/alive/events")
@@ -43,13 +37,10 @@ fn is_notice_key(key: &[u8]) -> bool {
 
 impl EventLoop {
     /// Why request `req` of connection `i` is refused for a key it may not write, if it is.
-    pub(super) fn claim_refusal(&self, i: usize, req: &Request<'_>) -> Option<String> {
-        let claims = &self.state.claims;
-        if claims.held.is_empty() && claims.notice_keys.is_empty() {
-            return None;
-        }
+    pub(super) fn claim_refusal(&mut self, i: usize, req: &Request<'_>) -> Option<String> {
         let serial = self.conns.get(i).and_then(Option::as_ref)?.serial;
-        let one = |k: &[u8]| claims.write_refusal(serial, k);
+        let claims = &mut self.state.claims;
+        let mut one = |k: &[u8]| claims.write_refusal(serial, k);
         match req {
             Request::Set(k, _) | Request::CompareSet(k, ..) | Request::Append(k, _) | Request::DeleteKey(k) => one(k),
             Request::Barrier(k, _) => one(k),
@@ -101,6 +92,11 @@ impl EventLoop {
                     return Next::Close(why);
                 }
                 self.state.remove(key);
+                // What others wrote under it before anyone owned it goes too.
+                for k in self.state.claims.unowned.remove(key).unwrap_or_default() {
+                    self.state.claims.bytes = self.state.claims.bytes.saturating_sub((key.len() + k.len()) as u64 + 48);
+                    self.state.remove(&k);
+                }
                 self.state.claims.bytes += cost;
                 self.state.claims.held.insert(key.to_vec(), Claim { secret: secret.to_vec(), serial, peer });
             }

@@ -94,6 +94,9 @@ pub(super) struct Claim {
 pub(super) struct Claims {
     pub(super) held: HashMap<Vec<u8>, Claim>,
     pub(super) notice_keys: HashSet<Vec<u8>>,
+    /// Keys written under a liveness counter nobody has claimed yet (`<counter>/...`), by
+    /// counter: its first claim deletes them (whoever wrote them did not own it).
+    pub(super) unowned: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     /// Bytes charged for them.
     pub(super) bytes: u64,
 }
@@ -108,19 +111,45 @@ impl Claims {
         self.notice_keys.contains(key) || parent.is_some_and(|p| self.notice_keys.contains(p))
     }
 
-    /// Whether connection `serial` may write `key`; why not otherwise.
-    pub(super) fn write_refusal(&self, serial: u64, key: &[u8]) -> Option<String> {
+    /// Whether connection `serial` may write `key`; why not otherwise. A claim owns its counter
+    /// and the keys under it (`<counter>/...`, the rank's blame record); a write under a counter
+    /// nobody claimed yet is noted, for the first claim to delete.
+    pub(super) fn write_refusal(&mut self, serial: u64, key: &[u8]) -> Option<String> {
         if self.is_notice(key) {
             return Some(format!("a write to '{}', a liveness notice only the server writes", lossy(key)));
         }
-        let c = self.held.get(key).filter(|c| c.serial != serial)?;
-        Some(format!("a write to '{}', the liveness counter of the connection of {}", lossy(key), c.peer))
+        if let Some(c) = self.held.get(key) {
+            let peer = (c.serial != serial).then_some(c.peer)?;
+            return Some(format!("a write to '{}', the liveness counter of the connection of {peer}", lossy(key)));
+        }
+        let parent = key.iter().rposition(|b| *b == b'/').map(|at| &key[..at]).filter(|p| is_counter(p))?;
+        match self.held.get(parent) {
+            Some(c) if c.serial != serial => {
+                Some(format!("a write to '{}', under the liveness counter of the connection of {}", lossy(key), c.peer))
+            }
+            Some(_) => None,
+            None => {
+                let under = self.unowned.entry(parent.to_vec()).or_default();
+                if !under.iter().any(|k| k == key) {
+                    self.bytes += (parent.len() + key.len()) as u64 + 48;
+                    under.push(key.to_vec());
+                }
+                None
+            }
+        }
     }
 
     /// Whether connection `serial` still holds the claim on `key`.
     pub(super) fn holds(&self, key: &[u8], serial: u64) -> bool {
         self.held.get(key).is_some_and(|c| c.serial == serial)
     }
+}
+
+/// Whether `key` ends `/alive/<digits>` (a liveness counter).
+pub(super) fn is_counter(key: &[u8]) -> bool {
+    let Some(at) = key.iter().rposition(|b| *b == b'/') else { return false };
+    let digits = &key[at + 1..];
+    !digits.is_empty() && digits.len() <= 10 && digits.iter().all(u8::is_ascii_digit) && key[..at].ends_with(b"/alive")
 }
 
 /// A key as text for a message, its first 200 bytes.

@@ -2,6 +2,7 @@
 //! tests/runtime/liveness_notices.rs).
 
 use super::*;
+use crate::runtime::faults::Faults;
 use crate::store::MemoryStore;
 
 /// Ranks 0, 1 and 2 beating in one in-process store.
@@ -16,20 +17,21 @@ fn three_beating() -> (Arc<dyn Store>, Liveness, Liveness, Liveness) {
 #[test]
 fn a_rank_whose_heartbeat_stops_is_named_and_live_ones_are_not() {
     let (_, a, b, c) = three_beating();
+    let (a, b) = (Faults::of(a, 0, 3), Faults::of(b, 1, 3));
     drop(c); // rank 2 dies
-    assert_eq!(a.silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
-    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    assert_eq!(a.liveness().unwrap().silent(&[1, 2, 3]).unwrap(), vec![2, 3], "3 never beat, 2 stopped");
+    let text = a.who_is_gone_among(&[0, 1, 2]).unwrap();
     assert!(text.contains("rank(s) 2 stopped answering"), "{text}");
-    assert_eq!(a.blame(&[0, 1], 0), None);
+    assert_eq!(a.who_is_gone_among(&[0, 1]), None);
     // Rank 1 fails naming 2 (recorded), then goes: rank 0 is told of 2, not of 1.
-    assert!(b.blame(&[1, 2], 1).unwrap().contains("rank(s) 2 stopped"));
+    assert!(b.who_is_gone_among(&[1, 2]).unwrap().contains("rank(s) 2 stopped"));
     drop(b);
-    let text = a.blame(&[0, 1], 0).unwrap();
+    let text = a.who_is_gone_among(&[0, 1]).unwrap();
     assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
     assert!(text.contains("rank(s) 1 failed waiting for it"), "{text}");
     // After a recovery both numbers are given.
     a.number_as_before(vec![0, 4, 5]);
-    let text = a.blame(&[0, 2], 0).unwrap();
+    let text = a.who_is_gone_among(&[0, 2]).unwrap();
     assert!(text.starts_with("rank(s) 2 (before the recovery: 5) stopped answering"), "{text}");
 }
 
@@ -41,9 +43,7 @@ fn where_the_store_is_not_ours_rank_0_names_a_rank_whose_heartbeat_stood_still()
     let b = Liveness::on_watching(store.clone(), 1, 4, host());
     let c = Liveness::on_watching(store.clone(), 2, 4, host());
     // Rank 3 never starts: not named (it is found at check-in instead).
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = Arc::clone(&seen);
-    b.on_peer_death(Some(Box::new(move |dead| *seen2.lock().unwrap() = dead.to_vec())));
+    let epoch = b.interrupt().epoch();
     std::thread::sleep(HEARTBEAT_PERIOD * 3);
     drop(c); // rank 2 dies
     let deadline = Instant::now() + AGENT_SILENT_AFTER + Duration::from_secs(10);
@@ -51,8 +51,9 @@ fn where_the_store_is_not_ours_rank_0_names_a_rank_whose_heartbeat_stood_still()
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(b.dead(), vec![2]);
-    assert_eq!(*seen.lock().unwrap(), vec![2]);
-    let text = b.blame(&[0, 1, 2, 3], 1).unwrap();
+    assert_eq!(b.interrupt().epoch(), epoch + 1, "the death moved the interrupt once");
+    let b = Faults::of(b, 1, 4);
+    let text = b.who_is_gone_among(&[0, 1, 2, 3]).unwrap();
     assert!(text.starts_with("rank(s) 2 stopped answering: no heartbeat in the store for 5 s"), "{text}");
     // Live ranks are never named.
     assert!(!a.dead().contains(&1) && !b.dead().contains(&0));
@@ -93,58 +94,31 @@ fn a_store_that_stops_answering_is_named_as_the_hosts_death() {
     }
     let l = Liveness::on(Arc::new(Frozen), 3, "rank 0 at 127.0.0.1:1".into());
     std::thread::sleep(HEARTBEAT_PERIOD);
-    let text = l.blame(&[0, 1, 3], 3).unwrap();
+    let l = Faults::of(l, 3, 4);
+    let text = l.who_is_gone_among(&[0, 1, 3]).unwrap();
     assert!(text.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{text}");
     assert!(l.store_silent().is_some());
-}
-
-#[test]
-fn after_a_death_a_wait_for_blame_records_waits_for_the_living_only() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Duration::from_secs(5)));
-    let l = Liveness::on(store.clone(), 0, "rank 0".into());
-    l.on_peer_death(Some(Box::new(|_| {})));
-    l.shared.dead.lock().unwrap().push(2);
-    let guarded = l.guard(store.clone());
-    // Any other wait ends at once, naming the dead.
-    let e = guarded.wait(&["x"], Duration::from_secs(5)).unwrap_err();
-    assert!(e.to_string().contains("rank(s) 2 died"), "{e}");
-    // The grace for blame records: rank 1 (alive) records its blame a moment later, and the
-    // wait sees it; the dead rank 2's record is not waited for.
-    let writer = {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            store.set(&crate::runtime::meeting::keys::blame(1), b"2").unwrap();
-        })
-    };
-    let b1 = crate::runtime::meeting::keys::blame(1);
-    let b2 = crate::runtime::meeting::keys::blame(2);
-    guarded.wait(&[&b1, &b2], Duration::from_secs(5)).unwrap();
-    assert!(store.check(&[&b1]).unwrap(), "the wait ended before rank 1 recorded");
-    writer.join().unwrap();
-    // Only the dead's record: nothing to wait for.
-    let e = guarded.wait(&[&b2], Duration::from_secs(5)).unwrap_err();
-    assert!(matches!(e, crate::store::StoreError::Timeout { .. }), "{e}");
 }
 
 #[test]
 fn the_one_blame_record_leads_past_silent_ranks_to_the_first_dead_but_not_to_a_live_one() {
     use crate::runtime::meeting::explain::{record, record_of};
     let (store, a, b, c) = three_beating();
+    let a = Faults::of(a, 0, 3);
     // Rank 1's creation failed waiting for rank 2, which still answers, and rank 1 went: rank 1
     // is the one that stopped answering, not the live rank its record blames.
     record(&*store, 1, [2].iter());
     drop(b);
-    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    let text = a.who_is_gone_among(&[0, 1, 2]).unwrap();
     assert!(text.starts_with("rank(s) 1 stopped answering"), "{text}");
     assert!(!text.contains("failed waiting"), "{text}");
     // Rank 0 adds to its record what it blames (rank 1), keeping what it had recorded.
     record(&*store, 0, [5].iter());
-    assert_eq!(a.blame(&[0, 1, 2], 0).map(|_| ()), Some(()));
+    assert_eq!(a.who_is_gone_among(&[0, 1, 2]).map(|_| ()), Some(()));
     assert_eq!(record_of(&*store, 0), Some(vec![5, 1]));
     // Once rank 2 went too, rank 1's record (written by its failed creation) leads to it.
     drop(c);
-    let text = a.blame(&[0, 1, 2], 0).unwrap();
+    let text = a.who_is_gone_among(&[0, 1, 2]).unwrap();
     assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
     assert!(text.contains("rank(s) 1 failed waiting for it and went"), "{text}");
 }

@@ -17,9 +17,9 @@
 //! start naming its address) and arms a close notice on [`EVENTS_KEY`] (`wire::Query::OnClose`):
 //! should the connection close without a goodbye (the kernel closes a killed process's sockets
 //! at once), the server raises a numbered notice naming this rank's counter. The same connection
-//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, runs
-//! the callback given to [`Liveness::on_peer_death`] for the ranks that died (during an
-//! initialization: end the calls blocked on the store), and parks again. Its requests are
+//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, reports
+//! the ranks that died to the attempt's one dead list (`super::interrupt::Interrupt::died`, which
+//! moves the interrupt and, armed, pulls its levers), and parks again. Its requests are
 //! sequential: a bump goes out between two parks, and another thread that needs the connection
 //! (a question, a blame record) wakes the parked WAIT (`TcpStore::wake`, a CANCEL_WAIT: the
 //! connection stays open, so no notice fires) and has it while the watcher holds off. So a rank
@@ -39,13 +39,13 @@
 //! after beating once, and every rank reads that key every [`WATCH_PERIOD`]: slower, and a frozen
 //! rank counts as dead there.
 
-use super::launch::env::LaunchEnv;
-use super::meeting::explain;
 use crate::lock::Unpoisoned;
+use crate::runtime::faults::interrupt::{Cause, Death, Interrupt};
+use crate::runtime::faults::verdict;
+use crate::runtime::launch::env::LaunchEnv;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{PrefixStore, Store, StoreError, TcpStore};
 use std::collections::BTreeMap;
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -124,13 +124,8 @@ struct Shared {
     before_recovery: Mutex<Vec<u32>>,
     /// Run once when the store's host is found gone: ends the calls blocked on it.
     on_gone: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
-    /// Ranks found dead by their connection's close notice, confirmed by their heartbeat.
-    dead: Mutex<Vec<u32>>,
-    /// The host labels of the dead ranks, read as their death was noticed (the store that
-    /// holds them may be gone by the time a failure is explained).
-    dead_hosts: Mutex<BTreeMap<u32, Option<String>>>,
-    /// Run when ranks are found dead (all found so far).
-    on_dead: Mutex<Option<PeerDeath>>,
+    /// Where the ranks found dead are reported: the attempt's one interrupt and dead list.
+    interrupt: Arc<Interrupt>,
     /// How deaths are found: our server's close notices, or (the store is not ours) rank 0's
     /// reading of every heartbeat; `None`: not looked for.
     finder: Option<Finder>,
@@ -169,9 +164,6 @@ pub enum StartError {
     /// Another client claimed this rank's liveness counter first, posing as this rank.
     Posed(String),
 }
-
-/// What to do when peers are found dead (see [`Liveness::on_peer_death`]).
-pub type PeerDeath = Box<dyn Fn(&[u32]) + Send + Sync>;
 
 impl Shared {
     fn store(&self) -> Arc<dyn Store> {
@@ -226,6 +218,20 @@ impl Shared {
         if let Some(f) = on_gone {
             f();
         }
+        self.interrupt.moved();
+    }
+
+    /// Ranks found dead (`how`), with their hosts read from `view` now, while the store surely
+    /// answers (the failures they cause may be explained when it is gone), reported to the
+    /// attempt's dead list.
+    fn found_dead(&self, view: &dyn Store, ranks: Vec<u32>, how: Cause) {
+        let known = self.interrupt.dead();
+        let new: Vec<u32> = ranks.into_iter().filter(|r| !known.contains(r)).collect();
+        let deaths = new.into_iter().map(|r| {
+            let host = crate::runtime::launch::host::label_of(view, r);
+            (r, Death { cause: how.clone(), host })
+        });
+        self.interrupt.died(deaths.collect::<Vec<_>>());
     }
 
     /// Whether the watcher checks the host every [`PROBE_PERIOD`]: while an initialization runs,
@@ -251,10 +257,7 @@ impl Shared {
     }
 
     fn gone_text(&self, why: &str) -> String {
-        format!(
-            "the rendezvous store's host, {}, stopped answering ({why}): that process died or is frozen",
-            self.store_host
-        )
+        verdict::store_host_gone(&self.store_host, why)
     }
 }
 
@@ -297,6 +300,7 @@ impl Liveness {
         prefix: &str,
         connect_within: Duration,
         token: TokenCell,
+        interrupt: Arc<Interrupt>,
     ) -> Result<Liveness, StartError> {
         let who = if env.use_agent_store { "torchrun's agent" } else { "rank 0" };
         let store_host = format!("{who} at {}:{}", env.master_addr, env.master_port);
@@ -336,18 +340,19 @@ impl Liveness {
         let finder = if notices { Finder::CloseNotice } else { Finder::Heartbeats { world: env.world_size } };
         // The watcher starts with the connection in place: one that found none would open another
         // (and the claim would move to it, its close notice left behind at the stop).
-        Ok(Self::with(conn, Some(reconnect), rank, store_host, Some(finder), attempt))
+        Ok(Self::with(conn, Some(reconnect), rank, store_host, Some(finder), attempt, interrupt))
     }
 
     /// Heartbeat through `store` (tests: an in-process store). Deaths are not looked for.
     pub fn on(store: Arc<dyn Store>, rank: u32, store_host: String) -> Liveness {
-        Self::with((store, None), None, rank, store_host, None, String::new())
+        Self::with((store, None), None, rank, store_host, None, String::new(), Interrupt::new())
     }
 
     /// [`Self::on`], and with rank 0 reading the heartbeats of a world of `world` ranks to find
     /// the dead, as where the store is torchrun's agent's (tests).
     pub fn on_watching(store: Arc<dyn Store>, rank: u32, world: u32, store_host: String) -> Liveness {
-        Self::with((store, None), None, rank, store_host, Some(Finder::Heartbeats { world }), String::new())
+        let finder = Some(Finder::Heartbeats { world });
+        Self::with((store, None), None, rank, store_host, finder, String::new(), Interrupt::new())
     }
 
     fn with(
@@ -357,6 +362,7 @@ impl Liveness {
         store_host: String,
         finder: Option<Finder>,
         prefix: String,
+        interrupt: Arc<Interrupt>,
     ) -> Liveness {
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
@@ -369,9 +375,7 @@ impl Liveness {
             last_silent: Mutex::new(None),
             before_recovery: Mutex::new(Vec::new()),
             on_gone: Mutex::new(None),
-            dead: Mutex::new(Vec::new()),
-            dead_hosts: Mutex::new(BTreeMap::new()),
-            on_dead: Mutex::new(None),
+            interrupt,
             finder,
             deadline: Mutex::new(None),
             prefix,
@@ -399,10 +403,9 @@ impl Liveness {
         *self.shared.on_gone.locked() = Some(f);
     }
 
-    /// Have `f` run whenever ranks are found dead by their close notice (with every rank found so
-    /// far); `None` stops it. Runs on the heartbeat's thread: keep it short.
-    pub fn on_peer_death(&self, f: Option<PeerDeath>) {
-        *self.shared.on_dead.locked() = f;
+    /// Where the ranks this liveness finds dead are reported.
+    pub fn interrupt(&self) -> &Arc<Interrupt> {
+        &self.shared.interrupt
     }
 
     /// While an initialization runs, its deadline: the store's host is taken for gone only once it
@@ -424,7 +427,7 @@ impl Liveness {
 
     /// The ranks found dead so far (see module docs), ascending.
     pub fn dead(&self) -> Vec<u32> {
-        self.shared.dead.locked().clone()
+        self.shared.interrupt.dead()
     }
 
     /// Why the store's host is taken for gone, when it is.
@@ -486,98 +489,14 @@ impl Liveness {
         silent
     }
 
-    /// A sentence naming who stopped answering among `ranks` (this rank `me` left out): the
-    /// store's host, or the ranks whose heartbeat stood still; `None` when every one is alive.
-    /// A silent rank that had itself failed before it went (it exits after its own error) is
-    /// followed to the ranks it blamed, so that every survivor names the rank that died first.
-    /// What this rank blames is recorded for the ranks that ask later.
-    pub fn blame(&self, ranks: &[u32], me: u32) -> Option<String> {
-        let others: Vec<u32> = ranks.iter().copied().filter(|&r| r != me).collect();
-        if others.is_empty() {
-            return None;
-        }
-        if let Some(died) = self.died(&others, me) {
-            return Some(died);
-        }
-        let silent = self.silent(&others);
-        // A close notice read while the question ran (a failure seen first elsewhere, e.g. a
-        // PMIx fence, may come before it) says more than a heartbeat standing still.
-        if let Some(died) = self.died(&others, me) {
-            return Some(died);
-        }
-        let silent = match silent {
-            Err(store_gone) => return Some(store_gone),
-            Ok(silent) if silent.is_empty() => return None,
-            Ok(silent) => silent,
-        };
-        // Follow the records of silent ranks that failed before they went (the one blame record,
-        // `meeting::explain`): a rank found answering ends no chain, and a silent rank whose
-        // record blames none other is a root itself.
-        let checked = &others[..others.len().min(MAX_READ)];
-        let answering = |r: &u32| checked.contains(r) && !silent.contains(r);
-        let (roots, followers) = {
-            let store = self.shared.borrow();
-            explain::follow(silent.clone(), BTreeSet::from([me]), MAX_READ, |r| {
-                let blamed: Vec<u32> = explain::record_of(&*store, r)?.into_iter().filter(|b| !answering(b)).collect();
-                (!blamed.is_empty()).then_some(blamed)
-            })
-        };
-        self.record_blame(me, &roots);
-        let mut text = format!(
-            "rank(s) {} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
-            self.who(&roots),
-            SILENT_AFTER.as_secs_f64()
-        );
-        if !followers.is_empty() {
-            text.push_str(&format!("; rank(s) {} failed waiting for it and went", self.name_ranks(&followers)));
-        }
-        Some(text)
-    }
-
-    /// The sentence of [`Self::blame`] for the ranks of `others` found dead, if any (recorded
-    /// as this rank's blame).
-    fn died(&self, others: &[u32], me: u32) -> Option<String> {
-        let dead: Vec<u32> = self.dead().into_iter().filter(|r| others.contains(r)).collect();
-        if dead.is_empty() {
-            return None;
-        }
-        self.record_blame(me, &dead);
-        let how = match self.shared.finder {
-            Some(Finder::Heartbeats { .. }) => format!(
-                "stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
-                AGENT_SILENT_AFTER.as_secs_f64()
-            ),
-            _ => "died: its connection to the rendezvous store closed (the process exited or was killed)".into(),
-        };
-        Some(format!("rank(s) {} {how}", self.who(&dead)))
-    }
-
     /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
     pub fn number_as_before(&self, before: Vec<u32>) {
         *self.shared.before_recovery.locked() = before;
     }
 
-    /// `ranks` with the hosts they published, e.g. "5 on host 'n1' (10.0.0.2)" (see
-    /// [`super::launch::host::describe`]), numbered as [`Self::name_ranks`] does.
-    fn who(&self, ranks: &[u32]) -> String {
-        let bare = super::launch::host::format_ranks(ranks);
-        let store = self.shared.borrow();
-        let known = self.shared.dead_hosts.locked().clone();
-        let hosts = super::launch::host::describe_by(ranks, &|r| match known.get(&r) {
-            Some(Some(label)) => Some(label.clone()),
-            _ => super::launch::host::label_of(&*store, r),
-        });
-        let numbered = self.name_ranks(ranks);
-        match (hosts == bare, numbered == bare) {
-            (true, _) => numbered,
-            (false, true) => hosts,
-            (false, false) => format!("{numbered} ({hosts})"),
-        }
-    }
-
     /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
-    fn name_ranks(&self, ranks: &[u32]) -> String {
-        let now = super::launch::host::format_ranks(ranks);
+    pub(crate) fn name_ranks(&self, ranks: &[u32]) -> String {
+        let now = crate::runtime::launch::host::format_ranks(ranks);
         let before = self.shared.before_recovery.locked();
         let old: Vec<String> = ranks.iter().filter_map(|&r| before.get(r as usize)).map(u32::to_string).collect();
         if before.is_empty() || old.len() != ranks.len() {
@@ -586,13 +505,10 @@ impl Liveness {
         format!("{now} (before the recovery: {})", old.join(", "))
     }
 
-    /// Add `ranks` to what this rank (`me`) blames in its blame record (`meeting::explain`, the
-    /// one record: a failed creation may have written it first), for the ranks that ask later.
-    fn record_blame(&self, me: u32, ranks: &[u32]) {
-        let store = self.shared.borrow();
-        let mut blamed = explain::record_of(&*store, me).unwrap_or_default();
-        blamed.extend(ranks.iter().filter(|r| !blamed.contains(r)).collect::<Vec<_>>());
-        explain::record(&*store, me, blamed.iter());
+    /// The liveness connection as a store, for what only this rank's own connection may write
+    /// (its blame record, under its claimed counter): each call borrows it from the watcher.
+    pub(crate) fn own_store(&self) -> Arc<dyn Store> {
+        Arc::new(guard::Own(Arc::clone(&self.shared)))
     }
 
     /// `inner`, failing every call at once (naming the store's host) once the heartbeat has found
@@ -667,7 +583,7 @@ fn secret() -> &'static [u8] {
 /// secret that a claim of a rank's own counter returns (default mode) goes to `token`: this
 /// rank's later connections prove it, and `conn` counts as the rank's own once the store closes
 /// to outsiders. `Ok(Err(holder))`: another client, at `holder`, holds it (see [`posed`]).
-pub(super) fn claim_counter(
+pub(crate) fn claim_counter(
     conn: &TcpStore,
     prefix: &str,
     rank: u32,
@@ -681,7 +597,7 @@ pub(super) fn claim_counter(
 }
 
 /// The error of a rank whose liveness counter another client (at `holder`) claimed first.
-pub(super) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
+pub(crate) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
     format!(
         "rank {rank}'s liveness counter in the store at {store_host} is held by another client, at {holder}: it \
          posed as rank {rank} (a client of another job, or a stray process)"
@@ -787,28 +703,8 @@ fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64,
     if asked {
         let _ = s.store().add(&key(me), 1);
     }
-    let mut found = Vec::new();
-    {
-        let mut dead = s.dead.locked();
-        for r in died {
-            if !dead.contains(&r) {
-                dead.push(r);
-                found.push(r);
-            }
-        }
-        dead.sort_unstable();
-    }
-    if !found.is_empty() {
-        // Their hosts first, while the store surely answers (it just did): the failures the
-        // callback causes are explained with them, when the store may be gone.
-        for r in found {
-            let label = super::launch::host::label_of(view, r);
-            s.dead_hosts.locked().insert(r, label);
-        }
-        let dead = s.dead.locked().clone();
-        if let Some(f) = s.on_dead.locked().as_ref() {
-            f(&dead);
-        }
+    if !died.is_empty() {
+        s.found_dead(view, died, Cause::ConnectionClosed);
     }
     Ok(count)
 }
@@ -885,7 +781,7 @@ impl Watch {
             if let Ok(v) = store.get(CLOSED_KEY) {
                 let new = v.get(self.read..).unwrap_or_default();
                 self.read = v.len();
-                let known = s.dead.locked().clone();
+                let known = s.interrupt.dead();
                 for r in String::from_utf8_lossy(new).split(',').filter_map(|x| x.trim().parse::<u32>().ok()) {
                     if r == me || known.contains(&r) || self.confirming.contains_key(&r) {
                         continue;
@@ -902,24 +798,20 @@ impl Watch {
             .filter(|(_, (_, at))| at.elapsed() >= SILENT_AFTER)
             .map(|(&r, &(n, _))| (r, n))
             .collect();
-        let mut found = false;
+        let mut found = Vec::new();
         for (r, before) in due {
             self.confirming.remove(&r);
             // A rank still beating only let a connection go (it reconnected): not dead.
             if store.add(&key(r), 0).is_ok_and(|n| n == before) {
-                let mut dead = s.dead.locked();
-                if !dead.contains(&r) {
-                    dead.push(r);
-                    dead.sort_unstable();
-                    found = true;
-                }
+                found.push(r);
             }
         }
-        if found {
-            let dead = s.dead.locked().clone();
-            if let Some(f) = s.on_dead.locked().as_ref() {
-                f(&dead);
-            }
+        if !found.is_empty() {
+            let how = match s.finder {
+                Some(Finder::Heartbeats { .. }) => Cause::HeartbeatStill(AGENT_SILENT_AFTER),
+                _ => Cause::ConnectionClosed,
+            };
+            s.found_dead(store.as_ref(), found, how);
         }
     }
 }

@@ -1,0 +1,51 @@
+//! The one wording of who is gone and why: every sentence that says ranks died, stopped answering
+//! or did not come, and that the store's host stopped answering, is built here (the procedures
+//! that find who is meant are in `super` and in the meeting). A leaf: callers pass the ranks
+//! already described (with their hosts, `crate::runtime::launch::host::describe`).
+
+use super::interrupt::Cause;
+use std::time::Duration;
+
+/// Ranks `who` found dead (`cause`).
+pub fn died(who: &str, cause: &Cause) -> String {
+    match cause {
+        Cause::ConnectionClosed => {
+            format!(
+                "rank(s) {who} died: its connection to the rendezvous store closed (the process exited or was killed)"
+            )
+        }
+        Cause::HeartbeatStill(d) => format!(
+            "rank(s) {who} stopped answering: no heartbeat in the store for {:.0} s (the process died or is frozen)",
+            d.as_secs_f64()
+        ),
+        Cause::Launcher(what) => format!("rank(s) {who} died: the launcher reported it ({what})"),
+    }
+}
+
+/// Ranks `who` that did not answer a question: their heartbeat stood still for `after`.
+pub fn silent(who: &str, after: Duration) -> String {
+    format!(
+        "rank(s) {who} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
+        after.as_secs_f64()
+    )
+}
+
+/// Ranks `who`, silent too, that had failed waiting for the ranks just named, and went.
+pub fn followed(who: &str) -> String {
+    format!("rank(s) {who} failed waiting for it and went")
+}
+
+/// Ranks `who` that never came to `what`.
+pub fn did_not_come(who: &str, what: &str) -> String {
+    format!("rank(s) {who} did not come to {what}")
+}
+
+/// The store's host (`host`: "rank 0 at ADDR:PORT") answered nothing (`why`).
+pub fn store_host_gone(host: &str, why: &str) -> String {
+    format!("the rendezvous store's host, {host}, stopped answering ({why}): that process died or is frozen")
+}
+
+/// A wait a backend began after ranks `who` were found dead, not waited.
+pub fn not_waiting(who: &str) -> String {
+    format!("rank(s) {who} died or stopped answering: not waiting for keys any longer")
+}
