@@ -1,7 +1,7 @@
 //! The one table of `MCORE_*` environment variables: every one the library, its tools, its
 //! plugins and its Python package read ([`VARIABLES`], each with a row in README.md's
 //! "Environment" table), and the names this project's own build and test scripts use
-//! ([`HARNESS`], never documented). tests/hygiene/env_vars.rs keeps the table, the sources and
+//! ([`HARNESS`], never documented). tests/hygiene/docs.rs keeps the table, the sources and
 //! the docs in step. At init, [`typo_warnings`] turns a name in neither list (a typo that would
 //! silently leave a setting at its default) and an unknown `MCORE_LOG` level into warnings.
 
@@ -100,6 +100,9 @@ pub const HARNESS: &[&str] = &[
     "MCORE_HCCL_TEST_DIR",
     "MCORE_HCCL_TEST_RANK",
     "MCORE_HCCL_TEST_REQUIRE",
+    "MCORE_ID_TEST_MODE",
+    "MCORE_ID_TEST_ORDER",
+    "MCORE_ID_TEST_RANK",
     "MCORE_INIT_GLOO_PLUGIN",
     "MCORE_INIT_INCLUDE_DIR",
     "MCORE_INIT_LAUNCH",

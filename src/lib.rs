@@ -3,7 +3,8 @@
 //! Layers, each importing only those above it in this list (docs/architecture.md):
 //!
 //! * [`abi`]: the C types shared by the public API and the plugin ABI (a leaf).
-//! * [`quote`]: user input quoted in error messages, bounded (a leaf).
+//! * [`quote`]: user input quoted in error messages, bounded (a leaf); [`wait_words`]: what a
+//!   stopped process was waiting for (a leaf).
 //! * `lock`: the one lock-poison policy, a poisoned lock taken as it is (a leaf, crate-private).
 //! * [`topology`]: Megatron-Core-exact process-group layout (pure, no I/O).
 //! * [`rng`]: reproducible per-rank seeds, named Philox states, CPU streams (pure).
@@ -26,6 +27,7 @@ pub mod runtime;
 pub mod store;
 pub mod timeout;
 pub mod topology;
+pub mod wait_words;
 
 /// Crate version as a string (from Cargo.toml).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

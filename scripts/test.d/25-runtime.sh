@@ -10,6 +10,10 @@ suite_check "tests/runtime/runtime_multiprocess.rs" \
 # Groups made after init by their members only (shuffled orders, a member that never calls, 16 ranks).
 suite_check "tests/runtime/member_groups_multiprocess.rs" \
   env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test runtime member_groups_multiprocess:: -- --test-threads 1
+# Waits that speak: a line after 10 s naming the missing rank, and what a rank stopped by SIGINT
+# or SIGTERM during a wait was waiting for.
+suite_check "tests/runtime/waits_speak.rs" \
+  env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test runtime waits_speak::
 # mcore-launch's signal handling with real mcore-selftest ranks (and the rest of that file).
 suite_check "tests/cli/cli_launch_signals.rs" env MCORE_GLOO_PLUGIN="$plugin" cargo test --release --locked --test cli cli_launch_signals::
 # MindSpeed's groups at init (docs/topology.md): 8 Gloo ranks under mcore-launch; the selftest checks

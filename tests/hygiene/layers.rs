@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// Layer of each top-level module; a module may use its own layer and those below.
 fn layer(top: &str) -> Option<u32> {
     Some(match top {
-        "abi" | "quote" | "input_file" | "env_vars" | "lock" => 0,
+        "abi" | "quote" | "input_file" | "env_vars" | "wait_words" | "lock" => 0,
         "topology" | "rng" | "store" | "timeout" => 1,
         "backend" => 2,
         "runtime" => 3,

@@ -11,3 +11,4 @@ mod liveness_notices;
 mod member_groups_multiprocess;
 mod runtime_multiprocess;
 mod wait_bounds;
+mod waits_speak;

@@ -49,3 +49,13 @@ pub fn store_host_gone(host: &str, why: &str) -> String {
 pub fn not_waiting(who: &str) -> String {
     format!("rank(s) {who} died or stopped answering: not waiting for keys any longer")
 }
+
+/// Rank `rank` has waited `waited` for `who` (ranks with their hosts, or the meeting's end) at
+/// `what`, with `left` to go: a long wait's line.
+pub fn still_waiting(rank: u32, who: &str, what: &str, waited: Duration, left: Duration) -> String {
+    format!(
+        "rank {rank} still waiting for {who} at {what}: {:.0} s so far, {:.0} s left",
+        waited.as_secs_f64(),
+        left.as_secs_f64()
+    )
+}

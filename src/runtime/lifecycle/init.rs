@@ -30,6 +30,8 @@ pub const GROUP_BUFFER_ENV: &str = "MCORE_HCCL_GROUP_BUFFER";
 /// Initialize from the process environment. Same settings again: `Ok(AlreadyUp)`, nothing done.
 pub fn initialize(mut args: InitArgs) -> Result<InitOutcome, RuntimeError> {
     warn_typos_once();
+    // A rank stopped by SIGINT or SIGTERM while it waits says for what (`wait_words`).
+    crate::wait_words::install();
     let env = LaunchEnv::from_process()?;
     if let Some(text) = std::env::var(GROUP_BUFFER_ENV).ok().filter(|t| !t.trim().is_empty()) {
         args.comm_config.add_group_buffers(&text, GROUP_BUFFER_ENV).map_err(RuntimeError::InvalidArgument)?;

@@ -21,7 +21,7 @@
 
 use super::keys;
 use crate::runtime::faults::interrupt::{Cause, Interrupt};
-use crate::runtime::faults::verdict::{did_not_come, died};
+use crate::runtime::faults::verdict::{did_not_come, died, still_waiting};
 use crate::runtime::launch::host::describe;
 use crate::store::{Store, StoreError};
 use crate::timeout::Deadline;
@@ -32,6 +32,62 @@ use std::time::{Duration, Instant};
 /// wait parks before it looks at the dead list again: a death is named within this of its
 /// notice. One WAIT renewed per slice, only while the meeting waits for someone.
 const WATCH_SLICE: Duration = Duration::from_millis(250);
+
+/// A long wait speaks (issue 46): after [`SPEAK_AFTER`] one line on stderr, then one every
+/// [`SPEAK_EVERY`], naming what it waits for, the ranks missing with their hosts and the time
+/// left; and from [`WORDS_AFTER`] on, the process's `wait_words` say it if a signal stops it.
+struct Speaker {
+    rank: u32,
+    started: Instant,
+    next: Instant,
+    words_set: bool,
+}
+
+/// See [`Speaker`].
+const SPEAK_AFTER: Duration = Duration::from_secs(10);
+const SPEAK_EVERY: Duration = Duration::from_secs(30);
+const WORDS_AFTER: Duration = Duration::from_secs(1);
+const SPEAK_LISTS: usize = 256;
+
+impl Speaker {
+    fn new(rank: u32) -> Speaker {
+        let now = Instant::now();
+        Speaker { rank, started: now, next: now + WORDS_AFTER, words_set: false }
+    }
+
+    /// How long a park may last before this speaks next (at least 1 ms).
+    fn until_next(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+
+    fn maybe_speak(&mut self, m: &Meeting, deadline: Deadline) {
+        let now = Instant::now();
+        if now < self.next {
+            return;
+        }
+        let waited = now.duration_since(self.started);
+        let line = still_waiting(self.rank, &m.still_missing(), &m.what, waited, deadline.left());
+        crate::wait_words::set(Some(format!("mcore_init: stopped by a signal; {line}")));
+        self.words_set = true;
+        if waited >= SPEAK_AFTER {
+            eprintln!("mcore_init: {line}");
+            self.next = now + SPEAK_EVERY;
+        } else {
+            self.next = self.started + SPEAK_AFTER;
+        }
+    }
+}
+
+/// Clears the process's wait words when a wait that set them ends.
+struct Quiet;
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        if crate::wait_words::get().is_some() {
+            crate::wait_words::set(None);
+        }
+    }
+}
 
 /// Members that did not come to a meeting by its deadline (or that died on the way).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +334,8 @@ impl<'a> Meeting<'a> {
     /// A store failure ends it; so does a member it waits for known dead (see
     /// [`Meeting::watching`]).
     fn await_keys(&self, keys: &[&str], deadline: Deadline) -> Result<bool, MeetError> {
+        let mut speaker = Speaker::new(self.rank);
+        let _quiet = Quiet;
         loop {
             let epoch = self.interrupt.map(Interrupt::epoch);
             if let Some(e) = self.dead_missing() {
@@ -289,14 +347,29 @@ impl<'a> Meeting<'a> {
                 Some(i) if !i.armed() => deadline.left().min(WATCH_SLICE),
                 _ => deadline.left(),
             };
-            match self.store.wait(keys, slice) {
+            match self.store.wait(keys, slice.min(speaker.until_next())) {
                 Ok(()) => return Ok(true),
                 Err(StoreError::Timeout { .. }) if deadline.passed() => return Ok(false),
-                Err(StoreError::Timeout { .. }) => {}
+                Err(StoreError::Timeout { .. }) => speaker.maybe_speak(self, deadline),
                 // Ended by a fault (the epoch moved): look again; a wait for the living goes on.
                 Err(_) if self.interrupt.map(Interrupt::epoch) != epoch => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// The members still missing with their hosts ("rank(s) 3 on host 'n1' (10.0.0.2)"), or
+    /// that every member has come (a barrier's last ones are counting), for a wait that speaks.
+    /// Beyond [`SPEAK_LISTS`] members only rank 0 (the store's host in most jobs) reads who is
+    /// missing; the others name how many members they wait for (a stuck job of thousands must not
+    /// have each rank read every arrival every half minute).
+    fn still_missing(&self) -> String {
+        if self.members.len() > SPEAK_LISTS && self.rank != 0 {
+            return format!("{} members (rank 0 names the missing ones)", self.members.len());
+        }
+        match self.missing() {
+            m if m.is_empty() => "the meeting's end (every member has come)".to_string(),
+            m => format!("rank(s) {}", describe(self.store, &m)),
         }
     }
 
