@@ -5,6 +5,7 @@
 //! * [`abi`]: the C types shared by the public API and the plugin ABI (a leaf).
 //! * [`quote`]: user input quoted in error messages, bounded (a leaf); [`wait_words`]: what a
 //!   stopped process was waiting for (a leaf).
+//! * `lock`: the one lock-poison policy, a poisoned lock taken as it is (a leaf, crate-private).
 //! * [`topology`]: Megatron-Core-exact process-group layout (pure, no I/O).
 //! * [`rng`]: reproducible per-rank seeds, named Philox states, CPU streams (pure).
 //! * [`store`]: rendezvous key-value stores (torch-compatible TCP store, prefix, file).
@@ -19,6 +20,7 @@ pub mod backend;
 pub mod env_vars;
 pub mod ffi;
 pub mod input_file;
+pub(crate) mod lock;
 pub mod quote;
 pub mod rng;
 pub mod runtime;

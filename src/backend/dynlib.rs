@@ -4,6 +4,7 @@
 //! thread loads what.
 #![allow(unsafe_code)]
 
+use crate::lock::Unpoisoned;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::{Mutex, MutexGuard};
 
@@ -11,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 static DL_LOCK: Mutex<()> = Mutex::new(());
 
 fn dl_lock() -> MutexGuard<'static, ()> {
-    DL_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    DL_LOCK.locked()
 }
 
 /// dlerror's text (call with [`DL_LOCK`] held, right after the failing call).

@@ -12,6 +12,7 @@
 
 use super::nccl::{JoinSpec, NcclComm, NcclLibrary};
 use super::seam::{CommError, CommErrorKind};
+use crate::lock::Unpoisoned;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -86,7 +87,7 @@ impl IdGroup {
     }
 
     fn live(&self) -> Result<MutexGuard<'_, Option<NcclComm>>, CommError> {
-        let guard = self.comm.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self.comm.locked();
         if guard.is_none() {
             return Err(CommError::new(
                 CommErrorKind::InvalidArgument,
@@ -120,7 +121,7 @@ impl IdGroup {
     /// any communicator of this process was aborted). Later calls say it was destroyed; a second
     /// destroy is a no-op.
     pub fn destroy(&self) -> Result<(), CommError> {
-        let comm = self.comm.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let comm = self.comm.locked().take();
         match comm {
             Some(c) => c.destroy(self.timeout).map_err(CommError::from),
             None => Ok(()),

@@ -16,6 +16,7 @@
 #![allow(unsafe_code)]
 
 use super::dynlib::{as_fn, DynLib};
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
@@ -406,7 +407,7 @@ impl Registry {
     }
 
     fn lock(&self) -> MutexGuard<'_, Calls> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+        self.calls.locked()
     }
 
     /// Call `id` is over (on PMIx's progress thread): its arguments are released and its
@@ -497,7 +498,7 @@ static ON_DEATH: Mutex<Option<DeathSink>> = Mutex::new(None);
 /// Report the ranks of this job that a PMIx event says ended (the rank, and what the event said)
 /// to `sink` from now on (`None`: to nobody). Set once per initialization attempt by the runtime.
 pub fn on_death(sink: Option<DeathSink>) {
-    *ON_DEATH.lock().unwrap_or_else(|p| p.into_inner()) = sink;
+    *ON_DEATH.locked() = sink;
 }
 
 /// `pmix_notification_fn_t` for [`DEATH_EVENTS`]: note the affected rank of this job (the
@@ -540,7 +541,7 @@ unsafe extern "C" fn on_death_event(
     }
     if let Some(rank) = affected.filter(|r| mine.is_some_and(|c| c.me.rank != *r)) {
         let what = mine.map(|c| c.lib.describe(status)).unwrap_or_else(|| format!("PMIx event {status}"));
-        if let Some(sink) = ON_DEATH.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(sink) = ON_DEATH.locked().as_ref() {
             sink(rank, what);
         }
     }
@@ -585,7 +586,7 @@ impl Call {
                     timed_out: !c.interrupted,
                 });
             }
-            c = self.registry.changed.wait_timeout(c, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            c = self.registry.changed.wait_up_to(c, deadline - now);
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::plugin::loader::open_plugin;
 use super::plugin::Vtable;
 use super::{Backend, BackendError};
+use crate::lock::Unpoisoned;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,7 +27,7 @@ static REGISTRY: Mutex<BTreeMap<String, Entry>> = Mutex::new(BTreeMap::new());
 
 fn registry() -> MutexGuard<'static, BTreeMap<String, Entry>> {
     // A panic while holding the lock leaves the map consistent (single inserts/removes).
-    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+    REGISTRY.locked()
 }
 
 /// Register a validated vtable under its name. A plugin file loaded again under the same name

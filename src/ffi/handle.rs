@@ -14,6 +14,7 @@
 
 use super::args::null;
 use super::error::FfiError;
+use crate::lock::Unpoisoned;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -23,7 +24,7 @@ type Live = HashMap<usize, Arc<dyn Any + Send + Sync>>;
 /// The live handles, by address.
 fn live() -> MutexGuard<'static, Live> {
     static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
-    LIVE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+    LIVE.get_or_init(Default::default).locked()
 }
 
 /// Hand `value` out as a handle; the caller frees it with the matching `*_destroy`.

@@ -6,6 +6,7 @@
 use super::args::{null, slice_arg, slice_out, str_arg};
 use super::{ffi_guard, ffi_guard_ptr, mcore_status, FfiError};
 use crate::abi::read_sized;
+use crate::lock::Unpoisoned;
 use crate::rng::{
     philox, stream_seeds, GroupPosition, PhiloxState, RankCoordinates, RankRng, RestoreMode, SeedPolicy, SeedRequest,
 };
@@ -109,7 +110,7 @@ unsafe fn lock(t: *const mcore_rng_tracker) -> Result<Locked, FfiError> {
     // SAFETY: the mutex lives in `owner`'s allocation, which does not move and outlives the
     // guard (`Locked` drops the guard first).
     let mutex: &'static Mutex<RankRng> = unsafe { &*Arc::as_ptr(&owner) };
-    let guard = mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = mutex.locked();
     Ok(Locked { guard: std::mem::ManuallyDrop::new(guard), _owner: owner })
 }
 

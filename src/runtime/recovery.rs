@@ -30,6 +30,7 @@ use super::lifecycle::settings::InitOutcome;
 use super::meeting::keys;
 use super::meeting::meet::{MeetError, Meeting};
 use crate::backend::{CommError, CommErrorKind, Communicator};
+use crate::lock::Unpoisoned;
 use crate::store::{PrefixStore, Store};
 use crate::timeout::Deadline;
 use crate::topology::{plan_grids_recovery, plan_recovery, GridRecovery, RecoveryPlan, Topology};
@@ -801,7 +802,7 @@ fn keep_unchanged(
 fn abort_all(comms: Option<(Vec<LiveGroup>, Option<SharedComm>)>) {
     let Some((groups, world)) = comms else { return };
     for comm in groups.iter().map(|g| &g.comm).chain(world.iter()) {
-        comm.lock().unwrap_or_else(|e| e.into_inner()).abort();
+        comm.locked().abort();
     }
 }
 
@@ -821,7 +822,7 @@ fn shrink_world(
         return Ok(None);
     }
     // The world's ranks are the global ranks (the grid covers the whole world).
-    let mut comm = world.lock().unwrap_or_else(|e| e.into_inner());
+    let mut comm = world.locked();
     match comm.shrink(&plan.dropped, &args.comm_config.default, true, args.timeout) {
         Ok(shrunk) => Ok(Some(shrunk)),
         Err(e) if matches!(e.kind, CommErrorKind::Unsupported | CommErrorKind::VersionTooOld) => Ok(None),

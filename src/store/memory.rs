@@ -2,6 +2,7 @@
 //! threads of one process that rendezvous with each other.
 
 use super::{Store, StoreError, DEFAULT_TIMEOUT};
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,7 +34,7 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<u8>>> {
         // A panic while holding the lock leaves the map consistent (single inserts): keep going.
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        self.map.locked()
     }
 
     fn write(&self, f: impl FnOnce(&mut HashMap<String, Vec<u8>>)) {
@@ -105,7 +106,7 @@ impl Store for MemoryStore {
             if waited >= timeout {
                 return Err(StoreError::Timeout { keys: missing, waited });
             }
-            m = self.changed.wait_timeout(m, timeout - waited).unwrap_or_else(|p| p.into_inner()).0;
+            m = self.changed.wait_up_to(m, timeout - waited);
         }
     }
 

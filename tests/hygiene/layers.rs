@@ -1,6 +1,6 @@
 //! The crate's layers import one way (docs/architecture.md): `abi` (shared C types) and `quote`
 //! (bounded quoting of input in errors) and `input_file` (bounded reading of input files) and
-//! `env_vars` (the table of `MCORE_*` variables) below
+//! `env_vars` (the table of `MCORE_*` variables) and `lock` (the lock-poison policy) below
 //! `topology`/`rng`/`store`/`timeout`, below `backend`, below `runtime`, below `ffi`; nothing
 //! imports `ffi`; and no import circle of any length among files (`a -> b -> a` or
 //! `a -> b -> c -> a`; a file and the `mod.rs` of a module containing it excepted: a parent
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// Layer of each top-level module; a module may use its own layer and those below.
 fn layer(top: &str) -> Option<u32> {
     Some(match top {
-        "abi" | "quote" | "input_file" | "env_vars" | "wait_words" => 0,
+        "abi" | "quote" | "input_file" | "env_vars" | "wait_words" | "lock" => 0,
         "topology" | "rng" | "store" | "timeout" => 1,
         "backend" => 2,
         "runtime" => 3,

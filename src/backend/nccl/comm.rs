@@ -15,6 +15,7 @@ use super::loader::nccl::{CommSlot, NcclLibrary, RawComm, NCCL_IN_PROGRESS, NCCL
 use super::unique_id::NcclUniqueId;
 use super::version::Feature;
 use crate::backend::debug_log;
+use crate::lock::Unpoisoned;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -230,7 +231,7 @@ fn creation_lock(lib: &NcclLibrary) -> Option<std::sync::MutexGuard<'static, ()>
     if lib.version() >= Feature::ConcurrentInit.needs() {
         return None;
     }
-    Some(LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+    Some(LOCK.locked())
 }
 
 /// At `MCORE_LOG=debug`: the settings a communicator was created with, on stderr; NCCL's own

@@ -12,6 +12,7 @@
 use super::error::NcclError;
 use super::version::NcclVersion;
 use crate::backend::options::OptionValue;
+use crate::lock::Unpoisoned;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{c_char, c_int, CString};
 use std::mem::offset_of;
@@ -213,7 +214,7 @@ pub struct RawConfig {
 /// Print `msg` on stderr unless a warning with the same `key` was printed in this process.
 pub(crate) fn warn_once_for(key: String, msg: String) {
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut seen = SEEN.locked();
     if seen.get_or_insert_with(HashSet::new).insert(key) {
         eprintln!("mcore_init: warning: {msg}");
     }

@@ -22,6 +22,7 @@
 use super::groups::{create_comms, GroupError, SharedComm};
 use super::member_registry::MemberEntry;
 use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communicator, GroupInfo};
+use crate::lock::Unpoisoned;
 use crate::runtime::error::RuntimeError;
 use crate::runtime::faults::interrupt::Interrupt;
 use crate::runtime::launch::host::format_ranks;
@@ -109,7 +110,7 @@ impl MemberGroup {
     /// Sum `values` element-wise over the group, in place (waits for the creation first).
     pub fn allreduce_sum_i64(&self, values: &mut [i64]) -> Result<(), RuntimeError> {
         let comm = self.comm()?;
-        let mut c = comm.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = comm.locked();
         c.allreduce_sum_i64(values).map_err(|e| self.failed("all-reduce", e))
     }
 
@@ -143,7 +144,7 @@ impl MemberGroup {
     /// The backend's own handle of the communicator (waits for the creation first).
     pub fn raw_handle(&self) -> Result<*mut c_void, RuntimeError> {
         let comm = self.comm()?;
-        let c = comm.lock().unwrap_or_else(|p| p.into_inner());
+        let c = comm.locked();
         Ok(c.raw_handle())
     }
 }

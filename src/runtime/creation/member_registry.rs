@@ -4,6 +4,7 @@
 
 use super::groups::{GroupError, SharedComm};
 use crate::backend::{CommError, CommErrorKind, CommOptions, Communicator};
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -48,7 +49,7 @@ pub struct MemberEntry {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 impl MemberEntry {
@@ -124,7 +125,7 @@ impl MemberEntry {
             if now >= limit {
                 return;
             }
-            stage = self.changed.wait_timeout(stage, limit - now).unwrap_or_else(|p| p.into_inner()).0;
+            stage = self.changed.wait_up_to(stage, limit - now);
         }
     }
 
@@ -161,7 +162,7 @@ impl MemberEntry {
                     ),
                 ));
             }
-            stage = self.changed.wait_timeout(stage, limit - now).unwrap_or_else(|p| p.into_inner()).0;
+            stage = self.changed.wait_up_to(stage, limit - now);
         }
     }
 

@@ -15,6 +15,7 @@
 //! store host's wait for the others to leave. After init a death ends no backend call of a group
 //! without the dead rank.
 
+use crate::lock::Unpoisoned;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,7 +55,7 @@ pub struct Interrupt {
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 impl Interrupt {

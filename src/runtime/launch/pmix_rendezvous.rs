@@ -22,6 +22,7 @@
 use super::env::{LaunchEnv, Rendezvous};
 use super::host::HostInfo;
 use crate::backend::pmix::{Fence, PmixClient, PmixError};
+use crate::lock::Unpoisoned;
 use crate::runtime::error::RuntimeError;
 use crate::store::{Store, StoreError, StoreToken};
 use std::collections::HashMap;
@@ -235,7 +236,7 @@ impl WorldExchange {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Exchange> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Publish this rank's keys and start the fence, once.

@@ -7,6 +7,7 @@ use super::leave::{leave, Watch, LEAVE_GRACE};
 use super::pending::{Kept, Pending, RuntimeClaim};
 use super::runtime_state::{InitTimings, Runtime};
 use crate::backend::{CommError, CommFactory, Communicator};
+use crate::lock::Unpoisoned;
 use crate::rng::layout::{coordinates, seed_request};
 use crate::rng::RankRng;
 use crate::runtime::creation::comm_config::CommStrategy;
@@ -46,11 +47,11 @@ static PHASE_HOOK: Mutex<Option<PhaseHook>> = Mutex::new(None);
 /// progress or, in fault-injection tests, to kill this process in the middle of init
 /// (`mcore-selftest --fail-at during`). `None` removes it.
 pub fn set_phase_hook(hook: Option<PhaseHook>) {
-    *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+    *PHASE_HOOK.locked() = hook;
 }
 
 fn phase(p: InitPhase) {
-    let hook = *PHASE_HOOK.lock().unwrap_or_else(|p| p.into_inner());
+    let hook = *PHASE_HOOK.locked();
     if let Some(hook) = hook {
         hook(p);
     }

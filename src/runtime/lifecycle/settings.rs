@@ -5,6 +5,7 @@
 //! that differ between ranks by design (the CUDA device) are local: compared between two calls
 //! of one process, left out of the fingerprint.
 
+use crate::lock::Unpoisoned;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -197,7 +198,7 @@ impl<T, K> IdempotentSlot<T, K> {
     fn lock(&self) -> MutexGuard<'_, Lifecycle<T, K>> {
         // Nothing panics while the lock is held (transitions only): a poisoned lock still holds a
         // consistent state.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// Bring the state up with `bring_up` unless it is up already (see type docs). `bring_up`

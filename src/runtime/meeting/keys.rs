@@ -6,6 +6,7 @@
 //! `<space>/count` and `<space>/done`, and nothing else writes there. The liveness keys
 //! (`alive/...`) are named by `crate::runtime::faults::liveness`.
 
+use crate::lock::Unpoisoned;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -88,7 +89,7 @@ pub struct KeySpaces {
 impl KeySpaces {
     /// The next fresh space of `family`.
     pub fn next(&self, family: &str) -> String {
-        let mut map = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.next.locked();
         let n = map.entry(family.to_string()).or_insert(0);
         let space = format!("{family}/{n}");
         *n += 1;

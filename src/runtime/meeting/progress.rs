@@ -19,6 +19,7 @@
 //! Who of the members behind never arrived and who is stuck behind another rank is told by the
 //! one explanation of a failed creation (`super::explain`).
 
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use crate::store::Store;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -95,7 +96,7 @@ impl Progress {
     }
 
     fn note(&self) -> MutexGuard<'_, Note> {
-        self.note.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.note.0.locked()
     }
 
     /// This rank has reached `step` (in memory; see the module docs).
@@ -145,21 +146,16 @@ fn publish(store: &dyn Store, rank: u32, n: &mut Note) {
 
 /// The publisher: parked until a step has lasted [`PUBLISH_AFTER`] unpublished, then publishes it.
 fn publish_lasting(store: &dyn Store, rank: u32, note: &(Mutex<Note>, Condvar)) {
-    let mut n = note.0.lock().unwrap_or_else(|p| p.into_inner());
+    let mut n = note.0.locked();
     while !n.over {
         let due = n.since.filter(|_| n.step != n.published).map(|t| t + PUBLISH_AFTER);
         n = match due {
-            None => note.1.wait(n).unwrap_or_else(|p| p.into_inner()),
+            None => note.1.wait_on(n),
             Some(due) if Instant::now() >= due => {
                 publish(store, rank, &mut n);
                 n
             }
-            Some(due) => {
-                note.1
-                    .wait_timeout(n, due.saturating_duration_since(Instant::now()))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
-            }
+            Some(due) => note.1.wait_up_to(n, due.saturating_duration_since(Instant::now())),
         };
     }
 }

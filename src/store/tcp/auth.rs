@@ -23,6 +23,7 @@
 //! inject into an authenticated TCP connection is not stopped), or prove the server's identity
 //! to the client.
 
+use crate::lock::Unpoisoned;
 use hmac::{Hmac, Mac};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -155,12 +156,12 @@ impl TokenCell {
     }
 
     pub fn get(&self) -> Option<StoreToken> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.locked().clone()
     }
 
     /// Set the token unless one is set already (a user's token stays).
     pub fn set_if_none(&self, token: StoreToken) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(token);
+        self.0.locked().get_or_insert(token);
     }
 }
 

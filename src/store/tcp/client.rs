@@ -4,6 +4,7 @@
 use super::auth::{self, StoreToken};
 use super::server::TcpStoreServer;
 use super::wire::{self, Decoder, Encoder, Query, ReadError};
+use crate::lock::Unpoisoned;
 use crate::store::{Store, StoreError};
 use std::io::{BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -345,7 +346,7 @@ impl TcpStore {
     /// This end's address of the connection to the server (`getsockname`): the address of the
     /// interface that routes to the store, which peers on other hosts can normally reach.
     pub fn local_addr(&self) -> Result<SocketAddr, StoreError> {
-        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.conn.locked();
         c.stream
             .get_ref()
             .local_addr()
@@ -358,7 +359,7 @@ impl TcpStore {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Conn>, StoreError> {
-        let c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.conn.locked();
         match &c.broken {
             Some(why) => Err(StoreError::Closed(format!("connection to {} is unusable: {why}", self.peer))),
             None => Ok(c),
@@ -436,7 +437,7 @@ impl TcpStore {
     /// `wakeable`, [`Self::wake`] ended it.
     fn wait_raw(&self, keys: &[String], timeout: Duration, wakeable: bool) -> Result<bool, StoreError> {
         let mut c = self.lock()?;
-        let park = || self.park.lock().unwrap_or_else(|p| p.into_inner());
+        let park = || self.park.locked();
         if wakeable && std::mem::take(&mut park().wake) {
             return Ok(false);
         }
@@ -504,7 +505,7 @@ impl TcpStore {
     /// one before it parks: a CANCEL_WAIT written from this thread, whose reply the waiting one
     /// reads.
     pub fn wake(&self) {
-        let mut p = self.park.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self.park.locked();
         p.wake = true;
         if p.parked && p.canceled.is_none() {
             if let Some(mut s) = self.aborter.as_ref() {
@@ -524,7 +525,7 @@ impl TcpStore {
     fn read_first(&self, c: &mut Conn, timeout: Duration, wakeable: bool) -> Result<u8, ReadError> {
         let end = Instant::now() + timeout;
         loop {
-            let woken = if wakeable { self.park.lock().unwrap_or_else(|p| p.into_inner()).canceled } else { None };
+            let woken = if wakeable { self.park.locked().canceled } else { None };
             let until = match woken {
                 Some(at) => end.min(at + CANCEL_REPLY_TIMEOUT),
                 None if wakeable => end.min(Instant::now() + WAKE_SLICE),
@@ -555,7 +556,7 @@ impl TcpStore {
         let k = if key.is_empty() { String::new() } else { prefixed(key)? };
         // Sent even on a connection a missed reply made unusable: it asks no reply, and a
         // notice left armed would name this live process dead when the connection closes.
-        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.conn.locked();
         self.write(&mut c, &Encoder::query(Query::OnClose).bytes(k.as_bytes()).bytes(b"").finish())
     }
 

@@ -6,6 +6,7 @@
 
 use super::{as_fn, c_text, DynLib};
 use crate::backend::nccl::error::NcclError;
+use crate::lock::Unpoisoned;
 use cudarc::driver::sys;
 use once_cell::sync::OnceCell;
 use std::collections::HashMap;
@@ -165,7 +166,7 @@ impl CudaDriver {
         if ordinal < 0 || ordinal >= count {
             return Err(NcclError::invalid(format!("CUDA device {ordinal} does not exist ({count} visible)")));
         }
-        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut contexts = self.contexts.locked();
         let ctx = match contexts.get(&ordinal) {
             Some(&c) => c as sys::CUcontext,
             None => {

@@ -3,6 +3,7 @@
 //! its business: the interrupt's levers and the watching meetings handle them.
 
 use super::Shared;
+use crate::lock::Unpoisoned;
 use crate::store::{Around, Store, StoreError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ pub(super) struct Guarded {
 
 impl Guarded {
     fn gone(&self) -> Option<StoreError> {
-        let silent = self.liveness.store_silent.lock().unwrap_or_else(|p| p.into_inner());
+        let silent = self.liveness.store_silent.locked();
         silent.as_ref().map(|why| StoreError::Closed(self.liveness.gone_text(why)))
     }
 
@@ -32,7 +33,7 @@ impl Guarded {
             s.wake();
         }
         let got = f(self.inner.as_ref());
-        *s.busy_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + super::BUSY_LINGER);
+        *s.busy_until.locked() = Some(Instant::now() + super::BUSY_LINGER);
         s.busy.fetch_sub(1, Ordering::SeqCst);
         got.map_err(|e| self.gone().unwrap_or(e))
     }

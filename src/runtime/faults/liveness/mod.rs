@@ -39,6 +39,7 @@
 //! after beating once, and every rank reads that key every [`WATCH_PERIOD`]: slower, and a frozen
 //! rank counts as dead there.
 
+use crate::lock::Unpoisoned;
 use crate::runtime::faults::interrupt::{Cause, Death, Interrupt};
 use crate::runtime::faults::verdict;
 use crate::runtime::launch::env::LaunchEnv;
@@ -166,11 +167,11 @@ pub enum StartError {
 
 impl Shared {
     fn store(&self) -> Arc<dyn Store> {
-        Arc::clone(&self.store.lock().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.store.locked())
     }
 
     fn conn(&self) -> Option<Arc<TcpStore>> {
-        self.noticed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.noticed.locked().clone()
     }
 
     /// End the watcher's parked WAIT (or its next one), keeping the connection.
@@ -195,8 +196,8 @@ impl Shared {
         match self.reconnect.as_ref().and_then(|r| r()) {
             Some((fresh, noticed)) => {
                 self.withdraw_notice();
-                *self.noticed.lock().unwrap_or_else(|p| p.into_inner()) = noticed;
-                *self.store.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+                *self.noticed.locked() = noticed;
+                *self.store.locked() = fresh;
                 true
             }
             None => false,
@@ -206,14 +207,14 @@ impl Shared {
     /// Withdraw the heartbeat connection's close notice before it is let go (it goes in order,
     /// ahead of the close): this rank is not dying.
     fn withdraw_notice(&self) {
-        if let Some(conn) = self.noticed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(conn) = self.noticed.locked().take() {
             let _ = conn.on_close("");
         }
     }
 
     fn note_store_failure(&self, why: String) {
-        *self.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-        let on_gone = self.on_gone.lock().unwrap_or_else(|p| p.into_inner()).take();
+        *self.store_silent.locked() = Some(why);
+        let on_gone = self.on_gone.locked().take();
         if let Some(f) = on_gone {
             f();
         }
@@ -238,19 +239,19 @@ impl Shared {
     fn probing(&self) -> bool {
         self.deadline().is_some()
             || self.busy.load(Ordering::SeqCst) > 0
-            || self.busy_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+            || self.busy_until.locked().is_some_and(|t| Instant::now() < t)
     }
 
     fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+        *self.deadline.locked()
     }
 
     /// How long the host has answered nothing, once that is too long: past the initialization's
     /// deadline (a shorter pause must fail nothing), or [`IDLE_PATIENCE`] without one.
     fn host_quiet_too_long(&self) -> Option<f64> {
-        let since = (*self.quiet_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let since = (*self.quiet_since.locked())?;
         let now = Instant::now();
-        let patience = *self.idle_patience.lock().unwrap_or_else(|p| p.into_inner());
+        let patience = *self.idle_patience.locked();
         let limit = self.deadline().unwrap_or(since + patience).max(since + REPLY_LIMIT);
         (now >= limit).then(|| now.duration_since(since).as_secs_f64())
     }
@@ -399,7 +400,7 @@ impl Liveness {
     /// Have `f` run once when the store's host is found gone (to end the calls blocked on it:
     /// without it a call waits out its own reply timeout).
     pub fn on_store_gone(&self, f: Box<dyn Fn() + Send + Sync>) {
-        *self.shared.on_gone.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        *self.shared.on_gone.locked() = Some(f);
     }
 
     /// Where the ranks this liveness finds dead are reported.
@@ -411,7 +412,7 @@ impl Liveness {
     /// has not answered until then, and the watcher checks every [`PROBE_PERIOD`] that it
     /// answers. `None` once it is over (idle: nothing is sent but the parked watch).
     pub fn set_deadline(&self, deadline: Option<Instant>) {
-        *self.shared.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+        *self.shared.deadline.locked() = deadline;
         if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
             // Parked for a minute: probe at the initialization's pace from now on.
             self.shared.wake();
@@ -421,7 +422,7 @@ impl Liveness {
     /// Without a deadline, how long the store's host may answer nothing the watcher asks before it
     /// is taken for gone (default [`IDLE_PATIENCE`]; the runtime gives its timeout).
     pub fn set_idle_patience(&self, patience: Duration) {
-        *self.shared.idle_patience.lock().unwrap_or_else(|p| p.into_inner()) = patience;
+        *self.shared.idle_patience.locked() = patience;
     }
 
     /// The ranks found dead so far (see module docs), ascending.
@@ -431,7 +432,7 @@ impl Liveness {
 
     /// Why the store's host is taken for gone, when it is.
     pub fn store_silent(&self) -> Option<String> {
-        self.shared.store_silent.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared.store_silent.locked().clone()
     }
 
     /// The ranks of `ranks` (at most the first 4096) whose heartbeat stood still for
@@ -474,13 +475,13 @@ impl Liveness {
                 silent.push(r);
             }
         }
-        *self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), silent.clone()));
+        *self.shared.last_silent.locked() = Some((Instant::now(), silent.clone()));
         Ok(silent)
     }
 
     /// The ranks found dead, and those a question of the last `within` found silent.
     pub fn recently_silent(&self, within: Duration) -> Vec<u32> {
-        let mut silent = match self.shared.last_silent.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let mut silent = match self.shared.last_silent.locked().as_ref() {
             Some((at, silent)) if at.elapsed() <= within => silent.clone(),
             _ => Vec::new(),
         };
@@ -490,13 +491,13 @@ impl Liveness {
 
     /// After a recovery, name ranks in both numberings: `before[r]` is rank r's number before it.
     pub fn number_as_before(&self, before: Vec<u32>) {
-        *self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner()) = before;
+        *self.shared.before_recovery.locked() = before;
     }
 
     /// "3, 5", or after a recovery "3, 5 (before the recovery: 4, 7)".
     pub(crate) fn name_ranks(&self, ranks: &[u32]) -> String {
         let now = crate::runtime::launch::host::format_ranks(ranks);
-        let before = self.shared.before_recovery.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.shared.before_recovery.locked();
         let old: Vec<String> = ranks.iter().filter_map(|&r| before.get(r as usize)).map(u32::to_string).collect();
         if before.is_empty() || old.len() != ranks.len() {
             return now;
@@ -539,7 +540,7 @@ fn beat(s: &Shared, rank: u32) {
     while !s.stop.load(Ordering::SeqCst) {
         let t0 = Instant::now();
         match s.store().add(&k, 1) {
-            Ok(_) => *s.store_silent.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Ok(_) => *s.store_silent.locked() = None,
             // A missed reply leaves the connection unusable: a fresh one, if the host answers.
             Err(_) if s.reconnected() => continue,
             Err(e) => {
@@ -644,7 +645,7 @@ fn watch_notices(s: &Shared, rank: u32) {
             return;
         }
         match got {
-            Ok(()) => *s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()) = None,
+            Ok(()) => *s.quiet_since.locked() = None,
             Err(e) => {
                 if !s.reconnected() && host_unanswered(s, &format!("no reply to the watcher: {e}")) {
                     return;
@@ -664,7 +665,7 @@ fn watch_notices(s: &Shared, rank: u32) {
 /// The store's host did not answer the watcher (`why`): taken for gone once it has answered
 /// nothing until the deadline (see [`Shared::host_quiet_too_long`]). Whether it is gone now.
 fn host_unanswered(s: &Shared, why: &str) -> bool {
-    s.quiet_since.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Instant::now);
+    s.quiet_since.locked().get_or_insert_with(Instant::now);
     match s.host_quiet_too_long() {
         Some(quiet) => {
             s.note_store_failure(format!("{why}; it answered nothing for {quiet:.1} s, until the deadline"));

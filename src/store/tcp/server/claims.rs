@@ -22,6 +22,7 @@
 use super::event_loop::EventLoop;
 use super::state::{is_counter, lossy, Claim};
 use super::Next;
+use crate::lock::Unpoisoned;
 use crate::store::tcp::wire::{self, Request};
 
 /// Most bytes of a claim's secret.
@@ -120,7 +121,7 @@ impl EventLoop {
     /// Whether `key` is the liveness counter of one of the job's ranks (see
     /// `TcpStoreServer::expect_ranks`); none when the server was not told the job's ranks.
     fn rank_counter(&self, key: &[u8]) -> Option<bool> {
-        let ranks = self.ranks.lock().unwrap_or_else(|p| p.into_inner());
+        let ranks = self.ranks.locked();
         let (prefix, world) = ranks.as_ref()?;
         let Some(digits) = key.strip_prefix(prefix.as_slice()) else { return Some(false) };
         // Canonical digits only: `07` is another key than rank 7's, and gets no secret.

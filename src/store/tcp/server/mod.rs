@@ -46,6 +46,7 @@ mod event_loop;
 mod queues;
 mod state;
 
+use crate::lock::Unpoisoned;
 use event_loop::{EventLoop, RateLog};
 use state::State;
 
@@ -208,7 +209,7 @@ impl TcpStoreServer {
     /// claimed first fails its initialization naming that client. Call it before the ranks
     /// connect (before the attempt is marked open). No effect on a server without a job's secret.
     pub fn expect_ranks(&self, prefix: &str, world: u32) {
-        *self.ranks.lock().unwrap_or_else(|p| p.into_inner()) = Some((format!("/{prefix}/alive/").into_bytes(), world));
+        *self.ranks.locked() = Some((format!("/{prefix}/alive/").into_bytes(), world));
     }
 
     /// New connections must prove the secret given to [`Self::bind_with_session`] from now on,
