@@ -243,8 +243,7 @@ pub unsafe extern "C" fn mcore_grid_pg_collection(
             let g = unsafe { grid_of(rt, grid) }?;
             let mut entries = Vec::new();
             for (field, live) in rt.pg_collection(g) {
-                let comm =
-                    live.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+                let comm = crate::runtime::groups::lock_comm(&live.comm)?;
                 entries.push(mcore_pg_entry {
                     field: c_field(field),
                     kind: live.plan.kind.group_kind().map_or(-1, kind_to_c),

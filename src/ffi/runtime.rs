@@ -533,7 +533,7 @@ pub(super) fn write_handle(
 ) -> Result<(), FfiError> {
     let handle = with_rt(|rt| {
         let g = find(rt)?;
-        let comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+        let comm = crate::runtime::groups::lock_comm(&g.comm)?;
         comm.check_usable().map_err(|e| FfiError::from(e.context(format!("communicator {}", g.comm_name))))?;
         Ok(comm.raw_handle())
     })?;
@@ -557,7 +557,7 @@ pub unsafe extern "C" fn mcore_runtime_allreduce_sum_i64(kind: i32, values: *mut
 /// Sum `values` over `g`'s communicator, in place; a failure names the group and the ranks that
 /// stopped answering.
 pub(super) fn allreduce(rt: &Runtime, g: &LiveGroup, values: &mut [i64]) -> Result<(), FfiError> {
-    let mut comm = g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+    let mut comm = crate::runtime::groups::lock_comm(&g.comm)?;
     comm.allreduce_sum_i64(values)
         .map_err(|e| rt.explain_collective(e).context(format!("all-reduce over {}", g.comm_name)).into())
 }
@@ -568,8 +568,7 @@ pub extern "C" fn mcore_runtime_barrier(kind: i32) -> mcore_status {
     ffi_guard(|| {
         with_rt(|rt| {
             let g = live_group(rt, kind)?;
-            let mut comm =
-                g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            let mut comm = crate::runtime::groups::lock_comm(&g.comm)?;
             comm.barrier().map_err(|e| rt.explain_collective(e).context(format!("barrier over {}", g.comm_name)).into())
         })
     })

@@ -162,8 +162,7 @@ pub unsafe extern "C" fn mcore_runtime_comm_memory(kind: i32, out: *mut mcore_co
     ffi_guard(|| {
         let got = with_rt(|rt| {
             let g = live_group(rt, kind)?;
-            let mut comm =
-                g.comm.lock().map_err(|_| FfiError::new(mcore_status::Backend, "communicator lock poisoned"))?;
+            let mut comm = crate::runtime::groups::lock_comm(&g.comm)?;
             let suspended = comm.suspension().is_some();
             let memory = comm.memory().transpose().map_err(FfiError::from)?;
             Ok(match memory {

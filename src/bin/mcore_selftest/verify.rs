@@ -97,7 +97,7 @@ pub(crate) fn verify_grid_rng(
     };
     for g in rt.groups.iter().filter(|g| g.plan.grid == grid.tag) {
         let mut values = actual.clone();
-        let mut comm = g.comm.lock().map_err(|_| format!("{}: communicator lock poisoned", g.plan.kind))?;
+        let mut comm = mcore_init::runtime::groups::lock_comm(&g.comm).map_err(|e| format!("{}: {e}", g.plan.kind))?;
         comm.allreduce_sum_i64(&mut values).map_err(|e| format!("{}: RNG all-reduce failed: {e}", g.plan.kind))?;
         let mut want = vec![0i64; names.len()];
         for &m in &g.plan.members {

@@ -120,8 +120,11 @@ pub fn grid_prefix(grid: &GridTag) -> String {
     grid.as_deref().map(|g| format!("{g}:")).unwrap_or_default()
 }
 
-fn poisoned() -> CommError {
-    CommError::new(CommErrorKind::Backend, "communicator lock poisoned")
+/// A live group's communicator, locked. The one exception to the crate's lock-poison policy
+/// (`crate::lock`): a lock whose holder panicked inside a backend call leaves a communicator in an
+/// unknown state, so it is an error, never taken as it is.
+pub fn lock_comm(comm: &SharedComm) -> Result<std::sync::MutexGuard<'_, Box<dyn Communicator>>, CommError> {
+    comm.lock().map_err(|_| CommError::new(CommErrorKind::Backend, "communicator lock poisoned"))
 }
 
 /// What one rank creates.
@@ -509,7 +512,7 @@ impl GroupCreator<'_> {
         for (i, step) in created {
             let waiting = Instant::now();
             let g = &mut live[i];
-            let ready = g.comm.lock().map_err(|_| poisoned()).and_then(|mut c| c.wait_ready());
+            let ready = lock_comm(&g.comm).and_then(|mut c| c.wait_ready());
             if let Err(e) = ready {
                 return Err(GroupError::new(&g.comm_name, &g.plan.members, self.explained(step, &g.plan.members, e)));
             }
@@ -553,7 +556,7 @@ fn waited_at(step: u64, members: &[u32]) -> Waited<'_> {
 pub fn verify_group(g: &LiveGroup, rank: u32) -> Result<(), GroupError> {
     let fail = |error: CommError| GroupError::new(g.plan.name(), &g.plan.members, error);
     let mut values = [rank as i64, 1];
-    let mut comm = g.comm.lock().map_err(|_| fail(poisoned()))?;
+    let mut comm = lock_comm(&g.comm).map_err(fail)?;
     comm.allreduce_sum_i64(&mut values)
         .map_err(|e| fail(CommError { message: format!("all-reduce failed: {e}"), ..e }))?;
     let want = [g.plan.members.iter().map(|&m| m as i64).sum::<i64>(), g.plan.members.len() as i64];

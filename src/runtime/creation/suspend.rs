@@ -16,7 +16,7 @@
 //! them with the same kinds, as it initialized. The state lives behind each group's own mutex,
 //! held during that communicator's suspend or resume only.
 
-use super::groups::{create_comms, grid_prefix, verify_group, GroupError, LiveGroup};
+use super::groups::{create_comms, grid_prefix, lock_comm, verify_group, GroupError, LiveGroup};
 use super::plan::Grid;
 use crate::backend::{
     CommError, CommErrorKind, CommMemory, CommOptions, Communicator, GroupInfo, GroupRequest, SuspendedComm,
@@ -147,21 +147,13 @@ pub fn memory() -> Result<Vec<CommMemoryEntry>, RuntimeError> {
         distinct(rt, None, None)
             .into_iter()
             .map(|(g, kinds)| {
-                let mut comm = g.comm.lock().map_err(|_| poisoned(g))?;
+                let mut comm = lock_comm(&g.comm).map_err(|e| group_error(g, e))?;
                 let suspended = comm.suspension().is_some();
                 let memory = comm.memory().and_then(Result::ok);
                 Ok(CommMemoryEntry { name: g.comm_name.clone(), kinds, memory, suspended })
             })
             .collect()
     })?
-}
-
-fn poisoned(g: &LiveGroup) -> RuntimeError {
-    RuntimeError::Group(GroupError {
-        group: g.comm_name.clone(),
-        members: g.plan.members.clone(),
-        error: CommError::new(CommErrorKind::Backend, "communicator lock poisoned"),
-    })
 }
 
 fn group_error(g: &LiveGroup, error: CommError) -> RuntimeError {
@@ -230,7 +222,7 @@ fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runti
             report.kept_shared.push(SharedComm { name: g.comm_name.clone(), kinds, running_grids });
             continue;
         }
-        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        let mut slot = lock_comm(&g.comm).map_err(|e| group_error(g, e))?;
         if slot.suspension().is_some() {
             continue;
         }
@@ -299,7 +291,7 @@ fn running_sharers(rt: &Runtime, grid: &Grid, g: &LiveGroup) -> Result<Vec<Strin
             |c: &LiveGroup| rt.groups.iter().any(|o| o.plan.grid == grid.tag && Arc::ptr_eq(&o.comm, &c.comm));
         let mut own_up = None;
         for c in rt.groups.iter().filter(|c| c.plan.grid == other.plan.grid && !shared_with_grid(c)) {
-            let up = c.comm.lock().map_err(|_| poisoned(c))?.suspension().is_none();
+            let up = lock_comm(&c.comm).map_err(|e| group_error(c, e))?.suspension().is_none();
             own_up = Some(own_up.unwrap_or(false) || up);
         }
         if own_up.unwrap_or(true) {
@@ -326,7 +318,7 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     let mut released: Vec<(&LiveGroup, String)> = Vec::new();
     for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
         let t = Instant::now();
-        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        let mut slot = lock_comm(&g.comm).map_err(|e| group_error(g, e))?;
         let Some(state) = slot.suspension() else { continue };
         let Some(mut native) = state.native.take() else {
             released.push((g, kinds));
@@ -352,7 +344,7 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
         released.iter().map(one).collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect()
     };
     for ((g, kinds), comm) in released.into_iter().zip(made) {
-        let mut slot = g.comm.lock().map_err(|_| poisoned(g))?;
+        let mut slot = lock_comm(&g.comm).map_err(|e| group_error(g, e))?;
         *slot = comm;
         let memory = slot.memory().and_then(Result::ok);
         drop(slot);
