@@ -4,40 +4,49 @@
 //! them; [`install`] takes the two signals where the program left them at their default.
 //!
 //! The handler only writes the words (one `write(2)`) and then dies of the signal as it would
-//! have: the default action is put back and the signal raised again. The words live in leaked
-//! buffers, so a handler reading them never races a free: they are set only for waits that
-//! already lasted a second, a few hundred bytes each.
+//! have: the default action is put back and the signal raised again. The words live in one fixed
+//! buffer of atomics (no allocation, nothing to free under a handler); a handler that runs while
+//! another thread rewrites them may write a mixed line, never anything unsafe.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Once;
 
-static WORDS: AtomicPtr<Vec<u8>> = AtomicPtr::new(std::ptr::null_mut());
+/// The longest words kept (longer ones are cut).
+const CAP: usize = 1024;
+static WORDS: [AtomicU8; CAP] = [const { AtomicU8::new(0) }; CAP];
+static LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// The words said if the process is stopped now (`None`: no wait worth naming).
 pub fn set(words: Option<String>) {
-    let new = match words {
-        Some(w) => Box::into_raw(Box::new(format!("{w}\n").into_bytes())),
-        None => std::ptr::null_mut(),
-    };
-    // The old words are left to the process (see the module docs): a handler may be reading them.
-    WORDS.swap(new, Ordering::SeqCst);
+    LEN.store(0, Ordering::SeqCst);
+    let Some(w) = words else { return };
+    let mut bytes = w.into_bytes();
+    bytes.truncate(CAP - 1);
+    bytes.push(b'\n');
+    for (slot, b) in WORDS.iter().zip(&bytes) {
+        slot.store(*b, Ordering::Relaxed);
+    }
+    LEN.store(bytes.len(), Ordering::SeqCst);
 }
 
 /// The words set now, if any.
 pub fn get() -> Option<String> {
-    let p = WORDS.load(Ordering::SeqCst);
-    // SAFETY: a non-null pointer came from `Box::into_raw` in `set` and is never freed.
-    (!p.is_null()).then(|| String::from_utf8_lossy(unsafe { &*p }).trim_end().to_string())
+    let n = LEN.load(Ordering::SeqCst);
+    let bytes: Vec<u8> = WORDS[..n].iter().map(|b| b.load(Ordering::Relaxed)).collect();
+    (n > 0).then(|| String::from_utf8_lossy(&bytes).trim_end().to_string())
 }
 
 extern "C" fn say_and_die(sig: libc::c_int) {
-    let p = WORDS.load(Ordering::SeqCst);
-    if !p.is_null() {
-        // SAFETY: see `get`; write(2), signal(2) and raise(3) are async-signal-safe.
-        let words = unsafe { &*p };
-        unsafe { libc::write(2, words.as_ptr().cast(), words.len()) };
+    let n = LEN.load(Ordering::SeqCst).min(CAP);
+    let mut line = [0u8; CAP];
+    for (to, from) in line.iter_mut().zip(&WORDS[..n]) {
+        *to = from.load(Ordering::Relaxed);
     }
+    // SAFETY: write(2), signal(2) and raise(3) are async-signal-safe; `line` lives on this stack.
     unsafe {
+        if n > 0 {
+            libc::write(2, line.as_ptr().cast(), n);
+        }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
@@ -63,4 +72,17 @@ pub fn install() {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_words_are_kept_cut_and_cleared() {
+        super::set(Some("waiting for rank(s) 3".into()));
+        assert_eq!(super::get().as_deref(), Some("waiting for rank(s) 3"));
+        super::set(Some("x".repeat(5000)));
+        assert_eq!(super::get().map(|w| w.len()), Some(super::CAP - 1));
+        super::set(None);
+        assert_eq!(super::get(), None);
+    }
 }
