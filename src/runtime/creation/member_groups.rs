@@ -255,7 +255,8 @@ impl Creation {
         let meeting = self.meeting();
         let store_err = |what: &str, err: MeetError| self.error(CommErrorKind::Store, format!("{what}: {err}"));
         let waited = [Waited { members: &e.members, behind: Behind::Absent(&meeting) }];
-        let explainer = Explainer::new(self.base.as_ref(), self.rank).recording_in(self.records.as_ref());
+        let explainer =
+            Explainer::new(self.base.as_ref(), self.rank).recording_in(self.records.as_ref()).watching(&self.interrupt);
         match meeting.gather() {
             Ok(requests) => self.compare(requests.into_iter().map(Some).collect())?,
             // A member known dead: named as died, at once.

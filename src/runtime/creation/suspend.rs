@@ -442,7 +442,8 @@ fn recreate_all(
         .map(|((g, _), m)| Waited { members: &g.plan.members, behind: Behind::Absent(m) })
         .collect();
     let records = rt.faults.records(&rt.base);
-    let explainer = Explainer::new(rt.base.as_ref(), rt.env.rank).recording_in(records.as_ref());
+    let explainer =
+        Explainer::new(rt.base.as_ref(), rt.env.rank).recording_in(records.as_ref()).watching(rt.faults.interrupt());
     create_comms(rt.backend.as_ref(), &requests, &waited, &explainer, together, true)
         .map_err(|(i, e)| recreate_error(released[i].0, &released[i].1, e))
 }

@@ -489,7 +489,9 @@ fn create(
     let host_addr = s.opened.host.addr.to_string();
     // One record of this rank's progress for every creation below: published once at the end
     // when nothing lasted (see `super::progress`).
-    let progress = Progress::start(base.clone(), s.env.rank).recording_in(s.opened.faults.records(base));
+    let progress = Progress::start(base.clone(), s.env.rank)
+        .recording_in(s.opened.faults.records(base))
+        .watching(s.opened.faults.shared_interrupt());
     // Every creation shares the one deadline (what is left of it) and this rank's address.
     let create = |plan: &RankPlan, strategy: CommStrategy, world: Option<Box<dyn Communicator>>| {
         GroupCreator {

@@ -22,6 +22,7 @@ use super::keys::blame as blame_key;
 use super::meet::Meeting;
 use super::progress::{self, Progress};
 use crate::backend::CommError;
+use crate::runtime::faults::interrupt::Interrupt;
 use crate::runtime::faults::verdict::did_not_come;
 use crate::runtime::launch::host::describe;
 use crate::store::Store;
@@ -87,6 +88,8 @@ pub struct Explainer<'a> {
     /// Where this rank writes its own record (its liveness connection: see
     /// `crate::runtime::faults::Faults::records`).
     records: &'a dyn Store,
+    /// The attempt's interrupt: a member known dead is not waited for (its record never comes).
+    interrupt: Option<&'a Interrupt>,
     rank: u32,
     progress: Option<&'a Progress>,
 }
@@ -94,7 +97,13 @@ pub struct Explainer<'a> {
 impl<'a> Explainer<'a> {
     /// Explanations for `rank`, with the blame records in `store`.
     pub fn new(store: &'a dyn Store, rank: u32) -> Self {
-        Explainer { store, records: store, rank, progress: None }
+        Explainer { store, records: store, interrupt: None, rank, progress: None }
+    }
+
+    /// The same, not waiting for the records of members known dead to `interrupt`.
+    pub fn watching(mut self, interrupt: &'a Interrupt) -> Self {
+        self.interrupt = Some(interrupt);
+        self
     }
 
     /// The same, writing this rank's record in `records` (reading every record in the store).
@@ -108,6 +117,7 @@ impl<'a> Explainer<'a> {
         Explainer {
             store: progress.store(),
             records: progress.records(),
+            interrupt: progress.interrupt(),
             rank: progress.rank(),
             progress: Some(progress),
         }
@@ -162,14 +172,18 @@ impl<'a> Explainer<'a> {
         // A first record at once (the late members), so that ranks waiting for this one can
         // pass the blame on while this one waits for the records of its own late members.
         self.record(late.iter());
-        let keys: Vec<String> = late.iter().map(|&m| blame_key(m)).collect();
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        // Ends early when every late member (alive) has failed; else after the grace. A wait
-        // ended by a fault (a death elsewhere pulls the store's busy-abort lever) is taken up again:
-        // the living late members still record within the grace.
+        // Ends early when every late member (alive) has failed; else after the grace. A member
+        // known dead never records, and is not waited for. A wait ended by a fault (a death
+        // pulls the store's busy-abort lever) is taken up again for the living.
         let end = std::time::Instant::now() + RECORD_GRACE;
         loop {
+            let dead = self.interrupt.map(|i| i.dead_among(&late)).unwrap_or_default();
+            let keys: Vec<String> = late.iter().filter(|m| !dead.contains(m)).map(|&m| blame_key(m)).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             let left = end.saturating_duration_since(std::time::Instant::now());
+            if keys.is_empty() {
+                break;
+            }
             match self.store.wait(&keys, left.max(std::time::Duration::from_millis(1))) {
                 Err(crate::store::StoreError::Timeout { .. }) | Ok(()) => break,
                 Err(_) if !left.is_zero() => std::thread::sleep(std::time::Duration::from_millis(10)),

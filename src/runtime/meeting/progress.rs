@@ -20,6 +20,7 @@
 //! one explanation of a failed creation (`super::explain`).
 
 use crate::lock::{Unpoisoned, UnpoisonedWait};
+use crate::runtime::faults::interrupt::Interrupt;
 use crate::store::Store;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -57,6 +58,9 @@ pub struct Progress {
     store: Arc<dyn Store>,
     /// Where this rank's blame record is written (see `super::explain::Explainer::recording_in`).
     records: Arc<dyn Store>,
+    /// The attempt's interrupt, for the explanations of this rank's creations (see
+    /// `super::explain::Explainer::watching`).
+    interrupt: Option<Arc<Interrupt>>,
     rank: u32,
     note: Arc<(Mutex<Note>, Condvar)>,
     publisher: Option<std::thread::JoinHandle<()>>,
@@ -71,7 +75,7 @@ impl Progress {
             .name("mcore-progress".into())
             .spawn(move || publish_lasting(s.as_ref(), rank, &n))
             .ok();
-        Progress { records: store.clone(), store, rank, note, publisher }
+        Progress { records: store.clone(), interrupt: None, store, rank, note, publisher }
     }
 
     /// The same, this rank's blame record written in `records`.
@@ -83,6 +87,17 @@ impl Progress {
     /// Where this rank's blame record is written.
     pub fn records(&self) -> &dyn Store {
         self.records.as_ref()
+    }
+
+    /// The same, its explanations watching `interrupt`.
+    pub fn watching(mut self, interrupt: Arc<Interrupt>) -> Progress {
+        self.interrupt = Some(interrupt);
+        self
+    }
+
+    /// The attempt's interrupt, when watched.
+    pub fn interrupt(&self) -> Option<&Interrupt> {
+        self.interrupt.as_deref()
     }
 
     /// The store the marks are published in.
