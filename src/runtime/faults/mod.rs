@@ -280,15 +280,7 @@ impl Faults {
             return None;
         }
         self.record(&dead);
-        let mut by_cause: Vec<(Cause, Vec<u32>)> = Vec::new();
-        for r in dead {
-            let cause = self.interrupt.death(r).map_or(Cause::ConnectionClosed, |d| d.cause);
-            match by_cause.iter_mut().find(|(c, _)| *c == cause) {
-                Some((_, rs)) => rs.push(r),
-                None => by_cause.push((cause, vec![r])),
-            }
-        }
-        Some(by_cause.iter().map(|(c, rs)| verdict::died(&self.who(rs), c)).collect::<Vec<_>>().join("; "))
+        Some(verdict::died_among(&self.interrupt, &dead, &|rs| self.who(rs)))
     }
 
     /// `ranks` with their hosts (read as their death was found, else published), e.g. "5 on host

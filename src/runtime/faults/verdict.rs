@@ -3,7 +3,7 @@
 //! that find who is meant are in `super` and in the meeting). A leaf: callers pass the ranks
 //! already described (with their hosts, `crate::runtime::launch::host::describe`).
 
-use super::interrupt::Cause;
+use super::interrupt::{Cause, Interrupt};
 use std::time::Duration;
 
 /// Ranks `who` found dead (`cause`).
@@ -28,6 +28,20 @@ pub fn silent(who: &str, after: Duration) -> String {
         "rank(s) {who} stopped answering (no heartbeat in the store for {:.1} s: the process died or is frozen)",
         after.as_secs_f64()
     )
+}
+
+/// Ranks `ranks`, known dead to `interrupt`, in one sentence per way they were found, each
+/// named by `who` (the ranks with their hosts).
+pub fn died_among(interrupt: &Interrupt, ranks: &[u32], who: &dyn Fn(&[u32]) -> String) -> String {
+    let mut by_cause: Vec<(Cause, Vec<u32>)> = Vec::new();
+    for &r in ranks {
+        let cause = interrupt.death(r).map_or(Cause::ConnectionClosed, |d| d.cause);
+        match by_cause.iter_mut().find(|(c, _)| *c == cause) {
+            Some((_, rs)) => rs.push(r),
+            None => by_cause.push((cause, vec![r])),
+        }
+    }
+    by_cause.iter().map(|(c, rs)| died(&who(rs), c)).collect::<Vec<_>>().join("; ")
 }
 
 /// Ranks `who`, silent too, that had failed waiting for the ranks just named, and went.

@@ -177,6 +177,7 @@ impl<'a> Explainer<'a> {
         // pulls the store's busy-abort lever) is taken up again for the living.
         let end = std::time::Instant::now() + RECORD_GRACE;
         loop {
+            let epoch = self.interrupt.map(Interrupt::epoch);
             let dead = self.interrupt.map(|i| i.dead_among(&late)).unwrap_or_default();
             let keys: Vec<String> = late.iter().filter(|m| !dead.contains(m)).map(|&m| blame_key(m)).collect();
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -186,7 +187,8 @@ impl<'a> Explainer<'a> {
             }
             match self.store.wait(&keys, left.max(std::time::Duration::from_millis(1))) {
                 Err(crate::store::StoreError::Timeout { .. }) | Ok(()) => break,
-                Err(_) if !left.is_zero() => std::thread::sleep(std::time::Duration::from_millis(10)),
+                // Ended by a fault (the epoch moved): look again, as a meeting does.
+                Err(_) if !left.is_zero() && self.interrupt.map(Interrupt::epoch) != epoch => {}
                 Err(_) => break,
             }
         }

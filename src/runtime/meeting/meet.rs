@@ -20,8 +20,8 @@
 //! one multi-get, whatever the number of members.
 
 use super::keys;
-use crate::runtime::faults::interrupt::{Cause, Interrupt};
-use crate::runtime::faults::verdict::{did_not_come, died, still_waiting};
+use crate::runtime::faults::interrupt::Interrupt;
+use crate::runtime::faults::verdict::{did_not_come, died_among, still_waiting};
 use crate::runtime::launch::host::describe;
 use crate::store::{Store, StoreError};
 use crate::timeout::Deadline;
@@ -386,19 +386,9 @@ impl<'a> Meeting<'a> {
             return None;
         }
         let mut m = self.explain(gone.clone());
-        let mut parts: Vec<(Cause, Vec<u32>)> = Vec::new();
-        for r in gone {
-            let cause = i.death(r).map(|d| d.cause).unwrap_or(Cause::ConnectionClosed);
-            match parts.iter_mut().find(|(c, _)| *c == cause) {
-                Some((_, rs)) => rs.push(r),
-                None => parts.push((cause, vec![r])),
-            }
-        }
         let hosts =
             |r: u32| i.death(r).and_then(|d| d.host).or_else(|| crate::runtime::launch::host::label_of(self.store, r));
-        let words: Vec<String> =
-            parts.iter().map(|(c, rs)| died(&crate::runtime::launch::host::describe_by(rs, &hosts), c)).collect();
-        m.died = Some(words.join("; "));
+        m.died = Some(died_among(i, &gone, &|rs| crate::runtime::launch::host::describe_by(rs, &hosts)));
         Some(MeetError::Missing(m))
     }
 
