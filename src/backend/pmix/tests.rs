@@ -1,3 +1,4 @@
+use super::calls::{Outcome, Registry};
 use super::*;
 
 /// The real library, when this machine has it (Debian's libpmix2, installed with

@@ -15,12 +15,18 @@
 //! finalizing as a failed process).
 #![allow(unsafe_code)]
 
+mod calls;
+mod events;
+mod value;
+
 use super::dynlib::{as_fn, DynLib};
-use crate::lock::{Unpoisoned, UnpoisonedWait};
-use std::collections::BTreeMap;
+use calls::{fence_done, get_done, Lent, CALLS};
+pub use calls::{interrupt_waits, Fence};
+pub use events::on_death;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use value::{key_cstring, key_text, string_of, Value};
 
 /// Environment variable naming the PMIx library to load (default [`DEFAULT_LIBRARY`]).
 pub const LIBRARY_ENV: &str = "MCORE_PMIX_LIBRARY";
@@ -360,270 +366,6 @@ extern "C" fn finalize_at_exit() {
     }
 }
 
-/// What a non-blocking call lends PMIx until it calls back (`PMIx_Fence_nb` and `PMIx_Get_nb`
-/// keep pointers to their arguments, not copies).
-struct Lent {
-    procs: Vec<RawProc>,
-    info: Vec<RawInfo>,
-    key: Option<CString>,
-    /// Nobody waits for it any more.
-    abandoned: bool,
-}
-
-// SAFETY: plain data and owned buffers (the info holds no pointer: bools and ints).
-unsafe impl Send for Lent {}
-
-/// How a non-blocking call ended: PMIx's status and, for a get, the value.
-struct Outcome {
-    status: c_int,
-    value: Option<Value>,
-}
-
-/// The non-blocking calls started ([`PmixClient::start_fence`], [`PmixClient::fetch`]): each
-/// one's arguments until PMIx calls back, then its outcome until it is waited for; whether
-/// waits are interrupted ([`interrupt_waits`]).
-struct Calls {
-    next: usize,
-    lent: BTreeMap<usize, Lent>,
-    done: BTreeMap<usize, Outcome>,
-    interrupted: bool,
-}
-
-/// [`Calls`] and the condition its waiters wait on; the process's is [`CALLS`] (the unit tests
-/// make their own).
-struct Registry {
-    calls: Mutex<Calls>,
-    changed: Condvar,
-}
-
-static CALLS: Registry = Registry::new();
-
-impl Registry {
-    const fn new() -> Registry {
-        Registry {
-            calls: Mutex::new(Calls { next: 0, lent: BTreeMap::new(), done: BTreeMap::new(), interrupted: false }),
-            changed: Condvar::new(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Calls> {
-        self.calls.locked()
-    }
-
-    /// Call `id` is over (on PMIx's progress thread): its arguments are released and its
-    /// outcome kept, unless nobody waits for it any more.
-    fn over(&self, id: usize, outcome: Outcome) {
-        let mut c = self.lock();
-        if c.lent.remove(&id).is_some_and(|a| !a.abandoned) {
-            c.done.insert(id, outcome);
-        }
-        drop(c);
-        self.changed.notify_all();
-    }
-
-    /// See [`interrupt_waits`].
-    fn interrupt(&self, on: bool) {
-        self.lock().interrupted = on;
-        self.changed.notify_all();
-    }
-
-    /// Lend `lent` to PMIx and start the call with `go` (given where the lent arguments are,
-    /// and the call's id as its cbdata); PMIx's status when it refused to start (no callback
-    /// comes then). `done_at_once`: the status that says the call is over without a callback,
-    /// if the call has one.
-    fn start(
-        &'static self,
-        what: String,
-        lent: Lent,
-        done_at_once: Option<c_int>,
-        go: impl FnOnce(Args, *mut c_void) -> c_int,
-    ) -> Result<Call, (String, c_int)> {
-        // The buffers stay where they are (a Vec's or CString's heap data does not move with
-        // the Lent) until the callback releases them.
-        let args = Args {
-            procs: if lent.procs.is_empty() { std::ptr::null() } else { lent.procs.as_ptr() },
-            nprocs: lent.procs.len(),
-            info: lent.info.as_ptr(),
-            ninfo: lent.info.len(),
-            key: lent.key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
-        };
-        let id = {
-            let mut c = self.lock();
-            c.next += 1;
-            let id = c.next;
-            c.lent.insert(id, lent);
-            id
-        };
-        // Not under the lock: the callback (on PMIx's progress thread) takes it.
-        let rc = go(args, id as *mut c_void);
-        let call = Call { id, what, registry: self };
-        if rc == PMIX_SUCCESS {
-            return Ok(call);
-        }
-        let mut c = self.lock();
-        c.lent.remove(&id);
-        if Some(rc) != done_at_once {
-            drop(c);
-            return Err((call.what.clone(), rc));
-        }
-        c.done.insert(id, Outcome { status: PMIX_SUCCESS, value: None });
-        Ok(call)
-    }
-}
-
-/// `pmix_op_cbfunc_t` of a fence.
-unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
-    CALLS.over(cbdata as usize, Outcome { status, value: None });
-}
-
-/// `pmix_value_cbfunc_t` of a get: the value is copied (the library releases its own).
-unsafe extern "C" fn get_done(status: c_int, kv: *mut RawValue, cbdata: *mut c_void) {
-    // SAFETY: PMIx hands a valid value (or NULL).
-    let value = unsafe { kv.as_ref() }.filter(|_| status == PMIX_SUCCESS).map(|v| unsafe { Value::copy_of(v) });
-    CALLS.over(cbdata as usize, Outcome { status, value });
-}
-
-/// While `on`, every wait for a PMIx call (`Call::wait`: a fence, a get of another rank's
-/// record) ends at once, failing (a peer was found dead: the call might wait for it until its
-/// timeout, or, for a get of a record the dead rank never published, longer). The runtime sets
-/// it as it interrupts its backend's calls, and clears it with them.
-pub fn interrupt_waits(on: bool) {
-    CALLS.interrupt(on);
-}
-
-/// Where PMIx death events are reported: the runtime's one dead list (`runtime::faults`).
-type DeathSink = Box<dyn Fn(u32, String) + Send + Sync>;
-static ON_DEATH: Mutex<Option<DeathSink>> = Mutex::new(None);
-
-/// Report the ranks of this job that a PMIx event says ended (the rank, and what the event said)
-/// to `sink` from now on (`None`: to nobody). Set once per initialization attempt by the runtime.
-pub fn on_death(sink: Option<DeathSink>) {
-    *ON_DEATH.locked() = sink;
-}
-
-/// `pmix_notification_fn_t` for [`DEATH_EVENTS`]: note the affected rank of this job (the
-/// `PMIX_EVENT_AFFECTED_PROC` info, else the event's source) and report it to the runtime's dead
-/// list ([`on_death`], whose interrupt ends the waits that involve it), say it at debug level, and
-/// leave the event to other handlers.
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn on_death_event(
-    _id: usize,
-    status: c_int,
-    source: *const RawProc,
-    info: *mut RawInfo,
-    ninfo: usize,
-    _results: *mut RawInfo,
-    _nresults: usize,
-    done: Option<EventDoneFn>,
-    cbdata: *mut c_void,
-) {
-    let mine = CLIENT.get().and_then(|c| c.as_ref().ok());
-    let of_this_job = |p: *const RawProc| -> Option<u32> {
-        // SAFETY: PMIx hands valid procs (or NULL).
-        let p = unsafe { p.as_ref() }?;
-        (mine.is_some_and(|c| c.me.nspace == p.nspace) && p.rank < PMIX_RANK_WILDCARD).then_some(p.rank)
-    };
-    let infos: &[RawInfo] = if info.is_null() || ninfo == 0 {
-        &[]
-    } else {
-        // SAFETY: PMIx hands `ninfo` infos at `info`.
-        unsafe { std::slice::from_raw_parts(info, ninfo) }
-    };
-    let affected = infos
-        .iter()
-        // SAFETY: the union member read is the one the type code names.
-        .find(|i| string_of(&i.key) == key_text(PMIX_EVENT_AFFECTED_PROC) && i.value.kind == PMIX_PROC)
-        .and_then(|i| of_this_job(unsafe { i.value.data.proc_ }))
-        .or_else(|| of_this_job(source));
-    if super::debug_log() {
-        let what = mine.map(|c| c.lib.describe(status)).unwrap_or_else(|| status.to_string());
-        eprintln!("mcore_init: PMIx event {what} about rank {affected:?}");
-    }
-    if let Some(rank) = affected.filter(|r| mine.is_some_and(|c| c.me.rank != *r)) {
-        let what = mine.map(|c| c.lib.describe(status)).unwrap_or_else(|| format!("PMIx event {status}"));
-        if let Some(sink) = ON_DEATH.locked().as_ref() {
-            sink(rank, what);
-        }
-    }
-    if let Some(done) = done {
-        // SAFETY: PMIx's own continuation, with its cbdata.
-        unsafe { done(PMIX_EVENT_NO_ACTION_TAKEN, std::ptr::null_mut(), 0, None, std::ptr::null_mut(), cbdata) };
-    }
-}
-
-/// Where a call's lent arguments are (see [`Registry::start`]).
-struct Args {
-    procs: *const RawProc,
-    nprocs: usize,
-    info: *const RawInfo,
-    ninfo: usize,
-    key: *const c_char,
-}
-
-/// A non-blocking call started: [`Call::wait`] waits for it; dropped, it is left running and
-/// its outcome is dropped when it comes.
-struct Call {
-    id: usize,
-    /// What it waits for, as errors say it.
-    what: String,
-    registry: &'static Registry,
-}
-
-impl Call {
-    /// Wait until the call is over (its outcome), `deadline` passes, or waits are interrupted
-    /// ([`interrupt_waits`]): then an error naming what it waited for and why it stopped.
-    fn wait(&self, deadline: Instant) -> Result<Outcome, PmixError> {
-        let mut c = self.registry.lock();
-        loop {
-            if let Some(outcome) = c.done.remove(&self.id) {
-                return Ok(outcome);
-            }
-            let now = Instant::now();
-            if c.interrupted || now >= deadline {
-                let why = if c.interrupted { "a peer was found dead" } else { "the deadline passed" };
-                return Err(PmixError {
-                    message: format!("{} failed: not over when {why}", self.what),
-                    timed_out: !c.interrupted,
-                });
-            }
-            c = self.registry.changed.wait_up_to(c, deadline - now);
-        }
-    }
-}
-
-impl Drop for Call {
-    /// A call not over is left running; its outcome is dropped when it comes.
-    fn drop(&mut self) {
-        let mut c = self.registry.lock();
-        c.done.remove(&self.id);
-        if let Some(a) = c.lent.get_mut(&self.id) {
-            a.abandoned = true;
-        }
-    }
-}
-
-/// A fence started by [`PmixClient::start_fence`].
-pub struct Fence {
-    call: Call,
-    client: &'static PmixClient,
-}
-
-impl Fence {
-    /// Wait until the fence is over, `deadline` passes, or waits are interrupted
-    /// ([`interrupt_waits`]).
-    pub fn wait(self, deadline: Instant) -> Result<(), PmixError> {
-        match self.call.wait(deadline)?.status {
-            PMIX_SUCCESS => Ok(()),
-            rc => Err(self.client.fail(&self.call.what, rc)),
-        }
-    }
-}
-
-fn string_of(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 impl PmixClient {
     /// The process's client: the library ([`LIBRARY_ENV`], else [`DEFAULT_LIBRARY`]) loaded
     /// and `PMIx_Init` called on first use; the outcome (or why not) is kept for the process.
@@ -694,28 +436,6 @@ impl PmixClient {
         let hostname = mine(PMIX_HOSTNAME).ok().and_then(|v| v.text()).unwrap_or_default();
         let node_id = mine(PMIX_NODEID).ok().and_then(|v| v.number());
         Ok((job_size, local_rank, local_size, hostname, node_id))
-    }
-
-    /// Register [`on_death_event`] for [`DEATH_EVENTS`] (blocking: no completion callback). A
-    /// library that refuses is said at debug level; deaths are then found by the store's liveness
-    /// alone (as they are anyway where the launcher sends no event: docs/pmix.md).
-    fn register_death_events(&self) {
-        let mut codes = DEATH_EVENTS;
-        // SAFETY: a valid array of codes, no info; the handler is a plain extern "C" function.
-        let rc = unsafe {
-            (self.lib.register_event)(
-                codes.as_mut_ptr(),
-                codes.len(),
-                std::ptr::null_mut(),
-                0,
-                Some(on_death_event),
-                None,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc < 0 && super::debug_log() {
-            eprintln!("mcore_init: no PMIx event handler for deaths: {}", self.lib.describe(rc));
-        }
     }
 
     /// What PMIx said about this process at `PMIx_Init`.
@@ -874,70 +594,6 @@ impl PmixClient {
             message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
             timed_out: false,
         })
-    }
-}
-
-fn key_cstring(key: &str) -> Result<CString, PmixError> {
-    CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })
-}
-
-fn key_text(key: &CStr) -> String {
-    key.to_string_lossy().into_owned()
-}
-
-/// A value read back from PMIx: the type code and an owned copy of its data (the raw data only
-/// for a number: no pointer into the library's memory is kept).
-struct Value(RawValue, Option<Vec<u8>>);
-
-// SAFETY: it holds no pointer (see `Value::copy_of`).
-unsafe impl Send for Value {}
-
-impl Value {
-    /// # Safety
-    /// `raw` must be a valid `pmix_value_t`.
-    unsafe fn copy_of(raw: &RawValue) -> Value {
-        // SAFETY (for each arm): the union member read is the one `kind` says is set.
-        let owned = match raw.kind {
-            PMIX_STRING if !unsafe { raw.data.string }.is_null() => {
-                Some(unsafe { CStr::from_ptr(raw.data.string) }.to_bytes().to_vec())
-            }
-            PMIX_BYTE_OBJECT => {
-                let bo = unsafe { raw.data.bo };
-                Some(if bo.bytes.is_null() || bo.size == 0 {
-                    Vec::new()
-                } else {
-                    unsafe { std::slice::from_raw_parts(bo.bytes as *const u8, bo.size) }.to_vec()
-                })
-            }
-            _ => None,
-        };
-        let number = matches!(raw.kind, PMIX_UINT16 | PMIX_UINT32 | PMIX_UINT64 | PMIX_SIZE | PMIX_INT);
-        let data = if number { raw.data } else { RawData { _whole: [0; 3] } };
-        Value(RawValue { kind: raw.kind, data }, owned)
-    }
-
-    fn number(&self) -> Option<u32> {
-        // SAFETY: the member read is the one the type code names.
-        let n: u64 = unsafe {
-            match self.0.kind {
-                PMIX_UINT16 => u64::from(self.0.data.uint16),
-                PMIX_UINT32 => u64::from(self.0.data.uint32),
-                PMIX_UINT64 => self.0.data.uint64,
-                PMIX_SIZE => self.0.data.size as u64,
-                PMIX_INT => u64::try_from(self.0.data.integer).ok()?,
-                _ => return None,
-            }
-        };
-        u32::try_from(n).ok()
-    }
-
-    fn text(&self) -> Option<String> {
-        (self.0.kind == PMIX_STRING)
-            .then(|| String::from_utf8_lossy(self.1.as_deref().unwrap_or_default()).into_owned())
-    }
-
-    fn bytes(&self) -> Option<Vec<u8>> {
-        (self.0.kind == PMIX_BYTE_OBJECT).then(|| self.1.clone().unwrap_or_default())
     }
 }
 
