@@ -27,6 +27,7 @@ use crate::backend::{CommError, CommErrorKind, CommFactory, CommOptions, Communi
 use crate::runtime::meeting::explain::{Behind, Explainer, Waited};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::Store;
+use crate::timeout::Deadline;
 use crate::topology::{GroupKind, MindSpeedKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -282,7 +283,7 @@ pub fn create_groups(
     timeout: Duration,
     host_addr: Option<&str>,
 ) -> Result<CreatedGroups, GroupError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout);
     // Its marks end with it (no `Progress::finish`): to the others, as if it stopped there.
     let progress = Progress::start(progress_store, plan.rank);
     GroupCreator { plan, factory, store_for, progress: &progress, config, deadline, host_addr, device: None }
@@ -300,7 +301,7 @@ pub struct GroupCreator<'a> {
     pub progress: &'a Progress,
     pub config: &'a CommConfig,
     /// Bounds the whole creation: each group gets what is left of it.
-    pub deadline: Instant,
+    pub deadline: Deadline,
     pub host_addr: Option<&'a str>,
     /// The device the caller asked for, handed to backends that take one.
     pub device: Option<u32>,
@@ -523,7 +524,7 @@ impl GroupCreator<'_> {
 
     /// The group `name` of `members` as the backend is given it, with what is left of the deadline.
     fn info_of(&self, name: &str, members: &[u32]) -> Result<GroupInfo, GroupError> {
-        let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let left = self.deadline.left();
         GroupInfo::new(name, members.to_vec(), self.plan.rank, left)
             .map(|g| g.with_host_addr(self.host_addr).with_device(self.device))
             .map_err(|e| GroupError::new(name, members, e.into()))

@@ -34,7 +34,7 @@ use crate::store::{PrefixStore, Store};
 use crate::timeout::Deadline;
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The longest group name (bytes).
 pub const MAX_NAME_LEN: usize = 200;
@@ -229,7 +229,7 @@ impl Creation {
     }
 
     fn left(&self) -> Duration {
-        self.entry.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+        self.entry.deadline.left()
     }
 
     /// The members' meeting: each arrives with its request.
@@ -237,7 +237,7 @@ impl Creation {
         let e = &self.entry;
         let what =
             format!("create_group of group '{}' within its timeout ({:.1} s)", e.name, self.timeout.as_secs_f64());
-        Meeting::new(self.base.as_ref(), &self.space, &what, e.members.clone(), self.rank, Deadline::at(e.deadline))
+        Meeting::new(self.base.as_ref(), &self.space, &what, e.members.clone(), self.rank, e.deadline)
             .watching(&self.interrupt)
     }
 
@@ -340,7 +340,7 @@ fn start_on(rt: &Runtime, name: &str, ranks: &[u32], options: &GroupOptions) -> 
         return Err(invalid(format!("group '{name}': timeout must be > 0")));
     }
     let group_rank = members.iter().position(|&m| m == rank).unwrap_or(0) as u32;
-    let deadline = Instant::now() + crate::timeout::clamp(timeout);
+    let deadline = Deadline::after(timeout);
     let entry = rt
         .member_groups
         .insert(name, &members, |generation| {
@@ -447,6 +447,7 @@ pub fn destroy_group(name: &str) -> Result<bool, RuntimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn names_and_ranks_are_checked_naming_the_value() {
@@ -520,7 +521,7 @@ mod tests {
     ) -> (Arc<MemberEntry>, Creation) {
         let gr = members.iter().position(|&x| x == rank).unwrap() as u32;
         let entry =
-            Arc::new(MemberEntry::new(name.into(), members, gr, CommOptions::default(), 0, Instant::now() + timeout));
+            Arc::new(MemberEntry::new(name.into(), members, gr, CommOptions::default(), 0, Deadline::after(timeout)));
         let creation = Creation {
             factory: Arc::new(Rendezvous),
             base: base.clone(),
@@ -660,7 +661,7 @@ mod tests {
         let timeout = Duration::from_secs(5);
         let entry = groups
             .insert(name, &members, |g| {
-                let deadline = Instant::now() + timeout;
+                let deadline = Deadline::after(timeout);
                 Arc::new(MemberEntry::new(name.into(), members.clone(), 0, CommOptions::default(), g, deadline))
             })
             .unwrap();

@@ -5,6 +5,7 @@
 use super::groups::{GroupError, SharedComm};
 use crate::backend::{CommError, CommErrorKind, CommOptions, Communicator};
 use crate::lock::{Unpoisoned, UnpoisonedWait};
+use crate::timeout::Deadline;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ pub struct MemberEntry {
     /// How many times this rank made a group of this name and these members before.
     pub generation: u64,
     /// The creation's deadline.
-    pub deadline: Instant,
+    pub deadline: Deadline,
     stage: Mutex<Stage>,
     changed: Condvar,
     job: Mutex<Option<Job>>,
@@ -59,7 +60,7 @@ impl MemberEntry {
         group_rank: u32,
         options: CommOptions,
         generation: u64,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> MemberEntry {
         MemberEntry {
             name,
@@ -118,7 +119,7 @@ impl MemberEntry {
     /// Wait (at most until the deadline plus [`WAIT_GRACE`]) until no creation of this group is
     /// inside the backend: after the runtime's teardown, nothing calls the backend any more.
     pub(crate) fn wait_out_of_backend(&self) {
-        let limit = self.deadline + WAIT_GRACE;
+        let limit = self.deadline.instant() + WAIT_GRACE;
         let mut stage = lock(&self.stage);
         while stage.in_backend {
             let now = Instant::now();
@@ -141,7 +142,7 @@ impl MemberEntry {
         if let Some(job) = job {
             self.finish(job());
         }
-        let limit = self.deadline + WAIT_GRACE;
+        let limit = self.deadline.instant() + WAIT_GRACE;
         let mut stage = lock(&self.stage);
         loop {
             match &stage.state {

@@ -213,7 +213,7 @@ fn distinct<'a>(rt: &'a Runtime, grid: Option<&Grid>, kinds: Option<&[String]>) 
 fn suspend_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, RuntimeError> {
     let start = Instant::now();
     let (grid, kinds) = selected(rt, req)?;
-    let deadline = start + req.timeout.unwrap_or(rt.timeout);
+    let deadline = Deadline::at(start + crate::timeout::clamp(req.timeout.unwrap_or(rt.timeout)));
     let mut report = SuspendReport::default();
     for (g, kinds) in distinct(rt, Some(grid), kinds.as_deref()) {
         let t = Instant::now();
@@ -308,7 +308,7 @@ fn resume_on(rt: &Runtime, req: &SuspendRequest) -> Result<SuspendReport, Runtim
     if timeout.is_zero() {
         return Err(RuntimeError::InvalidArgument("resume timeout must be > 0".into()));
     }
-    let deadline = start + timeout;
+    let deadline = Deadline::at(start + crate::timeout::clamp(timeout));
     // A peer found dead meanwhile ends the creations and verifications below at once.
     let _deaths = rt.faults.arm();
     let mut report = SuspendReport::default();
@@ -395,14 +395,14 @@ struct Prepared {
     store: Arc<dyn Store>,
 }
 
-fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Result<Prepared, RuntimeError> {
+fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Deadline) -> Result<Prepared, RuntimeError> {
     let space = rt.key_spaces.next(&keys::resume(&g.comm_name));
     let store = rt.faults.backend_store(Arc::new(PrefixStore::new(&space, rt.base.clone())));
     let fail = |e: CommError| recreate_error(g, kinds, e);
     meeting(rt, g, &space, deadline)
         .arrive(b"1")
         .map_err(|e| fail(CommError::new(CommErrorKind::Store, e.to_string())))?;
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let left = deadline.left();
     let host = rt.host.addr.to_string();
     let info = GroupInfo::new(g.comm_name.clone(), g.plan.members.clone(), rt.env.rank, left)
         .map(|i| i.with_host_addr(Some(&host)).with_device(rt.args.device))
@@ -411,9 +411,9 @@ fn prepare(rt: &Runtime, g: &LiveGroup, kinds: &str, deadline: Instant) -> Resul
 }
 
 /// The members of `g` meeting in `space` to re-create its communicator.
-fn meeting<'a>(rt: &'a Runtime, g: &LiveGroup, space: &str, deadline: Instant) -> Meeting<'a> {
+fn meeting<'a>(rt: &'a Runtime, g: &LiveGroup, space: &str, deadline: Deadline) -> Meeting<'a> {
     let what = format!("this resume of communicator '{}'", g.comm_name);
-    Meeting::new(rt.base.as_ref(), space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline))
+    Meeting::new(rt.base.as_ref(), space, &what, g.plan.members.clone(), rt.env.rank, deadline)
         .watching(rt.faults.interrupt())
 }
 
@@ -428,7 +428,7 @@ fn recreate_error(g: &LiveGroup, kinds: &str, e: CommError) -> RuntimeError {
 fn recreate_all(
     rt: &Runtime,
     released: &[(&LiveGroup, String)],
-    deadline: Instant,
+    deadline: Deadline,
     together: bool,
 ) -> Result<Vec<Box<dyn Communicator>>, RuntimeError> {
     let prepared = released.iter().map(|(g, kinds)| prepare(rt, g, kinds, deadline)).collect::<Result<Vec<_>, _>>()?;
@@ -458,11 +458,11 @@ fn agree(
     g: &LiveGroup,
     kinds: &str,
     vote: Result<(), String>,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> Result<Option<CommError>, RuntimeError> {
     let space = rt.key_spaces.next(&keys::suspend(&g.comm_name));
     let what = format!("this suspend of communicator '{}'", g.comm_name);
-    let m = Meeting::new(rt.base.as_ref(), &space, &what, g.plan.members.clone(), rt.env.rank, Deadline::at(deadline));
+    let m = Meeting::new(rt.base.as_ref(), &space, &what, g.plan.members.clone(), rt.env.rank, deadline);
     let mine = match &vote {
         Ok(()) => "native".to_string(),
         Err(why) => format!("recreate: {why}"),

@@ -10,6 +10,7 @@ use crate::runtime::error::RuntimeError;
 use crate::runtime::meeting::checkin::CheckinError;
 use crate::store::tcp::auth::TokenCell;
 use crate::store::{MemoryStore, ServerLimits, Store, StoreError, StoreToken, TcpStore, TcpStorePool, TcpStoreServer};
+use crate::timeout::Deadline;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -247,13 +248,13 @@ fn check_job(
     client: &TcpStore,
     env: &LaunchEnv,
     open_key: Option<&str>,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> Result<Result<bool, Vec<u8>>, StoreError> {
     let (theirs, open) = if env.use_agent_store {
         // torchrun's agent store: no host of ours publishes it; the first rank does.
         (client.compare_set(JOB_KEY, b"", env.job_id.id.as_bytes())?, true)
     } else {
-        client.wait(&[JOB_KEY], deadline.saturating_duration_since(Instant::now()))?;
+        client.wait(&[JOB_KEY], deadline.left())?;
         let keys: Vec<&str> = [JOB_KEY].into_iter().chain(open_key).collect();
         let mut got = client.multi_get_existing(&keys)?.into_iter();
         let theirs = got.next().unwrap_or_default();
@@ -264,8 +265,8 @@ fn check_job(
 
 /// Rank 0 found `port` taken: the job id of the store of another job that holds it, if one says
 /// so within 2 s (and before `deadline`).
-fn port_taken_by_other_job(env: &LaunchEnv, port: u16, deadline: Instant) -> Option<Vec<u8>> {
-    let within = Duration::from_secs(2).min(deadline.saturating_duration_since(Instant::now()));
+fn port_taken_by_other_job(env: &LaunchEnv, port: u16, deadline: Deadline) -> Option<Vec<u8>> {
+    let within = Duration::from_secs(2).min(deadline.left());
     let client = match TcpStore::connect_with_token(&env.master_addr, port, within, env.store_token.as_ref()) {
         Ok(c) => c,
         // Its initialization is over: it names its job.
@@ -273,7 +274,7 @@ fn port_taken_by_other_job(env: &LaunchEnv, port: u16, deadline: Instant) -> Opt
         Err(_) => return None,
     };
     // Rank 0 hosts, so the store is not torchrun's agent's: check_job waits for the host's id.
-    check_job(&client, env, None, Instant::now() + within).ok()?.err()
+    check_job(&client, env, None, Deadline::after(within)).ok()?.err()
 }
 
 /// Rank 0's server on the first of the job's candidate ports that is free (see
@@ -283,7 +284,7 @@ fn port_taken_by_other_job(env: &LaunchEnv, port: u16, deadline: Instant) -> Opt
 fn host_on_candidates(
     env: &LaunchEnv,
     session: Option<&StoreToken>,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> Result<TcpStoreServer, RuntimeError> {
     let bind = std::env::var(STORE_BIND_ENV).ok().filter(|b| !b.is_empty());
     let mut held = Vec::new();
@@ -418,13 +419,13 @@ fn find_own_store(
     who: &str,
     token: &TokenCell,
     open_key: &str,
-    deadline: Instant,
+    deadline: Deadline,
     unreachable: &dyn Fn(u16, StoreError) -> RuntimeError,
 ) -> Result<(TcpStore, u16), RuntimeError> {
     // Several candidates: a short look at each in turn; one: wait on it the whole deadline.
     let several = env.port_candidates.len() > 1;
     let look = |port: u16| -> Found {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.left();
         let within = left.min(if several { Duration::from_millis(500) } else { PROGRESS_EVERY });
         let client = match TcpStore::connect_with_token(&env.master_addr, port, within, token.get().as_ref()) {
             Ok(c) => c,
@@ -438,7 +439,7 @@ fn find_own_store(
             Err(e) if several => return Found::Nothing(e),
             Err(e) => return Found::Fatal(e),
         };
-        match check_job(&client, env, Some(open_key), Instant::now() + within.max(Duration::from_millis(100))) {
+        match check_job(&client, env, Some(open_key), Deadline::after(within.max(Duration::from_millis(100)))) {
             Ok(Err(theirs)) => return Found::Other(theirs),
             // torchrun's agent store has no open mark; else the attempt is open already.
             Ok(Ok(true)) => return Found::Ours(client),
@@ -447,7 +448,7 @@ fn find_own_store(
         }
         // Our job's store: wait until its host marks this attempt open (a previous attempt's
         // server may still be going away: then look again).
-        match client.wait(&[open_key], deadline.saturating_duration_since(Instant::now())) {
+        match client.wait(&[open_key], deadline.left()) {
             Ok(()) => Found::Ours(client),
             Err(e) => Found::Nothing(e),
         }
@@ -473,7 +474,7 @@ fn find_own_store(
                 env.port_candidates.iter().zip(&others).map(|(p, j)| (*p, j.clone().unwrap_or_default())).collect();
             return Err(RuntimeError::Checkin(other_jobs(env, &found)));
         }
-        if Instant::now() >= deadline {
+        if deadline.passed() {
             let (port, e) = last.expect("a candidate with nothing found");
             // The whole wait is what timed out, not the last look.
             let e = match e {
@@ -512,7 +513,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
              host the store"
         )));
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout);
     let token = TokenCell::new(env.store_token.clone());
     // The job's own secret, required of new connections once the initialization is over.
     let keep_open = std::env::var(KEEP_OPEN_ENV).is_ok_and(|v| v.trim() == "1");
@@ -559,7 +560,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
         }
         None => find_own_store(env, who, &token, &open_key, deadline, &unreachable)?,
     };
-    let client = client.with_timeout(deadline.saturating_duration_since(Instant::now()));
+    let client = client.with_timeout(deadline.left());
     // A pool, so that threads creating communicators together never queue behind another
     // thread's WAIT on one connection (see [`TcpStorePool`]).
     let tcp = Arc::new(client);
@@ -578,13 +579,13 @@ fn connect_published(
     env: &LaunchEnv,
     attempt: &str,
     token: &TokenCell,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> Result<(TcpStore, u16, String), RuntimeError> {
-    let record = pmix_rendezvous::find(env, attempt, deadline)?;
+    let record = pmix_rendezvous::find(env, attempt, deadline.instant())?;
     if let Some(secret) = record.secret {
         token.set_if_none(secret);
     }
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = deadline.left();
     let client =
         TcpStore::connect_with_token(&record.addr, record.port, left, token.get().as_ref()).map_err(|source| {
             RuntimeError::StoreConnect {
@@ -604,8 +605,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// One progress line of a rank still trying to reach the store of `who` (see [`open_store`]),
 /// on stderr: [`progress_line`].
-fn still_connecting(env: &LaunchEnv, who: &str, keys: &[String], deadline: Instant) {
-    let left = deadline.saturating_duration_since(Instant::now());
+fn still_connecting(env: &LaunchEnv, who: &str, keys: &[String], deadline: Deadline) {
+    let left = deadline.left();
     eprintln!("{}", progress_line(env, who, keys, left, std::time::SystemTime::now() + left));
 }
 
@@ -708,7 +709,7 @@ mod tests {
             LaunchEnv::from_lookup(&move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
         };
         let client = TcpStore::connect("127.0.0.1", server.port(), Duration::from_secs(10)).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Deadline::after(Duration::from_secs(10));
         assert_eq!(check_job(&client, &env_of("run-1"), None, deadline).unwrap(), Ok(true));
         assert_eq!(check_job(&client, &env_of("run-1"), None, deadline).unwrap(), Ok(true));
         let keys = client.num_keys().unwrap();

@@ -25,6 +25,7 @@ use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError, Seat};
 use crate::runtime::meeting::progress::Progress;
 use crate::store::{PrefixStore, Store, StoreError};
+use crate::timeout::Deadline;
 use crate::topology::{MindSpeedLayout, Topology, TopologyError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -500,7 +501,7 @@ fn create(
             store_for: &group_store,
             progress: &progress,
             config: &args.comm_config,
-            deadline: Instant::now() + left(creation_deadline(s.deadline, args.timeout)),
+            deadline: Deadline::after(left(creation_deadline(s.deadline, args.timeout))),
             host_addr: Some(host_addr.as_str()),
             device: args.device,
         }
