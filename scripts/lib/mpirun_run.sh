@@ -17,6 +17,9 @@
 #   NAME's ranks all reported rendezvous WANT (pmix or tcp-store) and met at one port of
 #   127.0.0.1 for WANT's reason (scripts/lib/rendezvous_check.py; the ranks' stderr at
 #   MCORE_LOG=debug); prints that port and rank 0's store_requests_served.
+# two_jobs_at_once WHAT [WORD...]
+#   A check: two 8-rank jobs (tp 2 pp 2) started at once both come up through PMIx, each at its
+#   own port (mpirun_ok with WORDs for each mpirun's status); WHAT names the launcher in the line.
 # mpirun_ok NAME RC [WORD...]
 #   Whether mpirun's status RC is acceptable once the caller has judged the ranks' lines: 0;
 #   139 (mpirun itself died of SIGSEGV in its teardown) when each WORD is in $dir/NAME.mpirun
@@ -60,6 +63,24 @@ run() {
 
 check() {
   python3 scripts/lib/rendezvous_check.py "$dir/$1.out" "$dir/$1.err" "$2"
+}
+
+two_jobs_at_once() {
+  local what=$1 a b rca rcb pa pb
+  shift
+  run twoa 8 -- --tp 2 --pp 2 & a=$!
+  run twob 8 -- --tp 2 --pp 2 & b=$!
+  wait "$a"; rca=$?
+  wait "$b"; rcb=$?
+  pa=$(check twoa pmix 2>/dev/null | cut -d' ' -f1)
+  pb=$(check twob pmix 2>/dev/null | cut -d' ' -f1)
+  if python3 scripts/lib/selftest_lines.py "$dir/twoa.out" 8 127.0.0.1 && python3 scripts/lib/selftest_lines.py "$dir/twob.out" 8 127.0.0.1 \
+     && mpirun_ok twoa $rca "$@" && mpirun_ok twob $rcb "$@" && [ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]; then
+    suite_ok "two $what -np 8 jobs at once both came up through PMIx, at ports $pa and $pb"
+  else
+    suite_bad "two concurrent $what jobs (status $rca, $rcb; ports '${pa}' '${pb}'):"
+    tail -n 10 "$dir/twoa.mpirun" "$dir/twob.mpirun"; grep -h "error\|meets" "$dir/twoa.err" "$dir/twob.err" | head
+  fi
 }
 
 mpirun_ok() {

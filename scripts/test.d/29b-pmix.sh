@@ -42,19 +42,7 @@ else
 fi
 
 # 2. Two jobs at once on this node: both come up, each at its own port.
-run twoa 8 -- --tp 2 --pp 2 & a=$!
-run twob 8 -- --tp 2 --pp 2 & b=$!
-wait "$a"; rca=$?
-wait "$b"; rcb=$?
-pa=$(check twoa pmix 2>/dev/null | cut -d' ' -f1)
-pb=$(check twob pmix 2>/dev/null | cut -d' ' -f1)
-if [ "$rca" -eq 0 ] && [ "$rcb" -eq 0 ] && python3 scripts/lib/selftest_lines.py "$dir/twoa.out" 8 127.0.0.1 \
-   && python3 scripts/lib/selftest_lines.py "$dir/twob.out" 8 127.0.0.1 && [ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]; then
-  suite_ok "two mpirun -np 8 jobs at once both came up through PMIx, at ports $pa and $pb"
-else
-  suite_bad "two concurrent jobs (status $rca, $rcb; ports '${pa}' '${pb}'):"
-  tail -n 10 "$dir/twoa.mpirun" "$dir/twob.mpirun"; grep -h "error\|meets" "$dir/twoa.err" "$dir/twob.err" | head
-fi
+two_jobs_at_once "mpirun" "${torn[@]}"
 
 # 3. MCORE_RENDEZVOUS=tcp-store: the derived port, as without PMIx.
 if run tcp 8 MCORE_RENDEZVOUS=tcp-store -- --tp 2 --pp 2 --cp 2 && python3 scripts/lib/selftest_lines.py "$dir/tcp.out" 8 127.0.0.1 \
