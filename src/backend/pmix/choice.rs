@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// The variables naming the install of the launcher that started this process, looked at in
 /// this order.
-pub const PREFIX_VARS: [&str; 2] = ["PMIX_PREFIX", "OPAL_PREFIX"];
+const PREFIX_VARS: [&str; 2] = ["PMIX_PREFIX", "OPAL_PREFIX"];
 
 /// Where a PMIx client library lies under such an install: OpenMPI 5 puts the PMIx it bundles
 /// in `lib/openmpi`; a PMIx installed on its own has it in `lib` or `lib64`.

@@ -24,7 +24,6 @@ mod value;
 use super::dynlib::{as_fn, DynLib};
 use calls::{fence_done, get_done, Lent, CALLS};
 pub use calls::{interrupt_waits, Fence};
-pub use choice::PREFIX_VARS;
 pub use events::on_death;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
