@@ -25,11 +25,11 @@ launcher=("${mpi[@]}")
 . scripts/lib/mpirun_run.sh
 
 # mpirun's own teardown may fail once every rank has ended (seen after a rank was killed, with
-# --enable-recovery; checks 2, 8 and 9 accept it): Debian's mpirun (OpenMPI 4.1.4, libpmix2 4.2.2) dies of SIGSEGV in PMIx_server_finalize
-# under orte_finalize (status 139, accepted with those words in its backtrace) or deadlocks in
-# ext3x_server_deregister_client with its ranks all ended (status 200 from run): 5 and 2 in 528
-# runs of check 8's scenario (docs/pmix.md). The ranks' lines are judged either way; said, not
-# hidden.
+# --enable-recovery; checks 2, 8 and 9 accept it): Debian's mpirun (OpenMPI 4.1.4, libpmix2
+# 4.2.2) dies of SIGSEGV in PMIx_server_finalize under orte_finalize (status 139, accepted with
+# those words in its backtrace) or deadlocks in ext3x_server_deregister_client with its ranks all
+# ended (status 200 from run): 5 and 2 in 528 runs of check 8's scenario (docs/pmix.md). The
+# ranks' lines are judged either way; said, not hidden.
 torn=(PMIx_server_finalize orte_finalize)
 
 # 1. One node, nothing set: PMIx, tp 2 pp 2 cp 2, every group verified.
