@@ -1,8 +1,9 @@
 # One mpirun job of mcore-selftest, for the suites that run them (29b-pmix.sh under Debian's
-# mpirun, 29c-openmpi5.sh under OpenMPI 5's): source it after suite.sh, and set
+# mpirun, 29c-openmpi5.sh under OpenMPI 5's): source it after suite.sh, with these set
 #   dir       the suite's scratch folder (outputs go there)
-#   clean     an array: the environment the ranks start from (`env -u ... VAR=...`)
 #   launcher  an array: mpirun and its options ("${mpi[@]}" or "${mpi5[@]}")
+# It sets `clean`, the environment every rank starts from (an `env` prefix: nothing set by hand
+# that steers the rendezvous, the Gloo plugin on the library path, MCORE_LOG=debug).
 #
 # run NAME NP [VAR=VALUE | MPIRUN-OPTION...] -- SELFTEST-ARGS
 #   One job: `mpirun -np NP mcore-selftest --backend gloo --json --timeout 90 SELFTEST-ARGS`.
