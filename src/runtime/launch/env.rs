@@ -409,6 +409,13 @@ enum PmixWanted {
     Required,
 }
 
+/// What says a PMIx server started this process (for the warning when its client library
+/// cannot be used): the namespace and the server's address variable.
+fn started_by(get: &dyn Fn(&str) -> Option<String>) -> String {
+    let uri = PMIX_SERVER_URI_VARS.iter().find(|v| get(v).is_some()).copied().unwrap_or("no PMIX_SERVER_URI*");
+    format!("PMIX_NAMESPACE={} and {uri} set", quoted(&get("PMIX_NAMESPACE").unwrap_or_default()))
+}
+
 fn pmix_wanted(get: &dyn Fn(&str) -> Option<String>) -> Result<PmixWanted, EnvError> {
     let started_by_pmix = PMIX_VARS.iter().all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
         && PMIX_SERVER_URI_VARS.iter().any(|v| get(v).is_some_and(|s| !s.trim().is_empty()));
@@ -481,12 +488,17 @@ impl LaunchEnv {
                     return Err(EnvError(format!("{RENDEZVOUS_ENV}=pmix, but PMIx cannot be used: {e}")))
                 }
                 Err(e) => {
+                    // Said once per process, at every log level: a PMIx launcher started it, so
+                    // the TCP store is a fallback the user should know of.
                     static SAID: std::sync::Once = std::sync::Once::new();
-                    if crate::backend::debug_log() {
-                        SAID.call_once(|| {
-                            eprintln!("mcore_init: PMIx not used, rendezvous through the TCP store: {e}")
-                        });
-                    }
+                    SAID.call_once(|| {
+                        eprintln!(
+                            "mcore_init: warning: PMIx not used, rendezvous through the TCP store: {e} (a PMIx launcher \
+                             started this process: {}; {} names a client library)",
+                            started_by(&get),
+                            crate::backend::pmix::LIBRARY_ENV
+                        )
+                    });
                     None
                 }
             },
