@@ -548,7 +548,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             client.multi_set(&items).map_err(RuntimeError::Store)?;
             if pmix {
                 let record = StoreRecord { addr: env.master_addr.clone(), port, secret: session.clone() };
-                pmix_rendezvous::publish(env, attempt, &record)?;
+                pmix_rendezvous::publish(env, attempt, &record, crate::timeout::Deadline::at(deadline))?;
             }
             (client, port)
         }
@@ -580,7 +580,7 @@ fn connect_published(
     token: &TokenCell,
     deadline: Instant,
 ) -> Result<(TcpStore, u16, String), RuntimeError> {
-    let record = pmix_rendezvous::find(env, attempt, deadline)?;
+    let record = pmix_rendezvous::find(env, attempt, crate::timeout::Deadline::at(deadline))?;
     if let Some(secret) = record.secret {
         token.set_if_none(secret);
     }
