@@ -12,7 +12,13 @@ type DeathSink = Box<dyn Fn(u32, String) + Send + Sync>;
 /// before the runtime's attempt set its sink (a rank killed right after `PMIx_Init`, before the
 /// others' attempt began) is told to the sink when it is set. Not a dead list: nothing reads it
 /// but the sinks.
-static ON_DEATH: Mutex<(Option<DeathSink>, Vec<(u32, String)>)> = Mutex::new((None, Vec::new()));
+static ON_DEATH: Mutex<Deaths> = Mutex::new(Deaths { sink: None, heard: Vec::new() });
+
+/// See [`ON_DEATH`].
+struct Deaths {
+    sink: Option<DeathSink>,
+    heard: Vec<(u32, String)>,
+}
 
 /// Report the ranks of this job that a PMIx event says ended (the rank, and what the event said)
 /// to `sink`: those reported already at once, the others as they come (`None`: to nobody). Set
@@ -20,11 +26,11 @@ static ON_DEATH: Mutex<(Option<DeathSink>, Vec<(u32, String)>)> = Mutex::new((No
 pub fn on_death(sink: Option<DeathSink>) {
     let mut d = ON_DEATH.locked();
     if let Some(s) = &sink {
-        for (rank, what) in &d.1 {
+        for (rank, what) in &d.heard {
             s(*rank, what.clone());
         }
     }
-    d.0 = sink;
+    d.sink = sink;
 }
 
 /// Whether the handler of [`DEATH_EVENTS`] is registered ([`events_registered`]).
@@ -109,12 +115,12 @@ pub(super) unsafe extern "C" fn on_death_event(
     if let Some(rank) = affected.filter(|r| mine.is_some_and(|(me, _)| me.rank != *r)) {
         let what = ended(&words, status, exit_code);
         let mut d = ON_DEATH.locked();
-        if let Some(sink) = &d.0 {
+        if let Some(sink) = &d.sink {
             sink(rank, what.clone());
         }
         // The first word of each rank's end is kept (later events about it add nothing).
-        if !d.1.iter().any(|(r, _)| *r == rank) {
-            d.1.push((rank, what));
+        if !d.heard.iter().any(|(r, _)| *r == rank) {
+            d.heard.push((rank, what));
         }
     }
     if let Some(done) = done {

@@ -487,11 +487,9 @@ impl PmixClient {
                 me
             }
             Ok((rc, _)) => return Err(format!("PMIx_Init of {path} failed: {}", lib.describe(rc))),
-            Err(e) => {
-                // The abandoned call runs in the library: it stays loaded.
-                std::mem::forget(lib);
-                return Err(format!("{} ({path})", e.message));
-            }
+            // The abandoned call may still run in the library: it stays loaded (`DynLib` never
+            // unloads).
+            Err(e) => return Err(format!("{} ({path})", e.message)),
         };
         let mut client = PmixClient {
             facts: PmixFacts {
