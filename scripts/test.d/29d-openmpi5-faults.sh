@@ -5,7 +5,9 @@
 # server reports deaths when asked to (--runtime-options recoverable,notifyerrors: issue 43):
 #  1. a rank killed during init (3 runs): every survivor names it from the launcher's event
 #     ("died: the launcher reported it (killed by signal 9; ...)") and recovers or leaves;
-#  2. a rank killed before its check-in (3 runs): the same, within the 4 s deadline;
+#  2. a rank killed before its check-in (3 runs): the same, within the 4 s deadline (a survivor
+#     that registered its handler only after the death hears no event: the launcher's process
+#     table names it, "the launcher reported it (was killed by a signal, per its process table)");
 #  3. a rank whose process runs but never calls mcore_initialize (a shell that sleeps): ranks 0
 #     and 1 name it as never started, from the launcher's process table, within T + 2 s;
 #  4. mpirun SIGKILLed at each phase (before the ranks' PMIx_Init, while they wait in the check-in,
@@ -25,7 +27,7 @@ fi
 openmpi5_ready openmpi5-faults
 echo "openmpi5-faults: $("$openmpi5/bin/mpirun" --version 2>/dev/null | head -n 1)"
 dir=$(mktemp -d /tmp/mcore-ompi5f.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 clean=(env -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MCORE_JOB_ID
   -u MCORE_RENDEZVOUS -u MCORE_PMIX_LIBRARY
   LD_LIBRARY_PATH="$PWD/target/gloo-plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MCORE_LOG=debug)
@@ -48,19 +50,9 @@ run() {
   "${clean[@]}" TMPDIR="$dir/tmp.$name" "${vars[@]}" "${netns[@]}" "${mpi5[@]}" "${opts[@]}" \
     --output-filename "$dir/$name/o" -np "$np" \
     target/release/mcore-selftest --backend gloo --json --timeout 90 "$@" >/dev/null 2>"$dir/$name.mpirun" &
-  local pid=$! tenths=0 rc
-  while kill -0 "$pid" 2>/dev/null && [ "$tenths" -lt $((${RUN_LIMIT:-60} * 10)) ]; do sleep 0.1; tenths=$((tenths + 1)); done
-  if kill -0 "$pid" 2>/dev/null; then
-    # The ranks are mpirun's children (unshare and sh exec'd into it): every one ended when none
-    # is left but zombies.
-    if ps --ppid "$pid" -o stat= | grep -qv '^Z'; then rc=124; else rc=200; fi
-    echo "run: mpirun still there after ${RUN_LIMIT:-60} s ($([ $rc = 200 ] && echo 'every rank had ended' || echo 'a rank still ran')): killed" >>"$dir/$name.mpirun"
-    kill -9 "$pid" $(ps --ppid "$pid" -o pid=) 2>/dev/null
-    wait "$pid" 2>/dev/null
-  else
-    wait "$pid"
-    rc=$?
-  fi
+  # (unshare and sh exec into mpirun: $! is mpirun, its ranks its children.)
+  mpirun_wait $! "${RUN_LIMIT:-60}" "$dir/$name.mpirun"
+  local rc=$?
   # OpenMPI 5 writes <prefix>.<namespace>.<rank>.out and .err.
   cat "$dir/$name"/o.*.out >"$dir/$name.out" 2>/dev/null
   cat "$dir/$name"/o.*.err >"$dir/$name.err" 2>/dev/null
@@ -80,17 +72,20 @@ mpirun_ok() {
 }
 
 # survivors NAME MAX_S: the 7 survivors of rank 5's death each ok, recovered or left, naming rank 5 as
-# died from the launcher's event with its signal, at most MAX_S s after init began.
+# died as the launcher reported it, at most MAX_S s after init began; prints the worst time and how
+# many had it from the event (with its signal) rather than from the process table (a rank whose
+# handler was registered after a death right after PMIx_Init hears no event: about 1 run in 6
+# before the check-in, then the table names it at the check-in's fence deadline).
 survivors() {
   python3 - "$dir/$1.out" "$2" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 assert len(lines) == 7 and all(l["ok"] and (l.get("recovered") or l.get("left")) for l in lines), lines
-said = "died: the launcher reported it (killed by signal 9"
-assert all("rank(s) 5" in l["detected"] and said in l["detected"] for l in lines), [l["detected"] for l in lines]
+said = "rank(s) 5", "died: the launcher reported it ("
+assert all(all(s in l["detected"] for s in said) for l in lines), [l["detected"] for l in lines]
 worst = max(l["detected_after_s"] for l in lines)
 assert worst <= float(sys.argv[2]), worst
-print(f"{worst:.2f}")
+print(f"{worst:.2f} {sum('(killed by signal 9; PMIx event' in l['detected'] for l in lines)}")
 PY
 }
 
@@ -102,8 +97,8 @@ for at in during before; do
     name=$at$trial
     RUN_LIMIT=40 run "$name" 8 "${events[@]}" -- --tp 2 --pp 2 --fail-rank 5 --fail-at "$at" --recovery-window 5 --timeout "$timeout"
     rc=$?
-    if mpirun_ok "$name" $rc && worst=$(survivors "$name" "$limit"); then
-      suite_ok "a rank killed $at init ($trial of 3): all 7 survivors named rank 5 from the launcher's event (at most ${worst} s after init began) and recovered or left"
+    if mpirun_ok "$name" $rc && read -r worst heard < <(survivors "$name" "$limit"); then
+      suite_ok "a rank killed $at init ($trial of 3): all 7 survivors named rank 5 as the launcher reported it, $heard from its event (at most ${worst} s after init began), and recovered or left"
     else
       suite_bad "a rank killed $at init, run $trial (status $rc):"; head -c 3000 "$dir/$name.out"; tail -n 20 "$dir/$name.mpirun"
     fi

@@ -166,9 +166,12 @@ impl RawInfo {
         RawInfo::new(key, RawValue { kind: PMIX_BOOL, data: RawData { flag: on } })
     }
 
-    /// `PMIX_TIMEOUT` in whole seconds, at least 1 (0 would mean no limit).
+    /// `PMIX_TIMEOUT` in whole seconds, rounded down so that the server ends the call before the
+    /// caller's deadline (Debian's mpirun 4.1.4 answered a process-table query only after a fence
+    /// it still held, rounded up past the deadline, timed out), and at least 1 (0 would mean no
+    /// limit).
     fn timeout(within: Duration) -> RawInfo {
-        let secs = within.as_secs().saturating_add(u64::from(within.subsec_nanos() > 0)).clamp(1, i32::MAX as u64);
+        let secs = within.as_secs().clamp(1, i32::MAX as u64);
         RawInfo::new(PMIX_TIMEOUT, RawValue { kind: PMIX_INT, data: RawData { integer: secs as c_int } })
     }
 }

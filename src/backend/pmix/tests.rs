@@ -62,11 +62,12 @@ fn the_declared_layouts_match_the_real_library() {
     );
     assert_eq!(string_of(&infos[0].key), "pmix.collect");
     assert_eq!((infos[0].value.kind, unsafe { infos[0].value.data.flag }), (PMIX_BOOL, true));
-    let t: c_int = 7;
+    let t: c_int = 6;
     assert_eq!(unsafe { info_load(&mut infos[0], PMIX_TIMEOUT.as_ptr(), (&t as *const c_int).cast(), PMIX_INT) }, 0);
     let ours = RawInfo::timeout(Duration::from_millis(6500));
-    assert_eq!((infos[0].value.kind, unsafe { infos[0].value.data.integer }), (ours.value.kind, 7));
-    assert_eq!(unsafe { ours.value.data.integer }, 7, "6.5 s rounds up to 7 s");
+    assert_eq!((infos[0].value.kind, unsafe { infos[0].value.data.integer }), (ours.value.kind, 6));
+    assert_eq!(unsafe { ours.value.data.integer }, 6, "6.5 s rounds down to 6 s");
+    assert_eq!(unsafe { RawInfo::timeout(Duration::from_millis(200)).value.data.integer }, 1, "never 0 (no limit)");
     assert_eq!(infos[1].flags, 0x5A5A_5A5A, "the library wrote past a 552-byte pmix_info_t");
     assert!(lib.describe(PMIX_ERR_TIMEOUT).contains("(-24)"), "{}", lib.describe(PMIX_ERR_TIMEOUT));
 }
