@@ -10,13 +10,13 @@
 //! waits on another process is non-blocking underneath and waited for here (`Call::wait`): until
 //! it is over, its deadline, or the death of a rank it involves ([`interrupt_waits`]); the
 //! blocking ones (`PMIx_Init`, `PMIx_Commit`, the event registration, the query) run on a thread
-//! of their own and are abandoned at their deadline ([`bounded`]), so that no call outlives its
+//! of their own and are abandoned at their deadline (`bounded`), so that no call outlives its
 //! caller's wait when the server has gone away. The ABI facts (struct layouts, type codes,
 //! attribute names, status codes) are those of PMIx's published `pmix_common.h` (v4.2), written
 //! down in docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and
-//! finalized when the process exits, waiting at most [`FINALIZE_LIMIT`] for it (a launcher such
+//! finalized when the process exits, waiting at most `FINALIZE_LIMIT` (1.5 s) for it (a launcher such
 //! as OpenMPI's `mpirun` treats a client that exits without finalizing as a failed process), and
-//! not at all once a call was abandoned or the server went away.
+//! not at all while an abandoned call is still stuck or once the server went away.
 #![allow(unsafe_code)]
 
 mod calls;
