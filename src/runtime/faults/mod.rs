@@ -86,10 +86,7 @@ impl Faults {
         let numbering = faults.launcher.clone();
         let world = env.world_size;
         crate::backend::pmix::on_death(Some(Box::new(move |launcher_rank, what| {
-            let rank = match &numbering {
-                Some(map) => map.iter().position(|&l| l == launcher_rank).map(|r| r as u32),
-                None => Some(launcher_rank).filter(|&r| r < world),
-            };
+            let rank = attempt_rank(numbering.as_deref().map(Vec::as_slice), world, launcher_rank);
             if let (Some(i), Some(rank)) = (sink.upgrade(), rank) {
                 i.died([(rank, Death { cause: Cause::Launcher(what), host: None })]);
             }
@@ -122,11 +119,7 @@ impl Faults {
         let (dead_list, numbering) = (Arc::downgrade(&self.interrupt), self.launcher.clone());
         self.interrupt.add_lever(Box::new(move |on| {
             let dead = if on { dead_list.upgrade().map(|i| i.dead()).unwrap_or_default() } else { Vec::new() };
-            let launcher: Vec<u32> = match &numbering {
-                Some(map) => dead.iter().filter_map(|&r| map.get(r as usize).copied()).collect(),
-                None => dead,
-            };
-            crate::backend::pmix::interrupt_waits(&launcher);
+            crate::backend::pmix::interrupt_waits(&launcher_of(numbering.as_deref().map(Vec::as_slice), dead));
         }));
         if let (Some(l), Some(abort)) = (&self.liveness, store.aborter()) {
             l.on_store_gone(abort);
@@ -398,6 +391,24 @@ impl Faults {
     }
 }
 
+/// The rank of an attempt that the launcher numbers `launcher_rank` (`numbering`: the launcher's
+/// rank of each of the attempt's ranks, after a recovery; `None`: the same numbering, in a world
+/// of `world`); `None` when it is not one of the attempt's ranks (it left, or died before).
+fn attempt_rank(numbering: Option<&[u32]>, world: u32, launcher_rank: u32) -> Option<u32> {
+    match numbering {
+        Some(map) => map.iter().position(|&l| l == launcher_rank).map(|r| r as u32),
+        None => Some(launcher_rank).filter(|&r| r < world),
+    }
+}
+
+/// The launcher's numbers of the attempt's ranks `ranks` (see [`attempt_rank`]).
+fn launcher_of(numbering: Option<&[u32]>, ranks: Vec<u32>) -> Vec<u32> {
+    match numbering {
+        Some(map) => ranks.iter().filter_map(|&r| map.get(r as usize).copied()).collect(),
+        None => ranks,
+    }
+}
+
 /// See [`Faults::arm`]; disarms on drop.
 pub(crate) struct Armed<'a>(&'a Interrupt);
 
@@ -416,5 +427,32 @@ pub(crate) fn failed_for_a_peer(e: &RuntimeError) -> bool {
         RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
         RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PMIx's events name ranks as the launcher numbered them: after a recovery renumbered the
+    /// world (old 0-7, rank 5 failed, its replica 4, 6, 7 left: new 0-3 are old 0-3), an event
+    /// about a rank that left or had died is not the new attempt's, and one about old rank 2 is
+    /// about new rank 2; the PMIx waits told of the new attempt's dead get the launcher's numbers.
+    #[test]
+    fn launcher_events_are_renumbered_for_a_recovered_world() {
+        let none: Option<&[u32]> = None;
+        assert_eq!(attempt_rank(none, 8, 5), Some(5));
+        assert_eq!(attempt_rank(none, 8, 8), None, "outside the world");
+        let after: &[u32] = &[0, 1, 2, 3];
+        for gone in [4, 5, 6, 7] {
+            assert_eq!(attempt_rank(Some(after), 4, gone), None, "launcher rank {gone} left or died before");
+        }
+        assert_eq!(attempt_rank(Some(after), 4, 2), Some(2));
+        // A second recovery drops new rank 1 (old 1): new 0, 1 are old 0, 2.
+        let twice: &[u32] = &[0, 2];
+        assert_eq!(attempt_rank(Some(twice), 2, 2), Some(1));
+        assert_eq!(attempt_rank(Some(twice), 2, 1), None);
+        assert_eq!(launcher_of(Some(twice), vec![1]), [2]);
+        assert_eq!(launcher_of(none, vec![3, 5]), [3, 5]);
     }
 }
