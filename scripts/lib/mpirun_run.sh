@@ -43,19 +43,8 @@ run() {
   mkdir -p "$dir/tmp.$name"
   "${clean[@]}" TMPDIR="$dir/tmp.$name" "${vars[@]}" "${launcher[@]}" "${opts[@]}" --output-filename "$dir/$name" \
     -np "$np" target/release/mcore-selftest --backend gloo --json --timeout 90 "$@" >/dev/null 2>"$dir/$name.mpirun" &
-  local pid=$! tenths=0 rc
-  while kill -0 "$pid" 2>/dev/null && [ "$tenths" -lt $((${RUN_LIMIT:-180} * 10)) ]; do sleep 0.1; tenths=$((tenths + 1)); done
-  if kill -0 "$pid" 2>/dev/null; then
-    # The ranks are mpirun's children: every one ended when none is left but zombies.
-    if ps --ppid "$pid" -o stat= | grep -qv '^Z'; then rc=124; else rc=200; fi
-    echo "run: mpirun still there after ${RUN_LIMIT:-180} s ($([ $rc = 200 ] && echo 'every rank had ended' || echo 'a rank still ran')): killed" >>"$dir/$name.mpirun"
-    # Its ranks too (ps gives one pid per word).
-    kill -9 "$pid" $(ps --ppid "$pid" -o pid=) 2>/dev/null
-    wait "$pid" 2>/dev/null
-  else
-    wait "$pid"
-    rc=$?
-  fi
+  mpirun_wait $! "${RUN_LIMIT:-180}" "$dir/$name.mpirun"
+  local rc=$?
   # OpenMPI 4: NAME/1/rank.R/stdout; OpenMPI 5: NAME.NAMESPACE.R.out.
   cat "$dir/$name"/*/rank.*/stdout "$dir/$name".*.out >"$dir/$name.out" 2>/dev/null
   cat "$dir/$name"/*/rank.*/stderr "$dir/$name".*.err >"$dir/$name.err" 2>/dev/null

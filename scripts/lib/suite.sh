@@ -37,6 +37,11 @@
 #                                   (target/openmpi5, reused when present; pip only), the same
 #                                   builds as mpirun_ready, and $mpi5: its mpirun, oversubscribed,
 #                                   allowed as root; $openmpi5 is the venv
+#   mpirun_wait PID LIMIT LOG       wait for the mpirun started in the background as PID (this shell's
+#                                   child) for LIMIT seconds, then SIGKILL it and its ranks (it catches
+#                                   SIGTERM, and a deadlocked one never acts on it), said in LOG: its
+#                                   status, or 124 while a rank still ran, 200 when every rank had
+#                                   ended and mpirun alone was left
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 suite_root=$PWD
 suite_pass=0
@@ -167,6 +172,22 @@ openmpi5_ready() {
   [ -f "$plugin" ] || suite_abort "$1" "the Gloo plugin did not build"
   mpi5=("$openmpi5/bin/mpirun" --oversubscribe)
   [ "$(id -u)" -ne 0 ] || mpi5+=(--allow-run-as-root)
+}
+
+mpirun_wait() {
+  local pid=$1 limit=$2 log=$3 tenths=0 rc
+  while kill -0 "$pid" 2>/dev/null && [ "$tenths" -lt $((limit * 10)) ]; do sleep 0.1; tenths=$((tenths + 1)); done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid"
+    return
+  fi
+  # The ranks are mpirun's children: every one ended when none is left but zombies.
+  if ps --ppid "$pid" -o stat= | grep -qv '^Z'; then rc=124; else rc=200; fi
+  echo "run: mpirun still there after ${limit} s ($([ $rc = 200 ] && echo 'every rank had ended' || echo 'a rank still ran')): killed" >>"$log"
+  # Its ranks too (ps gives one pid per word).
+  kill -9 "$pid" $(ps --ppid "$pid" -o pid=) 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return $rc
 }
 
 suite_need() {

@@ -533,7 +533,7 @@ fn recover(
         mut comms,
         strategy,
         settled_by,
-        faults: _beating,
+        faults: beating,
     } = origin;
     // After a failed init, ranks still alive may be stuck in a collective until their own
     // deadline: they are waited for until then, not voted out for being late.
@@ -580,12 +580,9 @@ fn recover(
     let shrunk = shrink_world(comms.as_ref().and_then(|(_, w)| w.as_ref()), &plan, &new_args);
     abort_all(comms.take());
     let world = shrunk.map_err(|e| hold_store_until_read(e, &env, base.as_ref(), &failed, deadline))?;
-    report.world_from = match (&world, strategy) {
-        (Some(_), _) => WorldFrom::Shrink,
-        (None, Some(CommStrategy::Split)) => WorldFrom::New,
-        (None, _) => WorldFrom::None,
-    };
-    let carried = Carried { store, attempt: new_attempt, timeout, world, kept };
+    report.world_from = world_from(world.is_some(), strategy);
+    let launcher = launcher_ranks(beating.as_ref(), old_numbers(&plan, old_world, new_world));
+    let carried = Carried { store, attempt: new_attempt, timeout, world, kept, launcher };
     let outcome = initialize_on_store(claim, new_args, new_env, carried)?;
     if outcome == InitOutcome::Spare {
         return Ok(None);
@@ -680,6 +677,23 @@ fn old_numbers(plan: &Next, old_world: u32, new_world: u32) -> Vec<u32> {
         }
     }
     before
+}
+
+/// How the new world's communicator is had: the old one shrunk (`shrunk`), a new one (the split
+/// strategy), or none.
+fn world_from(shrunk: bool, strategy: Option<CommStrategy>) -> WorldFrom {
+    match (shrunk, strategy) {
+        (true, _) => WorldFrom::Shrink,
+        (false, Some(CommStrategy::Split)) => WorldFrom::New,
+        (false, _) => WorldFrom::None,
+    }
+}
+
+/// The launcher's rank of each rank of the new world (PMIx's events name ranks as the launcher
+/// does), from each one's number in the old world (`before`) and the old world's own numbering
+/// (`beating`, the old attempt's faults).
+fn launcher_ranks(beating: Option<&super::faults::Faults>, before: Vec<u32>) -> Vec<u32> {
+    beating.map_or_else(|| before.clone(), |f| f.launcher_ranks(&before))
 }
 
 /// The report of a recovery of `old_rank` of `old_world` ranks (`new_rank` of `new_world` after

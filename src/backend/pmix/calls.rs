@@ -1,5 +1,6 @@
 //! The non-blocking calls (fences, gets of other ranks' records): what each lends PMIx until it
-//! calls back, its outcome until it is waited for, and the interrupt that ends their waits.
+//! calls back, its outcome until it is waited for, the ranks it involves, and the interrupt that
+//! ends the waits of those that involve a rank found dead.
 
 use super::value::Value;
 use super::*;
@@ -26,14 +27,35 @@ pub(super) struct Outcome {
     pub(super) value: Option<Value>,
 }
 
-/// The non-blocking calls started ([`PmixClient::start_fence`], [`PmixClient::fetch`]): each
-/// one's arguments until PMIx calls back, then its outcome until it is waited for; whether
-/// waits are interrupted ([`interrupt_waits`]).
+/// The ranks of this job a call waits on: a call ends when one of them is found dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Involves {
+    /// A get of one rank's record, a fence over a set.
+    Ranks(Vec<u32>),
+    /// A fence over the whole job.
+    Every,
+}
+
+impl Involves {
+    /// Those of `dead` (ascending) that the call involves.
+    fn among(&self, dead: &[u32]) -> Vec<u32> {
+        match self {
+            Involves::Every => dead.to_vec(),
+            Involves::Ranks(r) => dead.iter().copied().filter(|d| r.contains(d)).collect(),
+        }
+    }
+}
+
+/// The non-blocking calls started ([`PmixClient::start_fence`], [`PmixClient::fetch_fenced`]):
+/// each one's arguments until PMIx calls back, then its outcome until it is waited for; the
+/// ranks whose death ends the waits that involve them ([`interrupt_waits`]); whether the server
+/// is gone (every wait ends).
 pub(super) struct Calls {
     pub(super) next: usize,
     pub(super) lent: BTreeMap<usize, Lent>,
     pub(super) done: BTreeMap<usize, Outcome>,
-    pub(super) interrupted: bool,
+    pub(super) dead: Vec<u32>,
+    pub(super) server_gone: bool,
 }
 
 /// [`Calls`] and the condition its waiters wait on; the process's is [`CALLS`] (the unit tests
@@ -48,7 +70,13 @@ pub(super) static CALLS: Registry = Registry::new();
 impl Registry {
     pub(super) const fn new() -> Registry {
         Registry {
-            calls: Mutex::new(Calls { next: 0, lent: BTreeMap::new(), done: BTreeMap::new(), interrupted: false }),
+            calls: Mutex::new(Calls {
+                next: 0,
+                lent: BTreeMap::new(),
+                done: BTreeMap::new(),
+                dead: Vec::new(),
+                server_gone: false,
+            }),
             changed: Condvar::new(),
         }
     }
@@ -69,19 +97,29 @@ impl Registry {
     }
 
     /// See [`interrupt_waits`].
-    pub(super) fn interrupt(&self, on: bool) {
-        self.lock().interrupted = on;
+    pub(super) fn interrupt(&self, dead: &[u32]) {
+        let mut sorted = dead.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        self.lock().dead = sorted;
+        self.changed.notify_all();
+    }
+
+    /// The server is gone (its connection lost): every wait ends, now and later.
+    pub(super) fn server_gone(&self) {
+        self.lock().server_gone = true;
         self.changed.notify_all();
     }
 
     /// Lend `lent` to PMIx and start the call with `go` (given where the lent arguments are,
     /// and the call's id as its cbdata); PMIx's status when it refused to start (no callback
-    /// comes then). `done_at_once`: the status that says the call is over without a callback,
-    /// if the call has one.
+    /// comes then). `involves`: the ranks whose death ends its wait. `done_at_once`: the status
+    /// that says the call is over without a callback, if the call has one.
     pub(super) fn start(
         &'static self,
         what: String,
         lent: Lent,
+        involves: Involves,
         done_at_once: Option<c_int>,
         go: impl FnOnce(Args, *mut c_void) -> c_int,
     ) -> Result<Call, (String, c_int)> {
@@ -103,7 +141,7 @@ impl Registry {
         };
         // Not under the lock: the callback (on PMIx's progress thread) takes it.
         let rc = go(args, id as *mut c_void);
-        let call = Call { id, what, registry: self };
+        let call = Call { id, what, involves, registry: self };
         if rc == PMIX_SUCCESS {
             return Ok(call);
         }
@@ -130,12 +168,14 @@ pub(super) unsafe extern "C" fn get_done(status: c_int, kv: *mut RawValue, cbdat
     CALLS.over(cbdata as usize, Outcome { status, value });
 }
 
-/// While `on`, every wait for a PMIx call (`Call::wait`: a fence, a get of another rank's
-/// record) ends at once, failing (a peer was found dead: the call might wait for it until its
-/// timeout, or, for a get of a record the dead rank never published, longer). The runtime sets
-/// it as it interrupts its backend's calls, and clears it with them.
-pub fn interrupt_waits(on: bool) {
-    CALLS.interrupt(on);
+/// The ranks of this job (PMIx's numbering) found `dead`: every wait for a PMIx call
+/// (`Call::wait`) that involves one of them (a fence over a set or the whole job that has it, a
+/// get of its record) ends at once, failing as a failure of those ranks ([`PmixError::dead`]:
+/// the call might wait for them until its timeout, or, for a get of a record the dead rank never
+/// published, longer); the others go on. The runtime sets it from its one dead list as it
+/// interrupts its backend's calls, and clears it (`&[]`) with them.
+pub fn interrupt_waits(dead: &[u32]) {
+    CALLS.interrupt(dead);
 }
 
 /// Where a call's lent arguments are (see [`Registry::start`]).
@@ -153,27 +193,40 @@ pub(super) struct Call {
     pub(super) id: usize,
     /// What it waits for, as errors say it.
     pub(super) what: String,
+    pub(super) involves: Involves,
     pub(super) registry: &'static Registry,
 }
 
 impl Call {
-    /// Wait until the call is over (its outcome), `deadline` passes, or waits are interrupted
-    /// ([`interrupt_waits`]): then an error naming what it waited for and why it stopped.
-    pub(super) fn wait(&self, deadline: Instant) -> Result<Outcome, PmixError> {
+    /// Wait until the call is over (its outcome), `deadline` passes, a rank it involves is found
+    /// dead ([`interrupt_waits`]) or the server is gone: then an error naming what it waited for
+    /// and why it stopped (with the dead ranks, for a death).
+    pub(super) fn wait(&self, deadline: Deadline) -> Result<Outcome, PmixError> {
         let mut c = self.registry.lock();
         loop {
             if let Some(outcome) = c.done.remove(&self.id) {
                 return Ok(outcome);
             }
-            let now = Instant::now();
-            if c.interrupted || now >= deadline {
-                let why = if c.interrupted { "a peer was found dead" } else { "the deadline passed" };
+            let dead = self.involves.among(&c.dead);
+            let why = if !dead.is_empty() {
+                let ranks: Vec<String> = dead.iter().map(u32::to_string).collect();
+                Some(format!("rank(s) {} it involves were found dead", ranks.join(", ")))
+            } else if c.server_gone {
+                Some("the connection to the launcher's PMIx server was lost".to_string())
+            } else if deadline.passed() {
+                Some("the deadline passed".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let timed_out = dead.is_empty() && !c.server_gone;
                 return Err(PmixError {
                     message: format!("{} failed: not over when {why}", self.what),
-                    timed_out: !c.interrupted,
+                    timed_out,
+                    dead,
                 });
             }
-            c = self.registry.changed.wait_up_to(c, deadline - now);
+            c = self.registry.changed.wait_up_to(c, deadline.left());
         }
     }
 }
@@ -196,9 +249,9 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// Wait until the fence is over, `deadline` passes, or waits are interrupted
+    /// Wait until the fence is over, `deadline` passes, or a rank it involves is found dead
     /// ([`interrupt_waits`]).
-    pub fn wait(self, deadline: Instant) -> Result<(), PmixError> {
+    pub fn wait(self, deadline: Deadline) -> Result<(), PmixError> {
         match self.call.wait(deadline)?.status {
             PMIX_SUCCESS => Ok(()),
             rc => Err(self.client.fail(&self.call.what, rc)),

@@ -6,28 +6,36 @@
 //!
 //! Only what the rendezvous needs is declared: `PMIx_Init`, `PMIx_Finalize`, `PMIx_Put`,
 //! `PMIx_Commit`, `PMIx_Fence_nb` (with data collection), `PMIx_Get` (the job's facts, local) and
-//! `PMIx_Get_nb` (what other ranks published), and for the layout test `PMIx_Value_load` /
-//! `PMIx_Info_load`. Every call that waits on another process is non-blocking underneath and
-//! waited for here (`Call::wait`): until it is over, its deadline, or [`interrupt_waits`]. The
-//! ABI facts (struct layouts, type codes, attribute names, status codes) are those of PMIx's
-//! published `pmix_common.h` (v4.2), written down in docs/pmix.md. The process's client is
-//! initialized once ([`PmixClient::get`]) and finalized when the process exits, waiting at most
-//! 5 s for it (a launcher such as OpenMPI's `mpirun` treats a client that exits without
-//! finalizing as a failed process).
+//! `PMIx_Get_nb` (what other ranks published), `PMIx_Query_info` (the launcher's process table:
+//! `table.rs`), and for the layout test `PMIx_Value_load` / `PMIx_Info_load`. Every call that
+//! waits on another process is non-blocking underneath and waited for here (`Call::wait`): until
+//! it is over, its deadline, or the death of a rank it involves ([`interrupt_waits`]); the
+//! blocking ones (`PMIx_Init`, `PMIx_Commit`, the event registration, the query) run on a thread
+//! of their own and are abandoned at their deadline (`bounded`), so that no call outlives its
+//! caller's wait when the server has gone away. The ABI facts (struct layouts, type codes,
+//! attribute names, status codes) are those of PMIx's published `pmix_common.h` (v4.2), written
+//! down in docs/pmix.md. The process's client is initialized once ([`PmixClient::get`]) and
+//! finalized when the process exits, waiting at most `FINALIZE_LIMIT` (1.5 s) for it (a launcher such
+//! as OpenMPI's `mpirun` treats a client that exits without finalizing as a failed process), and
+//! not at all while an abandoned call is still stuck or once the server went away.
 #![allow(unsafe_code)]
 
 mod calls;
 mod choice;
 mod events;
+mod table;
 mod value;
 
 use super::dynlib::{as_fn, DynLib};
-use calls::{fence_done, get_done, Lent, CALLS};
+use crate::timeout::Deadline;
+use calls::{fence_done, get_done, Involves, Lent, CALLS};
 pub use calls::{interrupt_waits, Fence};
-pub use events::on_death;
+pub use events::{events_registered, on_death};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+pub use table::{ProcEntry, ProcState};
 use value::{key_cstring, key_text, string_of, Value};
 
 /// Environment variable naming the PMIx library to load (then no other is tried).
@@ -69,6 +77,9 @@ const PMIX_UINT32: u16 = 14;
 const PMIX_UINT64: u16 = 15;
 const PMIX_BYTE_OBJECT: u16 = 27;
 const PMIX_PROC: u16 = 22;
+const PMIX_INFO: u16 = 24;
+const PMIX_PROC_INFO: u16 = 38;
+const PMIX_DATA_ARRAY: u16 = 39;
 
 /// `pmix_scope_t`: share with every process of the job, on this node and others.
 const PMIX_GLOBAL: u8 = 3;
@@ -116,6 +127,10 @@ union RawData {
     bo: RawBytes,
     /// `pmix_proc_t *proc` (type `PMIX_PROC`).
     proc_: *mut RawProc,
+    /// `pmix_proc_info_t *pinfo` (type `PMIX_PROC_INFO`).
+    pinfo: *mut table::RawProcInfo,
+    /// `pmix_data_array_t *darray` (type `PMIX_DATA_ARRAY`).
+    darray: *mut table::RawDataArray,
     _whole: [u64; 3],
 }
 
@@ -154,9 +169,12 @@ impl RawInfo {
         RawInfo::new(key, RawValue { kind: PMIX_BOOL, data: RawData { flag: on } })
     }
 
-    /// `PMIX_TIMEOUT` in whole seconds, at least 1 (0 would mean no limit).
+    /// `PMIX_TIMEOUT` in whole seconds, rounded down so that the server ends the call before the
+    /// caller's deadline (Debian's mpirun 4.1.4 answered a process-table query only after a fence
+    /// it still held, rounded up past the deadline, timed out), and at least 1 (0 would mean no
+    /// limit).
     fn timeout(within: Duration) -> RawInfo {
-        let secs = within.as_secs().saturating_add(u64::from(within.subsec_nanos() > 0)).clamp(1, i32::MAX as u64);
+        let secs = within.as_secs().clamp(1, i32::MAX as u64);
         RawInfo::new(PMIX_TIMEOUT, RawValue { kind: PMIX_INT, data: RawData { integer: secs as c_int } })
     }
 }
@@ -194,6 +212,8 @@ type RegisterEventFn = unsafe extern "C" fn(
     Option<RegisteredFn>,
     *mut c_void,
 ) -> c_int;
+/// `PMIx_Query_info` (blocking; run by [`bounded`]).
+type QueryFn = unsafe extern "C" fn(*mut table::RawQuery, usize, *mut *mut RawInfo, *mut usize) -> c_int;
 type GetFn = unsafe extern "C" fn(*const RawProc, *const c_char, *const RawInfo, usize, *mut *mut RawValue) -> c_int;
 /// `pmix_value_cbfunc_t`.
 type ValueCallback = unsafe extern "C" fn(c_int, *mut RawValue, *mut c_void);
@@ -223,6 +243,7 @@ struct Library {
     register_event: RegisterEventFn,
     get: GetFn,
     get_nb: GetNbFn,
+    query: QueryFn,
     value_destruct: ValueDestructFn,
     error_string: ErrorStringFn,
     version: VersionFn,
@@ -251,6 +272,7 @@ impl Library {
             register_event: sym(&lib, "PMIx_Register_event_handler")?,
             get: sym(&lib, "PMIx_Get")?,
             get_nb: sym(&lib, "PMIx_Get_nb")?,
+            query: sym(&lib, "PMIx_Query_info")?,
             value_destruct: sym(&lib, "PMIx_Value_destruct")?,
             error_string: sym(&lib, "PMIx_Error_string")?,
             version: sym(&lib, "PMIx_Get_version")?,
@@ -261,15 +283,7 @@ impl Library {
 
     /// `PMIx_Error_string(status)` with the number.
     fn describe(&self, status: c_int) -> String {
-        // SAFETY: PMIx_Error_string returns a static NUL-terminated string (or NULL).
-        let p = unsafe { (self.error_string)(status) };
-        let text = if p.is_null() {
-            "unknown status".into()
-        } else {
-            // SAFETY: see above.
-            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-        };
-        format!("{text} ({status})")
+        describe_with(self.error_string, status)
     }
 
     fn version(&self) -> String {
@@ -283,12 +297,34 @@ impl Library {
     }
 }
 
-/// Why a PMIx call failed: the call, PMIx's own words for the status, and whether it was a
-/// timeout.
+/// `PMIx_Error_string(status)` (through `error_string`) with the number.
+fn describe_with(error_string: ErrorStringFn, status: c_int) -> String {
+    // SAFETY: PMIx_Error_string returns a static NUL-terminated string (or NULL).
+    let p = unsafe { error_string(status) };
+    let text = if p.is_null() {
+        "unknown status".into()
+    } else {
+        // SAFETY: see above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    };
+    format!("{text} ({status})")
+}
+
+/// Why a PMIx call failed: the call, PMIx's own words for the status, whether it was a
+/// timeout, and the ranks whose death ended its wait (none when something else did).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmixError {
     pub message: String,
     pub timed_out: bool,
+    /// The ranks known dead that the call involved ([`interrupt_waits`]): a failure of theirs.
+    pub dead: Vec<u32>,
+}
+
+impl PmixError {
+    /// A failure that is neither a timeout nor a death.
+    pub fn new(message: String) -> PmixError {
+        PmixError { message, timed_out: false, dead: Vec::new() }
+    }
 }
 
 impl std::fmt::Display for PmixError {
@@ -332,40 +368,95 @@ unsafe impl Send for PmixClient {}
 unsafe impl Sync for PmixClient {}
 
 static CLIENT: OnceLock<Result<PmixClient, String>> = OnceLock::new();
+/// This process as `PMIx_Init` named it, and the library's `PMIx_Error_string`: set as soon as
+/// `PMIx_Init` returns, so that an event that comes while the client is still being set up (a
+/// rank killed right after its own `PMIx_Init`) is known to be about this job.
+static ME: OnceLock<(RawProc, ErrorStringFn)> = OnceLock::new();
 /// The process that initialized the client: a child forked after it (whose copy of the client
 /// has no progress thread) must not finalize it when it exits.
 static INIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// The longest the process's exit waits for `PMIx_Finalize` (it answers in milliseconds; one
-/// that does not, after a peer died with calls of this process still pending in the server,
-/// must not keep the process from exiting).
-const FINALIZE_LIMIT: Duration = Duration::from_secs(5);
+/// that does not, after a peer died with calls of this process still pending in the server, or
+/// with the server gone, must not keep the process from exiting, nor past its deadline + 2 s).
+const FINALIZE_LIMIT: Duration = Duration::from_millis(1500);
+
+/// The server is known gone (a lost-connection event): it is not waited for at exit.
+static SERVER_GONE: AtomicBool = AtomicBool::new(false);
+/// Blocking calls running now ([`bounded`]): one still running at exit (abandoned, stuck in a
+/// server that does not answer) means `PMIx_Finalize` would wait behind it.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The longest `PMIx_Init` and the event registration may take, in ms ([`limit_init`]).
+static INIT_LIMIT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Bound the client's initialization (`PMIx_Init`, the event registration: blocking calls) by
+/// `within` from its start: the runtime passes its init timeout before the first use of the
+/// client. Unset, the store's default timeout (300 s).
+pub fn limit_init(within: Duration) {
+    let ms = u64::try_from(crate::timeout::clamp(within).as_millis()).unwrap_or(u64::MAX).max(1);
+    INIT_LIMIT_MS.store(ms, Ordering::SeqCst);
+}
+
+fn init_deadline() -> Deadline {
+    match INIT_LIMIT_MS.load(Ordering::SeqCst) {
+        0 => Deadline::after(crate::store::DEFAULT_TIMEOUT),
+        ms => Deadline::after(Duration::from_millis(ms)),
+    }
+}
+
+/// Run `call` (a blocking PMIx call named `what`) on a thread of its own and wait for it until
+/// `deadline`: its result, or an error naming the call when it is still running then (it is
+/// abandoned, left to return or not: [`RUNNING`] counts it until it does).
+fn bounded<T: Send + 'static>(
+    what: &str,
+    deadline: Deadline,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PmixError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    RUNNING.fetch_add(1, Ordering::SeqCst);
+    let run = std::thread::Builder::new().name("mcore-pmix-call".into()).spawn(move || {
+        let out = call();
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        let _ = tx.send(out);
+    });
+    if let Err(e) = run {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        // The closure moved into the failed spawn is gone: say so rather than guess.
+        return Err(PmixError::new(format!("{what} was not run: no thread for it ({e})")));
+    }
+    let left = deadline.instant().saturating_duration_since(std::time::Instant::now());
+    rx.recv_timeout(left).map_err(|_| PmixError {
+        message: format!(
+            "{what} did not return within {} (the launcher's PMIx server is gone or stuck); abandoned",
+            crate::timeout::describe(left)
+        ),
+        timed_out: true,
+        dead: Vec::new(),
+    })
+}
 
 extern "C" fn finalize_at_exit() {
-    if INIT_PID.load(std::sync::atomic::Ordering::SeqCst) != std::process::id() {
+    if INIT_PID.load(Ordering::SeqCst) != std::process::id() {
         return;
     }
     let Some(Ok(c)) = CLIENT.get() else { return };
-    // SAFETY (both calls): an initialized client; no info.
+    let stuck = RUNNING.load(Ordering::SeqCst);
+    if SERVER_GONE.load(Ordering::SeqCst) || stuck > 0 {
+        if crate::backend::debug_log() {
+            let why = if stuck > 0 { "a PMIx call did not return" } else { "the launcher's PMIx server is gone" };
+            eprintln!("mcore_init: {why}: exiting without PMIx_Finalize");
+        }
+        return;
+    }
+    // SAFETY: an initialized client; no info.
     let finalize = move || unsafe { (c.lib.finalize)(std::ptr::null(), 0) };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new().name("mcore-pmix-exit".into()).spawn(move || {
-        finalize();
-        let _ = tx.send(());
-    });
-    match spawned {
-        Ok(_) => {
-            if rx.recv_timeout(FINALIZE_LIMIT).is_err() {
-                eprintln!(
-                    "mcore_init: PMIx_Finalize did not return within {} s; exiting without it (the launcher may \
-                     report this process as one that did not finalize)",
-                    FINALIZE_LIMIT.as_secs()
-                );
-            }
-        }
-        Err(_) => {
-            finalize();
-        }
+    if bounded("PMIx_Finalize", Deadline::after(FINALIZE_LIMIT), finalize).is_err() {
+        eprintln!(
+            "mcore_init: PMIx_Finalize did not return within {} s; exiting without it (the launcher may report this \
+             process as one that did not finalize)",
+            FINALIZE_LIMIT.as_secs_f64()
+        );
     }
 }
 
@@ -389,7 +480,7 @@ impl PmixClient {
                     );
                 }
                 let client = PmixClient::init(lib, &chosen.path)?;
-                INIT_PID.store(std::process::id(), std::sync::atomic::Ordering::SeqCst);
+                INIT_PID.store(std::process::id(), Ordering::SeqCst);
                 // SAFETY: registering a plain extern "C" function.
                 unsafe { libc::atexit(finalize_at_exit) };
                 Ok(client)
@@ -399,12 +490,24 @@ impl PmixClient {
     }
 
     fn init(lib: Library, path: &str) -> Result<PmixClient, String> {
-        let mut me = RawProc { nspace: [0; NSPACE_LEN], rank: 0 };
-        // SAFETY: `me` is writable; no info.
-        let rc = unsafe { (lib.init)(&mut me, std::ptr::null_mut(), 0) };
-        if rc != PMIX_SUCCESS {
-            return Err(format!("PMIx_Init of {path} failed: {}", lib.describe(rc)));
-        }
+        let deadline = init_deadline();
+        let init = lib.init;
+        let started = bounded("PMIx_Init", deadline, move || {
+            let mut me = RawProc { nspace: [0; NSPACE_LEN], rank: 0 };
+            // SAFETY: `me` is writable; no info.
+            let rc = unsafe { init(&mut me, std::ptr::null_mut(), 0) };
+            (rc, me)
+        });
+        let me = match started {
+            Ok((PMIX_SUCCESS, me)) => {
+                let _ = ME.set((me, lib.error_string));
+                me
+            }
+            Ok((rc, _)) => return Err(format!("PMIx_Init of {path} failed: {}", lib.describe(rc))),
+            // The abandoned call may still run in the library: it stays loaded (`DynLib` never
+            // unloads).
+            Err(e) => return Err(format!("{} ({path})", e.message)),
+        };
         let mut client = PmixClient {
             facts: PmixFacts {
                 nspace: string_of(&me.nspace),
@@ -427,7 +530,7 @@ impl PmixClient {
                 client.facts.local_size = local_size;
                 client.facts.hostname = hostname;
                 client.facts.node_id = node_id;
-                client.register_death_events();
+                client.register_death_events(deadline);
                 Ok(client)
             }
             Err(e) => {
@@ -458,17 +561,20 @@ impl PmixClient {
     }
 
     fn fail(&self, call: &str, rc: c_int) -> PmixError {
-        PmixError { message: format!("{call} failed: {}", self.lib.describe(rc)), timed_out: rc == PMIX_ERR_TIMEOUT }
+        PmixError {
+            message: format!("{call} failed: {}", self.lib.describe(rc)),
+            timed_out: rc == PMIX_ERR_TIMEOUT,
+            dead: Vec::new(),
+        }
     }
 
     fn integer(&self, key: &CStr, v: Value) -> Result<u32, PmixError> {
-        v.number().ok_or_else(|| PmixError {
-            message: format!(
+        v.number().ok_or_else(|| {
+            PmixError::new(format!(
                 "PMIx_Get({}) gave a value of type {}, not a number that fits 32 bits",
                 key_text(key),
                 v.0.kind
-            ),
-            timed_out: false,
+            ))
         })
     }
 
@@ -501,10 +607,9 @@ impl PmixClient {
         e
     }
 
-    /// `PMIx_Get_nb` of `key` of `rank` in this job (asked of the server when the client does
-    /// not hold it), waited for at most `within` ([`Call::wait`]: a peer found dead ends it
-    /// too). `Err`: the wait ended first; `Ok(Err(status))`: PMIx's answer was not a value.
-    fn get_remote(&self, rank: u32, key: &CStr, within: Duration) -> Result<Result<Value, c_int>, PmixError> {
+    /// Start `PMIx_Get_nb` of `key` of `rank` in this job (asked of the server when the client
+    /// does not hold it; PMIx ends it after at most `within`): `Err(status)` when PMIx refused.
+    fn start_get(&self, rank: u32, key: &CStr, within: Duration) -> Result<calls::Call, c_int> {
         let what = format!("PMIx_Get({} of rank {rank})", key_text(key));
         let lent = Lent {
             procs: vec![RawProc { nspace: self.me.nspace, rank }],
@@ -514,14 +619,21 @@ impl PmixClient {
         };
         let lib = &self.lib;
         // SAFETY: proc, key and info are lent until the callback; the call's id is the cbdata.
-        let started = CALLS.start(what, lent, None, |a, id| unsafe {
+        let started = CALLS.start(what, lent, Involves::Ranks(vec![rank]), None, |a, id| unsafe {
             (lib.get_nb)(a.procs, a.key, a.info, a.ninfo, Some(get_done), id)
         });
-        let call = match started {
+        started.map_err(|(_, rc)| rc)
+    }
+
+    /// A get started by [`PmixClient::start_get`], waited for until `deadline` ([`Call::wait`]:
+    /// the death of its rank ends it too). `Err`: the wait ended first; `Ok(Err(status))`:
+    /// PMIx's answer was not a value.
+    fn wait_get(call: Result<calls::Call, c_int>, deadline: Deadline) -> Result<Result<Value, c_int>, PmixError> {
+        let call = match call {
             Ok(call) => call,
-            Err((_, rc)) => return Ok(Err(rc)),
+            Err(rc) => return Ok(Err(rc)),
         };
-        let outcome = call.wait(Instant::now() + within)?;
+        let outcome = call.wait(deadline)?;
         Ok(match (outcome.status, outcome.value) {
             (PMIX_SUCCESS, Some(v)) => Ok(v),
             (PMIX_SUCCESS, None) => Err(PMIX_ERR_NOT_FOUND),
@@ -530,8 +642,8 @@ impl PmixClient {
     }
 
     /// Publish `bytes` under `key` for every process of the job (`PMIx_Put` with global scope,
-    /// then `PMIx_Commit`).
-    pub fn publish(&self, key: &str, bytes: &[u8]) -> Result<(), PmixError> {
+    /// then `PMIx_Commit`, which waits for the server: abandoned at `deadline`).
+    pub fn publish(&'static self, key: &str, bytes: &[u8], deadline: Deadline) -> Result<(), PmixError> {
         let k = key_cstring(key)?;
         let mut value = RawValue {
             kind: PMIX_BYTE_OBJECT,
@@ -542,8 +654,9 @@ impl PmixClient {
         if rc != PMIX_SUCCESS {
             return Err(self.fail(&format!("PMIx_Put({key})"), rc));
         }
+        let commit = self.lib.commit;
         // SAFETY: no arguments.
-        let rc = unsafe { (self.lib.commit)() };
+        let rc = bounded("PMIx_Commit", deadline, move || unsafe { commit() })?;
         if rc != PMIX_SUCCESS {
             return Err(self.fail("PMIx_Commit", rc));
         }
@@ -552,7 +665,8 @@ impl PmixClient {
 
     /// Start a fence with data collection over `ranks` of this job (None: every rank) without
     /// waiting for it (`PMIx_Fence_nb`; PMIx ends it after at most `within`): [`Fence::wait`]
-    /// waits for it, or drop it to leave it running (a rank that only publishes).
+    /// waits for it (the death of a rank it involves ends the wait), or drop it to leave it
+    /// running (a rank that only publishes).
     pub fn start_fence(&'static self, ranks: Option<&[u32]>, within: Duration) -> Result<Fence, PmixError> {
         let what = match ranks {
             None => format!("PMIx_Fence (every rank of namespace {})", self.facts.nspace),
@@ -567,7 +681,8 @@ impl PmixClient {
         let lib = &self.lib;
         // SAFETY: the procs and info arrays are lent until the callback; the call's id is the
         // cbdata. PMIX_OPERATION_SUCCEEDED: done already, no callback.
-        let started = CALLS.start(what, lent, Some(PMIX_OPERATION_SUCCEEDED), |a, id| unsafe {
+        let involves = ranks.map_or(Involves::Every, |r| Involves::Ranks(r.to_vec()));
+        let started = CALLS.start(what, lent, involves, Some(PMIX_OPERATION_SUCCEEDED), |a, id| unsafe {
             (lib.fence_nb)(a.procs, a.nprocs, a.info, a.ninfo, Some(fence_done), id)
         });
         match started {
@@ -576,23 +691,39 @@ impl PmixClient {
         }
     }
 
-    /// The bytes `rank` published under `key` ([`PmixClient::publish`]), waiting at most `within`
-    /// (less when a peer is found dead: [`interrupt_waits`]).
-    pub fn fetch(&self, rank: u32, key: &str, within: Duration) -> Result<Vec<u8>, PmixError> {
+    /// The bytes each of `ranks` published under `key` ([`PmixClient::publish`]) and committed
+    /// before a fence this rank took part in, all asked at once and waited for at most `within`
+    /// (a record there comes at once); `None` for a rank whose record is not there by then (it
+    /// did not take part). An error when a get failed otherwise: the death of its rank
+    /// ([`interrupt_waits`]: [`PmixError::dead`]), the server gone, a refusal.
+    pub fn fetch_fenced(&self, ranks: &[u32], key: &str, within: Duration) -> Result<Vec<Option<Vec<u8>>>, PmixError> {
         let k = key_cstring(key)?;
-        let v = self.get_remote(rank, &k, within)?.map_err(|rc| self.get_failed(rank, &k, rc))?;
-        self.bytes_of(rank, key, v)
+        let deadline = Deadline::after(within);
+        let calls: Vec<_> = ranks.iter().map(|&r| self.start_get(r, &k, within)).collect();
+        let mut out = Vec::with_capacity(ranks.len());
+        for (&rank, call) in ranks.iter().zip(calls) {
+            out.push(match Self::wait_get(call, deadline) {
+                Ok(Ok(v)) => Some(self.bytes_of(rank, key, v)?),
+                Ok(Err(PMIX_ERR_NOT_FOUND | PMIX_ERR_TIMEOUT)) => None,
+                Err(e) if e.timed_out => None,
+                Ok(Err(rc)) => return Err(self.get_failed(rank, &k, rc)),
+                Err(e) => return Err(e),
+            });
+        }
+        Ok(out)
     }
 
-    /// [`PmixClient::fetch`] of a key that `rank` may not have committed yet, without a fence:
-    /// OpenMPI's server answers PMIX_ERR_NOT_FOUND at once rather than wait for it, so it is
-    /// asked again, 10 ms later, then at intervals doubling up to 100 ms, until `deadline`.
-    pub fn fetch_when_published(&self, rank: u32, key: &str, deadline: Instant) -> Result<Vec<u8>, PmixError> {
+    /// The bytes `rank` published under `key`, which it may not have committed yet, without a
+    /// fence: OpenMPI's server answers PMIX_ERR_NOT_FOUND at once rather than wait for it, so it
+    /// is asked again, 10 ms later, then at intervals doubling up to 100 ms, until `deadline`
+    /// (or `rank` is found dead).
+    pub fn fetch_when_published(&self, rank: u32, key: &str, deadline: Deadline) -> Result<Vec<u8>, PmixError> {
         let k = key_cstring(key)?;
         let mut pause = Duration::from_millis(10);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.get_remote(rank, &k, left.max(pause))? {
+            let left = deadline.instant().saturating_duration_since(std::time::Instant::now());
+            let within = left.max(pause);
+            match Self::wait_get(self.start_get(rank, &k, within), Deadline::after(within))? {
                 Ok(v) => return self.bytes_of(rank, key, v),
                 Err(PMIX_ERR_NOT_FOUND) if left > pause => {
                     std::thread::sleep(pause);
@@ -604,9 +735,8 @@ impl PmixClient {
     }
 
     fn bytes_of(&self, rank: u32, key: &str, v: Value) -> Result<Vec<u8>, PmixError> {
-        v.bytes().ok_or_else(|| PmixError {
-            message: format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind),
-            timed_out: false,
+        v.bytes().ok_or_else(|| {
+            PmixError::new(format!("PMIx_Get({key} of rank {rank}) gave a value of type {}, not bytes", v.0.kind))
         })
     }
 }

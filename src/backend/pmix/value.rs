@@ -8,7 +8,7 @@ pub(super) fn string_of(chars: &[c_char]) -> String {
 }
 
 pub(super) fn key_cstring(key: &str) -> Result<CString, PmixError> {
-    CString::new(key).map_err(|_| PmixError { message: format!("key {key:?} has a NUL"), timed_out: false })
+    CString::new(key).map_err(|_| PmixError::new(format!("key {key:?} has a NUL")))
 }
 
 pub(super) fn key_text(key: &CStr) -> String {

@@ -105,15 +105,25 @@ impl Interrupt {
     }
 
     /// Ranks found dead (`deaths`): those not known before join the dead list, the epoch moves,
-    /// and, armed, the levers are pulled. Whether any was new.
+    /// and, armed, the levers are pulled. Whether any was new. The launcher's word about a rank
+    /// known dead by other means replaces theirs (it says how the process ended) and moves nothing.
     pub fn died(&self, deaths: impl IntoIterator<Item = (u32, Death)>) -> bool {
         let mut new = false;
         {
             let mut dead = locked(&self.dead);
             for (r, d) in deaths {
-                if let std::collections::btree_map::Entry::Vacant(v) = dead.entry(r) {
-                    v.insert(d);
-                    new = true;
+                match dead.entry(r) {
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(d);
+                        new = true;
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut o) => {
+                        let known = o.get_mut();
+                        if matches!(d.cause, Cause::Launcher(_)) && !matches!(known.cause, Cause::Launcher(_)) {
+                            known.cause = d.cause;
+                            known.host = known.host.take().or(d.host);
+                        }
+                    }
                 }
             }
         }
@@ -182,5 +192,11 @@ mod tests {
         assert_eq!(off.load(Ordering::SeqCst), 1, "let go once");
         assert_eq!(i.dead(), [3, 5]);
         assert_eq!(i.dead_among(&[5, 4, 5]), [5]);
+        // The launcher's word about a rank known dead replaces the close notice, moving nothing.
+        let launcher = Death { cause: Cause::Launcher("killed by signal 9".into()), host: None };
+        assert!(!i.died([(5, launcher.clone())]));
+        assert_eq!((i.epoch(), i.death(5).map(|d| d.cause)), (2, Some(launcher.cause.clone())));
+        assert!(!i.died([(5, closed())]));
+        assert_eq!(i.death(5).map(|d| d.cause), Some(launcher.cause), "and is not replaced back");
     }
 }

@@ -11,6 +11,7 @@ pub mod interrupt;
 pub mod liveness;
 pub mod verdict;
 
+use crate::backend::pmix::ProcEntry;
 use crate::backend::{CommError, CommErrorKind, CommFactory};
 use crate::runtime::error::RuntimeError;
 use crate::runtime::faults::interrupt::{Cause, Death, Interrupt};
@@ -29,26 +30,34 @@ use std::time::{Duration, Instant};
 /// The most ranks one question reads (two store requests each).
 const MAX_ASKED: usize = 4096;
 
+/// How long the verdict waits for the launcher's word about a rank whose death the store found
+/// first, where PMIx events are listened for (the launcher's event follows the store's close
+/// notice by 1-50 ms, and says how the process ended).
+const LAUNCHER_GRACE: Duration = Duration::from_millis(100);
+
 /// The faults of one initialization attempt (see the module docs).
 pub struct Faults {
     liveness: Option<Liveness>,
     interrupt: Arc<Interrupt>,
     rank: u32,
     world: u32,
+    /// The launcher's rank (PMIx's numbering) of each rank of this attempt, after a recovery
+    /// renumbered them; `None`: the same numbering.
+    launcher: Option<Arc<Vec<u32>>>,
 }
 
 impl Faults {
     /// No liveness (a world of one, a spare standing by, a recovery's old store): deaths are found
     /// only by what reports to the interrupt (PMIx).
     pub(crate) fn none(env: &LaunchEnv) -> Faults {
-        Faults { liveness: None, interrupt: Interrupt::new(), rank: env.rank, world: env.world_size }
+        Faults { liveness: None, interrupt: Interrupt::new(), rank: env.rank, world: env.world_size, launcher: None }
     }
 
     /// The faults of rank `rank` of a world of `world` around a liveness already started (tests;
     /// the runtime uses `Faults::start`).
     pub fn of(liveness: Liveness, rank: u32, world: u32) -> Faults {
         let interrupt = Arc::clone(liveness.interrupt());
-        Faults { liveness: Some(liveness), interrupt, rank, world }
+        Faults { liveness: Some(liveness), interrupt, rank, world, launcher: None }
     }
 
     /// This rank's liveness, if it has one.
@@ -60,17 +69,25 @@ impl Faults {
     /// MASTER_ADDR:MASTER_PORT of `env`, within `within` (the time the init has left); none in a
     /// world of one. A liveness that cannot start costs the init the naming of dead ranks (said
     /// once, on stderr); one whose rank another client posed as fails it, naming that client.
-    /// PMIx's death events report to this attempt's dead list from now on.
+    /// PMIx's death events report to this attempt's dead list from now on, numbered as this
+    /// attempt numbers its ranks (`launcher`: the launcher's rank of each, after a recovery; an
+    /// event about a rank outside this attempt's world — one that left, or had died before — is
+    /// not this attempt's).
     pub(crate) fn start(
         env: &LaunchEnv,
         attempt: &str,
         within: Duration,
         token: TokenCell,
+        launcher: Option<Vec<u32>>,
     ) -> Result<Faults, RuntimeError> {
         let mut faults = Faults::none(env);
+        faults.launcher = launcher.map(Arc::new);
         let sink = Arc::downgrade(&faults.interrupt);
-        crate::backend::pmix::on_death(Some(Box::new(move |rank, what| {
-            if let Some(i) = sink.upgrade() {
+        let numbering = faults.launcher.clone();
+        let world = env.world_size;
+        crate::backend::pmix::on_death(Some(Box::new(move |launcher_rank, what| {
+            let rank = attempt_rank(numbering.as_deref().map(Vec::as_slice), world, launcher_rank);
+            if let (Some(i), Some(rank)) = (sink.upgrade(), rank) {
                 i.died([(rank, Death { cause: Cause::Launcher(what), host: None })]);
             }
         })));
@@ -98,7 +115,12 @@ impl Faults {
         }
         let backend = Arc::clone(backend);
         self.interrupt.add_lever(Box::new(move |on| backend.interrupt(on)));
-        self.interrupt.add_lever(Box::new(crate::backend::pmix::interrupt_waits));
+        // PMIx's waits that involve a rank found dead end; the others go on.
+        let (dead_list, numbering) = (Arc::downgrade(&self.interrupt), self.launcher.clone());
+        self.interrupt.add_lever(Box::new(move |on| {
+            let dead = if on { dead_list.upgrade().map(|i| i.dead()).unwrap_or_default() } else { Vec::new() };
+            crate::backend::pmix::interrupt_waits(&launcher_of(numbering.as_deref().map(Vec::as_slice), dead));
+        }));
         if let (Some(l), Some(abort)) = (&self.liveness, store.aborter()) {
             l.on_store_gone(abort);
         }
@@ -135,6 +157,15 @@ impl Faults {
     /// The ranks known dead, ascending: the one dead list.
     pub(crate) fn dead(&self) -> Vec<u32> {
         self.interrupt.dead()
+    }
+
+    /// The launcher's rank of each rank of a world renumbered from this one: `before` gives each
+    /// new rank's number in this attempt (see [`Faults::start`]).
+    pub(crate) fn launcher_ranks(&self, before: &[u32]) -> Vec<u32> {
+        match &self.launcher {
+            Some(map) => before.iter().map(|&old| map.get(old as usize).copied().unwrap_or(u32::MAX)).collect(),
+            None => before.to_vec(),
+        }
     }
 
     /// Why the store's host is taken for gone, when it is.
@@ -182,6 +213,44 @@ impl Faults {
         if let Some(l) = &self.liveness {
             l.number_as_before(before);
         }
+    }
+
+    /// The ranks of `missing` from a check-in through PMIx, named from the launcher's process
+    /// `table`: those that ended join the dead list (found by the launcher, with how they ended and
+    /// their host) and are named as died, those whose process never connected to PMIx as never
+    /// started, after `waited`. `None` when the table cannot tell (a missing rank not in it, or
+    /// connected: alive, perhaps late), so that the caller asks otherwise.
+    pub(crate) fn missing_per_launcher(
+        &self,
+        missing: &[u32],
+        table: &[ProcEntry],
+        waited: Duration,
+    ) -> Option<CheckinError> {
+        let entries: Vec<&ProcEntry> =
+            missing.iter().map(|r| table.iter().find(|e| e.rank == *r)).collect::<Option<_>>()?;
+        let (ended, never): (Vec<&ProcEntry>, Vec<&ProcEntry>) = entries.into_iter().partition(|e| e.state.ended());
+        if never.iter().any(|e| e.state != crate::backend::pmix::ProcState::NotConnected) {
+            return None;
+        }
+        let label = |e: &ProcEntry| (!e.hostname.is_empty()).then(|| crate::quote::quoted(&e.hostname));
+        self.interrupt.died(ended.iter().map(|e| {
+            let cause = Cause::Launcher(verdict::ended_per_table(&e.state.to_string()));
+            (e.rank, Death { cause, host: label(e) })
+        }));
+        let mut parts = Vec::new();
+        let dead: Vec<u32> = ended.iter().map(|e| e.rank).collect();
+        parts.extend(self.died(&dead));
+        if !never.is_empty() {
+            let ranks: Vec<u32> = never.iter().map(|e| e.rank).collect();
+            let who = host::describe_by(&ranks, &|r| never.iter().find(|e| e.rank == r).and_then(|e| label(e)));
+            parts.push(verdict::never_started(&who, crate::runtime::meeting::checkin::WHAT));
+        }
+        Some(CheckinError::Missing {
+            ranks: missing.to_vec(),
+            waited,
+            nodes: String::new(),
+            died: Some(parts.join("; ")),
+        })
     }
 
     /// The ranks known dead and those a question of the last `within` found silent.
@@ -273,11 +342,20 @@ impl Faults {
         Some(text)
     }
 
-    /// The sentence for the ranks of `others` known dead, if any (recorded as this rank's blame).
+    /// The sentence for the ranks of `others` known dead, if any (recorded as this rank's blame),
+    /// after the launcher's word about them where it may come ([`LAUNCHER_GRACE`]).
     fn died(&self, others: &[u32]) -> Option<String> {
         let dead = self.interrupt.dead_among(others);
         if dead.is_empty() {
             return None;
+        }
+        if crate::backend::pmix::events_registered() {
+            let by = Instant::now() + LAUNCHER_GRACE;
+            let unheard =
+                || dead.iter().any(|&r| !matches!(self.interrupt.death(r).map(|d| d.cause), Some(Cause::Launcher(_))));
+            while unheard() && Instant::now() < by {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         self.record(&dead);
         Some(verdict::died_among(&self.interrupt, &dead, &|rs| self.who(rs)))
@@ -313,6 +391,24 @@ impl Faults {
     }
 }
 
+/// The rank of an attempt that the launcher numbers `launcher_rank` (`numbering`: the launcher's
+/// rank of each of the attempt's ranks, after a recovery; `None`: the same numbering, in a world
+/// of `world`); `None` when it is not one of the attempt's ranks (it left, or died before).
+fn attempt_rank(numbering: Option<&[u32]>, world: u32, launcher_rank: u32) -> Option<u32> {
+    match numbering {
+        Some(map) => map.iter().position(|&l| l == launcher_rank).map(|r| r as u32),
+        None => Some(launcher_rank).filter(|&r| r < world),
+    }
+}
+
+/// The launcher's numbers of the attempt's ranks `ranks` (see [`attempt_rank`]).
+fn launcher_of(numbering: Option<&[u32]>, ranks: Vec<u32>) -> Vec<u32> {
+    match numbering {
+        Some(map) => ranks.iter().filter_map(|&r| map.get(r as usize).copied()).collect(),
+        None => ranks,
+    }
+}
+
 /// See [`Faults::arm`]; disarms on drop.
 pub(crate) struct Armed<'a>(&'a Interrupt);
 
@@ -331,5 +427,32 @@ pub(crate) fn failed_for_a_peer(e: &RuntimeError) -> bool {
         RuntimeError::Checkin(CheckinError::Missing { .. }) => true,
         RuntimeError::Group(g) => matches!(g.error.kind, K::Timeout | K::PeerFailed),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PMIx's events name ranks as the launcher numbered them: after a recovery renumbered the
+    /// world (old 0-7, rank 5 failed, its replica 4, 6, 7 left: new 0-3 are old 0-3), an event
+    /// about a rank that left or had died is not the new attempt's, and one about old rank 2 is
+    /// about new rank 2; the PMIx waits told of the new attempt's dead get the launcher's numbers.
+    #[test]
+    fn launcher_events_are_renumbered_for_a_recovered_world() {
+        let none: Option<&[u32]> = None;
+        assert_eq!(attempt_rank(none, 8, 5), Some(5));
+        assert_eq!(attempt_rank(none, 8, 8), None, "outside the world");
+        let after: &[u32] = &[0, 1, 2, 3];
+        for gone in [4, 5, 6, 7] {
+            assert_eq!(attempt_rank(Some(after), 4, gone), None, "launcher rank {gone} left or died before");
+        }
+        assert_eq!(attempt_rank(Some(after), 4, 2), Some(2));
+        // A second recovery drops new rank 1 (old 1): new 0, 1 are old 0, 2.
+        let twice: &[u32] = &[0, 2];
+        assert_eq!(attempt_rank(Some(twice), 2, 2), Some(1));
+        assert_eq!(attempt_rank(Some(twice), 2, 1), None);
+        assert_eq!(launcher_of(Some(twice), vec![1]), [2]);
+        assert_eq!(launcher_of(none, vec![3, 5]), [3, 5]);
     }
 }

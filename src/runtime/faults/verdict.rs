@@ -49,6 +49,20 @@ pub fn followed(who: &str) -> String {
     format!("rank(s) {who} failed waiting for it and went")
 }
 
+/// Ranks `who` whose processes the launcher started but that never started `mcore_init` (its
+/// process table says they never connected to PMIx), missing at `what`.
+pub fn never_started(who: &str, what: &str) -> String {
+    format!(
+        "rank(s) {who} did not come to {what}: the launcher's process table says its process runs but never \
+         started mcore_init (never connected to PMIx)"
+    )
+}
+
+/// What the launcher's process table says of a rank that ended (`how`: "died with signal 9").
+pub fn ended_per_table(how: &str) -> String {
+    format!("{how}, per its process table")
+}
+
 /// Ranks `who` that never came to `what`.
 pub fn did_not_come(who: &str, what: &str) -> String {
     format!("rank(s) {who} did not come to {what}")

@@ -14,17 +14,21 @@
 //!
 //! * the check-in ([`check_in`]): every rank's host and settings fingerprint under
 //!   `mcore_init.checkin:<attempt>`, one fence over the job, every rank reads every record and
-//!   reaches the same verdict. A fence that fails names nobody, so then (only then) the ranks
-//!   check in again through the store, which names who is missing;
+//!   reaches the same verdict. Whatever the fence's status says (OpenMPI 5's server tells only
+//!   one rank of a timeout), every rank checks that every record is there; when some are not, the
+//!   launcher's process table says what became of those ranks ([`CheckIn::Missing`]), and only
+//!   where it cannot (no table, or a missing rank still connected) the ranks check in again
+//!   through the store, which names who is missing;
 //! * the world communicator's exchange ([`WorldExchange`]): the store the backend is handed for
 //!   it, whose sets are PMIx puts and whose reads come after one fence over the world.
 
 use super::env::{LaunchEnv, Rendezvous};
 use super::host::HostInfo;
-use crate::backend::pmix::{Fence, PmixClient, PmixError};
+use crate::backend::pmix::{Fence, PmixClient, PmixError, ProcEntry};
 use crate::lock::Unpoisoned;
 use crate::runtime::error::RuntimeError;
 use crate::store::{Store, StoreError, StoreToken};
+use crate::timeout::Deadline;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -70,36 +74,33 @@ fn failed(env: &LaunchEnv, e: PmixError, waited: Duration) -> RuntimeError {
         crate::quote::quoted(&env.job_id.id),
         env.world_size
     );
-    let source = if e.timed_out {
-        StoreError::Timeout { keys: vec![format!("<{e}>")], waited }
-    } else {
-        StoreError::Io(e.message)
-    };
-    RuntimeError::StoreConnect { what, source }
+    RuntimeError::StoreConnect { what, source: as_store_error(e, waited) }
 }
 
 fn client(env: &LaunchEnv) -> Result<&'static PmixClient, RuntimeError> {
-    PmixClient::get().map_err(|e| failed(env, PmixError { message: e, timed_out: false }, Duration::ZERO))
+    PmixClient::get().map_err(|e| failed(env, PmixError::new(e), Duration::ZERO))
 }
 
-/// Rank 0: publish `record` for `attempt` (put, commit).
-pub(crate) fn publish(env: &LaunchEnv, attempt: &str, record: &StoreRecord) -> Result<(), RuntimeError> {
+/// Rank 0: publish `record` for `attempt` (put, commit; until `deadline`).
+pub(crate) fn publish(
+    env: &LaunchEnv,
+    attempt: &str,
+    record: &StoreRecord,
+    deadline: Deadline,
+) -> Result<(), RuntimeError> {
     let pmix = client(env)?;
-    pmix.publish(&key(attempt), &record.encode()).map_err(|e| failed(env, e, Duration::ZERO))
+    pmix.publish(&key(attempt), &record.encode(), deadline).map_err(|e| failed(env, e, Duration::ZERO))
 }
 
 /// Every other rank: rank 0's record for `attempt`, once rank 0 has committed it (until
 /// `deadline`).
-pub(crate) fn find(env: &LaunchEnv, attempt: &str, deadline: Instant) -> Result<StoreRecord, RuntimeError> {
+pub(crate) fn find(env: &LaunchEnv, attempt: &str, deadline: Deadline) -> Result<StoreRecord, RuntimeError> {
     let start = Instant::now();
     let pmix = client(env)?;
     let bytes = pmix.fetch_when_published(0, &key(attempt), deadline).map_err(|e| failed(env, e, start.elapsed()))?;
     StoreRecord::decode(&bytes).ok_or_else(|| {
         let head = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
-        let e = PmixError {
-            message: format!("rank 0's record {} is not `<port> <address>`", crate::quote::quoted(&head)),
-            timed_out: false,
-        };
+        let e = PmixError::new(format!("rank 0's record {} is not `<port> <address>`", crate::quote::quoted(&head)));
         failed(env, e, start.elapsed())
     })
 }
@@ -114,9 +115,13 @@ pub(crate) fn usable(env: &LaunchEnv) -> Option<&'static PmixClient> {
     (c.facts().rank == env.rank && c.facts().job_size == env.world_size).then_some(c)
 }
 
-/// A timeout or failure of PMIx as the store says it (so that errors read as the store's do).
+/// A timeout or failure of PMIx as the store says it (so that errors read as the store's do): a
+/// wait ended by the death of a rank it involved as a store closed by that death (a lost peer,
+/// as a backend reads it: what recovery acts on), never as an I/O error.
 fn as_store_error(e: PmixError, waited: Duration) -> StoreError {
-    if e.timed_out {
+    if !e.dead.is_empty() {
+        StoreError::Closed(e.message)
+    } else if e.timed_out {
         StoreError::Timeout { keys: vec![format!("<{e}>")], waited }
     } else {
         StoreError::Io(e.message)
@@ -136,30 +141,58 @@ fn parse_checkin(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
     Some((String::from_utf8_lossy(&bytes[..nl]).into_owned(), bytes[nl + 1..].to_vec()))
 }
 
+/// How long the reads of the records after a fence may take: what is left of `until`, at least
+/// 0.2 s (a record that is there comes at once, even to a rank whose fence timed out; the rest
+/// of the deadline is the launcher's, to say what became of the ranks whose records are not).
+fn after_fence(until: Deadline) -> Duration {
+    until.left().max(Duration::from_millis(200))
+}
+
+/// How the check-in through PMIx ended.
+#[derive(Debug)]
+pub(crate) enum CheckIn {
+    /// Every rank's (host, fingerprint), by rank.
+    All(Vec<(String, Vec<u8>)>),
+    /// These ranks' records are not there after the fence (which said why: `fence`); the
+    /// launcher's process table, when it answered (`Err`: why not).
+    Missing { ranks: Vec<u32>, fence: Option<PmixError>, table: Result<Vec<ProcEntry>, PmixError> },
+}
+
 /// The check-in through PMIx: publish this rank's host and `fingerprint` for `attempt`, one
-/// fence over the job (until `until`), then every rank's (host, fingerprint) by rank. An error
-/// when the fence or a read failed: the caller falls back to the store's check-in to name who
-/// is missing.
+/// fence over the job (until `until`), then every rank's (host, fingerprint), each checked
+/// whatever the fence said; those not there are [`CheckIn::Missing`], with the launcher's process
+/// table (asked within `deadline`, after `until`). An error when a call failed: one ended by the
+/// death of a rank names it ([`PmixError::dead`]).
 pub(crate) fn check_in(
     pmix: &'static PmixClient,
     attempt: &str,
-    host: &HostInfo,
-    fingerprint: &[u8],
-    until: Instant,
-) -> Result<Vec<(String, Vec<u8>)>, PmixError> {
+    (host, fingerprint): (&HostInfo, &[u8]),
+    until: Deadline,
+    deadline: Deadline,
+) -> Result<CheckIn, PmixError> {
     let key = format!("mcore_init.checkin:{attempt}");
-    pmix.publish(&key, &checkin_record(host, fingerprint))?;
-    pmix.start_fence(None, until.saturating_duration_since(Instant::now()))?.wait(until)?;
-    (0..pmix.facts().job_size)
-        .map(|r| {
-            let bytes =
-                pmix.fetch(r, &key, until.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)))?;
-            parse_checkin(&bytes).ok_or_else(|| PmixError {
-                message: format!("rank {r}'s check-in record under {key} has no host line"),
-                timed_out: false,
-            })
-        })
-        .collect()
+    pmix.publish(&key, &checkin_record(host, fingerprint), until)?;
+    let fence = match pmix.start_fence(None, until.left())?.wait(until) {
+        Ok(()) => None,
+        Err(e) if !e.dead.is_empty() => return Err(e),
+        Err(e) => Some(e),
+    };
+    let (mut records, mut missing) = (Vec::new(), Vec::new());
+    let ranks: Vec<u32> = (0..pmix.facts().job_size).collect();
+    for (r, got) in ranks.iter().zip(pmix.fetch_fenced(&ranks, &key, after_fence(until))?) {
+        match got {
+            Some(bytes) => {
+                records.push(parse_checkin(&bytes).ok_or_else(|| {
+                    PmixError::new(format!("rank {r}'s check-in record under {key} has no host line"))
+                })?)
+            }
+            None => missing.push(*r),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(CheckIn::All(records));
+    }
+    Ok(CheckIn::Missing { ranks: missing, fence, table: pmix.process_table(deadline) })
 }
 
 /// The store handed to the backend for the world communicator under PMIx: the keys this rank
@@ -174,7 +207,7 @@ pub(crate) struct WorldExchange {
     inner: Arc<dyn Store>,
     key: String,
     members: Vec<u32>,
-    deadline: Instant,
+    deadline: Deadline,
     state: Mutex<Exchange>,
 }
 
@@ -223,7 +256,7 @@ impl WorldExchange {
         inner: Arc<dyn Store>,
         attempt: &str,
         members: &[u32],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> WorldExchange {
         WorldExchange {
             pmix,
@@ -244,12 +277,11 @@ impl WorldExchange {
         if st.fence.is_some() {
             return Ok(());
         }
-        let within = self.deadline.saturating_duration_since(Instant::now());
         let everyone = self.members.len() as u32 == self.pmix.facts().job_size;
         let started = self
             .pmix
-            .publish(&self.key, &encode_pairs(&st.mine))
-            .and_then(|()| self.pmix.start_fence((!everyone).then_some(&self.members[..]), within));
+            .publish(&self.key, &encode_pairs(&st.mine), self.deadline)
+            .and_then(|()| self.pmix.start_fence((!everyone).then_some(&self.members[..]), self.deadline.left()));
         match started {
             Ok(fence) => {
                 st.fence = Some(Some(fence));
@@ -270,8 +302,13 @@ impl WorldExchange {
         self.begin(&mut st)?;
         if let Some(fence) = st.fence.as_mut().and_then(Option::take) {
             let start = Instant::now();
-            if let Err(e) = fence.wait(self.deadline) {
-                st.failed = Some(as_store_error(e, start.elapsed()));
+            match fence.wait(self.deadline) {
+                Ok(()) => {}
+                // The death of a member: a lost peer.
+                Err(e) if !e.dead.is_empty() => st.failed = Some(as_store_error(e, start.elapsed())),
+                // A timeout or a partial success says no more than the records do (OpenMPI 5
+                // tells only one rank): those read next name who did not take part.
+                Err(_) => {}
             }
         }
         match &st.failed {
@@ -280,7 +317,9 @@ impl WorldExchange {
         }
     }
 
-    /// `key` from the records (this rank's own first), reading members' records until found.
+    /// `key` from the records (this rank's own first), reading members' records until found. A
+    /// member whose record is not there after the fence did not take part in it: the launcher's
+    /// process table says what became of it.
     fn lookup(&self, st: &mut Exchange, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some((_, v)) = st.mine.iter().find(|(k, _)| k == key) {
             return Ok(Some(v.clone()));
@@ -288,14 +327,31 @@ impl WorldExchange {
         while !st.found.contains_key(key) && st.read < self.members.len() {
             let rank = self.members[st.read];
             st.read += 1;
-            let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
-            let bytes = self.pmix.fetch(rank, &self.key, left).map_err(|e| as_store_error(e, Duration::ZERO))?;
+            let fetched = self.pmix.fetch_fenced(&[rank], &self.key, after_fence(self.deadline));
+            let Some(bytes) = fetched.map_err(|e| as_store_error(e, Duration::ZERO))?.pop().flatten() else {
+                let e = StoreError::Closed(self.not_there(rank));
+                st.failed = Some(e.clone());
+                return Err(e);
+            };
             let pairs = decode_pairs(&bytes).ok_or_else(|| {
                 StoreError::Protocol(format!("rank {rank}'s record under {} is not a list of keys", self.key))
             })?;
             st.found.extend(pairs);
         }
         Ok(st.found.get(key).cloned())
+    }
+
+    /// Why `rank`'s record is not there after the fence, from the launcher's process table when
+    /// it answers.
+    fn not_there(&self, rank: u32) -> String {
+        let state = match self.pmix.process_table(self.deadline) {
+            Ok(table) => match table.iter().find(|e| e.rank == rank) {
+                Some(e) => format!("the launcher's process table says: {e}"),
+                None => "the launcher's process table does not list it".to_string(),
+            },
+            Err(e) => format!("the launcher's process table gave no answer: {e}"),
+        };
+        format!("rank {rank} did not take part in the PMIx fence of {} ({state})", self.key)
     }
 
     /// A rank that never used the exchange starts its fence now (the others' reads wait for it).

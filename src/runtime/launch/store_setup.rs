@@ -549,7 +549,7 @@ pub fn open_store(env: &LaunchEnv, timeout: Duration, attempt: &str) -> Result<S
             client.multi_set(&items).map_err(RuntimeError::Store)?;
             if pmix {
                 let record = StoreRecord { addr: env.master_addr.clone(), port, secret: session.clone() };
-                pmix_rendezvous::publish(env, attempt, &record)?;
+                pmix_rendezvous::publish(env, attempt, &record, deadline)?;
             }
             (client, port)
         }
@@ -581,7 +581,7 @@ fn connect_published(
     token: &TokenCell,
     deadline: Deadline,
 ) -> Result<(TcpStore, u16, String), RuntimeError> {
-    let record = pmix_rendezvous::find(env, attempt, deadline.instant())?;
+    let record = pmix_rendezvous::find(env, attempt, deadline)?;
     if let Some(secret) = record.secret {
         token.set_if_none(secret);
     }

@@ -20,11 +20,11 @@ use crate::runtime::error::RuntimeError;
 use crate::runtime::faults::{failed_for_a_peer, Faults};
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::host::{self, HostInfo};
-use crate::runtime::launch::pmix_rendezvous::{self, WorldExchange};
+use crate::runtime::launch::pmix_rendezvous::{self, CheckIn, WorldExchange};
 use crate::runtime::launch::store_setup::{open_attempt, StoreHandles};
 use crate::runtime::meeting::checkin::{check_in_from, verdict, CheckinError, Seat};
 use crate::runtime::meeting::progress::Progress;
-use crate::store::{PrefixStore, Store, StoreError};
+use crate::store::{PrefixStore, Store};
 use crate::timeout::Deadline;
 use crate::topology::{MindSpeedLayout, Topology, TopologyError};
 use std::sync::{Arc, Mutex};
@@ -71,6 +71,8 @@ pub(crate) struct Carried {
     /// This rank's groups of the kinds whose membership did not change, planned for the new
     /// layout, with their old communicators: those kinds are not created again.
     pub kept: Vec<LiveGroup>,
+    /// The launcher's rank of each rank of the new world (PMIx's events name those).
+    pub launcher: Vec<u32>,
 }
 
 /// The job's grids, validated before touching the network, and what this rank creates in them.
@@ -146,7 +148,7 @@ pub(crate) fn bring_up(
     let pmix = if carried.is_none() { pmix_rendezvous::usable(&env) } else { None };
     // Kinds a recovery kept are not created again (every rank keeps the same kinds).
     let (reuse, premade_world, kept) = match carried {
-        Some(Carried { store, attempt, world, kept, .. }) => (Some((store, attempt)), world, kept),
+        Some(Carried { store, attempt, world, kept, launcher, .. }) => (Some((store, attempt, launcher)), world, kept),
         None => (None, None, Vec::new()),
     };
     layout.plan.kinds.retain(|(t, k)| !kept.iter().any(|g| g.plan.is(t, *k)));
@@ -368,13 +370,17 @@ fn init_over(faults: &Faults, args: &InitArgs) {
 fn open(
     env: &LaunchEnv,
     args: &InitArgs,
-    reuse: Option<(StoreHandles, String)>,
+    reuse: Option<(StoreHandles, String, Vec<u32>)>,
     deadline: Instant,
     backend: &Arc<dyn CommFactory>,
 ) -> Result<Opened, RuntimeError> {
+    let (reuse, launcher) = match reuse {
+        Some((store, attempt, launcher)) => (Some((store, attempt)), Some(launcher)),
+        None => (None, None),
+    };
     let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let faults = Faults::start(env, &attempt, left(deadline), store.token())?;
+    let faults = Faults::start(env, &attempt, left(deadline), store.token(), launcher)?;
     store.let_go_of_unproven_first();
     faults.set_deadline(Some(deadline));
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls
@@ -414,16 +420,18 @@ fn check_in_create_verify(
 
 /// Publish this rank's host, and check in with every rank of the world: through PMIx when it
 /// can (rank 0 then writes every rank's host to the store in one request, for the explanations of
-/// later failures), else, or when its fence failed without a peer found dead, through the store,
-/// which names who is missing.
+/// later failures; who is missing is named from the launcher's process table), else, or when
+/// the table cannot tell, through the store, which names who is missing.
 fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     let (env, base, began) = (s.env, s.opened.base.as_ref(), Instant::now());
     if let Some(pmix) = s.pmix {
         // The fence ends early enough for the store's check-in to name who did not come.
         let reserve = (s.args.timeout / 5).min(Duration::from_secs(2));
-        let until = s.deadline.checked_sub(reserve).unwrap_or(s.deadline);
-        match pmix_rendezvous::check_in(pmix, &s.opened.attempt, &s.opened.host, fingerprint, until) {
-            Ok(records) => {
+        let until = Deadline::at(s.deadline.checked_sub(reserve).unwrap_or(s.deadline));
+        let faults = &s.opened.faults;
+        let me = (&s.opened.host, fingerprint);
+        match pmix_rendezvous::check_in(pmix, &s.opened.attempt, me, until, Deadline::at(s.deadline)) {
+            Ok(CheckIn::All(records)) => {
                 if env.rank == 0 {
                     let keys: Vec<String> =
                         (0..records.len() as u32).map(crate::runtime::meeting::keys::host).collect();
@@ -436,9 +444,28 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
                 return verdict(&fingerprints, &|ranks| host::describe_by(ranks, &label))
                     .map_err(RuntimeError::Checkin);
             }
-            // A peer found dead interrupted the fence: the blame names it.
-            Err(e) if !s.opened.faults.dead().is_empty() => {
-                return Err(RuntimeError::Checkin(CheckinError::Store(StoreError::Io(e.message))));
+            Ok(CheckIn::Missing { ranks, fence, table }) => {
+                if let Some(named) =
+                    table.as_ref().ok().and_then(|t| faults.missing_per_launcher(&ranks, t, began.elapsed()))
+                {
+                    return Err(RuntimeError::Checkin(named));
+                }
+                if crate::backend::debug_log() {
+                    let fence = fence.map_or_else(|| "over".to_string(), |e| e.to_string());
+                    let table = table.map_or_else(|e| e.to_string(), |t| format!("{} processes", t.len()));
+                    eprintln!(
+                        "mcore_init: rank {}: the PMIx check-in misses rank(s) {} (fence: {fence}; the launcher's \
+                         table: {table}); checking in through the store",
+                        env.rank,
+                        host::format_ranks(&ranks)
+                    );
+                }
+            }
+            // The death of a rank ended the fence: a rank missing, named as the verdict says it.
+            Err(e) if !e.dead.is_empty() => {
+                let died = faults.who_is_gone_among(&e.dead);
+                let (ranks, waited, nodes) = (e.dead, began.elapsed(), String::new());
+                return Err(RuntimeError::Checkin(CheckinError::Missing { ranks, waited, nodes, died }));
             }
             Err(e) => {
                 if crate::backend::debug_log() {
@@ -479,7 +506,13 @@ fn create(
     // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
     let exchange = s.pmix.map(|pmix| {
         let deadline = creation_deadline(s.deadline, args.timeout);
-        Arc::new(WorldExchange::new(pmix, prefixed("world"), &s.opened.attempt, &layout.plan.world, deadline))
+        Arc::new(WorldExchange::new(
+            pmix,
+            prefixed("world"),
+            &s.opened.attempt,
+            &layout.plan.world,
+            Deadline::at(deadline),
+        ))
     });
     let group_store = |name: &str| -> Arc<dyn Store> {
         match &exchange {

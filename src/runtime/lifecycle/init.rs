@@ -32,6 +32,8 @@ pub fn initialize(mut args: InitArgs) -> Result<InitOutcome, RuntimeError> {
     warn_typos_once();
     // A rank stopped by SIGINT or SIGTERM while it waits says for what (`wait_words`).
     crate::wait_words::install();
+    // PMIx_Init (a blocking call, made on first use of the client) ends within the init timeout.
+    crate::backend::pmix::limit_init(args.timeout);
     let env = LaunchEnv::from_process()?;
     if let Some(text) = std::env::var(GROUP_BUFFER_ENV).ok().filter(|t| !t.trim().is_empty()) {
         args.comm_config.add_group_buffers(&text, GROUP_BUFFER_ENV).map_err(RuntimeError::InvalidArgument)?;

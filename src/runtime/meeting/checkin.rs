@@ -81,7 +81,7 @@ pub fn arrival_key(rank: u32) -> String {
 }
 
 /// What the ranks are waited for.
-const WHAT: &str = "the check-in";
+pub(crate) const WHAT: &str = "the check-in";
 
 /// The `key=value` pairs of a fingerprint (see `Settings::fingerprint`); a word without `=`
 /// continues the value before it (a value with a space, e.g. a plugin path).
