@@ -108,6 +108,11 @@ impl Deadline {
     pub fn passed(&self) -> bool {
         Instant::now() >= self.at
     }
+
+    /// `d` earlier (itself when that is before the clock's start).
+    pub fn earlier_by(&self, d: Duration) -> Deadline {
+        Deadline { at: self.at.checked_sub(d).unwrap_or(self.at) }
+    }
 }
 
 #[cfg(test)]

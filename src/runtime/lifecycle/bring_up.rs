@@ -105,7 +105,7 @@ struct Steps<'a> {
     opened: &'a Opened,
     start: Instant,
     /// One deadline bounds every wait: each step gets what is left of it.
-    deadline: Instant,
+    deadline: Deadline,
     /// Check in and exchange the world communicator's addresses through PMIx
     /// ([`super::pmix_rendezvous`]): a first bring-up under PMIx, not a recovery's.
     pmix: Option<&'static crate::backend::pmix::PmixClient>,
@@ -119,19 +119,14 @@ struct Made {
     t_groups: Duration,
 }
 
-/// What is left of `deadline` (at least 1 ms).
-fn left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
-}
-
 /// How long before the init deadline the backend's waits end: the time a failure takes to be
 /// explained (a member behind is waited for briefly, silent ranks are read twice: see
 /// `explain::RECORD_GRACE` and `liveness::SILENT_AFTER`), so that the error, explained, comes
 /// within the deadline + 2 s even on a loaded machine. At most a tenth of the whole timeout.
-fn creation_deadline(deadline: Instant, timeout: Duration) -> Instant {
+fn creation_deadline(deadline: Deadline, timeout: Duration) -> Deadline {
     let reserve = (crate::runtime::meeting::explain::RECORD_GRACE + crate::runtime::faults::liveness::SILENT_AFTER)
         .min(timeout / 10);
-    deadline.checked_sub(reserve).unwrap_or(deadline)
+    deadline.earlier_by(reserve)
 }
 
 /// Bring up the layout `args` describes: validate, open the store, check in, create, verify.
@@ -155,7 +150,7 @@ pub(crate) fn bring_up(
     layout.plan.groups.retain(|p| !kept.iter().any(|g| g.plan.is(&p.grid, p.kind)));
     check_options(args, &layout)?;
 
-    let deadline = start + args.timeout;
+    let deadline = Deadline::at(start + crate::timeout::clamp(args.timeout));
     let opened = open(&env, args, reuse, deadline, &layout.backend)?;
     let env = opened.store.resolved(&env);
     let t_store = start.elapsed();
@@ -371,7 +366,7 @@ fn open(
     env: &LaunchEnv,
     args: &InitArgs,
     reuse: Option<(StoreHandles, String, Vec<u32>)>,
-    deadline: Instant,
+    deadline: Deadline,
     backend: &Arc<dyn CommFactory>,
 ) -> Result<Opened, RuntimeError> {
     let (reuse, launcher) = match reuse {
@@ -380,9 +375,9 @@ fn open(
     };
     let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let faults = Faults::start(env, &attempt, left(deadline), store.token(), launcher)?;
+    let faults = Faults::start(env, &attempt, deadline.left(), store.token(), launcher)?;
     store.let_go_of_unproven_first();
-    faults.set_deadline(Some(deadline));
+    faults.set_deadline(Some(deadline.instant()));
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls
     // blocked on the store, and every backend call in flight.
     faults.levers(&store, backend);
@@ -427,10 +422,10 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     if let Some(pmix) = s.pmix {
         // The fence ends early enough for the store's check-in to name who did not come.
         let reserve = (s.args.timeout / 5).min(Duration::from_secs(2));
-        let until = Deadline::at(s.deadline.checked_sub(reserve).unwrap_or(s.deadline));
+        let until = s.deadline.earlier_by(reserve);
         let faults = &s.opened.faults;
         let me = (&s.opened.host, fingerprint);
-        match pmix_rendezvous::check_in(pmix, &s.opened.attempt, me, until, Deadline::at(s.deadline)) {
+        match pmix_rendezvous::check_in(pmix, &s.opened.attempt, me, until, s.deadline) {
             Ok(CheckIn::All(records)) => {
                 if env.rank == 0 {
                     let keys: Vec<String> =
@@ -480,7 +475,7 @@ fn check_in_all(s: &Steps, fingerprint: &[u8]) -> Result<(), RuntimeError> {
     let host = Some(&s.opened.host);
     let interrupt = Some(s.opened.faults.interrupt());
     let seat = Seat { rank: env.rank, world_size: env.world_size, local_world_size: env.local_world_size };
-    check_in_from(base, seat, fingerprint, host, left(s.deadline), interrupt).map_err(|e| match e {
+    check_in_from(base, seat, fingerprint, host, s.deadline.left(), interrupt).map_err(|e| match e {
         // After a PMIx fence that failed: the wait counts from the start of the check-in.
         CheckinError::Missing { ranks, nodes, died, .. } if s.pmix.is_some() => {
             CheckinError::Missing { ranks, nodes, waited: began.elapsed(), died }
@@ -506,13 +501,7 @@ fn create(
     // Under PMIx the world communicator's exchange runs through it (see `WorldExchange`).
     let exchange = s.pmix.map(|pmix| {
         let deadline = creation_deadline(s.deadline, args.timeout);
-        Arc::new(WorldExchange::new(
-            pmix,
-            prefixed("world"),
-            &s.opened.attempt,
-            &layout.plan.world,
-            Deadline::at(deadline),
-        ))
+        Arc::new(WorldExchange::new(pmix, prefixed("world"), &s.opened.attempt, &layout.plan.world, deadline))
     });
     let group_store = |name: &str| -> Arc<dyn Store> {
         match &exchange {
@@ -534,7 +523,7 @@ fn create(
             store_for: &group_store,
             progress: &progress,
             config: &args.comm_config,
-            deadline: Deadline::after(left(creation_deadline(s.deadline, args.timeout))),
+            deadline: creation_deadline(s.deadline, args.timeout),
             host_addr: Some(host_addr.as_str()),
             device: args.device,
         }
@@ -622,7 +611,7 @@ fn failed(
     env: LaunchEnv,
     topology: Topology,
     opened: Opened,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> RuntimeError {
     if opened.faults.store_silent().is_some() {
         // The store's host is gone: nobody can read a verdict or recover through it.
@@ -642,7 +631,7 @@ fn failed(
     };
     // Wait for them only until a little past the deadline (not past the time this error
     // took to explain, e.g. waiting for failure records): ranks that died never leave.
-    let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+    let wait = (deadline.instant() + LEAVE_GRACE).saturating_duration_since(Instant::now());
     let watch = Watch { faults: &opened.faults, store: &opened.store, attempt: &opened.attempt };
     leave(&opened.base, &env, gone, wait, watch);
     e
@@ -655,7 +644,7 @@ fn keep_for_recovery(
     env: LaunchEnv,
     topology: Topology,
     opened: Opened,
-    deadline: Instant,
+    deadline: Deadline,
 ) -> Pending {
     // Recovery can continue from here (`recovery::reinitialize`, whose request tells the
     // ranks whose init succeeded, through their health check): keep the store (a host
@@ -674,9 +663,9 @@ fn keep_for_recovery(
     // from a store that is still up; then the store is kept for recovery.
     // A host stops waiting as soon as a rank asks for recovery (it ends the leave meeting): it
     // is needed there.
-    let wait = (deadline + LEAVE_GRACE).saturating_duration_since(Instant::now());
+    let wait = (deadline.instant() + LEAVE_GRACE).saturating_duration_since(Instant::now());
     let watch = Watch { faults: &faults, store: &store, attempt: &attempt };
     leave(&base, &env, &suspected, wait, watch);
-    let (args, settled_by) = (args.clone(), deadline + LEAVE_GRACE);
+    let (args, settled_by) = (args.clone(), deadline.instant() + LEAVE_GRACE);
     Pending { env, topology, args, store, base, attempt, suspected, spare: false, settled_by }
 }
