@@ -373,7 +373,7 @@ fn open(
 ) -> Result<Opened, RuntimeError> {
     let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let faults = Faults::start(env, &attempt, left(deadline), store.token())?;
+    let faults = Faults::start(env, &attempt, left(deadline), &store)?;
     store.let_go_of_unproven_first();
     faults.set_deadline(Some(deadline));
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls

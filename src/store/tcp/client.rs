@@ -580,11 +580,12 @@ impl TcpStore {
         })
     }
 
-    /// Raise a question notice on `key` (ending `/alive/events`; see [`Query::Notice`]). Needs a
-    /// claim on this connection.
-    pub fn notice(&self, key: &str) -> Result<(), StoreError> {
+    /// Raise a notice on `key` (ending `/alive/events`; see [`Query::Notice`]): a question when
+    /// `value` is empty (needs a claim on this connection), else an event posted to the bulletin.
+    pub fn notice(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         let k = prefixed(key)?;
-        self.send(&Encoder::query(Query::Notice).bytes(k.as_bytes()).finish())
+        wire::check_value(key, value)?;
+        self.send(&Encoder::query(Query::Notice).bytes(k.as_bytes()).bytes(value).finish())
     }
 
     /// Append `value` to the value of `key` (creates it when missing).

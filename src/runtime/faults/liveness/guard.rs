@@ -5,9 +5,8 @@
 use super::Shared;
 use crate::lock::Unpoisoned;
 use crate::store::{Around, Store, StoreError};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// See [`super::Liveness::guard`].
 pub(super) struct Guarded {
@@ -22,20 +21,13 @@ impl Guarded {
     }
 
     /// `f` on the store unless its host is known gone; a failure that comes with the host found
-    /// gone (the call was ended by it) is reported as that.
+    /// gone (the call was ended by it) is reported as that. The call costs the watcher nothing:
+    /// after init the host is checked when something fails (`Faults::verdict` asks who is gone).
     fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
         if let Some(e) = self.gone() {
             return Err(e);
         }
-        let s = &self.liveness;
-        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
-            // The watcher is parked for a minute: wake it to check the host while this runs.
-            s.wake();
-        }
-        let got = f(self.inner.as_ref());
-        *s.busy_until.locked() = Some(Instant::now() + super::BUSY_LINGER);
-        s.busy.fetch_sub(1, Ordering::SeqCst);
-        got.map_err(|e| self.gone().unwrap_or(e))
+        f(self.inner.as_ref()).map_err(|e| self.gone().unwrap_or(e))
     }
 }
 
