@@ -621,7 +621,8 @@ fn watch_notices(s: &Shared, rank: u32) {
                 continue;
             }
         }
-        if probing && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
+        // Init may have ended during the park: then no probe (the re-park is all it sends).
+        if s.deadline().is_some() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
             let why = "no reply to a heartbeat, nor to a new connection";
             if host_unanswered(s, why) {
                 return;
