@@ -62,9 +62,10 @@ impl Faults {
 
     /// Start this rank's liveness (see [`liveness`]) on a connection of its own to `store` at
     /// MASTER_ADDR:MASTER_PORT of `env`, within `within` (the time the init has left); none in a
-    /// world of one. The attempt's bulletin is read and written through `store`. A liveness that cannot start costs the init the naming of dead ranks (said
-    /// once, on stderr); one whose rank another client posed as fails it, naming that client.
-    /// PMIx's death events report to this attempt's dead list from now on.
+    /// world of one. The attempt's bulletin is read and written through `store`. A liveness that
+    /// cannot start costs the init the naming of dead ranks (said once, on stderr); one whose rank
+    /// another client posed as fails it, naming that client. PMIx's death events report to this
+    /// attempt's dead list from now on.
     pub(crate) fn start(
         env: &LaunchEnv,
         attempt: &str,

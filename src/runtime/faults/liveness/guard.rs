@@ -5,8 +5,9 @@
 use super::Shared;
 use crate::lock::Unpoisoned;
 use crate::store::{Around, Store, StoreError};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// See [`super::Liveness::guard`].
 pub(super) struct Guarded {
@@ -21,13 +22,34 @@ impl Guarded {
     }
 
     /// `f` on the store unless its host is known gone; a failure that comes with the host found
-    /// gone (the call was ended by it) is reported as that. The call costs the watcher nothing:
-    /// after init the host is checked when something fails (`Faults::verdict` asks who is gone).
+    /// gone (the call was ended by it) is reported as that. After init a call that returns within
+    /// `BUSY_PROBE_AFTER` costs the watcher nothing (a longer one has it probe the host until it
+    /// returns), and one that got no answer has the host checked (`Shared::check_host_after`).
     fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
         if let Some(e) = self.gone() {
             return Err(e);
         }
-        f(self.inner.as_ref()).map_err(|e| self.gone().unwrap_or(e))
+        let s = &self.liveness;
+        // Counted under the lock of `busy_since`, so that the two always agree.
+        {
+            let mut since = s.busy_since.locked();
+            if s.busy.fetch_add(1, Ordering::SeqCst) == 0 {
+                *since = Some(Instant::now());
+            }
+        }
+        let got = f(self.inner.as_ref());
+        {
+            let mut since = s.busy_since.locked();
+            if s.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+                *since = None;
+            }
+        }
+        got.map_err(|e| {
+            if self.gone().is_none() {
+                s.check_host_after(&e);
+            }
+            self.gone().unwrap_or(e)
+        })
     }
 }
 

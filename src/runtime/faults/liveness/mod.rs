@@ -32,9 +32,11 @@
 //! each time, which tells it whether the store's host still answers. The host is taken for gone
 //! only once it has not answered until the deadline (without one: for
 //! [`Liveness::set_idle_patience`]): a pause shorter than the time left fails nothing. After init
-//! a store call through [`Liveness::guard`] costs the watcher nothing: the host is checked when
-//! something fails (a question, [`Liveness::silent`], reads the counters), or when the watcher's
-//! own parked WAIT gets no answer.
+//! a store call through [`Liveness::guard`] that returns within [`BUSY_PROBE_AFTER`] costs the
+//! watcher nothing (its long park is ended, by a local check, only once a call has been in flight
+//! that long; then it probes until the call returns, not after); a call that gets no answer has
+//! the host checked (one heartbeat, and a fresh connection if that gets no reply), as does a
+//! question ([`Liveness::silent`]) and the watcher's own parked WAIT.
 //!
 //! Where the store is torchrun's agent's (it cannot tell us of a closed connection), each rank
 //! bumps its counter every [`HEARTBEAT_PERIOD`], rank 0 reads every heartbeat each second and
@@ -63,6 +65,10 @@ pub const IDLE_RENEW: Duration = Duration::from_secs(60);
 /// After init (no deadline), how long the store's host may not answer before it is taken for gone,
 /// unless [`Liveness::set_idle_patience`] says otherwise (the runtime gives its timeout).
 pub const IDLE_PATIENCE: Duration = Duration::from_secs(30);
+/// After init, how long a store call through [`Liveness::guard`] must have been in flight before
+/// the watcher checks the host every [`PROBE_PERIOD`] until it returns (a call that returns
+/// sooner, nearly every call, costs the watcher nothing).
+pub const BUSY_PROBE_AFTER: Duration = Duration::from_secs(1);
 /// Where the store is torchrun's agent's, how often a rank bumps its heartbeat.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
 /// The longest a heartbeat (or a liveness read) waits for the store's reply.
@@ -130,6 +136,11 @@ struct Shared {
     quiet_since: Mutex<Option<Instant>>,
     /// See [`IDLE_PATIENCE`].
     idle_patience: Mutex<Duration>,
+    /// This rank.
+    rank: u32,
+    /// Store calls through [`Liveness::guard`] in flight, and since when there have been any.
+    busy: AtomicUsize,
+    busy_since: Mutex<Option<Instant>>,
 }
 
 /// How a rank's death is found (see module docs).
@@ -217,6 +228,31 @@ impl Shared {
             (r, Death { cause, host })
         });
         self.interrupt.died(deaths.collect::<Vec<_>>());
+    }
+
+    /// After init, a store call failed (`e`) without an answer from the host (a reply that never
+    /// came, a connection lost): whether the host answers a heartbeat, or a fresh connection when
+    /// that gets no reply. Found gone, it is so from now on (this call's error and every later
+    /// one name it). While an initialization runs the watcher probes the host itself, with the
+    /// deadline's patience (a pause shorter than the time left fails nothing).
+    fn check_host_after(&self, e: &StoreError) {
+        if self.deadline().is_some() || !matches!(e, StoreError::Io(_) | StoreError::Closed(_)) {
+            return;
+        }
+        let got = self.borrow().add(&key(self.rank), 1);
+        if let Err(again) = got {
+            if !self.reconnected() {
+                self.note_store_failure(format!(
+                    "a store call got no answer ({e}), nor a heartbeat ({again}), nor a new connection"
+                ));
+            }
+        }
+    }
+
+    /// Whether the watcher checks the host every [`PROBE_PERIOD`]: while an initialization runs,
+    /// and while a store call has been in flight for [`BUSY_PROBE_AFTER`] (no longer than that).
+    fn probing(&self) -> bool {
+        self.deadline().is_some() || self.busy_since.locked().is_some_and(|t| t.elapsed() >= BUSY_PROBE_AFTER)
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -358,6 +394,9 @@ impl Liveness {
             prefix,
             quiet_since: Mutex::new(None),
             idle_patience: Mutex::new(IDLE_PATIENCE),
+            rank,
+            busy: AtomicUsize::new(0),
+            busy_since: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -601,10 +640,11 @@ fn watch_notices(s: &Shared, rank: u32) {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         }
-        let probing = s.deadline().is_some();
-        let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
+        let park = if s.probing() { PROBE_PERIOD } else { IDLE_RENEW };
         let next = format!("{}/{}", s.prefix, reader.next_key());
-        let got = match conn.wait_wakeable(&[&next], park) {
+        // A long park ends early (nothing sent until then) once a store call has been in flight
+        // for a while: the host is checked while it runs.
+        let got = match conn.wait_nudged(&[&next], park, &|| park == IDLE_RENEW && s.probing()) {
             Ok(true) => reader.read(s.store().as_ref()).map(|events| heard(s, rank, events)),
             Ok(false) => Ok(()),
             Err(e) => Err(e),
@@ -621,8 +661,9 @@ fn watch_notices(s: &Shared, rank: u32) {
                 continue;
             }
         }
-        // Init may have ended during the park: then no probe (the re-park is all it sends).
-        if s.deadline().is_some() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
+        // Init (or the long call) may have ended during the park: then no probe (the re-park is
+        // all it sends).
+        if s.probing() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
             let why = "no reply to a heartbeat, nor to a new connection";
             if host_unanswered(s, why) {
                 return;

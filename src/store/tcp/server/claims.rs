@@ -15,10 +15,10 @@
 //!   arms one; when the connection closes from the client's side (its process exited or was
 //!   killed) while it still holds its claim, the server raises it. NOTICE `key, value` raises one
 //!   now: a question (`?` first) by a claim's connection, or an event any connection posts to the
-//!   job's bulletin (`!` first; `runtime::faults::bulletin`). Raising adds one to the counter `key` and sets `key/<n>` to the
-//!   claimed key, so a watcher parks one WAIT on `key/<n+1>` and wakes on the next notice. No
-//!   client writes a notice key or its entries: a notice names a rank only when the rank's own
-//!   connection raised it.
+//!   job's bulletin (`!` first; `runtime::faults::bulletin`). Raising adds one to the counter
+//!   `key` and sets `key/<n>` to the claimed key (or the post), so a watcher parks one WAIT on
+//!   `key/<n+1>` and wakes on the next notice. No client writes a notice key or its entries: a
+//!   close notice names a rank only when the rank's own connection raised it.
 
 use super::event_loop::EventLoop;
 use super::state::{is_counter, lossy, Claim};
