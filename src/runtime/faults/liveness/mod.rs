@@ -619,8 +619,8 @@ pub(crate) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
 
 /// The watcher, the bulletin's reader where our server numbers it (see module docs): one parked
 /// WAIT on the next entry, on the liveness connection, renewed every [`IDLE_RENEW`] (every
-/// [`PROBE_PERIOD`] while a deadline is set, with a bump of this rank's counter that checks the
-/// host answers).
+/// [`PROBE_PERIOD`] while a deadline is set or a store call has run for [`BUSY_PROBE_AFTER`], with
+/// a bump of this rank's counter that checks the host answers).
 fn watch_notices(s: &Shared, rank: u32) {
     // From the first entry of the attempt: a rank that starts late learns of earlier deaths too.
     let mut reader = Reader::new(&s.prefix, true);
