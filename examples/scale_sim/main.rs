@@ -20,7 +20,7 @@
 //! (`/proc/PID/stat`), TCP segments received (`ss -ti` `segs_in` summed over the server's
 //! connections) and, with `--served` (our server, `store_scale serve`, its stdin on descriptor 3
 //! and its stdout on 4), the requests it served: during init, over the settling time after it
-//! (`settle_*`: ours, the liveness's busy linger; torch, half a second) and over IDLE_SECONDS
+//! (`settle_*`: ours, the 6 s the liveness's busy linger took until issue 42; torch, half a second) and over IDLE_SECONDS
 //! (default 4; `bench/scale_sim.sh` gives 62) of the job held idle after that (`idle_*`, the
 //! steady state).
 

@@ -38,6 +38,10 @@ def main():
     p.add_argument("--world", type=int, default=32)
     p.add_argument("--window", type=float, default=4.0)
     p.add_argument("--timeout", type=int, default=120)
+    p.add_argument("--settle", type=float, default=6.0,
+                   help="seconds from every rank's hold to the window (0: right after init)")
+    p.add_argument("--group", action="append", default=[],
+                   help="NAME:RANKS, a group every member creates after init, before its hold")
     a = p.parse_args()
     port = free_port()
     hold = a.window + 30
@@ -45,6 +49,8 @@ def main():
                     MASTER_PORT=str(port), MCORE_SELFTEST_HOLD_S=str(hold),
                     LD_LIBRARY_PATH=a.plugin_dir + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     argv = [a.selftest, "--json", "--backend", "gloo", "--timeout", str(a.timeout), "--tp", "2"]
+    for g in a.group:
+        argv += ["--group", g]
     procs = []
     logs = []
     for r in range(a.world):
@@ -53,8 +59,9 @@ def main():
         procs.append(subprocess.Popen(argv, env=dict(env_base, RANK=str(r), LOCAL_RANK=str(r)), stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True))
     try:
-        # Every rank initialized, verified and began its hold (it says so), then 6 s more: the
-        # watcher checks the host for 5 s after the last store call (liveness::BUSY_LINGER).
+        # Every rank initialized, verified (and made its groups) and began its hold (it says so),
+        # then --settle seconds more (6 by default: until issue 42 the watcher checked the host
+        # for 5 s after the last store call).
         deadline = time.monotonic() + a.timeout
         while time.monotonic() < deadline:
             if all("holding the runtime idle" in open(log.name).read() for log in logs):
@@ -64,14 +71,15 @@ def main():
             time.sleep(0.25)
         else:
             sys.exit("the ranks did not all reach their hold in time")
-        time.sleep(6.0)
+        time.sleep(a.settle)
         before = segs_in(port)
         t0 = time.monotonic()
         time.sleep(a.window)
         after = segs_in(port)
         took = time.monotonic() - t0
         segs = sum(after.get(k, 0) - v for k, v in before.items() if k in after)
-        print(json.dumps({"world": a.world, "connections": len(after), "window_s": round(took, 2),
+        print(json.dumps({"world": a.world, "settle_s": a.settle, "groups": a.group,
+                          "connections": len(after), "window_s": round(took, 2),
                           "segs_in": segs, "segs_per_s_per_rank": round(segs / took / a.world, 3)}))
     finally:
         for pr in procs:

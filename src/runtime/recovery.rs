@@ -19,6 +19,7 @@
 use super::creation::comm_config::CommStrategy;
 use super::creation::groups::{GroupPlan, LiveGroup, PlanKind, SharedComm};
 use super::error::RuntimeError;
+use super::faults::bulletin::{Bulletin, Event};
 use super::launch::env::LaunchEnv;
 use super::launch::store_setup::StoreHandles;
 use super::lifecycle::bring_up::Carried;
@@ -199,15 +200,17 @@ fn presence(meeting: &Meeting, world: u32, host: Option<u32>) -> Result<(bool, V
     Ok((settled, (0..world).filter(|&r| !alive(r)).collect()))
 }
 
-/// Tell every rank that a recovery has begun (their [`check_health`] reports it), naming the
-/// ranks this one suspects. The first request stands; a store failure is left to the agreement.
-fn request(store: &dyn Store, suspected: &[u32]) {
-    let _ = store.compare_set(keys::RECOVERY_REQUESTED, b"", &encode(suspected));
-    // Whoever waits must look: a store host waiting for a failed init's ranks to leave, spares
-    // standing by, and the health checks now running (the latest and its neighbours: ranks
-    // one check apart).
+/// Tell every rank that a recovery has begun (their [`check_health`] reports it, a spare standing
+/// by wakes), naming the ranks this one suspects: posted to the attempt's bulletin, where the
+/// first request stands. A store failure is left to the agreement.
+fn request(bulletin: &Bulletin, store: &dyn Store, suspected: &[u32]) {
+    // Posted before the health check's latest number is read: a check that began before this
+    // read is ended below, one that begins after it reads the request (see `check_health`).
+    let _ = bulletin.post(&Event::RecoveryRequested(suspected.to_vec()));
+    // Whoever waits in a meeting must look: a store host waiting for a failed init's ranks to
+    // leave, and the health checks now running (the latest and its neighbours: ranks one check
+    // apart).
     end_for_recovery(store);
-    let _ = store.set(keys::WAKE, b"1");
     let latest =
         store.check(&[keys::HEALTH_LATEST]).ok().filter(|&b| b).and_then(|_| store.get(keys::HEALTH_LATEST).ok());
     if let Some(n) = latest.and_then(|v| String::from_utf8_lossy(&v).parse::<u64>().ok()) {
@@ -221,13 +224,10 @@ fn request(store: &dyn Store, suspected: &[u32]) {
 /// The end a recovery request gives the health checks running (see [`request`]).
 const HEALTH_ENDED_BY_REQUEST: &[u8] = b"recovery requested";
 
-/// The ranks named by the first recovery request, when one was made.
-fn requested(store: &dyn Store) -> Result<Option<Vec<u32>>, RuntimeError> {
-    let err = |e| store_lost(e, "looking for a recovery request");
-    if !store.check(&[keys::RECOVERY_REQUESTED]).map_err(err)? {
-        return Ok(None);
-    }
-    Ok(Some(decode(&store.get(keys::RECOVERY_REQUESTED).map_err(err)?, keys::RECOVERY_REQUESTED)?))
+/// The ranks named by the first recovery request, when one was made (the bulletin read now).
+fn requested(bulletin: &Bulletin) -> Result<Option<Vec<u32>>, RuntimeError> {
+    bulletin.look().map_err(|e| store_lost(e, "looking for a recovery request"))?;
+    Ok(bulletin.recovery_requested())
 }
 
 /// What [`check_health`] found.
@@ -251,9 +251,10 @@ pub enum Health {
 pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     // The layout's ranks take part (every grid's: the world less the spares); spares stand by
     // elsewhere (a recovery's agreement sees them).
-    let (base, rank, world, space) = with_runtime(|rt| {
+    let (base, rank, world, space, bulletin) = with_runtime(|rt| {
         let layout_world = rt.env.world_size - rt.args.spares;
-        (rt.base.clone(), rt.env.rank, layout_world, rt.key_spaces.next(keys::HEALTH))
+        let bulletin = rt.faults.bulletin().unwrap_or_else(|| Arc::new(Bulletin::of(&rt.store, &rt.attempt, &rt.env)));
+        (rt.base.clone(), rt.env.rank, layout_world, rt.key_spaces.next(keys::HEALTH), bulletin)
     })?;
     let err = |e| store_lost(e, "a health check");
     let meet_err = |e: MeetError| match e {
@@ -267,13 +268,11 @@ pub fn check_health(window: Option<Duration>) -> Result<Health, RuntimeError> {
     base.set(keys::HEALTH_LATEST, number.as_bytes()).map_err(err)?;
     // A request made before the check ends it as requested, unless the check ended first: the
     // first verdict stands (compare-and-set), so every rank reports the same.
-    if requested(base.as_ref())?.is_some() {
+    if requested(&bulletin)?.is_some() {
         meeting.decide(HEALTH_ENDED_BY_REQUEST).map_err(meet_err)?;
     }
     match meeting.await_end_by(deadline).map_err(meet_err)? {
-        Some(end) if end == HEALTH_ENDED_BY_REQUEST => {
-            Ok(Health::Failed(requested(base.as_ref())?.unwrap_or_default()))
-        }
+        Some(end) if end == HEALTH_ENDED_BY_REQUEST => Ok(Health::Failed(requested(&bulletin)?.unwrap_or_default())),
         Some(_) => Ok(Health::Healthy),
         None => {
             let missing = meeting.missing();
@@ -437,32 +436,17 @@ fn stand_by(
 ) -> Result<Reinitialized, RuntimeError> {
     let until = args.timeout.map(|t| start + t);
     loop {
-        let base = pending.base.clone();
-        let rank = pending.env.rank;
-        loop {
-            if requested(base.as_ref())?.is_some() {
-                break;
-            }
-            if base.check(&[keys::ENDED]).map_err(|e| store_lost(e, "a spare standing by"))? {
+        let bulletin = Bulletin::of(&pending.store, &pending.attempt, &pending.env);
+        let lost = |e| store_lost(e, "a spare standing by");
+        bulletin.look().map_err(lost)?;
+        while bulletin.recovery_requested().is_none() {
+            if bulletin.ended() {
                 // The layout's ranks are tearing down: the job ends without needing this spare.
-                announce(base.as_ref(), &pending.env);
-                let world = pending.env.world_size;
-                let report = RecoveryReport {
-                    old_rank: rank,
-                    new_rank: None,
-                    old_world_size: world,
-                    new_world_size: world,
-                    failed: vec![],
-                    dropped: vec![],
-                    changed_kinds: vec![],
-                    agree: Duration::ZERO,
-                    total: start.elapsed(),
-                    world_from: WorldFrom::None,
-                    kept_kinds: vec![],
-                };
-                return Ok(Reinitialized::Left(report));
+                announce(pending.base.as_ref(), &pending.env);
+                return Ok(Reinitialized::Left(left_unneeded(&pending.env, start)));
             }
             if until.is_some_and(|u| Instant::now() >= u) {
+                let rank = pending.env.rank;
                 claim.keep(Kept::Attempt(Box::new(pending)));
                 return Err(RuntimeError::Comm(CommError::new(
                     CommErrorKind::Timeout,
@@ -473,13 +457,9 @@ fn stand_by(
                     ),
                 )));
             }
-            // Parked until a recovery request or the job's end wakes it (or `until`). Both are
-            // written before the wake key, so once it is set the next turn ends the loop.
+            // Parked until the next event of the job (a recovery request, the job's end), or `until`.
             let left = until.map_or(crate::timeout::NO_LIMIT, |u| u.saturating_duration_since(Instant::now()));
-            match base.wait(&[keys::WAKE], left.max(Duration::from_millis(1))) {
-                Ok(()) | Err(crate::store::StoreError::Timeout { .. }) => {}
-                Err(e) => return Err(store_lost(e, "a spare standing by")),
-            }
+            bulletin.await_next(left).map_err(lost)?;
         }
         let timeout = pending.args.timeout;
         match recover(claim, from_pending(pending, &[]), Instant::now(), timeout, window(timeout))? {
@@ -493,6 +473,23 @@ fn stand_by(
                 };
             }
         }
+    }
+}
+
+/// The report of spare `env.rank` that leaves, unneeded, as the job ends.
+fn left_unneeded(env: &LaunchEnv, start: Instant) -> RecoveryReport {
+    RecoveryReport {
+        old_rank: env.rank,
+        new_rank: None,
+        old_world_size: env.world_size,
+        new_world_size: env.world_size,
+        failed: vec![],
+        dropped: vec![],
+        changed_kinds: vec![],
+        agree: Duration::ZERO,
+        total: start.elapsed(),
+        world_from: WorldFrom::None,
+        kept_kinds: vec![],
     }
 }
 
@@ -540,7 +537,7 @@ fn recover(
     let window = settled_by.map_or(window, |t| window.max(t.saturating_duration_since(Instant::now())));
     let old_rank = env.rank;
     let old_world = env.world_size;
-    request(base.as_ref(), &suspected);
+    request(&Bulletin::of(&store, &attempt, &env), base.as_ref(), &suspected);
     // The rank hosting the store is alive while the store answers: never proposed failed.
     let host = (!env.use_agent_store).then_some(0);
     let agreed_by = start + window.max(timeout);

@@ -1,7 +1,8 @@
 //! The shape of failure handling (issue 42, docs/architecture.md "The route of a death"): the
 //! interrupt's levers are pulled from `src/runtime/faults/` only, a meeting's `done` key is written
-//! by the meeting only, and every sentence that says ranks died, stopped answering or did not come
-//! is built in the verdict (`faults/verdict.rs`) or the meeting (`meeting/meet.rs`).
+//! by the meeting only, every sentence that says ranks died, stopped answering or did not come
+//! is built in the verdict (`faults/verdict.rs`) or the meeting (`meeting/meet.rs`), and the job's
+//! events go through one bulletin (`faults/bulletin.rs`), the broadcast keys it replaced gone.
 
 use std::path::{Path, PathBuf};
 
@@ -60,5 +61,19 @@ fn every_sentence_of_who_is_gone_is_built_in_the_verdict_or_the_meeting() {
             &["src/runtime/faults/verdict.rs", "src/runtime/meeting/meet.rs", "/tests.rs", "/tests/"],
         );
         assert!(hits.is_empty(), "'{words}' worded outside the verdict:\n{}", hits.join("\n"));
+    }
+}
+
+#[test]
+fn the_jobs_events_are_written_in_the_bulletin_only_and_the_old_broadcast_keys_are_gone() {
+    for old in ["alive/closed", "CLOSED_KEY", "keys::WAKE", "keys::ENDED", "RECOVERY_REQUESTED", "recovery/requested"] {
+        let hits = found_outside(old, &[]);
+        assert!(hits.is_empty(), "{old}, replaced by the bulletin, is still named:\n{}", hits.join("\n"));
+    }
+    // The bulletin's keys, its posts (NOTICE) and its close notices (ON_CLOSE) are named in
+    // bulletin.rs only (the store's client and server serve them, not knowing what they mean).
+    for write in ["EVENTS_KEY", "alive/events", ".notice(", ".on_close("] {
+        let hits = found_outside(write, &["src/runtime/faults/bulletin.rs", "src/store/tcp/"]);
+        assert!(hits.is_empty(), "{write} outside the bulletin:\n{}", hits.join("\n"));
     }
 }

@@ -214,3 +214,38 @@ fn only_the_rank_writes_its_blame_record_and_its_claim_clears_a_forged_one() {
     other.set(&format!("{PREFIX}/alive/9/blame"), b"5").unwrap();
     assert_eq!(other.get(&format!("{PREFIX}/alive/9/blame")).unwrap(), b"5");
 }
+
+/// After init a store call through the liveness guard that returns within BUSY_PROBE_AFTER costs
+/// the watcher nothing: the server serves the calls and nothing else, during them or after (until
+/// issue 42 the watcher probed the host, two requests every 0.5 s, while a call ran and for 5 s
+/// after it); a longer one is probed for while it runs only.
+#[test]
+fn after_init_store_calls_through_the_guard_send_no_probe() {
+    let server = TcpStoreServer::bind("127.0.0.1", 0).unwrap();
+    let port = server.port();
+    let (zero, one) = (start(0, 2, port), start(1, 2, port));
+    let pool: std::sync::Arc<dyn Store> = std::sync::Arc::new(TcpStore::connect("127.0.0.1", port, T).unwrap());
+    let guarded = zero.guard(pool);
+    // Init runs, then ends (`bring_up::init_over`): the watchers park for a minute.
+    zero.set_deadline(Some(Instant::now() + T));
+    std::thread::sleep(Duration::from_millis(600));
+    zero.set_deadline(None);
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = server.requests_served();
+    for i in 0..20 {
+        guarded.set(&format!("{PREFIX}/k{i}"), b"1").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = server.requests_served();
+    assert_eq!(after - before, 20, "the 20 SETs and nothing else were served");
+    // A call still running after BUSY_PROBE_AFTER has the watcher probe the host (it bumps its
+    // counter) until the call returns, and not after.
+    let beats = || TcpStore::connect("127.0.0.1", port, T).unwrap().add(&format!("{PREFIX}/alive/0"), 0).unwrap();
+    let at_start = beats();
+    assert!(guarded.wait(&[&format!("{PREFIX}/never")], Duration::from_millis(3000)).is_err());
+    let at_end = beats();
+    assert!(at_end > at_start, "no probe while a call ran 3 s ({at_start} -> {at_end})");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(beats(), at_end, "a probe after the call returned");
+    drop((zero, one));
+}

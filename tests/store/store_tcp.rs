@@ -483,9 +483,17 @@ fn a_close_notice_is_raised_when_the_client_goes_and_not_when_it_withdrew_it_or_
     s.wait(&["job/alive/events/2"], Duration::from_secs(10)).unwrap();
     assert_eq!(s.get("job/alive/events/2").unwrap(), b"/job/alive/6");
     // A question names the asker after '?'.
-    new.notice(events).unwrap();
+    new.notice(events, b"").unwrap();
     s.wait(&["job/alive/events/3"], Duration::from_secs(10)).unwrap();
     assert_eq!(s.get("job/alive/events/3").unwrap(), b"?/job/alive/5");
+    // An event posted to the bulletin, by any connection, is stored after '!' (never as a
+    // close notice); a question from a connection without a claim is refused.
+    s.notice(events, b"ended").unwrap();
+    s.wait(&["job/alive/events/4"], Duration::from_secs(10)).unwrap();
+    assert_eq!(s.get("job/alive/events/4").unwrap(), b"!ended");
+    let unclaimed = conn();
+    unclaimed.notice(events, b"").unwrap();
+    assert!(unclaimed.num_keys().is_err(), "a question without a claim was served");
     // A connection the server refuses (bad magic) is not a death: its notice is not raised.
     let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
     raw.write_all(&Encoder::query(Query::Claim).bytes(b"/job/alive/7").bytes(b"s7").finish()).unwrap();
@@ -494,7 +502,7 @@ fn a_close_notice_is_raised_when_the_client_goes_and_not_when_it_withdrew_it_or_
     let mut buf = [0u8; 8];
     while matches!(raw.read(&mut buf), Ok(n) if n > 0) {} // the claim's reply, then closed by the server
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(s.add(events, 0).unwrap(), 3, "only the two deaths and the question were raised");
+    assert_eq!(s.add(events, 0).unwrap(), 4, "only the two deaths, the question and the post were raised");
 }
 
 #[test]
@@ -533,7 +541,7 @@ fn a_claimed_liveness_counter_is_written_only_by_its_holder_and_notices_only_by_
     let c = conn();
     c.on_close("job/alive/events").unwrap();
     assert!(c.num_keys().is_err(), "a notice without a claim was armed");
-    owner.notice("job/alive/events").unwrap();
+    owner.notice("job/alive/events", b"").unwrap();
     owner.num_keys().unwrap(); // the notice was served
     for key in ["job/alive/events", "job/alive/events/2"] {
         let c = conn();

@@ -62,7 +62,7 @@ fn encode(r: &Request<'_>) -> Vec<u8> {
         Request::Barrier(k, n) => Encoder::query(Q::Barrier).bytes(k).i64(*n).finish(),
         Request::OnClose(k, v) => Encoder::query(Q::OnClose).bytes(k).bytes(v).finish(),
         Request::Claim(k, v) => Encoder::query(Q::Claim).bytes(k).bytes(v).finish(),
-        Request::Notice(k) => Encoder::query(Q::Notice).bytes(k).finish(),
+        Request::Notice(k, v) => Encoder::query(Q::Notice).bytes(k).bytes(v).finish(),
     }
 }
 

@@ -1,12 +1,15 @@
 //! Failure as one capability: knowing that ranks failed, telling every wait, and saying who.
 //!
 //! One [`Faults`] per initialization attempt owns the rank's liveness (`liveness/`: it only
-//! *finds* deaths and silences), the attempt's one interrupt and dead list (`interrupt.rs`: every
-//! finder reports there — close notices, rank 0's scan of heartbeats, PMIx events from the
-//! launcher), the levers a fault pulls, armed only from here, and the verdict: who is gone and
-//! why, worded once (`verdict.rs`). The route of a death is in docs/architecture.md.
+//! *finds* deaths and silences), the job's bulletin of events in the store (`bulletin.rs`: deaths,
+//! questions, recovery requests, the job's end; one writer, one reader), the attempt's one
+//! interrupt and dead list (`interrupt.rs`: every finder reports there — the bulletin's close
+//! notices, rank 0's scan of heartbeats posted to it, PMIx events from the launcher), the levers
+//! a fault pulls, armed only from here, and the verdict: who is gone and why, worded once
+//! (`verdict.rs`). The route of a death is in docs/architecture.md.
 
 mod backend_store;
+pub mod bulletin;
 pub mod interrupt;
 pub mod liveness;
 pub mod verdict;
@@ -14,6 +17,7 @@ pub mod verdict;
 use crate::backend::pmix::ProcEntry;
 use crate::backend::{CommError, CommErrorKind, CommFactory};
 use crate::runtime::error::RuntimeError;
+use crate::runtime::faults::bulletin::Bulletin;
 use crate::runtime::faults::interrupt::{Cause, Death, Interrupt};
 use crate::runtime::faults::liveness::{Liveness, StartError, SILENT_AFTER};
 use crate::runtime::launch::env::LaunchEnv;
@@ -21,7 +25,6 @@ use crate::runtime::launch::host;
 use crate::runtime::launch::store_setup::StoreHandles;
 use crate::runtime::meeting::checkin::CheckinError;
 use crate::runtime::meeting::explain;
-use crate::store::tcp::auth::TokenCell;
 use crate::store::{Store, StoreError};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -39,6 +42,7 @@ const LAUNCHER_GRACE: Duration = Duration::from_millis(100);
 pub struct Faults {
     liveness: Option<Liveness>,
     interrupt: Arc<Interrupt>,
+    bulletin: Option<Arc<Bulletin>>,
     rank: u32,
     world: u32,
     /// The launcher's rank (PMIx's numbering) of each rank of this attempt, after a recovery
@@ -50,14 +54,21 @@ impl Faults {
     /// No liveness (a world of one, a spare standing by, a recovery's old store): deaths are found
     /// only by what reports to the interrupt (PMIx).
     pub(crate) fn none(env: &LaunchEnv) -> Faults {
-        Faults { liveness: None, interrupt: Interrupt::new(), rank: env.rank, world: env.world_size, launcher: None }
+        Faults {
+            liveness: None,
+            interrupt: Interrupt::new(),
+            bulletin: None,
+            rank: env.rank,
+            world: env.world_size,
+            launcher: None,
+        }
     }
 
     /// The faults of rank `rank` of a world of `world` around a liveness already started (tests;
     /// the runtime uses `Faults::start`).
     pub fn of(liveness: Liveness, rank: u32, world: u32) -> Faults {
         let interrupt = Arc::clone(liveness.interrupt());
-        Faults { liveness: Some(liveness), interrupt, rank, world, launcher: None }
+        Faults { liveness: Some(liveness), interrupt, bulletin: None, rank, world, launcher: None }
     }
 
     /// This rank's liveness, if it has one.
@@ -65,23 +76,24 @@ impl Faults {
         self.liveness.as_ref()
     }
 
-    /// Start this rank's liveness (see [`liveness`]) on a connection of its own to the store at
+    /// Start this rank's liveness (see [`liveness`]) on a connection of its own to `store` at
     /// MASTER_ADDR:MASTER_PORT of `env`, within `within` (the time the init has left); none in a
-    /// world of one. A liveness that cannot start costs the init the naming of dead ranks (said
-    /// once, on stderr); one whose rank another client posed as fails it, naming that client.
-    /// PMIx's death events report to this attempt's dead list from now on, numbered as this
-    /// attempt numbers its ranks (`launcher`: the launcher's rank of each, after a recovery; an
-    /// event about a rank outside this attempt's world — one that left, or had died before — is
-    /// not this attempt's).
+    /// world of one. The attempt's bulletin is read and written through `store`. A liveness that
+    /// cannot start costs the init the naming of dead ranks (said once, on stderr); one whose rank
+    /// another client posed as fails it, naming that client. PMIx's death events report to this
+    /// attempt's dead list from now on, numbered as this attempt numbers its ranks (`launcher`:
+    /// the launcher's rank of each, after a recovery; an event about a rank outside this
+    /// attempt's world — one that left, or had died before — is not this attempt's).
     pub(crate) fn start(
         env: &LaunchEnv,
         attempt: &str,
         within: Duration,
-        token: TokenCell,
+        store: &StoreHandles,
         launcher: Option<Vec<u32>>,
     ) -> Result<Faults, RuntimeError> {
         let mut faults = Faults::none(env);
         faults.launcher = launcher.map(Arc::new);
+        faults.bulletin = Some(Arc::new(Bulletin::of(store, attempt, env)));
         let sink = Arc::downgrade(&faults.interrupt);
         let numbering = faults.launcher.clone();
         let world = env.world_size;
@@ -94,7 +106,7 @@ impl Faults {
         if env.world_size <= 1 {
             return Ok(faults);
         }
-        match Liveness::start(env, attempt, within, token, Arc::clone(&faults.interrupt)) {
+        match Liveness::start(env, attempt, within, store.token(), Arc::clone(&faults.interrupt)) {
             Ok(l) => faults.liveness = Some(l),
             Err(StartError::Unreachable(why)) => eprintln!("mcore_init: rank {}: {why}", env.rank),
             Err(StartError::Posed(why)) => return Err(RuntimeError::Store(StoreError::Protocol(why))),
@@ -152,6 +164,11 @@ impl Faults {
     /// init is created on a thread of its own).
     pub(crate) fn shared_interrupt(&self) -> Arc<Interrupt> {
         Arc::clone(&self.interrupt)
+    }
+
+    /// The attempt's bulletin (none for faults made around a liveness in tests).
+    pub(crate) fn bulletin(&self) -> Option<Arc<Bulletin>> {
+        self.bulletin.clone()
     }
 
     /// The ranks known dead, ascending: the one dead list.

@@ -68,6 +68,11 @@ impl StoreHandles {
         env
     }
 
+    /// The pool of connections to the TCP store (none for the in-process store).
+    pub fn pool(&self) -> Option<Arc<TcpStorePool>> {
+        self.pool.clone()
+    }
+
     /// This rank's first connection (none for the in-process store).
     pub fn first_connection(&self) -> Option<Arc<TcpStore>> {
         self.tcp.clone()

@@ -375,7 +375,7 @@ fn open(
     };
     let (mut store, attempt) = open_attempt(env, args.timeout, reuse)?;
     let env = &store.resolved(env);
-    let faults = Faults::start(env, &attempt, deadline.left(), store.token(), launcher)?;
+    let faults = Faults::start(env, &attempt, deadline.left(), &store, launcher)?;
     store.let_go_of_unproven_first();
     faults.set_deadline(Some(deadline.instant()));
     // While this initialization runs, a peer found dead ends the waits for it at once: the calls

@@ -3,6 +3,7 @@
 //! or a recovery was requested (it ends the meeting); and the teardown of a live runtime.
 
 use super::runtime_state::Runtime;
+use crate::runtime::faults::bulletin::Event;
 use crate::runtime::faults::Faults;
 use crate::runtime::launch::env::LaunchEnv;
 use crate::runtime::launch::store_setup::StoreHandles;
@@ -130,8 +131,9 @@ pub(crate) fn teardown(runtime: Runtime) {
     drop(groups);
     drop(world);
     // The job ends: spares standing by wake up and leave.
-    let _ = base.set(keys::ENDED, b"1");
-    let _ = base.set(keys::WAKE, b"1");
+    if let Some(bulletin) = faults.bulletin() {
+        let _ = bulletin.post(&Event::Ended);
+    }
     leave(&base, &env, &[], timeout, Watch { faults: &faults, store: &store, attempt: &attempt });
     drop(faults);
     drop(base);

@@ -4,7 +4,9 @@
 //! All of them live under an initialization attempt's prefix (`store_setup::open_attempt`). A
 //! rendezvous ([`super::meet::Meeting`]) owns a *space*: its keys are `<space>/here/<rank>`,
 //! `<space>/count` and `<space>/done`, and nothing else writes there. The liveness keys
-//! (`alive/...`) are named by `crate::runtime::faults::liveness`.
+//! (`alive/<rank>`) are named by `crate::runtime::faults::liveness`, the job's bulletin
+//! (`alive/events/...`: deaths, questions, recovery requests, the job's end) by
+//! `crate::runtime::faults::bulletin`.
 
 use crate::lock::Unpoisoned;
 use std::collections::HashMap;
@@ -20,15 +22,6 @@ pub const RECOVERY_PRESENT: &str = "recovery/present";
 pub const RECOVERY_VERDICT: &str = "recovery/verdict";
 /// The meeting of the ranks that read a recovery's verdict (the store's host waits for it).
 pub const RECOVERY_READ: &str = "recovery/read";
-/// The key a recovery writes first (with the ranks it suspects), so that the other ranks learn
-/// of it (`recovery::check_health`, a spare standing by, a store host waiting for ranks to leave
-/// a failed init).
-pub const RECOVERY_REQUESTED: &str = "recovery/requested";
-/// Set by whatever a spare standing by must look at (a recovery request, the job's end): the
-/// spare's wait parks on it.
-pub const WAKE: &str = "wake";
-/// Written by the layout's ranks when they tear their runtime down: the job ends, spares leave.
-pub const ENDED: &str = "ended";
 /// Health checks: each one a fresh space under this family ([`KeySpaces::next`]).
 pub const HEALTH: &str = "health";
 /// The number of the latest health check a rank began (so that a recovery request can end it).

@@ -68,6 +68,9 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(NO_REPLY_LIMIT - 1)
 }
 
+/// Asked while a wakeable WAIT is parked: `true` wakes it (see [`TcpStore::wait_nudged`]).
+pub type Nudge<'a> = &'a dyn Fn() -> bool;
+
 /// A WAIT another thread may end (see [`TcpStore::wait_wakeable`] and [`TcpStore::wake`]).
 #[derive(Default)]
 struct Park {
@@ -435,7 +438,8 @@ impl TcpStore {
 
     /// WAIT for already-prefixed keys; `Ok(false)` when the time ran out (wait canceled) or,
     /// `wakeable`, [`Self::wake`] ended it.
-    fn wait_raw(&self, keys: &[String], timeout: Duration, wakeable: bool) -> Result<bool, StoreError> {
+    fn wait_raw(&self, keys: &[String], timeout: Duration, nudge: Option<Nudge>) -> Result<bool, StoreError> {
+        let wakeable = nudge.is_some();
         let mut c = self.lock()?;
         let park = || self.park.locked();
         if wakeable && std::mem::take(&mut park().wake) {
@@ -451,7 +455,7 @@ impl TcpStore {
                 p.canceled = Some(Instant::now());
             }
         }
-        let first = self.read_first(&mut c, timeout, wakeable);
+        let first = self.read_first(&mut c, timeout, nudge);
         // From here on a wake sends nothing: what was canceled is read below.
         let canceled = wakeable && std::mem::take(&mut *park()).canceled.is_some();
         match first {
@@ -496,9 +500,15 @@ impl TcpStore {
     /// ran out or a wake ended it. The connection stays usable (a liveness connection parks its
     /// watch here and is woken for other requests, without closing it).
     pub fn wait_wakeable(&self, keys: &[&str], timeout: Duration) -> Result<bool, StoreError> {
+        self.wait_nudged(keys, timeout, &|| false)
+    }
+
+    /// [`Self::wait_wakeable`], woken too once `nudge` says so (asked about every
+    /// [`WAKE_SLICE`] while the WAIT is parked: nothing is sent until it says yes).
+    pub fn wait_nudged(&self, keys: &[&str], timeout: Duration, nudge: Nudge) -> Result<bool, StoreError> {
         let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
         wire::check_count(ks.len())?;
-        self.wait_raw(&ks, timeout, true)
+        self.wait_raw(&ks, timeout, Some(nudge))
     }
 
     /// End the [`Self::wait_wakeable`] in progress (its thread holds the connection), or the next
@@ -522,7 +532,8 @@ impl TcpStore {
     /// passed. A wakeable WAIT is read in slices of at most [`WAKE_SLICE`], so that a wake's
     /// CANCEL_WAIT that the server leaves unanswered (its process frozen) ends the read
     /// [`CANCEL_REPLY_TIMEOUT`] after the wake, as a timeout.
-    fn read_first(&self, c: &mut Conn, timeout: Duration, wakeable: bool) -> Result<u8, ReadError> {
+    fn read_first(&self, c: &mut Conn, timeout: Duration, nudge: Option<Nudge>) -> Result<u8, ReadError> {
+        let wakeable = nudge.is_some();
         let end = Instant::now() + timeout;
         loop {
             let woken = if wakeable { self.park.locked().canceled } else { None };
@@ -532,7 +543,11 @@ impl TcpStore {
                 None => end,
             };
             match self.read(c, until.saturating_duration_since(Instant::now()), |d| d.u8()) {
-                Err(e) if e.is_timeout() && woken.is_none() && Instant::now() < end => continue,
+                Err(e) if e.is_timeout() && woken.is_none() && Instant::now() < end => {
+                    if nudge.is_some_and(|n| n()) {
+                        self.wake();
+                    }
+                }
                 other => return other,
             }
         }
@@ -580,11 +595,12 @@ impl TcpStore {
         })
     }
 
-    /// Raise a question notice on `key` (ending `/alive/events`; see [`Query::Notice`]). Needs a
-    /// claim on this connection.
-    pub fn notice(&self, key: &str) -> Result<(), StoreError> {
+    /// Raise a notice on `key` (ending `/alive/events`; see [`Query::Notice`]): a question when
+    /// `value` is empty (needs a claim on this connection), else an event posted to the bulletin.
+    pub fn notice(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         let k = prefixed(key)?;
-        self.send(&Encoder::query(Query::Notice).bytes(k.as_bytes()).finish())
+        wire::check_value(key, value)?;
+        self.send(&Encoder::query(Query::Notice).bytes(k.as_bytes()).bytes(value).finish())
     }
 
     /// Append `value` to the value of `key` (creates it when missing).
@@ -637,7 +653,7 @@ impl Store for TcpStore {
         let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
         wire::check_count(ks.len())?;
         let start = Instant::now();
-        if self.wait_raw(&ks, timeout, false)? {
+        if self.wait_raw(&ks, timeout, None)? {
             return Ok(());
         }
         Err(StoreError::Timeout { keys: keys.iter().map(|k| k.to_string()).collect(), waited: start.elapsed() })

@@ -94,6 +94,15 @@ impl TcpStorePool {
         self.all.lock().map_or(0, |all| all.len())
     }
 
+    /// See [`TcpStore::notice`], on a connection of the pool, followed by a read of `key` on the
+    /// same connection: once this returns, the server has raised it.
+    pub fn notice(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.with(|c| {
+            c.notice(key, value)?;
+            c.add(key, 0).map(drop)
+        })
+    }
+
     fn with<T>(&self, f: impl FnOnce(&TcpStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let lock_err = || StoreError::Io("store connection pool lock poisoned".into());
         let conn = loop {

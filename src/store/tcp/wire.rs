@@ -51,9 +51,11 @@ pub enum Query {
     /// or, for the counter of one of the ranks of the job whose store this is (default mode),
     /// [`CLAIM_SESSION`] followed by the job's secret (`u64` length + bytes).
     Claim = 0x81,
-    /// `key` (ending `/alive/events`): raise a notice on it now, naming this connection's claimed
-    /// key after a `?` (a question to every rank watching). A notice is numbered: the server adds
-    /// one to the counter `key` and sets `key/<n>` to it. Needs a claim. No reply.
+    /// `key, value` (key ending `/alive/events`): raise a notice on it now. An empty value is a
+    /// question to every rank watching, naming this connection's claimed key after a `?` (needs
+    /// a claim); another is an event posted to the job's bulletin, stored after a `!` (any
+    /// connection; the server writes it, so no client can pose as its close notices). A notice
+    /// is numbered: the server adds one to the counter `key` and sets `key/<n>` to it. No reply.
     Notice = 0x82,
 }
 
@@ -243,8 +245,8 @@ pub enum Request<'a> {
     OnClose(&'a [u8], &'a [u8]),
     /// Key, secret: see [`Query::Claim`].
     Claim(&'a [u8], &'a [u8]),
-    /// See [`Query::Notice`].
-    Notice(&'a [u8]),
+    /// Key, value: see [`Query::Notice`].
+    Notice(&'a [u8], &'a [u8]),
 }
 
 /// What the start of a receive buffer holds.
@@ -372,7 +374,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Frame<'_>, ReadError> {
             Query::Barrier => Request::Barrier(c.key()?, c.u64()? as i64),
             Query::OnClose => Request::OnClose(c.key()?, c.value()?),
             Query::Claim => Request::Claim(c.key()?, c.value()?),
-            Query::Notice => Request::Notice(c.key()?),
+            Query::Notice => Request::Notice(c.key()?, c.value()?),
         })
     })();
     match parsed {

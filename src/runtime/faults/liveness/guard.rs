@@ -22,20 +22,34 @@ impl Guarded {
     }
 
     /// `f` on the store unless its host is known gone; a failure that comes with the host found
-    /// gone (the call was ended by it) is reported as that.
+    /// gone (the call was ended by it) is reported as that. After init a call that returns within
+    /// `BUSY_PROBE_AFTER` costs the watcher nothing (a longer one has it probe the host until it
+    /// returns), and one that got no answer has the host checked (`Shared::check_host_after`).
     fn call<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
         if let Some(e) = self.gone() {
             return Err(e);
         }
         let s = &self.liveness;
-        if s.busy.fetch_add(1, Ordering::SeqCst) == 0 && s.long_park.load(Ordering::SeqCst) {
-            // The watcher is parked for a minute: wake it to check the host while this runs.
-            s.wake();
+        // Counted under the lock of `busy_since`, so that the two always agree.
+        {
+            let mut since = s.busy_since.locked();
+            if s.busy.fetch_add(1, Ordering::SeqCst) == 0 {
+                *since = Some(Instant::now());
+            }
         }
         let got = f(self.inner.as_ref());
-        *s.busy_until.locked() = Some(Instant::now() + super::BUSY_LINGER);
-        s.busy.fetch_sub(1, Ordering::SeqCst);
-        got.map_err(|e| self.gone().unwrap_or(e))
+        {
+            let mut since = s.busy_since.locked();
+            if s.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
+                *since = None;
+            }
+        }
+        got.map_err(|e| {
+            if self.gone().is_none() {
+                s.check_host_after(&e);
+            }
+            self.gone().unwrap_or(e)
+        })
     }
 }
 

@@ -14,32 +14,38 @@
 //! When the store is ours (not torchrun's agent's) nothing is sent while nothing happens. The
 //! heartbeat connection *claims* this rank's counter (`wire::Query::Claim`: from then on only
 //! this connection writes it, and a client that claimed it first, posing as this rank, fails the
-//! start naming its address) and arms a close notice on [`EVENTS_KEY`] (`wire::Query::OnClose`):
-//! should the connection close without a goodbye (the kernel closes a killed process's sockets
-//! at once), the server raises a numbered notice naming this rank's counter. The same connection
-//! is the watcher: it parks one WAIT on the next notice's key; woken, it reads the notices, reports
-//! the ranks that died to the attempt's one dead list (`super::interrupt::Interrupt::died`, which
-//! moves the interrupt and, armed, pulls its levers), and parks again. Its requests are
+//! start naming its address) and arms a close notice (`wire::Query::OnClose`): should the
+//! connection close without a goodbye (the kernel closes a killed process's sockets at once), the
+//! server posts this rank's death to the job's bulletin (`super::bulletin`). The same connection
+//! is the watcher, the bulletin's reader: it parks one WAIT on the next entry's key; woken, it
+//! reads the entries, reports the ranks that died to the attempt's one dead list
+//! (`super::interrupt::Interrupt::died`, which moves the interrupt and, armed, pulls its levers),
+//! answers questions, and parks again. Its requests are
 //! sequential: a bump goes out between two parks, and another thread that needs the connection
 //! (a question, a blame record) wakes the parked WAIT (`TcpStore::wake`, a CANCEL_WAIT: the
 //! connection stays open, so no notice fires) and has it while the watcher holds off. So a rank
 //! holds two connections to the store's host: its rendezvous pool's and this one. A rank asking who is
-//! silent ([`Liveness::silent`]) raises a question notice (`wire::Query::Notice`): every live
-//! rank's watcher wakes and bumps its counter once, a frozen one does not. So the idle cost is
-//! one parked WAIT per rank, renewed every [`IDLE_RENEW`]; while an initialization runs (a
-//! deadline is set, [`Liveness::set_deadline`]) or a store call through [`Liveness::guard`] runs,
-//! the watcher parks for [`PROBE_PERIOD`] only and bumps the counter each time, which tells it
-//! whether the store's host still answers. The host is taken for gone only once it has not
-//! answered until the deadline (without one: for [`Liveness::set_idle_patience`]): a pause
-//! shorter than the time left fails nothing.
+//! silent ([`Liveness::silent`]) posts a question: every live rank's watcher wakes and bumps its
+//! counter once, a frozen one does not. So the idle cost is one parked WAIT per rank, renewed
+//! every [`IDLE_RENEW`]; while an initialization runs (a deadline is set,
+//! [`Liveness::set_deadline`]) the watcher parks for [`PROBE_PERIOD`] only and bumps the counter
+//! each time, which tells it whether the store's host still answers. The host is taken for gone
+//! only once it has not answered until the deadline (without one: for
+//! [`Liveness::set_idle_patience`]): a pause shorter than the time left fails nothing. After init
+//! a store call through [`Liveness::guard`] that returns within [`BUSY_PROBE_AFTER`] costs the
+//! watcher nothing (its long park is ended, by a local check, only once a call has been in flight
+//! that long; then it probes until the call returns, not after); a call that gets no answer has
+//! the host checked (one heartbeat, and a fresh connection if that gets no reply), as does a
+//! question ([`Liveness::silent`]) and the watcher's own parked WAIT.
 //!
 //! Where the store is torchrun's agent's (it cannot tell us of a closed connection), each rank
 //! bumps its counter every [`HEARTBEAT_PERIOD`], rank 0 reads every heartbeat each second and
-//! names in [`CLOSED_KEY`] the ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`] (5 s)
-//! after beating once, and every rank reads that key every [`WATCH_PERIOD`]: slower, and a frozen
-//! rank counts as dead there.
+//! posts to the bulletin the death of the ranks whose heartbeat stood still for
+//! [`AGENT_SILENT_AFTER`] (5 s) after beating once, and every rank reads the bulletin every
+//! [`WATCH_PERIOD`]: slower, and a frozen rank counts as dead there.
 
 use crate::lock::Unpoisoned;
+use crate::runtime::faults::bulletin::{self, Event, Reader};
 use crate::runtime::faults::interrupt::{Cause, Death, Interrupt};
 use crate::runtime::faults::verdict;
 use crate::runtime::launch::env::LaunchEnv;
@@ -51,10 +57,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The key our server numbers its notices under (see module docs): `alive/events` counts them,
-/// `alive/events/<n>` holds the n-th, the claimed counter of the rank it names (after `?` for a
-/// question).
-pub const EVENTS_KEY: &str = "alive/events";
 /// While an initialization runs, how often the watcher bumps this rank's counter (and so checks
 /// that the store's host answers).
 pub const PROBE_PERIOD: Duration = Duration::from_millis(500);
@@ -63,9 +65,10 @@ pub const IDLE_RENEW: Duration = Duration::from_secs(60);
 /// After init (no deadline), how long the store's host may not answer before it is taken for gone,
 /// unless [`Liveness::set_idle_patience`] says otherwise (the runtime gives its timeout).
 pub const IDLE_PATIENCE: Duration = Duration::from_secs(30);
-/// After init, a store call through [`Liveness::guard`] makes the watcher check the host every
-/// [`PROBE_PERIOD`] while it runs and this long after.
-pub const BUSY_LINGER: Duration = Duration::from_secs(5);
+/// After init, how long a store call through [`Liveness::guard`] must have been in flight before
+/// the watcher checks the host every [`PROBE_PERIOD`] until it returns (a call that returns
+/// sooner, nearly every call, costs the watcher nothing).
+pub const BUSY_PROBE_AFTER: Duration = Duration::from_secs(1);
 /// Where the store is torchrun's agent's, how often a rank bumps its heartbeat.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(200);
 /// The longest a heartbeat (or a liveness read) waits for the store's reply.
@@ -74,15 +77,11 @@ pub const REPLY_LIMIT: Duration = Duration::from_secs(1);
 pub const SILENT_AFTER: Duration = Duration::from_millis(450);
 /// The most ranks one question reads (two store requests each).
 const MAX_READ: usize = 4096;
-/// How often a rank looks for the close notices of other ranks' heartbeat connections.
+/// Where the store is not ours, how often a rank reads the bulletin.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
-/// The key our server appends `"<rank>,"` to when that rank's heartbeat connection closes without
-/// a goodbye (under the attempt's prefix). Where the store is torchrun's agent's, rank 0 writes it
-/// instead, for ranks whose heartbeat stood still for [`AGENT_SILENT_AFTER`].
-pub const CLOSED_KEY: &str = "alive/closed";
 /// Where the store is not ours (torchrun's agent's, which cannot tell us of a closed connection):
-/// how long a rank's heartbeat must stand still, after it beat at least once, before rank 0 names
-/// it in [`CLOSED_KEY`]. Longer than [`SILENT_AFTER`]: a frozen process cannot be told from a
+/// how long a rank's heartbeat must stand still, after it beat at least once, before rank 0 posts
+/// its death to the bulletin. Longer than [`SILENT_AFTER`]: a frozen process cannot be told from a
 /// dead one here, and a loaded host may starve a heartbeat for a moment.
 pub const AGENT_SILENT_AFTER: Duration = Duration::from_secs(5);
 /// How often rank 0 reads every heartbeat where the store is torchrun's agent's.
@@ -137,21 +136,19 @@ struct Shared {
     quiet_since: Mutex<Option<Instant>>,
     /// See [`IDLE_PATIENCE`].
     idle_patience: Mutex<Duration>,
-    /// Store calls through [`Liveness::guard`] in progress, and until when the watcher probes
-    /// after the last one ended (see [`BUSY_LINGER`]).
+    /// This rank.
+    rank: u32,
+    /// Store calls through [`Liveness::guard`] in flight, and since when there have been any.
     busy: AtomicUsize,
-    busy_until: Mutex<Option<Instant>>,
-    /// The watcher is parked for [`IDLE_RENEW`]: a store call that begins wakes it so that it
-    /// probes the host while the call runs.
-    long_park: AtomicBool,
+    busy_since: Mutex<Option<Instant>>,
 }
 
 /// How a rank's death is found (see module docs).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Finder {
-    /// Our server raises a notice on [`EVENTS_KEY`] when a heartbeat connection closes.
+    /// Our server posts a close notice to the bulletin when a heartbeat connection closes.
     CloseNotice,
-    /// Rank 0 reads the `world` ranks' heartbeats and appends those standing still for
+    /// Rank 0 reads the `world` ranks' heartbeats and posts the death of those standing still for
     /// [`AGENT_SILENT_AFTER`].
     Heartbeats { world: u32 },
 }
@@ -208,7 +205,7 @@ impl Shared {
     /// ahead of the close): this rank is not dying.
     fn withdraw_notice(&self) {
         if let Some(conn) = self.noticed.locked().take() {
-            let _ = conn.on_close("");
+            let _ = bulletin::withdraw_close_notice(&conn);
         }
     }
 
@@ -221,25 +218,41 @@ impl Shared {
         self.interrupt.moved();
     }
 
-    /// Ranks found dead (`how`), with their hosts read from `view` now, while the store surely
-    /// answers (the failures they cause may be explained when it is gone), reported to the
+    /// Ranks found dead (each with how), with their hosts read from `view` now, while the store
+    /// surely answers (the failures they cause may be explained when it is gone), reported to the
     /// attempt's dead list.
-    fn found_dead(&self, view: &dyn Store, ranks: Vec<u32>, how: Cause) {
+    fn found_dead(&self, view: &dyn Store, found: BTreeMap<u32, Cause>) {
         let known = self.interrupt.dead();
-        let new: Vec<u32> = ranks.into_iter().filter(|r| !known.contains(r)).collect();
-        let deaths = new.into_iter().map(|r| {
+        let deaths = found.into_iter().filter(|(r, _)| !known.contains(r)).map(|(r, cause)| {
             let host = crate::runtime::launch::host::label_of(view, r);
-            (r, Death { cause: how.clone(), host })
+            (r, Death { cause, host })
         });
         self.interrupt.died(deaths.collect::<Vec<_>>());
     }
 
+    /// After init, a store call failed (`e`) without an answer from the host (a reply that never
+    /// came, a connection lost): whether the host answers a heartbeat, or a fresh connection when
+    /// that gets no reply. Found gone, it is so from now on (this call's error and every later
+    /// one name it). While an initialization runs the watcher probes the host itself, with the
+    /// deadline's patience (a pause shorter than the time left fails nothing).
+    fn check_host_after(&self, e: &StoreError) {
+        if self.deadline().is_some() || !matches!(e, StoreError::Io(_) | StoreError::Closed(_)) {
+            return;
+        }
+        let got = self.borrow().add(&key(self.rank), 1);
+        if let Err(again) = got {
+            if !self.reconnected() {
+                self.note_store_failure(format!(
+                    "a store call got no answer ({e}), nor a heartbeat ({again}), nor a new connection"
+                ));
+            }
+        }
+    }
+
     /// Whether the watcher checks the host every [`PROBE_PERIOD`]: while an initialization runs,
-    /// and while (or shortly after) a store call runs.
+    /// and while a store call has been in flight for [`BUSY_PROBE_AFTER`] (no longer than that).
     fn probing(&self) -> bool {
-        self.deadline().is_some()
-            || self.busy.load(Ordering::SeqCst) > 0
-            || self.busy_until.locked().is_some_and(|t| Instant::now() < t)
+        self.deadline().is_some() || self.busy_since.locked().is_some_and(|t| t.elapsed() >= BUSY_PROBE_AFTER)
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -318,7 +331,7 @@ impl Liveness {
                     if let Err(holder) = claim_counter(&conn, &prefix, rank, &token)? {
                         return Ok(Err(holder));
                     }
-                    conn.on_close(&format!("{prefix}/{EVENTS_KEY}"))?;
+                    bulletin::arm_close_notice(&conn, &prefix)?;
                     Some(Arc::clone(&conn))
                 } else {
                     None
@@ -381,9 +394,9 @@ impl Liveness {
             prefix,
             quiet_since: Mutex::new(None),
             idle_patience: Mutex::new(IDLE_PATIENCE),
+            rank,
             busy: AtomicUsize::new(0),
-            busy_until: Mutex::new(None),
-            long_park: AtomicBool::new(false),
+            busy_since: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -413,8 +426,8 @@ impl Liveness {
     /// answers. `None` once it is over (idle: nothing is sent but the parked watch).
     pub fn set_deadline(&self, deadline: Option<Instant>) {
         *self.shared.deadline.locked() = deadline;
-        if deadline.is_some() && self.shared.long_park.load(Ordering::SeqCst) {
-            // Parked for a minute: probe at the initialization's pace from now on.
+        if deadline.is_some() {
+            // Parked for a minute, perhaps: probe at the initialization's pace from now on.
             self.shared.wake();
         }
     }
@@ -463,7 +476,7 @@ impl Liveness {
             let first = ranks.iter().map(|&r| read(r)).collect::<Result<Vec<_>, _>>()?;
             // With our server the ranks bump their counters when asked (see module docs).
             if let Some(conn) = self.shared.conn() {
-                let _ = conn.notice(&format!("{}/{EVENTS_KEY}", self.shared.prefix));
+                let _ = bulletin::ask(&conn, &self.shared.prefix);
             }
             first
         };
@@ -536,7 +549,7 @@ impl Drop for Liveness {
 
 fn beat(s: &Shared, rank: u32) {
     let k = key(rank);
-    let mut watch = Watch::default();
+    let mut watch = Watch::new(&s.prefix);
     while !s.stop.load(Ordering::SeqCst) {
         let t0 = Instant::now();
         match s.store().add(&k, 1) {
@@ -604,12 +617,13 @@ pub(crate) fn posed(rank: u32, store_host: &str, holder: &str) -> String {
     )
 }
 
-/// The watcher of our server's notices (see module docs): one parked WAIT on the next notice,
-/// on the liveness connection, renewed every [`IDLE_RENEW`] (every [`PROBE_PERIOD`] while a
-/// deadline is set, with a bump of this rank's counter that checks the host answers).
+/// The watcher, the bulletin's reader where our server numbers it (see module docs): one parked
+/// WAIT on the next entry, on the liveness connection, renewed every [`IDLE_RENEW`] (every
+/// [`PROBE_PERIOD`] while a deadline is set or a store call has run for [`BUSY_PROBE_AFTER`], with
+/// a bump of this rank's counter that checks the host answers).
 fn watch_notices(s: &Shared, rank: u32) {
-    // From the first notice of the attempt: a rank that starts late learns of earlier deaths too.
-    let mut seen: u64 = 0;
+    // From the first entry of the attempt: a rank that starts late learns of earlier deaths too.
+    let mut reader = Reader::new(&s.prefix, true);
     while !s.stop.load(Ordering::SeqCst) {
         let Some(conn) = s.conn().filter(|c| c.is_usable()) else {
             // A missed reply left it unusable: a fresh one (the claim moves to it).
@@ -626,21 +640,15 @@ fn watch_notices(s: &Shared, rank: u32) {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         }
-        // Marked long before `probing` is read: a store call or deadline that begins meanwhile
-        // finds the mark and wakes the park (see `guard` and `set_deadline`), never neither.
-        s.long_park.store(true, Ordering::SeqCst);
-        let probing = s.probing();
-        if probing {
-            s.long_park.store(false, Ordering::SeqCst);
-        }
-        let park = if probing { PROBE_PERIOD } else { IDLE_RENEW };
-        let next = format!("{}/{EVENTS_KEY}/{}", s.prefix, seen + 1);
-        let got = match conn.wait_wakeable(&[&next], park) {
-            Ok(true) => read_notices(s, s.store().as_ref(), rank, seen).map(|n| seen = n),
+        let park = if s.probing() { PROBE_PERIOD } else { IDLE_RENEW };
+        let next = format!("{}/{}", s.prefix, reader.next_key());
+        // A long park ends early (nothing sent until then) once a store call has been in flight
+        // for a while: the host is checked while it runs.
+        let got = match conn.wait_nudged(&[&next], park, &|| park == IDLE_RENEW && s.probing()) {
+            Ok(true) => reader.read(s.store().as_ref()).map(|events| heard(s, rank, events)),
             Ok(false) => Ok(()),
             Err(e) => Err(e),
         };
-        s.long_park.store(false, Ordering::SeqCst);
         if s.stop.load(Ordering::SeqCst) {
             return;
         }
@@ -653,6 +661,8 @@ fn watch_notices(s: &Shared, rank: u32) {
                 continue;
             }
         }
+        // Init (or the long call) may have ended during the park: then no probe (the re-park is
+        // all it sends).
         if s.probing() && s.store().add(&key(rank), 1).is_err() && !s.reconnected() {
             let why = "no reply to a heartbeat, nor to a new connection";
             if host_unanswered(s, why) {
@@ -675,55 +685,51 @@ fn host_unanswered(s: &Shared, why: &str) -> bool {
     }
 }
 
-/// Read the notices after the `seen`-th: bump this rank's counter if one asks, and report the
-/// ranks whose connection closed. The number read up to.
-fn read_notices(s: &Shared, view: &dyn Store, me: u32, seen: u64) -> Result<u64, StoreError> {
-    let count = (view.add(EVENTS_KEY, 0)?.max(0) as u64).min(seen + MAX_READ as u64);
-    if count <= seen {
-        return Ok(seen);
-    }
-    let keys: Vec<String> = (seen + 1..=count).map(|n| format!("{EVENTS_KEY}/{n}")).collect();
-    let notices = view.multi_get(&keys.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let head = format!("/{}/alive/", s.prefix);
+/// What the watcher does with the events it read: report the ranks that died (this one left
+/// out) and bump this rank's counter once if asked. The rest is for whoever waits for it (see
+/// `bulletin::Bulletin`).
+fn heard(s: &Shared, me: u32, events: Vec<Event>) {
+    let mut died: BTreeMap<u32, Cause> = BTreeMap::new();
     let mut asked = false;
-    let mut died = Vec::new();
-    for v in notices {
-        let (question, named) = match v.strip_prefix(b"?") {
-            Some(rest) => (true, rest),
-            None => (false, &v[..]),
-        };
-        asked |= question;
-        let rank = named.strip_prefix(head.as_bytes()).and_then(|r| std::str::from_utf8(r).ok()?.parse::<u32>().ok());
-        if let (false, Some(r)) = (question, rank) {
-            if r != me {
-                died.push(r);
+    for e in events {
+        match e {
+            Event::Died(r, how) if r != me => {
+                died.entry(r).or_insert(how);
             }
+            Event::Question => asked = true,
+            _ => {}
         }
     }
     if asked {
         let _ = s.store().add(&key(me), 1);
     }
     if !died.is_empty() {
-        s.found_dead(view, died, Cause::ConnectionClosed);
+        s.found_dead(s.store().as_ref(), died);
     }
-    Ok(count)
 }
 
-/// The close notices a rank has read, and the ranks they named whose death is being confirmed.
-#[derive(Default)]
+/// Where the store is not ours: the bulletin's reader, and rank 0's reading of the heartbeats.
 struct Watch {
-    /// Bytes of [`CLOSED_KEY`]'s value read so far.
-    read: usize,
-    /// Rank named -> its heartbeat counter when named, and when.
-    confirming: BTreeMap<u32, (i64, Instant)>,
+    reader: Reader,
     last: Option<Instant>,
     /// Rank 0 reading heartbeats (see [`Finder::Heartbeats`]): each rank's counter, and since
-    /// when it has not moved; when it last read them.
+    /// when it has not moved; when it last read them; the ranks it posted dead.
     beats: BTreeMap<u32, (i64, Instant)>,
     scanned: Option<Instant>,
+    posted: Vec<u32>,
 }
 
 impl Watch {
+    fn new(prefix: &str) -> Watch {
+        Watch {
+            reader: Reader::new(prefix, false),
+            last: None,
+            beats: BTreeMap::new(),
+            scanned: None,
+            posted: Vec::new(),
+        }
+    }
+
     fn due(&mut self) -> bool {
         let now = Instant::now();
         if self.last.is_some_and(|l| now < l + WATCH_PERIOD) {
@@ -734,21 +740,23 @@ impl Watch {
     }
 
     /// Rank 0, where the store is not ours: read every heartbeat (each [`AGENT_SCAN_PERIOD`]) and
-    /// name in [`CLOSED_KEY`] the ranks that beat once and then stood still for
-    /// [`AGENT_SILENT_AFTER`]. The only writer of the key there.
+    /// post the death of the ranks that beat once and then stood still for
+    /// [`AGENT_SILENT_AFTER`]. The only poster of deaths there.
     fn scan(&mut self, s: &Shared, me: u32, world: u32) {
         if me != 0 || world > AGENT_SCAN_MAX || self.scanned.is_some_and(|t| t.elapsed() < AGENT_SCAN_PERIOD) {
             return;
         }
         self.scanned = Some(Instant::now());
         let store = s.store();
-        let mut stalled = Vec::new();
         for r in (0..world).filter(|&r| r != me) {
             let Ok(n) = store.add(&key(r), 0) else { return };
             match self.beats.get(&r) {
                 Some(&(before, since)) if before == n => {
-                    if n > 0 && since.elapsed() >= AGENT_SILENT_AFTER {
-                        stalled.push(r);
+                    if n > 0 && since.elapsed() >= AGENT_SILENT_AFTER && !self.posted.contains(&r) {
+                        let died = Event::Died(r, Cause::HeartbeatStill(AGENT_SILENT_AFTER));
+                        if bulletin::post_numbered(store.as_ref(), &died).is_ok() {
+                            self.posted.push(r);
+                        }
                     }
                 }
                 _ => {
@@ -756,62 +764,15 @@ impl Watch {
                 }
             }
         }
-        if stalled.is_empty() {
-            return;
-        }
-        let mut named = match store.check(&[CLOSED_KEY]) {
-            Ok(true) => store.get(CLOSED_KEY).unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        let already: Vec<u32> = String::from_utf8_lossy(&named).split(',').filter_map(|x| x.parse().ok()).collect();
-        let new: Vec<u32> = stalled.into_iter().filter(|r| !already.contains(r)).collect();
-        if !new.is_empty() {
-            new.iter().for_each(|r| named.extend_from_slice(format!("{r},").as_bytes()));
-            let _ = store.set(CLOSED_KEY, &named);
-        }
     }
 
-    /// Read new close notices; confirm those named long enough ago; report the confirmed.
+    /// Read the bulletin (rank 0 scans the heartbeats first).
     fn look(&mut self, s: &Shared, me: u32) {
         if let Some(Finder::Heartbeats { world }) = s.finder {
             self.scan(s, me, world);
         }
-        let store = s.store();
-        if let Ok(true) = store.check(&[CLOSED_KEY]) {
-            if let Ok(v) = store.get(CLOSED_KEY) {
-                let new = v.get(self.read..).unwrap_or_default();
-                self.read = v.len();
-                let known = s.interrupt.dead();
-                for r in String::from_utf8_lossy(new).split(',').filter_map(|x| x.trim().parse::<u32>().ok()) {
-                    if r == me || known.contains(&r) || self.confirming.contains_key(&r) {
-                        continue;
-                    }
-                    if let Ok(n) = store.add(&key(r), 0) {
-                        self.confirming.insert(r, (n, Instant::now()));
-                    }
-                }
-            }
-        }
-        let due: Vec<(u32, i64)> = self
-            .confirming
-            .iter()
-            .filter(|(_, (_, at))| at.elapsed() >= SILENT_AFTER)
-            .map(|(&r, &(n, _))| (r, n))
-            .collect();
-        let mut found = Vec::new();
-        for (r, before) in due {
-            self.confirming.remove(&r);
-            // A rank still beating only let a connection go (it reconnected): not dead.
-            if store.add(&key(r), 0).is_ok_and(|n| n == before) {
-                found.push(r);
-            }
-        }
-        if !found.is_empty() {
-            let how = match s.finder {
-                Some(Finder::Heartbeats { .. }) => Cause::HeartbeatStill(AGENT_SILENT_AFTER),
-                _ => Cause::ConnectionClosed,
-            };
-            s.found_dead(store.as_ref(), found, how);
+        if let Ok(events) = self.reader.read(s.store().as_ref()) {
+            heard(s, me, events);
         }
     }
 }

@@ -122,3 +122,39 @@ fn the_one_blame_record_leads_past_silent_ranks_to_the_first_dead_but_not_to_a_l
     assert!(text.starts_with("rank(s) 2 stopped answering"), "{text}");
     assert!(text.contains("rank(s) 1 failed waiting for it and went"), "{text}");
 }
+
+#[test]
+fn after_init_a_store_call_without_an_answer_has_the_host_checked_and_a_timeout_does_not() {
+    use crate::store::StoreError;
+    use std::sync::atomic::AtomicBool;
+    /// An in-process store that can be made to answer nothing, as a frozen host does (a test
+    /// double for the host; the liveness and its guard are the real ones).
+    struct Switch(MemoryStore, AtomicBool);
+    impl crate::store::Around for Switch {
+        fn around<T>(&self, _: bool, f: impl FnOnce(&dyn Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+            if self.1.load(Ordering::SeqCst) {
+                return Err(StoreError::Io("no reply within 1.0 s".into()));
+            }
+            f(&self.0)
+        }
+        fn inner_timeout(&self) -> Duration {
+            self.0.timeout()
+        }
+    }
+    let store = Arc::new(Switch(MemoryStore::new(Duration::from_millis(50)), AtomicBool::new(false)));
+    let l = Liveness::on(store.clone(), 3, "rank 0 at 127.0.0.1:1".into());
+    let guarded = l.guard(store.clone());
+    guarded.set("k", b"1").unwrap();
+    // A wait that runs out while the host answers is the caller's failure, said as it is.
+    match guarded.wait(&["missing"], Duration::from_millis(20)) {
+        Err(StoreError::Timeout { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.store_silent(), None, "a host that answers is not taken for gone");
+    // The host answers nothing: the call that got no answer names it, and so does every later one.
+    store.1.store(true, Ordering::SeqCst);
+    let first = guarded.get("k").unwrap_err().to_string();
+    assert!(first.contains("the rendezvous store's host, rank 0 at 127.0.0.1:1, stopped answering"), "{first}");
+    let later = guarded.set("k", b"2").unwrap_err().to_string();
+    assert!(later.contains("stopped answering"), "{later}");
+}

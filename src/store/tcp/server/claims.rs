@@ -13,11 +13,12 @@
 //!   The first claim of a key also deletes what was written under it before (nobody owned it).
 //! - Notices: ON_CLOSE `key` (a key ending `/alive/events`) by a connection holding a claim
 //!   arms one; when the connection closes from the client's side (its process exited or was
-//!   killed) while it still holds its claim, the server raises it. NOTICE `key` raises one now,
-//!   a question (`?` first). Raising adds one to the counter `key` and sets `key/<n>` to the
-//!   claimed key, so a watcher parks one WAIT on `key/<n+1>` and wakes on the next notice. No
-//!   client writes a notice key or its entries: a notice names a rank only when the rank's own
-//!   connection raised it.
+//!   killed) while it still holds its claim, the server raises it. NOTICE `key, value` raises one
+//!   now: a question (`?` first) by a claim's connection, or an event any connection posts to the
+//!   job's bulletin (`!` first; `runtime::faults::bulletin`). Raising adds one to the counter
+//!   `key` and sets `key/<n>` to the claimed key (or the post), so a watcher parks one WAIT on
+//!   `key/<n+1>` and wakes on the next notice. No client writes a notice key or its entries: a
+//!   close notice names a rank only when the rank's own connection raised it.
 
 use super::event_loop::EventLoop;
 use super::state::{is_counter, lossy, Claim};
@@ -167,21 +168,30 @@ impl EventLoop {
         Next::Continue
     }
 
-    /// NOTICE `key` by connection `i`: a question, raised now.
-    pub(super) fn question(&mut self, i: usize, key: &[u8]) -> Next {
+    /// NOTICE `key, value` by connection `i`, raised now: a question (empty `value`; needs a
+    /// claim), or an event posted to the bulletin (`!value`).
+    pub(super) fn notice(&mut self, i: usize, key: &[u8], value: &[u8]) -> Next {
         let claim = self.conns.get(i).and_then(Option::as_ref).and_then(|c| c.claim.clone());
-        let Some(claim) = claim.filter(|_| is_notice_key(key)) else {
+        let raised = match claim {
+            _ if !is_notice_key(key) => None,
+            _ if !value.is_empty() => Some([b"!", value].concat()),
+            Some(claim) => Some([b"?", &claim[..]].concat()),
+            None => None,
+        };
+        let Some(raised) = raised else {
             return Next::Close(format!(
-                "a NOTICE of '{}' (a notice needs a claimed liveness counter and a key ending /alive/events)",
+                "a NOTICE of '{}' (a notice goes on a key ending /alive/events; a question needs a claimed \
+                 liveness counter)",
                 lossy(key)
             ));
         };
+        if let Some(why) = self.refusal(i, raised.len() + key.len() + 24, false) {
+            return Next::Close(why);
+        }
         if self.state.claims.notice_keys.insert(key.to_vec()) {
             self.state.claims.bytes += CLAIM_COST + key.len() as u64;
         }
-        let mut value = b"?".to_vec();
-        value.extend_from_slice(&claim);
-        self.raise(key, value);
+        self.raise(key, raised);
         Next::Continue
     }
 

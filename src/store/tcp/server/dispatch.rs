@@ -150,7 +150,7 @@ impl EventLoop {
                 return self.arm_notice(i, k);
             }
             Request::Claim(k, secret) => return self.claim(i, k, secret),
-            Request::Notice(k) => return self.question(i, k),
+            Request::Notice(k, v) => return self.notice(i, k, v),
             Request::MultiGet(keys) => {
                 // The reply's size first: one too big is refused before anything is built.
                 let len =
