@@ -676,3 +676,44 @@ fn a_woken_wait_ends_and_its_connection_stays_in_step() {
     c.wait(&["after"], Duration::from_secs(60)).unwrap();
     assert!(!c.wait_wakeable(&["after"], Duration::from_secs(60)).unwrap(), "a plain wait took the wake");
 }
+
+/// A server that answers a wait's CANCEL_WAIT only after 1.6 s (its host stopped for a moment:
+/// a stand-in speaking just enough of the protocol, since a real server cannot be paused inside
+/// this test process): the wait's slice ends as a timeout, not an I/O error, and the connection
+/// stays in step, its next call reading the late WAIT_CANCELED first and then its own reply.
+/// Before, the slice failed with "no reply ... to CANCEL_WAIT within 1.0 s" and the connection
+/// was unusable: a rank waiting in a meeting (in 1 s slices) failed its init over a 2.5 s pause.
+#[test]
+fn a_cancel_answered_late_ends_the_slice_and_keeps_the_connection_in_step() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // VALIDATE (1 + 4 bytes) and PING (1 + 4): the PING's nonce is echoed.
+        let mut hello = [0u8; 10];
+        s.read_exact(&mut hello).unwrap();
+        s.write_all(&hello[6..10]).unwrap();
+        // The WAIT (its keys: whatever came), then the CANCEL_WAIT, answered late.
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(buf[0], Query::Wait as u8, "{:?}", &buf[..n]);
+        let mut cancel = [0u8; 1];
+        s.read_exact(&mut cancel).unwrap();
+        assert_eq!(cancel[0], Query::CancelWait as u8);
+        std::thread::sleep(Duration::from_millis(1600));
+        s.write_all(&[mcore_init::store::tcp::wire::WAIT_CANCELED]).unwrap();
+        // The next request: a CHECK, answered "not ready".
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(buf[0], Query::Check as u8, "{:?}", &buf[..n]);
+        s.write_all(&[mcore_init::store::tcp::wire::CHECK_NOT_READY]).unwrap();
+    });
+    let c = TcpStore::connect("127.0.0.1", port, T).unwrap();
+    let started = Instant::now();
+    match c.wait(&["k"], Duration::from_millis(200)) {
+        Err(StoreError::Timeout { .. }) => {}
+        other => panic!("a slice whose cancel was answered late ended as {other:?}, not a timeout"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(1500), "the slice waited {:?}", started.elapsed());
+    assert!(!c.check(&["k"]).unwrap(), "the CHECK read the late WAIT_CANCELED as its answer");
+    server.join().unwrap();
+}

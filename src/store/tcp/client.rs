@@ -40,6 +40,10 @@ struct Conn {
     /// Set when the stream is out of step with the server (a reply never came): every later
     /// call fails with this text instead of reading someone else's reply.
     broken: Option<String>,
+    /// A WAIT whose time ran out was canceled and the server has not answered the CANCEL_WAIT
+    /// yet (a stopped host): its WAIT_CANCELED (after a STOP_WAITING, if the keys came first) is
+    /// read before the next reply ([`TcpStore::settle`]), so a wait in slices survives a pause.
+    cancel_unanswered: bool,
 }
 
 /// A client of a TCPStore server (ours or torch's).
@@ -206,7 +210,12 @@ impl TcpStore {
         stream.set_nodelay(true).map_err(|e| io_err(&peer, "set TCP_NODELAY on", e))?;
         let aborter = stream.try_clone().ok();
         let store = TcpStore {
-            conn: Mutex::new(Conn { stream: BufReader::new(stream), read_timeout: None, broken: None }),
+            conn: Mutex::new(Conn {
+                stream: BufReader::new(stream),
+                read_timeout: None,
+                broken: None,
+                cancel_unanswered: false,
+            }),
             peer,
             timeout,
             // The handshake answers within the connect timeout or the attempt failed (a frozen
@@ -425,6 +434,9 @@ impl TcpStore {
         f: impl FnOnce(&mut Decoder<&mut BufReader<TcpStream>>) -> Result<T, ReadError>,
     ) -> Result<T, StoreError> {
         let mut c = self.lock()?;
+        let limit = self.reply_limit();
+        // A slice's CANCEL_WAIT the server has not answered yet is answered first (in order).
+        self.settle(&mut c, limit).map_err(|e| self.fail(&mut c, e, "CANCEL_WAIT", limit))?;
         self.write(&mut c, msg)?;
         // The handshake sends VALIDATE (no reply) with its PING: the reply awaited is the PING's.
         let q = match Query::from_u8(msg[0]) {
@@ -432,7 +444,6 @@ impl TcpStore {
             q => q,
         };
         let what = q.map_or("request".to_string(), |q| format!("{q:?}"));
-        let limit = self.reply_limit();
         self.read(&mut c, limit, f).map_err(|e| self.fail(&mut c, e, &what, limit))
     }
 
@@ -444,6 +455,14 @@ impl TcpStore {
         let park = || self.park.locked();
         if wakeable && std::mem::take(&mut park().wake) {
             return Ok(false);
+        }
+        // The previous slice's cancel still unanswered: this slice waits for that answer (the
+        // server answers in order); not come by then, the slice is over all the same.
+        let patience = timeout.max(CANCEL_REPLY_TIMEOUT);
+        match self.settle(&mut c, patience) {
+            Ok(()) => {}
+            Err(e) if e.is_timeout() => return Ok(false),
+            Err(e) => return Err(self.fail(&mut c, e, "CANCEL_WAIT", patience)),
         }
         self.write(&mut c, &Encoder::query(Query::Wait).keys(keys).finish())?;
         if wakeable {
@@ -492,7 +511,33 @@ impl TcpStore {
             }
             Ok(first == wire::WAIT_CANCELED)
         });
-        canceled.map(|c| !c).map_err(|e| self.fail(&mut c, e, "CANCEL_WAIT", CANCEL_REPLY_TIMEOUT))
+        match canceled {
+            Ok(c) => Ok(!c),
+            // A plain wait's slice is over; its cancel is answered before the next reply (a
+            // store host stopped for a few seconds fails nothing: `settle`).
+            Err(e) if e.is_timeout() && !wakeable => {
+                c.cancel_unanswered = true;
+                Ok(false)
+            }
+            Err(e) => Err(self.fail(&mut c, e, "CANCEL_WAIT", CANCEL_REPLY_TIMEOUT)),
+        }
+    }
+
+    /// Read the answer to a CANCEL_WAIT left unanswered (see [`Conn::cancel_unanswered`]) within
+    /// `limit`; nothing when none is outstanding.
+    fn settle(&self, c: &mut Conn, limit: Duration) -> Result<(), ReadError> {
+        if !c.cancel_unanswered {
+            return Ok(());
+        }
+        // A STOP_WAITING (the keys came before the cancel) may come first, read alone when the
+        // last settle timed out between the two.
+        let answer = self.read(c, limit, |d| d.u8())?;
+        let answer = if answer == wire::STOP_WAITING { self.read(c, limit, |d| d.u8())? } else { answer };
+        if answer != wire::WAIT_CANCELED {
+            return Err(ReadError::Protocol(format!("CANCEL_WAIT answered {answer}")));
+        }
+        c.cancel_unanswered = false;
+        Ok(())
     }
 
     /// WAIT up to `timeout` for `keys` as [`Store::wait`] does, unless [`Self::wake`] is called
