@@ -140,10 +140,10 @@ fn agree(
     suspected: &[u32],
     host: Option<u32>,
     window: Duration,
-    deadline: Instant,
+    deadline: Deadline,
     still_coming: &dyn Fn(&[u32]) -> Vec<u32>,
 ) -> Result<Vec<u32>, RuntimeError> {
-    let window_end = Deadline::at((Instant::now() + window).min(deadline));
+    let window_end = Deadline::at((Instant::now() + window).min(deadline.instant()));
     let what = "the recovery's agreement";
     let meeting = Meeting::new(store, keys::RECOVERY_PRESENT, what, (0..world).collect(), rank, window_end);
     meeting.arrive(&encode(suspected)).map_err(agreement_error)?;
@@ -158,7 +158,7 @@ fn agree(
                 let mut absent = presence(&meeting, world, host)?.1;
                 if !still_coming(&absent).is_empty() {
                     // Alive, late: its arrival settles the agreement (or the deadline ends the wait).
-                    if let Some(verdict) = meeting.await_end_by(Deadline::at(deadline)).map_err(agreement_error)? {
+                    if let Some(verdict) = meeting.await_end_by(deadline).map_err(agreement_error)? {
                         return decode(&verdict, keys::RECOVERY_VERDICT);
                     }
                     absent = presence(&meeting, world, host)?.1;
@@ -540,15 +540,15 @@ fn recover(
     request(&Bulletin::of(&store, &attempt, &env), base.as_ref(), &suspected);
     // The rank hosting the store is alive while the store answers: never proposed failed.
     let host = (!env.use_agent_store).then_some(0);
-    let agreed_by = start + window.max(timeout);
+    let agreed_by = Deadline::at(start + crate::timeout::clamp(window.max(timeout)));
     let still_coming = checked_in_if_late(base.as_ref(), settled_by.is_some());
     let failed = agree(base.as_ref(), old_rank, old_world, &suspected, host, window, agreed_by, &still_coming)?;
     // The new layout gets the whole timeout from the verdict on, as an init would.
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout);
     let agree_time = start.elapsed();
     // Every participant has read the verdict: the store's host may go on (see
     // `hold_store_until_read`).
-    let read = read_meeting(base.as_ref(), old_world, old_rank, Deadline::at(deadline));
+    let read = read_meeting(base.as_ref(), old_world, old_rank, deadline);
     let _ = read.arrive_counted();
     let plan = match plan_next(&topology, &init_args, old_world, &failed) {
         Ok(plan) => plan,
@@ -720,7 +720,7 @@ fn report_of(
 
 /// The new layout's arguments: `args` with the plan's spares and grids, and what is left of
 /// `deadline`.
-fn next_args(args: InitArgs, plan: &Next, deadline: Instant) -> InitArgs {
+fn next_args(args: InitArgs, plan: &Next, deadline: Deadline) -> InitArgs {
     let mut new_args = args;
     new_args.spares = plan.spares_left.len() as u32;
     if let Some(grids) = &plan.grids {
@@ -730,7 +730,7 @@ fn next_args(args: InitArgs, plan: &Next, deadline: Instant) -> InitArgs {
             spec.topology = g.topology.config().clone();
         }
     }
-    new_args.timeout = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    new_args.timeout = deadline.left();
     new_args
 }
 
@@ -749,14 +749,14 @@ fn hold_store_until_read(
     env: &LaunchEnv,
     base: &dyn Store,
     failed: &[u32],
-    deadline: Instant,
+    deadline: Deadline,
 ) -> RuntimeError {
     if env.hosts_store() {
         // The failed ranks never read it: counted as read.
         for &r in failed {
-            let _ = read_meeting(base, env.world_size, r, Deadline::at(deadline)).arrive_counted_as(b"failed");
+            let _ = read_meeting(base, env.world_size, r, deadline).arrive_counted_as(b"failed");
         }
-        let _ = read_meeting(base, env.world_size, env.rank, Deadline::at(deadline)).await_end();
+        let _ = read_meeting(base, env.world_size, env.rank, deadline).await_end();
     }
     e
 }
@@ -872,7 +872,7 @@ mod tests {
     #[test]
     fn a_rank_known_alive_that_arrives_late_is_waited_for() {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Deadline::after(Duration::from_secs(10));
         let window = Duration::from_millis(200);
         let handles: Vec<_> = [(0u32, 0u64), (1, 0), (2, 700)]
             .map(|(r, late_ms)| {
@@ -901,7 +901,7 @@ mod tests {
         suspects: &[u32],
         window: Duration,
     ) -> Vec<Vec<u32>> {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Deadline::after(Duration::from_secs(20));
         let handles: Vec<_> = ranks
             .iter()
             .map(|&r| {
@@ -929,7 +929,7 @@ mod tests {
             &[],
             None,
             Duration::from_millis(50),
-            Instant::now() + Duration::from_secs(5),
+            Deadline::after(Duration::from_secs(5)),
             &none_coming,
         );
         assert_eq!(late.unwrap(), vec![2, 5]);
@@ -953,7 +953,7 @@ mod tests {
         // Rank 0 hosts the store and arrives late (after the window): alive while the store
         // answers, so the verdict names only the rank nobody heard from.
         let store = Arc::new(MemoryStore::new(Duration::from_secs(20)));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Deadline::after(Duration::from_secs(20));
         let window = Duration::from_millis(200);
         let verdicts: Vec<_> = [1u32, 2]
             .map(|r| {

@@ -77,3 +77,12 @@ fn the_jobs_events_are_written_in_the_bulletin_only_and_the_old_broadcast_keys_a
         assert!(hits.is_empty(), "{write} outside the bulletin:\n{}", hits.join("\n"));
     }
 }
+
+#[test]
+fn a_deadline_is_passed_as_one_type() {
+    // `timeout::Deadline`, not a bare `Instant`: what is left of it is `left()` everywhere.
+    for bare in ["deadline: Instant", "deadline: std::time::Instant"] {
+        let hits = found_outside(bare, &[]);
+        assert!(hits.is_empty(), "a deadline passed as a bare Instant:\n{}", hits.join("\n"));
+    }
+}
