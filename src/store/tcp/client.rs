@@ -549,7 +549,7 @@ impl TcpStore {
     }
 
     /// [`Self::wait_wakeable`], woken too once `nudge` says so (asked about every
-    /// [`WAKE_SLICE`] while the WAIT is parked: nothing is sent until it says yes).
+    /// `WAKE_SLICE` while the WAIT is parked: nothing is sent until it says yes).
     pub fn wait_nudged(&self, keys: &[&str], timeout: Duration, nudge: Nudge) -> Result<bool, StoreError> {
         let ks = keys.iter().map(|k| prefixed(k)).collect::<Result<Vec<_>, _>>()?;
         wire::check_count(ks.len())?;
