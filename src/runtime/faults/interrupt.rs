@@ -15,11 +15,11 @@
 //! store host's wait for the others to leave. After init a death ends no backend call of a group
 //! without the dead rank.
 
-use crate::lock::Unpoisoned;
+use crate::lock::{Unpoisoned, UnpoisonedWait};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A lever: `true` ends the calls it reaches (and fails those that start) until `false`.
 pub type Lever = Box<dyn Fn(bool) + Send + Sync>;
@@ -50,6 +50,8 @@ pub struct Interrupt {
     armed: AtomicBool,
     levers: Mutex<Vec<Lever>>,
     dead: Mutex<BTreeMap<u32, Death>>,
+    /// Notified whenever the dead list changes ([`Interrupt::await_dead`]).
+    changed: Condvar,
     /// Whether a death is pulling the levers now (so that a disarm pulls them back).
     pulled: AtomicBool,
 }
@@ -127,10 +129,23 @@ impl Interrupt {
                 }
             }
         }
+        self.changed.notify_all();
         if new {
             self.moved();
         }
         new
+    }
+
+    /// Wait until `done` holds of the dead list, or `until` passes (parked: woken by each change).
+    pub fn await_dead(&self, until: Instant, done: impl Fn(&BTreeMap<u32, Death>) -> bool) {
+        let mut dead = locked(&self.dead);
+        while !done(&dead) {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            dead = self.changed.wait_up_to(dead, until - now);
+        }
     }
 
     /// Something every wait should look at again happened (a death, the store's host gone):

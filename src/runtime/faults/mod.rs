@@ -26,7 +26,7 @@ use crate::runtime::launch::store_setup::StoreHandles;
 use crate::runtime::meeting::checkin::CheckinError;
 use crate::runtime::meeting::explain;
 use crate::store::{Store, StoreError};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -367,12 +367,10 @@ impl Faults {
             return None;
         }
         if crate::backend::pmix::events_registered() {
-            let by = Instant::now() + LAUNCHER_GRACE;
-            let unheard =
-                || dead.iter().any(|&r| !matches!(self.interrupt.death(r).map(|d| d.cause), Some(Cause::Launcher(_))));
-            while unheard() && Instant::now() < by {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let heard = |list: &BTreeMap<u32, Death>| {
+                dead.iter().all(|r| matches!(list.get(r).map(|d| &d.cause), Some(Cause::Launcher(_))))
+            };
+            self.interrupt.await_dead(Instant::now() + LAUNCHER_GRACE, heard);
         }
         self.record(&dead);
         Some(verdict::died_among(&self.interrupt, &dead, &|rs| self.who(rs)))
